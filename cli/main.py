@@ -1,0 +1,75 @@
+"""The ``csa-plan`` entry point: a lazy click group with one-line errors.
+
+Subcommands are imported only when they run, so ``csa-plan --help`` never pulls in
+numpy, onnx or cupy. Every failure a user can cause ends as one line on stderr and
+a documented exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from .exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP
+
+# name -> "module:attribute"; a new command is one line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("csa_plan.cli.check:check", "Gate every CSA/HCA layer, lay out its state and total the model."),
+    "simulate": ("csa_plan.cli.simulate:simulate", "Replay a request mix or trace through the ledger."),
+    "compare": ("csa_plan.cli.compare:compare", "The same model under each engine's layout, side by side."),
+    "run-gpu": ("csa_plan.cli.run_gpu:run_gpu", "Run the attention path on a GPU and check it against the plan."),
+    "sweep": ("csa_plan.cli.sweep:sweep", "Search deployments for the cheapest one that serves a workload."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _available(name)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _available(name):
+            return None
+        module_name, attr = COMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    module_name = COMMANDS[name][0].split(":")[0]
+    return importlib.util.find_spec(module_name) is not None
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="csa-plan", prog_name="csa-plan")
+def cli() -> None:
+    """csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; click usage errors become one line and exit 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("csa-plan: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(EXIT_BAD_INPUT)
+    except click.ClickException as exc:
+        click.echo(f"csa-plan: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,67 @@
+"""Option types shared by every command: sizes, and strict non-negative integers."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+
+from ..planner.errors import I63_LIMIT, BadInput
+from .exit_codes import EXIT_BAD_INPUT
+
+
+class SizeType(click.ParamType):
+    """``--device-memory`` / ``--reserved`` / ``--limit``: bytes, GB, GiB or a GPU name."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        from ..planner.memory import parse_size
+
+        option = param.opts[0] if param else "size"
+        try:
+            return parse_size(str(value), option)
+        except BadInput as exc:
+            self.fail(exc.problem, param, ctx)
+
+
+class CountType(click.ParamType):
+    """A non-negative integer below 2^63; 0 is allowed (the gate decides whether it is usable)."""
+
+    name = "INT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip().replace("_", ""), 10)
+            except ValueError:
+                self.fail(f"{value!r} is not an integer", param, ctx)
+        if number < 0:
+            self.fail(f"{number} is negative", param, ctx)
+        if number >= I63_LIMIT:
+            self.fail(f"{number} is too large (must be below 2^63)", param, ctx)
+        return number
+
+
+SIZE = SizeType()
+COUNT = CountType()
+
+
+def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
+    """Turn a ``BadInput`` raised anywhere below a command into one line and exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return func(*args, **kwargs)
+        except BadInput as exc:
+            click.echo(f"csa-plan: error: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper

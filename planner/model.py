@@ -1,0 +1,29 @@
+"""A model as a stack of layer descriptors, independent of where it was read from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .descriptor import Descriptor
+from .refusals import Refusal
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Every attention layer of a model, main layers first, then MTP layers.
+
+    ``notes`` records where defaulted or derived values came from (for example the
+    ONNX reader says which source gave max_seq_len), so output can show provenance.
+    """
+
+    name: str
+    source: str
+    layers: tuple[Descriptor, ...]
+    num_main_layers: int
+    num_mtp_layers: int
+    notes: tuple[str, ...] = ()
+    graph_refusals: tuple[Refusal, ...] = ()  # model-level findings, e.g. the ONNX record-axis lint
+
+    @property
+    def compress_ratios(self) -> tuple[int, ...]:
+        return tuple(d.compression_ratio for d in self.layers)

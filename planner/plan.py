@@ -1,0 +1,137 @@
+"""Plan a model: gate every layer, size every admitted group, total per device.
+
+``PlanOptions`` holds the command-line overrides; ``apply_options`` turns a model
+into the descriptors one device sees (tensor parallel splits heads, never latents).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .descriptor import CacheFormat, Descriptor
+from .errors import BadInput
+from .gate import Gate, run_gate
+from .layout import ZERO, GroupBytes, LayerKind, group_bytes, layer_kind, swa_ring_bytes
+from .model import ModelSpec
+from .refusals import Clause, Refusal, RefusalType
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Overrides applied to every layer; ``None`` keeps the model's own value."""
+
+    gate: Gate = Gate.OP
+    max_seq_len: int | None = None
+    batch: int | None = None
+    cache_format: str | None = None
+    window: int | None = None
+    query_len: int = 1
+    tp: int = 1
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    descriptor: Descriptor
+    kind: LayerKind
+    refusals: tuple[Refusal, ...]
+    bytes: GroupBytes | None  # None when the layer is refused (left out of totals)
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refusals
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: ModelSpec
+    options: PlanOptions
+    layers: tuple[LayerPlan, ...]
+    per_device: GroupBytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        total = ZERO
+        for layer in self.layers:
+            if layer.bytes is not None:
+                total = total + layer.bytes
+        object.__setattr__(self, "per_device", total.checked("plan", "total"))
+
+    @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        return tuple(r for layer in self.layers for r in layer.refusals) + self.model.graph_refusals
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refusals
+
+    @property
+    def per_request_per_device_bytes(self) -> int:
+        return self.per_device.total_bytes
+
+    @property
+    def all_devices_bytes(self) -> int:
+        return self.per_device.total_bytes * self.options.tp
+
+    def count(self, kind: LayerKind) -> int:
+        return sum(1 for layer in self.layers if layer.kind is kind)
+
+
+def apply_options(model: ModelSpec, options: PlanOptions, source: str = "options") -> tuple[Descriptor, ...]:
+    """The descriptors one device keeps, after overrides and the tensor-parallel split."""
+    if options.tp < 1:
+        raise BadInput(source, "--tp", f"must be at least 1, got {options.tp}")
+    if options.query_len < 1:
+        raise BadInput(source, "--query-len", f"must be at least 1, got {options.query_len}")
+    changes = {
+        k: v
+        for k, v in (
+            ("max_seq_len", options.max_seq_len),
+            ("batch", options.batch),
+            ("cache_format", options.cache_format),
+            ("window", options.window),
+        )
+        if v is not None
+    }
+    out = []
+    for d in model.layers:
+        if changes:
+            d = d.with_(**changes)
+        if options.tp > 1:
+            d = split_heads(d, options.tp, source)
+        out.append(d)
+    return tuple(out)
+
+
+def split_heads(d: Descriptor, tp: int, source: str = "options") -> Descriptor:
+    """Query and indexer heads divide across ranks; the single-head latent does not."""
+    for name in ("num_heads", "index_num_heads"):
+        heads = getattr(d, name)
+        if heads % tp:
+            raise BadInput(source, "--tp", f"layer {d.layer_id}: {name} {heads} is not divisible by tp {tp}")
+    return d.with_(num_heads=d.num_heads // tp, index_num_heads=d.index_num_heads // tp)
+
+
+def plan_layer(d: Descriptor, gate: Gate, query_len: int) -> LayerPlan:
+    kind = layer_kind(d.compression_ratio)
+    if kind is LayerKind.SWA:
+        if d.known_format is None:
+            refusal = Refusal.from_clauses(RefusalType.UNKNOWN_CACHE_FORMAT, d.layer_id, [
+                Clause("cache_format", "|".join(f.value for f in CacheFormat), d.cache_format,
+                       f"cache_format {d.cache_format!r} is unknown; the window ring cannot be sized")])
+            return LayerPlan(d, kind, (refusal,), None)
+        return LayerPlan(d, kind, (), swa_ring_bytes(d).checked("plan", f"layer {d.layer_id}"))
+    refusals = run_gate(gate, d)
+    if refusals:
+        return LayerPlan(d, kind, refusals, None)
+    return LayerPlan(d, kind, (), _sized(d, query_len))
+
+
+@lru_cache(maxsize=4096)
+def _sized(d: Descriptor, query_len: int) -> GroupBytes:
+    return group_bytes(d, query_len).checked("plan", f"layer {d.layer_id}")
+
+
+def plan_model(model: ModelSpec, options: PlanOptions = PlanOptions(), source: str = "options") -> ModelPlan:
+    descriptors = apply_options(model, options, source)
+    layers = tuple(plan_layer(d, options.gate, options.query_len) for d in descriptors)
+    return ModelPlan(model=model, options=options, layers=layers)

@@ -1,0 +1,68 @@
+"""Typed refusals: one record per (layer, type), listing every violated clause."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class RefusalType(str, Enum):
+    UNSUPPORTED_RATIO = "UnsupportedRatio"
+    UNKNOWN_CACHE_FORMAT = "UnknownCacheFormat"
+    RATIO4_REQUIRES_FP8_CACHE = "Ratio4RequiresFp8Cache"
+    RATIO4_REQUIRES_INDEX_HEAD_DIM_128 = "Ratio4RequiresIndexHeadDim128"
+    RATIO128_REJECTS_FP4 = "Ratio128RejectsFp4"
+    INVALID_HEAD_GEOMETRY = "InvalidHeadGeometry"
+    ROPE_EXCEEDS_HEAD_DIM = "RopeExceedsHeadDim"
+    MULTI_DEVICE_AMBIGUITY = "MultiDeviceAmbiguity"
+    MISSING_STATE_EDGE = "MissingStateEdge"
+    OUT_OF_MEMORY = "OutOfMemory"
+    UNSUPPORTED_C1_RATIO = "UnsupportedC1Ratio"
+    # ONNX graph refusals (CONTRACT §4)
+    ARITY_MISMATCH = "ArityMismatch"
+    UNSUPPORTED_OP_VERSION = "UnsupportedOpVersion"
+    SHARED_RECORD_AXIS = "SharedRecordAxis"
+    INDEX_AXIS_MISMATCH = "IndexAxisMismatch"
+    PRESENT_PAST_AXIS_MISMATCH = "PresentPastAxisMismatch"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One violated condition: which field, what was expected, what was found."""
+
+    field: str
+    expected: str
+    actual: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    type: RefusalType
+    layer: int | None
+    field: str
+    expected: str
+    actual: str
+    message: str
+
+    @classmethod
+    def from_clauses(cls, type_: RefusalType, layer: int | None, clauses: list[Clause]) -> "Refusal":
+        where = f"layer {layer}" if layer is not None else "model"
+        return cls(
+            type=type_,
+            layer=layer,
+            field=", ".join(dict.fromkeys(c.field for c in clauses)),
+            expected="; ".join(c.expected for c in clauses),
+            actual="; ".join(c.actual for c in clauses),
+            message=f"{where}: {type_.value}: " + "; ".join(c.text for c in clauses),
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "type": self.type.value,
+            "layer": self.layer,
+            "field": self.field,
+            "expected": self.expected,
+            "actual": self.actual,
+            "message": self.message,
+        }
