@@ -12,7 +12,8 @@ from functools import lru_cache
 from .descriptor import CacheFormat, Descriptor
 from .errors import BadInput
 from .gate import Gate, run_gate
-from .layout import ZERO, GroupBytes, LayerKind, group_bytes, layer_kind, swa_ring_bytes
+from .layout import ZERO, GroupBytes, LayerKind, layer_kind
+from .profiles import LayoutProfile, get_profile
 from .model import ModelSpec
 from .refusals import Clause, Refusal, RefusalType
 
@@ -22,6 +23,7 @@ class PlanOptions:
     """Overrides applied to every layer; ``None`` keeps the model's own value."""
 
     gate: Gate = Gate.OP
+    layout: str = "exact"  # a name in planner.profiles.PROFILES
     max_seq_len: int | None = None
     batch: int | None = None
     cache_format: str | None = None
@@ -58,7 +60,8 @@ class ModelPlan:
 
     @property
     def refusals(self) -> tuple[Refusal, ...]:
-        return tuple(r for layer in self.layers for r in layer.refusals) + self.model.graph_refusals
+        model_level = tuple(r for r in self.model.graph_refusals if r.layer is None)
+        return tuple(r for layer in self.layers for r in layer.refusals) + model_level
 
     @property
     def admitted(self) -> bool:
@@ -111,27 +114,43 @@ def split_heads(d: Descriptor, tp: int, source: str = "options") -> Descriptor:
     return d.with_(num_heads=d.num_heads // tp, index_num_heads=d.index_num_heads // tp)
 
 
-def plan_layer(d: Descriptor, gate: Gate, query_len: int) -> LayerPlan:
+def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, ...] = (),
+               profile: LayoutProfile | None = None) -> LayerPlan:
+    """Gate one layer (plus any graph-level findings on it) and size it if admitted."""
     kind = layer_kind(d.compression_ratio)
+    profile = profile or get_profile("exact")
+    if extra:
+        gated = run_gate(gate, d) if kind is not LayerKind.SWA else ()
+        return LayerPlan(d, kind, gated + extra, None)
     if kind is LayerKind.SWA:
         if d.known_format is None:
             refusal = Refusal.from_clauses(RefusalType.UNKNOWN_CACHE_FORMAT, d.layer_id, [
                 Clause("cache_format", "|".join(f.value for f in CacheFormat), d.cache_format,
                        f"cache_format {d.cache_format!r} is unknown; the window ring cannot be sized")])
             return LayerPlan(d, kind, (refusal,), None)
-        return LayerPlan(d, kind, (), swa_ring_bytes(d).checked("plan", f"layer {d.layer_id}"))
+        return LayerPlan(d, kind, (), profile.swa_bytes(d).checked("plan", f"layer {d.layer_id}"))
     refusals = run_gate(gate, d)
     if refusals:
         return LayerPlan(d, kind, refusals, None)
-    return LayerPlan(d, kind, (), _sized(d, query_len))
+    return LayerPlan(d, kind, (), _sized(profile, d.with_(layer_id=0, is_mtp=False), query_len, d.layer_id))
+
+
+def _sized(profile: LayoutProfile, d: Descriptor, query_len: int, layer_id: int) -> GroupBytes:
+    return _sized_cached(profile, d, query_len).checked("plan", f"layer {layer_id}")
 
 
 @lru_cache(maxsize=4096)
-def _sized(d: Descriptor, query_len: int) -> GroupBytes:
-    return group_bytes(d, query_len).checked("plan", f"layer {d.layer_id}")
+def _sized_cached(profile: LayoutProfile, d: Descriptor, query_len: int) -> GroupBytes:
+    return profile.group_bytes(d, query_len)
 
 
 def plan_model(model: ModelSpec, options: PlanOptions = PlanOptions(), source: str = "options") -> ModelPlan:
     descriptors = apply_options(model, options, source)
-    layers = tuple(plan_layer(d, options.gate, options.query_len) for d in descriptors)
+    on_layer: dict[int, tuple[Refusal, ...]] = {}
+    for r in model.graph_refusals:
+        if r.layer is not None:
+            on_layer[r.layer] = on_layer.get(r.layer, ()) + (r,)
+    profile = get_profile(options.layout, source)
+    layers = tuple(plan_layer(d, options.gate, options.query_len, on_layer.get(d.layer_id, ()), profile)
+                   for d in descriptors)
     return ModelPlan(model=model, options=options, layers=layers)
