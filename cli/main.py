@@ -8,12 +8,13 @@ a documented exit code, never a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import importlib.util
 import sys
 
 import click
 
-from .exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP
+from .exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
 
 # name -> "module:attribute"; a new command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -68,6 +69,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug in csa-plan, not in the input: still one line by default
+        if os.environ.get("CSA_PLAN_DEBUG"):
+            raise
+        click.echo(f"csa-plan: internal error: {type(exc).__name__}: {exc} "
+                   "(set CSA_PLAN_DEBUG=1 for the traceback)", err=True)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
