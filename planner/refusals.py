@@ -18,6 +18,7 @@ class RefusalType(str, Enum):
     MISSING_STATE_EDGE = "MissingStateEdge"
     OUT_OF_MEMORY = "OutOfMemory"
     UNSUPPORTED_C1_RATIO = "UnsupportedC1Ratio"
+    REQUEST_EXCEEDS_CAPACITY = "RequestExceedsCapacity"  # simulate: prompt + output > max_seq_len
     # ONNX graph refusals (CONTRACT §4)
     ARITY_MISMATCH = "ArityMismatch"
     UNSUPPORTED_OP_VERSION = "UnsupportedOpVersion"
