@@ -62,7 +62,7 @@ def _layer_table(report: dict[str, Any], per_layer: bool) -> Table:
         if b is None:
             sizes = [f"[red]refused: {', '.join(row['refusal_types'])}[/]", ""]
         else:
-            sizes = [fmt_bytes(b["total"]), fmt_bytes(row["bytes_all"]["total"])]
+            sizes = [f"{b['total']:,}", f"{row['bytes_all']['total']:,}"]
         table.add_row(fmt_ids(row["layer_ids"]), _kind(row), str(row["count"]), *sizes)
     return table
 
