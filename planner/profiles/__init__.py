@@ -1,35 +1,33 @@
 """Layout profiles: how a given engine would lay out the same state groups.
 
 ``exact`` is CONTRACT §2. Other profiles register here under their ``--layout`` name;
-an unknown name is bad input, not a silent fallback to ``exact``.
+an unknown name is bad input, not a silent fallback to ``exact``. Each engine lives
+in its own module with the source of every constant cited beside it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from ..descriptor import Descriptor
 from ..errors import BadInput
-from ..layout import GroupBytes, group_bytes, swa_ring_bytes
-
-
-@dataclass(frozen=True)
-class LayoutProfile:
-    name: str
-    summary: str
-    group_bytes: Callable[[Descriptor, int], GroupBytes]  # (admitted CSA/HCA descriptor, query_len)
-    swa_bytes: Callable[[Descriptor], GroupBytes]
-
+from ..layout import group_bytes, swa_ring_bytes
+from .base import LayoutProfile
+from .bf16_reference import BF16_REFERENCE
+from .onnx_genai import ONNX_GENAI_B6
+from .sglang import SGLANG, SGLANG_FP4
+from .vllm import VLLM, VLLM_FP4
 
 EXACT = LayoutProfile(
     name="exact",
     summary="CONTRACT §2: only the buffers each ratio needs, 583-byte fp8 records",
     group_bytes=group_bytes,
     swa_bytes=swa_ring_bytes,
+    sources=("CONTRACT §2",),
 )
 
-PROFILES: dict[str, LayoutProfile] = {EXACT.name: EXACT}
+PROFILES: dict[str, LayoutProfile] = {
+    p.name: p for p in (EXACT, ONNX_GENAI_B6, VLLM, VLLM_FP4, SGLANG, SGLANG_FP4, BF16_REFERENCE)
+}
+
+__all__ = ["EXACT", "PROFILES", "LayoutProfile", "get_profile"]
 
 
 def get_profile(name: str, source: str = "options", field: str = "--layout") -> LayoutProfile:
