@@ -27,6 +27,7 @@ INT_FIELDS = (
     "index_head_dim", "index_topk", "window", "max_seq_len", "batch", "device_count",
 )
 MAX_FILE_BYTES = 64 << 20
+MAX_LAYERS = 1 << 16  # far beyond any real stack; bounds memory on hostile specs
 
 
 def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None = None,
@@ -135,6 +136,8 @@ def from_hf_config(data: Any, *, source: str, name: str) -> ModelSpec:
 
     n_main = field("num_hidden_layers")
     n_mtp = field("num_nextn_predict_layers", 0)
+    if n_main + n_mtp > MAX_LAYERS:
+        raise BadInput(source, "num_hidden_layers", f"{n_main} + {n_mtp} layers is more than {MAX_LAYERS}")
     ratios = _ratios(source, data["compress_ratios"], n_main + n_mtp,
                      f"num_hidden_layers + num_nextn_predict_layers ({n_main} + {n_mtp})")
     has_csa = any(r == 4 for r in ratios)
@@ -183,8 +186,10 @@ def from_yaml_spec(data: Any, *, source: str) -> ModelSpec:
             raw = _require_mapping(raw, source, where)
             _reject_unknown(raw, source, where, SPEC_DEFAULT_FIELDS + LAYER_EXTRA_KEYS)
             repeat = read_int(source, f"{where}.repeat", raw.get("repeat", 1))
-            if repeat < 1 or repeat > 1 << 16:
-                raise BadInput(source, f"{where}.repeat", f"must be in 1..65536, got {repeat}")
+            if repeat < 1:
+                raise BadInput(source, f"{where}.repeat", f"must be at least 1, got {repeat}")
+            if len(entries) + repeat > MAX_LAYERS:
+                raise BadInput(source, f"{where}.repeat", f"the spec would have more than {MAX_LAYERS} layers")
             entries.extend([(where, raw)] * repeat)
     elif "compress_ratios" in data:
         n_mtp = read_int(source, "num_nextn_predict_layers", data.get("num_nextn_predict_layers", 0))
