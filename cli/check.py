@@ -7,6 +7,7 @@ import json
 import click
 
 from ..planner.descriptor import CACHE_FORMAT_NAMES
+from ..planner.profiles import PROFILES
 from .exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
 from .options import COUNT, SIZE, bad_input_exits
 
@@ -15,6 +16,8 @@ from .options import COUNT, SIZE, bad_input_exits
 @click.argument("model")
 @click.option("--gate", type=click.Choice(["op", "c1"]), default="op", show_default=True,
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only).")
+@click.option("--layout", type=click.Choice(list(PROFILES)), default="exact", show_default=True,
+              help="Layout profile: exact (CONTRACT §2) or an engine's layout (see docs/profiles.md).")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", default=None, metavar="FORMAT",
@@ -31,7 +34,7 @@ from .options import COUNT, SIZE, bad_input_exits
 @click.option("--per-layer", is_flag=True, help="List every layer instead of grouping identical ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v1 JSON document.")
 @bad_input_exits
-def check(model: str, gate: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
+def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, tp: int, query_len: int, device_memory: int | None, reserved: int,
           concurrency: int, at_length: int, per_layer: bool, as_json: bool) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
@@ -50,7 +53,7 @@ def check(model: str, gate: str, max_seq_len: int | None, batch: int | None, kv_
         raise BadInput("options", "--concurrency", "must be at least 1")
     budget = device_budget(device_memory, reserved)
     spec = load_model(model, max_seq_len=max_seq_len, window=window, at_length=at_length)
-    options = PlanOptions(gate=Gate(gate), max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
+    options = PlanOptions(gate=Gate(gate), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=tp)
     plan = plan_model(spec, options)
     cap = capacity(spec, plan, budget.limit_bytes, concurrency) if budget and plan.per_request_per_device_bytes else None
