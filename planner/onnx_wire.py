@@ -1,0 +1,111 @@
+"""A minimal protobuf wire-format reader over a buffer (bytes or a read-only mmap).
+
+The ONNX reader uses it to walk a model's structure field by field and to *skip*
+everything it does not need (initializers, function bodies, doc strings) by
+arithmetic on offsets, so tensor payloads are never copied or even paged in.
+
+Only the four wire types ONNX uses are accepted; groups (3, 4), the reserved types
+(6, 7), field number 0, an over-long varint or a length that runs past the end of
+its enclosing message raise ``WireError`` with the byte offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]  # noqa: F821 - only for the annotation
+
+VARINT = 0
+FIXED64 = 1
+LENGTH = 2
+FIXED32 = 5
+
+_MAX_VARINT_BYTES = 10
+_U64 = 1 << 64
+_I64_SIGN = 1 << 63
+
+
+class WireError(Exception):
+    """The bytes are not a well-formed protobuf message (or end too early)."""
+
+    def __init__(self, offset: int, problem: str, *, truncated: bool = False) -> None:
+        self.offset = offset
+        self.problem = problem
+        self.truncated = truncated
+        super().__init__(f"at byte {offset}: {problem}")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field occurrence. For LENGTH fields ``value`` is unused and ``start:end`` is the payload."""
+
+    number: int
+    wire_type: int
+    value: int  # varint / fixed value; payload length for LENGTH fields
+    start: int  # payload start (LENGTH) or the offset of the value
+    end: int  # offset just past this field
+
+
+def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise WireError(start, "varint runs past the end of its message", truncated=True)
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if pos - start >= _MAX_VARINT_BYTES:
+            raise WireError(start, "varint longer than 10 bytes")
+
+
+def as_int64(value: int) -> int:
+    """A varint read as a signed 64-bit integer (protobuf int64 / int32 encoding)."""
+    value %= _U64
+    return value - _U64 if value >= _I64_SIGN else value
+
+
+def iter_fields(buf: Buffer, start: int, end: int) -> Iterator[Field]:
+    """Every field of the message occupying ``buf[start:end]``, in file order."""
+    pos = start
+    while pos < end:
+        tag_at = pos
+        key, pos = read_varint(buf, pos, end)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise WireError(tag_at, "field number 0 is invalid")
+        if wire_type == VARINT:
+            value, pos = read_varint(buf, pos, end)
+            yield Field(number, wire_type, value, tag_at, pos)
+        elif wire_type == LENGTH:
+            length, pos = read_varint(buf, pos, end)
+            if length > end - pos:
+                raise WireError(tag_at, f"field {number} declares {length} bytes but only {end - pos} remain",
+                                truncated=True)
+            yield Field(number, wire_type, length, pos, pos + length)
+            pos += length
+        elif wire_type in (FIXED64, FIXED32):
+            width = 8 if wire_type == FIXED64 else 4
+            if width > end - pos:
+                raise WireError(tag_at, f"field {number} needs {width} bytes but only {end - pos} remain",
+                                truncated=True)
+            value = int.from_bytes(bytes(buf[pos:pos + width]), "little")
+            yield Field(number, wire_type, value, pos, pos + width)
+            pos += width
+        else:
+            raise WireError(tag_at, f"wire type {wire_type} (field {number}) is not used by ONNX")
+
+
+def text(buf: Buffer, f: Field, what: str) -> str:
+    """A LENGTH field decoded as UTF-8."""
+    if f.wire_type != LENGTH:
+        raise WireError(f.start, f"{what} should be a string (wire type 2), got wire type {f.wire_type}")
+    try:
+        return bytes(buf[f.start:f.end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError(f.start, f"{what} is not valid UTF-8") from None
