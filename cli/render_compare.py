@@ -49,6 +49,10 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
     console.print(table)
     if report["limit_bytes"] is not None:
         console.print(f"device limit: {report['limit_bytes']:,} B")
+        for r in rows:
+            if r["requests_that_fit"] == 0:
+                console.print(f"[red]does not fit: {r['profile']} needs {r['per_request_bytes']:,} B per request, "
+                              f"limit {report['limit_bytes']:,} B; lower --max-seq-len or add memory[/]", soft_wrap=True)
     if report["refused_layers"]:
         console.print(f"[red]refused layers left out of every column: {report['refused_layers']}[/] "
                       "(run check for the reasons)")
