@@ -87,10 +87,11 @@ def _plot(spec, options, layouts, path: str) -> None:
     series = curves(spec, options, lengths, layouts)
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, values in series.items():
-        ax.plot(lengths, [v / (1 << 30) for v in values], label=name)
+        ax.plot(lengths, [v / (1 << 20) for v in values], label=name)
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("bytes per request per device (GiB)")
+    ax.set_ylabel("state per request per device (MiB, log)")
     ax.set_title(f"{spec.name}: state per request by layout profile")
     ax.legend()
     ax.grid(True, alpha=0.3)
