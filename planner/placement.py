@@ -1,0 +1,100 @@
+"""Where a request's state groups live: tensor, pipeline and data parallelism.
+
+Device ids are ``replica * (pp * tp) + stage * tp + rank``. Every tensor-parallel
+rank of a stage keeps the same groups (the latent is copied, only scratch shrinks,
+which ``plan_model`` already accounts), so one bundle per stage describes all of
+its ranks. Pipeline stages are contiguous layer ranges, as equal as possible, with
+the MTP layers on the last stage (CONTRACT §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .errors import BadInput
+from .layout import ZERO, GroupBytes
+from .plan import ModelPlan
+
+
+class Router(str, Enum):
+    ROUND_ROBIN = "round-robin"
+    LEAST_LOADED = "least-loaded"
+
+
+@dataclass(frozen=True)
+class Placement:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    router: Router = Router.ROUND_ROBIN
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BadInput("options", f"--{name}", f"must be a positive integer, got {value!r}")
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def device_count(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def device(self, replica: int, stage: int, rank: int) -> int:
+        return replica * self.devices_per_replica + stage * self.tp + rank
+
+    def replica_devices(self, replica: int) -> tuple[int, ...]:
+        base = replica * self.devices_per_replica
+        return tuple(range(base, base + self.devices_per_replica))
+
+    def stage_of(self, device: int) -> int:
+        return (device % self.devices_per_replica) // self.tp
+
+
+@dataclass(frozen=True)
+class StageSplit:
+    """Layer positions (in stack order) per pipeline stage; ``main_counts`` excludes the MTP layers."""
+
+    layers: tuple[tuple[int, ...], ...]
+    main_counts: tuple[int, ...]
+    mtp_count: int
+
+    def describe(self) -> str:
+        parts = []
+        for s, count in enumerate(self.main_counts):
+            extra = f"+{self.mtp_count} MTP" if s == len(self.main_counts) - 1 and self.mtp_count else ""
+            parts.append(f"{count}{extra}")
+        return " / ".join(parts)
+
+
+def split_stages(num_main: int, num_mtp: int, pp: int) -> StageSplit:
+    """Contiguous main-layer ranges, sizes differing by at most one; the extra layers go
+    to the earlier stages because the last one also carries the MTP layers."""
+    if pp > num_main:
+        raise BadInput("options", "--pp", f"{pp} stages for {num_main} main layers: every stage needs a layer")
+    base, extra = divmod(num_main, pp)
+    counts = tuple(base + (1 if s < extra else 0) for s in range(pp))
+    layers, start = [], 0
+    for s, count in enumerate(counts):
+        ids = list(range(start, start + count))
+        if s == pp - 1:
+            ids += list(range(num_main, num_main + num_mtp))
+        layers.append(tuple(ids))
+        start += count
+    return StageSplit(tuple(layers), counts, num_mtp)
+
+
+def stage_bundles(plan: ModelPlan, split: StageSplit) -> tuple[GroupBytes, ...]:
+    """Per stage, the bytes one request keeps on each device of that stage (refused layers excluded)."""
+    out = []
+    for positions in split.layers:  # positions in the stack, main layers first, then MTP
+        total = ZERO
+        for i in positions:
+            layer = plan.layers[i]
+            if layer.bytes is not None:
+                total = total + layer.bytes
+        out.append(total.checked("plan", "stage bundle"))
+    return tuple(out)
