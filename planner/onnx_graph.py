@@ -168,9 +168,13 @@ def resolve_capacity(source: str, name: str, keys: tuple[str, ...], readings: li
                                          f"gives it; pass {option}")
         per_layer[layer_id] = value  # type: ignore[assignment]
         by_source.setdefault((value, label), []).append(layer_id)  # type: ignore[arg-type]
-    graph_says = "; ".join(
-        f"{value} from {label}" + (f" on layers {_ids(layer_ids)}" if len(by_source) > 1 else "")
-        for (value, label), layer_ids in by_source.items() if value is not None)
+    def says(include_default: bool) -> str:
+        return "; ".join(
+            f"{value} from {label}" + (f" on layers {_ids(layer_ids)}" if len(by_source) > 1 else "")
+            for (value, label), layer_ids in by_source.items()
+            if value is not None and (include_default or label != "the default"))
+
+    graph_says = says(include_default=False)
     if cli_value is not None:
         note = f"{name} {cli_value} from {option}" + (f" (overrides the graph's {graph_says})" if graph_says else "")
         return _Capacity({i: cli_value for i in per_layer}, note)
@@ -182,7 +186,7 @@ def resolve_capacity(source: str, name: str, keys: tuple[str, ...], readings: li
         else:
             note = f"{name} {value} from {label}"
     else:
-        note = f"{name}: {graph_says}"
+        note = f"{name}: {says(include_default=True)}"
     return _Capacity(per_layer, note)
 
 

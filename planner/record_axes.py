@@ -121,6 +121,9 @@ def _shared_clause(symbol: str, users: list[LayerRecordAxes], ratios: tuple[int,
     size_text = " and ".join(str(s) for s in sizes)
     spans = "; ".join(f"ratio {r} on layers {_ids(ids)}" for r, ids in by_ratio.items())
     how = ", ".join(f"floor({at_length}/{r}) = {records_at(r, at_length)}" for r in ratios)
+    if len(set(sizes)) == 1:  # equal at this length: say where they first diverge
+        first = min(ratios)
+        how += f"; they first differ at length {first}: " + " and ".join(str(records_at(r, first)) for r in ratios)
     return Clause(
         field="record_axis",
         expected=f"{symbol!r} on layers of one ratio only (fixed exporter: one symbol per layer)",
