@@ -1,0 +1,193 @@
+"""Render a simulation: one report dict for --json and for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .exit_codes import EXIT_OK
+from .format import fmt_bytes, fmt_ids
+
+SCHEMA = "csa-plan/simulate/v1"
+MAX_TIERS_LISTED = 64
+
+
+def _s(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=None, plan_refusals=(),
+                    exit_code: int, split=None) -> dict[str, Any]:
+    p = config.placement
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names), "notes": list(wl.notes)},
+        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
+        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
+        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
+        "reserve": {"mode": config.reserve.value, "bucket": config.bucket},
+        "policy": config.policy.value,
+        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
+                 "rate_scale": config.time.rate_scale},
+        "plan_refusals": [r.as_dict() for r in plan_refusals],
+        "exit_code": exit_code,
+    }
+    if split is not None:
+        report["deployment"]["stage_split"] = split.describe()
+        report["deployment"]["stage_layers"] = [fmt_ids(list(ids)) for ids in split.layers]
+    if scn is not None:
+        report["reserve"]["max_seq_len"] = scn.max_seq_len
+        report["reserve"]["tiers"] = [
+            {"tokens": tokens, "per_device_bytes_by_stage": [b.total_bytes for b in stages]}
+            for tokens, stages in list(zip(scn.tier_tokens, scn.bundles))[:MAX_TIERS_LISTED]]
+        report["reserve"]["tier_count"] = len(scn.tier_tokens)
+    if capacity is not None:
+        report["capacity"] = {
+            "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
+            "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
+            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
+        }
+    if result is None:
+        return report
+    report["requests"] = {
+        "total": result.requests, "admitted": result.admitted, "refused": result.refused, "queued": result.queued,
+        "refusals": dict(result.refusals),
+        "by_class": [{"class": n, "admitted": a, "refused": r} for n, a, r in result.by_class],
+    }
+    report["wait_s"] = {"p50": _s(result.wait_p50_ns), "p99": _s(result.wait_p99_ns), "max": _s(result.wait_max_ns)}
+    report["wait_ns"] = {"p50": result.wait_p50_ns, "p99": result.wait_p99_ns, "max": result.wait_max_ns}
+    report["peak"] = {"bytes": result.peak_bytes, "at_s": _s(result.peak_ns), "at_ns": result.peak_ns,
+                      "by_class": result.at_peak.as_dict(), "class_max": result.class_max.as_dict(),
+                      "in_flight": result.peak_in_flight}
+    devices = []
+    for d in result.devices:
+        mean, peak_util = result.utilization(d)
+        devices.append({
+            "device": d.device, "stage": p.stage_of(d.device), "replica": d.device // p.devices_per_replica,
+            "limit_bytes": d.limit_bytes, "peak_bytes": d.peak_bytes, "peak_at_s": _s(d.peak_ns),
+            "peak_at_ns": d.peak_ns, "by_class_at_peak": d.at_peak.as_dict(), "byte_seconds": d.byte_ns / 1e9,
+            "mean_utilization": mean, "peak_utilization": peak_util, "final_bytes": d.final.total_bytes,
+        })
+    report["devices"] = devices
+    report["span_s"] = _s(result.span_ns)
+    report["baseline_ok"] = result.baseline_ok
+    report["verified_against_ledger_replay"] = verified
+    return report
+
+
+def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note: str | None = None) -> None:
+    dep, mem = report["deployment"], report["memory"]
+    limit = mem["limit_bytes"]
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({report['workload']['requests']:,} requests)")
+    for note in report["workload"]["notes"]:
+        out.print(f"  note: {note}")
+    split = f", stages {dep['stage_split']}" if "stage_split" in dep else ""
+    out.print(f"  deployment: tp {dep['tp']} x pp {dep['pp']} x dp {dep['dp']} = {dep['devices']} devices"
+              f" ({dep['router']}){split}")
+    out.print(f"  limit per device: {'unlimited' if not limit else fmt_bytes(limit)}; reserve {report['reserve']['mode']}"
+              + (f" (bucket {report['reserve']['bucket']})" if report['reserve']['mode'] == "fit" else "")
+              + f"; policy {report['policy']}; time x{report['time']['rate_scale']:g}")
+    if report["plan_refusals"]:
+        out.print("[red]the model plan is refused; no request can run:[/red]")
+        for r in report["plan_refusals"]:
+            out.print(f"  {r['message']}")
+        return
+    cap = report.get("capacity")
+    if cap is not None:
+        if cap["rate_scale"] is None:
+            out.print("[red]capacity: no rate scale down to 2^-20 meets the criterion[/red]")
+        else:
+            bound = "at least " if cap["at_least"] else ""
+            out.print(f"[bold]capacity:[/bold] {bound}rate scale {cap['rate_scale']:.4g} ({cap['criterion']}; "
+                      f"{len(cap['probes'])} probes); the report below is at that scale")
+    if "requests" not in report:
+        return
+    req = report["requests"]
+    out.print(f"  requests: {req['admitted']:,} admitted, {req['refused']:,} refused, {req['queued']:,} waited")
+    for reason, count in req["refusals"].items():
+        out.print(f"    refused {reason}: {count:,}")
+    if len(req["by_class"]) > 1:
+        for c in req["by_class"]:
+            out.print(f"    class {c['class']}: {c['admitted']:,} admitted, {c['refused']:,} refused")
+    w = report["wait_s"]
+    if w["p50"] is not None:
+        out.print(f"  wait: p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s, max {w['max']:.3f} s")
+    pk = report["peak"]
+    out.print(f"  peak, all devices: {fmt_bytes(pk['bytes'])} at {pk['at_s']:.3f} s; {pk['in_flight']:,} requests in flight at most")
+    classes = Table(title="per class (all devices)", show_header=True)
+    classes.add_column("class")
+    classes.add_column("at the total peak", justify="right")
+    classes.add_column("own maximum", justify="right")
+    for name, value in pk["by_class"].items():
+        classes.add_row(name, f"{value:,}", f"{pk['class_max'][name]:,}")
+    out.print(classes)
+    table = Table(title="per device", show_header=True)
+    for col, just in (("devices", "left"), ("stage", "right"), ("peak bytes", "right"), ("at s", "right"),
+                      ("mean util", "right"), ("peak util", "right"), ("final", "right")):
+        table.add_column(col, justify=just)
+    groups: dict[tuple, list[int]] = {}
+    for d in report["devices"]:
+        key = (d["replica"], d["stage"], d["peak_bytes"], d["peak_at_ns"], d["mean_utilization"], d["final_bytes"])
+        groups.setdefault(key, []).append(d["device"])
+    by_device = {d["device"]: d for d in report["devices"]}
+    for ids in groups.values():
+        d = by_device[ids[0]]
+        pct = (lambda v: "-" if v is None else f"{v:.1%}")
+        table.add_row(fmt_ids(ids), str(d["stage"]), fmt_bytes(d["peak_bytes"]), f"{d['peak_at_s']:.3f}",
+                      pct(d["mean_utilization"]), pct(d["peak_utilization"]), f"{d['final_bytes']:,}")
+    out.print(table)
+    if series is not None:
+        from ..planner.sim_series import sparkline
+
+        for devices, values in series.groups:
+            top = series.limit_bytes or int(values.max())
+            out.print(f"  {fmt_ids(list(devices)):>9} {sparkline(values, top)}")
+        top = int(series.in_flight.max()) if len(series.in_flight) else 0
+        out.print(f"  {'in flight':>9} {sparkline(series.in_flight, top)}")
+    if plot_note:
+        out.print(f"  plot: {plot_note}")
+    baseline = "every device back at baseline (0 bytes)" if report["baseline_ok"] else "[red]NOT back at baseline[/red]"
+    out.print(f"  teardown: {baseline}")
+    if report["verified_against_ledger_replay"] is not None:
+        ok = report["verified_against_ledger_replay"]
+        out.print("  verify: " + ("identical to the event-by-event ledger replay" if ok
+                                  else "[red]DIFFERS from the ledger replay[/red]"))
+    verdict = "every request admitted" if report["exit_code"] == EXIT_OK else "some requests refused"
+    out.print(f"[bold]{verdict}[/bold] (exit {report['exit_code']})")
+
+
+def render_plot(series, path: str, title: str) -> str | None:
+    """Draw residency per device group against its limit, with requests in flight; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
+    seconds = series.edges_ns / 1e9
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for devices, values in series.groups:
+        ax.step(seconds, values / 2**30, where="post", label=f"devices {fmt_ids(list(devices))}")
+    if series.limit_bytes:
+        ax.axhline(series.limit_bytes / 2**30, color="red", linestyle="--", label="limit")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("resident (GiB, max per bucket)")
+    ax2 = ax.twinx()
+    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="in flight")
+    ax2.set_ylabel("requests in flight")
+    ax.legend(loc="upper left")
+    ax.set_title(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        from ..planner.errors import BadInput
+
+        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return None
