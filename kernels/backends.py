@@ -1,0 +1,239 @@
+"""Launch the CUDA C kernels: on a GPU through cupy.RawModule, or on the CPU under cuda_emu.h.
+
+Both backends expose the same methods with the same arguments (arrays of their own
+``xp``), so one harness body drives either. The emulator library is compiled with g++
+once per source hash and cached; the CuPy module is compiled once per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent
+CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu")
+HEADERS = ("csa_common.cuh", "cuda_emu.h")
+KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge")
+EMIT_RECORD_THREADS = 512
+EMIT_INDEX_THREADS = 128
+INDEX_THREADS = 256
+TOPK_THREADS = 256
+MERGE_THREADS = 128
+ATTN_MAX_WARPS = 16
+
+
+class EmulationUnavailable(RuntimeError):
+    """No C++ compiler (or the build failed): the emulated backend cannot run."""
+
+
+def source_text(name: str) -> str:
+    return (KERNEL_DIR / name).read_text()
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for name in CU_FILES + HEADERS + ("emu_driver.cpp",):
+        h.update(name.encode())
+        h.update((KERNEL_DIR / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CSA_PLAN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")), "csa-plan")
+    path = Path(root)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / "csa-plan-cache"
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@lru_cache(maxsize=1)
+def build_emulator() -> Path:
+    """Compile emu_driver.cpp (which includes every .cu) with g++; cached by source hash."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise EmulationUnavailable("no C++ compiler (g++) found for --backend emulate")
+    lib = cache_dir() / f"libcsa_emu_{_sources_hash()}.so"
+    if lib.exists():
+        return lib
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(KERNEL_DIR),
+           str(KERNEL_DIR / "emu_driver.cpp"), "-o", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmulationUnavailable(f"g++ failed to build the kernel emulator: {proc.stderr.strip()[:2000]}")
+    os.replace(tmp, lib)
+    return lib
+
+
+class EmulationError(RuntimeError):
+    """A kernel misbehaved under emulation (for example a barrier reached by part of a block)."""
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_L = ctypes.c_longlong
+_U = ctypes.c_uint
+_F = ctypes.c_float
+_GRID = [_U, _U, _U, _U]
+_SIGNATURES = {
+    "emu_emit_records": _GRID + [_P, _I, _I, _I, _P, _I, _P, _I, _I, _P, _I],
+    "emu_emit_index_keys": _GRID + [_P, _I, _P, _I, _P],
+    "emu_index_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
+    "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
+    "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
+    "emu_attn_merge": _GRID + [_P, _P, _I, _I, _P, _I, _P, _I, _P],
+    "emu_partial_barrier": [_U, _P],
+    "emu_shuffle": [_U, _P, _P],
+}
+
+
+@lru_cache(maxsize=1)
+def emulator_library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build_emulator()))
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = ctypes.c_int
+    lib.csa_emu_last_error.restype = ctypes.c_char_p
+    lib.csa_emu_barriers.restype = ctypes.c_longlong
+    return lib
+
+
+def attn_warps(heads: int) -> int:
+    return max(1, min(heads, ATTN_MAX_WARPS))
+
+
+class _Base:
+    """Argument checking and grid shapes shared by both backends."""
+
+    name = "base"
+    xp = np
+
+    def emit_records(self, tok, cur0: int, ratio: int, overlap: bool, norm, normalize: bool, inv_freq,
+                     first_record: int, n_records: int, out, *, ring_rows: int = 0, rope_dim: int = 64) -> None:
+        if n_records <= 0:
+            return
+        self._launch("emit_records", (n_records, 1, 1), EMIT_RECORD_THREADS,
+                     [("p", tok), ("i", cur0), ("i", ratio), ("i", int(overlap)), ("p", norm), ("i", int(normalize)),
+                      ("p", inv_freq), ("i", first_record), ("i", ring_rows), ("p", out), ("i", rope_dim)])
+
+    def emit_index_keys(self, tok, cur0: int, norm, first_record: int, n_records: int, out) -> None:
+        if n_records <= 0:
+            return
+        self._launch("emit_index_keys", (n_records, 1, 1), EMIT_INDEX_THREADS,
+                     [("p", tok), ("i", cur0), ("p", norm), ("i", first_record), ("p", out)])
+
+    def index_scores(self, keys, q, w, heads: int, n: int, scores, *, requests: int = 1, key_stride: int = 0,
+                     score_stride: int = 0, blocks: int | None = None) -> None:
+        if n <= 0:
+            return
+        if heads > 64:
+            raise ValueError("index_scores supports at most 64 index heads per device")
+        warps = INDEX_THREADS // 32
+        gx = blocks or max(1, min(-(-n // warps), 4096))
+        self._launch("index_scores", (gx, requests, 1), INDEX_THREADS,
+                     [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
+                      ("l", score_stride)])
+
+    def topk(self, scores, n: int, k: int, out, *, requests: int = 1, score_stride: int = 0,
+             out_stride: int = 0) -> None:
+        k = min(k, n)
+        if k <= 0:
+            return
+        self._launch("topk_radix", (requests, 1, 1), TOPK_THREADS,
+                     [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", out), ("l", out_stride)])
+
+    def attention(self, q, ring, n_win: int, records, idx, n_sel: int, heads: int, pos: int, inv_freq, sink,
+                  part_ml, part_o, y, nchunks: int, *, requests: int = 1, ring_stride: int = 0,
+                  rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = 512) -> None:
+        warps = attn_warps(heads)
+        groups = -(-heads // warps)
+        self._launch("attn_partial", (nchunks, groups, requests), warps * 32,
+                     [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("p", records), ("l", rec_stride),
+                      ("p", idx if idx is not None else records), ("i", int(idx is not None)), ("l", idx_stride),
+                      ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
+                      ("f", 1.0 / float(np.sqrt(head_dim))), ("p", part_ml), ("p", part_o)])
+        self._launch("attn_merge", (heads, requests, 1), MERGE_THREADS,
+                     [("p", part_ml), ("p", part_o), ("i", nchunks), ("i", heads), ("p", sink), ("i", pos),
+                      ("p", inv_freq), ("i", rope_dim), ("p", y)])
+
+    def synchronize(self) -> None:
+        pass
+
+    def _launch(self, kernel: str, grid: tuple[int, int, int], block: int, args: list) -> None:
+        raise NotImplementedError
+
+
+class EmulatedBackend(_Base):
+    """The same CUDA C sources compiled with g++; every CUDA thread a fiber."""
+
+    name = "emulate"
+    xp = np
+
+    def __init__(self) -> None:
+        self.lib = emulator_library()
+
+    @staticmethod
+    def _ptr(a) -> int:
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"emulated kernels take numpy arrays, got {type(a).__name__}")
+        if not a.flags.c_contiguous:
+            raise ValueError("emulated kernels need C-contiguous arrays")
+        return a.ctypes.data
+
+    def _launch(self, kernel, grid, block, args):
+        conv = []
+        for kind, v in args:
+            conv.append(self._ptr(v) if kind == "p" else (float(v) if kind == "f" else int(v)))
+        rc = getattr(self.lib, "emu_" + kernel)(grid[0], grid[1], grid[2], block, *conv)
+        if rc != 0:
+            raise EmulationError(f"{kernel}: {self.lib.csa_emu_last_error().decode()}")
+
+
+class CupyBackend(_Base):
+    """cupy.RawModule over the same .cu files (compiled by NVRTC on first use)."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.xp = cupy
+        self.cupy = cupy
+        code = "\n".join(source_text(f) for f in CU_FILES)
+        self.module = cupy.RawModule(code=code, options=("-std=c++17", f"-I{KERNEL_DIR}"),
+                                     name_expressions=None)
+        self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        self.times_ms: dict[str, list[float]] = {}
+        self.timing = False
+
+    def _launch(self, kernel, grid, block, args):
+        cp = self.cupy
+        conv = []
+        for kind, v in args:
+            conv.append(v if kind == "p" else (np.float32(v) if kind == "f" else
+                                               (np.int64(v) if kind == "l" else np.int32(v))))
+        if self.timing:
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            self.functions[kernel](grid, (block, 1, 1), tuple(conv))
+            stop.record()
+            stop.synchronize()
+            self.times_ms.setdefault(kernel, []).append(cp.cuda.get_elapsed_time(start, stop))
+        else:
+            self.functions[kernel](grid, (block, 1, 1), tuple(conv))
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.runtime.deviceSynchronize()

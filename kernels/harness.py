@@ -1,0 +1,233 @@
+"""The plan harness: state-group buffers reserved through the ledger, driven by the kernels.
+
+Every group's device buffers are charged first and allocated second (freed first and
+released second), with exactly the buffers ``planner.layout`` sizes: compressed records,
+carry, index keys, index carry, dense ring and each scratch workspace (max(size, 1) bytes).
+``DeviceLayer`` runs prefill and token-by-token decode on one group with a backend
+(CuPy on a GPU, or the CPU emulator), using the scratch workspaces for the index query,
+index scores, top-k ids and the attention partial states.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
+from . import oracle as O
+
+D_PLUS_2 = 514
+
+
+@dataclass
+class GroupBuffers:
+    records: object
+    carry: object
+    ring: object
+    index_keys: object | None
+    index_carry: object | None
+    scratch: list
+
+    def by_class(self) -> dict[StateClass, int]:
+        def nb(a):
+            return 0 if a is None else int(a.nbytes)
+
+        return {
+            StateClass.COMPRESSED: nb(self.records),
+            StateClass.CARRY: nb(self.carry),
+            StateClass.INDEX: nb(self.index_keys),
+            StateClass.INDEX_CARRY: nb(self.index_carry),
+            StateClass.DENSE_RING: nb(self.ring),
+            StateClass.SCRATCH: sum(nb(a) for a in self.scratch),
+        }
+
+    def arrays(self) -> list:
+        return [a for a in (self.records, self.carry, self.ring, self.index_keys, self.index_carry) if a is not None] \
+            + list(self.scratch)
+
+    def addresses(self) -> tuple[int, ...]:
+        return tuple(_address(a) for a in self.arrays())
+
+
+def _address(a) -> int:
+    if isinstance(a, np.ndarray):
+        return int(a.ctypes.data)
+    return int(a.data.ptr)
+
+
+def allocate(xp, d, g: O.Geometry, query_len: int = 1) -> GroupBuffers:
+    """Allocate one group's buffers (batch 1) exactly as the planner lays them out."""
+    if d.batch != 1:
+        raise ValueError("the harness runs one sequence per group (batch 1)")
+    carry = xp.zeros((g.carry_slots, 2, g.carry_width), dtype=xp.float32)
+    index_keys = index_carry = None
+    if g.ratio == 4:
+        carry[: g.ratio, 1] = -np.inf
+        index_keys = xp.zeros((g.records, g.index_key_bytes), dtype=xp.uint8)
+        index_carry = xp.zeros((8, 2, g.index_width), dtype=xp.float32)
+        index_carry[:4, 1] = -np.inf
+    scratch = [xp.zeros(max(size, 1), dtype=xp.uint8) for size in scratch_workspaces(d, query_len)]
+    return GroupBuffers(records=xp.zeros((g.records, g.record_bytes), dtype=xp.uint8), carry=carry,
+                        ring=xp.zeros((g.window, g.record_bytes), dtype=xp.uint8), index_keys=index_keys,
+                        index_carry=index_carry, scratch=scratch)
+
+
+class Group:
+    """One state group: charged in the ledger, then allocated; freed, then released."""
+
+    def __init__(self, ledger, request: int, device: int, d, xp, query_len: int = 1) -> None:
+        self.descriptor = d
+        self.geometry = O.geometry_from_descriptor(d)
+        self.planned: GroupBytes = group_bytes(d, query_len)
+        self.request = request
+        self.charge = ledger.try_charge(request, device, self.planned)  # raises before any allocation
+        try:
+            self.buffers: GroupBuffers | None = allocate(xp, d, self.geometry, query_len)
+        except BaseException:
+            self.charge.release()
+            raise
+
+    def close(self) -> None:
+        self.buffers = None  # the arrays go back to the allocator first ...
+        self.charge.release()  # ... then the bytes go back to the ledger (idempotent)
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class DeviceLayer:
+    """Prefill and decode of one layer on one group's buffers with a kernel backend."""
+
+    def __init__(self, backend, group: Group, w: O.LayerWeights, inp: O.Inputs) -> None:
+        self.be, self.xp = backend, backend.xp
+        self.g, self.buf, self.w, self.inp = group.geometry, group.buffers, w, inp
+        xp = self.xp
+        self.norm = xp.asarray(w.norm)
+        self.sink = xp.asarray(w.sink)
+        self.inv_freq = xp.asarray(O.INV_FREQ)
+        self.index_norm = xp.asarray(w.index_norm) if w.index_norm is not None else None
+        self.tokens = 0
+        self.y = xp.zeros((self.g.num_heads, self.g.head_dim), dtype=xp.float32)
+        s = self.buf.scratch
+        if self.g.ratio == 4:
+            self.ws_iq, self.ws_scores, self.ws_topk, self.ws_attn = s
+        else:
+            (self.ws_attn,) = s
+        self.last_selected: np.ndarray | None = None
+        self.last_scores: np.ndarray | None = None
+
+    # -- state updates -------------------------------------------------------------
+
+    def _window(self, positions: np.ndarray) -> None:
+        g, xp = self.g, self.xp
+        tok = np.zeros((len(positions), 2, g.head_dim), dtype=np.float32)
+        tok[:, 0] = self.inp.kv[positions]
+        self.be.emit_records(xp.asarray(tok), 0, 1, False, self.norm, False, self.inv_freq, int(positions[0]),
+                             len(positions), self.buf.ring, ring_rows=g.window, rope_dim=g.rope_dim)
+
+    def prefill(self, S: int) -> None:
+        g, xp, inp, w = self.g, self.xp, self.inp, self.w
+        pos = np.arange(S)
+        n = S // g.ratio
+        rows = O.token_rows(inp.ckv[:S], inp.cgate[:S], w.ape, pos)
+        if n:
+            tok = O.padded_rows(rows, g.ratio) if g.ratio == 4 else rows
+            off = g.ratio if g.ratio == 4 else 0
+            self.be.emit_records(xp.asarray(np.ascontiguousarray(tok)), off, g.ratio, g.ratio == 4, self.norm, True,
+                                 self.inv_freq, 0, n, self.buf.records, rope_dim=g.rope_dim)
+        carry = np.asarray(_host(self.buf.carry)).copy()
+        O._fill_carry(carry, rows, S, g.ratio, g.carry_cur0)
+        self.buf.carry[...] = xp.asarray(carry)
+        wn = min(g.window, S)
+        self._window(np.arange(S - wn, S))
+        if g.has_indexer:
+            irows = O.token_rows(inp.ickv[:S], inp.icgate[:S], w.index_ape, pos)
+            if n:
+                self.be.emit_index_keys(xp.asarray(np.ascontiguousarray(O.padded_rows(irows, 4))), 4,
+                                        self.index_norm, 0, n, self.buf.index_keys)
+            icarry = np.asarray(_host(self.buf.index_carry)).copy()
+            O._fill_carry(icarry, irows, S, 4, 4)
+            self.buf.index_carry[...] = xp.asarray(icarry)
+        self.tokens = S
+
+    def append(self) -> None:
+        g, xp, inp, w, p = self.g, self.xp, self.inp, self.w, self.tokens
+        self._window(np.array([p]))
+        row = O.token_rows(inp.ckv[p: p + 1], inp.cgate[p: p + 1], w.ape, np.array([p]))[0]
+        self.buf.carry[g.carry_cur0 + p % g.ratio] = xp.asarray(row)
+        if (p + 1) % g.ratio == 0:
+            self.be.emit_records(self.buf.carry, g.carry_cur0, g.ratio, g.ratio == 4, self.norm, True, self.inv_freq,
+                                 p // g.ratio, 1, self.buf.records, rope_dim=g.rope_dim)
+            if g.ratio == 4:
+                self.buf.carry[:4] = self.buf.carry[4:].copy()
+        if g.has_indexer:
+            irow = O.token_rows(inp.ickv[p: p + 1], inp.icgate[p: p + 1], w.index_ape, np.array([p]))[0]
+            self.buf.index_carry[4 + p % 4] = xp.asarray(irow)
+            if (p + 1) % 4 == 0:
+                self.be.emit_index_keys(self.buf.index_carry, 4, self.index_norm, p // 4, 1, self.buf.index_keys)
+                self.buf.index_carry[:4] = self.buf.index_carry[4:].copy()
+        self.tokens = p + 1
+
+    # -- the query ---------------------------------------------------------------------
+
+    def attend(self) -> np.ndarray:
+        """Select and attend with the query at p = tokens - 1; returns the output [H, D] on the host."""
+        g, xp, p = self.g, self.xp, self.tokens - 1
+        visible = (p + 1) // g.ratio
+        idx = None
+        n_sel = visible
+        if g.ratio == 4:
+            q, wts = O.index_query(g, self.inp, p)
+            iq = self.ws_iq.view(xp.float32)
+            iq[: q.size] = xp.asarray(q.reshape(-1))
+            scores = self.ws_scores.view(xp.float32)
+            self.be.index_scores(self.buf.index_keys, iq, xp.asarray(wts), g.index_heads, visible, scores)
+            n_sel = min(g.index_topk, visible)
+            idx = self.ws_topk.view(xp.int32) if self.ws_topk.nbytes >= 4 else None
+            self.be.topk(scores, visible, n_sel, idx)
+            self.last_scores = np.array(_host(scores[:visible]))
+            self.last_selected = np.array(_host(idx[:n_sel])) if n_sel else np.zeros(0, np.int32)
+        else:
+            self.last_selected = np.arange(visible, dtype=np.int32)
+        n_win = min(g.window, self.tokens)
+        ws = self.ws_attn.view(xp.float32) if self.ws_attn.nbytes >= 4 else None
+        nchunks, part_ml, part_o = self._partials(ws, n_win + n_sel)
+        self.be.attention(xp.asarray(self.inp.q[p]), self.buf.ring, n_win, self.buf.records,
+                          idx if n_sel else None, n_sel, g.num_heads, p, self.inv_freq, self.sink,
+                          part_ml, part_o, self.y, nchunks, rope_dim=g.rope_dim, head_dim=g.head_dim)
+        return np.array(_host(self.y))
+
+    def _partials(self, ws, rows: int):
+        """Partial softmax states live in the planned attention workspace; with one chunk the
+        partial output goes straight to the output buffer (merged in place)."""
+        H = self.g.num_heads
+        cap = 0 if ws is None else ws.size // (H * D_PLUS_2)
+        if cap >= 2:
+            nchunks = max(1, min(cap, math.ceil(rows / 64)))
+            return nchunks, ws[: 2 * H * nchunks], ws[2 * H * nchunks: 2 * H * nchunks + H * nchunks * 512]
+        return 1, ws[: 2 * H], self.y
+
+    def decode(self) -> np.ndarray:
+        self.append()
+        return self.attend()
+
+    def state(self) -> O.State:
+        """The group's buffers as an oracle State (host copies)."""
+        g, b = self.g, self.buf
+        st = O.State(g, np.array(_host(b.records)), np.array(_host(b.carry)), np.array(_host(b.ring)))
+        if g.has_indexer:
+            st.index_keys = np.array(_host(b.index_keys))
+            st.index_carry = np.array(_host(b.index_carry))
+        st.tokens = self.tokens
+        return st
+
+
+def _host(a):
+    if isinstance(a, np.ndarray):
+        return a
+    return a.get()
