@@ -26,6 +26,10 @@ _CSA_DOMAIN_BYTES = CSA_DOMAIN.encode()
 
 # Field numbers (onnx/onnx.proto3).
 _MODEL_IR_VERSION, _MODEL_OPSET, _MODEL_GRAPH, _MODEL_METADATA = 1, 8, 7, 14
+# ModelProto's fields and their wire types: ir_version, producer_name, producer_version, domain,
+# model_version, doc_string, graph, opset_import, metadata_props, training_info, functions, configuration
+_MODEL_WIRE_TYPES = {1: VARINT, 2: LENGTH, 3: LENGTH, 4: LENGTH, 5: VARINT, 6: LENGTH, 7: LENGTH, 8: LENGTH,
+                     14: LENGTH, 20: LENGTH, 25: LENGTH, 26: LENGTH}
 _GRAPH_NODE, _GRAPH_INPUT, _GRAPH_OUTPUT, _GRAPH_VALUE_INFO = 1, 11, 12, 13
 _NODE_INPUT, _NODE_OUTPUT, _NODE_NAME, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 2, 3, 4, 5, 7
 _ATTR_NAME, _ATTR_F, _ATTR_I, _ATTR_S, _ATTR_TYPE = 1, 2, 3, 4, 20
@@ -88,6 +92,11 @@ def read_structure(buf: Buffer) -> GraphStructure:
     graph_spans: list[tuple[int, int]] = []
     try:
         for f in iter_fields(buf, 0, size):
+            expected = _MODEL_WIRE_TYPES.get(f.number)
+            if expected is not None and f.wire_type != expected:
+                raise StructureError(f"not an ONNX model (field {f.number} at byte {f.start} has wire type "
+                                     f"{f.wire_type}; ModelProto declares it as wire type {expected})",
+                                     not_onnx=True)
             if f.number == _MODEL_IR_VERSION and f.wire_type == VARINT:
                 ir_version = as_int64(f.value)
                 recognised = True
@@ -108,6 +117,8 @@ def read_structure(buf: Buffer) -> GraphStructure:
             raise StructureError(f"truncated ONNX file ({exc})", truncated=True) from None
         if recognised:
             raise StructureError(f"corrupt ONNX file ({exc})") from None
+        if exc.truncated:
+            raise StructureError(f"not an ONNX model, or truncated (invalid protobuf {exc})", not_onnx=True) from None
         raise StructureError(f"not an ONNX model (invalid protobuf {exc})", not_onnx=True) from None
 
 
