@@ -271,8 +271,12 @@ def _summary(scn: Scenario, d: Decisions) -> dict:
 # -- the fast path ------------------------------------------------------------------------
 
 
-def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None) -> Decisions:
-    """Admission decisions from integer per-(replica, stage) totals."""
+def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, shortcut: bool = True) -> Decisions:
+    """Admission decisions from integer per-(replica, stage) totals.
+
+    With ``shortcut``, a run in which admitting everything on arrival never passes a
+    limit is decided without the event loop (the loop would reach the same answer).
+    """
     import numpy as np
 
     n = scn.requests
@@ -285,13 +289,15 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None) ->
     ok = outcome == Outcome.ADMITTED.value
     if not ok.any():
         return Decisions(outcome, replica, admit)
-    uncontended = not limit or ((dp == 1 or placement.router is Router.ROUND_ROBIN)
-                                and _optimistic_fits(scn, ok))
+    uncontended = shortcut and (dp == 1 or placement.router is Router.ROUND_ROBIN) and (
+        not limit or _optimistic_fits(scn, ok))
     if uncontended:  # nothing ever waits or is refused for memory: admitted on arrival, in rotation
         replica[ok] = np.arange(int(ok.sum())) % dp
         admit[ok] = scn.arrival_ns[ok]
         return Decisions(outcome, replica, admit)
 
+    if not limit:
+        limit = 1 << 126  # unlimited: the loop still routes (least-loaded needs the levels)
     need = [tuple(b.total_bytes for b in stages) for stages in scn.bundles]
     res = [[0] * pp for _ in range(dp)]
     arr = scn.arrival_ns.tolist()
