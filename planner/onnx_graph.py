@@ -98,10 +98,10 @@ def read_graph_file(path: Path) -> GraphStructure:
     """Memory-map the file and decode its structure; every failure is one BadInput line."""
     source = str(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before open(): a FIFO would block
+            raise BadInput(source, None, "not a regular file")
         with open(path, "rb") as fh:
             info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise BadInput(source, None, "not a regular file")
             if info.st_size == 0:
                 raise BadInput(source, None, "empty file, not an ONNX model")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:

@@ -194,3 +194,11 @@ def test_reading_a_graph_does_not_import_onnx(tmp_path):
             f"m = load_model({str(path)!r}); "
             "assert len(m.layers) == 4; assert 'onnx' not in sys.modules, 'onnx imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_fifo_is_refused_without_blocking(csa, tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    assert one_line_error(check(csa, fifo)).endswith("pipe.onnx: not a regular file")
