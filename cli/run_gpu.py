@@ -143,7 +143,7 @@ def _descriptors(model, layers, max_seq_len, tp, tiny, requests, steps):
     refusals = []
     for d in chosen:
         plan = plan_layer(d, Gate.OP, 1)
-        refusals += [f"layer {r.layer}: {r.type.value}: {r.message}" for r in plan.refusals]
+        refusals += [r.message for r in plan.refusals]
         if d.compression_ratio == 4 and d.index_num_heads > 64:
             raise BadInput("options", "--tp", f"layer {d.layer_id}: the indexer kernel takes at most 64 index heads "
                            f"per device, got {d.index_num_heads}")

@@ -1,0 +1,101 @@
+"""csa-plan run-gpu: the no-GPU one-liners and exit 5, bad input, refusal, and the emulated run."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from csa_plan.kernels import gpu_env
+
+
+def test_no_cupy_prints_one_line_and_exits_5(csa, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    r = csa("run-gpu", "--tiny")
+    assert r.code == 5
+    assert r.err.strip().splitlines() == [f"csa-plan: {gpu_env.NO_CUPY}"]
+    assert r.out == ""
+
+
+@pytest.mark.parametrize("status,msg,expected", [
+    (35, "cudaErrorInsufficientDriver: CUDA driver version is insufficient", gpu_env.OLD_DRIVER),
+    (100, "cudaErrorNoDevice: no CUDA-capable device is detected", gpu_env.NO_DEVICE),
+    (3, "cudaErrorInitializationError: initialization error", gpu_env.NO_DRIVER),
+    (None, "OSError: libcuda.so.1: cannot open shared object file", gpu_env.NO_DRIVER),
+])
+def test_cuda_errors_map_to_one_line(status, msg, expected):
+    assert gpu_env.classify_cuda_error(status, msg) == expected
+
+
+class _FakeRuntimeError(Exception):
+    def __init__(self, status):
+        super().__init__(f"status {status}")
+        self.status = status
+
+
+@pytest.mark.parametrize("status,expected", [(35, gpu_env.OLD_DRIVER), (100, gpu_env.NO_DEVICE),
+                                             (3, gpu_env.NO_DRIVER), ("zero", gpu_env.NO_DEVICE)])
+def test_fake_cupy_runtime_failures_exit_5(csa, monkeypatch, status, expected):
+    import types
+
+    def count():
+        if status == "zero":
+            return 0
+        raise _FakeRuntimeError(status)
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=count))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    r = csa("run-gpu", "--tiny")
+    assert r.code == 5
+    assert r.err.strip() == f"csa-plan: {expected}"
+
+
+def test_steps_below_16_is_bad_input(csa):
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--steps", "15")
+    assert r.code == 2 and "--steps" in r.err
+
+
+def test_limit_uses_the_shared_size_parser(csa):
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", "lots")
+    assert r.code == 2 and "cannot read size" in r.err
+
+
+def test_limit_below_the_plan_is_refused_before_running(csa):
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", "1000")
+    assert r.code == 3
+    assert "OutOfMemory" in r.err and "1,000 bytes" in r.err
+
+
+def test_refused_layer_exits_3(csa, tmp_path):
+    spec = tmp_path / "m.yaml"
+    spec.write_text("name: bad\nnum_heads: 8\nmax_seq_len: 1024\nlayers:\n"
+                    "  - {compression_ratio: 128, device_count: 2}\n")
+    r = csa("run-gpu", str(spec), "--backend", "emulate")
+    assert r.code == 3, r.err
+    assert r.err.strip().splitlines()[0].startswith("csa-plan: refused: ")
+    assert "MultiDeviceAmbiguity" in r.err
+
+
+def test_emulated_run_passes_every_applicable_check(csa):
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--json", "--limit", "10MB")
+    assert r.code == 0, r.out + r.err
+    doc = r.json()
+    assert doc["schema"] == "csa-plan/run-gpu/v1" and doc["exit_code"] == 0 and doc["failed"] == 0
+    status = {(c["name"], c["layer"]): c["status"] for c in doc["checks"]}
+    names = {c["name"] for c in doc["checks"]}
+    assert {"buffers laid out as planned", "output vs oracle", "decode = full recompute at every step",
+            "selected record sets", "workspace addresses stable", "limit below the need refused",
+            "requests isolated in the ledger", "teardown back to baseline",
+            "unlimited ledger accounts without refusing", "device bytes = planned + pool rounding"} <= names
+    assert status[("device bytes = planned + pool rounding", None)] == "n/a"
+    assert sum(s == "pass" for s in status.values()) == len(doc["checks"]) - 1
+    assert {l["ratio"] for l in doc["layers"]} == {4, 128}
+    assert doc["planned_bytes"] == 3 * sum(l["planned"]["total"] for l in doc["layers"])
+    assert doc["steps"] >= 16
+
+
+def test_table_output(csa):
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--layers", "0")
+    assert r.code == 0
+    assert "ALL CHECKS PASSED" in r.out and "decode = full recompute" in r.out
