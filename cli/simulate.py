@@ -82,12 +82,17 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     budget = device_budget(memory, pick(reserved, mix.reserved_bytes, 0))
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0):
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds, got {max_wait}")
-    try:
-        router_value = Router(pick(router, mix.router, "round-robin"))
-        reserve_value = Reserve(pick(reserve, mix.reserve, "max"))
-        policy_value = Policy(pick(policy, mix.policy, "refuse"))
-    except ValueError as exc:
-        raise BadInput(wl.source, None, str(exc)) from None
+    def choose(enum, cli_value, mix_value, default, field):
+        value = pick(cli_value, mix_value, default)
+        try:
+            return enum(value)
+        except ValueError:
+            known = ", ".join(m.value for m in enum)
+            raise BadInput(wl.source, field, f"unknown value {value!r} (known: {known})") from None
+
+    router_value = choose(Router, router, mix.router, "round-robin", "deployment.router")
+    reserve_value = choose(Reserve, reserve, mix.reserve, "max", "reserve")
+    policy_value = choose(Policy, policy, mix.policy, "refuse", "policy")
     layout_value = pick(layout, mix.layout, "exact")
     placement = Placement(tp=pick(tp, mix.tp, 1), pp=pick(pp, mix.pp, 1), dp=pick(dp, mix.dp, 1), router=router_value)
     time = TimeModel(prefill_tok_s=pick(prefill_tok_s, mix.prefill_tok_s, 10_000.0),
