@@ -118,8 +118,21 @@ class Scenario:
         import numpy as np
 
         time = replace(self.config.time, rate_scale=rate_scale)
-        arrival = np.rint(self.base_arrival_ns / rate_scale).astype(np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+            arrival = _ns(self.base_arrival_ns / rate_scale, "--rate-scale")
         return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
+
+
+MAX_SIM_NS = 1 << 61  # about 73 years: arrival + hold then always fits the int64 clock
+
+
+def _ns(seconds_ns: "np.ndarray", option: str) -> "np.ndarray":
+    """Round float nanoseconds to int64, refusing (never wrapping) times beyond the clock."""
+    import numpy as np
+
+    if seconds_ns.size and not float(np.max(seconds_ns)) <= MAX_SIM_NS:  # also catches inf and NaN
+        raise BadInput("options", option, "makes simulated times exceed the int64 nanosecond clock (~73 years)")
+    return np.rint(seconds_ns).astype(np.int64)
 
 
 def reserved_tokens(total_tokens: int, reserve: Reserve, bucket: int, window: int, max_seq_len: int) -> int:
@@ -166,8 +179,9 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     if never.any():
         upfront[(tier >= 0) & never[np.maximum(tier, 0)]] = Outcome.NEVER_FITS.value
     time = config.time
-    prefill = np.rint(prompt * (NS_PER_S / time.prefill_tok_s)).astype(np.int64)
-    decode = np.rint(output * (time.tpot_ms * 1_000_000.0)).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+        prefill = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s")
+        decode = _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms")
     hold = np.maximum(prefill + decode, 1)  # a request holds its groups for at least 1 ns
     scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
                    tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,

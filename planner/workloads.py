@@ -26,7 +26,11 @@ if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
 
 NS_PER_S = 1_000_000_000
 MAX_TRACE_BYTES = 512 << 20
-MAX_GENERATED_REQUESTS = 50_000_000
+MAX_GENERATED_REQUESTS = 10_000_000  # bounds memory: the simulator holds a few arrays per request
+MAX_RATE_PER_S = 1e9
+MIN_RATE_PER_S = 1e-9
+MAX_SIGMA = 20.0
+MAX_ARRIVAL_S = (I63_LIMIT - 1) / NS_PER_S  # the int64 nanosecond clock
 TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 JSONL_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
 
@@ -210,13 +214,16 @@ def _from_rows(source: str, stamps: list[int], prompts: list[int], outputs: list
                                "(pass --sort to sort them stably)")
             notes.append("rows were not in arrival order; sorted stably by timestamp (--sort)")
             break
-    arrival = np.array(stamps, dtype=np.int64)
+    base = min(stamps)
+    span = max(stamps) - base
+    if span >= I63_LIMIT:  # relative nanoseconds must fit int64 (about 292 years)
+        raise BadInput(source, None, f"arrivals span {span} ns, more than an int64 nanosecond clock holds")
+    arrival = np.array([s - base for s in stamps], dtype=np.int64)
     prompt = np.array(prompts, dtype=np.int64)
     output = np.array(outputs, dtype=np.int64)
     if notes:
         order = np.argsort(arrival, kind="stable")
         arrival, prompt, output = arrival[order], prompt[order], output[order]
-    arrival = arrival - arrival[0]
     return Workload(source, arrival, prompt, output, np.zeros(len(arrival), dtype=np.int32), (kind,),
                     notes=tuple(notes))
 
@@ -319,14 +326,17 @@ class Distribution:
             return np.maximum(out, p.get("min", 1))
         values = np.array(p["values"], dtype=np.int64)
         weights = p.get("weights")
-        prob = None if weights is None else np.array(weights, dtype=float) / float(sum(weights))
+        prob = None
+        if weights is not None:
+            w = np.array(weights, dtype=float) / max(weights)  # scale first: a sum of huge weights must not overflow
+            prob = w / w.sum()
         return values[rng.choice(len(values), size=n, p=prob)]
 
 
 def parse_distribution(value: Any, source: str, field: str) -> Distribution:
     data = _mapping(value, source, field)
     kind = data.get("dist")
-    if kind not in DISTRIBUTIONS:
+    if not isinstance(kind, str) or kind not in DISTRIBUTIONS:
         raise BadInput(source, f"{field}.dist",
                        f"unknown distribution {kind!r} (known: {', '.join(DISTRIBUTIONS)})")
     required, optional = DISTRIBUTIONS[kind]
@@ -346,6 +356,8 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
     elif kind == "lognormal":
         params["median"] = _number(source, f"{field}.median", data["median"], positive=True)
         params["sigma"] = _number(source, f"{field}.sigma", data["sigma"])
+        if params["sigma"] > MAX_SIGMA:
+            raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {params['sigma']:g}")
         for k in ("min", "max"):
             if k in data:
                 params[k] = read_int(source, f"{field}.{k}", data[k])
@@ -392,6 +404,9 @@ def parse_mix(data: Any, source: str) -> tuple[tuple[RequestClass, ...], int, in
                 raise BadInput(source, f"{where}.{k}", "missing")
         name = read_str(source, f"{where}.name", c.get("name", f"class{i}"))
         rate = _number(source, f"{where}.rate", c["rate"], positive=True)
+        if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
+            raise BadInput(source, f"{where}.rate",
+                           f"must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests/s, got {rate:g}")
         classes.append(RequestClass(name, rate, parse_distribution(c["prompt"], source, f"{where}.prompt"),
                                     parse_distribution(c["output"], source, f"{where}.output")))
     seed = read_int(source, "seed", mix.get("seed", 0))
@@ -417,14 +432,22 @@ def generate_mix(data: Any, source: str) -> Workload:
     total_rate = sum(c.rate_per_s for c in classes)
     if requests is None:
         assert duration is not None
-        requests = int(rng.poisson(total_rate * duration))
+        expected = total_rate * duration
+        if expected > MAX_GENERATED_REQUESTS:
+            raise BadInput(source, "duration_s", f"would generate about {expected:.3g} requests "
+                           f"(limit {MAX_GENERATED_REQUESTS})")
+        requests = int(rng.poisson(expected))
         if requests > MAX_GENERATED_REQUESTS:
             raise BadInput(source, "duration_s", f"would generate {requests} requests (limit {MAX_GENERATED_REQUESTS})")
         if requests == 0:
             raise BadInput(source, "duration_s", "the mix generates no request in that duration")
     gaps = rng.exponential(1.0 / total_rate, size=requests)
     gaps[0] = 0.0
-    arrival = np.rint(np.cumsum(gaps) * NS_PER_S).astype(np.int64)
+    seconds = np.cumsum(gaps)
+    if not seconds[-1] <= MAX_ARRIVAL_S:
+        raise BadInput(source, "classes", f"arrivals would span {seconds[-1]:.3g} s, beyond the int64 nanosecond "
+                       "clock; raise the rates or generate fewer requests")
+    arrival = np.rint(seconds * NS_PER_S).astype(np.int64)
     shares = np.array([c.rate_per_s for c in classes]) / total_rate
     class_ids = rng.choice(len(classes), size=requests, p=shares).astype(np.int32)
     prompt = np.empty(requests, dtype=np.int64)
