@@ -1,0 +1,181 @@
+"""Render a sweep: one report dict for --json and for the terminal, and the Pareto plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .exit_codes import EXIT_OK
+from .format import fmt_bytes
+
+SCHEMA = "csa-plan/sweep/v1"
+POINT_AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
+              "rate_scale", "max_seq_len")
+
+
+def _varying(points: list[dict[str, Any]]) -> list[str]:
+    """The axes that take more than one value: what tells two rows apart."""
+    return [a for a in POINT_AXES if len({repr(p[a]) for p in points}) > 1]
+
+
+def _label(point: dict[str, Any], axes: list[str]) -> str:
+    parts = []
+    for a in axes:
+        value = point[a]
+        if a == "model" and isinstance(value, str) and "/" in value:
+            value = value.rsplit("/", 1)[-1]
+        parts.append(f"{a} {value if value is not None else 'model'}")
+    return ", ".join(parts) or "the only point"
+
+
+def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
+    points = {p.key: p.as_dict() for p in spec.points}
+    varying = _varying(list(points.values()))
+    c = spec.context
+    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.as_dict()} for r in ans.results]
+    by_key = {r["key"]: r for r in results}
+    ran = len(ans.results) - len(plan.resumed)
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "spec": {"source": spec.source, "name": spec.name, "objective": spec.objective.value,
+                 "constraints": {"zero_refusals": c.constraints.zero_refusals,
+                                 "wait_p99_max_s": c.constraints.wait_p99_max_s,
+                                 "min_mean_utilization": c.constraints.min_mean_utilization},
+                 "search": {"rel_tol": c.search.rel_tol},
+                 "time": {"prefill_tok_s": c.prefill_tok_s, "tpot_ms": c.tpot_ms}, "varying_axes": varying},
+        "workload": {"source": c.workload, "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
+                     "max_tokens": plan.bounds.max_tokens, "base_rate_per_s": plan.bounds.base_rate_per_s},
+        "grid": {"points": len(spec.points), "skipped": len(plan.skipped), "resumed": len(plan.resumed),
+                 "ran": ran, "feasible": len(ans.ranked)},
+        "skipped": {"counts": dict(plan.skip_counts()),
+                    "points": [{"key": s.key, "label": _label(points[s.key], varying), "reason": s.reason.value,
+                                "detail": s.detail} for s in plan.skipped]},
+        "results": results,
+        "ranked": [r.key for r in ans.ranked],
+        "pareto_front": [r.key for r in ans.front],
+        "answer": by_key[ans.best.key] if ans.best else None,
+        "executor": executor_name,
+        "elapsed_s": elapsed_s,
+        "points_per_s": (ran / elapsed_s) if elapsed_s > 0 and ran else None,
+        "exit_code": exit_code,
+    }
+    return report
+
+
+def _rate(v: float | None, at_least: bool = False) -> str:
+    if v is None:
+        return "-"
+    return ("≥" if at_least else "") + (f"{v:,.3g}" if v < 1000 else f"{v:,.0f}")
+
+
+def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note: str | None = None) -> None:
+    spec, grid, wl = report["spec"], report["grid"], report["workload"]
+    by_key = {r["key"]: r for r in report["results"]}
+    out.print(f"[bold]sweep {spec['name']}[/bold]: {wl['source']} ({wl['requests']:,} requests, "
+              f"{wl['base_rate_per_s']:.3g} req/s at rate scale 1)")
+    cons = spec["constraints"]
+    wanted = ["zero refusals" if cons["zero_refusals"] else None,
+              f"wait p99 <= {cons['wait_p99_max_s']:g} s" if cons["wait_p99_max_s"] is not None else None,
+              f"mean utilization >= {cons['min_mean_utilization']:.0%}" if cons["min_mean_utilization"] else None]
+    out.print(f"  objective: {spec['objective'].replace('_', ' ')}; constraints: "
+              + (", ".join(w for w in wanted if w) or "none"))
+    out.print(f"  grid: {grid['points']:,} points; skipped {grid['skipped']:,} before running, "
+              f"resumed {grid['resumed']:,}, ran {grid['ran']:,} ({report['executor']}, {report['elapsed_s']:.1f} s"
+              + (f", {report['points_per_s']:.2f} points/s" if report["points_per_s"] else "") + ")")
+    for reason, count in report["skipped"]["counts"].items():
+        first = next(s for s in report["skipped"]["points"] if s["reason"] == reason)
+        out.print(f"    skipped {reason}: {count:,} (e.g. {first['label']}: {first['detail']})")
+    ranked = report["ranked"]
+    out.print(f"  feasible: {grid['feasible']:,} of {len(report['results']):,} simulated points")
+    if ranked:
+        table = Table(title=f"ranked ({min(top, len(ranked))} of {len(ranked)})", show_header=True)
+        for col, just in (("#", "right"), ("point", "left"), ("devices", "right"), ("limit/dev", "right"),
+                          ("sustainable req/s", "right"), ("req/s per device", "right"), ("wait p99", "right"),
+                          ("mean util", "right"), ("peak util", "right")):
+            table.add_column(col, justify=just)
+        for i, key in enumerate(ranked[:top], 1):
+            r = by_key[key]
+            wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:.3f} s"
+            table.add_row(str(i), r["label"], str(r["devices"]), fmt_bytes(r["point"]["limit_bytes"]),
+                          _rate(r["sustainable_rate_per_s"], r["at_least"]),
+                          _rate(r["rate_per_device_per_s"], r["at_least"]), wait,
+                          f"{r['mean_utilization']:.1%}", f"{r['peak_utilization']:.1%}")
+        out.print(table)
+    infeasible = [r for r in report["results"] if not r["feasible"]]
+    if infeasible:
+        out.print(f"  not feasible: {len(infeasible):,} (e.g. {infeasible[0]['label']}: "
+                  f"{'; '.join(infeasible[0]['violations'])})")
+    render_front_text(out, report)
+    if plot_note:
+        out.print(f"  plot: {plot_note}")
+    ans = report["answer"]
+    if ans is not None:
+        out.print(f"[bold]answer:[/bold] {ans['label']} — {ans['devices']} devices, sustainable "
+                  f"{_rate(ans['sustainable_rate_per_s'], ans['at_least'])} req/s "
+                  f"(rate scale {ans['sustainable_rate_scale']:.4g}) (exit {report['exit_code']})")
+    else:
+        out.print(f"[bold red]no point meets the constraints[/bold red] (exit {report['exit_code']})")
+    if report["exit_code"] != EXIT_OK and ans is not None:  # pragma: no cover - exit code and answer agree
+        out.print("[red]inconsistent exit code[/red]")
+
+
+def render_front_text(out: Console, report: dict[str, Any]) -> None:
+    """The Pareto front as text: one line per point, a bar for its sustainable rate."""
+    by_key = {r["key"]: r for r in report["results"]}
+    front = [by_key[k] for k in report["pareto_front"]]
+    if not front:
+        return
+    out.print("  Pareto front (devices vs sustainable rate; more devices only when they buy more rate):")
+    top = max(r["sustainable_rate_per_s"] for r in front) or 1.0
+    for r in front:
+        bar = "█" * max(1, round(30 * r["sustainable_rate_per_s"] / top))
+        out.print(f"    {r['devices']:>4} devices  {_rate(r['sustainable_rate_per_s'], r['at_least']):>10} req/s  "
+                  f"{bar}  {r['label']}")
+
+
+def render_plot(report: dict[str, Any], path: str) -> str | None:
+    """Devices vs sustainable rate for every feasible point, the front drawn as a step; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
+    by_key = {r["key"]: r for r in report["results"]}
+    feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
+    others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
+    front = [by_key[k] for k in report["pareto_front"]]
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    if others:
+        ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
+                   color="lightgrey", label="not feasible at the target rate")
+    ax.scatter([r["devices"] for r in feasible], [r["sustainable_rate_per_s"] for r in feasible], color="tab:blue",
+               alpha=0.5, label="feasible")
+    if front:
+        xs = [r["devices"] for r in front]
+        ys = [r["sustainable_rate_per_s"] for r in front]
+        ax.step(xs, ys, where="post", color="tab:red", label="Pareto front")
+        ax.scatter(xs, ys, color="tab:red", zorder=3)
+        for r in front:
+            ax.annotate(r["label"], (r["devices"], r["sustainable_rate_per_s"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, -10))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("devices (tp x pp x dp)")
+    ax.set_ylabel("sustainable rate (requests/s, no refusals)")
+    ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
+                 f"points simulated, {report['grid']['skipped']} skipped")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        from ..planner.errors import BadInput
+
+        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return None
