@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from .descriptor import DESCRIPTOR_FIELDS, Descriptor, StateEdge
 from .errors import BadInput
+from .files import read_text
 from .model import ModelSpec
 from .values import read_bool, read_int, read_str
 
@@ -55,24 +56,13 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
         from .onnx_graph import load_onnx_model  # onnx is imported only for graphs
 
         return load_onnx_model(path, max_seq_len=max_seq_len, window=window, at_length=at_length)
-    text = _read_text(path)
+    text = read_text(path, MAX_FILE_BYTES)
     if suffix in (".yaml", ".yml"):
         return from_yaml_spec(_parse_yaml(text, str(path)), source=str(path))
     data = _parse_json(text, str(path))
     if isinstance(data, dict) and "layers" in data:
         return from_yaml_spec(data, source=str(path))
     return from_hf_config(data, source=str(path), name=path.parent.name or path.stem)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise BadInput(str(path), None, f"file is larger than {MAX_FILE_BYTES} bytes")
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise BadInput(str(path), None, f"cannot read: {exc.strerror or exc}") from None
 
 
 def _parse_json(text: str, source: str) -> Any:

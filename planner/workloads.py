@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import I63_LIMIT, BadInput
+from .files import read_text
 from .values import read_int, read_str
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
@@ -82,23 +83,12 @@ def load_workload(ref: str, *, sort: bool = False) -> Workload:
     if suffix in (".yaml", ".yml"):
         from .safe_yaml import load_yaml
 
-        return generate_mix(load_yaml(_read(path), ref), ref)
+        return generate_mix(load_yaml(read_text(path, MAX_TRACE_BYTES), ref), ref)
     if suffix == ".csv":
-        return read_trace_csv(_read(path), ref, sort=sort)
+        return read_trace_csv(read_text(path, MAX_TRACE_BYTES), ref, sort=sort)
     if suffix in (".jsonl", ".ndjson"):
-        return read_jsonl(_read(path), ref, sort=sort)
+        return read_jsonl(read_text(path, MAX_TRACE_BYTES), ref, sort=sort)
     raise BadInput(ref, None, "unknown workload type (use .yaml mix, .csv trace or .jsonl requests)")
-
-
-def _read(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise BadInput(str(path), None, f"file is larger than {MAX_TRACE_BYTES} bytes")
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise BadInput(str(path), None, f"cannot read: {exc.strerror or exc}") from None
 
 
 # -- traces -------------------------------------------------------------------------------

@@ -145,3 +145,17 @@ def test_zero_values_are_refusals_not_bad_input(csa):
 
 def test_unknown_command_is_one_line(csa):
     assert_one_line(csa("frobnicate"), "No such command")
+
+
+def test_fifo_is_refused_without_blocking(csa, tmp_path):
+    import os
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert_one_line(csa("check", str(fifo)), str(fifo), "not a regular file")
+
+
+def test_not_utf8(csa, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"a": "\xff\xfe"}')
+    assert_one_line(csa("check", str(path)), str(path), "not UTF-8")

@@ -1,0 +1,23 @@
+"""Reading input files as text: size-capped, regular files only, UTF-8, one-line errors."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from .errors import BadInput
+
+
+def read_text(path: Path, max_bytes: int) -> str:
+    """The whole file as UTF-8; a FIFO or device is refused before it is opened (it could block)."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(str(path), None, "not a regular file")
+        if info.st_size > max_bytes:
+            raise BadInput(str(path), None, f"file is larger than {max_bytes} bytes")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise BadInput(str(path), None, f"cannot read: {exc.strerror or exc}") from None
