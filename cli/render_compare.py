@@ -1,4 +1,4 @@
-"""Render a compare report (the ``--json`` document) as one rich table, a column per profile.
+"""Render a compare report (the ``--json`` document) as one rich table, a row per profile.
 
 Cells show binary units to fit a terminal; ``--json`` carries every exact integer.
 """
@@ -20,12 +20,12 @@ def short_size(n: int) -> str:
     sign = "-" if n < 0 else ""
     n = abs(n)
     if n >= GIB:
-        return f"{sign}{n / GIB:.2f} GiB"
+        return f"{sign}{n / GIB:.2f}GiB"
     if n >= MIB:
-        return f"{sign}{n / MIB:.1f} MiB"
+        return f"{sign}{n / MIB:.1f}MiB"
     if n >= KIB:
-        return f"{sign}{n / KIB:.1f} KiB"
-    return f"{sign}{n} B"
+        return f"{sign}{n / KIB:.1f}KiB"
+    return f"{sign}{n}B"
 
 
 def render_compare(console: Console, report: dict[str, Any]) -> None:
@@ -33,19 +33,20 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
     console.print(f"[bold]{report['model']['name']}[/]  ({report['model']['source']})  "
                   f"max_seq_len={o['max_seq_len']}  tp={o['tp']}  query_len={o['query_len']}")
     rows = report["profiles"]
+    fits = report["limit_bytes"] is not None
     table = Table(title="State per request per device, by layout profile", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("", no_wrap=True)
+    table.add_column("profile", no_wrap=True)
+    for header in ("per request", "B/token", "fixed", "padding", "vs exact") + (("fit",) if fits else ()):
+        table.add_column(header, justify="right", no_wrap=True)
     for r in rows:
-        table.add_column(r["profile"], justify="right", no_wrap=True)
-    table.add_row("per request", *[short_size(r["per_request_bytes"]) for r in rows])
-    table.add_row("B/token (asymp.)", *[f"{r['bytes_per_token']['value']:,.2f}" for r in rows])
-    table.add_row("fixed/request", *[short_size(r["fixed_request_bytes"]) for r in rows])
-    table.add_row("padding", *[short_size(r["padding_bytes"]) for r in rows])
-    table.add_row("vs exact", *[("+" if r["over_exact_bytes"] > 0 else "") + short_size(r["over_exact_bytes"])
-                                for r in rows])
-    if report["limit_bytes"] is not None:
-        table.add_row("requests that fit", *[f"{r['requests_that_fit']:,}" for r in rows])
+        over = r["over_exact_bytes"]
+        cells = [r["profile"], short_size(r["per_request_bytes"]), f"{r['bytes_per_token']['value']:,.1f}",
+                 short_size(r["fixed_request_bytes"]), short_size(r["padding_bytes"]),
+                 ("+" if over > 0 else "") + short_size(over)]
+        if fits:
+            cells.append(f"{r['requests_that_fit']:,}")
+        table.add_row(*cells)
     console.print(table)
     if report["limit_bytes"] is not None:
         console.print(f"device limit: {report['limit_bytes']:,} B")
@@ -56,5 +57,6 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
     if report["refused_layers"]:
         console.print(f"[red]refused layers left out of every column: {report['refused_layers']}[/] "
                       "(run check for the reasons)")
-    console.print("fixed = carry + index carry + dense ring; padding = profile bytes minus the same content "
-                  "unpadded; exact integers: --json; sources: docs/profiles.md")
+    console.print("B/token = asymptotic bytes per token; fixed = carry + index carry + dense ring; padding = "
+                  "profile bytes minus the same content unpadded; fit = concurrent requests in the limit; "
+                  "exact integers: --json; sources: README, 'Layout profiles'")
