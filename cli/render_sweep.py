@@ -8,7 +8,6 @@ from rich.console import Console
 from rich.table import Table
 
 from .exit_codes import EXIT_OK
-from .format import fmt_bytes
 
 SCHEMA = "csa-plan/sweep/v1"
 POINT_AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
@@ -92,16 +91,14 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
     if ranked:
         table = Table(title=f"ranked ({min(top, len(ranked))} of {len(ranked)})", show_header=True)
         for col, just in (("#", "right"), ("point", "left"), ("devices", "right"), ("limit/dev", "right"),
-                          ("sustainable req/s", "right"), ("req/s per device", "right"), ("wait p99", "right"),
-                          ("mean util", "right"), ("peak util", "right")):
+                          ("req/s", "right"), ("req/s/dev", "right"), ("wait p99", "right"), ("mean util", "right")):
             table.add_column(col, justify=just)
         for i, key in enumerate(ranked[:top], 1):
             r = by_key[key]
             wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:.3f} s"
-            table.add_row(str(i), r["label"], str(r["devices"]), fmt_bytes(r["point"]["limit_bytes"]),
+            table.add_row(str(i), r["label"], str(r["devices"]), f"{r['point']['limit_bytes'] / 2**30:.1f} GiB",
                           _rate(r["sustainable_rate_per_s"], r["at_least"]),
-                          _rate(r["rate_per_device_per_s"], r["at_least"]), wait,
-                          f"{r['mean_utilization']:.1%}", f"{r['peak_utilization']:.1%}")
+                          _rate(r["rate_per_device_per_s"], r["at_least"]), wait, f"{r['mean_utilization']:.1%}")
         out.print(table)
     infeasible = [r for r in report["results"] if not r["feasible"]]
     if infeasible:
@@ -148,7 +145,7 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
     feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
     others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
     front = [by_key[k] for k in report["pareto_front"]]
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(9, 5.5 + 0.25 * len(front)))
     if others:
         ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
                    color="lightgrey", label="not feasible at the target rate")
@@ -159,9 +156,9 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
         ys = [r["sustainable_rate_per_s"] for r in front]
         ax.step(xs, ys, where="post", color="tab:red", label="Pareto front")
         ax.scatter(xs, ys, color="tab:red", zorder=3)
-        for r in front:
-            ax.annotate(r["label"], (r["devices"], r["sustainable_rate_per_s"]), fontsize=7,
-                        textcoords="offset points", xytext=(4, -10))
+        for i, r in enumerate(front, 1):
+            ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
+                        textcoords="offset points", xytext=(-4, 6), ha="right")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("devices (tp x pp x dp)")
     ax.set_ylabel("sustainable rate (requests/s, no refusals)")
@@ -169,7 +166,11 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
                  f"points simulated, {report['grid']['skipped']} skipped")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
+    caption = "\n".join(f"{i}: {r['label']} ({_rate(r['sustainable_rate_per_s'], r['at_least'])} req/s)"
+                        for i, r in enumerate(front, 1))
+    fig.tight_layout(rect=(0, 0.02 + 0.035 * len(front), 1, 1))
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
     try:
         fig.savefig(path, dpi=110)
     except OSError as exc:
