@@ -145,7 +145,7 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
     feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
     others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
     front = [by_key[k] for k in report["pareto_front"]]
-    fig, ax = plt.subplots(figsize=(9, 5.5 + 0.25 * len(front)))
+    fig, ax = plt.subplots(figsize=(9, 5.5 + 0.15 * len(front)))
     if others:
         ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
                    color="lightgrey", label="not feasible at the target rate")
@@ -168,7 +168,7 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
     ax.grid(True, alpha=0.3)
     caption = "\n".join(f"{i}: {r['label']} ({_rate(r['sustainable_rate_per_s'], r['at_least'])} req/s)"
                         for i, r in enumerate(front, 1))
-    fig.tight_layout(rect=(0, 0.02 + 0.035 * len(front), 1, 1))
+    fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
     try:
