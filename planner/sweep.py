@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
