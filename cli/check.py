@@ -17,7 +17,7 @@ from .options import COUNT, SIZE, bad_input_exits
 @click.option("--gate", type=click.Choice(["op", "c1"]), default="op", show_default=True,
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only).")
 @click.option("--layout", type=click.Choice(list(PROFILES)), default="exact", show_default=True,
-              help="Layout profile: exact (CONTRACT §2) or an engine's layout (README: "Layout profiles").")
+              help="Layout profile: exact (CONTRACT §2) or an engine's layout (README: 'Layout profiles').")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", default=None, metavar="FORMAT",
