@@ -664,12 +664,16 @@ SCALE_MIN, SCALE_MAX = 2.0 ** -20, 2.0 ** 20
 
 
 def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float = 1e-3,
-                  progress: Callable[[int, float], None] | None = None) -> Capacity:
+                  progress: Callable[[int, float], None] | None = None, *,
+                  scale_min: float = SCALE_MIN, scale_max: float = SCALE_MAX) -> Capacity:
     """Bisection on --rate-scale: zero memory refusals, and wait p99 <= max_wait when given.
 
     Requests refused up front (too long, never fit) do not depend on the rate, so
-    they are left out of the criterion (and reported).
+    they are left out of the criterion (and reported). The search never leaves
+    [scale_min, scale_max]; hitting scale_max is reported as "at least".
     """
+    if not 0 < scale_min < scale_max:
+        raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {scale_min:g} and {scale_max:g}")
     probes: list[tuple[float, bool]] = []
     results: dict[float, SimResult] = {}
 
@@ -687,16 +691,16 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
     if good(scale):
         lo = scale
         hi = scale * 2
-        while hi <= SCALE_MAX and good(hi):
+        while hi <= scale_max and good(hi):
             lo, hi = hi, hi * 2
-        if hi > SCALE_MAX:
+        if hi > scale_max:
             return Capacity(lo, results[lo], tuple(probes), True)
     else:
         hi = scale
         lo = scale / 2
-        while lo >= SCALE_MIN and not good(lo):
+        while lo >= scale_min and not good(lo):
             hi, lo = lo, lo / 2
-        if lo < SCALE_MIN:
+        if lo < scale_min:
             return Capacity(None, None, tuple(probes), False)
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import BadInput
 from .placement import Router
-from .simulate import NS_PER_S, Outcome, Policy, Reserve
+from .simulate import NS_PER_S, SCALE_MAX, SCALE_MIN, Outcome, Policy, Reserve
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -138,9 +138,11 @@ class Constraints:
 
 @dataclass(frozen=True)
 class Search:
-    """The capacity bisection: relative precision of the sustainable rate scale."""
+    """The capacity bisection: relative precision and the bounds of the rate scale searched."""
 
     rel_tol: float = 0.01
+    min_scale: float = SCALE_MIN
+    max_scale: float = SCALE_MAX
 
 
 @dataclass(frozen=True)
@@ -286,8 +288,12 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     tpot = _number(source, "time.tpot_ms", time.get("tpot_ms", 20.0))
 
     search_raw = _mapping(spec.get("search", {}), source, "search")
-    _keys(search_raw, {"rel_tol"}, source, "search")
+    _keys(search_raw, {"rel_tol", "min_scale", "max_scale"}, source, "search")
     rel_tol = _number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True, at_most=1.0)
+    min_scale = _number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True)
+    max_scale = _number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True)
+    if min_scale >= max_scale:
+        raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
 
     cons_raw = _mapping(spec.get("constraints", {}), source, "constraints")
     _keys(cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization"}, source, "constraints")
@@ -356,7 +362,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
             layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
-                      search=Search(rel_tol), constraints=constraints)
+                      search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
 
 
@@ -543,7 +549,8 @@ def evaluate(task: Task) -> PointResult:
     result = simulate(scn)
     cons = ctx.constraints
     wait_bound = cons.wait_p99_max_ns if p.policy is Policy.QUEUE else None
-    cap = find_capacity(scn, wait_bound, rel_tol=ctx.search.rel_tol)
+    cap = find_capacity(scn, wait_bound, rel_tol=ctx.search.rel_tol, scale_min=ctx.search.min_scale,
+                        scale_max=ctx.search.max_scale)
     byte_ns = sum(d.byte_ns for d in result.devices)
     mean_util = byte_ns / (p.limit_bytes * result.span_ns * len(result.devices)) if result.span_ns else 0.0
     peak_util = max(d.peak_bytes for d in result.devices) / p.limit_bytes

@@ -224,3 +224,32 @@ def test_human_output_and_plot(csa, tmp_path):
     assert "answer: device h200, tp 1, dp 1, reserve fit/4096" in r.out
     pytest.importorskip("matplotlib", reason="--plot draws only with the [plot] extra")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+
+def test_search_bounds_are_parsed_and_checked():
+    import yaml
+
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.sweep import parse_spec
+
+    spec = yaml.safe_load((EXAMPLES / "sweeps" / "small.yaml").read_text())
+    spec["workload"] = str((EXAMPLES / "sweeps" / spec["workload"]).resolve())
+    spec["search"] = {"rel_tol": 0.05, "min_scale": 0.5, "max_scale": 4}
+    search = parse_spec(spec, "s.yaml").context.search
+    assert (search.rel_tol, search.min_scale, search.max_scale) == (0.05, 0.5, 4.0)
+    spec["search"] = {"min_scale": 0.5, "max_scale": 0.25}
+    with pytest.raises(BadInput, match="search.max_scale"):
+        parse_spec(spec, "s.yaml")
+
+
+def test_find_capacity_stays_within_its_bounds():
+    """An unlimited deployment never saturates: the search stops at max_scale and says 'at least'."""
+    from csa_plan.planner.loaders import load_model
+    from csa_plan.planner.simulate import SimConfig, find_capacity, prepare
+    from csa_plan.planner.workloads import load_workload
+
+    scn = prepare(load_model("deepseek-v4-flash"), load_workload(str(SAMPLE)), SimConfig())
+    cap = find_capacity(scn, scale_max=8.0)
+    assert cap.rate_scale == 8.0 and cap.capped
+    assert max(scale for scale, _ in cap.probes) <= 8.0
