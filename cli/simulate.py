@@ -62,8 +62,9 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from ..planner.memory import device_budget
     from ..planner.placement import Placement, Router
     from ..planner.plan import PlanOptions, plan_model
-    from ..planner.simulate import Policy, Reserve, SimConfig, TimeModel, find_capacity as search, prepare
-    from ..planner.simulate import replay, simulate as run
+    from ..planner.sim_capacity import find_capacity as search
+    from ..planner.sim_replay import replay
+    from ..planner.simulate import Policy, Reserve, SimConfig, TimeModel, prepare, simulate as run
     from ..planner.workloads import load_workload
     from .console import make_consoles
     from .render_simulate import render_plot, render_simulate, simulate_report

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import BadInput
 from .placement import Router
-from .simulate import NS_PER_S, SCALE_MAX, SCALE_MIN, Outcome, Policy, Reserve
+from .sim_capacity import SCALE_MAX, SCALE_MIN
+from .simulate import NS_PER_S, Outcome, Policy, Reserve
 
 if TYPE_CHECKING:
     from .model import ModelSpec
@@ -536,7 +537,8 @@ class Task:
 def evaluate(task: Task) -> PointResult:
     """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
     from .placement import Placement
-    from .simulate import SimConfig, TimeModel, find_capacity, prepare, simulate
+    from .sim_capacity import find_capacity
+    from .simulate import SimConfig, TimeModel, prepare, simulate
 
     ctx, p = task.context, task.point
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)

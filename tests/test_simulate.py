@@ -11,9 +11,10 @@ from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.loaders import load_model
 from csa_plan.planner.memory import parse_size
 from csa_plan.planner.placement import Placement, Router, split_stages
+from csa_plan.planner.sim_capacity import find_capacity
+from csa_plan.planner.sim_replay import replay
 from csa_plan.planner.simulate import (
-    Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, find_capacity, nearest_rank, prepare, replay,
-    reserved_tokens, simulate,
+    Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
 )
 from csa_plan.planner.workloads import Workload, load_workload
 

@@ -40,7 +40,8 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
     """Every remaining point through `csa-plan simulate` (target run) and find_capacity (rate)."""
     from csa_plan.planner.loaders import load_model
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate import Reserve, SimConfig, find_capacity, prepare
+    from csa_plan.planner.sim_capacity import find_capacity
+    from csa_plan.planner.simulate import Reserve, SimConfig, prepare
     from csa_plan.planner.workloads import load_workload
 
     r = csa("sweep", SMALL, "--jobs", "1", "--json")
@@ -246,7 +247,8 @@ def test_search_bounds_are_parsed_and_checked():
 def test_find_capacity_stays_within_its_bounds():
     """An unlimited deployment never saturates: the search stops at max_scale and says 'at least'."""
     from csa_plan.planner.loaders import load_model
-    from csa_plan.planner.simulate import SimConfig, find_capacity, prepare
+    from csa_plan.planner.sim_capacity import find_capacity
+    from csa_plan.planner.simulate import SimConfig, prepare
     from csa_plan.planner.workloads import load_workload
 
     scn = prepare(load_model("deepseek-v4-flash"), load_workload(str(SAMPLE)), SimConfig())
