@@ -10,9 +10,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,6 +30,20 @@ INDEX_THREADS = 256
 TOPK_THREADS = 256
 MERGE_THREADS = 128
 ATTN_MAX_WARPS = 16
+# Kernels that read their vector width from blockDim.x (one channel per thread).
+FIXED_BLOCK = {"emit_records": 512, "emit_index_keys": 128}
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
+STATIC_SHARED_LIMIT = 48 * 1024  # none of the kernels asks for dynamic shared memory
+
+# The options CupyBackend gives cupy.RawModule (NVRTC). CuPy 13/14 appends its own:
+# "-ftz=true" and "--device-as-default-execution-space" always, and "-arch=sm_XX" for the
+# current device (compute_XX when NVRTC is older than the device), so we must not pass
+# -arch ourselves. tests/kernels/test_nvcc_compile.py compiles module_source() with
+# exactly NVRTC_OPTIONS + CUPY_NVRTC_EXTRA (NVRTC when found) and NVCC_OPTIONS (nvcc).
+NVRTC_OPTIONS = ("-std=c++17", f"-I{KERNEL_DIR}")
+CUPY_NVRTC_EXTRA = ("-ftz=true", "--device-as-default-execution-space", "-arch=sm_90")
+NVCC_OPTIONS = ("-std=c++17", "-I", str(KERNEL_DIR), "-ftz=true", "-arch=sm_90")
 
 
 class EmulationUnavailable(RuntimeError):
@@ -36,6 +52,81 @@ class EmulationUnavailable(RuntimeError):
 
 def source_text(name: str) -> str:
     return (KERNEL_DIR / name).read_text()
+
+
+def module_source() -> str:
+    """The one source string CupyBackend compiles: every .cu file, headers by -I.
+
+    The first line carries the hash of every .cu/.cuh file: CuPy's kernel cache is keyed
+    on the source string and options only, so without it an edited csa_common.cuh would
+    silently reuse a stale cubin from ~/.cupy/kernel_cache.
+    """
+    return f"// csa-plan kernels, sources {_sources_hash()}\n" + "\n".join(source_text(f) for f in CU_FILES)
+
+
+_C_TYPES = {"float*": ("p", np.dtype(np.float32)), "unsignedchar*": ("p", np.dtype(np.uint8)),
+            "int*": ("p", np.dtype(np.int32)), "int": ("i", None), "longlong": ("l", None), "float": ("f", None)}
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\((\d+)\)\s+)?(\w+)\s*\(([^)]*)\)')
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    launch_bounds: int
+    params: tuple[tuple[str, str, np.dtype | None], ...]  # (C name, kind p/i/l/f, pointee dtype)
+
+
+def parse_signatures(code: str) -> dict[str, KernelSignature]:
+    """The extern "C" __global__ signatures in CUDA C text, as launch-argument kinds."""
+    out = {}
+    for bounds, name, params in _KERNEL_RE.findall(code):
+        ps = []
+        for p in params.split(","):
+            p = " ".join(p.replace("__restrict__", " ").replace("const", " ").split())
+            m = re.fullmatch(r"(.*?)\s*\b(\w+)", p)
+            ctype = m.group(1).replace(" ", "")
+            if ctype not in _C_TYPES:
+                raise ValueError(f"{name}: parameter {p!r} has a type the launchers do not handle")
+            ps.append((m.group(2),) + _C_TYPES[ctype])
+        out[name] = KernelSignature(name, int(bounds) if bounds else 1024, tuple(ps))
+    return out
+
+
+@lru_cache(maxsize=1)
+def kernel_signatures() -> dict[str, KernelSignature]:
+    return parse_signatures("\n".join(source_text(f) for f in CU_FILES))
+
+
+def check_launch(kernel: str, grid, block: int, args: list, sig: dict[str, KernelSignature] | None = None) -> None:
+    """Fail before launching what the kernel would misread: argument count, kinds, pointee
+    dtypes, scalar ranges, contiguity, and the launch shape the kernel assumes."""
+    s = (sig or kernel_signatures())[kernel]
+    if len(args) != len(s.params):
+        raise TypeError(f"{kernel} takes {len(s.params)} arguments, launcher passes {len(args)}")
+    for (cname, kind, dtype), (k, v) in zip(s.params, args):
+        if k != kind:
+            raise TypeError(f"{kernel}({cname}): kernel expects kind {kind!r}, launcher passes {k!r}")
+        if kind == "p":
+            if v is None:
+                if cname != "idx":  # only attn_partial's idx may be null (use_idx == 0: never read)
+                    raise TypeError(f"{kernel}({cname}): null pointer")
+                continue
+            if getattr(v, "dtype", None) != dtype:
+                raise TypeError(f"{kernel}({cname}): expects a {dtype} array, got {getattr(v, 'dtype', type(v))}")
+            if not v.flags.c_contiguous:
+                raise ValueError(f"{kernel}({cname}): array is not C-contiguous")
+        elif kind == "i" and not -2**31 <= int(v) < 2**31:
+            raise OverflowError(f"{kernel}({cname}) = {v} does not fit a C int")
+        elif kind == "l" and not -2**63 <= int(v) < 2**63:
+            raise OverflowError(f"{kernel}({cname}) = {v} does not fit a long long")
+    if not (len(grid) == 3 and all(isinstance(g, int) and g >= 1 for g in grid)):
+        raise ValueError(f"{kernel}: grid {grid} must be three positive ints")
+    if grid[0] > MAX_GRID_X or grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+        raise ValueError(f"{kernel}: grid {grid} exceeds the CUDA limits")
+    if not (isinstance(block, int) and 32 <= block <= min(1024, s.launch_bounds) and block % 32 == 0):
+        raise ValueError(f"{kernel}: block {block} must be a multiple of 32 within __launch_bounds__({s.launch_bounds})")
+    if kernel in FIXED_BLOCK and block != FIXED_BLOCK[kernel]:
+        raise ValueError(f"{kernel} needs blockDim.x == {FIXED_BLOCK[kernel]}, got {block}")
 
 
 def _sources_hash() -> str:
@@ -162,7 +253,7 @@ class _Base:
         groups = -(-heads // warps)
         self._launch("attn_partial", (nchunks, groups, requests), warps * 32,
                      [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("p", records), ("l", rec_stride),
-                      ("p", idx if idx is not None else records), ("i", int(idx is not None)), ("l", idx_stride),
+                      ("p", idx), ("i", int(idx is not None)), ("l", idx_stride),
                       ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
                       ("f", 1.0 / float(np.sqrt(head_dim))), ("p", part_ml), ("p", part_o)])
         self._launch("attn_merge", (heads, requests, 1), MERGE_THREADS,
@@ -173,6 +264,11 @@ class _Base:
         pass
 
     def _launch(self, kernel: str, grid: tuple[int, int, int], block: int, args: list) -> None:
+        grid = tuple(int(g) for g in grid)
+        check_launch(kernel, grid, int(block), args)
+        self._run(kernel, grid, int(block), args)
+
+    def _run(self, kernel: str, grid: tuple[int, int, int], block: int, args: list) -> None:
         raise NotImplementedError
 
 
@@ -186,14 +282,16 @@ class EmulatedBackend(_Base):
         self.lib = emulator_library()
 
     @staticmethod
-    def _ptr(a) -> int:
+    def _ptr(a) -> int | None:
+        if a is None:
+            return None
         if not isinstance(a, np.ndarray):
             raise TypeError(f"emulated kernels take numpy arrays, got {type(a).__name__}")
         if not a.flags.c_contiguous:
             raise ValueError("emulated kernels need C-contiguous arrays")
         return a.ctypes.data
 
-    def _launch(self, kernel, grid, block, args):
+    def _run(self, kernel, grid, block, args):
         conv = []
         for kind, v in args:
             conv.append(self._ptr(v) if kind == "p" else (float(v) if kind == "f" else int(v)))
@@ -203,37 +301,51 @@ class EmulatedBackend(_Base):
 
 
 class CupyBackend(_Base):
-    """cupy.RawModule over the same .cu files (compiled by NVRTC on first use)."""
+    """cupy.RawModule over the same .cu files (compiled by NVRTC on first use).
+
+    Launch arguments follow cupy.RawKernel's rules: device arrays as cupy.ndarray (their
+    data pointer is passed, so they must be C-contiguous: checked before every launch),
+    scalars as NumPy scalars of the exact C type (np.int32 for int, np.int64 for long
+    long, np.float32 for float; a Python int would go in as 8 bytes), a null pointer as
+    np.uint64(0). grid and block are 3-tuples of Python ints; no kernel uses dynamic
+    shared memory (all __shared__ arrays are static and under 48 KB).
+    """
 
     name = "cupy"
 
-    def __init__(self) -> None:
-        import cupy
+    def __init__(self, cupy_module=None) -> None:
+        if cupy_module is None:
+            import cupy as cupy_module
 
+        cupy = cupy_module
         self.xp = cupy
         self.cupy = cupy
-        code = "\n".join(source_text(f) for f in CU_FILES)
-        self.module = cupy.RawModule(code=code, options=("-std=c++17", f"-I{KERNEL_DIR}"),
-                                     name_expressions=None)
+        self.module = cupy.RawModule(code=module_source(), options=NVRTC_OPTIONS, backend="nvrtc")
         self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
         self.times_ms: dict[str, list[float]] = {}
         self.timing = False
 
-    def _launch(self, kernel, grid, block, args):
+    @staticmethod
+    def _arg(kind, v):
+        if kind == "p":
+            return np.uint64(0) if v is None else v
+        if kind == "f":
+            return np.float32(v)
+        return np.int64(v) if kind == "l" else np.int32(v)
+
+    def _run(self, kernel, grid, block, args):
         cp = self.cupy
-        conv = []
-        for kind, v in args:
-            conv.append(v if kind == "p" else (np.float32(v) if kind == "f" else
-                                               (np.int64(v) if kind == "l" else np.int32(v))))
+        conv = tuple(self._arg(kind, v) for kind, v in args)
+        fn = self.functions[kernel]
         if self.timing:
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record()
-            self.functions[kernel](grid, (block, 1, 1), tuple(conv))
+            fn(grid, (block, 1, 1), conv)
             stop.record()
             stop.synchronize()
-            self.times_ms.setdefault(kernel, []).append(cp.cuda.get_elapsed_time(start, stop))
+            self.times_ms.setdefault(kernel, []).append(float(cp.cuda.get_elapsed_time(start, stop)))
         else:
-            self.functions[kernel](grid, (block, 1, 1), tuple(conv))
+            fn(grid, (block, 1, 1), conv)
 
     def synchronize(self) -> None:
         self.cupy.cuda.runtime.deviceSynchronize()

@@ -12,9 +12,16 @@ OLD_DRIVER = "no usable GPU: NVIDIA driver too old for this CUDA runtime (cudaEr
 NO_DEVICE = "no usable GPU: no CUDA device visible (check CUDA_VISIBLE_DEVICES)"
 
 
-def classify_cuda_error(status: int | None, message: str) -> str:
-    """Map a CUDA runtime failure to one of the fixed one-line reasons."""
+def classify_cuda_error(status: int | None, message: str, driver_version: int | None = None) -> str:
+    """Map a CUDA runtime failure to one of the fixed one-line reasons.
+
+    The CUDA runtime reports cudaErrorInsufficientDriver (35) both for an old driver and
+    for no driver at all (libcuda missing: cudaDriverGetVersion then gives 0), so a
+    driver version of 0 means no driver whatever the status says.
+    """
     text = message or ""
+    if driver_version == 0:
+        return NO_DRIVER
     if status == CUDA_ERROR_INSUFFICIENT_DRIVER or "InsufficientDriver" in text:
         return OLD_DRIVER
     if status == CUDA_ERROR_NO_DEVICE or "NoDevice" in text:
@@ -33,7 +40,16 @@ def gpu_unavailable_reason() -> str | None:
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # CUDARuntimeError, or OSError/ImportError from loading the driver
-        return classify_cuda_error(getattr(exc, "status", None), f"{type(exc).__name__}: {exc}")
+        return classify_cuda_error(getattr(exc, "status", None), f"{type(exc).__name__}: {exc}",
+                                   _driver_version(cupy))
     if count < 1:
         return NO_DEVICE
     return None
+
+
+def _driver_version(cupy) -> int | None:
+    """cudaDriverGetVersion: 0 when no driver is installed; None when it cannot be asked."""
+    try:
+        return int(cupy.cuda.runtime.driverGetVersion())
+    except Exception:
+        return None

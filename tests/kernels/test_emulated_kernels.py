@@ -175,6 +175,8 @@ def test_emulator_shuffle_and_ballot(be):
 
 
 def test_emulator_launch_error_raises(be):
-    with pytest.raises(EmulationError, match="invalid block size"):
-        be._launch("topk_radix", (1, 1, 1), 2048, [("p", np.zeros(4, np.float32)), ("l", 0), ("i", 4), ("i", 1),
-                                                   ("p", np.zeros(1, np.int32)), ("l", 0)])
+    args = [("p", np.zeros(4, np.float32)), ("l", 0), ("i", 4), ("i", 1), ("p", np.zeros(1, np.int32)), ("l", 0)]
+    with pytest.raises(EmulationError, match="invalid block size"):  # the emulator's own check
+        be._run("topk_radix", (1, 1, 1), 2048, args)
+    with pytest.raises(ValueError, match="launch_bounds"):  # caught in Python before any launch
+        be._launch("topk_radix", (1, 1, 1), 2048, args)

@@ -99,3 +99,21 @@ def test_table_output(csa):
     r = csa("run-gpu", "--tiny", "--backend", "emulate", "--layers", "0")
     assert r.code == 0
     assert "ALL CHECKS PASSED" in r.out and "decode = full recompute" in r.out
+
+
+def test_insufficient_driver_with_no_driver_at_all_says_no_driver(csa, monkeypatch):
+    """Real CuPy 14 on a machine without libcuda: getDeviceCount raises status 35
+    (cudaErrorInsufficientDriver) and driverGetVersion returns 0 (observed)."""
+    import types
+
+    def count():
+        raise _FakeRuntimeError(35)
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=count, driverGetVersion=lambda: 0))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    r = csa("run-gpu", "--tiny")
+    assert r.code == 5
+    assert r.err.strip() == f"csa-plan: {gpu_env.NO_DRIVER}"
+    fake.cuda.runtime.driverGetVersion = lambda: 11040
+    assert csa("run-gpu", "--tiny").err.strip() == f"csa-plan: {gpu_env.OLD_DRIVER}"
