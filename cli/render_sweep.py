@@ -7,11 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..planner.sweep_spec import AXES as POINT_AXES, SCHEMA
 from .exit_codes import EXIT_OK
-
-SCHEMA = "csa-plan/sweep/v1"
-POINT_AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
-              "rate_scale", "max_seq_len")
 
 
 def _varying(points: list[dict[str, Any]]) -> list[str]:

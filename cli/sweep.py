@@ -38,7 +38,8 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from pathlib import Path
 
     from ..planner.errors import BadInput
-    from ..planner.sweep import Task, answer, evaluate, load_spec, read_resume, resume_line, triage
+    from ..planner.sweep import Task, answer, evaluate, read_resume, resume_line, triage
+    from ..planner.sweep_spec import load_spec
     from ..planner.sweep_exec import make_executor
     from .console import make_consoles
     from .render_sweep import render_plot, render_sweep, sweep_report

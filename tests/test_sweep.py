@@ -21,7 +21,8 @@ def _spec(tmp_path, body: str, name: str = "s.yaml") -> str:
 
 
 def test_static_skips_counted_with_reasons():
-    from csa_plan.planner.sweep import SkipReason, load_spec, triage
+    from csa_plan.planner.sweep import SkipReason, triage
+    from csa_plan.planner.sweep_spec import load_spec
 
     spec = load_spec(SMALL)
     plan = triage(spec)
@@ -110,7 +111,8 @@ def test_point_result_round_trips_through_the_resume_line():
 
 
 def test_local_pool_and_serial_return_identical_results():
-    from csa_plan.planner.sweep import Task, evaluate, load_spec, triage
+    from csa_plan.planner.sweep import Task, evaluate, triage
+    from csa_plan.planner.sweep_spec import load_spec
     from csa_plan.planner.sweep_exec import LocalPoolExecutor, SerialExecutor
 
     spec = load_spec(SMALL)
@@ -122,7 +124,8 @@ def test_local_pool_and_serial_return_identical_results():
 
 def test_ray_and_local_executors_return_identical_results():
     ray = pytest.importorskip("ray", reason="Ray is the [ray] extra; the test extra installs it")
-    from csa_plan.planner.sweep import Task, evaluate, load_spec, triage
+    from csa_plan.planner.sweep import Task, evaluate, triage
+    from csa_plan.planner.sweep_spec import load_spec
     from csa_plan.planner.sweep_exec import RayExecutor, SerialExecutor
 
     spec = load_spec(SMALL)
@@ -187,7 +190,7 @@ def test_no_point_meets_the_constraints_exits_3(csa, tmp_path):
 
 
 def test_weights_reserved_split_over_tp_and_pp(tmp_path):
-    from csa_plan.planner.sweep import load_spec
+    from csa_plan.planner.sweep_spec import load_spec
 
     path = _spec(tmp_path, "workload: trace.csv\ngrid: {model: deepseek-v4-pro, device: h200, tp: [1, 8], pp: [1, 3],"
                  " reserved: {weights: 1000GB, runtime: 10GiB}}\n")
@@ -232,7 +235,7 @@ def test_search_bounds_are_parsed_and_checked():
     import yaml
 
     from csa_plan.planner.errors import BadInput
-    from csa_plan.planner.sweep import parse_spec
+    from csa_plan.planner.sweep_spec import parse_spec
 
     spec = yaml.safe_load((EXAMPLES / "sweeps" / "small.yaml").read_text())
     spec["workload"] = str((EXAMPLES / "sweeps" / spec["workload"]).resolve())
