@@ -1,0 +1,256 @@
+"""A small stand-in for the part of CuPy that CupyBackend, run_checks and run-gpu use.
+
+Only these names exist (anything else the GPU path touches fails with AttributeError,
+which is the point): ``ndarray``, ``zeros``, ``asarray``, ``float32``, ``uint8``,
+``int32``, ``RawModule`` (and its ``get_function`` kernels), ``get_default_memory_pool``
+(``used_bytes``, ``total_bytes``, ``free_all_blocks``), ``cuda.Event``,
+``cuda.get_elapsed_time``, ``cuda.Device`` and ``cuda.runtime`` (``getDeviceCount``,
+``memGetInfo``, ``deviceSynchronize``, ``getDeviceProperties``, ``driverGetVersion``,
+``runtimeGetVersion``). Their names and call shapes follow CuPy 14.2 (checked against an
+installed CuPy by ``test_fake_names_exist_in_real_cupy`` when CuPy is importable).
+
+Arrays are numpy buffers behind a wrapper that behaves like cupy.ndarray where it
+matters: no implicit conversion to numpy (``__array__`` raises, like CuPy), setting a
+slice from a host numpy array raises (CuPy does too), ``.get()`` copies to the host,
+``.data.ptr`` is the address. Every allocation is charged to a pool model that rounds
+to 512 bytes, counts live blocks in ``used_bytes`` and keeps freed blocks in
+``total_bytes`` until ``free_all_blocks`` (CuPy's MemoryPool semantics, as a model).
+
+Kernels are launched through the CPU emulator (the same .cu text under cuda_emu.h)
+after checking every argument the way cupy.RawKernel would need it: an array of the
+pointee dtype, C-contiguous (CuPy passes the base pointer of any array), or a NumPy
+scalar of the exact C type (a Python int would be passed as 8 bytes by CuPy); grid and
+block tuples, the block within __launch_bounds__, no dynamic shared memory. The
+signatures are parsed from the code string handed to RawModule, not from the launcher.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+import weakref
+
+import numpy as np
+
+from csa_plan.kernels.backends import emulator_library, parse_signatures
+
+ROUND = 512
+CAPACITY = 141 * 10**9
+float32, uint8, int32 = np.float32, np.uint8, np.int32
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.used = 0
+        self.reserved = 0
+        self.allocations = 0
+
+    def used_bytes(self) -> int:
+        return self.used
+
+    def total_bytes(self) -> int:
+        return self.reserved
+
+    def free_all_blocks(self, stream=None) -> None:
+        self.reserved = self.used
+
+    def _malloc(self, nbytes: int) -> "_Block":
+        size = -(-nbytes // ROUND) * ROUND
+        self.used += size
+        self.reserved = max(self.reserved, self.used)
+        self.allocations += 1
+        return _Block(self, size)
+
+
+class _Block:
+    def __init__(self, pool: _Pool, size: int) -> None:
+        self.size = size
+        weakref.finalize(self, _release, pool, size)  # freed when the last view goes
+
+
+def _release(pool: _Pool, size: int) -> None:
+    pool.used -= size
+
+
+POOL = _Pool()
+
+
+class ndarray:  # noqa: N801 - the CuPy name
+    __slots__ = ("_a", "_block", "__weakref__")
+
+    def __init__(self, a: np.ndarray, block: _Block) -> None:
+        self._a, self._block = a, block
+
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    size = property(lambda self: self._a.size)
+    nbytes = property(lambda self: self._a.nbytes)
+    ndim = property(lambda self: self._a.ndim)
+    flags = property(lambda self: self._a.flags)
+    data = property(lambda self: types.SimpleNamespace(ptr=self._a.__array_interface__["data"][0]))
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
+
+    def __getitem__(self, key):
+        if isinstance(key, ndarray) or (isinstance(key, tuple) and any(isinstance(k, ndarray) for k in key)):
+            raise NotImplementedError("fake cupy: advanced indexing not modelled")
+        v = self._a[key]
+        if not isinstance(v, np.ndarray) or not np.shares_memory(v, self._a):
+            raise NotImplementedError("fake cupy: only basic (view) indexing is modelled")
+        return ndarray(v, self._block)
+
+    def __setitem__(self, key, value) -> None:
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            raise TypeError(f"Unsupported type {type(value)}")  # what CuPy says for a host array
+        self._a[key] = value._a if isinstance(value, ndarray) else value
+
+    def view(self, dtype) -> "ndarray":
+        return ndarray(self._a.view(dtype), self._block)
+
+    def copy(self) -> "ndarray":
+        return _new(self._a.copy())
+
+    def get(self) -> np.ndarray:
+        return self._a.copy()
+
+
+def _new(a: np.ndarray) -> ndarray:
+    a = np.ascontiguousarray(a)
+    return ndarray(a, POOL._malloc(a.nbytes))
+
+
+def zeros(shape, dtype=float, order="C") -> ndarray:
+    return _new(np.zeros(shape, dtype=dtype))
+
+
+def asarray(a, dtype=None, order=None) -> ndarray:
+    if isinstance(a, ndarray):
+        return a if dtype is None or np.dtype(dtype) == a.dtype else _new(a._a.astype(dtype))
+    return _new(np.array(a, dtype=dtype, copy=True))
+
+
+def get_default_memory_pool() -> _Pool:
+    return POOL
+
+
+# ------------------------------------------------------------------------------- kernels
+
+_SCALAR = {"i": np.int32, "l": np.int64, "f": np.float32}
+
+
+class _RawKernel:
+    def __init__(self, module: "RawModule", sig) -> None:
+        self.module, self.sig = module, sig
+
+    def __call__(self, grid, block, args, *, shared_mem=0) -> None:
+        name = self.sig.name
+        for what, t in (("grid", grid), ("block", block)):
+            if not (isinstance(t, tuple) and 1 <= len(t) <= 3 and all(type(x) is int and x >= 1 for x in t)):
+                raise TypeError(f"{name}: {what} must be a tuple of up to three positive Python ints, got {t!r}")
+        if not isinstance(args, tuple):
+            raise TypeError(f"{name}: args must be a tuple")
+        if len(args) != len(self.sig.params):
+            raise TypeError(f"{name}: {len(self.sig.params)} parameters, {len(args)} arguments")
+        if shared_mem != 0:
+            raise ValueError(f"{name}: the kernels use no dynamic shared memory, got shared_mem={shared_mem}")
+        threads = int(np.prod(block))
+        if threads > self.sig.launch_bounds or block[1:] not in ((), (1,), (1, 1)):
+            raise ValueError(f"{name}: block {block} vs __launch_bounds__({self.sig.launch_bounds})")
+        conv = []
+        for (cname, kind, dtype), v in zip(self.sig.params, args):
+            if kind == "p":
+                if type(v) is np.uint64 and v == 0:
+                    conv.append(None)
+                    continue
+                if not isinstance(v, ndarray):
+                    raise TypeError(f"{name}({cname}): pointer argument must be a device array, got {type(v)}")
+                if v.dtype != dtype or not v.flags.c_contiguous:
+                    raise TypeError(f"{name}({cname}): needs a C-contiguous {dtype} array, got {v.dtype}")
+                conv.append(v._a.ctypes.data)
+            else:
+                if type(v) is not _SCALAR[kind]:
+                    raise TypeError(f"{name}({cname}): needs {_SCALAR[kind].__name__}, got {type(v).__name__}")
+                conv.append(v.item())
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
+        lib = emulator_library()
+        rc = getattr(lib, "emu_" + name)(g[0], g[1], g[2], threads, *conv)
+        if rc != 0:
+            raise RuntimeError(f"{name}: {lib.csa_emu_last_error().decode()}")
+
+
+class RawModule:
+    instances: list["RawModule"] = []
+
+    def __init__(self, code=None, *, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
+                 enable_cooperative_groups=False, name_expressions=None, jitify=None) -> None:
+        if not isinstance(code, str) or path is not None:
+            raise TypeError("fake cupy: RawModule(code=str) only")
+        if not isinstance(options, tuple) or not all(isinstance(o, str) for o in options):
+            raise TypeError("options must be a tuple of str")  # CuPy's signature: tuple options
+        if any(o.startswith(("-arch", "--gpu-architecture")) for o in options):
+            raise ValueError("CuPy adds -arch itself")
+        if backend not in ("nvrtc", "nvcc"):
+            raise ValueError(backend)
+        self.code, self.options, self.backend = code, options, backend
+        self.signatures = parse_signatures(code)
+        self.launches: list[tuple] = []
+        RawModule.instances.append(self)
+
+    def get_function(self, name: str) -> _RawKernel:
+        if name not in self.signatures:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
+        return _RawKernel(self, self.signatures[name])
+
+
+# ------------------------------------------------------------------------------- cuda
+
+
+class _Event:
+    def __init__(self, block=False, disable_timing=False, interprocess=False) -> None:
+        self.t = None
+        self.disable_timing = disable_timing
+
+    def record(self, stream=None) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        if self.t is None:
+            raise RuntimeError("event not recorded")
+
+
+def _get_elapsed_time(start: _Event, end: _Event) -> float:
+    if start.t is None or end.t is None or start.disable_timing or end.disable_timing:
+        raise RuntimeError("cudaErrorInvalidResourceHandle")
+    return (end.t - start.t) * 1e3
+
+
+class _Device:
+    def __init__(self, device=None) -> None:
+        self.id = 0 if device is None else int(device)
+
+
+def _mem_get_info() -> tuple[int, int]:
+    return CAPACITY - POOL.reserved, CAPACITY
+
+
+runtime = types.SimpleNamespace(
+    getDeviceCount=lambda: 1,
+    memGetInfo=_mem_get_info,
+    deviceSynchronize=lambda: None,
+    getDeviceProperties=lambda device: {"name": b"Fake H200 (CPU emulation)", "totalGlobalMem": CAPACITY},
+    driverGetVersion=lambda: 12090,
+    runtimeGetVersion=lambda: 12090,
+)
+cuda = types.SimpleNamespace(Event=_Event, get_elapsed_time=_get_elapsed_time, Device=_Device, runtime=runtime)
+
+# (module path, attribute) pairs this fake provides, for the check against a real CuPy
+PROVIDED = [("cupy", n) for n in ("ndarray", "zeros", "asarray", "float32", "uint8", "int32", "RawModule",
+                                  "get_default_memory_pool")] + \
+           [("cupy.cuda", n) for n in ("Event", "get_elapsed_time", "Device")] + \
+           [("cupy.cuda.runtime", n) for n in vars(runtime)]

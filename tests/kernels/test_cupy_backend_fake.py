@@ -1,0 +1,136 @@
+"""The CuPy execution path (CupyBackend, run_checks' device-memory checks, run-gpu) against
+a fake ``cupy`` module (tests/kernels/fake_cupy.py) whose kernels run in the CPU emulator.
+
+What this proves: the Python side of ``run-gpu --backend cupy`` only touches the CuPy
+names the fake provides (all of which exist in CuPy 14.2 — checked against a real CuPy
+when one is importable); RawModule gets a code string that defines every kernel, a tuple
+of str options and no -arch; every launch passes a tuple grid/block of Python ints, a
+block within __launch_bounds__, no dynamic shared memory, and arguments whose count,
+pointee dtypes, C-contiguity and scalar C types (np.int32 / np.int64 / np.float32)
+match the signatures parsed from that code string; no host numpy array reaches a device
+slice assignment or a kernel; results come back with ``.get()``; the oracle, recompute,
+timing and device-memory checks all pass end to end, with the pool-rounding arithmetic
+of run_checks agreeing with a pool model that rounds to 512 B.
+
+What it does not prove: anything about the real GPU — NVRTC compiling the source
+(see test_nvcc_compile.py), the real MemoryPool's numbers (the model here mimics
+used_bytes / total_bytes / free_all_blocks; the real pool may also hold blocks CuPy
+allocates internally), cudaMemGetInfo, kernel timing, races, or memory-ordering bugs
+that the sequential emulator cannot show.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    from csa_plan.kernels.backends import build_emulator
+
+    build_emulator()
+    SKIP = None
+except Exception as exc:  # no g++
+    SKIP = f"kernel emulator cannot be built: {exc}"
+
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("fake_cupy", Path(__file__).with_name("fake_cupy.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    mod = _load_fake()
+    monkeypatch.setitem(sys.modules, "cupy", mod)
+    return mod
+
+
+def test_run_gpu_cupy_backend_end_to_end_on_fake_cupy(csa, fake):
+    r = csa("run-gpu", "--tiny", "--json", "--limit", "10MB")
+    assert r.code == 0, r.out + r.err
+    doc = r.json()
+    assert doc["backend"] == "cupy" and doc["device"].startswith("Fake H200")
+    status = {(c["name"], c["layer"]): c for c in doc["checks"]}
+    mem = status[("device bytes = planned + pool rounding", None)]
+    assert mem["status"] == "pass", mem  # evaluated, not n/a: the pool arithmetic ran
+    assert "rounding to 512 B" in mem["detail"] and mem["value"] > doc["planned_bytes"]
+    assert all(c["status"] == "pass" for c in doc["checks"]), [c for c in doc["checks"] if c["status"] != "pass"]
+    assert "pool used back to baseline (+0 B)" in status[("teardown back to baseline", None)]["detail"]
+    # timing: CUDA events around each launch, one row per (layer, kernel)
+    timed = {(t["layer"], t["kernel"]) for t in doc["timings"]}
+    assert {k for _, k in timed} == {"index_scores", "topk_radix", "attn_partial", "attn_merge"}
+    assert all(t["ms"] >= 0 for t in doc["timings"])
+    # one module, compiled once, every kernel launched with exact NumPy scalar types
+    (mod,) = fake.RawModule.instances
+    assert mod.backend == "nvrtc" and mod.code.startswith("// csa-plan kernels, sources ")
+    launched = {name for name, *_ in mod.launches}
+    assert launched == set(mod.signatures) == {"emit_records", "emit_index_keys", "index_scores", "topk_radix",
+                                                "attn_partial", "attn_merge"}
+    for name, grid, threads, kinds in mod.launches:
+        assert "int" not in kinds and "float" not in kinds, (name, kinds)  # no Python scalars
+
+
+def test_fake_rejects_what_real_cupy_would_misread(fake):
+    """The fake can fail: Python ints, wrong dtypes, host arrays, strided views, big blocks."""
+    from csa_plan.kernels.backends import CupyBackend
+
+    be = CupyBackend(fake)
+    k = be.functions["topk_radix"]
+    scores, out = fake.zeros(64, fake.float32), fake.zeros(8, fake.int32)
+    good = (scores, np.int64(0), np.int32(64), np.int32(8), out, np.int64(0))
+    k((1, 1, 1), (256, 1, 1), good)
+    bad = [
+        (scores, 0, np.int32(64), np.int32(8), out, np.int64(0)),  # Python int for long long
+        (scores, np.int64(0), np.int64(64), np.int32(8), out, np.int64(0)),  # int64 for int
+        (scores, np.int64(0), np.int32(64), np.int32(8), fake.zeros(8, fake.int64 if hasattr(fake, "int64")
+                                                                     else np.int64), np.int64(0)),
+        (scores.get(), np.int64(0), np.int32(64), np.int32(8), out, np.int64(0)),  # host array
+        (fake.zeros(128, fake.float32)[::2], np.int64(0), np.int32(64), np.int32(8), out, np.int64(0)),
+        good[:-1],
+    ]
+    for args in bad:
+        with pytest.raises(TypeError):
+            k((1, 1, 1), (256, 1, 1), args)
+    with pytest.raises(ValueError):
+        k((1, 1, 1), (512, 1, 1), good)  # __launch_bounds__(256)
+    with pytest.raises(TypeError):
+        k([1, 1, 1], (256, 1, 1), good)
+    with pytest.raises(TypeError):
+        scores[:4] = np.ones(4, np.float32)  # CuPy refuses a host array here too
+    with pytest.raises(TypeError):
+        np.asarray(scores)
+
+
+def test_python_int_scalars_would_be_caught(fake, monkeypatch):
+    """If the backend passed Python ints (CuPy sends them as 8 bytes), the run fails here."""
+    from csa_plan.kernels import backends
+
+    monkeypatch.setattr(backends.CupyBackend, "_arg", staticmethod(lambda kind, v: v if kind == "p" else int(v)))
+    be = backends.CupyBackend(fake)
+    with pytest.raises(TypeError, match="needs"):
+        be.topk(fake.zeros(64, fake.float32), 64, 8, fake.zeros(8, fake.int32))
+
+
+def test_fake_names_exist_in_real_cupy():
+    """Every CuPy name the fake provides exists in the installed CuPy (names only)."""
+    cupy = pytest.importorskip("cupy", reason="CuPy not installed: cannot compare the fake's names")
+    fake = _load_fake()
+    for path, name in fake.PROVIDED:
+        obj = cupy
+        for part in path.split(".")[1:]:
+            obj = getattr(obj, part)
+        assert hasattr(obj, name), f"{path}.{name}"
+    sig = cupy.RawModule.__doc__.splitlines()[0]
+    for kw in ("code", "options", "backend", "name_expressions", "jitify"):
+        assert f"{kw}=" in sig, sig
+    for attr in ("used_bytes", "total_bytes", "free_all_blocks"):
+        assert hasattr(cupy.cuda.MemoryPool, attr)
+    assert cupy.cuda.memory._round_size(1) == 512
