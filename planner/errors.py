@@ -24,9 +24,3 @@ class BadInput(Exception):
         where = f"{source}: {field}" if field else source
         super().__init__(f"{where}: {problem}")
 
-
-def check_u64(source: str, field: str, value: int) -> int:
-    """Refuse, never wrap, a byte count beyond an unsigned 64-bit value."""
-    if value >= U64_LIMIT:
-        raise BadInput(source, field, f"byte count {value} does not fit an unsigned 64-bit integer")
-    return value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .descriptor import DESCRIPTOR_FIELDS, Descriptor, StateEdge
 from .errors import BadInput
@@ -23,10 +23,6 @@ PRESETS: dict[str, str] = {
 }
 
 INDEX_FIELDS = ("index_num_heads", "index_head_dim", "index_topk")
-INT_FIELDS = (
-    "compression_ratio", "num_heads", "head_dim", "qk_rope_head_dim", "index_num_heads",
-    "index_head_dim", "index_topk", "window", "max_seq_len", "batch", "device_count",
-)
 MAX_FILE_BYTES = 64 << 20
 MAX_LAYERS = 1 << 16  # far beyond any real stack; bounds memory on hostile specs
 
@@ -243,5 +239,3 @@ def _reject_unknown(data: dict[str, Any], source: str, where: str | None, allowe
             prefix = f"{where}." if where else ""
             raise BadInput(source, f"{prefix}{key}", "unknown field")
 
-
-LOADERS: dict[str, Callable[..., ModelSpec]] = {"hf": from_hf_config, "yaml": from_yaml_spec}

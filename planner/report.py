@@ -10,7 +10,7 @@ from typing import Any
 
 from .capacity import Capacity
 from .descriptor import Descriptor
-from .layout import GroupBytes, LayerKind
+from .layout import LayerKind
 from .memory import DeviceBudget
 from .plan import LayerPlan, ModelPlan
 
@@ -118,9 +118,3 @@ def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: Capacity | N
         },
     }
 
-
-def sum_bytes(items: list[GroupBytes]) -> GroupBytes:
-    total = GroupBytes()
-    for item in items:
-        total = total + item
-    return total
