@@ -1,4 +1,15 @@
-"""Every kernel compiles for sm_90 with nvcc; ptxas registers and spills are recorded; spills fail."""
+"""Every kernel compiles for sm_90 with nvcc; ptxas registers and spills are recorded; spills fail.
+
+Both compile paths use one option set: CupyBackend hands NVRTC ``NVRTC_OPTIONS`` (CuPy adds
+``CUPY_NVRTC_EXTRA``: -ftz=true, --device-as-default-execution-space, -arch=sm_XX) and these
+tests give nvcc ``NVCC_OPTIONS`` (the same defines, include path, C++ standard, -ftz=true
+and -arch=sm_90; nvcc has no --device-as-default-execution-space and needs none: every
+function in the sources is marked __device__ or __global__). The module test compiles
+``module_source()``, the very string CupyBackend passes to RawModule, from a directory
+without the header beside it, so the -I path is what resolves csa_common.cuh, as under
+NVRTC. When libnvrtc is found (CSA_PLAN_NVRTC=/path/libnvrtc.so, the CUDA toolkit, or the
+nvidia-cuda-nvrtc pip wheel) the same string is compiled by NVRTC itself with CuPy's options.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from csa_plan.kernels.backends import CU_FILES, KERNEL_DIR, KERNEL_NAMES, cache_dir
+from csa_plan.kernels.backends import (CU_FILES, CUPY_NVRTC_EXTRA, KERNEL_DIR, KERNEL_NAMES, NVCC_OPTIONS,
+                                       NVRTC_OPTIONS, STATIC_SHARED_LIMIT, cache_dir, module_source)
 
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or next(
     (p for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc") if Path(p).exists()), None)
@@ -22,11 +34,12 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found (set NVCC=/
 ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+)'")
 SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 REGS = re.compile(r"Used (\d+) registers")
+SMEM = re.compile(r"(\d+) bytes smem")
 
 
-def ptxas_usage(cu: str, tmp_path: Path) -> dict[str, dict[str, int]]:
-    proc = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(KERNEL_DIR),
-                           "-o", str(tmp_path / (cu + ".cubin")), str(KERNEL_DIR / cu)],
+def ptxas_usage(cu: str, tmp_path: Path, src: Path | None = None) -> dict[str, dict[str, int]]:
+    proc = subprocess.run([NVCC, "-cubin", "-Xptxas", "-v", *NVCC_OPTIONS,
+                           "-o", str(tmp_path / (cu + ".cubin")), str(src or KERNEL_DIR / cu)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     usage: dict[str, dict[str, int]] = {}
@@ -39,6 +52,8 @@ def ptxas_usage(cu: str, tmp_path: Path) -> dict[str, dict[str, int]]:
             usage[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         elif current and (m := REGS.search(line)):
             usage[current]["registers"] = int(m.group(1))
+            if sm := SMEM.search(line):
+                usage[current]["smem"] = int(sm.group(1))
     return usage
 
 
@@ -52,6 +67,7 @@ def test_kernel_compiles_for_sm90_without_spills(cu, tmp_path, record_property):
         record_property(f"{name}_registers", u["registers"])
         assert u["spill_stores"] == 0 and u["spill_loads"] == 0, f"{name} spills: {u}"
         assert 0 < u["registers"] <= 255
+        assert u.get("smem", 0) <= STATIC_SHARED_LIMIT, f"{name}: static shared memory {u['smem']} B"
     try:  # keep the figures for the report; a read-only checkout just skips the file
         data = json.loads(RESOURCES.read_text()) if RESOURCES.exists() else {}
         data.update(usage)
@@ -66,3 +82,67 @@ def test_every_kernel_is_compiled():
         found |= set(re.findall(r'extern "C" __global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(',
                                 (KERNEL_DIR / cu).read_text()))
     assert found == set(KERNEL_NAMES)
+
+
+def test_nvcc_and_nvrtc_options_agree():
+    """NVCC_OPTIONS = NVRTC_OPTIONS + what CuPy adds, spelled for nvcc (nothing else)."""
+    spelled = []
+    for o in NVRTC_OPTIONS:
+        spelled += ["-I", o[2:]] if o.startswith("-I") else [o]
+    extra = [o for o in CUPY_NVRTC_EXTRA if o != "--device-as-default-execution-space"]
+    assert list(NVCC_OPTIONS) == spelled + extra
+    assert not any(o.startswith("-arch") for o in NVRTC_OPTIONS)  # CuPy adds -arch for the device
+
+
+def test_module_source_compiles_with_nvcc(tmp_path):
+    src = tmp_path / "csa_module.cu"  # no csa_common.cuh beside it: -I must find it
+    src.write_text(module_source())
+    usage = ptxas_usage("module", tmp_path, src)
+    assert set(usage) == set(KERNEL_NAMES)
+    assert all(u["spill_stores"] == 0 and u["spill_loads"] == 0 for u in usage.values()), usage
+
+
+def _find_nvrtc() -> str | None:
+    import glob
+    import site
+    import sys
+
+    cands = [os.environ.get("CSA_PLAN_NVRTC", "")]
+    for root in ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"):
+        cands += sorted(glob.glob(f"{root}/libnvrtc.so*"))
+    for sp in site.getsitepackages() + [p for p in sys.path if p.endswith("site-packages")]:
+        cands += sorted(glob.glob(f"{sp}/nvidia/cuda_nvrtc/lib/libnvrtc.so*"))
+        cands += sorted(glob.glob(f"{sp}/nvidia/cu13/lib/libnvrtc.so*"))
+    return next((c for c in cands if c and Path(c).exists() and "builtins" not in c), None)
+
+
+def test_module_source_compiles_with_nvrtc_and_cupys_options():
+    import ctypes
+
+    path = _find_nvrtc()
+    if path is None:
+        pytest.skip("libnvrtc not found (set CSA_PLAN_NVRTC=/path/to/libnvrtc.so.12)")
+    lib = ctypes.CDLL(path)
+    prog = ctypes.c_void_p()
+    src = module_source().encode()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"csa_module.cu", 0, None, None) == 0
+    opts = [o.encode() for o in NVRTC_OPTIONS + CUPY_NVRTC_EXTRA]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    assert rc == 0, log.value.decode(errors="replace")
+    cubin = ctypes.c_size_t()
+    assert lib.nvrtcGetCUBINSize(prog, ctypes.byref(cubin)) == 0 and cubin.value > 0
+    for name in KERNEL_NAMES:  # extern "C": the symbol names get_function looks up
+        assert name.encode() in _cubin(lib, prog, cubin.value)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _cubin(lib, prog, n: int) -> bytes:
+    import ctypes
+
+    buf = ctypes.create_string_buffer(n)
+    assert lib.nvrtcGetCUBIN(prog, buf) == 0
+    return buf.raw
