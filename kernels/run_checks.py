@@ -7,7 +7,6 @@ cudaMemGetInfo; under the emulated backend they are marked not applicable.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
