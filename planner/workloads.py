@@ -94,7 +94,8 @@ def load_workload(ref: str, *, sort: bool = False) -> Workload:
 # -- traces -------------------------------------------------------------------------------
 
 _TOKENS = re.compile(r"^\s*(-?)(\d+)\s*$")
-_STAMP = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*$")
+_STAMP = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?"
+                    r"(Z|[+-]\d{2}:?\d{2})?\s*$")
 _SECONDS = re.compile(r"^\s*\d+(?:\.\d{1,9})?\s*$")
 
 
@@ -110,8 +111,18 @@ def _tokens(text: str, source: str, column: str) -> int:
     return value
 
 
+def _utc_offset_s(zone: str | None) -> int:
+    """Seconds east of UTC of a 'Z' / '+05:30' / '-0800' suffix (none: the stamp is UTC)."""
+    if not zone or zone == "Z":
+        return 0
+    digits = zone[1:].replace(":", "")
+    offset = int(digits[:2]) * 3600 + int(digits[2:]) * 60
+    return offset if zone[0] == "+" else -offset
+
+
 def _stamp_ns(text: str, source: str, cache: dict[str, int]) -> int:
-    """A wall-clock stamp ('2023-11-16 18:15:46.6805900', read as UTC) or plain seconds, in ns."""
+    """A wall-clock stamp ('2023-11-16 18:15:46.6805900', optionally with 'Z' or a '+00:00'
+    offset as the 2024 Azure traces write it; without one it is read as UTC) or plain seconds, in ns."""
     match = _STAMP.match(text)
     if match:
         whole = match.group(1)
@@ -123,7 +134,7 @@ def _stamp_ns(text: str, source: str, cache: dict[str, int]) -> int:
                 raise BadInput(source, "TIMESTAMP", f"not a valid date and time: {text.strip()!r}") from None
             cache[whole] = seconds
         frac = (match.group(2) or "").ljust(9, "0")
-        return seconds * NS_PER_S + int(frac)
+        return (seconds - _utc_offset_s(match.group(3))) * NS_PER_S + int(frac)
     if _SECONDS.match(text):
         return int(Decimal(text.strip()) * NS_PER_S)
     raise BadInput(source, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fraction]' or seconds, got {text.strip()!r}")

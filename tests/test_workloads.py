@@ -115,3 +115,17 @@ def test_bad_mix_specs_name_the_field(patch, field):
     with pytest.raises(BadInput) as info:
         generate_mix({**MIX, **patch}, "m")
     assert info.value.field == field
+
+
+
+def test_timestamps_with_utc_offsets_2024_azure_format():
+    """The 2024 Azure traces write '+00:00'; offsets are applied, so one instant reads the same."""
+    from csa_plan.planner.workloads import read_trace_csv
+
+    text = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2024-05-10 00:00:00.009930+00:00,10,1\n"
+            "2024-05-10T00:00:01Z,10,1\n"
+            "2024-05-10 05:30:02.5+05:30,10,1\n"
+            "2024-05-09 16:00:03-0800,10,1\n")
+    w = read_trace_csv(text, "t.csv")
+    assert w.arrival_ns.tolist() == [0, 990_070_000, 2_490_070_000, 2_990_070_000]
