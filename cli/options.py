@@ -38,10 +38,13 @@ class CountType(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
+            text = str(value).strip().replace("_", "")
+            if len(text.lstrip("+-0")) > 19 and text.lstrip("+-").isdigit():
+                self.fail(f"{text[:40]}... is too large (must be below 2^63)", param, ctx)
             try:
-                number = int(str(value).strip().replace("_", ""), 10)
+                number = int(text, 10)
             except ValueError:
-                self.fail(f"{value!r} is not an integer", param, ctx)
+                self.fail(f"{str(value)[:40]!r} is not an integer", param, ctx)
         if number < 0:
             self.fail(f"{number} is negative", param, ctx)
         if number >= I63_LIMIT:

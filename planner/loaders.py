@@ -69,6 +69,8 @@ def _parse_json(text: str, source: str) -> Any:
         raise BadInput(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise BadInput(source, None, "malformed JSON: nesting too deep") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts (4300 digits)
+        raise BadInput(source, None, f"malformed JSON: {str(exc).split(';')[0]}") from None
 
 
 def _parse_yaml(text: str, source: str) -> Any:

@@ -28,3 +28,5 @@ def load_yaml(text: str, source: str) -> Any:
         raise BadInput(source, None, f"malformed YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise BadInput(source, None, "malformed YAML: nesting too deep") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts (4300 digits)
+        raise BadInput(source, None, f"malformed YAML: {str(exc).split(';')[0]}") from None

@@ -104,11 +104,21 @@ def _tokens(text: str, source: str, column: str) -> int:
     if not match:
         raise BadInput(source, column, f"expected a non-negative integer token count, got {text.strip()!r}")
     if match.group(1):
-        raise BadInput(source, column, f"token count is negative ({text.strip()})")
+        raise BadInput(source, column, f"token count is negative ({text.strip()[:40]})")
+    if len(match.group(2).lstrip("0")) > 19:
+        raise BadInput(source, column, f"{text.strip()[:40]}... is too large (must be below 2^63)")
     value = int(match.group(2))
     if value >= I63_LIMIT:
         raise BadInput(source, column, f"{value} is too large (must be below 2^63)")
     return value
+
+
+def _seconds_ns(seconds: Decimal, source: str, field: str) -> int:
+    """Seconds as integer nanoseconds; refused beyond the int64 clock (checked before converting,
+    so an absurd exponent never becomes a giant integer)."""
+    if not seconds <= MAX_ARRIVAL_S:
+        raise BadInput(source, field, f"{str(seconds)[:40]} s is beyond the int64 nanosecond clock")
+    return int(seconds * NS_PER_S)
 
 
 def _utc_offset_s(zone: str | None) -> int:
@@ -136,7 +146,7 @@ def _stamp_ns(text: str, source: str, cache: dict[str, int]) -> int:
         frac = (match.group(2) or "").ljust(9, "0")
         return (seconds - _utc_offset_s(match.group(3))) * NS_PER_S + int(frac)
     if _SECONDS.match(text):
-        return int(Decimal(text.strip()) * NS_PER_S)
+        return _seconds_ns(Decimal(text.strip()), source, "TIMESTAMP")
     raise BadInput(source, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fraction]' or seconds, got {text.strip()!r}")
 
 
@@ -183,6 +193,8 @@ def read_jsonl(text: str, source: str, *, sort: bool = False) -> Workload:
             row = json.loads(line, parse_float=Decimal)
         except json.JSONDecodeError as exc:
             raise BadInput(where, None, f"malformed JSON: {exc.msg}") from None
+        except (ValueError, ArithmeticError) as exc:  # a number Python or Decimal cannot hold
+            raise BadInput(where, None, f"malformed JSON: number out of range ({type(exc).__name__})") from None
         if not isinstance(row, dict):
             raise BadInput(where, None, "expected a JSON object")
         absent = [k for k in JSONL_FIELDS if k not in row]
@@ -193,7 +205,7 @@ def read_jsonl(text: str, source: str, *, sort: bool = False) -> Workload:
             raise BadInput(where, "arrival_s", f"expected seconds as a number, got {arrival!r}")
         if arrival < 0 or not Decimal(arrival).is_finite():
             raise BadInput(where, "arrival_s", f"must be a non-negative number, got {arrival}")
-        stamps.append(int(Decimal(arrival) * NS_PER_S))
+        stamps.append(_seconds_ns(Decimal(arrival), where, "arrival_s"))
         prompts.append(read_int(where, "prompt_tokens", row["prompt_tokens"]))
         outputs.append(read_int(where, "output_tokens", row["output_tokens"]))
         row_lines.append(number)

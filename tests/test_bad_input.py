@@ -159,3 +159,16 @@ def test_not_utf8(csa, tmp_path):
     path = tmp_path / "config.json"
     path.write_bytes(b'{"a": "\xff\xfe"}')
     assert_one_line(csa("check", str(path)), str(path), "not UTF-8")
+
+
+@pytest.mark.parametrize("name,text", [("config.json", '{"num_hidden_layers": 1' + "0" * 5000 + "}"),
+                                       ("m.yaml", "num_heads: 1" + "0" * 5000 + "\n")])
+def test_integer_literal_beyond_python_conversion_limit(csa, tmp_path, name, text):
+    path = write(tmp_path, name, text)
+    assert_one_line(csa("check", path), path, "malformed")
+
+
+def test_huge_option_integer(csa):
+    r = csa("check", PRO, "--batch", "9" * 5000)
+    assert_one_line(r, "--batch", "too large")
+    assert len(r.err) < 300

@@ -43,7 +43,7 @@ stamp = st.one_of(
     st.text(max_size=8),
 )
 token = st.one_of(st.integers(min_value=-5, max_value=2**64).map(str),
-                  st.sampled_from(["", "1.5", "1e3", "-0", " 7 ", "NaN", "٣"]), st.text(max_size=4))
+                  st.sampled_from(["", "1.5", "1e3", "-0", " 7 ", "NaN", "٣", "9" * 5000]), st.text(max_size=4))
 row = st.tuples(stamp, token, token).map(lambda t: ",".join(t)) | st.text(max_size=20)
 
 
@@ -127,3 +127,23 @@ def test_trace_spanning_beyond_the_clock_is_bad_input():
         read_trace_csv(HEADER + "\n0,1,1\n9223372037,1,1\n", "t.csv")
     with pytest.raises(BadInput, match="int64 nanosecond clock"):
         read_trace_csv(HEADER + "\n0001-01-01 00:00:00,1,1\n9999-01-01 00:00:00,1,1\n", "t.csv")
+
+
+def test_regression_huge_numbers_found_by_atheris():
+    """atheris found a JSONL arrival with a 200-digit exponent (decimal.InvalidOperation);
+    the same family: integer literals beyond Python's 4300-digit conversion limit."""
+    import pytest
+
+    digits = "9" * 5000
+    cases = [
+        (read_jsonl, '{"arrival_s": 0.0, "prompt_tokens": 12' + "4" * 100 + "e" + "4" * 200 + ', "output_tokens": 1}',
+         "number out of range"),
+        (read_jsonl, '{"arrival_s": 1e999999999, "prompt_tokens": 1, "output_tokens": 1}', "int64 nanosecond clock"),
+        (read_jsonl, '{"arrival_s": 1, "prompt_tokens": ' + digits + ', "output_tokens": 1}', "number out of range"),
+        (read_trace_csv, HEADER + "\n1," + digits + ",1", "too large"),
+        (read_trace_csv, HEADER + "\n" + digits + ".5,1,1", "int64 nanosecond clock"),
+    ]
+    for reader, text, needle in cases:
+        with pytest.raises(BadInput, match=needle) as err:
+            reader(text, "r")
+        assert len(str(err.value)) < 200
