@@ -26,7 +26,7 @@ def render_check(console: Console, report: dict[str, Any], *, per_layer: bool = 
     if classes is not None:
         console.print(classes)
     if report["refusals"]:
-        console.print(_refusal_table(report["refusals"]))
+        _render_refusals(console, report["refusals"])
     console.print(_totals_table(report))
     if report["memory"]:
         _render_memory(console, report["memory"])
@@ -84,20 +84,20 @@ def _kind(row: dict[str, Any]) -> str:
     return row["kind"] + (" (MTP)" if row["is_mtp"] else "")
 
 
-def _refusal_table(refusals: list[dict[str, Any]]) -> Table:
-    """Identical refusals on several layers collapse into one row (JSON keeps each)."""
+def _render_refusals(console: Console, refusals: list[dict[str, Any]]) -> None:
+    """One entry per distinct refusal, naming every layer it applies to (JSON keeps each
+    (layer, type) record)."""
     rows: dict[tuple[str, ...], list[int | None]] = {}
     for r in refusals:
         detail = r["message"].split(": ", 2)[-1]
-        rows.setdefault((r["type"], r["field"], r["expected"], r["actual"], detail), []).append(r["layer"])
-    table = Table(title=f"Refusals ({len(refusals)})", title_justify="left", title_style="bold red")
-    for col in ("layers", "type", "field", "expected", "actual", "problem"):
-        table.add_column(col, overflow="fold")
-    for (type_, field, expected, actual, detail), layers in rows.items():
+        rows.setdefault((r["type"], r["field"], detail, r["expected"], r["actual"]), []).append(r["layer"])
+    console.print(f"[bold red]Refusals ({len(refusals)})[/]")
+    for (type_, field, detail, expected, actual), layers in rows.items():
         ids = [l for l in layers if l is not None]
-        where = fmt_ids(ids) if ids else "model"
-        table.add_row(where, type_, field, expected, actual, detail)
-    return table
+        where = ("layer " if len(ids) == 1 else "layers ") + fmt_ids(ids) if ids else "model"
+        console.print(f"  [red]{type_}[/] on {where}  [dim]({field})[/]")
+        console.print(f"      {detail}", highlight=False)
+        console.print(f"      [dim]expected:[/] {expected}  [dim]found:[/] {actual}", highlight=False)
 
 
 def _totals_table(report: dict[str, Any]) -> Table:
