@@ -9,6 +9,7 @@ strict: a malformed row is bad input naming its line, never skipped.
 from __future__ import annotations
 
 import calendar
+import csv
 import json
 import math
 import re
@@ -150,12 +151,19 @@ def _stamp_ns(text: str, source: str, cache: dict[str, int]) -> int:
     raise BadInput(source, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fraction]' or seconds, got {text.strip()!r}")
 
 
+def _cells(line: str) -> list[str]:
+    """Comma-separated fields; quoted fields (as spreadsheets export them) go through csv."""
+    if '"' not in line:
+        return line.split(",")
+    return next(csv.reader([line]))
+
+
 def read_trace_csv(text: str, source: str, *, sort: bool = False) -> Workload:
     """The Azure LLM inference format: TIMESTAMP, ContextTokens, GeneratedTokens."""
     lines = text.splitlines()
     if not lines or not lines[0].strip():
         raise BadInput(source, None, "empty trace (expected a header: " + ",".join(TRACE_COLUMNS) + ")")
-    header = [h.strip().lstrip("\ufeff") for h in lines[0].split(",")]
+    header = [h.strip().strip('"') for h in _cells(lines[0].lstrip("\ufeff"))]
     missing = [c for c in TRACE_COLUMNS if c not in header]
     if missing:
         raise BadInput(f"{source}:1", None, f"header lacks {', '.join(missing)} (got {', '.join(header)})")
@@ -169,7 +177,7 @@ def read_trace_csv(text: str, source: str, *, sort: bool = False) -> Workload:
         if not line.strip():
             continue
         where = f"{source}:{number}"
-        cells = line.split(",")
+        cells = _cells(line)
         if len(cells) != width:
             raise BadInput(where, None, f"expected {width} comma-separated fields, got {len(cells)}: {line.strip()[:60]!r}")
         stamps.append(_stamp_ns(cells[col[0]], where, cache))

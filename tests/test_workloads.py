@@ -129,3 +129,14 @@ def test_timestamps_with_utc_offsets_2024_azure_format():
             "2024-05-09 16:00:03-0800,10,1\n")
     w = read_trace_csv(text, "t.csv")
     assert w.arrival_ns.tolist() == [0, 990_070_000, 2_490_070_000, 2_990_070_000]
+
+
+def test_quoted_csv_fields_and_crlf():
+    from csa_plan.planner.workloads import read_trace_csv
+
+    text = ('"TIMESTAMP","ContextTokens","GeneratedTokens"\r\n'
+            '"2023-11-16 18:15:46.6805900","374","44"\r\n'
+            '2023-11-16 18:15:50.9951690,396,109\r\n')
+    w = read_trace_csv(text, "t.csv")
+    assert w.arrival_ns.tolist() == [0, 4_314_579_000]
+    assert w.prompt_tokens.tolist() == [374, 396] and w.output_tokens.tolist() == [44, 109]
