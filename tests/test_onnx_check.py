@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -325,11 +324,8 @@ def test_missing_multi_gigabyte_external_data_is_never_needed(csa, tmp_path):
     path = write_model(tmp_path, "ext.onnx", INTERLEAVED, external_bytes_per_layer=3 << 30)
     assert not (tmp_path / "weights.bin").exists()
     assert path.stat().st_size < 64 << 10
-    start = time.perf_counter()
-    r = check(csa, path)
-    elapsed = time.perf_counter() - start
+    r = check(csa, path)  # timing lives in benchmarks/bench_onnx_check.py, not in a test
     assert r.code == 0, r.err
-    assert elapsed < 1.0
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
@@ -356,10 +352,13 @@ def test_embedded_multi_gigabyte_payload_is_skipped_not_read(csa, tmp_path):
         fh.seek(payload, 1)
         fh.truncate()
     assert path.stat().st_size > payload
-    start = time.perf_counter()
+    import resource
+
+    peak_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     r = check(csa, path)
     assert r.code == 0, r.err
-    assert time.perf_counter() - start < 1.0
+    # the 4 GiB payload was skipped by offset, never paged in: the process peak barely moves
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before_kib < 256 << 10
     assert r.json()["totals"]["per_request_per_device"]["total"] == 24_295_936
 
 
