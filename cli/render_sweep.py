@@ -39,9 +39,10 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
                  "constraints": {"zero_refusals": c.constraints.zero_refusals,
                                  "wait_p99_max_s": c.constraints.wait_p99_max_s,
                                  "min_mean_utilization": c.constraints.min_mean_utilization},
-                 "search": {"rel_tol": c.search.rel_tol},
+                 "search": {"rel_tol": c.search.rel_tol, "min_scale": c.search.min_scale,
+                            "max_scale": c.search.max_scale},
                  "time": {"prefill_tok_s": c.prefill_tok_s, "tpot_ms": c.tpot_ms}, "varying_axes": varying},
-        "workload": {"source": c.workload, "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
+        "workload": {"source": _shown_path(c.workload), "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
                      "max_tokens": plan.bounds.max_tokens, "base_rate_per_s": plan.bounds.base_rate_per_s},
         "grid": {"points": len(spec.points), "skipped": len(plan.skipped), "resumed": len(plan.resumed),
                  "ran": ran, "feasible": len(ans.ranked)},
@@ -177,3 +178,11 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
     finally:
         plt.close(fig)
     return None
+
+
+def _shown_path(path: str) -> str:
+    """Relative to the working directory when the file lies below it (readable, machine-independent)."""
+    import os
+
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
