@@ -13,12 +13,13 @@ import math
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import BadInput
 from .placement import Router
 from .sim_capacity import SCALE_MAX, SCALE_MIN
 from .simulate import NS_PER_S, Policy, Reserve
+from .values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
 
 
 SCHEMA = "csa-plan/sweep/v1"  # the --json document (cli/render_sweep.py)
@@ -170,27 +171,10 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def _mapping(value: Any, source: str, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise BadInput(source, where or None, f"expected a mapping, got {type(value).__name__}")
-    return value
 
 
-def _keys(data: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        raise BadInput(source, f"{where}.{unknown[0]}" if where else unknown[0],
-                       f"unknown key (known: {', '.join(sorted(allowed))})")
 
 
-def _number(source: str, where: str, value: Any, *, positive: bool = False, at_most: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadInput(source, where, f"expected a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise BadInput(source, where, f"must be {'positive' if positive else 'non-negative'}, got {value}")
-    if at_most is not None and value > at_most:
-        raise BadInput(source, where, f"must be at most {at_most:g}, got {value}")
-    return float(value)
 
 
 def _enum(enum: type[Enum], value: Any, source: str, where: str) -> Any:
@@ -211,7 +195,7 @@ def _size(value: Any, source: str, where: str) -> int:
 
 def _reserved(value: Any, source: str, where: str) -> Reserved:
     if isinstance(value, dict):
-        _keys(value, {"weights", "runtime"}, source, where)
+        check_keys(source, where, value, {"weights", "runtime"})
         fixed = _size(value.get("runtime", 0), source, f"{where}.runtime")
         weights = _size(value.get("weights", 0), source, f"{where}.weights")
         return Reserved(f"weights {value.get('weights', 0)}/(tp*pp) + {value.get('runtime', 0)}", fixed, weights)
@@ -220,10 +204,9 @@ def _reserved(value: Any, source: str, where: str) -> Reserved:
 
 def _reserve(value: Any, source: str, where: str) -> tuple[Reserve, int]:
     """``max``, ``fit`` (bucket 4096), ``fit/16384`` or ``{fit: 16384}``."""
-    from .values import read_int
 
     if isinstance(value, dict):
-        _keys(value, {"fit"}, source, where)
+        check_keys(source, where, value, {"fit"})
         bucket = read_int(source, f"{where}.fit", value.get("fit"))
     elif isinstance(value, str) and value.startswith("fit/"):
         try:
@@ -241,7 +224,6 @@ def _reserve(value: Any, source: str, where: str) -> tuple[Reserve, int]:
 
 def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
     from .loaders import PRESETS
-    from .values import read_str
 
     ref = read_str(source, where, value)
     if ref in PRESETS:
@@ -257,10 +239,9 @@ def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
 def parse_spec(data: Any, source: str) -> SweepSpec:
     """Validate every key (unknown ones are bad input) and expand the grid in axis order."""
     from .profiles import PROFILES
-    from .values import read_bool, read_int, read_str
 
-    spec = _mapping(data, source, "")
-    _keys(spec, TOP_KEYS, source, "")
+    spec = read_mapping(source, "", data)
+    check_keys(source, "", spec, TOP_KEYS)
     base = Path(source).resolve().parent
     if "workload" not in spec:
         raise BadInput(source, "workload", "missing (a mix spec, a CSV trace or JSONL requests, relative to this file)")
@@ -271,31 +252,31 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     sort = read_bool(source, "sort", spec.get("sort", False))
     seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
 
-    time = _mapping(spec.get("time", {}), source, "time")
-    _keys(time, {"prefill_tok_s", "tpot_ms"}, source, "time")
-    prefill = _number(source, "time.prefill_tok_s", time.get("prefill_tok_s", 10_000.0), positive=True)
-    tpot = _number(source, "time.tpot_ms", time.get("tpot_ms", 20.0))
+    time = read_mapping(source, "time", spec.get("time", {}))
+    check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms"})
+    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", 10_000.0), positive=True)
+    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", 20.0))
 
-    search_raw = _mapping(spec.get("search", {}), source, "search")
-    _keys(search_raw, {"rel_tol", "min_scale", "max_scale"}, source, "search")
-    rel_tol = _number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True, at_most=1.0)
-    min_scale = _number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True)
-    max_scale = _number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True)
+    search_raw = read_mapping(source, "search", spec.get("search", {}))
+    check_keys(source, "search", search_raw, {"rel_tol", "min_scale", "max_scale"})
+    rel_tol = read_number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True, at_most=1.0)
+    min_scale = read_number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True)
+    max_scale = read_number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True)
     if min_scale >= max_scale:
         raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
 
-    cons_raw = _mapping(spec.get("constraints", {}), source, "constraints")
-    _keys(cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization"}, source, "constraints")
+    cons_raw = read_mapping(source, "constraints", spec.get("constraints", {}))
+    check_keys(source, "constraints", cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization"})
     wait = cons_raw.get("wait_p99_max_s")
     constraints = Constraints(
         zero_refusals=read_bool(source, "constraints.zero_refusals", cons_raw.get("zero_refusals", True)),
-        wait_p99_max_s=None if wait is None else _number(source, "constraints.wait_p99_max_s", wait),
-        min_mean_utilization=_number(source, "constraints.min_mean_utilization",
+        wait_p99_max_s=None if wait is None else read_number(source, "constraints.wait_p99_max_s", wait),
+        min_mean_utilization=read_number(source, "constraints.min_mean_utilization",
                                      cons_raw.get("min_mean_utilization", 0.0), at_most=1.0))
     objective = _enum(Objective, spec.get("objective", Objective.FEWEST_DEVICES.value), source, "objective")
 
-    grid = _mapping(spec.get("grid", {}), source, "grid")
-    _keys(grid, set(AXES), source, "grid")
+    grid = read_mapping(source, "grid", spec.get("grid", {}))
+    check_keys(source, "grid", grid, set(AXES))
     if "model" not in grid or "device" not in grid:
         raise BadInput(source, "grid.model" if "model" not in grid else "grid.device",
                        "missing: a sweep needs at least one model and one device memory")
@@ -330,7 +311,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                     raise BadInput(source, where, f"unknown layout {layout!r} (known: {', '.join(PROFILES)})")
                 values.append(layout)
             elif axis == "rate_scale":
-                values.append(_number(source, where, v, positive=True))
+                values.append(read_number(source, where, v, positive=True))
             else:
                 values.append(None if v is None else read_int(source, where, v))
         if len(set(map(repr, values))) != len(values):

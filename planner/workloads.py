@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import I63_LIMIT, BadInput
 from .files import read_text
-from .values import read_int, read_str
+from .values import check_keys, read_int, read_mapping, read_number, read_str
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
     import numpy as np
@@ -262,25 +262,10 @@ DISTRIBUTIONS = {
 }
 
 
-def _mapping(value: Any, source: str, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise BadInput(source, field, f"expected a mapping, got {type(value).__name__}")
-    return value
 
 
-def _keys(data: Mapping[str, Any], allowed: set[str], source: str, field: str) -> None:
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        raise BadInput(source, f"{field}.{unknown[0]}" if field else unknown[0],
-                       f"unknown key (known: {', '.join(sorted(allowed))})")
 
 
-def _number(source: str, field: str, value: Any, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadInput(source, field, f"expected a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise BadInput(source, field, f"must be {'positive' if positive else 'non-negative'}, got {value}")
-    return float(value)
 
 
 def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
@@ -294,16 +279,16 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
     if "max_seq_len" in data:
         out["max_seq_len"] = read_int(source, "max_seq_len", data["max_seq_len"])
     if "deployment" in data:
-        dep = _mapping(data["deployment"], source, "deployment")
-        _keys(dep, {"tp", "pp", "dp", "router"}, source, "deployment")
+        dep = read_mapping(source, "deployment", data["deployment"])
+        check_keys(source, "deployment", dep, {"tp", "pp", "dp", "router"})
         for k in ("tp", "pp", "dp"):
             if k in dep:
                 out[k] = read_int(source, f"deployment.{k}", dep[k])
         if "router" in dep:
             out["router"] = read_str(source, "deployment.router", dep["router"])
     if "memory" in data:
-        mem = _mapping(data["memory"], source, "memory")
-        _keys(mem, {"device", "reserved"}, source, "memory")
+        mem = read_mapping(source, "memory", data["memory"])
+        check_keys(source, "memory", mem, {"device", "reserved"})
         if "device" in mem:
             out["device_memory_bytes"] = parse_size(str(mem["device"]), source, "memory.device")
         if "reserved" in mem:
@@ -314,14 +299,14 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
     if "bucket" in data:
         out["bucket"] = read_int(source, "bucket", data["bucket"])
     if "rate_scale" in data:
-        out["rate_scale"] = _number(source, "rate_scale", data["rate_scale"], positive=True)
+        out["rate_scale"] = read_number(source, "rate_scale", data["rate_scale"], positive=True)
     if "time" in data:
-        tm = _mapping(data["time"], source, "time")
-        _keys(tm, {"prefill_tok_s", "tpot_ms"}, source, "time")
+        tm = read_mapping(source, "time", data["time"])
+        check_keys(source, "time", tm, {"prefill_tok_s", "tpot_ms"})
         if "prefill_tok_s" in tm:
-            out["prefill_tok_s"] = _number(source, "time.prefill_tok_s", tm["prefill_tok_s"], positive=True)
+            out["prefill_tok_s"] = read_number(source, "time.prefill_tok_s", tm["prefill_tok_s"], positive=True)
         if "tpot_ms" in tm:
-            out["tpot_ms"] = _number(source, "time.tpot_ms", tm["tpot_ms"])
+            out["tpot_ms"] = read_number(source, "time.tpot_ms", tm["tpot_ms"])
     return MixSettings(**out)
 
 
@@ -355,13 +340,13 @@ class Distribution:
 
 
 def parse_distribution(value: Any, source: str, field: str) -> Distribution:
-    data = _mapping(value, source, field)
+    data = read_mapping(source, field, value)
     kind = data.get("dist")
     if not isinstance(kind, str) or kind not in DISTRIBUTIONS:
         raise BadInput(source, f"{field}.dist",
                        f"unknown distribution {kind!r} (known: {', '.join(DISTRIBUTIONS)})")
     required, optional = DISTRIBUTIONS[kind]
-    _keys(data, required | optional | {"dist"}, source, field)
+    check_keys(source, field, data, required | optional | {"dist"})
     absent = sorted(required - set(data))
     if absent:
         raise BadInput(source, f"{field}.{absent[0]}", f"required by the {kind} distribution")
@@ -375,8 +360,8 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
             raise BadInput(source, f"{field}.high", f"must be at least low ({low}), got {high}")
         params.update(low=low, high=high)
     elif kind == "lognormal":
-        params["median"] = _number(source, f"{field}.median", data["median"], positive=True)
-        params["sigma"] = _number(source, f"{field}.sigma", data["sigma"])
+        params["median"] = read_number(source, f"{field}.median", data["median"], positive=True)
+        params["sigma"] = read_number(source, f"{field}.sigma", data["sigma"])
         if params["sigma"] > MAX_SIGMA:
             raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {params['sigma']:g}")
         for k in ("min", "max"):
@@ -393,7 +378,7 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
             weights = data["weights"]
             if not isinstance(weights, list) or len(weights) != len(values):
                 raise BadInput(source, f"{field}.weights", "expected one weight per value")
-            ws = tuple(_number(source, f"{field}.weights[{i}]", w) for i, w in enumerate(weights))
+            ws = tuple(read_number(source, f"{field}.weights[{i}]", w) for i, w in enumerate(weights))
             if sum(ws) <= 0:
                 raise BadInput(source, f"{field}.weights", "must not all be zero")
             params["weights"] = ws
@@ -410,21 +395,21 @@ class RequestClass:
 
 def parse_mix(data: Any, source: str) -> tuple[tuple[RequestClass, ...], int, int | None, float | None, MixSettings]:
     """(classes, seed, requests, duration_s, settings) from a mix spec mapping."""
-    mix = _mapping(data, source, "")
-    _keys(mix, MIX_KEYS, source, "")
+    mix = read_mapping(source, "", data)
+    check_keys(source, "", mix, MIX_KEYS)
     raw_classes = mix.get("classes")
     if not isinstance(raw_classes, list) or not raw_classes:
         raise BadInput(source, "classes", "expected a non-empty list of request classes")
     classes = []
     for i, raw in enumerate(raw_classes):
         where = f"classes[{i}]"
-        c = _mapping(raw, source, where)
-        _keys(c, CLASS_KEYS, source, where)
+        c = read_mapping(source, where, raw)
+        check_keys(source, where, c, CLASS_KEYS)
         for k in ("rate", "prompt", "output"):
             if k not in c:
                 raise BadInput(source, f"{where}.{k}", "missing")
         name = read_str(source, f"{where}.name", c.get("name", f"class{i}"))
-        rate = _number(source, f"{where}.rate", c["rate"], positive=True)
+        rate = read_number(source, f"{where}.rate", c["rate"], positive=True)
         if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
             raise BadInput(source, f"{where}.rate",
                            f"must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests/s, got {rate:g}")
@@ -432,7 +417,7 @@ def parse_mix(data: Any, source: str) -> tuple[tuple[RequestClass, ...], int, in
                                     parse_distribution(c["output"], source, f"{where}.output")))
     seed = read_int(source, "seed", mix.get("seed", 0))
     requests = read_int(source, "requests", mix["requests"]) if "requests" in mix else None
-    duration = _number(source, "duration_s", mix["duration_s"], positive=True) if "duration_s" in mix else None
+    duration = read_number(source, "duration_s", mix["duration_s"], positive=True) if "duration_s" in mix else None
     if (requests is None) == (duration is None):
         raise BadInput(source, "requests", "give exactly one of requests (a count) or duration_s")
     if requests is not None and not 0 < requests <= MAX_GENERATED_REQUESTS:

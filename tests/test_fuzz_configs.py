@@ -24,7 +24,7 @@ scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value
            | st.floats(allow_nan=True) | st.text(max_size=12))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-small_ints = st.integers(min_value=-3, max_value=1 << 21) | st.sampled_from([0, 1, 4, 128, 512, 2**63, 2**64])
+small_ints = st.integers(min_value=-3, max_value=1 << 21) | st.sampled_from([0, 1, 4, 128, 512, 2**63, 2**64, 10**400])
 
 
 def plans_or_bad_input(build) -> None:

@@ -55,7 +55,7 @@ def test_csv_trace(rows, sort, header):
     sane_or_bad_input(lambda: read_trace_csv(text, "t.csv", sort=sort))
 
 
-number = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False, allow_infinity=False),
+number = st.one_of(st.integers(min_value=-(2**70), max_value=2**70) | st.just(10**400), st.floats(allow_nan=False, allow_infinity=False),
                    st.sampled_from([1e308, 1e-300, 5e-324, 0, -0.0]))
 value = number | st.text(max_size=4) | st.booleans() | st.none() | st.lists(st.integers(), max_size=2)
 jsonl_row = st.dictionaries(st.sampled_from(["arrival_s", "prompt_tokens", "output_tokens", "x"]), value, max_size=4)
@@ -147,3 +147,11 @@ def test_regression_huge_numbers_found_by_atheris():
         with pytest.raises(BadInput, match=needle) as err:
             reader(text, "r")
         assert len(str(err.value)) < 200
+
+
+def test_integer_beyond_float_range_is_bad_input():
+    import pytest
+
+    fixed = {"dist": "fixed", "value": 1}
+    with pytest.raises(BadInput, match="out of range"):
+        generate_mix({"classes": [{"rate": 10**400, "prompt": fixed, "output": fixed}], "requests": 3}, "m.yaml")
