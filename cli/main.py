@@ -15,6 +15,7 @@ import sys
 import click
 
 from .exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
+from .options import one_line
 
 # name -> "module:attribute"; a new command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -65,14 +66,14 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
-        click.echo(f"csa-plan: error: {exc.format_message()}", err=True)
+        click.echo(f"csa-plan: error: {one_line(exc.format_message())}", err=True)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug in csa-plan, not in the input: still one line by default
         if os.environ.get("CSA_PLAN_DEBUG"):
             raise
-        click.echo(f"csa-plan: internal error: {type(exc).__name__}: {exc} "
+        click.echo(f"csa-plan: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
                    "(set CSA_PLAN_DEBUG=1 for the traceback)", err=True)
         sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -56,6 +56,18 @@ SIZE = SizeType()
 COUNT = CountType()
 
 
+MAX_MESSAGE_CHARS = 600
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """One line of at most ``limit`` characters: the middle of an overlong message is elided."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"
+
+
 def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
     """Turn a ``BadInput`` raised anywhere below a command into one line and exit 2."""
 
@@ -64,7 +76,7 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
         try:
             return func(*args, **kwargs)
         except BadInput as exc:
-            click.echo(f"csa-plan: error: {exc}", err=True)
+            click.echo(f"csa-plan: error: {one_line(str(exc))}", err=True)
             sys.exit(EXIT_BAD_INPUT)
 
     return wrapper

@@ -38,6 +38,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from pathlib import Path
 
     from ..planner.errors import BadInput
+    from ..planner.files import path_kind, read_text
     from ..planner.sweep import Task, answer, evaluate, read_resume, resume_line, triage
     from ..planner.sweep_spec import load_spec
     from ..planner.sweep_exec import make_executor
@@ -49,11 +50,8 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     spec = load_spec(spec_path)
     digest = spec.digest
     done = {}
-    if resume_path and Path(resume_path).is_file():
-        try:
-            text = Path(resume_path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(resume_path, None, f"cannot read: {exc}") from None
+    if resume_path and path_kind(Path(resume_path)) is not None:
+        text = read_text(Path(resume_path), 1 << 30)  # one JSON line per finished point
         done = read_resume(text, resume_path, digest, {p.key for p in spec.points})
     plan = triage(spec, done)
     executor = make_executor(jobs, ray_address)

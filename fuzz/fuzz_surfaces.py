@@ -6,7 +6,7 @@
 
 An input may plan, or be rejected with BadInput (exit 2 in the CLI); any other exception is a
 crash: atheris stops, prints it and writes the input to crash-*. Surfaces: config-json,
-config-yaml, onnx, trace-csv, trace-jsonl, mix-yaml.
+config-yaml, onnx, trace-csv, trace-jsonl, mix-yaml, sweep-yaml.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ SEEDS = {  # surface -> glob patterns (relative to the repository) of valid inpu
     "trace-csv": ["examples/traces/*.csv"],
     "trace-jsonl": ["examples/traces/*.jsonl"],
     "mix-yaml": ["examples/mixes/*.yaml"],
+    "sweep-yaml": ["examples/sweeps/*.yaml"],
 }
 
 
@@ -95,6 +96,13 @@ def _seed_corpus(surface: str) -> str:
     return corpus
 
 
+def sweep_yaml(data: bytes) -> None:
+    from csa_plan.planner.sweep_spec import parse_spec
+
+    parse_spec(load_yaml(data.decode("utf-8", errors="replace"), "s.yaml"), os.path.join(ROOT, "examples", "sweeps",
+                                                                                         "fuzz.yaml"))
+
+
 SURFACES = {
     "config-json": config_json,
     "config-yaml": config_yaml,
@@ -102,6 +110,7 @@ SURFACES = {
     "trace-csv": trace(".csv"),
     "trace-jsonl": trace(".jsonl"),
     "mix-yaml": trace(".yaml"),
+    "sweep-yaml": sweep_yaml,
 }
 
 

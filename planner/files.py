@@ -8,6 +8,26 @@ from pathlib import Path
 from .errors import BadInput
 
 
+MAX_SPEC_BYTES = 16 << 20
+
+
+def path_kind(path: Path) -> str | None:
+    """'file', 'dir', 'other' or None (absent). An unusable name (too long, not
+    decodable, a loop) is bad input here, never an exception from the OS layer."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, EACCES, an embedded NUL ...
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadInput(str(path), None, f"cannot access: {reason}") from None
+    if stat.S_ISREG(info.st_mode):
+        return "file"
+    return "dir" if stat.S_ISDIR(info.st_mode) else "other"
+
+
 def read_text(path: Path, max_bytes: int) -> str:
     """The whole file as UTF-8; a FIFO or device is refused before it is opened (it could block)."""
     try:

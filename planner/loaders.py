@@ -13,7 +13,7 @@ from typing import Any
 
 from .descriptor import DESCRIPTOR_FIELDS, STATE_EDGE_INPUT_INDEX, Descriptor, StateEdge
 from .errors import BadInput
-from .files import read_text
+from .files import path_kind, read_text
 from .model import ModelSpec
 from .values import read_bool, read_int, read_str
 
@@ -40,11 +40,12 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
         text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[ref]).read_text()
         return from_hf_config(_parse_json(text, ref), source=ref, name=ref)
     path = Path(ref)
-    if not path.exists():
+    kind = path_kind(path)
+    if kind is None:
         known = ", ".join(PRESETS)
         raise BadInput(ref, None, f"no such file, directory or preset (presets: {known})")
-    if path.is_dir():
-        config = next((path / n for n in DIRECTORY_CONFIGS if (path / n).is_file()), None)
+    if kind == "dir":
+        config = next((path / n for n in DIRECTORY_CONFIGS if path_kind(path / n) == "file"), None)
         if config is None:
             raise BadInput(str(path), None, "directory has no config.json (nor inference_config.json)")
         path = config

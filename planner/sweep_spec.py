@@ -19,6 +19,7 @@ from .errors import BadInput
 from .placement import Router
 from .sim_capacity import SCALE_MAX, SCALE_MIN
 from .simulate import NS_PER_S, Policy, Reserve
+from .files import MAX_SPEC_BYTES, path_kind, read_text
 from .values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
 
 
@@ -231,8 +232,8 @@ def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
     path = Path(ref)
     if not path.is_absolute():
         path = base / path
-    if not path.exists():
-        raise BadInput(source, where, f"no such model file or preset {ref!r} (presets: {', '.join(PRESETS)})")
+    if path_kind(path) is None:
+        raise BadInput(source, where, f"no such model file or preset {ref[:80]!r} (presets: {', '.join(PRESETS)})")
     return str(path.resolve())
 
 
@@ -246,8 +247,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if "workload" not in spec:
         raise BadInput(source, "workload", "missing (a mix spec, a CSV trace or JSONL requests, relative to this file)")
     wl_path = base / read_str(source, "workload", spec["workload"])
-    if not wl_path.is_file():
-        raise BadInput(source, "workload", f"no such file: {wl_path}")
+    if path_kind(wl_path) != "file":
+        raise BadInput(source, "workload", f"no such file: {str(wl_path)[:200]}")
     name = read_str(source, "name", spec.get("name", Path(source).stem))
     sort = read_bool(source, "sort", spec.get("sort", False))
     seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
@@ -346,12 +347,8 @@ def load_spec(path: str) -> SweepSpec:
     from .safe_yaml import load_yaml
 
     p = Path(path)
-    if not p.is_file():
+    if path_kind(p) is None:
         raise BadInput(path, None, "no such sweep spec")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(path, None, f"cannot read: {exc}") from None
-    return parse_spec(load_yaml(text, path), path)
+    return parse_spec(load_yaml(read_text(p, MAX_SPEC_BYTES), path), path)
 
 

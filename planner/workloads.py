@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import I63_LIMIT, BadInput
-from .files import read_text
+from .files import path_kind, read_text
 from .values import check_keys, read_int, read_mapping, read_number, read_str
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
@@ -78,8 +78,9 @@ class Workload:
 def load_workload(ref: str, *, sort: bool = False) -> Workload:
     """Dispatch on the suffix: .yaml/.yml mix, .csv trace, .jsonl/.ndjson requests."""
     path = Path(ref)
-    if not path.is_file():
-        raise BadInput(ref, None, "no such workload file")
+    kind = path_kind(path)
+    if kind != "file":
+        raise BadInput(ref, None, "no such workload file" if kind is None else "not a regular file")
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
         from .safe_yaml import load_yaml

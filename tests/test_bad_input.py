@@ -172,3 +172,12 @@ def test_huge_option_integer(csa):
     r = csa("check", PRO, "--batch", "9" * 5000)
     assert_one_line(r, "--batch", "too large")
     assert len(r.err) < 300
+
+
+@pytest.mark.parametrize("command", [["check"], ["simulate", "--model", PRO], ["sweep"], ["compare"]])
+def test_unusable_path_name_is_one_bounded_line(csa, command):
+    """A 5,000-character name: the OS refuses it (ENAMETOOLONG); we say so in one short line."""
+    name = "a" * 5000 + (".csv" if command[0] == "simulate" else "")
+    r = csa(command[0], name, *command[1:])
+    assert r.code == 2 and "Traceback" not in r.err and "internal error" not in r.err
+    assert len(r.err.strip().splitlines()) == 1 and len(r.err) < 700
