@@ -59,55 +59,35 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
 
     from ..planner.errors import BadInput
     from ..planner.loaders import load_model
-    from ..planner.memory import device_budget
-    from ..planner.placement import Placement, Router
     from ..planner.plan import PlanOptions, plan_model
     from ..planner.sim_capacity import find_capacity as search
     from ..planner.sim_replay import replay
-    from ..planner.simulate import Policy, Reserve, SimConfig, TimeModel, prepare, simulate as run
-    from ..planner.workloads import load_workload
+    from ..planner.sim_settings import merge, sim_config
+    from ..planner.simulate import Policy, prepare, simulate as run
+    from ..planner.workloads import MixSettings, load_workload
     from .console import make_consoles
+    from .progress import progress_bar
     from .render_simulate import render_plot, render_simulate, simulate_report
 
     consoles = make_consoles()
     wl = load_workload(workload, sort=sort_rows)
-    mix = wl.settings
-
-    def pick(cli_value, mix_value, default):
-        return cli_value if cli_value is not None else (mix_value if mix_value is not None else default)
-
-    model_ref = pick(model, mix.model, None)
-    if model_ref is None:
+    given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=tp, pp=pp, dp=dp, router=router,
+                        device_memory_bytes=device_memory, reserved_bytes=reserved, reserve=reserve, bucket=bucket,
+                        policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms, rate_scale=rate_scale)
+    settings = merge(given, wl.settings)
+    if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
-    memory = pick(device_memory, mix.device_memory_bytes, None)
-    budget = device_budget(memory, pick(reserved, mix.reserved_bytes, 0))
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0):
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds, got {max_wait}")
-    def choose(enum, cli_value, mix_value, default, field):
-        value = pick(cli_value, mix_value, default)
-        try:
-            return enum(value)
-        except ValueError:
-            known = ", ".join(m.value for m in enum)
-            raise BadInput(wl.source, field, f"unknown value {value!r} (known: {known})") from None
-
-    router_value = choose(Router, router, mix.router, "round-robin", "deployment.router")
-    reserve_value = choose(Reserve, reserve, mix.reserve, "max", "reserve")
-    policy_value = choose(Policy, policy, mix.policy, "refuse", "policy")
-    layout_value = pick(layout, mix.layout, "exact")
-    placement = Placement(tp=pick(tp, mix.tp, 1), pp=pick(pp, mix.pp, 1), dp=pick(dp, mix.dp, 1), router=router_value)
-    time = TimeModel(prefill_tok_s=pick(prefill_tok_s, mix.prefill_tok_s, 10_000.0),
-                     tpot_ms=pick(tpot_ms, mix.tpot_ms, 20.0), rate_scale=pick(rate_scale, mix.rate_scale, 1.0))
-    config = SimConfig(placement=placement, limit_bytes=budget.limit_bytes if budget else 0, reserve=reserve_value,
-                       bucket=pick(bucket, mix.bucket, 4096), policy=policy_value, time=time, layout=layout_value,
-                       max_seq_len=pick(max_seq_len, mix.max_seq_len, None))
+    config, _budget = sim_config(settings, wl.source)
+    placement = config.placement
     if find_capacity:
         if not config.limit_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
-        if policy_value is Policy.QUEUE and max_wait is None:
+        if config.policy is Policy.QUEUE and max_wait is None:
             raise BadInput("options", "--max-wait", "--find-capacity under --policy queue needs --max-wait SECONDS")
-    spec = load_model(model_ref, max_seq_len=config.max_seq_len)
-    base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=placement.tp, layout=layout_value))
+    spec = load_model(settings.model, max_seq_len=config.max_seq_len)
+    base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=placement.tp, layout=config.layout))
     if base_plan.refusals:
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals, exit_code=EXIT_REFUSED)
         if as_json:
@@ -121,13 +101,13 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     capacity = None
     if find_capacity:
         max_wait_ns = None if max_wait is None else int(round(max_wait * 1e9))
-        with _progress(consoles.err, show_progress, "finding capacity", None) as tick:
+        with progress_bar(consoles.err, show_progress, "finding capacity", None) as tick:
             capacity = search(scn, max_wait_ns, progress=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
         result = capacity.result
         if result is not None:
             scn = scn.with_rate_scale(capacity.rate_scale)
     else:
-        with _progress(consoles.err, show_progress, "simulating", len(scn.arrival_ns)) as tick:
+        with progress_bar(consoles.err, show_progress, "simulating", len(scn.arrival_ns)) as tick:
             result = run(scn, progress=lambda done, total: tick(done, total, None))
     verified = None
     if verify and result is not None:
@@ -156,29 +136,3 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         render_simulate(consoles.out, report, series=series, plot_note=plot_note)
     return code
 
-
-class _progress:
-    """A rich progress bar on stderr for long runs; a no-op otherwise."""
-
-    def __init__(self, console, enabled: bool, label: str, total: int | None) -> None:
-        self.console, self.enabled, self.label, self.total = console, enabled, label, total
-        self.bar = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda *a: None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                            console=self.console, transient=True)
-        self.bar.start()
-        task = self.bar.add_task(self.label, total=self.total)
-
-        def tick(done: int, total: int | None, text: str | None) -> None:
-            self.bar.update(task, completed=done, total=total, description=text or self.label)
-
-        return tick
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()

@@ -44,7 +44,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from ..planner.sweep_exec import make_executor
     from .console import make_consoles
     from .render_sweep import render_plot, render_sweep, sweep_report
-    from .simulate import _progress
+    from .progress import progress_bar
 
     consoles = make_consoles()
     spec = load_spec(spec_path)
@@ -66,7 +66,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     started = time.perf_counter()
     interrupted = False
     try:
-        with _progress(consoles.err, show, "sweeping", len(plan.to_run)) as tick:
+        with progress_bar(consoles.err, show, "sweeping", len(plan.to_run)) as tick:
             tasks = [Task(spec.context, p) for p in plan.to_run]
             for k, result in enumerate(executor.map(evaluate, tasks), 1):
                 results.append(result)
