@@ -110,16 +110,25 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
     ratio = int_attr(source, node, "compression_ratio", None)
     if ratio is None:
         raise BadInput(source, f"{where(node)} attribute compression_ratio", "missing (required by the v1 schema)")
-    num_heads = int_attr(source, node, "num_heads", None)
+    def dim(index: int, axis: int) -> int | None:
+        """A static dim of input ``index`` ([B, S, heads, width] for query and index_query)."""
+        name = node.inputs[index] if index < len(node.inputs) else ""
+        shape = shapes.get(name) if name else None
+        value = shape[axis] if shape and len(shape) > axis else None
+        return value if isinstance(value, int) and value > 0 else None
+
+    # Attributes first; where the exporter left one out, the static query shapes say it.
+    num_heads = int_attr(source, node, "num_heads", dim(0, 2))
     if num_heads is None:
-        raise BadInput(source, f"{where(node)} attribute num_heads", "missing (required by the v1 schema)")
+        raise BadInput(source, f"{where(node)} attribute num_heads",
+                       "missing (required by the v1 schema; the query input's shape does not fix it either)")
     fields: dict[str, object] = {
         "compression_ratio": ratio,
         "num_heads": num_heads,
-        "head_dim": int_attr(source, node, "head_dim", 512),
+        "head_dim": int_attr(source, node, "head_dim", dim(0, 3) or 512),
         "qk_rope_head_dim": int_attr(source, node, "qk_rope_head_dim", 64),
-        "index_num_heads": int_attr(source, node, "index_num_heads", 0),
-        "index_head_dim": int_attr(source, node, "index_head_dim", 0),
+        "index_num_heads": int_attr(source, node, "index_num_heads", (dim(11, 2) or 0) if ratio == 4 else 0),
+        "index_head_dim": int_attr(source, node, "index_head_dim", (dim(11, 3) or 0) if ratio == 4 else 0),
         "index_topk": int_attr(source, node, "index_topk", 0),
         "cache_format": str_attr(source, node, "cache_format", CacheFormat.FP8_E4M3_BLOCK64.value),
     }

@@ -375,3 +375,26 @@ def _varint(n: int) -> bytes:
 def test_example_builder_writes_both_variants(tmp_path):
     assert builder.main(["build_examples.py", str(tmp_path)]) == 0
     assert {p.name for p in tmp_path.iterdir()} == set(builder.EXAMPLES)
+
+
+def test_head_counts_fall_back_to_the_query_shapes(csa, tmp_path):
+    """An exporter that leaves num_heads / index heads out: the static query shapes give them."""
+    def drop(spec):
+        for name in ("num_heads", "index_num_heads", "index_head_dim", "head_dim"):
+            spec.attrs.pop(name, None)
+
+    full = check(csa, write_model(tmp_path, "full.onnx", INTERLEAVED)).json()
+    bare = check(csa, write_model(tmp_path, "bare.onnx", INTERLEAVED, edit=drop)).json()
+    assert bare["exit_code"] == 0
+    assert bare["totals"] == full["totals"]
+    assert [l["descriptor"]["num_heads"] for l in bare["layers"]] == [64, 64, 64, 64]
+    assert [l["descriptor"]["index_num_heads"] for l in bare["layers"]] == [64, 0, 64, 0]
+
+
+def test_num_heads_missing_everywhere_is_bad_input(csa, tmp_path):
+    def drop(spec):
+        spec.attrs.pop("num_heads", None)
+        spec.shapes[spec.inputs[0]] = ["batch", "sequence_length", "heads", 512]
+
+    r = csa("check", str(write_model(tmp_path, "nohead.onnx", INTERLEAVED, edit=drop)))
+    assert r.code == 2 and "num_heads" in r.err and "query input's shape" in r.err
