@@ -110,10 +110,11 @@ def test_attribute_types_are_strict(csa, tmp_path, attr, value, problem):
     assert f"node 'layers.1.attn.csa' {problem}" in line
 
 
-@pytest.mark.parametrize("attr", ["compression_ratio", "num_heads"])
-def test_required_attributes(csa, tmp_path, attr):
-    path = write_model(tmp_path, "req.onnx", INTERLEAVED, edit=edit_layer(0, lambda s: s.attrs.pop(attr)))
-    assert f"attribute {attr}: missing (required by the v1 schema)" in one_line_error(check(csa, path))
+def test_required_attributes(csa, tmp_path):
+    """compression_ratio has no fallback; num_heads falls back to the query shape (test_onnx_check.py)."""
+    path = write_model(tmp_path, "req.onnx", INTERLEAVED,
+                       edit=edit_layer(0, lambda s: s.attrs.pop("compression_ratio")))
+    assert "attribute compression_ratio: missing (required by the v1 schema)" in one_line_error(check(csa, path))
 
 
 @pytest.mark.parametrize("metadata, problem", [
