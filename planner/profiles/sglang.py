@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from ..descriptor import Descriptor
 from ..layout import FP32_BYTES, GroupBytes
-from .base import LayoutProfile, ceil_div, round_up
+from .base import ceil_div, indexer_variants, round_up
 
 _POOL = "sgl-project/sglang python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py @007bddd4"
 _STATE = "sgl-project/sglang python/sglang/srt/mem_cache/deepseek_v4_compress_state.py @067c8c86"
@@ -100,25 +100,9 @@ def sglang_swa_padding(d: Descriptor) -> int:
 
 
 _SOURCES = (_POOL, _STATE, "assumed: page_size 256, offline C128, no speculative decoding")
-_fp8_group, _fp8_padding = _group(INDEX_FP8_KEY_BYTES)
-_fp4_group, _fp4_padding = _group(INDEX_FP4_KEY_BYTES)
-
-SGLANG = LayoutProfile(
-    name="sglang",
-    summary="SGLang six pools: 584-B records in 576-padded pages of 256 tokens, FP8 indexer, c128 state per request slot",
-    group_bytes=_fp8_group,
-    swa_bytes=sglang_swa_bytes,
-    group_padding_bytes=_fp8_padding,
-    swa_padding_bytes=sglang_swa_padding,
-    sources=_SOURCES,
-)
-
-SGLANG_FP4 = LayoutProfile(
-    name="sglang-fp4",
-    summary="SGLang as above with the FP4 indexer pool (68 B per key)",
-    group_bytes=_fp4_group,
-    swa_bytes=sglang_swa_bytes,
-    group_padding_bytes=_fp4_padding,
-    swa_padding_bytes=sglang_swa_padding,
-    sources=_SOURCES,
+SGLANG, SGLANG_FP4 = indexer_variants(
+    "sglang",
+    "SGLang six pools: 584-B records in 576-padded pages of 256 tokens, FP8 indexer, c128 state per request slot",
+    "SGLang as above with the FP4 indexer pool (68 B per key)",
+    _group, sglang_swa_bytes, sglang_swa_padding, _SOURCES, INDEX_FP8_KEY_BYTES, INDEX_FP4_KEY_BYTES,
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ..descriptor import Descriptor
 from ..layout import FP32_BYTES, GroupBytes
-from .base import LayoutProfile, ceil_div, round_up
+from .base import ceil_div, indexer_variants, round_up
 
 _ATTN = "vllm-project/vllm vllm/models/deepseek_v4/attention.py @0484480b"
 _SPEC = "vllm-project/vllm vllm/v1/kv_cache_interface.py @0484480b"
@@ -129,25 +129,9 @@ def vllm_swa_padding(d: Descriptor) -> int:
 
 
 _SOURCES = (_ATTN, _SPEC, _COMP, _SWA)
-_fp8_group, _fp8_padding = _group(INDEX_FP8_KEY_BYTES)
-_fp4_group, _fp4_padding = _group(INDEX_FP4_KEY_BYTES)
-
-VLLM = LayoutProfile(
-    name="vllm",
-    summary="vLLM fp8_ds_mla: 584-B records, 256-token blocks, pages rounded to 576 B, FP8 indexer (132 B), fp32 state pools",
-    group_bytes=_fp8_group,
-    swa_bytes=vllm_swa_bytes,
-    group_padding_bytes=_fp8_padding,
-    swa_padding_bytes=vllm_swa_padding,
-    sources=_SOURCES,
-)
-
-VLLM_FP4 = LayoutProfile(
-    name="vllm-fp4",
-    summary="vLLM as above with the MXFP4 indexer cache (68 B per key)",
-    group_bytes=_fp4_group,
-    swa_bytes=vllm_swa_bytes,
-    group_padding_bytes=_fp4_padding,
-    swa_padding_bytes=vllm_swa_padding,
-    sources=_SOURCES,
+VLLM, VLLM_FP4 = indexer_variants(
+    "vllm",
+    "vLLM fp8_ds_mla: 584-B records, 256-token blocks, pages rounded to 576 B, FP8 indexer (132 B), fp32 state pools",
+    "vLLM as above with the MXFP4 indexer cache (68 B per key)",
+    _group, vllm_swa_bytes, vllm_swa_padding, _SOURCES, INDEX_FP8_KEY_BYTES, INDEX_FP4_KEY_BYTES,
 )
