@@ -63,7 +63,7 @@ def main() -> int:
             subprocess.run(command, capture_output=True, check=True)
             times.append(time.perf_counter() - start)
 
-        from csa_plan.planner.onnx_graph import load_onnx_model
+        from csa_plan.planner.onnx.graph import load_onnx_model
 
         reads = []
         for _ in range(args.runs):

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..planner.descriptor import CACHE_FORMAT_NAMES
-from ..planner.profiles import PROFILES
-from .exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
-from .options import COUNT, SIZE, bad_input_exits
+from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
+from csa_plan.planner.engines import PROFILES
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -39,15 +39,15 @@ def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: in
           concurrency: int, at_length: int, per_layer: bool, as_json: bool) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
-    from ..planner.capacity import capacity
-    from ..planner.errors import BadInput
-    from ..planner.gate import Gate
-    from ..planner.loaders import load_model
-    from ..planner.memory import device_budget
-    from ..planner.plan import PlanOptions, plan_model
-    from ..planner.report import Verdict, check_report, verdict
-    from .console import make_consoles
-    from .render_check import render_check
+    from csa_plan.planner.capacity import capacity
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.gate import Gate
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.memory import device_budget
+    from csa_plan.planner.plan import PlanOptions, plan_model
+    from csa_plan.planner.report import Verdict, check_report, verdict
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.render_check import render_check
 
     if concurrency < 1:
         raise BadInput("options", "--concurrency", "must be at least 1")

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
-from .options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -35,13 +35,13 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""
-    from ..planner.compare import comparison_report, compare as run_compare
-    from ..planner.loaders import load_model
-    from ..planner.memory import device_budget
-    from ..planner.plan import PlanOptions
-    from ..planner.profiles import get_profile
-    from .console import make_consoles
-    from .render_compare import render_compare
+    from csa_plan.planner.engines.compare import comparison_report, compare as run_compare
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.memory import device_budget
+    from csa_plan.planner.plan import PlanOptions
+    from csa_plan.planner.engines import get_profile
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.render_compare import render_compare
 
     for name in layouts:
         get_profile(name, "options", "--layout")
@@ -77,8 +77,8 @@ def _plot(spec, options, layouts, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..planner.compare import context_lengths, curves
-    from ..planner.plan import apply_options
+    from csa_plan.planner.engines.compare import context_lengths, curves
+    from csa_plan.planner.plan import apply_options
 
     descriptors = apply_options(spec, options)
     high = max(d.max_seq_len for d in descriptors)

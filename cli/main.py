@@ -14,8 +14,8 @@ import sys
 
 import click
 
-from .exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
-from .options import one_line
+from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
+from csa_plan.cli.options import one_line
 
 # name -> "module:attribute"; a new command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {

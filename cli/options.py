@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import click
 
-from ..planner.errors import I63_LIMIT, BadInput
-from .exit_codes import EXIT_BAD_INPUT
+from csa_plan.planner.errors import I63_LIMIT, BadInput
+from csa_plan.cli.exit_codes import EXIT_BAD_INPUT
 
 
 class SizeType(click.ParamType):
@@ -20,7 +20,7 @@ class SizeType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        from ..planner.memory import parse_size
+        from csa_plan.planner.memory import parse_size
 
         option = param.opts[0] if param else "size"
         try:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .format import fmt_bytes, fmt_ids
+from csa_plan.cli.format import fmt_bytes, fmt_ids
 
 CLASSES = ("compressed", "carry", "index", "index_carry", "dense_ring", "scratch")
 HEADERS = ("compressed", "carry", "index", "idx carry", "ring", "scratch")

@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .format import GIB, MIB
+from csa_plan.cli.format import GIB, MIB
 
 KIB = 1 << 10
 

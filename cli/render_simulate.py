@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .exit_codes import EXIT_OK
-from .format import fmt_bytes, fmt_ids
+from csa_plan.cli.exit_codes import EXIT_OK
+from csa_plan.cli.format import fmt_bytes, fmt_ids
 
 SCHEMA = "csa-plan/simulate/v1"
 MAX_TIERS_LISTED = 64
@@ -140,7 +140,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
                       pct(d["mean_utilization"]), pct(d["peak_utilization"]), f"{d['final_bytes']:,}")
     out.print(table)
     if series is not None:
-        from ..planner.sim_series import sparkline
+        from csa_plan.planner.simulate.series import sparkline
 
         for devices, values in series.groups:
             top = series.limit_bytes or int(values.max())
@@ -185,7 +185,7 @@ def render_plot(series, path: str, title: str) -> str | None:
     try:
         fig.savefig(path)
     except OSError as exc:
-        from ..planner.errors import BadInput
+        from csa_plan.planner.errors import BadInput
 
         raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
     finally:

@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..planner.sweep_spec import AXES as POINT_AXES, SCHEMA
-from .exit_codes import EXIT_OK
+from csa_plan.planner.sweep.spec import AXES as POINT_AXES, SCHEMA
+from csa_plan.cli.exit_codes import EXIT_OK
 
 
 def _varying(points: list[dict[str, Any]]) -> list[str]:
@@ -172,7 +172,7 @@ def render_plot(report: dict[str, Any], path: str) -> str | None:
     try:
         fig.savefig(path, dpi=110)
     except OSError as exc:
-        from ..planner.errors import BadInput
+        from csa_plan.planner.errors import BadInput
 
         raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
     finally:

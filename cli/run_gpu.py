@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .exit_codes import EXIT_CHECK_FAILED, EXIT_CODES_HELP, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
-from .options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_CODES_HELP, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
 
 MIN_STEPS = 16
 TINY = {"num_heads": 4, "window": 16, "index_num_heads": 4, "index_topk": 8}
@@ -35,7 +35,7 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
             tp: int, seed: int, tiny: bool, backend: str, as_json: bool) -> int:
     """Run prefill and STEPS decode steps of CSA/HCA layers of MODEL and check them against the
     NumPy oracle and the plan."""
-    from ..planner.errors import BadInput
+    from csa_plan.planner.errors import BadInput
 
     if steps < MIN_STEPS:
         raise BadInput("options", "--steps", f"must be at least {MIN_STEPS}, got {steps}")
@@ -45,7 +45,7 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
         raise BadInput("options", "--limit", "must be positive (omit it for an unlimited ledger)")
 
     if backend == "cupy":
-        from ..kernels.gpu_env import gpu_unavailable_reason
+        from csa_plan.kernels.gpu_env import gpu_unavailable_reason
 
         reason = gpu_unavailable_reason()
         if reason:
@@ -58,7 +58,7 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
             click.echo(f"csa-plan: refused: {line}", err=True)
         return EXIT_REFUSED
 
-    from ..planner.layout import ZERO, group_bytes
+    from csa_plan.planner.layout import ZERO, group_bytes
 
     need = sum((group_bytes(d, 1) for d in descriptors), ZERO).total_bytes * (requests + 1)
     if limit is not None and need > limit:
@@ -67,8 +67,8 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
                    f"--max-seq-len/--requests", err=True)
         return EXIT_REFUSED
 
-    from ..kernels.backends import CupyBackend, EmulatedBackend
-    from ..kernels.run_checks import run_checks
+    from csa_plan.kernels.backends import CupyBackend, EmulatedBackend
+    from csa_plan.kernels.run_checks import run_checks
 
     be = CupyBackend() if backend == "cupy" else EmulatedBackend()
     result = run_checks(be, descriptors, requests=requests, steps=steps, limit=limit or 0, seed=seed)
@@ -90,8 +90,8 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        from .console import make_consoles
-        from .render_run_gpu import render_run_gpu
+        from csa_plan.cli.console import make_consoles
+        from csa_plan.cli.render_run_gpu import render_run_gpu
 
         render_run_gpu(make_consoles().out, report)
     return code
@@ -107,10 +107,10 @@ def _device_name(be) -> str:
 
 
 def _descriptors(model, layers, max_seq_len, tp, tiny, requests, steps):
-    from ..planner.errors import BadInput
-    from ..planner.gate import Gate
-    from ..planner.loaders import load_model
-    from ..planner.plan import PlanOptions, apply_options, plan_layer
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.gate import Gate
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.plan import PlanOptions, apply_options, plan_layer
 
     L = max_seq_len or (TINY_MAX_SEQ_LEN if tiny else DEFAULT_MAX_SEQ_LEN)
     if L < steps + 1:

@@ -6,14 +6,14 @@ import json
 
 import click
 
-from .exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
-from .options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
 
 LONG_RUN_REQUESTS = 200_000
 
 
 def _layouts() -> list[str]:
-    from ..planner.profiles import PROFILES
+    from csa_plan.planner.engines import PROFILES
 
     return list(PROFILES)
 
@@ -57,17 +57,17 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     through per-device ledgers and report peaks, refusals and waits."""
     import math
 
-    from ..planner.errors import BadInput
-    from ..planner.loaders import load_model
-    from ..planner.plan import PlanOptions, plan_model
-    from ..planner.sim_capacity import find_capacity as search
-    from ..planner.sim_replay import replay
-    from ..planner.sim_settings import merge, sim_config
-    from ..planner.simulate import Policy, prepare, simulate as run
-    from ..planner.workloads import MixSettings, load_workload
-    from .console import make_consoles
-    from .progress import progress_bar
-    from .render_simulate import render_plot, render_simulate, simulate_report
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.plan import PlanOptions, plan_model
+    from csa_plan.planner.simulate.capacity import find_capacity as search
+    from csa_plan.planner.simulate.replay import replay
+    from csa_plan.planner.simulate.settings import merge, sim_config
+    from csa_plan.planner.simulate import Policy, prepare, simulate as run
+    from csa_plan.planner.workloads import MixSettings, load_workload
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.progress import progress_bar
+    from csa_plan.cli.render_simulate import render_plot, render_simulate, simulate_report
 
     consoles = make_consoles()
     wl = load_workload(workload, sort=sort_rows)
@@ -115,7 +115,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         verified = reference == result and reference.decisions.same_as(result.decisions) and ledger.at_baseline
     series = None
     if result is not None:
-        from ..planner.sim_series import residency_series
+        from csa_plan.planner.simulate.series import residency_series
 
         series = residency_series(scn, result.decisions, buckets=60)
     if result is None:

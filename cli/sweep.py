@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
-from .options import COUNT, bad_input_exits
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.options import COUNT, bad_input_exits
 
 EXIT_INTERRUPTED = 130
 
@@ -37,14 +37,14 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     import time
     from pathlib import Path
 
-    from ..planner.errors import BadInput
-    from ..planner.files import path_kind, read_text
-    from ..planner.sweep import Task, answer, evaluate, read_resume, resume_line, triage
-    from ..planner.sweep_spec import load_spec
-    from ..planner.sweep_exec import make_executor
-    from .console import make_consoles
-    from .render_sweep import render_plot, render_sweep, sweep_report
-    from .progress import progress_bar
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.files import path_kind, read_text
+    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, read_resume, resume_line, triage
+    from csa_plan.planner.sweep.spec import load_spec
+    from csa_plan.planner.sweep.executors import make_executor
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.render_sweep import render_plot, render_sweep, sweep_report
+    from csa_plan.cli.progress import progress_bar
 
     consoles = make_consoles()
     spec = load_spec(spec_path)

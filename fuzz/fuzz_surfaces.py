@@ -20,9 +20,9 @@ import atheris
 
 with atheris.instrument_imports(include=["csa_plan"]):
     from csa_plan.planner.errors import BadInput
-    from csa_plan.planner.loaders import _parse_json, from_hf_config, from_yaml_spec
+    from csa_plan.planner.loaders.model_files import _parse_json, from_hf_config, from_yaml_spec
     from csa_plan.planner.plan import PlanOptions, plan_model
-    from csa_plan.planner.safe_yaml import load_yaml
+    from csa_plan.planner.loaders.safe_yaml import load_yaml
 
 TMP = tempfile.mkdtemp(prefix="csa-fuzz-")
 
@@ -50,7 +50,7 @@ def _file(data: bytes, suffix: str) -> str:
 
 
 def onnx_graph(data: bytes) -> None:
-    from csa_plan.planner.onnx_graph import load_onnx_model
+    from csa_plan.planner.onnx.graph import load_onnx_model
 
     from pathlib import Path
 
@@ -97,7 +97,7 @@ def _seed_corpus(surface: str) -> str:
 
 
 def sweep_yaml(data: bytes) -> None:
-    from csa_plan.planner.sweep_spec import parse_spec
+    from csa_plan.planner.sweep.spec import parse_spec
 
     parse_spec(load_yaml(data.decode("utf-8", errors="replace"), "s.yaml"), os.path.join(ROOT, "examples", "sweeps",
                                                                                          "fuzz.yaml"))

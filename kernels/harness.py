@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
-from . import oracle as O
+from csa_plan.planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
+from csa_plan.kernels import oracle as O
 
 D_PLUS_2 = 514
 

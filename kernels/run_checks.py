@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..planner.layout import ZERO, group_bytes
-from ..planner.ledger import Ledger, OutOfMemoryError
-from . import oracle as O
-from .harness import DeviceLayer, Group
+from csa_plan.planner.layout import ZERO, group_bytes
+from csa_plan.planner.ledger import Ledger, OutOfMemoryError
+from csa_plan.kernels import oracle as O
+from csa_plan.kernels.harness import DeviceLayer, Group
 
 OUTPUT_ATOL = 1e-3  # max |kernel - oracle| on attention outputs (values are O(1))
 SCORE_RTOL = 1e-4  # index scores, relative to max |score|

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .descriptor import MAX_SEQ_LEN_LIMIT
-from .model import ModelSpec
-from .plan import ModelPlan, PlanOptions, plan_model
+from csa_plan.planner.descriptor import MAX_SEQ_LEN_LIMIT
+from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
 
 
 @dataclass(frozen=True)

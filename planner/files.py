@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from .errors import BadInput
+from csa_plan.planner.errors import BadInput
 
 
 MAX_SPEC_BYTES = 16 << 20

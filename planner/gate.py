@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .descriptor import (
+from csa_plan.planner.descriptor import (
     FROZEN_HEAD_DIM,
     FROZEN_ROPE_DIM,
     MAX_SEQ_LEN_LIMIT,
@@ -19,7 +19,7 @@ from .descriptor import (
     Descriptor,
     required_edges,
 )
-from .refusals import Clause, Refusal, RefusalType
+from csa_plan.planner.refusals import Clause, Refusal, RefusalType
 
 
 class Gate(str, Enum):

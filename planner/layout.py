@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from .descriptor import CacheFormat, Descriptor
-from .errors import U64_LIMIT, BadInput
+from csa_plan.planner.units import ceil_div
+from csa_plan.planner.descriptor import CacheFormat, Descriptor
+from csa_plan.planner.errors import U64_LIMIT, BadInput
 
 FP32_BYTES = 4
 INT32_BYTES = 4
@@ -94,10 +95,6 @@ def record_width_bytes(cache_format: CacheFormat, head_dim: int, rope_dim: int) 
 def index_key_bytes(index_head_dim: int) -> int:
     """One FP4 block-32 index key: 128 dims -> 68 bytes."""
     return index_head_dim // FP4_BLOCK * FP4_BLOCK_BYTES
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def carry_slots(ratio: int) -> int:

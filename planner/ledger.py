@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 from typing import Mapping
 
-from .layout import STATE_CLASSES, GroupBytes, StateClass
-from .refusals import Refusal, RefusalType
+from csa_plan.planner.layout import STATE_CLASSES, GroupBytes, StateClass
+from csa_plan.planner.refusals import Refusal, RefusalType
 
 _FIELDS: tuple[str, ...] = tuple(f"{c.value}_bytes" for c in STATE_CLASSES)
 _N = len(_FIELDS)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from .errors import I63_LIMIT, BadInput
+from csa_plan.planner.errors import I63_LIMIT, BadInput
 
 MIB = 1 << 20
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .descriptor import Descriptor
-from .refusals import Refusal
+from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.refusals import Refusal
 
 
 @dataclass(frozen=True)

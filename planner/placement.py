@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import BadInput
-from .layout import ZERO, GroupBytes
-from .plan import ModelPlan
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.layout import ZERO, GroupBytes
+from csa_plan.planner.plan import ModelPlan
 
 
 class Router(str, Enum):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .descriptor import CacheFormat, Descriptor
-from .errors import BadInput
-from .gate import Gate, run_gate
-from .layout import ZERO, GroupBytes, LayerKind, layer_kind
-from .profiles import LayoutProfile, get_profile
-from .model import ModelSpec
-from .refusals import Clause, Refusal, RefusalType
+from csa_plan.planner.descriptor import CacheFormat, Descriptor
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.gate import Gate, run_gate
+from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
+from csa_plan.planner.engines import LayoutProfile, get_profile
+from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.refusals import Clause, Refusal, RefusalType
 
 
 @dataclass(frozen=True)

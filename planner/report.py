@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from .capacity import Capacity
-from .descriptor import Descriptor
-from .layout import LayerKind
-from .memory import DeviceBudget
-from .plan import LayerPlan, ModelPlan
+from csa_plan.planner.capacity import Capacity
+from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.layout import LayerKind
+from csa_plan.planner.memory import DeviceBudget
+from csa_plan.planner.plan import LayerPlan, ModelPlan
 
 CHECK_SCHEMA = "csa-plan/check/v1"
 

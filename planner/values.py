@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .errors import I63_LIMIT, BadInput
+from csa_plan.planner.errors import I63_LIMIT, BadInput
 
 
 def read_int(source: str, field: str, value: Any) -> int:

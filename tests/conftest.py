@@ -1,25 +1,22 @@
-"""Shared test helpers: run the real CLI entry point in-process."""
+"""Suite-wide setup: the Hypothesis profile and the ``csa`` fixture (the real CLI, in-process)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
+from hypothesis import HealthCheck, settings
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+from helpers import Result
+
+# Registered once: no deadlines (CI machines have 2 cores and share them).
+settings.register_profile("csa-plan", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("csa-plan")
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> dict:
-        return json.loads(self.out)
+def pytest_collection_modifyitems(items):
+    """Everything under tests/fuzz/ carries the ``fuzz`` marker (``-m 'not fuzz'`` skips it)."""
+    for item in items:
+        if "/tests/fuzz/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.fuzz)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from conftest import ROOT
+from helpers import ROOT
 
 ROOTS = {"cli": "csa_plan.cli", "planner": "csa_plan.planner", "kernels": "csa_plan.kernels"}
 
@@ -12,7 +12,7 @@ ROOTS = {"cli": "csa_plan.cli", "planner": "csa_plan.planner", "kernels": "csa_p
 def test_every_package_folder_is_installed():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(config["packages"])
-    found = {"csa_plan"}
+    found = set()
     for folder, dotted in ROOTS.items():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder).parts

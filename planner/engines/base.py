@@ -1,0 +1,55 @@
+"""The layout-profile record and the integer helpers every profile shares.
+
+A profile answers one question: how many bytes would *this engine* hold on one
+device for one admitted CSA/HCA group (``group_bytes``) or one sliding-window-only
+layer (``swa_bytes``)? Engine pools are mapped onto the six state classes of
+CONTRACT §2 (see the README, "Layout profiles", for each engine's mapping). ``*_padding_bytes``
+says how much of that total is padding: the profile's bytes minus the same
+content (the same records/rows in the engine's own widths) packed without
+block rounding or page alignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.layout import GroupBytes
+
+
+def no_group_padding(d: Descriptor, query_len: int) -> int:
+    return 0
+
+
+def no_swa_padding(d: Descriptor) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class LayoutProfile:
+    name: str
+    summary: str
+    group_bytes: Callable[[Descriptor, int], GroupBytes]  # (admitted CSA/HCA descriptor, query_len)
+    swa_bytes: Callable[[Descriptor], GroupBytes]
+    group_padding_bytes: Callable[[Descriptor, int], int] = no_group_padding
+    swa_padding_bytes: Callable[[Descriptor], int] = no_swa_padding
+    sources: tuple[str, ...] = ()  # where each rule comes from (rendered in docs and --json)
+
+
+GroupFactory = Callable[[int], tuple[Callable[[Descriptor, int], GroupBytes], Callable[[Descriptor, int], int]]]
+
+
+def indexer_variants(name: str, summary_fp8: str, summary_fp4: str, group_for_key: GroupFactory,
+                     swa_bytes: Callable[[Descriptor], GroupBytes], swa_padding_bytes: Callable[[Descriptor], int],
+                     sources: tuple[str, ...], fp8_key_bytes: int, fp4_key_bytes: int
+                     ) -> tuple["LayoutProfile", "LayoutProfile"]:
+    """An engine that stores index keys either as FP8 (+ scale) or FP4: two profiles that
+    differ only in the key width, ``name`` and ``name-fp4``."""
+    profiles = []
+    for suffix, summary, key_bytes in (("", summary_fp8, fp8_key_bytes), ("-fp4", summary_fp4, fp4_key_bytes)):
+        group, padding = group_for_key(key_bytes)
+        profiles.append(LayoutProfile(name=name + suffix, summary=summary, group_bytes=group, swa_bytes=swa_bytes,
+                                      group_padding_bytes=padding, swa_padding_bytes=swa_padding_bytes,
+                                      sources=sources))
+    return profiles[0], profiles[1]

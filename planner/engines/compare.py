@@ -1,0 +1,165 @@
+"""The same model under every layout profile, side by side (pure; no printing).
+
+One ``CompareRow`` per profile: bytes per request per device at the chosen
+max_seq_len, the asymptotic bytes per token (the exact slope of bytes(L) as L
+grows, measured over one whole period of every block size), the fixed cost per
+request (classes that do not grow with L: carry, index carry, dense ring), the
+padding waste, the difference to ``exact`` and, given a device limit, how many
+concurrent requests fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+from csa_plan.planner.descriptor import MAX_SEQ_LEN_LIMIT
+from csa_plan.planner.layout import GroupBytes, LayerKind
+from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.plan import ModelPlan, PlanOptions, apply_options, plan_model
+from csa_plan.planner.engines import PROFILES, get_profile
+
+# Every block/page size the profiles use (4, 64, 128, 256 tokens) divides this, so
+# bytes(L + SLOPE_PERIOD) - bytes(L) is exactly SLOPE_PERIOD x the asymptotic slope
+# once L is past every saturation point (window, top-k).
+SLOPE_PERIOD = 1 << 16
+SLOPE_HIGH = MAX_SEQ_LEN_LIMIT
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    profile: str
+    summary: str
+    per_request_bytes: int
+    by_class: GroupBytes
+    bytes_per_token: Fraction
+    fixed_request_bytes: int
+    padding_bytes: int
+    over_exact_bytes: int
+    requests_that_fit: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "summary": self.summary,
+            "per_request_bytes": self.per_request_bytes,
+            "by_class": self.by_class.as_dict(),
+            "bytes_per_token": {"numerator": self.bytes_per_token.numerator,
+                                "denominator": self.bytes_per_token.denominator,
+                                "value": float(self.bytes_per_token)},
+            "fixed_request_bytes": self.fixed_request_bytes,
+            "padding_bytes": self.padding_bytes,
+            "over_exact_bytes": self.over_exact_bytes,
+            "requests_that_fit": self.requests_that_fit,
+            "sources": list(get_profile(self.profile).sources),
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model: ModelSpec
+    options: PlanOptions
+    limit_bytes: int | None
+    rows: tuple[CompareRow, ...]
+    refused_layers: tuple[int, ...]  # layers left out of every total (typed refusals)
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refused_layers
+
+    def row(self, profile: str) -> CompareRow:
+        return next(r for r in self.rows if r.profile == profile)
+
+
+def padding_bytes(plan: ModelPlan) -> int:
+    """Sum of the profile's padding over every admitted layer of a plan."""
+    profile = get_profile(plan.options.layout)
+    total = 0
+    for layer in plan.layers:
+        if layer.bytes is None:
+            continue
+        if layer.kind is LayerKind.SWA:
+            total += profile.swa_padding_bytes(layer.descriptor)
+        else:
+            total += profile.group_padding_bytes(layer.descriptor, plan.options.query_len)
+    return total
+
+
+def fixed_request_bytes(plan: ModelPlan) -> int:
+    b = plan.per_device
+    return b.carry_bytes + b.index_carry_bytes + b.dense_ring_bytes
+
+
+def bytes_per_token(model: ModelSpec, options: PlanOptions) -> Fraction:
+    """Exact asymptotic slope of per-request bytes in max_seq_len."""
+    high = plan_model(model, replace(options, max_seq_len=SLOPE_HIGH)).per_request_per_device_bytes
+    low = plan_model(model, replace(options, max_seq_len=SLOPE_HIGH - SLOPE_PERIOD)).per_request_per_device_bytes
+    return Fraction(high - low, SLOPE_PERIOD)
+
+
+def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
+            profiles: tuple[str, ...] | None = None) -> Comparison:
+    """One row per profile (all registered ones by default), ``exact`` as the reference."""
+    names = profiles or tuple(PROFILES)
+    for name in names:
+        get_profile(name)
+    exact_total = plan_model(model, replace(options, layout="exact")).per_request_per_device_bytes
+    rows = []
+    refused: tuple[int, ...] = ()
+    for name in names:
+        opts = replace(options, layout=name)
+        plan = plan_model(model, opts)
+        refused = tuple(layer.descriptor.layer_id for layer in plan.layers if layer.bytes is None)
+        total = plan.per_request_per_device_bytes
+        rows.append(CompareRow(
+            profile=name,
+            summary=get_profile(name).summary,
+            per_request_bytes=total,
+            by_class=plan.per_device,
+            bytes_per_token=bytes_per_token(model, opts),
+            fixed_request_bytes=fixed_request_bytes(plan),
+            padding_bytes=padding_bytes(plan),
+            over_exact_bytes=total - exact_total,
+            requests_that_fit=(limit_bytes // total if total else None) if limit_bytes is not None else None,
+        ))
+    return Comparison(model=model, options=options, limit_bytes=limit_bytes, rows=tuple(rows),
+                      refused_layers=refused)
+
+
+def context_lengths(low: int, high: int, points: int = 24) -> tuple[int, ...]:
+    """Roughly geometric lengths from low to high inclusive, for the chart."""
+    low = max(1, low)
+    if high <= low:
+        return (high,)
+    out = {low, high}
+    ratio = (high / low) ** (1 / (points - 1))
+    for i in range(1, points - 1):
+        out.add(min(high, max(low, round(low * ratio ** i))))
+    return tuple(sorted(out))
+
+
+def curves(model: ModelSpec, options: PlanOptions, lengths: tuple[int, ...],
+           profiles: tuple[str, ...] | None = None) -> dict[str, tuple[int, ...]]:
+    """Bytes per request per device at each length, one series per profile."""
+    names = profiles or tuple(PROFILES)
+    return {
+        name: tuple(plan_model(model, replace(options, layout=name, max_seq_len=n)).per_request_per_device_bytes
+                    for n in lengths)
+        for name in names
+    }
+
+
+def comparison_report(c: Comparison) -> dict[str, Any]:
+    """The csa-plan/compare/v1 JSON document."""
+    o = c.options
+    lengths = sorted({d.max_seq_len for d in apply_options(c.model, o)})
+    return {
+        "schema": "csa-plan/compare/v1",
+        "model": {"name": c.model.name, "source": c.model.source},
+        "options": {"max_seq_len": lengths[0] if len(lengths) == 1 else lengths, "batch": o.batch, "query_len": o.query_len, "tp": o.tp,
+                    "gate": o.gate.value, "window": o.window, "cache_format": o.cache_format},
+        "limit_bytes": c.limit_bytes,
+        "refused_layers": list(c.refused_layers),
+        "profiles": [r.as_dict() for r in c.rows],
+    }

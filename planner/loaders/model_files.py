@@ -1,0 +1,336 @@
+"""Read a model from a preset name, a HF config.json, a model directory or our YAML spec.
+
+Each reader validates types strictly (``values.read_int``) and raises ``BadInput``
+naming the file and the field; semantic problems are left to the gate.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, STATE_EDGE_INPUT_INDEX, Descriptor, StateEdge
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.files import path_kind, read_text
+from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.values import read_bool, read_int, read_str
+
+PRESETS: dict[str, str] = {
+    "deepseek-v4-flash": "deepseek-v4-flash.json",
+    "deepseek-v4-pro": "deepseek-v4-pro.json",
+}
+
+INDEX_FIELDS = ("index_num_heads", "index_head_dim", "index_topk")
+MAX_FILE_BYTES = 64 << 20
+DIRECTORY_CONFIGS = ("config.json", "inference_config.json")
+MAX_LAYERS = 1 << 16  # far beyond any real stack; bounds memory on hostile specs
+
+
+def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None = None,
+               at_length: int = 8) -> ModelSpec:
+    """Dispatch on what ``ref`` names: preset, directory, .onnx, .yaml/.yml or .json.
+
+    The keyword options matter only for ONNX graphs, whose capacity may come from
+    node attributes, model metadata or the command line (in that order of lookup,
+    with the command line overriding).
+    """
+    if ref in PRESETS:
+        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[ref]).read_text()
+        return from_hf_config(_parse_json(text, ref), source=ref, name=ref)
+    path = Path(ref)
+    kind = path_kind(path)
+    if kind is None:
+        known = ", ".join(PRESETS)
+        raise BadInput(ref, None, f"no such file, directory or preset (presets: {known})")
+    if kind == "dir":
+        config = next((path / n for n in DIRECTORY_CONFIGS if path_kind(path / n) == "file"), None)
+        if config is None:
+            raise BadInput(str(path), None, "directory has no config.json (nor inference_config.json)")
+        path = config
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        from csa_plan.planner.onnx.graph import load_onnx_model  # onnx is imported only for graphs
+
+        return load_onnx_model(path, max_seq_len=max_seq_len, window=window, at_length=at_length)
+    text = read_text(path, MAX_FILE_BYTES)
+    if suffix in (".yaml", ".yml"):
+        return from_yaml_spec(_parse_yaml(text, str(path)), source=str(path), max_seq_len=max_seq_len)
+    data = _parse_json(text, str(path))
+    if isinstance(data, dict) and "layers" in data:
+        return from_yaml_spec(data, source=str(path), max_seq_len=max_seq_len)
+    return from_hf_config(data, source=str(path), name=path.parent.name or path.stem, max_seq_len=max_seq_len)
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise BadInput(source, None, "malformed JSON: nesting too deep") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts (4300 digits)
+        raise BadInput(source, None, f"malformed JSON: {str(exc).split(';')[0]}") from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    from csa_plan.planner.loaders.safe_yaml import load_yaml
+
+    return load_yaml(text, source)
+
+
+def _require_mapping(data: Any, source: str, field: str | None = None) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise BadInput(source, field, f"expected a mapping, got {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            raise BadInput(source, field, f"keys must be strings, got {key!r}")
+    return data
+
+
+def _ratios(source: str, value: Any, expected_len: int, expected_text: str) -> list[int]:
+    if not isinstance(value, list):
+        raise BadInput(source, "compress_ratios", f"expected a list of integers, got {type(value).__name__}")
+    ratios = [read_int(source, f"compress_ratios[{i}]", r) for i, r in enumerate(value)]
+    if len(ratios) != expected_len:
+        raise BadInput(source, "compress_ratios",
+                       f"has {len(ratios)} entries but {expected_text} = {expected_len}")
+    return ratios
+
+
+# --- Hugging Face config.json -------------------------------------------------------
+
+# Our field -> the keys that may carry it, in order of preference. The first name is the
+# HF config.json key; later names are the reference inference code's inference_config.json.
+HF_KEYS: dict[str, tuple[str, ...]] = {
+    "num_main_layers": ("num_hidden_layers", "n_layers"),
+    "num_mtp_layers": ("num_nextn_predict_layers",),
+    "num_heads": ("num_attention_heads", "n_heads"),
+    "head_dim": ("head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim", "rope_head_dim"),
+    "index_num_heads": ("index_n_heads", "index_num_heads"),
+    "index_head_dim": ("index_head_dim",),
+    "index_topk": ("index_topk",),
+    "max_seq_len": ("max_position_embeddings",),
+    "window": ("sliding_window", "window_size"),
+}
+NESTED_CONFIG_KEYS = ("text_config", "language_config")  # multimodal wrappers keep the LM config here
+
+
+def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None = None) -> ModelSpec:
+    """A HF config.json (or the reference code's inference_config.json) as a layer stack.
+
+    ``max_seq_len`` (the command line) stands in when the file has no
+    max_position_embeddings, as inference_config.json does not.
+    """
+    data = _require_mapping(data, source)
+    notes: list[str] = []
+    if "compress_ratios" not in data:
+        nested = next((k for k in NESTED_CONFIG_KEYS if isinstance(data.get(k), dict)
+                       and "compress_ratios" in data[k]), None)
+        if nested is None:
+            raise BadInput(source, "compress_ratios", "missing: not a compressed-attention (DeepSeek-V4-style) config")
+        data = _require_mapping(data[nested], source, nested)
+        notes.append(f"read the language-model config under {nested!r}")
+
+    def field(ours: str, default: int | None = None) -> int:
+        keys = HF_KEYS[ours]
+        for key in keys:
+            if data.get(key) is not None:
+                return read_int(source, key, data[key])
+        if default is None:
+            hint = " (or pass --max-seq-len)" if ours == "max_seq_len" else ""
+            raise BadInput(source, keys[0], f"missing{hint}")
+        return default
+
+    n_main = field("num_main_layers")
+    raw_ratios = data["compress_ratios"]
+    if "num_hidden_layers" not in data and "n_layers" in data and isinstance(raw_ratios, list):
+        # inference_config.json has no MTP count: its compress_ratios list is main layers then MTP layers
+        n_mtp = max(len(raw_ratios) - n_main, 0)
+        notes.append(f"inference_config.json: {n_mtp} MTP layer(s) = compress_ratios entries beyond n_layers")
+    else:
+        n_mtp = field("num_mtp_layers", 0)
+    if n_main + n_mtp > MAX_LAYERS:
+        raise BadInput(source, "num_hidden_layers", f"{n_main} + {n_mtp} layers is more than {MAX_LAYERS}")
+    ratios = _ratios(source, raw_ratios, n_main + n_mtp,
+                     f"num_hidden_layers + num_nextn_predict_layers ({n_main} + {n_mtp})")
+    has_csa = any(r == 4 for r in ratios)
+    common = {
+        "num_heads": field("num_heads"),
+        "head_dim": field("head_dim"),
+        "qk_rope_head_dim": field("qk_rope_head_dim"),
+        "max_seq_len": field("max_seq_len", max_seq_len),
+        "window": field("window", 128),
+    }
+    if "max_position_embeddings" not in data and max_seq_len is not None:
+        notes.append("max_seq_len from --max-seq-len (the config has no max_position_embeddings)")
+    index = {ours: field(ours, None if has_csa else 0) for ours in INDEX_FIELDS}
+    layers = tuple(
+        Descriptor(
+            layer_id=i,
+            compression_ratio=r,
+            is_mtp=i >= n_main,
+            **common,
+            **(index if r == 4 else {k: 0 for k in INDEX_FIELDS}),
+        )
+        for i, r in enumerate(ratios)
+    )
+    return ModelSpec(name=name, source=source, layers=layers, num_main_layers=n_main, num_mtp_layers=n_mtp,
+                     notes=tuple(notes))
+
+
+# --- our YAML model spec ------------------------------------------------------------
+
+SPEC_DEFAULT_FIELDS = tuple(f for f in DESCRIPTOR_FIELDS if f not in ("layer_id", "present_edges", "is_mtp"))
+LAYER_EXTRA_KEYS = ("repeat", "mtp", "is_mtp", "state_edges", "layer_id")
+TOP_EXTRA_KEYS = ("name", "layers", "compress_ratios", "num_nextn_predict_layers", "defaults", "state_edges")
+
+# Names a state edge may go by: ours, the ONNX input name, or the ONNX input index.
+EDGE_ALIASES: dict[str, StateEdge] = {}
+for _edge, _onnx in ((StateEdge.COMPRESSED, "past_compressed_kv"), (StateEdge.CARRY, "past_compression_carry"),
+                     (StateEdge.INDEX_KEY, "past_index_key"), (StateEdge.INDEX_CARRY, "past_index_carry")):
+    EDGE_ALIASES[_edge.value] = EDGE_ALIASES[_onnx] = EDGE_ALIASES[str(STATE_EDGE_INPUT_INDEX[_edge])] = _edge
+
+
+def from_yaml_spec(data: Any, *, source: str, max_seq_len: int | None = None) -> ModelSpec:
+    """Our model spec: model-wide descriptor fields (top level, or under ``defaults``) and layers.
+
+    ``max_seq_len`` (the command line) stands in when the spec sets none.
+    """
+    data = _require_mapping(data, source)
+    _reject_unknown(data, source, None, SPEC_DEFAULT_FIELDS + TOP_EXTRA_KEYS)
+    name = read_str(source, "name", data["name"]) if "name" in data else Path(source).stem
+    defaults = {k: _read_field(source, k, data[k]) for k in SPEC_DEFAULT_FIELDS if k in data}
+    if "defaults" in data:
+        block = _require_mapping(data["defaults"], source, "defaults")
+        _reject_unknown(block, source, "defaults", SPEC_DEFAULT_FIELDS + ("state_edges",))
+        for k in SPEC_DEFAULT_FIELDS:
+            if k in block:
+                if k in defaults:
+                    raise BadInput(source, f"defaults.{k}", "also given at the top level")
+                defaults[k] = _read_field(source, f"defaults.{k}", block[k])
+        if "state_edges" in block:
+            if "state_edges" in data:
+                raise BadInput(source, "defaults.state_edges", "also given at the top level")
+            data = {**data, "state_edges": block["state_edges"]}
+    if max_seq_len is not None:
+        defaults.setdefault("max_seq_len", max_seq_len)
+    edge_defaults = _edges(data["state_edges"], source, "state_edges", frozenset(StateEdge)) \
+        if "state_edges" in data else frozenset(StateEdge)
+    entries: list[tuple[str, dict[str, Any]]] = []
+    if "layers" in data and "compress_ratios" in data:
+        raise BadInput(source, "layers", "give either layers or compress_ratios, not both")
+    if "layers" in data:
+        raw_layers = data["layers"]
+        if not isinstance(raw_layers, list) or not raw_layers:
+            raise BadInput(source, "layers", "expected a non-empty list of layer mappings")
+        for i, raw in enumerate(raw_layers):
+            where = f"layers[{i}]"
+            raw = _require_mapping(raw, source, where)
+            _reject_unknown(raw, source, where, SPEC_DEFAULT_FIELDS + LAYER_EXTRA_KEYS)
+            repeat = read_int(source, f"{where}.repeat", raw.get("repeat", 1))
+            if repeat < 1:
+                raise BadInput(source, f"{where}.repeat", f"must be at least 1, got {repeat}")
+            if len(entries) + repeat > MAX_LAYERS:
+                raise BadInput(source, f"{where}.repeat", f"the spec would have more than {MAX_LAYERS} layers")
+            entries.extend([(where, raw)] * repeat)
+    elif "compress_ratios" in data:
+        n_mtp = read_int(source, "num_nextn_predict_layers", data.get("num_nextn_predict_layers", 0))
+        if not isinstance(data["compress_ratios"], list):
+            raise BadInput(source, "compress_ratios", "expected a list of integers")
+        n = len(data["compress_ratios"])
+        ratios = _ratios(source, data["compress_ratios"], n, "its length")
+        if n_mtp > n:
+            raise BadInput(source, "num_nextn_predict_layers", f"{n_mtp} exceeds the {n} compress_ratios entries")
+        entries = [(f"compress_ratios[{i}]", {"compression_ratio": r, "mtp": i >= n - n_mtp})
+                   for i, r in enumerate(ratios)]
+    else:
+        raise BadInput(source, "layers", "missing (give layers or compress_ratios)")
+
+    layers = []
+    seen: dict[int, str] = {}
+    for position, (where, raw) in enumerate(entries):
+        layer = _spec_layer(source, where, position, defaults, raw, edge_defaults)
+        if layer.layer_id in seen:
+            raise BadInput(source, f"{where}.layer_id", f"layer id {layer.layer_id} is also used by {seen[layer.layer_id]}")
+        seen[layer.layer_id] = where
+        layers.append(layer)
+    n_mtp = sum(1 for d in layers if d.is_mtp)
+    return ModelSpec(name=name, source=source, layers=tuple(layers),
+                     num_main_layers=len(layers) - n_mtp, num_mtp_layers=n_mtp)
+
+
+def _spec_layer(source: str, where: str, layer_id: int, defaults: dict[str, Any], raw: dict[str, Any],
+                edge_defaults: frozenset[StateEdge]) -> Descriptor:
+    own = {k: _read_field(source, f"{where}.{k}", raw[k]) for k in SPEC_DEFAULT_FIELDS if k in raw}
+    ratio = own.get("compression_ratio", defaults.get("compression_ratio"))
+    if ratio is None:
+        raise BadInput(source, f"{where}.compression_ratio", "missing")
+    values = dict(defaults)
+    if ratio != 4:  # model-wide indexer settings belong to ratio-4 layers only
+        for k in INDEX_FIELDS:
+            values.pop(k, None)
+    values.update(own)
+    for required in ("num_heads", "max_seq_len"):
+        if required not in values:
+            raise BadInput(source, f"{where}.{required}", "missing (set it model-wide or on the layer)")
+    if "mtp" in raw and "is_mtp" in raw:
+        raise BadInput(source, f"{where}.is_mtp", "give mtp or is_mtp, not both")
+    mtp_key = "is_mtp" if "is_mtp" in raw else "mtp"
+    mtp = read_bool(source, f"{where}.{mtp_key}", raw.get(mtp_key, False))
+    if "layer_id" in raw:
+        if read_int(source, f"{where}.repeat", raw.get("repeat", 1)) != 1:
+            raise BadInput(source, f"{where}.layer_id", "cannot be combined with repeat")
+        layer_id = read_int(source, f"{where}.layer_id", raw["layer_id"])
+    edges = edge_defaults
+    if "state_edges" in raw:
+        edges = _edges(raw["state_edges"], source, f"{where}.state_edges", edge_defaults)
+    return Descriptor(layer_id=layer_id, is_mtp=mtp, present_edges=edges, **values)
+
+
+def _edges(value: Any, source: str, where: str, start: frozenset[StateEdge]) -> frozenset[StateEdge]:
+    """Which state edges are present: a list of the present ones, or a mapping edge -> presence.
+
+    In a mapping, presence is true/false, or the edge's tensor name as an exporter writes it
+    (an empty name or null means absent, as in ONNX). Edges go by our name
+    (compressed, carry, index_key, index_carry), the ONNX input name or the input index.
+    """
+    def edge(key: Any) -> StateEdge:
+        found = EDGE_ALIASES.get(str(key)) if isinstance(key, (str, int)) and not isinstance(key, bool) else None
+        if found is None:
+            names = ", ".join(e.value for e in StateEdge)
+            raise BadInput(source, f"{where}.{key}", f"unknown state edge (known: {names}, or ONNX names/indices)")
+        return found
+
+    if isinstance(value, list):
+        return frozenset(edge(k) for k in value)
+    if not isinstance(value, dict):
+        raise BadInput(source, where, f"expected a list of present edges or a mapping, got {type(value).__name__}")
+    present = set(start)
+    for key, flag in value.items():
+        e = edge(key)
+        if isinstance(flag, str):
+            keep = bool(flag.strip())
+        elif flag is None:
+            keep = False
+        else:
+            keep = read_bool(source, f"{where}.{key}", flag)
+        (present.add if keep else present.discard)(e)
+    return frozenset(present)
+
+
+def _read_field(source: str, field: str, value: Any) -> Any:
+    leaf = field.rsplit(".", 1)[-1]
+    if leaf == "cache_format":
+        return read_str(source, field, value)
+    return read_int(source, field, value)
+
+
+def _reject_unknown(data: dict[str, Any], source: str, where: str | None, allowed: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in allowed:
+            prefix = f"{where}." if where else ""
+            raise BadInput(source, f"{prefix}{key}", "unknown field")
+

@@ -1,0 +1,230 @@
+"""Read an ONNX graph's structure into a ModelSpec: one descriptor per CSA node, plus graph findings.
+
+The file is memory-mapped and walked with a small protobuf wire reader
+(``onnx_structure``): only the node list, the opset imports, metadata_props and
+the shapes of the state edges are decoded. Initializers are skipped by offset —
+neither embedded payloads nor external-data locations are read or followed — so
+a graph that declares gigabytes of weights, present or not, is checked in the
+time it takes to read its nodes. The ``onnx`` package is not imported.
+
+Layer id of a node (first that applies): its ``layer_id`` attribute; else the
+integer N that all its state input names carry (``past_key_values.N.…``); else its
+order among the CSA nodes. Two nodes with the same id are bad input.
+
+Capacity (CONTRACT §4): ``max_seq_len`` / ``max_sequence_length`` and
+``sliding_window`` / ``window_size`` from the node's attributes, else the model's
+metadata_props under the same keys; ``--max-seq-len`` / ``--window`` override both;
+window defaults to 128, max_seq_len has no default (bad input if nothing gives it).
+Batch is axis 0 of input 6 when the graph fixes it, else 1. The graph cannot mark
+MTP layers, so every CSA node is a main layer.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from pathlib import Path
+
+from csa_plan.planner.descriptor import Descriptor, StateEdge
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node
+from csa_plan.planner.onnx.structure import CSA_DOMAIN, CSA_OP_TYPE, GraphStructure, StructureError, read_structure
+from csa_plan.planner.onnx.record_axes import LayerRecordAxes, lint_record_axes
+from csa_plan.planner.refusals import Refusal
+from csa_plan.planner.values import read_int
+
+DEFAULT_WINDOW = 128
+
+
+def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, at_length: int) -> ModelSpec:
+    source = str(path)
+    graph = read_graph_file(path)
+    if not graph.csa_nodes:
+        hint = ""
+        if graph.csa_in_other_domains:
+            hint = f"; found {CSA_OP_TYPE} in domain(s) {', '.join(graph.csa_in_other_domains)}, expected {CSA_DOMAIN}"
+        raise BadInput(source, None, f"no {CSA_OP_TYPE} node (domain {CSA_DOMAIN}) among the graph's "
+                                     f"{graph.node_count} nodes{hint}")
+    readings = [read_csa_node(source, node, graph.opsets, graph.shapes) for node in graph.csa_nodes]
+    ids, id_note = assign_layer_ids(source, readings)
+    seq = resolve_capacity(source, "max_seq_len", MAX_SEQ_LEN_KEYS, readings, ids, graph.metadata,
+                           max_seq_len, "--max-seq-len", None)
+    win = resolve_capacity(source, "window", WINDOW_KEYS, readings, ids, graph.metadata,
+                           window, "--window", DEFAULT_WINDOW)
+
+    layers: list[Descriptor] = []
+    refusals: list[Refusal] = []
+    axes: list[LayerRecordAxes] = []
+    for reading, layer_id in zip(readings, ids):
+        layers.append(Descriptor(
+            layer_id=layer_id,
+            max_seq_len=seq.values[layer_id],
+            window=win.values[layer_id],
+            batch=reading.batch or 1,
+            present_edges=reading.present_edges,
+            is_mtp=False,
+            **reading.fields,  # type: ignore[arg-type]
+        ))
+        refusals.extend(Refusal.from_clauses(t, layer_id, cs) for t, cs in reading.clauses.items())
+        axes.append(record_axes_of(reading, layer_id, graph))
+    lint = lint_record_axes(tuple(sorted(axes, key=lambda a: a.layer_id)), at_length)
+    refusals.extend(lint.refusals)
+
+    notes = [
+        id_note,
+        seq.note,
+        win.note,
+        _batch_note(readings),
+        f"record-axis lint at length {at_length}: {lint.axes_seen} record axes, {lint.symbols} symbols"
+        + (f", {lint.axes_unknown} without a declared shape (not linted)" if lint.axes_unknown else "")
+        + f", {len(lint.refusals)} finding(s)",
+        f"MTP: the graph does not mark MTP layers; all {len(layers)} CSA nodes are planned as main layers",
+    ]
+    order = sorted(range(len(layers)), key=lambda i: layers[i].layer_id)
+    return ModelSpec(
+        name=path.stem,
+        source=source,
+        layers=tuple(layers[i] for i in order),
+        num_main_layers=len(layers),
+        num_mtp_layers=0,
+        notes=tuple(n for n in notes if n),
+        graph_refusals=tuple(sorted(refusals, key=lambda r: (r.layer is None, r.layer or 0))),
+    )
+
+
+def read_graph_file(path: Path) -> GraphStructure:
+    """Memory-map the file and decode its structure; every failure is one BadInput line."""
+    source = str(path)
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before open(): a FIFO would block
+            raise BadInput(source, None, "not a regular file")
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if info.st_size == 0:
+                raise BadInput(source, None, "empty file, not an ONNX model")
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return read_structure(buf)
+    except StructureError as exc:
+        raise BadInput(source, None, exc.problem) from None
+    except (OSError, ValueError) as exc:
+        raise BadInput(source, None, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def assign_layer_ids(source: str, readings: list[NodeReading]) -> tuple[list[int], str]:
+    ids: list[int] = []
+    how: dict[str, int] = {}
+    example = ""
+    for order, r in enumerate(readings):
+        if r.attr_layer_id is not None:
+            ids.append(r.attr_layer_id)
+            how["the layer_id attribute"] = how.get("the layer_id attribute", 0) + 1
+        elif r.name_layer_id is not None:
+            ids.append(r.name_layer_id)
+            key = "the integer in the state input names"
+            how[key] = how.get(key, 0) + 1
+            example = example or r.input(6) or r.input(7)
+        else:
+            ids.append(order)
+            key = "the node's order among CSA nodes"
+            how[key] = how.get(key, 0) + 1
+    owner: dict[int, NodeReading] = {}
+    for layer_id, r in zip(ids, readings):
+        if layer_id in owner:
+            raise BadInput(source, "layer_id", f"layer {layer_id} is claimed by nodes {owner[layer_id].node.name!r} "
+                                               f"and {r.node.name!r}")
+        owner[layer_id] = r
+    parts = []
+    for key, count in how.items():
+        shown = f" (e.g. {example!r})" if key.startswith("the integer") and example else ""
+        parts.append(f"{key}{shown} on {count} node(s)")
+    return ids, "layer ids from " + "; ".join(parts)
+
+
+class _Capacity:
+    def __init__(self, values: dict[int, int], note: str) -> None:
+        self.values = values
+        self.note = note
+
+
+def resolve_capacity(source: str, name: str, keys: tuple[str, ...], readings: list[NodeReading], ids: list[int],
+                     metadata: dict[str, str], cli_value: int | None, option: str,
+                     default: int | None) -> _Capacity:
+    """Per node: attribute, else metadata_props, else the default; the command line overrides all."""
+    meta = _metadata_value(source, keys, metadata)
+    per_layer: dict[int, int] = {}
+    by_source: dict[tuple[int, str], list[int]] = {}
+    for r, layer_id in zip(readings, ids):
+        own = getattr(r, name)
+        if own is not None:
+            value, label = own[0], f"node attribute {own[1]!r}"
+        elif meta is not None:
+            value, label = meta[0], f"metadata_props {meta[1]!r}"
+        elif default is not None or cli_value is not None:
+            value, label = default, "the default"
+        else:
+            raise BadInput(source, name, f"no CSA node attribute ({' / '.join(keys)}) or metadata_props entry "
+                                         f"gives it; pass {option}")
+        per_layer[layer_id] = value  # type: ignore[assignment]
+        by_source.setdefault((value, label), []).append(layer_id)  # type: ignore[arg-type]
+    def says(include_default: bool) -> str:
+        return "; ".join(
+            f"{value} from {label}" + (f" on layers {_ids(layer_ids)}" if len(by_source) > 1 else "")
+            for (value, label), layer_ids in by_source.items()
+            if value is not None and (include_default or label != "the default"))
+
+    graph_says = says(include_default=False)
+    if cli_value is not None:
+        note = f"{name} {cli_value} from {option}" + (f" (overrides the graph's {graph_says})" if graph_says else "")
+        return _Capacity({i: cli_value for i in per_layer}, note)
+    if len(by_source) == 1:
+        (value, label), = by_source
+        if label == "the default":
+            note = (f"{name} {value} from the default (no {' / '.join(keys)} node attribute "
+                    "or metadata_props entry)")
+        else:
+            note = f"{name} {value} from {label}"
+    else:
+        note = f"{name}: {says(include_default=True)}"
+    return _Capacity(per_layer, note)
+
+
+def _metadata_value(source: str, keys: tuple[str, ...], metadata: dict[str, str]) -> tuple[int, str] | None:
+    found = []
+    for key in keys:
+        if key in metadata:
+            raw = metadata[key].strip()
+            if not (raw.isascii() and raw.isdigit()):
+                raise BadInput(source, f"metadata_props.{key}", f"expected a non-negative integer, got {metadata[key]!r}")
+            found.append((read_int(source, f"metadata_props.{key}", int(raw)), key))
+    if len({v for v, _ in found}) > 1:
+        shown = ", ".join(f"{k} = {v}" for v, k in found)
+        raise BadInput(source, f"metadata_props.{keys[0]}", f"conflicting values: {shown}")
+    return found[0] if found else None
+
+
+def record_axes_of(reading: NodeReading, layer_id: int, graph: GraphStructure) -> LayerRecordAxes:
+    def axis(name: str):
+        shape = graph.shapes.get(name) if name else None
+        return shape[1] if shape is not None and len(shape) >= 2 else None
+
+    return LayerRecordAxes(
+        layer_id=layer_id,
+        ratio=reading.ratio,
+        past_kv=axis(reading.input(6)) if StateEdge.COMPRESSED in reading.present_edges else None,
+        past_index=axis(reading.input(17)) if StateEdge.INDEX_KEY in reading.present_edges else None,
+        present_kv=axis(reading.output(1)),
+        present_index=axis(reading.output(3)) if reading.ratio == 4 else None,
+    )
+
+
+def _batch_note(readings: list[NodeReading]) -> str:
+    fixed = sorted({r.batch for r in readings if r.batch is not None})
+    if not fixed:
+        return ""
+    return f"batch {', '.join(map(str, fixed))} from axis 0 of input 6 (past_compressed_kv), fixed in the graph"
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))

@@ -1,0 +1,71 @@
+"""Capacity search: the largest arrival-rate scale a deployment sustains (bisection)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.simulate.fast import SimResult, simulate
+from csa_plan.planner.simulate.scenario import Outcome, Scenario
+
+@dataclass(frozen=True)
+class Capacity:
+    """The largest rate scale that meets the criterion, or None when even the slowest fails."""
+
+    rate_scale: float | None
+    result: SimResult | None
+    probes: tuple[tuple[float, bool], ...]
+    capped: bool  # the search hit its upper bound: capacity is at least rate_scale
+
+
+SCALE_MIN, SCALE_MAX = 2.0 ** -20, 2.0 ** 20
+
+
+def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float = 1e-3,
+                  progress: Callable[[int, float], None] | None = None, *,
+                  scale_min: float = SCALE_MIN, scale_max: float = SCALE_MAX) -> Capacity:
+    """Bisection on --rate-scale: zero memory refusals, and wait p99 <= max_wait when given.
+
+    Requests refused up front (too long, never fit) do not depend on the rate, so
+    they are left out of the criterion (and reported). The search never leaves
+    [scale_min, scale_max]; hitting scale_max is reported as "at least".
+    """
+    if not 0 < scale_min < scale_max:
+        raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {scale_min:g} and {scale_max:g}")
+    probes: list[tuple[float, bool]] = []
+    results: dict[float, SimResult] = {}
+
+    def good(scale: float) -> bool:
+        result = simulate(scn.with_rate_scale(scale))
+        ok = result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and (
+            max_wait_ns is None or result.wait_p99_ns is None or result.wait_p99_ns <= max_wait_ns)
+        probes.append((scale, ok))
+        results[scale] = result
+        if progress:
+            progress(len(probes), scale)
+        return ok
+
+    scale = scn.config.time.rate_scale
+    if good(scale):
+        lo = scale
+        hi = scale * 2
+        while hi <= scale_max and good(hi):
+            lo, hi = hi, hi * 2
+        if hi > scale_max:
+            return Capacity(lo, results[lo], tuple(probes), True)
+    else:
+        hi = scale
+        lo = scale / 2
+        while lo >= scale_min and not good(lo):
+            hi, lo = lo, lo / 2
+        if lo < scale_min:
+            return Capacity(None, None, tuple(probes), False)
+    while hi / lo > 1 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        if good(mid):
+            lo = mid
+        else:
+            hi = mid
+    return Capacity(lo, results[lo], tuple(probes), False)

@@ -1,0 +1,188 @@
+"""Replay a workload through device memory: admission, refusal, queueing, residency.
+
+Time model: a request holds its groups from admission until prefill
+(prompt / prefill_tok_s) plus decode (output x tpot_ms) completes; times are
+integer nanoseconds so ties are exact. At one instant releases happen before
+admissions; queued requests (FIFO) are tried after the releases, before the
+instant's arrivals.
+
+Two implementations share ``Scenario`` and must agree exactly (tests prove it):
+``simulate`` decides admissions with integer per-stage totals and derives every
+observable with numpy, and ``sim_replay.replay`` charges a real ``Ledger`` event by
+event; ``sim_capacity.find_capacity`` bisects the arrival-rate scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from csa_plan.planner.units import NS_PER_S
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.layout import GroupBytes
+from csa_plan.planner.placement import Placement, StageSplit, split_stages, stage_bundles
+from csa_plan.planner.refusals import RefusalType
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from csa_plan.planner.model import ModelSpec
+    from csa_plan.planner.workloads.workload import Workload
+
+TOKEN_CLIP = 1 << 40
+
+
+class Reserve(str, Enum):
+    MAX = "max"  # every group reserved for max_seq_len, as the runtime does
+    FIT = "fit"  # prompt + output rounded up to the bucket
+
+
+class Policy(str, Enum):
+    REFUSE = "refuse"
+    QUEUE = "queue"
+
+
+class Outcome(int, Enum):
+    ADMITTED = 0
+    EXCEEDS_CAPACITY = 1  # prompt + output > max_seq_len
+    NEVER_FITS = 2  # the bundle exceeds an empty device's limit
+    OUT_OF_MEMORY = 3  # did not fit at arrival (refuse policy)
+
+
+REASONS: dict[Outcome, str] = {
+    Outcome.EXCEEDS_CAPACITY: RefusalType.REQUEST_EXCEEDS_CAPACITY.value,
+    Outcome.NEVER_FITS: "NeverFits",
+    Outcome.OUT_OF_MEMORY: RefusalType.OUT_OF_MEMORY.value,
+}
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    prefill_tok_s: float = 10_000.0
+    tpot_ms: float = 20.0
+    rate_scale: float = 1.0  # > 1 compresses arrivals (a faster arrival rate)
+
+    def __post_init__(self) -> None:
+        for name, value, positive in (("--prefill-tok-s", self.prefill_tok_s, True),
+                                      ("--tpot-ms", self.tpot_ms, False),
+                                      ("--rate-scale", self.rate_scale, True)):
+            if not math.isfinite(value) or value < 0 or (positive and value == 0):
+                raise BadInput("options", name, f"must be {'positive' if positive else 'non-negative'}, got {value}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    placement: Placement = Placement()
+    limit_bytes: int = 0  # per device; 0 = unlimited (accounts, never refuses)
+    reserve: Reserve = Reserve.MAX
+    bucket: int = 4096
+    policy: Policy = Policy.REFUSE
+    time: TimeModel = TimeModel()
+    layout: str = "exact"
+    max_seq_len: int | None = None  # None: the model's own
+
+    def __post_init__(self) -> None:
+        if self.bucket < 1:
+            raise BadInput("options", "--bucket", f"must be at least 1, got {self.bucket}")
+        if self.limit_bytes < 0:
+            raise BadInput("options", "--device-memory", "limit must not be negative")
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    """Everything both implementations consume: per-request times and tiers, per-tier bundles."""
+
+    config: SimConfig
+    split: StageSplit
+    max_seq_len: int
+    window: int
+    tier_tokens: tuple[int, ...]  # reserved tokens of each tier
+    bundles: tuple[tuple[GroupBytes, ...], ...]  # [tier][stage]: bytes on each device of that stage
+    base_arrival_ns: "np.ndarray"  # before --rate-scale
+    arrival_ns: "np.ndarray"
+    hold_ns: "np.ndarray"
+    tier: "np.ndarray"  # -1 for a request refused up front
+    upfront: "np.ndarray"  # Outcome per request: ADMITTED (= not refused up front) or a refusal
+    class_ids: "np.ndarray"
+    class_names: tuple[str, ...]
+
+    @property
+    def requests(self) -> int:
+        return int(self.arrival_ns.shape[0])
+
+    def with_rate_scale(self, rate_scale: float) -> "Scenario":
+        import numpy as np
+
+        time = replace(self.config.time, rate_scale=rate_scale)
+        with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+            arrival = _ns(self.base_arrival_ns / rate_scale, "--rate-scale")
+        return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
+
+
+MAX_SIM_NS = 1 << 61  # about 73 years: arrival + hold then always fits the int64 clock
+
+
+def _ns(seconds_ns: "np.ndarray", option: str) -> "np.ndarray":
+    """Round float nanoseconds to int64, refusing (never wrapping) times beyond the clock."""
+    import numpy as np
+
+    if seconds_ns.size and not float(np.max(seconds_ns)) <= MAX_SIM_NS:  # also catches inf and NaN
+        raise BadInput("options", option, "makes simulated times exceed the int64 nanosecond clock (~73 years)")
+    return np.rint(seconds_ns).astype(np.int64)
+
+
+def reserved_tokens(total_tokens: int, reserve: Reserve, bucket: int, window: int, max_seq_len: int) -> int:
+    """Tokens one request reserves; ``fit`` is capped at max_seq_len (longer requests are refused)."""
+    if reserve is Reserve.MAX:
+        return max_seq_len
+    return min(max(window, -(-total_tokens // bucket) * bucket), max_seq_len)
+
+
+def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scenario:
+    """Size every reservation tier once (plans are cached per reserved length) and time every request."""
+    import numpy as np
+
+    from csa_plan.planner.plan import PlanOptions, plan_model
+
+    placement = config.placement
+    split = split_stages(spec.num_main_layers, spec.num_mtp_layers, placement.pp)
+    if len(spec.layers) != spec.num_main_layers + spec.num_mtp_layers:
+        raise BadInput(spec.source, "layers", "layer count does not match main + MTP layers")
+    max_seq_len = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    window = max(d.window for d in spec.layers)
+    # Clipping at 2^40 tokens keeps the sums exact; anything that long is refused as too long anyway.
+    prompt = np.minimum(workload.prompt_tokens, TOKEN_CLIP)
+    output = np.minimum(workload.output_tokens, TOKEN_CLIP)
+    total = prompt + output
+    exceeds = total > max_seq_len
+    if config.reserve is Reserve.MAX:
+        wanted = np.full(len(total), max_seq_len, dtype=np.int64)
+    else:
+        wanted = np.minimum(np.maximum(window, -(-total // config.bucket) * config.bucket), max_seq_len)
+    tokens, inverse = np.unique(wanted[~exceeds], return_inverse=True)
+    tier = np.full(len(total), -1, dtype=np.int64)
+    tier[~exceeds] = inverse
+    bundles = []
+    for t in tokens.tolist():
+        plan = plan_model(spec, PlanOptions(max_seq_len=int(t), tp=placement.tp, layout=config.layout))
+        bundles.append(stage_bundles(plan, split))
+    limit = config.limit_bytes
+    never = np.zeros(len(tokens), dtype=bool)
+    if limit:
+        never = np.array([any(b.total_bytes > limit for b in stages) for stages in bundles], dtype=bool)
+    upfront = np.full(len(total), Outcome.ADMITTED.value, dtype=np.int8)
+    upfront[exceeds] = Outcome.EXCEEDS_CAPACITY.value
+    if never.any():
+        upfront[(tier >= 0) & never[np.maximum(tier, 0)]] = Outcome.NEVER_FITS.value
+    time = config.time
+    with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+        prefill = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s")
+        decode = _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms")
+    hold = np.maximum(prefill + decode, 1)  # a request holds its groups for at least 1 ns
+    scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
+                   tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,
+                   workload.class_ids, workload.class_names)
+    return scn.with_rate_scale(time.rate_scale)
+

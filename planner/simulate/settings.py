@@ -1,0 +1,49 @@
+"""Which run a ``simulate`` invocation describes: the command line over the mix spec over
+the defaults, field by field, then checked into a ``SimConfig``.
+
+Kept out of the CLI so the same precedence serves every caller (and is testable alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from enum import Enum
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.memory import DeviceBudget, device_budget
+from csa_plan.planner.placement import Placement, Router
+from csa_plan.planner.simulate.scenario import Policy, Reserve, SimConfig, TimeModel
+from csa_plan.planner.workloads.workload import MixSettings
+
+DEFAULTS = MixSettings(layout="exact", tp=1, pp=1, dp=1, router=Router.ROUND_ROBIN.value, reserved_bytes=0,
+                       reserve=Reserve.MAX.value, bucket=4096, policy=Policy.REFUSE.value, prefill_tok_s=10_000.0,
+                       tpot_ms=20.0, rate_scale=1.0)
+
+
+def merge(command_line: MixSettings, mix: MixSettings) -> MixSettings:
+    """Each field from the first of: the command line, the mix spec, the default."""
+    chosen = {}
+    for f in fields(MixSettings):
+        values = (getattr(command_line, f.name), getattr(mix, f.name), getattr(DEFAULTS, f.name))
+        chosen[f.name] = next((v for v in values if v is not None), None)
+    return MixSettings(**chosen)
+
+
+def _member(enum: type[Enum], value: str, source: str, field: str) -> Enum:
+    try:
+        return enum(value)
+    except ValueError:
+        known = ", ".join(m.value for m in enum)
+        raise BadInput(source, field, f"unknown value {value!r} (known: {known})") from None
+
+
+def sim_config(s: MixSettings, source: str) -> tuple[SimConfig, DeviceBudget | None]:
+    """The checked configuration and the per-device budget (None: unlimited)."""
+    budget = device_budget(s.device_memory_bytes, s.reserved_bytes or 0)
+    placement = Placement(tp=s.tp, pp=s.pp, dp=s.dp, router=_member(Router, s.router, source, "deployment.router"))
+    time = TimeModel(prefill_tok_s=s.prefill_tok_s, tpot_ms=s.tpot_ms, rate_scale=s.rate_scale)
+    config = SimConfig(placement=placement, limit_bytes=budget.limit_bytes if budget else 0,
+                       reserve=_member(Reserve, s.reserve, source, "reserve"), bucket=s.bucket,
+                       policy=_member(Policy, s.policy, source, "policy"), time=time, layout=s.layout,
+                       max_seq_len=s.max_seq_len)
+    return config, budget

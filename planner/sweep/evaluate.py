@@ -1,0 +1,341 @@
+"""Capacity-planning sweeps: a grid of deployments, each run through ``simulate``.
+
+A sweep spec (YAML) names a workload, the model(s), the axes to vary, the objective and
+the constraints. ``parse_spec`` expands it into frozen ``SweepPoint``s; ``static_skip``
+rules out points that cannot work before any simulation (a gate refusal, no memory
+left, a request that can never fit); ``evaluate`` runs one point with the existing
+``simulate`` and ``find_capacity``; ``rank`` and ``pareto_front`` answer the question.
+
+Evaluation is a pure function of (spec context, point): the workload is the same for
+every point (common random numbers: a mix spec is drawn from its seed, or the sweep's
+``seed`` when given), so the serial loop, a process pool and a Ray cluster return equal
+``PointResult``s, and a resumed sweep can mix results from several runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.simulate import Outcome, Policy
+from csa_plan.planner.units import NS_PER_S
+from csa_plan.planner.sweep.spec import RESUME_SCHEMA, Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
+
+if TYPE_CHECKING:
+    from csa_plan.planner.model import ModelSpec
+    from csa_plan.planner.workloads import Workload
+
+
+# -- loading, cached per process (workers load once, then reuse) ---------------------------
+
+
+@lru_cache(maxsize=4)
+def load_context_workload(path: str, sort: bool, seed: int | None) -> "Workload":
+    from csa_plan.planner.workloads import generate_mix, load_workload
+
+    if seed is not None and Path(path).suffix.lower() in (".yaml", ".yml"):
+        from csa_plan.planner.loaders.safe_yaml import load_yaml
+
+        data = load_yaml(Path(path).read_text(encoding="utf-8"), path)
+        if isinstance(data, dict):
+            return generate_mix({**data, "seed": seed}, path)
+    return load_workload(path, sort=sort)
+
+
+@lru_cache(maxsize=16)
+def load_point_model(ref: str, max_seq_len: int | None) -> "ModelSpec":
+    from csa_plan.planner.loaders.model_files import load_model
+
+    return load_model(ref, max_seq_len=max_seq_len)
+
+
+# -- static skipping ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skip:
+    key: str
+    reason: SkipReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class WorkloadBounds:
+    """The shortest and longest request (prompt + output): all a static bound needs."""
+
+    requests: int
+    min_tokens: int
+    max_tokens: int
+    base_rate_per_s: float  # requests per second at rate scale 1 (0 when all arrive at once)
+
+    @staticmethod
+    def of(wl: "Workload") -> "WorkloadBounds":
+        total = wl.prompt_tokens + wl.output_tokens
+        n = len(wl)
+        span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) if n else 0
+        return WorkloadBounds(n, int(total.min()), int(total.max()), n * NS_PER_S / span if span else 0.0)
+
+
+def _largest_bundle(spec: "ModelSpec", point: SweepPoint, tokens: int) -> int:
+    """Bytes one request of ``tokens`` reserved tokens keeps on the fullest device."""
+    from csa_plan.planner.placement import split_stages, stage_bundles
+    from csa_plan.planner.plan import PlanOptions, plan_model
+
+    split = split_stages(spec.num_main_layers, spec.num_mtp_layers, point.pp)
+    plan = plan_model(spec, PlanOptions(max_seq_len=tokens, tp=point.tp, layout=point.layout))
+    return max(b.total_bytes for b in stage_bundles(plan, split))
+
+
+def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints) -> Skip | None:
+    """A reason this point cannot work, found without simulating it; None if it must be run."""
+    from csa_plan.planner.placement import split_stages
+    from csa_plan.planner.plan import PlanOptions, plan_model
+    from csa_plan.planner.simulate import reserved_tokens
+
+    if point.limit_bytes <= 0:
+        return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
+                    f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
+    spec = load_point_model(point.model, point.max_seq_len)
+    try:
+        split_stages(spec.num_main_layers, spec.num_mtp_layers, point.pp)
+        plan = plan_model(spec, PlanOptions(max_seq_len=point.max_seq_len, tp=point.tp, layout=point.layout))
+    except BadInput as exc:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{exc.field}: {exc.problem}")
+    if plan.refusals:
+        r = plan.refusals[0]
+        more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
+        return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {r.message}{more}")
+    max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    window = max(d.window for d in spec.layers)
+    if bounds.min_tokens > max_seq_len:
+        return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
+                    f"every request is longer than max_seq_len {max_seq_len:,} (shortest {bounds.min_tokens:,} tokens)")
+    smallest = reserved_tokens(bounds.min_tokens, point.reserve, point.bucket, window, max_seq_len)
+    need = _largest_bundle(spec, point, smallest)
+    if need > point.limit_bytes:
+        return Skip(point.key, SkipReason.NEVER_FITS,
+                    f"the smallest request reserves {need:,} bytes on a device; the limit is {point.limit_bytes:,}")
+    if constraints.zero_refusals:
+        if bounds.max_tokens > max_seq_len:
+            return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
+                        f"a request of {bounds.max_tokens:,} tokens exceeds max_seq_len {max_seq_len:,}")
+        largest = reserved_tokens(bounds.max_tokens, point.reserve, point.bucket, window, max_seq_len)
+        need = _largest_bundle(spec, point, largest)
+        if need > point.limit_bytes:
+            return Skip(point.key, SkipReason.LARGEST_NEVER_FITS,
+                        f"the largest request reserves {need:,} bytes on a device; the limit is {point.limit_bytes:,}")
+    return None
+
+
+# -- evaluating one point -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One simulated point: the run at its target rate and its sustainable rate. JSON round-trips exactly."""
+
+    key: str
+    devices: int
+    requests: int
+    admitted: int
+    refused: int
+    refusals: tuple[tuple[str, int], ...]
+    wait_p99_ns: int | None
+    peak_bytes: int  # all devices together, at the target rate
+    mean_utilization: float  # resident / limit, averaged over time and devices
+    peak_utilization: float  # the fullest device's peak / limit
+    sustainable_rate_scale: float | None  # the largest rate scale meeting the rate criterion
+    at_least: bool  # the search hit its upper bound
+    probes: int
+    sustainable_rate_per_s: float | None  # requests per second at that scale
+    rate_per_device_per_s: float | None
+    feasible: bool  # every constraint holds at the target rate
+    violations: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["refusals"] = dict(self.refusals)
+        d["violations"] = list(self.violations)
+        return d
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "PointResult":
+        values = {f.name: d[f.name] for f in fields(PointResult)}
+        values["refusals"] = tuple((str(k), int(v)) for k, v in dict(d["refusals"]).items())
+        values["violations"] = tuple(d["violations"])
+        return PointResult(**values)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker receives: the point and the shared context (no arrays: workers load and cache them)."""
+
+    context: Context
+    point: SweepPoint
+
+
+def evaluate(task: Task) -> PointResult:
+    """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.simulate.capacity import find_capacity
+    from csa_plan.planner.simulate import SimConfig, TimeModel, prepare, simulate
+
+    ctx, p = task.context, task.point
+    wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
+    spec = load_point_model(p.model, p.max_seq_len)
+    config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
+                       reserve=p.reserve, bucket=p.bucket, policy=p.policy,
+                       time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
+                       layout=p.layout, max_seq_len=p.max_seq_len)
+    scn = prepare(spec, wl, config)
+    result = simulate(scn)
+    cons = ctx.constraints
+    wait_bound = cons.wait_p99_max_ns if p.policy is Policy.QUEUE else None
+    cap = find_capacity(scn, wait_bound, rel_tol=ctx.search.rel_tol, scale_min=ctx.search.min_scale,
+                        scale_max=ctx.search.max_scale)
+    byte_ns = sum(d.byte_ns for d in result.devices)
+    mean_util = byte_ns / (p.limit_bytes * result.span_ns * len(result.devices)) if result.span_ns else 0.0
+    peak_util = max(d.peak_bytes for d in result.devices) / p.limit_bytes
+    violations = []
+    if cons.zero_refusals and result.refused:
+        detail = ", ".join(f"{reason} {n:,}" for reason, n in result.refusals)
+        violations.append(f"{result.refused:,} refused ({detail})")
+    if cons.wait_p99_max_ns is not None:
+        if result.wait_p99_ns is None:
+            violations.append("no request admitted")
+        elif result.wait_p99_ns > cons.wait_p99_max_ns:
+            violations.append(f"wait p99 {result.wait_p99_ns / NS_PER_S:.3f} s > {cons.wait_p99_max_s:g} s")
+    if mean_util < cons.min_mean_utilization:
+        violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
+    if result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and cap.rate_scale is None:
+        violations.append("no sustainable rate")  # cannot happen when the target run is clean; kept honest
+    bounds = WorkloadBounds.of(wl)
+    rate = None if cap.rate_scale is None else cap.rate_scale * bounds.base_rate_per_s
+    return PointResult(
+        key=p.key, devices=p.devices, requests=result.requests, admitted=result.admitted, refused=result.refused,
+        refusals=result.refusals, wait_p99_ns=result.wait_p99_ns, peak_bytes=result.peak_bytes,
+        mean_utilization=mean_util, peak_utilization=peak_util, sustainable_rate_scale=cap.rate_scale,
+        at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
+        rate_per_device_per_s=None if rate is None else rate / p.devices,
+        feasible=not violations, violations=tuple(violations))
+
+
+# -- the answer ---------------------------------------------------------------------------
+
+
+def rank(results: list[PointResult], objective: Objective, order: Mapping[str, int]) -> list[PointResult]:
+    """Feasible points, best first; ties fall back to the other objective, then grid order."""
+
+    def rate(r: PointResult) -> float:
+        return r.rate_per_device_per_s or 0.0
+
+    feasible = [r for r in results if r.feasible]
+    if objective is Objective.FEWEST_DEVICES:
+        return sorted(feasible, key=lambda r: (r.devices, -rate(r), order[r.key]))
+    return sorted(feasible, key=lambda r: (-rate(r), r.devices, order[r.key]))
+
+
+def pareto_front(results: list[PointResult], order: Mapping[str, int]) -> list[PointResult]:
+    """Feasible points no other feasible point beats on both devices (fewer) and sustainable rate (higher)."""
+    best: dict[int, PointResult] = {}
+    for r in sorted((r for r in results if r.feasible and r.sustainable_rate_per_s is not None),
+                    key=lambda r: (r.devices, -(r.sustainable_rate_per_s or 0.0), order[r.key])):
+        best.setdefault(r.devices, r)
+    front, top = [], -1.0
+    for devices in sorted(best):
+        r = best[devices]
+        if (r.sustainable_rate_per_s or 0.0) > top:
+            front.append(r)
+            top = r.sustainable_rate_per_s or 0.0
+    return front
+
+
+# -- resume files -------------------------------------------------------------------------
+
+
+def resume_line(digest: str, result: PointResult) -> str:
+    return json.dumps({"schema": RESUME_SCHEMA, "spec_digest": digest, **result.as_dict()}, sort_keys=True)
+
+
+def read_resume(text: str, source: str, digest: str, keys: set[str]) -> dict[str, PointResult]:
+    """Finished points of an earlier run of the same spec; a torn last line (interrupted write) is dropped."""
+    done: dict[str, PointResult] = {}
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise BadInput(f"{source}:{n}", None, "not a JSON line") from None
+        if not isinstance(data, dict) or data.get("schema") != RESUME_SCHEMA:
+            raise BadInput(f"{source}:{n}", "schema", f"expected {RESUME_SCHEMA}")
+        if data.get("spec_digest") != digest:
+            raise BadInput(f"{source}:{n}", "spec_digest",
+                           "written by a different sweep spec or workload (use another --resume file)")
+        try:
+            result = PointResult.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            raise BadInput(f"{source}:{n}", None, "not a sweep point record") from None
+        if result.key in keys:
+            done[result.key] = result
+    return done
+
+
+# -- the whole sweep ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Triage:
+    """The grid split before anything runs: skipped (with reasons), already done (resumed), to run."""
+
+    bounds: WorkloadBounds
+    skipped: tuple[Skip, ...]
+    resumed: tuple[PointResult, ...]
+    to_run: tuple[SweepPoint, ...]
+
+    def skip_counts(self) -> tuple[tuple[str, int], ...]:
+        counts: dict[str, int] = {}
+        for s in self.skipped:
+            counts[s.reason.value] = counts.get(s.reason.value, 0) + 1
+        return tuple(counts.items())
+
+
+def triage(spec: SweepSpec, done: Mapping[str, PointResult] | None = None) -> Triage:
+    """Statically skip what cannot work; take finished points from a resume file."""
+    wl = load_context_workload(spec.context.workload, spec.context.sort, spec.context.seed)
+    bounds = WorkloadBounds.of(wl)
+    skipped, resumed, to_run = [], [], []
+    for point in spec.points:
+        skip = static_skip(point, bounds, spec.context.constraints)
+        if skip is not None:
+            skipped.append(skip)
+        elif done and point.key in done:
+            resumed.append(done[point.key])
+        else:
+            to_run.append(point)
+    return Triage(bounds, tuple(skipped), tuple(resumed), tuple(to_run))
+
+
+@dataclass(frozen=True)
+class SweepAnswer:
+    results: tuple[PointResult, ...]  # every evaluated point, in grid order
+    ranked: tuple[PointResult, ...]  # feasible points, best first
+    front: tuple[PointResult, ...]  # Pareto front: devices vs sustainable rate
+
+    @property
+    def best(self) -> PointResult | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def answer(spec: SweepSpec, results: list[PointResult]) -> SweepAnswer:
+    order = {p.key: i for i, p in enumerate(spec.points)}
+    in_order = sorted(results, key=lambda r: order[r.key])
+    return SweepAnswer(tuple(in_order), tuple(rank(in_order, spec.objective, order)),
+                       tuple(pareto_front(in_order, order)))

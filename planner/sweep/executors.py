@@ -1,0 +1,108 @@
+"""Executors for sweep points: serial, a local process pool, or a Ray cluster.
+
+All three share one tiny protocol, ``map(fn, items) -> iterator of results`` in
+completion order; the caller matches results to points by their key. ``fn`` must be
+a module-level function (it is pickled by reference), so the same code runs
+everywhere and results are equal whichever executor ran them. Ray is imported only
+when the Ray executor is used (``pip install 'csa-plan[ray]'``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from csa_plan.planner.errors import BadInput
+
+
+class Executor(Protocol):
+    name: str
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]: ...
+
+
+@dataclass(frozen=True)
+class SerialExecutor:
+    name: str = "serial"
+    workers: int = 1
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        for item in items:
+            yield fn(item)
+
+
+@dataclass(frozen=True)
+class LocalPoolExecutor:
+    """A spawn-context process pool: workers import csa_plan afresh and cache what they load."""
+
+    workers: int = 0  # 0: every local core
+    name: str = "local pool"
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        items = list(items)
+        if not items:
+            return
+        n = min(self.workers or os.cpu_count() or 1, len(items))
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            # A bounded window keeps memory flat and lets an interrupt cancel what has not started.
+            pending, queue = set(), iter(items)
+            for item in itertools.islice(queue, 2 * n):
+                pending.add(pool.submit(fn, item))
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+                    nxt = next(queue, _END)
+                    if nxt is not _END:
+                        pending.add(pool.submit(fn, nxt))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """Tasks on a Ray cluster: ``address`` is ``auto``, ``ray://host:port``, or None for an
+    already initialized (or a fresh local) Ray. Workers need csa_plan installed and the
+    workload file at the same path."""
+
+    address: str | None = None
+    name: str = "ray"
+    workers: int = 0
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        try:
+            import ray
+        except ImportError:
+            raise BadInput("options", "--ray", "Ray is not installed (pip install 'csa-plan[ray]')") from None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise BadInput("options", "--ray", f"cannot connect to Ray at {self.address!r}: {exc}") from None
+        remote = ray.remote(num_cpus=1)(fn)
+        refs = [remote.remote(item) for item in items]
+        try:
+            while refs:
+                done, refs = ray.wait(refs, num_returns=1)
+                yield ray.get(done[0])
+        finally:
+            for ref in refs:
+                ray.cancel(ref)
+
+
+def make_executor(jobs: int | None, ray_address: str | None) -> Executor:
+    """--ray wins; --jobs 1 is the serial loop; otherwise a pool over ``jobs`` (0: all) cores."""
+    if ray_address is not None:
+        return RayExecutor(address=ray_address)
+    if jobs == 1:
+        return SerialExecutor()
+    return LocalPoolExecutor(workers=jobs or 0)

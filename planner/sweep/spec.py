@@ -1,0 +1,355 @@
+"""Sweep specs: the YAML grid of deployments, parsed strictly into frozen points.
+
+Every key is checked; a value that does not parse is bad input naming its field.
+"""
+
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.placement import Router
+from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
+from csa_plan.planner.simulate import Policy, Reserve
+from csa_plan.planner.units import NS_PER_S
+from csa_plan.planner.files import MAX_SPEC_BYTES, path_kind, read_text
+from csa_plan.planner.values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
+
+
+SCHEMA = "csa-plan/sweep/v1"  # the --json document (cli/render_sweep.py)
+RESUME_SCHEMA = "csa-plan/sweep-point/v1"
+MAX_POINTS = 100_000
+DEFAULT_BUCKET = 4096
+
+AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
+        "rate_scale", "max_seq_len")
+TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
+
+
+class Objective(str, Enum):
+    FEWEST_DEVICES = "fewest_devices"  # then the highest sustainable rate per device
+    RATE_PER_DEVICE = "rate_per_device"  # then the fewest devices
+
+
+class SkipReason(str, Enum):
+    """Why a point is ruled out before it is simulated."""
+
+    BAD_DEPLOYMENT = "BadDeployment"  # tp does not divide the heads, more stages than layers, ...
+    PLAN_REFUSED = "PlanRefused"  # the descriptor gate refuses a layer under this point
+    NO_MEMORY_LEFT = "NoMemoryLeft"  # device memory minus reserved is zero or less
+    NEVER_FITS = "NeverFits"  # even the smallest request's bundle exceeds an empty device
+    LARGEST_NEVER_FITS = "LargestRequestNeverFits"  # some request can never fit: zero refusals impossible
+    EXCEEDS_MAX_SEQ_LEN = "RequestExceedsCapacity"  # some request is longer than max_seq_len: same
+
+
+# -- the spec -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Per-device memory set aside: a fixed amount plus weights split over the tp x pp devices of a replica."""
+
+    label: str
+    fixed_bytes: int = 0
+    weights_bytes: int = 0
+
+    def per_device_bytes(self, tp: int, pp: int) -> int:
+        return self.fixed_bytes + -(-self.weights_bytes // (tp * pp))
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    model: str
+    device: str  # as written: a GPU name or a size
+    memory_bytes: int
+    reserved: Reserved
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    router: Router = Router.ROUND_ROBIN
+    reserve: Reserve = Reserve.MAX
+    bucket: int = DEFAULT_BUCKET
+    policy: Policy = Policy.REFUSE
+    layout: str = "exact"
+    rate_scale: float = 1.0  # the traffic the constraints are checked at
+    max_seq_len: int | None = None
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.reserved.per_device_bytes(self.tp, self.pp)
+
+    @property
+    def limit_bytes(self) -> int:
+        """May be zero or negative: such a point is skipped (NoMemoryLeft), never run as 'unlimited'."""
+        return self.memory_bytes - self.reserved_bytes
+
+    @property
+    def reserve_label(self) -> str:
+        return "max" if self.reserve is Reserve.MAX else f"fit/{self.bucket}"
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the point (resume files, seeds, sorting ties)."""
+        return ",".join((
+            f"model={self.model}", f"device={self.device}", f"reserved={self.reserved.label}",
+            f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"router={self.router.value}",
+            f"reserve={self.reserve_label}", f"policy={self.policy.value}", f"layout={self.layout}",
+            f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
+                "reserved": self.reserved.label, "reserved_bytes": self.reserved_bytes,
+                "limit_bytes": self.limit_bytes, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+                "devices": self.devices, "router": self.router.value, "reserve": self.reserve_label,
+                "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
+                "max_seq_len": self.max_seq_len}
+
+
+@dataclass(frozen=True)
+class Constraints:
+    zero_refusals: bool = True
+    wait_p99_max_s: float | None = None
+    min_mean_utilization: float = 0.0
+
+    @property
+    def wait_p99_max_ns(self) -> int | None:
+        return None if self.wait_p99_max_s is None else int(round(self.wait_p99_max_s * NS_PER_S))
+
+
+@dataclass(frozen=True)
+class Search:
+    """The capacity bisection: relative precision and the bounds of the rate scale searched."""
+
+    rel_tol: float = 0.01
+    min_scale: float = SCALE_MIN
+    max_scale: float = SCALE_MAX
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a worker needs besides the point; small, picklable, the same for every point."""
+
+    workload: str  # absolute path
+    sort: bool = False
+    seed: int | None = None  # overrides a mix spec's seed
+    prefill_tok_s: float = 10_000.0
+    tpot_ms: float = 20.0
+    search: Search = Search()
+    constraints: Constraints = Constraints()
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    source: str
+    name: str
+    context: Context
+    points: tuple[SweepPoint, ...]
+    objective: Objective = Objective.FEWEST_DEVICES
+
+    @property
+    def digest(self) -> str:
+        """What a resumed point must have been computed under (the workload file's bytes included)."""
+        h = hashlib.sha256()
+        h.update(Path(self.context.workload).read_bytes())
+        ctx = asdict(self.context)
+        ctx.pop("workload")
+        h.update(json.dumps(ctx, sort_keys=True, default=str).encode())
+        return h.hexdigest()[:16]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+
+
+
+
+
+
+def _enum(enum: type[Enum], value: Any, source: str, where: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        known = ", ".join(str(m.value) for m in enum)
+        raise BadInput(source, where, f"unknown value {value!r} (known: {known})") from None
+
+
+def _size(value: Any, source: str, where: str) -> int:
+    from csa_plan.planner.memory import parse_size
+
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BadInput(source, where, f"expected a size (bytes, GB, GiB or a GPU name), got {value!r}")
+    return parse_size(str(value), source, where)
+
+
+def _reserved(value: Any, source: str, where: str) -> Reserved:
+    if isinstance(value, dict):
+        check_keys(source, where, value, {"weights", "runtime"})
+        fixed = _size(value.get("runtime", 0), source, f"{where}.runtime")
+        weights = _size(value.get("weights", 0), source, f"{where}.weights")
+        return Reserved(f"weights {value.get('weights', 0)}/(tp*pp) + {value.get('runtime', 0)}", fixed, weights)
+    return Reserved(str(value), _size(value, source, where))
+
+
+def _reserve(value: Any, source: str, where: str) -> tuple[Reserve, int]:
+    """``max``, ``fit`` (bucket 4096), ``fit/16384`` or ``{fit: 16384}``."""
+
+    if isinstance(value, dict):
+        check_keys(source, where, value, {"fit"})
+        bucket = read_int(source, f"{where}.fit", value.get("fit"))
+    elif isinstance(value, str) and value.startswith("fit/"):
+        try:
+            bucket = int(value[4:], 10)
+        except ValueError:
+            raise BadInput(source, where, f"cannot read the bucket in {value!r} (use fit/4096)") from None
+    elif value in ("max", "fit"):
+        return (Reserve.MAX, DEFAULT_BUCKET) if value == "max" else (Reserve.FIT, DEFAULT_BUCKET)
+    else:
+        raise BadInput(source, where, f"unknown reservation {value!r} (use max, fit, fit/BUCKET or {{fit: BUCKET}})")
+    if bucket < 1:
+        raise BadInput(source, where, f"bucket must be at least 1, got {bucket}")
+    return Reserve.FIT, bucket
+
+
+def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
+    from csa_plan.planner.loaders.model_files import PRESETS
+
+    ref = read_str(source, where, value)
+    if ref in PRESETS:
+        return ref
+    path = Path(ref)
+    if not path.is_absolute():
+        path = base / path
+    if path_kind(path) is None:
+        raise BadInput(source, where, f"no such model file or preset {ref[:80]!r} (presets: {', '.join(PRESETS)})")
+    return str(path.resolve())
+
+
+def parse_spec(data: Any, source: str) -> SweepSpec:
+    """Validate every key (unknown ones are bad input) and expand the grid in axis order."""
+    from csa_plan.planner.engines import PROFILES
+
+    spec = read_mapping(source, "", data)
+    check_keys(source, "", spec, TOP_KEYS)
+    base = Path(source).resolve().parent
+    if "workload" not in spec:
+        raise BadInput(source, "workload", "missing (a mix spec, a CSV trace or JSONL requests, relative to this file)")
+    wl_path = base / read_str(source, "workload", spec["workload"])
+    if path_kind(wl_path) != "file":
+        raise BadInput(source, "workload", f"no such file: {str(wl_path)[:200]}")
+    name = read_str(source, "name", spec.get("name", Path(source).stem))
+    sort = read_bool(source, "sort", spec.get("sort", False))
+    seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
+
+    time = read_mapping(source, "time", spec.get("time", {}))
+    check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms"})
+    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", 10_000.0), positive=True)
+    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", 20.0))
+
+    search_raw = read_mapping(source, "search", spec.get("search", {}))
+    check_keys(source, "search", search_raw, {"rel_tol", "min_scale", "max_scale"})
+    rel_tol = read_number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True, at_most=1.0)
+    min_scale = read_number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True)
+    max_scale = read_number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True)
+    if min_scale >= max_scale:
+        raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
+
+    cons_raw = read_mapping(source, "constraints", spec.get("constraints", {}))
+    check_keys(source, "constraints", cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization"})
+    wait = cons_raw.get("wait_p99_max_s")
+    constraints = Constraints(
+        zero_refusals=read_bool(source, "constraints.zero_refusals", cons_raw.get("zero_refusals", True)),
+        wait_p99_max_s=None if wait is None else read_number(source, "constraints.wait_p99_max_s", wait),
+        min_mean_utilization=read_number(source, "constraints.min_mean_utilization",
+                                     cons_raw.get("min_mean_utilization", 0.0), at_most=1.0))
+    objective = _enum(Objective, spec.get("objective", Objective.FEWEST_DEVICES.value), source, "objective")
+
+    grid = read_mapping(source, "grid", spec.get("grid", {}))
+    check_keys(source, "grid", grid, set(AXES))
+    if "model" not in grid or "device" not in grid:
+        raise BadInput(source, "grid.model" if "model" not in grid else "grid.device",
+                       "missing: a sweep needs at least one model and one device memory")
+    axes: dict[str, list[Any]] = {}
+    for axis in AXES:
+        raw = _as_list(grid.get(axis, _AXIS_DEFAULTS[axis]))
+        if not raw:
+            raise BadInput(source, f"grid.{axis}", "expected at least one value")
+        values = []
+        for i, v in enumerate(raw):
+            where = f"grid.{axis}[{i}]" if isinstance(grid.get(axis), list) else f"grid.{axis}"
+            if axis == "model":
+                values.append(_model_ref(v, base, source, where))
+            elif axis == "device":
+                values.append((str(v), _size(v, source, where)))
+            elif axis == "reserved":
+                values.append(_reserved(v, source, where))
+            elif axis in ("tp", "pp", "dp"):
+                n = read_int(source, where, v)
+                if n < 1:
+                    raise BadInput(source, where, f"must be at least 1, got {n}")
+                values.append(n)
+            elif axis == "router":
+                values.append(_enum(Router, v, source, where))
+            elif axis == "reserve":
+                values.append(_reserve(v, source, where))
+            elif axis == "policy":
+                values.append(_enum(Policy, v, source, where))
+            elif axis == "layout":
+                layout = read_str(source, where, v)
+                if layout not in PROFILES:
+                    raise BadInput(source, where, f"unknown layout {layout!r} (known: {', '.join(PROFILES)})")
+                values.append(layout)
+            elif axis == "rate_scale":
+                values.append(read_number(source, where, v, positive=True))
+            else:
+                values.append(None if v is None else read_int(source, where, v))
+        if len(set(map(repr, values))) != len(values):
+            raise BadInput(source, f"grid.{axis}", "lists a value twice")
+        axes[axis] = values
+    if Policy.QUEUE in axes["policy"] and constraints.wait_p99_max_s is None:
+        raise BadInput(source, "constraints.wait_p99_max_s",
+                       "required when the grid has policy queue (a queue never refuses; waits are the limit)")
+    count = math.prod(len(v) for v in axes.values())
+    if count > MAX_POINTS:
+        raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
+    points = []
+    for combo in itertools.product(*(axes[a] for a in AXES)):
+        v = dict(zip(AXES, combo))
+        (device, memory), (reserve, bucket) = v["device"], v["reserve"]
+        points.append(SweepPoint(
+            model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
+            dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
+            layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"]))
+    context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
+                      search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
+    return SweepSpec(source, name, context, tuple(points), objective)
+
+
+_AXIS_DEFAULTS: dict[str, Any] = {
+    "model": [], "device": [], "reserved": ["0"], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
+    "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
+}
+
+
+def load_spec(path: str) -> SweepSpec:
+    from csa_plan.planner.loaders.safe_yaml import load_yaml
+
+    p = Path(path)
+    if path_kind(p) is None:
+        raise BadInput(path, None, "no such sweep spec")
+    return parse_spec(load_yaml(read_text(p, MAX_SPEC_BYTES), path), path)
+
+

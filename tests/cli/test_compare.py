@@ -1,0 +1,99 @@
+"""`csa-plan compare`: one row per profile, exact slopes, JSON, exit codes, --plot."""
+
+from __future__ import annotations
+
+import importlib.util
+from fractions import Fraction
+
+import pytest
+
+from csa_plan.planner.engines.compare import compare, context_lengths, curves
+from csa_plan.planner.loaders.model_files import load_model
+from csa_plan.planner.plan import PlanOptions
+from csa_plan.planner.engines import PROFILES
+
+H200 = 143771 << 20
+
+
+@pytest.fixture(scope="module")
+def pro():
+    return load_model("deepseek-v4-pro")
+
+
+def test_slopes_are_exact_rationals_from_first_principles(pro):
+    c = compare(pro, PlanOptions(max_seq_len=65_536))
+    # exact: 583-B records + 68-B keys per 4 tokens, plus the fp32 index-score row (4 B per
+    # record); HCA: 583 B and a 4-B logit per head per record, every 128 tokens.
+    exact = 30 * (Fraction(583 + 68, 4) + 1) + 31 * (Fraction(583, 128) + Fraction(128 * 4, 128))
+    assert c.row("exact").bytes_per_token == exact == Fraction(662_745, 128)
+    # vLLM: padded pages per 256-token block
+    assert c.row("vllm").bytes_per_token == 30 * Fraction(37_440 + 8_640, 256) + 31 * Fraction(1_728, 256)
+    assert c.row("vllm-fp4").bytes_per_token == 30 * Fraction(37_440 + 4_608, 256) + 31 * Fraction(1_728, 256)
+    assert c.row("sglang-fp4").bytes_per_token == 30 * Fraction(37_440 + 4_352, 256) + 31 * Fraction(1_728, 256)
+    # published accounting: BF16 records + BF16 keys
+    assert c.row("bf16-reference").bytes_per_token == 30 * Fraction(1024 + 256, 4) + 31 * Fraction(1024, 128)
+
+
+def test_rows_fixed_cost_and_fit(pro):
+    c = compare(pro, PlanOptions(max_seq_len=65_536), limit_bytes=H200)
+    assert [r.profile for r in c.rows] == list(PROFILES)
+    exact = c.row("exact")
+    assert exact.over_exact_bytes == 0 and exact.padding_bytes == 0
+    assert exact.fixed_request_bytes == 30 * (65_536 + 16_384) + 31 * 524_288 + 62 * 128 * 583
+    assert c.row("onnx-genai-b6").over_exact_bytes == 349_942_784
+    for r in c.rows:
+        assert r.requests_that_fit == H200 // r.per_request_bytes
+        assert r.per_request_bytes == r.by_class.total_bytes
+
+
+def test_curves_grow_with_context(pro):
+    lengths = context_lengths(128, 1 << 20, points=8)
+    assert lengths[0] == 128 and lengths[-1] == 1 << 20 and list(lengths) == sorted(set(lengths))
+    series = curves(pro, PlanOptions(), lengths, ("exact", "vllm"))
+    for values in series.values():
+        assert list(values) == sorted(values)
+
+
+def test_cli_json(csa):
+    r = csa("compare", "deepseek-v4-flash", "--max-seq-len", "65536", "--device-memory", "h200", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["schema"] == "csa-plan/compare/v1"
+    assert doc["options"]["max_seq_len"] == 65_536 and doc["limit_bytes"] == H200
+    rows = {row["profile"]: row for row in doc["profiles"]}
+    assert set(rows) == set(PROFILES)
+    assert rows["exact"]["bytes_per_token"]["denominator"] >= 1
+    assert all(row["sources"] for row in rows.values())
+
+
+def test_cli_check_layout_matches_compare_row(csa):
+    check = csa("check", "deepseek-v4-pro", "--layout", "vllm", "--max-seq-len", "65536", "--json")
+    comp = csa("compare", "deepseek-v4-pro", "--layout", "vllm", "--max-seq-len", "65536", "--json")
+    assert check.code == comp.code == 0
+    assert (check.json()["totals"]["per_request_per_device"]["total"]
+            == comp.json()["profiles"][0]["per_request_bytes"])
+
+
+def test_cli_does_not_fit_exits_3(csa):
+    r = csa("compare", "deepseek-v4-pro", "--device-memory", "1GiB")
+    assert r.code == 3
+    assert "does not fit: exact needs 5,473,376,512 B per request, limit 1,073,741,824 B" in r.out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--layout", "tpu"), "unknown layout 'tpu'"),
+    (("--max-seq-len", "-5"), "negative"),
+    (("--device-memory", "lots"), "cannot read size"),
+])
+def test_cli_bad_input_exits_2(csa, args, needle):
+    r = csa("compare", "deepseek-v4-pro", *args)
+    assert r.code == 2 and needle in r.err
+
+
+def test_cli_plot(csa, tmp_path):
+    target = tmp_path / "chart.png"
+    r = csa("compare", "deepseek-v4-flash", "--max-seq-len", "8192", "--plot", str(target))
+    if importlib.util.find_spec("matplotlib") is None:
+        assert r.code == 2 and "csa-plan[plot]" in r.err and not target.exists()
+    else:
+        assert r.code == 0 and target.stat().st_size > 0

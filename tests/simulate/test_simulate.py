@@ -1,0 +1,262 @@
+"""Simulation semantics (CONTRACT §5) and the fast path == ledger replay proofs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from csa_plan.planner.layout import GroupBytes
+from csa_plan.planner.loaders.model_files import load_model
+from csa_plan.planner.memory import parse_size
+from csa_plan.planner.placement import Placement, Router, split_stages
+from csa_plan.planner.simulate.capacity import find_capacity
+from csa_plan.planner.simulate.replay import replay
+from csa_plan.planner.simulate import (
+    Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
+)
+from csa_plan.planner.workloads import Workload, load_workload
+
+from helpers import EXAMPLES
+
+FLASH = load_model("deepseek-v4-flash")
+PRO = load_model("deepseek-v4-pro")
+H200 = parse_size("h200", "test")
+GIB = 1 << 30
+
+
+def workload(arrival_ns, prompt, output, classes=None) -> Workload:
+    n = len(arrival_ns)
+    return Workload("test", np.array(arrival_ns, dtype=np.int64), np.array(prompt, dtype=np.int64),
+                    np.array(output, dtype=np.int64),
+                    np.zeros(n, dtype=np.int32) if classes is None else np.array(classes, dtype=np.int32),
+                    ("a",) if classes is None else ("a", "b"))
+
+
+def toy(arrival_ns, hold_ns, sizes, limit, policy=Policy.REFUSE, placement=Placement(), upfront=None) -> Scenario:
+    """A scenario with hand-picked bundle sizes: request i reserves tier ``sizes[i]`` bytes per device."""
+    tiers = sorted(set(sizes))
+    n = len(arrival_ns)
+    split = split_stages(placement.pp, 0, placement.pp)
+    bundles = tuple(tuple(GroupBytes(compressed_bytes=t - 1, carry_bytes=1) for _ in range(placement.pp))
+                    for t in tiers)
+    arrival = np.array(arrival_ns, dtype=np.int64)
+    return Scenario(SimConfig(placement=placement, limit_bytes=limit, policy=policy), split, 1 << 20, 128,
+                    tuple(tiers), bundles, arrival, arrival, np.array(hold_ns, dtype=np.int64),
+                    np.array([tiers.index(s) for s in sizes], dtype=np.int64),
+                    np.array(upfront or [0] * n, dtype=np.int8), np.zeros(n, dtype=np.int32), ("a",))
+
+
+def both(scn: Scenario):
+    fast = simulate(scn)
+    ref, ledger = replay(scn)
+    assert fast == ref
+    assert fast.decisions.same_as(ref.decisions)
+    assert ledger.at_baseline and fast.baseline_ok
+    return fast
+
+
+# -- semantics ----------------------------------------------------------------------------
+
+
+def test_release_happens_before_admission_at_the_same_instant():
+    r = both(toy([0, 10], [10, 5], [60, 60], limit=100))
+    assert r.admitted == 2 and r.refused == 0
+    assert r.devices[0].peak_bytes == 60 and r.peak_in_flight == 1
+
+
+def test_refuse_policy_fails_closed_and_counts_the_reason():
+    r = both(toy([0, 1, 2], [10, 10, 10], [60, 60, 30], limit=100))
+    assert r.decisions.outcome.tolist() == [0, Outcome.OUT_OF_MEMORY.value, 0]
+    assert dict(r.refusals) == {"OutOfMemory": 1}
+    assert r.devices[0].peak_bytes == 90 and r.devices[0].peak_ns == 2
+
+
+def test_queue_is_fifo_and_reports_waits():
+    # request 2 (30 B) would fit at t=2 but must not overtake request 1
+    r = both(toy([0, 1, 2], [10, 10, 10], [60, 60, 30], limit=100, policy=Policy.QUEUE))
+    assert r.decisions.admit_ns.tolist() == [0, 10, 10]
+    assert r.queued == 2 and r.wait_p50_ns == 8 and r.wait_p99_ns == 9 and r.wait_max_ns == 9
+    assert r.refused == 0
+
+
+def test_never_fitting_request_is_refused_up_front_not_queued():
+    scn = prepare(PRO, workload([0, 1], [100, 100], [10, 10]),
+                  SimConfig(limit_bytes=4 * GIB, policy=Policy.QUEUE))
+    r = both(scn)
+    assert dict(r.refusals) == {"NeverFits": 2} and r.admitted == 0
+
+
+def test_request_longer_than_max_seq_len_is_refused_with_its_type():
+    scn = prepare(PRO, workload([0, 1], [1_048_000, 100], [577, 10]), SimConfig(policy=Policy.QUEUE))
+    r = both(scn)
+    assert dict(r.refusals) == {"RequestExceedsCapacity": 1}
+    assert r.decisions.outcome.tolist() == [Outcome.EXCEEDS_CAPACITY.value, 0]
+
+
+def test_unlimited_accounts_everything_and_refuses_nothing():
+    scn = prepare(PRO, workload([0, 0, 0], [10, 10, 10], [10, 10, 10]), SimConfig(placement=Placement(tp=8)))
+    r = both(scn)
+    per_device = scn.bundles[0][0].total_bytes
+    assert r.refused == 0 and r.devices[3].peak_bytes == 3 * per_device
+    assert r.peak_bytes == 8 * 3 * per_device
+    assert r.utilization(r.devices[0]) == (None, None)
+
+
+def test_reserve_max_matches_the_contract_total():
+    scn = prepare(PRO, workload([0], [10], [10]), SimConfig())
+    assert scn.tier_tokens == (1_048_576,)
+    assert scn.bundles[0][0].total_bytes == 5_473_376_512
+
+
+@pytest.mark.parametrize("total,expected", [(0, 128), (100, 4096), (4096, 4096), (4097, 8192),
+                                            (1_048_575, 1_048_576), (1_048_576, 1_048_576)])
+def test_fit_rounds_up_to_the_bucket_at_least_the_window(total, expected):
+    assert reserved_tokens(total, Reserve.FIT, 4096, 128, 1_048_576) == expected
+    assert reserved_tokens(total, Reserve.MAX, 4096, 128, 1_048_576) == 1_048_576
+
+
+def test_fit_reserves_less_than_max():
+    wl = workload([0, 1, 2], [1000, 5000, 100], [100, 100, 5000])
+    fit = prepare(PRO, wl, SimConfig(reserve=Reserve.FIT))
+    assert fit.tier_tokens == (4096, 8192) and fit.tier.tolist() == [0, 1, 1]
+    r = both(fit)
+    assert r.devices[0].peak_bytes == sum(fit.bundles[t][0].total_bytes for t in (0, 1, 1))
+
+
+def test_time_model_holds_prefill_plus_decode():
+    scn = prepare(PRO, workload([0], [20_000], [50]), SimConfig(time=TimeModel(prefill_tok_s=10_000, tpot_ms=20)))
+    assert scn.hold_ns.tolist() == [2_000_000_000 + 50 * 20_000_000]
+
+
+def test_rate_scale_compresses_arrivals():
+    scn = prepare(PRO, workload([0, 1_000_000_000, 3_000_000_000], [1, 1, 1], [1, 1, 1]),
+                  SimConfig(time=TimeModel(rate_scale=2.0)))
+    assert scn.arrival_ns.tolist() == [0, 500_000_000, 1_500_000_000]
+
+
+def test_pipeline_stages_charge_their_own_layers():
+    scn = prepare(FLASH, workload([0], [10], [10]), SimConfig(placement=Placement(tp=1, pp=2)))
+    assert scn.split.main_counts == (22, 21) and scn.split.layers[-1][-1] == 43
+    r = both(scn)
+    assert [d.peak_bytes for d in r.devices] == [scn.bundles[0][0].total_bytes, scn.bundles[0][1].total_bytes]
+    single = prepare(FLASH, workload([0], [10], [10]), SimConfig())
+    assert r.peak_bytes == single.bundles[0][0].total_bytes
+
+
+def test_round_robin_rotates_replicas():
+    r = both(toy([0, 1, 2, 3], [100] * 4, [10] * 4, limit=100, placement=Placement(dp=2)))
+    assert r.decisions.replica.tolist() == [0, 1, 0, 1]
+
+
+def test_least_loaded_picks_the_emptier_replica():
+    r = both(toy([0, 1, 2], [100, 100, 100], [50, 10, 10], limit=100,
+                 placement=Placement(dp=2, router=Router.LEAST_LOADED)))
+    assert r.decisions.replica.tolist() == [0, 1, 1]
+
+
+def test_admission_is_all_or_nothing_across_devices():
+    r = both(toy([0, 1], [100, 100], [60, 60], limit=100, placement=Placement(tp=4, pp=2)))
+    assert r.admitted == 1 and r.peak_bytes == 8 * 60
+
+
+def test_per_class_peak_and_class_maxima():
+    scn = prepare(PRO, workload([0, 5_000_000_000], [100, 100], [10, 10]), SimConfig(reserve=Reserve.FIT))
+    r = both(scn)
+    assert r.at_peak == scn.bundles[0][0]
+    assert r.class_max == scn.bundles[0][0]
+
+
+def test_nearest_rank_percentiles_are_members_of_the_data():
+    assert nearest_rank(list(range(1, 101)), 50) == 50
+    assert nearest_rank(list(range(1, 101)), 99) == 99
+    assert nearest_rank([7], 99) == 7
+
+
+def test_find_capacity_bisects_to_the_edge():
+    wl = load_workload(str(EXAMPLES / "traces" / "azure_conv_sample_200.csv"))
+    scn = prepare(PRO, wl, SimConfig(placement=Placement(tp=8), limit_bytes=H200 - 120 * GIB))
+    cap = find_capacity(scn, rel_tol=1e-2)
+    assert cap.rate_scale is not None and not cap.capped
+    assert cap.result.refused == 0
+    worse = simulate(scn.with_rate_scale(cap.rate_scale * 1.02))
+    assert worse.refusal_count(Outcome.OUT_OF_MEMORY) > 0
+
+
+# -- fast path == ledger replay -----------------------------------------------------------
+
+
+@st.composite
+def mixes(draw):
+    n = draw(st.integers(1, 40))
+    gaps = draw(st.lists(st.sampled_from([0, 0, 1, 5, 100, 10_000]), min_size=n, max_size=n))
+    prompt = draw(st.lists(st.integers(0, 40_000), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(0, 30_000), min_size=n, max_size=n))
+    classes = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    placement = Placement(tp=draw(st.sampled_from([1, 2])), pp=draw(st.sampled_from([1, 2, 3])),
+                          dp=draw(st.sampled_from([1, 2])), router=draw(st.sampled_from(list(Router))))
+    return (np.cumsum(gaps).tolist(), prompt, output, classes, placement,
+            draw(st.sampled_from(list(Policy))), draw(st.sampled_from(list(Reserve))),
+            draw(st.integers(0, 12)), draw(st.sampled_from([1000, 4096, 16_384])),
+            draw(st.sampled_from([1_000, 50_000])))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixes())
+def test_fast_path_equals_ledger_replay(mix):
+    arrival, prompt, output, classes, placement, policy, reserve, slots, bucket, prefill = mix
+    wl = workload([a * 1_000_000 for a in arrival], prompt, output, classes)
+    base = SimConfig(placement=placement, reserve=reserve, bucket=bucket, policy=policy, max_seq_len=65_536,
+                     time=TimeModel(prefill_tok_s=prefill, tpot_ms=0.01))
+    probe = prepare(FLASH, wl, base)
+    biggest = max(b.total_bytes for stages in probe.bundles for b in stages) if probe.bundles else 1
+    limit = 0 if slots == 0 else slots * biggest // 3 + 1  # from 'never fits' to roomy
+    scn = prepare(FLASH, wl, SimConfig(placement=placement, limit_bytes=limit, reserve=reserve, bucket=bucket,
+                                       policy=policy, max_seq_len=65_536, time=base.time))
+    both(scn)
+
+
+def test_contended_loop_agrees_with_the_uncontended_shortcut():
+    """When nothing contends, the sequential loop must reach the shortcut's answer."""
+    wl = load_workload(str(EXAMPLES / "traces" / "azure_conv_sample_200.csv"))
+    for policy in Policy:
+        for limit in (0, H200):
+            roomy = prepare(PRO, wl, SimConfig(placement=Placement(tp=8, dp=2), limit_bytes=limit, policy=policy))
+            shortcut = decide(roomy)
+            assert shortcut.outcome.tolist() == [0] * 200
+            assert decide(roomy, shortcut=False).same_as(shortcut)
+            both(roomy)
+
+
+# -- the real Azure conversation trace ----------------------------------------------------
+
+AZURE = EXAMPLES / "traces" / "azure_llm_inference_2023_conv.csv"
+
+
+@pytest.fixture(scope="module")
+def azure():
+    return load_workload(str(AZURE))
+
+
+def test_azure_trace_is_complete(azure):
+    assert len(azure) == 19_366
+    assert int(azure.prompt_tokens.sum()) == 22_361_870 and int(azure.output_tokens.sum()) == 4_088_665
+    assert int(azure.arrival_ns[-1]) == 3_501_721_937_000
+
+
+@pytest.mark.parametrize("policy,rate_scale", [(Policy.REFUSE, 0.5), (Policy.QUEUE, 0.5), (Policy.QUEUE, 0.6)])
+def test_azure_trace_v4_pro_tp8_h200_matches_ledger_replay(azure, policy, rate_scale):
+    config = SimConfig(placement=Placement(tp=8), limit_bytes=H200 - 20 * GIB, policy=policy,
+                       time=TimeModel(rate_scale=rate_scale))
+    scn = prepare(PRO, azure, config)
+    r = both(scn)  # the fast path equals the event-by-event ledger replay, waits included
+    per_request = scn.bundles[0][0].total_bytes
+    assert r.devices[0].peak_bytes == 24 * per_request  # 24 requests fill a 120.4 GiB limit
+    if policy is Policy.REFUSE:
+        assert dict(r.refusals) == {"OutOfMemory": 48} and r.queued == 0
+    elif rate_scale == 0.5:
+        assert r.refused == 0 and r.queued == 97 and r.wait_max_ns > 0 and r.wait_p50_ns == 0
+    else:  # enough waiting that the 99th percentile is a real wait
+        assert r.refused == 0 and r.queued == 700
+        assert (r.wait_p50_ns, r.wait_p99_ns, r.wait_max_ns) == (0, 629_511_667, 2_086_371_666)
