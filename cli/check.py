@@ -9,12 +9,13 @@ import click
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, enum_choice
+from csa_plan.planner.gate import Gate
 
 
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("model")
-@click.option("--gate", type=click.Choice(["op", "c1"]), default="op", show_default=True,
+@click.option("--gate", type=enum_choice(Gate), default=Gate.OP.value, show_default=True,
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only).")
 @click.option("--layout", type=click.Choice(list(PROFILES)), default="exact", show_default=True,
               help="Layout profile: exact (CONTRACT §2) or an engine's layout (README: 'Layout profiles').")
@@ -41,11 +42,10 @@ def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: in
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.planner.capacity import capacity
     from csa_plan.planner.errors import BadInput
-    from csa_plan.planner.gate import Gate
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.memory import device_budget
     from csa_plan.planner.plan import PlanOptions, plan_model
-    from csa_plan.planner.report import Verdict, check_report, verdict
+    from csa_plan.planner.reports.check import Verdict, check_report, verdict
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.render_check import render_check
 

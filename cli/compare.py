@@ -35,7 +35,8 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""
-    from csa_plan.planner.engines.compare import comparison_report, compare as run_compare
+    from csa_plan.planner.engines.compare import compare as run_compare
+    from csa_plan.planner.reports.compare import comparison_report
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.memory import device_budget
     from csa_plan.planner.plan import PlanOptions

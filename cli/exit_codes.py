@@ -1,11 +1,13 @@
-"""Exit codes shared by every command (CONTRACT §6)."""
+"""Exit codes shared by every command: the names the CLI uses for ``ExitCode``."""
 
-EXIT_OK = 0
-EXIT_INTERNAL = 1  # a bug in csa-plan itself
-EXIT_BAD_INPUT = 2
-EXIT_REFUSED = 3
-EXIT_CHECK_FAILED = 4
-EXIT_NO_GPU = 5
+from csa_plan.planner.errors import ExitCode
+
+EXIT_OK = ExitCode.OK
+EXIT_INTERNAL = ExitCode.INTERNAL
+EXIT_BAD_INPUT = ExitCode.BAD_INPUT
+EXIT_REFUSED = ExitCode.REFUSED
+EXIT_CHECK_FAILED = ExitCode.CHECK_FAILED
+EXIT_NO_GPU = ExitCode.NO_GPU
 
 EXIT_CODES_HELP = """\b
 Exit codes:

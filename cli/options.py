@@ -8,8 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from csa_plan.planner.errors import I63_LIMIT, BadInput
-from csa_plan.cli.exit_codes import EXIT_BAD_INPUT
+from csa_plan.planner.errors import I63_LIMIT, BadInput, CsaPlanError
 
 
 class SizeType(click.ParamType):
@@ -56,6 +55,11 @@ SIZE = SizeType()
 COUNT = CountType()
 
 
+def enum_choice(enum: type) -> click.Choice:
+    """A click choice whose values are the enum's: the list is never written by hand."""
+    return click.Choice([member.value for member in enum])
+
+
 MAX_MESSAGE_CHARS = 600
 
 
@@ -69,14 +73,14 @@ def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
-    """Turn a ``BadInput`` raised anywhere below a command into one line and exit 2."""
+    """Turn a ``CsaPlanError`` raised anywhere below a command into one line and its exit code."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return func(*args, **kwargs)
-        except BadInput as exc:
+        except CsaPlanError as exc:
             click.echo(f"csa-plan: error: {one_line(str(exc))}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(int(exc.exit_code))
 
     return wrapper

@@ -7,7 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from csa_plan.cli.format import fmt_bytes, fmt_ids
+from csa_plan.cli.format import fmt_bytes
+from csa_plan.planner.reports.text import id_runs
 
 CLASSES = ("compressed", "carry", "index", "index_carry", "dense_ring", "scratch")
 HEADERS = ("compressed", "carry", "index", "idx carry", "ring", "scratch")
@@ -63,7 +64,7 @@ def _layer_table(report: dict[str, Any], per_layer: bool) -> Table:
             sizes = [f"[red]refused: {', '.join(row['refusal_types'])}[/]", ""]
         else:
             sizes = [f"{b['total']:,}", f"{row['bytes_all']['total']:,}"]
-        table.add_row(fmt_ids(row["layer_ids"]), _kind(row), str(row["count"]), *sizes)
+        table.add_row(id_runs(row["layer_ids"]), _kind(row), str(row["count"]), *sizes)
     return table
 
 
@@ -94,7 +95,7 @@ def _render_refusals(console: Console, refusals: list[dict[str, Any]]) -> None:
     console.print(f"[bold red]Refusals ({len(refusals)})[/]")
     for (type_, field, detail, expected, actual), layers in rows.items():
         ids = [l for l in layers if l is not None]
-        where = ("layer " if len(ids) == 1 else "layers ") + fmt_ids(ids) if ids else "model"
+        where = ("layer " if len(ids) == 1 else "layers ") + id_runs(ids) if ids else "model"
         console.print(f"  [red]{type_}[/] on {where}  [dim]({field})[/]")
         console.print(f"      {detail}", highlight=False)
         console.print(f"      [dim]expected:[/] {expected}  [dim]found:[/] {actual}", highlight=False)

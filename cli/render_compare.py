@@ -11,21 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from csa_plan.cli.format import GIB, MIB
-
-KIB = 1 << 10
-
-
-def short_size(n: int) -> str:
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    if n >= GIB:
-        return f"{sign}{n / GIB:.2f}GiB"
-    if n >= MIB:
-        return f"{sign}{n / MIB:.1f}MiB"
-    if n >= KIB:
-        return f"{sign}{n / KIB:.1f}KiB"
-    return f"{sign}{n}B"
+from csa_plan.cli.format import fmt_bytes_short as short_size
 
 
 def render_compare(console: Console, report: dict[str, Any]) -> None:

@@ -8,73 +8,10 @@ from rich.console import Console
 from rich.table import Table
 
 from csa_plan.cli.exit_codes import EXIT_OK
-from csa_plan.cli.format import fmt_bytes, fmt_ids
+from csa_plan.cli.format import fmt_bytes
+from csa_plan.planner.reports.text import id_runs
+from csa_plan.planner.units import GiB
 
-SCHEMA = "csa-plan/simulate/v1"
-MAX_TIERS_LISTED = 64
-
-
-def _s(ns: int | None) -> float | None:
-    return None if ns is None else ns / 1e9
-
-
-def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=None, plan_refusals=(),
-                    exit_code: int, split=None) -> dict[str, Any]:
-    p = config.placement
-    report: dict[str, Any] = {
-        "schema": SCHEMA,
-        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names), "notes": list(wl.notes)},
-        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
-        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
-        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
-        "reserve": {"mode": config.reserve.value, "bucket": config.bucket},
-        "policy": config.policy.value,
-        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
-                 "rate_scale": config.time.rate_scale},
-        "plan_refusals": [r.as_dict() for r in plan_refusals],
-        "exit_code": exit_code,
-    }
-    if split is not None:
-        report["deployment"]["stage_split"] = split.describe()
-        report["deployment"]["stage_layers"] = [fmt_ids(list(ids)) for ids in split.layers]
-    if scn is not None:
-        report["reserve"]["max_seq_len"] = scn.max_seq_len
-        report["reserve"]["tiers"] = [
-            {"tokens": tokens, "per_device_bytes_by_stage": [b.total_bytes for b in stages]}
-            for tokens, stages in list(zip(scn.tier_tokens, scn.bundles))[:MAX_TIERS_LISTED]]
-        report["reserve"]["tier_count"] = len(scn.tier_tokens)
-    if capacity is not None:
-        report["capacity"] = {
-            "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
-            "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
-            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
-        }
-    if result is None:
-        return report
-    report["requests"] = {
-        "total": result.requests, "admitted": result.admitted, "refused": result.refused, "queued": result.queued,
-        "refusals": dict(result.refusals),
-        "by_class": [{"class": n, "admitted": a, "refused": r} for n, a, r in result.by_class],
-    }
-    report["wait_s"] = {"p50": _s(result.wait_p50_ns), "p99": _s(result.wait_p99_ns), "max": _s(result.wait_max_ns)}
-    report["wait_ns"] = {"p50": result.wait_p50_ns, "p99": result.wait_p99_ns, "max": result.wait_max_ns}
-    report["peak"] = {"bytes": result.peak_bytes, "at_s": _s(result.peak_ns), "at_ns": result.peak_ns,
-                      "by_class": result.at_peak.as_dict(), "class_max": result.class_max.as_dict(),
-                      "in_flight": result.peak_in_flight}
-    devices = []
-    for d in result.devices:
-        mean, peak_util = result.utilization(d)
-        devices.append({
-            "device": d.device, "stage": p.stage_of(d.device), "replica": d.device // p.devices_per_replica,
-            "limit_bytes": d.limit_bytes, "peak_bytes": d.peak_bytes, "peak_at_s": _s(d.peak_ns),
-            "peak_at_ns": d.peak_ns, "by_class_at_peak": d.at_peak.as_dict(), "byte_seconds": d.byte_ns / 1e9,
-            "mean_utilization": mean, "peak_utilization": peak_util, "final_bytes": d.final.total_bytes,
-        })
-    report["devices"] = devices
-    report["span_s"] = _s(result.span_ns)
-    report["baseline_ok"] = result.baseline_ok
-    report["verified_against_ledger_replay"] = verified
-    return report
 
 
 def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note: str | None = None) -> None:
@@ -136,7 +73,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     for ids in groups.values():
         d = by_device[ids[0]]
         pct = (lambda v: "-" if v is None else f"{v:.1%}")
-        table.add_row(fmt_ids(ids), str(d["stage"]), fmt_bytes(d["peak_bytes"]), f"{d['peak_at_s']:.3f}",
+        table.add_row(id_runs(ids), str(d["stage"]), fmt_bytes(d["peak_bytes"]), f"{d['peak_at_s']:.3f}",
                       pct(d["mean_utilization"]), pct(d["peak_utilization"]), f"{d['final_bytes']:,}")
     out.print(table)
     if series is not None:
@@ -144,7 +81,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
 
         for devices, values in series.groups:
             top = series.limit_bytes or int(values.max())
-            out.print(f"  {fmt_ids(list(devices)):>9} {sparkline(values, top)}")
+            out.print(f"  {id_runs(list(devices)):>9} {sparkline(values, top)}")
         top = int(series.in_flight.max()) if len(series.in_flight) else 0
         out.print(f"  {'in flight':>9} {sparkline(series.in_flight, top)}")
     if plot_note:
@@ -171,9 +108,9 @@ def render_plot(series, path: str, title: str) -> str | None:
     seconds = series.edges_ns / 1e9
     fig, ax = plt.subplots(figsize=(10, 5))
     for devices, values in series.groups:
-        ax.step(seconds, values / 2**30, where="post", label=f"devices {fmt_ids(list(devices))}")
+        ax.step(seconds, values / GiB, where="post", label=f"devices {id_runs(list(devices))}")
     if series.limit_bytes:
-        ax.axhline(series.limit_bytes / 2**30, color="red", linestyle="--", label="limit")
+        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("resident (GiB, max per bucket)")
     ax2 = ax.twinx()

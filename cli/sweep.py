@@ -43,7 +43,8 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.planner.sweep.spec import load_spec
     from csa_plan.planner.sweep.executors import make_executor
     from csa_plan.cli.console import make_consoles
-    from csa_plan.cli.render_sweep import render_plot, render_sweep, sweep_report
+    from csa_plan.cli.render_sweep import render_plot, render_sweep
+    from csa_plan.planner.reports.sweep import sweep_report
     from csa_plan.cli.progress import progress_bar
 
     consoles = make_consoles()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from csa_plan.planner.errors import CsaPlanError, ExitCode
+
 KERNEL_DIR = Path(__file__).resolve().parent
 CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu")
 HEADERS = ("csa_common.cuh", "cuda_emu.h")
@@ -46,8 +48,10 @@ CUPY_NVRTC_EXTRA = ("-ftz=true", "--device-as-default-execution-space", "-arch=s
 NVCC_OPTIONS = ("-std=c++17", "-I", str(KERNEL_DIR), "-ftz=true", "-arch=sm_90")
 
 
-class EmulationUnavailable(RuntimeError):
+class EmulationUnavailable(CsaPlanError, RuntimeError):
     """No C++ compiler (or the build failed): the emulated backend cannot run."""
+
+    exit_code = ExitCode.NO_GPU
 
 
 def source_text(name: str) -> str:
@@ -168,8 +172,10 @@ def build_emulator() -> Path:
     return lib
 
 
-class EmulationError(RuntimeError):
+class EmulationError(CsaPlanError, RuntimeError):
     """A kernel misbehaved under emulation (for example a barrier reached by part of a block)."""
+
+    exit_code = ExitCode.CHECK_FAILED
 
 
 _P = ctypes.c_void_p

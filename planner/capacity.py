@@ -10,7 +10,9 @@ from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
 
 
 @dataclass(frozen=True)
-class Capacity:
+class DeviceFit:
+    """How many requests of one size a device limit holds, and the longest context that fits."""
+
     limit_bytes: int
     per_request_bytes: int
     concurrency: int
@@ -31,11 +33,11 @@ class Capacity:
         }
 
 
-def capacity(model: ModelSpec, plan: ModelPlan, limit_bytes: int, concurrency: int = 1) -> Capacity:
+def capacity(model: ModelSpec, plan: ModelPlan, limit_bytes: int, concurrency: int = 1) -> DeviceFit:
     per_request = plan.per_request_per_device_bytes
     fit = limit_bytes // per_request if per_request else 0
     needed = per_request * concurrency
-    return Capacity(
+    return DeviceFit(
         limit_bytes=limit_bytes,
         per_request_bytes=per_request,
         concurrency=concurrency,

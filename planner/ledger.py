@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Mapping
 
+from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.planner.layout import STATE_CLASSES, GroupBytes, StateClass
 from csa_plan.planner.refusals import Refusal, RefusalType
 
@@ -20,8 +21,10 @@ _FIELDS: tuple[str, ...] = tuple(f"{c.value}_bytes" for c in STATE_CLASSES)
 _N = len(_FIELDS)
 
 
-class OutOfMemoryError(Exception):
+class OutOfMemoryError(CsaPlanError):
     """A fail-closed refusal; ``refusal`` is the typed OutOfMemory record."""
+
+    exit_code = ExitCode.REFUSED
 
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)

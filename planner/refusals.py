@@ -19,6 +19,7 @@ class RefusalType(str, Enum):
     OUT_OF_MEMORY = "OutOfMemory"
     UNSUPPORTED_C1_RATIO = "UnsupportedC1Ratio"
     REQUEST_EXCEEDS_CAPACITY = "RequestExceedsCapacity"  # simulate: prompt + output > max_seq_len
+    NEVER_FITS = "NeverFits"  # simulate: the request's bundle exceeds an empty device's limit
     # ONNX graph refusals (CONTRACT §4)
     ARITY_MISMATCH = "ArityMismatch"
     UNSUPPORTED_OP_VERSION = "UnsupportedOpVersion"

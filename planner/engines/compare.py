@@ -17,7 +17,7 @@ from typing import Any
 from csa_plan.planner.descriptor import MAX_SEQ_LEN_LIMIT
 from csa_plan.planner.layout import GroupBytes, LayerKind
 from csa_plan.planner.model import ModelSpec
-from csa_plan.planner.plan import ModelPlan, PlanOptions, apply_options, plan_model
+from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
 from csa_plan.planner.engines import PROFILES, get_profile
 
 # Every block/page size the profiles use (4, 64, 128, 256 tokens) divides this, so
@@ -147,19 +147,4 @@ def curves(model: ModelSpec, options: PlanOptions, lengths: tuple[int, ...],
         name: tuple(plan_model(model, replace(options, layout=name, max_seq_len=n)).per_request_per_device_bytes
                     for n in lengths)
         for name in names
-    }
-
-
-def comparison_report(c: Comparison) -> dict[str, Any]:
-    """The csa-plan/compare/v1 JSON document."""
-    o = c.options
-    lengths = sorted({d.max_seq_len for d in apply_options(c.model, o)})
-    return {
-        "schema": "csa-plan/compare/v1",
-        "model": {"name": c.model.name, "source": c.model.source},
-        "options": {"max_seq_len": lengths[0] if len(lengths) == 1 else lengths, "batch": o.batch, "query_len": o.query_len, "tp": o.tp,
-                    "gate": o.gate.value, "window": o.window, "cache_format": o.cache_format},
-        "limit_bytes": c.limit_bytes,
-        "refused_layers": list(c.refused_layers),
-        "profiles": [r.as_dict() for r in c.rows],
     }

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
+from csa_plan.planner.errors import CsaPlanError
 from csa_plan.planner.onnx.wire import FIXED32, LENGTH, VARINT, Buffer, Field, WireError, as_int64, iter_fields, text
 
 CSA_DOMAIN = "pkg.nxrt"
@@ -44,7 +45,7 @@ Axis = Union[int, str, None]
 """One dimension: a fixed size, a symbol (dim_param), or None when the graph leaves it unknown."""
 
 
-class StructureError(Exception):
+class StructureError(CsaPlanError):
     """The file is a protobuf but not a usable ONNX model, or not a protobuf at all."""
 
     def __init__(self, problem: str, *, not_onnx: bool = False, truncated: bool = False) -> None:

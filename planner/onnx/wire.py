@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Union
 
+from csa_plan.planner.errors import CsaPlanError
+
 Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]  # noqa: F821 - only for the annotation
 
 VARINT = 0
@@ -26,7 +28,7 @@ _U64 = 1 << 64
 _I64_SIGN = 1 << 63
 
 
-class WireError(Exception):
+class WireError(CsaPlanError):
     """The bytes are not a well-formed protobuf message (or end too early)."""
 
     def __init__(self, offset: int, problem: str, *, truncated: bool = False) -> None:

@@ -11,7 +11,7 @@ from csa_plan.planner.simulate.fast import SimResult, simulate
 from csa_plan.planner.simulate.scenario import Outcome, Scenario
 
 @dataclass(frozen=True)
-class Capacity:
+class RateCapacity:
     """The largest rate scale that meets the criterion, or None when even the slowest fails."""
 
     rate_scale: float | None
@@ -25,7 +25,7 @@ SCALE_MIN, SCALE_MAX = 2.0 ** -20, 2.0 ** 20
 
 def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float = 1e-3,
                   progress: Callable[[int, float], None] | None = None, *,
-                  scale_min: float = SCALE_MIN, scale_max: float = SCALE_MAX) -> Capacity:
+                  scale_min: float = SCALE_MIN, scale_max: float = SCALE_MAX) -> RateCapacity:
     """Bisection on --rate-scale: zero memory refusals, and wait p99 <= max_wait when given.
 
     Requests refused up front (too long, never fit) do not depend on the rate, so
@@ -54,18 +54,18 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         while hi <= scale_max and good(hi):
             lo, hi = hi, hi * 2
         if hi > scale_max:
-            return Capacity(lo, results[lo], tuple(probes), True)
+            return RateCapacity(lo, results[lo], tuple(probes), True)
     else:
         hi = scale
         lo = scale / 2
         while lo >= scale_min and not good(lo):
             hi, lo = lo, lo / 2
         if lo < scale_min:
-            return Capacity(None, None, tuple(probes), False)
+            return RateCapacity(None, None, tuple(probes), False)
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
         if good(mid):
             lo = mid
         else:
             hi = mid
-    return Capacity(lo, results[lo], tuple(probes), False)
+    return RateCapacity(lo, results[lo], tuple(probes), False)

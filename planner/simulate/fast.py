@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-from csa_plan.planner.simulate.scenario import (REASONS, Outcome, Policy, Scenario)
+from csa_plan.planner.simulate.scenario import REASONS, Outcome, Policy, Scenario
+from csa_plan.planner.units import ceil_div
 
 
 # -- results ------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ class SimResult:
 
 def nearest_rank(sorted_values: list[int], pct: int) -> int:
     """The nearest-rank percentile: an exact member of the data, no interpolation."""
-    rank = max(1, -(-pct * len(sorted_values) // 100))
+    rank = max(1, ceil_div(pct * len(sorted_values), 100))
     return sorted_values[rank - 1]
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.units import NS_PER_S
+from csa_plan.planner.units import NS_PER_S, ceil_div, round_up
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.placement import Placement, StageSplit, split_stages, stage_bundles
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from csa_plan.planner.workloads.workload import Workload
 
 TOKEN_CLIP = 1 << 40
+
+
+DEFAULT_BUCKET = 4096
+"""Tokens per bucket for ``--reserve fit``: prompt + output is rounded up to a multiple."""
 
 
 class Reserve(str, Enum):
@@ -53,7 +57,7 @@ class Outcome(int, Enum):
 
 REASONS: dict[Outcome, str] = {
     Outcome.EXCEEDS_CAPACITY: RefusalType.REQUEST_EXCEEDS_CAPACITY.value,
-    Outcome.NEVER_FITS: "NeverFits",
+    Outcome.NEVER_FITS: RefusalType.NEVER_FITS.value,
     Outcome.OUT_OF_MEMORY: RefusalType.OUT_OF_MEMORY.value,
 }
 
@@ -77,7 +81,7 @@ class SimConfig:
     placement: Placement = Placement()
     limit_bytes: int = 0  # per device; 0 = unlimited (accounts, never refuses)
     reserve: Reserve = Reserve.MAX
-    bucket: int = 4096
+    bucket: int = DEFAULT_BUCKET
     policy: Policy = Policy.REFUSE
     time: TimeModel = TimeModel()
     layout: str = "exact"
@@ -137,7 +141,7 @@ def reserved_tokens(total_tokens: int, reserve: Reserve, bucket: int, window: in
     """Tokens one request reserves; ``fit`` is capped at max_seq_len (longer requests are refused)."""
     if reserve is Reserve.MAX:
         return max_seq_len
-    return min(max(window, -(-total_tokens // bucket) * bucket), max_seq_len)
+    return min(max(window, round_up(total_tokens, bucket)), max_seq_len)
 
 
 def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scenario:
@@ -160,7 +164,7 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     if config.reserve is Reserve.MAX:
         wanted = np.full(len(total), max_seq_len, dtype=np.int64)
     else:
-        wanted = np.minimum(np.maximum(window, -(-total // config.bucket) * config.bucket), max_seq_len)
+        wanted = np.minimum(np.maximum(window, ceil_div(total, config.bucket) * config.bucket), max_seq_len)
     tokens, inverse = np.unique(wanted[~exceeds], return_inverse=True)
     tier = np.full(len(total), -1, dtype=np.int64)
     tier[~exceeds] = inverse

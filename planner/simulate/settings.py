@@ -12,12 +12,13 @@ from enum import Enum
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.memory import DeviceBudget, device_budget
 from csa_plan.planner.placement import Placement, Router
-from csa_plan.planner.simulate.scenario import Policy, Reserve, SimConfig, TimeModel
+from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, SimConfig, TimeModel
 from csa_plan.planner.workloads.workload import MixSettings
 
 DEFAULTS = MixSettings(layout="exact", tp=1, pp=1, dp=1, router=Router.ROUND_ROBIN.value, reserved_bytes=0,
-                       reserve=Reserve.MAX.value, bucket=4096, policy=Policy.REFUSE.value, prefill_tok_s=10_000.0,
-                       tpot_ms=20.0, rate_scale=1.0)
+                       reserve=Reserve.MAX.value, bucket=DEFAULT_BUCKET, policy=Policy.REFUSE.value,
+                       prefill_tok_s=TimeModel.prefill_tok_s, tpot_ms=TimeModel.tpot_ms,
+                       rate_scale=TimeModel.rate_scale)
 
 
 def merge(command_line: MixSettings, mix: MixSettings) -> MixSettings:

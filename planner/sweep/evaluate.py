@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.simulate import Outcome, Policy
 from csa_plan.planner.units import NS_PER_S
-from csa_plan.planner.sweep.spec import RESUME_SCHEMA, Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
+from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
+from csa_plan.planner.sweep.spec import Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
 
 if TYPE_CHECKING:
     from csa_plan.planner.model import ModelSpec

@@ -17,17 +17,15 @@ from typing import Any
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Router
+from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
-from csa_plan.planner.simulate import Policy, Reserve
-from csa_plan.planner.units import NS_PER_S
+from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
+from csa_plan.planner.units import NS_PER_S, ceil_div
 from csa_plan.planner.files import MAX_SPEC_BYTES, path_kind, read_text
 from csa_plan.planner.values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
 
 
-SCHEMA = "csa-plan/sweep/v1"  # the --json document (cli/render_sweep.py)
-RESUME_SCHEMA = "csa-plan/sweep-point/v1"
 MAX_POINTS = 100_000
-DEFAULT_BUCKET = 4096
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
         "rate_scale", "max_seq_len")
@@ -45,9 +43,9 @@ class SkipReason(str, Enum):
     BAD_DEPLOYMENT = "BadDeployment"  # tp does not divide the heads, more stages than layers, ...
     PLAN_REFUSED = "PlanRefused"  # the descriptor gate refuses a layer under this point
     NO_MEMORY_LEFT = "NoMemoryLeft"  # device memory minus reserved is zero or less
-    NEVER_FITS = "NeverFits"  # even the smallest request's bundle exceeds an empty device
+    NEVER_FITS = RefusalType.NEVER_FITS.value  # even the smallest request's bundle exceeds an empty device
     LARGEST_NEVER_FITS = "LargestRequestNeverFits"  # some request can never fit: zero refusals impossible
-    EXCEEDS_MAX_SEQ_LEN = "RequestExceedsCapacity"  # some request is longer than max_seq_len: same
+    EXCEEDS_MAX_SEQ_LEN = RefusalType.REQUEST_EXCEEDS_CAPACITY.value  # some request is longer than max_seq_len: same
 
 
 # -- the spec -----------------------------------------------------------------------------
@@ -62,7 +60,7 @@ class Reserved:
     weights_bytes: int = 0
 
     def per_device_bytes(self, tp: int, pp: int) -> int:
-        return self.fixed_bytes + -(-self.weights_bytes // (tp * pp))
+        return self.fixed_bytes + ceil_div(self.weights_bytes, tp * pp)
 
 
 @dataclass(frozen=True)
@@ -144,8 +142,8 @@ class Context:
     workload: str  # absolute path
     sort: bool = False
     seed: int | None = None  # overrides a mix spec's seed
-    prefill_tok_s: float = 10_000.0
-    tpot_ms: float = 20.0
+    prefill_tok_s: float = TimeModel.prefill_tok_s
+    tpot_ms: float = TimeModel.tpot_ms
     search: Search = Search()
     constraints: Constraints = Constraints()
 
@@ -256,8 +254,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 
     time = read_mapping(source, "time", spec.get("time", {}))
     check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms"})
-    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", 10_000.0), positive=True)
-    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", 20.0))
+    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", TimeModel.prefill_tok_s), positive=True)
+    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", TimeModel.tpot_ms))
 
     search_raw = read_mapping(source, "search", spec.get("search", {}))
     check_keys(source, "search", search_raw, {"rel_tol", "min_scale", "max_scale"})

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from csa_plan.planner.capacity import Capacity
+from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.layout import LayerKind
 from csa_plan.planner.memory import DeviceBudget
 from csa_plan.planner.plan import LayerPlan, ModelPlan
 
-CHECK_SCHEMA = "csa-plan/check/v1"
+from csa_plan.planner.reports.schemas import CHECK as CHECK_SCHEMA
 
 
 class Verdict:
@@ -23,7 +23,7 @@ class Verdict:
     DOES_NOT_FIT = "does_not_fit"
 
 
-def verdict(plan: ModelPlan, cap: Capacity | None) -> str:
+def verdict(plan: ModelPlan, cap: DeviceFit | None) -> str:
     if plan.refusals:
         return Verdict.REFUSED
     if cap is not None and not cap.fits:
@@ -77,7 +77,7 @@ def effective(plan: ModelPlan, field: str) -> Any:
     return values.pop() if len(values) == 1 else sorted(values, key=str)
 
 
-def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: Capacity | None, exit_code: int) -> dict[str, Any]:
+def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | None, exit_code: int) -> dict[str, Any]:
     o = plan.options
     m = plan.model
     return {

@@ -1,0 +1,12 @@
+"""The versioned ``--json`` documents: one schema string per command, defined once.
+
+Keys are only ever added to a document, never renamed or removed; a change that would
+break a reader is a new version string.
+"""
+
+CHECK = "csa-plan/check/v1"
+COMPARE = "csa-plan/compare/v1"
+SIMULATE = "csa-plan/simulate/v1"
+SWEEP = "csa-plan/sweep/v1"
+SWEEP_POINT = "csa-plan/sweep-point/v1"  # one line of a sweep's --resume file
+RUN_GPU = "csa-plan/run-gpu/v1"

@@ -1,0 +1,73 @@
+"""The ``csa-plan/simulate/v1`` document: one dict for --json and for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from csa_plan.planner.reports.schemas import SIMULATE
+from csa_plan.planner.reports.text import id_runs
+
+MAX_TIERS_LISTED = 64
+
+
+def seconds(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=None, plan_refusals=(),
+                    exit_code: int, split=None) -> dict[str, Any]:
+    p = config.placement
+    report: dict[str, Any] = {
+        "schema": SIMULATE,
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names), "notes": list(wl.notes)},
+        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
+        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
+        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
+        "reserve": {"mode": config.reserve.value, "bucket": config.bucket},
+        "policy": config.policy.value,
+        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
+                 "rate_scale": config.time.rate_scale},
+        "plan_refusals": [r.as_dict() for r in plan_refusals],
+        "exit_code": exit_code,
+    }
+    if split is not None:
+        report["deployment"]["stage_split"] = split.describe()
+        report["deployment"]["stage_layers"] = [id_runs(list(ids)) for ids in split.layers]
+    if scn is not None:
+        report["reserve"]["max_seq_len"] = scn.max_seq_len
+        report["reserve"]["tiers"] = [
+            {"tokens": tokens, "per_device_bytes_by_stage": [b.total_bytes for b in stages]}
+            for tokens, stages in list(zip(scn.tier_tokens, scn.bundles))[:MAX_TIERS_LISTED]]
+        report["reserve"]["tier_count"] = len(scn.tier_tokens)
+    if capacity is not None:
+        report["capacity"] = {
+            "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
+            "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
+            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
+        }
+    if result is None:
+        return report
+    report["requests"] = {
+        "total": result.requests, "admitted": result.admitted, "refused": result.refused, "queued": result.queued,
+        "refusals": dict(result.refusals),
+        "by_class": [{"class": n, "admitted": a, "refused": r} for n, a, r in result.by_class],
+    }
+    report["wait_s"] = {"p50": seconds(result.wait_p50_ns), "p99": seconds(result.wait_p99_ns), "max": seconds(result.wait_max_ns)}
+    report["wait_ns"] = {"p50": result.wait_p50_ns, "p99": result.wait_p99_ns, "max": result.wait_max_ns}
+    report["peak"] = {"bytes": result.peak_bytes, "at_s": seconds(result.peak_ns), "at_ns": result.peak_ns,
+                      "by_class": result.at_peak.as_dict(), "class_max": result.class_max.as_dict(),
+                      "in_flight": result.peak_in_flight}
+    devices = []
+    for d in result.devices:
+        mean, peak_util = result.utilization(d)
+        devices.append({
+            "device": d.device, "stage": p.stage_of(d.device), "replica": d.device // p.devices_per_replica,
+            "limit_bytes": d.limit_bytes, "peak_bytes": d.peak_bytes, "peak_at_s": seconds(d.peak_ns),
+            "peak_at_ns": d.peak_ns, "by_class_at_peak": d.at_peak.as_dict(), "byte_seconds": d.byte_ns / 1e9,
+            "mean_utilization": mean, "peak_utilization": peak_util, "final_bytes": d.final.total_bytes,
+        })
+    report["devices"] = devices
+    report["span_s"] = seconds(result.span_ns)
+    report["baseline_ok"] = result.baseline_ok
+    report["verified_against_ledger_replay"] = verified
+    return report

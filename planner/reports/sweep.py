@@ -1,0 +1,59 @@
+"""The ``csa-plan/sweep/v1`` document: the grid, what was skipped, the ranked results, the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from csa_plan.planner.reports.schemas import SWEEP
+from csa_plan.planner.reports.text import shown_path
+from csa_plan.planner.sweep.spec import AXES as POINT_AXES
+
+
+def _varying(points: list[dict[str, Any]]) -> list[str]:
+    """The axes that take more than one value: what tells two rows apart."""
+    return [a for a in POINT_AXES if len({repr(p[a]) for p in points}) > 1]
+
+
+def _label(point: dict[str, Any], axes: list[str]) -> str:
+    parts = []
+    for a in axes:
+        value = point[a]
+        if a == "model" and isinstance(value, str) and "/" in value:
+            value = value.rsplit("/", 1)[-1]
+        parts.append(f"{a} {value if value is not None else 'model'}")
+    return ", ".join(parts) or "the only point"
+
+
+def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
+    points = {p.key: p.as_dict() for p in spec.points}
+    varying = _varying(list(points.values()))
+    c = spec.context
+    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.as_dict()} for r in ans.results]
+    by_key = {r["key"]: r for r in results}
+    ran = len(ans.results) - len(plan.resumed)
+    report: dict[str, Any] = {
+        "schema": SWEEP,
+        "spec": {"source": spec.source, "name": spec.name, "objective": spec.objective.value,
+                 "constraints": {"zero_refusals": c.constraints.zero_refusals,
+                                 "wait_p99_max_s": c.constraints.wait_p99_max_s,
+                                 "min_mean_utilization": c.constraints.min_mean_utilization},
+                 "search": {"rel_tol": c.search.rel_tol, "min_scale": c.search.min_scale,
+                            "max_scale": c.search.max_scale},
+                 "time": {"prefill_tok_s": c.prefill_tok_s, "tpot_ms": c.tpot_ms}, "varying_axes": varying},
+        "workload": {"source": shown_path(c.workload), "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
+                     "max_tokens": plan.bounds.max_tokens, "base_rate_per_s": plan.bounds.base_rate_per_s},
+        "grid": {"points": len(spec.points), "skipped": len(plan.skipped), "resumed": len(plan.resumed),
+                 "ran": ran, "feasible": len(ans.ranked)},
+        "skipped": {"counts": dict(plan.skip_counts()),
+                    "points": [{"key": s.key, "label": _label(points[s.key], varying), "reason": s.reason.value,
+                                "detail": s.detail} for s in plan.skipped]},
+        "results": results,
+        "ranked": [r.key for r in ans.ranked],
+        "pareto_front": [r.key for r in ans.front],
+        "answer": by_key[ans.best.key] if ans.best else None,
+        "executor": executor_name,
+        "elapsed_s": elapsed_s,
+        "points_per_s": (ran / elapsed_s) if elapsed_s > 0 and ran else None,
+        "exit_code": exit_code,
+    }
+    return report

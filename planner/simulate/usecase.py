@@ -1,0 +1,113 @@
+"""``simulate`` as a use case: option interplay, what runs, and the exit code.
+
+The CLI hands over what the user typed; this module resolves it against the workload's
+own settings, refuses a refused plan before any replay, runs the fast path (or the rate
+search), optionally verifies it against the ledger replay, and returns the document and
+the exit code. Rendering stays in the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
+
+from csa_plan.planner.errors import BadInput, ExitCode
+from csa_plan.planner.workloads.workload import MixSettings
+
+if TYPE_CHECKING:
+    from csa_plan.planner.simulate.series import Series
+
+LONG_RUN_REQUESTS = 200_000
+"""From this many requests on (or for a rate search) a run is long enough to show progress."""
+
+SERIES_BUCKETS = 60
+
+Tick = Callable[[int, "int | None", "str | None"], None]
+ProgressFactory = Callable[[str, "int | None", bool], ContextManager[Tick]]
+"""``(label, total, long_run) -> context manager yielding tick(done, total, text)``."""
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    """What the user asked for; ``given`` holds the options that override the workload's settings."""
+
+    workload: str
+    given: MixSettings
+    sort_rows: bool = False
+    find_capacity: bool = False
+    max_wait_s: float | None = None
+    verify: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class SimulateOutcome:
+    report: dict[str, Any]
+    exit_code: ExitCode
+    series: "Series | None" = None
+    title: str = ""
+
+
+def _no_progress(label: str, total: int | None, long_run: bool) -> ContextManager[Tick]:
+    return nullcontext(lambda *a: None)
+
+
+def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress) -> SimulateOutcome:
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.plan import PlanOptions, plan_model
+    from csa_plan.planner.reports.simulate import simulate_report
+    from csa_plan.planner.simulate.capacity import find_capacity as search
+    from csa_plan.planner.simulate.fast import simulate as run
+    from csa_plan.planner.simulate.replay import replay
+    from csa_plan.planner.simulate.scenario import Policy, prepare
+    from csa_plan.planner.simulate.settings import merge, sim_config
+    from csa_plan.planner.workloads import load_workload
+
+    wl = load_workload(req.workload, sort=req.sort_rows)
+    settings = merge(req.given, wl.settings)
+    if settings.model is None:
+        raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
+    max_wait = req.max_wait_s
+    if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0):
+        raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds, got {max_wait}")
+    config, _budget = sim_config(settings, wl.source)
+    if req.find_capacity:
+        if not config.limit_bytes:
+            raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
+        if config.policy is Policy.QUEUE and max_wait is None:
+            raise BadInput("options", "--max-wait", "--find-capacity under --policy queue needs --max-wait SECONDS")
+    spec = load_model(settings.model, max_seq_len=config.max_seq_len)
+    base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
+                                             layout=config.layout))
+    if base_plan.refusals:
+        report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
+                                 exit_code=ExitCode.REFUSED)
+        return SimulateOutcome(report, ExitCode.REFUSED)
+    scn = prepare(spec, wl, config)
+    long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
+
+    capacity = None
+    if req.find_capacity:
+        max_wait_ns = None if max_wait is None else int(round(max_wait * 1e9))
+        with progress("finding capacity", None, long_run) as tick:
+            capacity = search(scn, max_wait_ns, progress=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        result = capacity.result
+        if result is not None:
+            scn = scn.with_rate_scale(capacity.rate_scale)
+    else:
+        with progress("simulating", len(scn.arrival_ns), long_run) as tick:
+            result = run(scn, progress=lambda done, total: tick(done, total, None))
+    verified = None
+    if req.verify and result is not None:
+        reference, ledger = replay(scn)
+        verified = reference == result and reference.decisions.same_as(result.decisions) and ledger.at_baseline
+    series = None
+    if result is not None:
+        from csa_plan.planner.simulate.series import residency_series
+
+        series = residency_series(scn, result.decisions, buckets=SERIES_BUCKETS)
+    code = ExitCode.REFUSED if result is None or result.refused or verified is False else ExitCode.OK
+    report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
+                             verified=verified, exit_code=code, split=scn.split)
+    return SimulateOutcome(report, code, series, title=f"{spec.name} — {wl.source}")
