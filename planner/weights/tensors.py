@@ -1,0 +1,203 @@
+"""Tensors as a checkpoint stores them: shape, stored dtype and the scale tensors of each weight.
+
+Sizes are exact integers. A sub-byte format is stored packed (FP4 e2m1: two values per
+I8 byte, shape ``[out, in / 2]``), so a stored element is always a whole number of bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from csa_plan.planner.units import ceil_div
+
+
+class StoredDType(str, Enum):
+    """Element types by their safetensors names; the value is the name in a header."""
+
+    F64 = "F64"
+    F32 = "F32"
+    F16 = "F16"
+    BF16 = "BF16"
+    F8_E4M3 = "F8_E4M3"
+    F8_E5M2 = "F8_E5M2"
+    F8_E8M0 = "F8_E8M0"
+    I64 = "I64"
+    I32 = "I32"
+    I16 = "I16"
+    I8 = "I8"
+    U8 = "U8"
+    BOOL = "BOOL"
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self]
+
+
+ITEMSIZE: dict[StoredDType, int] = {
+    StoredDType.F64: 8, StoredDType.F32: 4, StoredDType.F16: 2, StoredDType.BF16: 2,
+    StoredDType.F8_E4M3: 1, StoredDType.F8_E5M2: 1, StoredDType.F8_E8M0: 1,
+    StoredDType.I64: 8, StoredDType.I32: 4, StoredDType.I16: 2, StoredDType.I8: 1, StoredDType.U8: 1,
+    StoredDType.BOOL: 1,
+}
+
+
+class Quant(str, Enum):
+    """How a linear weight is stored; each format knows its stored tensors for a logical [out, in]."""
+
+    NONE = "none"
+    FP8_BLOCK128 = "fp8_e4m3_block128x128"  # F8_E4M3 [out, in] + one UE8M0 byte per 128x128 block
+    FP4_BLOCK32 = "fp4_e2m1_block1x32"      # I8 [out, in/2] (two per byte) + one UE8M0 byte per 1x32 block
+
+    def stored(self, out_features: int, in_features: int, dtype: StoredDType) -> tuple[tuple[int, ...], StoredDType]:
+        if self is Quant.FP4_BLOCK32:
+            return (out_features, in_features // 2), StoredDType.I8
+        if self is Quant.FP8_BLOCK128:
+            return (out_features, in_features), StoredDType.F8_E4M3
+        return (out_features, in_features), dtype
+
+    def scale_shape(self, out_features: int, in_features: int) -> tuple[int, ...] | None:
+        if self is Quant.FP4_BLOCK32:
+            return (out_features, ceil_div(in_features, 32))
+        if self is Quant.FP8_BLOCK128:
+            return (ceil_div(out_features, 128), ceil_div(in_features, 128))
+        return None
+
+    def bytes_for(self, out_features: int, in_features: int, dtype: StoredDType) -> int:
+        """Stored bytes of the weight and its scales for a logical ``[out, in]`` (a shard, or the whole)."""
+        shape, stored = self.stored(out_features, in_features, dtype)
+        total = _product(shape) * stored.itemsize
+        scale = self.scale_shape(out_features, in_features)
+        if scale is not None:
+            total += _product(scale) * StoredDType.F8_E8M0.itemsize
+        return total
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One stored tensor."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: StoredDType
+
+    @property
+    def elements(self) -> int:
+        return _product(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * self.dtype.itemsize
+
+
+class Role(str, Enum):
+    """What a weight is, in the terms an engine's sharding rules are written in."""
+
+    EMBED = "embed"
+    HEAD = "head"
+    FINAL_NORM = "final_norm"
+    HC_HEAD = "hc_head"              # hyper-connection head mix (model level, and per MTP layer)
+    ATTN_SINK = "attn_sink"
+    WQ_A = "wq_a"
+    WKV = "wkv"
+    Q_NORM = "q_norm"
+    KV_NORM = "kv_norm"
+    WQ_B = "wq_b"
+    WO_A = "wo_a"
+    WO_B = "wo_b"
+    COMPRESSOR_APE = "compressor_ape"
+    COMPRESSOR_LINEAR = "compressor_linear"  # wkv and wgate
+    COMPRESSOR_NORM = "compressor_norm"
+    INDEXER_WQ_B = "indexer_wq_b"
+    INDEXER_WEIGHTS_PROJ = "indexer_weights_proj"
+    ROUTER_GATE = "router_gate"
+    ROUTER_BIAS = "router_bias"
+    TID2EID = "tid2eid"
+    EXPERT_W13 = "expert_w13"        # routed expert w1 / w3: [moe_inter, hidden]
+    EXPERT_W2 = "expert_w2"          # routed expert w2: [hidden, moe_inter]
+    SHARED_W13 = "shared_w13"
+    SHARED_W2 = "shared_w2"
+    LAYER_NORM = "layer_norm"        # attn_norm, ffn_norm
+    HC = "hc"                        # per-layer hyper-connection mixes
+    MTP_PROJ = "mtp_proj"            # e_proj, h_proj
+    MTP_NORM = "mtp_norm"            # enorm, hnorm, the MTP head norm
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A parameter as the checkpoint stores it: its tensor and, for a quantised linear, its scales.
+
+    ``logical`` is the shape before packing (``[out, in]`` for linears); ``layer`` is the
+    decoder-layer id (MTP layers continue after the main layers), None at model level;
+    ``expert`` is the routed-expert id, None elsewhere.
+    """
+
+    role: Role
+    logical: tuple[int, ...]
+    quant: Quant
+    tensor: TensorSpec
+    scales: tuple[TensorSpec, ...] = ()
+    layer: int | None = None
+    is_mtp: bool = False
+    expert: int | None = None
+
+    @property
+    def tensors(self) -> tuple[TensorSpec, ...]:
+        return (self.tensor, *self.scales)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def elements(self) -> int:
+        return sum(t.elements for t in self.tensors)
+
+
+def linear(name: str, role: Role, out_features: int, in_features: int, quant: Quant,
+           dtype: StoredDType = StoredDType.BF16, **where: object) -> Weight:
+    """A linear layer's weight ``name.weight`` and, when quantised, its scale ``name.scale``."""
+    shape, stored = quant.stored(out_features, in_features, dtype)
+    scale = quant.scale_shape(out_features, in_features)
+    scales = () if scale is None else (TensorSpec(f"{name}.scale", scale, StoredDType.F8_E8M0),)
+    return Weight(role, (out_features, in_features), quant, TensorSpec(f"{name}.weight", shape, stored), scales,
+                  **where)  # type: ignore[arg-type]
+
+
+def plain(name: str, role: Role, shape: tuple[int, ...], dtype: StoredDType, **where: object) -> Weight:
+    """An unquantised parameter (norm, bias, mix, table)."""
+    return Weight(role, shape, Quant.NONE, TensorSpec(name, shape, dtype), **where)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every weight of a model, derived from its config; totals are exact integers."""
+
+    architecture: str
+    source: str                      # where the structure comes from (the reference code)
+    weights: tuple[Weight, ...]
+    num_main_layers: int
+    num_mtp_layers: int
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(len(w.tensors) for w in self.weights)
+
+    @property
+    def element_count(self) -> int:
+        return sum(w.elements for w in self.weights)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for w in self.weights)
+
+    def without_mtp(self) -> "Inventory":
+        return Inventory(self.architecture, self.source, tuple(w for w in self.weights if not w.is_mtp),
+                         self.num_main_layers, 0)
