@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, enum_choice
+from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
 
 
@@ -30,7 +30,7 @@ from csa_plan.planner.gate import Gate
 @click.option("--reserved", type=SIZE, default=0, help="Weights and runtime memory to subtract per device.")
 @click.option("--concurrency", type=COUNT, default=1, show_default=True,
               help="Concurrent requests for the longest-context answer.")
-@click.option("--at-length", type=COUNT, default=8, show_default=True,
+@click.option("--at-length", type=COUNT, default=DEFAULT_LINT_LENGTH, show_default=True,
               help="ONNX lint: total length at which record-axis conflicts are named.")
 @click.option("--per-layer", is_flag=True, help="List every layer instead of grouping identical ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v1 JSON document.")
@@ -40,28 +40,14 @@ def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: in
           concurrency: int, at_length: int, per_layer: bool, as_json: bool) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
-    from csa_plan.planner.capacity import capacity
-    from csa_plan.planner.errors import BadInput
-    from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.memory import device_budget
-    from csa_plan.planner.plan import PlanOptions, plan_model
-    from csa_plan.planner.reports.check import Verdict, check_report, verdict
     from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.emit import emit
     from csa_plan.cli.render_check import render_check
+    from csa_plan.planner.commands.check import CheckRequest, run_check
+    from csa_plan.planner.plan import PlanOptions
 
-    if concurrency < 1:
-        raise BadInput("options", "--concurrency", "must be at least 1")
-    budget = device_budget(device_memory, reserved)
-    spec = load_model(model, max_seq_len=max_seq_len, window=window, at_length=at_length)
     options = PlanOptions(gate=Gate(gate), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=tp)
-    plan = plan_model(spec, options)
-    cap = capacity(spec, plan, budget.limit_bytes, concurrency) if budget and plan.per_request_per_device_bytes else None
-    code = EXIT_OK if verdict(plan, cap) == Verdict.ADMITTED else EXIT_REFUSED
-    report = check_report(plan, budget, cap, code)
-    consoles = make_consoles()
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        render_check(consoles.out, report, per_layer=per_layer)
-    return code
+    outcome = run_check(CheckRequest(model, options, device_memory, reserved, concurrency, at_length))
+    emit(make_consoles().out, outcome.report, as_json, lambda out, report: render_check(out, report, per_layer=per_layer))
+    return int(outcome.exit_code)

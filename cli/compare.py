@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT
 from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
 
 
@@ -35,67 +34,22 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""
-    from csa_plan.planner.engines.compare import compare as run_compare
-    from csa_plan.planner.reports.compare import comparison_report
-    from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.memory import device_budget
-    from csa_plan.planner.plan import PlanOptions
-    from csa_plan.planner.engines import get_profile
     from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.emit import emit
+    from csa_plan.cli.plots import plot_compare, plotting_available
     from csa_plan.cli.render_compare import render_compare
+    from csa_plan.planner.commands.compare import CompareRequest, run_compare
+    from csa_plan.planner.plan import PlanOptions
 
-    for name in layouts:
-        get_profile(name, "options", "--layout")
-    if plot_file is not None:
-        try:
-            import matplotlib  # noqa: F401  (optional extra, imported only when asked)
-        except ImportError:
-            click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
-            return EXIT_BAD_INPUT
-    budget = device_budget(device_memory, reserved)
-    spec = load_model(model, max_seq_len=max_seq_len)
+    if plot_file is not None and not plotting_available():
+        click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
+        return EXIT_BAD_INPUT
     options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len, tp=tp)
-    result = run_compare(spec, options, budget.limit_bytes if budget else None, layouts or None)
-    fits = all(r.requests_that_fit != 0 for r in result.rows)
-    code = EXIT_OK if result.admitted and fits else EXIT_REFUSED
-    report = comparison_report(result)
-    report["exit_code"] = code
+    outcome = run_compare(CompareRequest(model, options, layouts, device_memory, reserved))
     consoles = make_consoles()
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        render_compare(consoles.out, report)
+    emit(consoles.out, outcome.report, as_json, render_compare)
     if plot_file is not None:
-        _plot(spec, options, layouts or None, plot_file)
+        plot_compare(outcome.spec, options, layouts or None, plot_file)
         if not as_json:
             consoles.out.print(f"chart written to {plot_file}")
-    return code
-
-
-def _plot(spec, options, layouts, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from csa_plan.planner.engines.compare import context_lengths, curves
-    from csa_plan.planner.plan import apply_options
-
-    descriptors = apply_options(spec, options)
-    high = max(d.max_seq_len for d in descriptors)
-    low = min(high, max(d.window for d in descriptors))
-    lengths = context_lengths(low, high)
-    series = curves(spec, options, lengths, layouts)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, values in series.items():
-        ax.plot(lengths, [v / (1 << 20) for v in values], label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("state per request per device (MiB, log)")
-    ax.set_title(f"{spec.name}: state per request by layout profile")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return int(outcome.exit_code)

@@ -25,3 +25,10 @@ def fmt_bytes_short(n: int) -> str:
     if n >= KiB:
         return f"{sign}{n / KiB:.1f}KiB"
     return f"{sign}{n}B"
+
+
+def fmt_rate(v: float | None, at_least: bool = False) -> str:
+    """A rate in requests/s; ``at_least`` marks a lower bound (the search ceiling)."""
+    if v is None:
+        return "-"
+    return ("≥" if at_least else "") + (f"{v:,.3g}" if v < 1000 else f"{v:,.0f}")

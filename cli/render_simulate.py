@@ -10,7 +10,6 @@ from rich.table import Table
 from csa_plan.cli.exit_codes import EXIT_OK
 from csa_plan.cli.format import fmt_bytes
 from csa_plan.planner.reports.text import id_runs
-from csa_plan.planner.units import GiB
 
 
 
@@ -94,37 +93,3 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
                                   else "[red]DIFFERS from the ledger replay[/red]"))
     verdict = "every request admitted" if report["exit_code"] == EXIT_OK else "some requests refused"
     out.print(f"[bold]{verdict}[/bold] (exit {report['exit_code']})")
-
-
-def render_plot(series, path: str, title: str) -> str | None:
-    """Draw residency per device group against its limit, with requests in flight; None on success."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
-    seconds = series.edges_ns / 1e9
-    fig, ax = plt.subplots(figsize=(10, 5))
-    for devices, values in series.groups:
-        ax.step(seconds, values / GiB, where="post", label=f"devices {id_runs(list(devices))}")
-    if series.limit_bytes:
-        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("resident (GiB, max per bucket)")
-    ax2 = ax.twinx()
-    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="in flight")
-    ax2.set_ylabel("requests in flight")
-    ax.legend(loc="upper left")
-    ax.set_title(title)
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        from csa_plan.planner.errors import BadInput
-
-        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return None

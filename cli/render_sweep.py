@@ -9,12 +9,7 @@ from rich.table import Table
 
 
 from csa_plan.cli.exit_codes import EXIT_OK
-
-
-def _rate(v: float | None, at_least: bool = False) -> str:
-    if v is None:
-        return "-"
-    return ("≥" if at_least else "") + (f"{v:,.3g}" if v < 1000 else f"{v:,.0f}")
+from csa_plan.cli.format import fmt_rate
 
 
 def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note: str | None = None) -> None:
@@ -45,8 +40,8 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
             r = by_key[key]
             wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:.3f} s"
             table.add_row(str(i), r["label"], str(r["devices"]), f"{r['point']['limit_bytes'] / 2**30:.1f} GiB",
-                          _rate(r["sustainable_rate_per_s"], r["at_least"]),
-                          _rate(r["rate_per_device_per_s"], r["at_least"]), wait, f"{r['mean_utilization']:.1%}")
+                          fmt_rate(r["sustainable_rate_per_s"], r["at_least"]),
+                          fmt_rate(r["rate_per_device_per_s"], r["at_least"]), wait, f"{r['mean_utilization']:.1%}")
         out.print(table)
     infeasible = [r for r in report["results"] if not r["feasible"]]
     if infeasible:
@@ -58,7 +53,7 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
     ans = report["answer"]
     if ans is not None:
         out.print(f"[bold]answer:[/bold] {ans['label']} — {ans['devices']} devices, sustainable "
-                  f"{_rate(ans['sustainable_rate_per_s'], ans['at_least'])} req/s "
+                  f"{fmt_rate(ans['sustainable_rate_per_s'], ans['at_least'])} req/s "
                   f"(rate scale {ans['sustainable_rate_scale']:.4g}) (exit {report['exit_code']})")
     else:
         out.print(f"[bold red]no point meets the constraints[/bold red] (exit {report['exit_code']})")
@@ -76,57 +71,5 @@ def render_front_text(out: Console, report: dict[str, Any]) -> None:
     top = max(r["sustainable_rate_per_s"] for r in front) or 1.0
     for r in front:
         bar = "█" * max(1, round(30 * r["sustainable_rate_per_s"] / top))
-        out.print(f"    {r['devices']:>4} devices  {_rate(r['sustainable_rate_per_s'], r['at_least']):>10} req/s  "
+        out.print(f"    {r['devices']:>4} devices  {fmt_rate(r['sustainable_rate_per_s'], r['at_least']):>10} req/s  "
                   f"{bar}  {r['label']}")
-
-
-def render_plot(report: dict[str, Any], path: str) -> str | None:
-    """Devices vs sustainable rate for every feasible point, the front drawn as a step; None on success."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
-    by_key = {r["key"]: r for r in report["results"]}
-    feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
-    others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
-    front = [by_key[k] for k in report["pareto_front"]]
-    fig, ax = plt.subplots(figsize=(9, 5.5 + 0.15 * len(front)))
-    if others:
-        ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
-                   color="lightgrey", label="not feasible at the target rate")
-    ax.scatter([r["devices"] for r in feasible], [r["sustainable_rate_per_s"] for r in feasible], color="tab:blue",
-               alpha=0.5, label="feasible")
-    if front:
-        xs = [r["devices"] for r in front]
-        ys = [r["sustainable_rate_per_s"] for r in front]
-        ax.step(xs, ys, where="post", color="tab:red", label="Pareto front")
-        ax.scatter(xs, ys, color="tab:red", zorder=3)
-        for i, r in enumerate(front, 1):
-            ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
-                        textcoords="offset points", xytext=(-4, 6), ha="right")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices (tp x pp x dp)")
-    ax.set_ylabel("sustainable rate (requests/s, no refusals)")
-    ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
-                 f"points simulated, {report['grid']['skipped']} skipped")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.grid(True, alpha=0.3)
-    caption = "\n".join(f"{i}: {r['label']} ({_rate(r['sustainable_rate_per_s'], r['at_least'])} req/s)"
-                        for i, r in enumerate(front, 1))
-    fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
-    if caption:
-        fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        from csa_plan.planner.errors import BadInput
-
-        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
-    return None
-
-

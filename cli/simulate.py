@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -56,9 +55,11 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     """Replay WORKLOAD (a YAML request mix, an Azure-format CSV trace or JSONL requests)
     through per-device ledgers and report peaks, refusals and waits."""
     from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar
-    from csa_plan.cli.render_simulate import render_plot, render_simulate
-    from csa_plan.planner.simulate.usecase import SimulateRequest, run_simulate
+    from csa_plan.cli.plots import plot_simulate
+    from csa_plan.cli.render_simulate import render_simulate
+    from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.workloads import MixSettings
 
     consoles = make_consoles()
@@ -73,10 +74,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     report = outcome.report
     plot_note = None
     if plot_path and outcome.series is not None:
-        plot_note = render_plot(outcome.series, plot_path, title=outcome.title)
+        plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        render_simulate(consoles.out, report, series=outcome.series, plot_note=plot_note)
+    emit(consoles.out, report, as_json,
+         lambda out, r: render_simulate(out, r, series=outcome.series, plot_note=plot_note))
     return int(outcome.exit_code)

@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     REFUSED = 3  # a typed refusal, or it does not fit the given memory
     CHECK_FAILED = 4  # run-gpu: a verification check failed
     NO_GPU = 5  # run-gpu: no usable GPU
+    INTERRUPTED = 130  # Ctrl-C (sweep keeps its finished points in --resume FILE)
 
 
 class CsaPlanError(Exception):

@@ -28,8 +28,12 @@ DIRECTORY_CONFIGS = ("config.json", "inference_config.json")
 MAX_LAYERS = 1 << 16  # far beyond any real stack; bounds memory on hostile specs
 
 
+DEFAULT_LINT_LENGTH = 8
+"""ONNX graphs: the total length at which symbolic record-axis conflicts are named."""
+
+
 def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None = None,
-               at_length: int = 8) -> ModelSpec:
+               at_length: int = DEFAULT_LINT_LENGTH) -> ModelSpec:
     """Dispatch on what ``ref`` names: preset, directory, .onnx, .yaml/.yml or .json.
 
     The keyword options matter only for ONNX graphs, whose capacity may come from

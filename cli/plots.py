@@ -1,0 +1,129 @@
+"""Every chart the commands draw (matplotlib is the optional ``[plot]`` extra, imported lazily)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from csa_plan.cli.format import fmt_rate
+from csa_plan.planner.reports.text import id_runs
+from csa_plan.planner.units import GiB
+
+
+def plotting_available() -> bool:
+    """Whether matplotlib can be imported (without importing it)."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def plot_simulate(series, path: str, title: str) -> str | None:
+    """Draw residency per device group against its limit, with requests in flight; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
+    seconds = series.edges_ns / 1e9
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for devices, values in series.groups:
+        ax.step(seconds, values / GiB, where="post", label=f"devices {id_runs(list(devices))}")
+    if series.limit_bytes:
+        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("resident (GiB, max per bucket)")
+    ax2 = ax.twinx()
+    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="in flight")
+    ax2.set_ylabel("requests in flight")
+    ax.legend(loc="upper left")
+    ax.set_title(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return None
+
+
+def plot_sweep(report: dict[str, Any], path: str) -> str | None:
+    """Devices vs sustainable rate for every feasible point, the front drawn as a step; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
+    by_key = {r["key"]: r for r in report["results"]}
+    feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
+    others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
+    front = [by_key[k] for k in report["pareto_front"]]
+    fig, ax = plt.subplots(figsize=(9, 5.5 + 0.15 * len(front)))
+    if others:
+        ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
+                   color="lightgrey", label="not feasible at the target rate")
+    ax.scatter([r["devices"] for r in feasible], [r["sustainable_rate_per_s"] for r in feasible], color="tab:blue",
+               alpha=0.5, label="feasible")
+    if front:
+        xs = [r["devices"] for r in front]
+        ys = [r["sustainable_rate_per_s"] for r in front]
+        ax.step(xs, ys, where="post", color="tab:red", label="Pareto front")
+        ax.scatter(xs, ys, color="tab:red", zorder=3)
+        for i, r in enumerate(front, 1):
+            ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
+                        textcoords="offset points", xytext=(-4, 6), ha="right")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("devices (tp x pp x dp)")
+    ax.set_ylabel("sustainable rate (requests/s, no refusals)")
+    ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
+                 f"points simulated, {report['grid']['skipped']} skipped")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    caption = "\n".join(f"{i}: {r['label']} ({fmt_rate(r['sustainable_rate_per_s'], r['at_least'])} req/s)"
+                        for i, r in enumerate(front, 1))
+    fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    return None
+
+
+def plot_compare(spec, options, layouts, path: str) -> None:
+    """Bytes per request against context length, one line per layout profile."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from csa_plan.planner.engines.compare import context_lengths, curves
+    from csa_plan.planner.plan import apply_options
+
+    descriptors = apply_options(spec, options)
+    high = max(d.max_seq_len for d in descriptors)
+    low = min(high, max(d.window for d in descriptors))
+    lengths = context_lengths(low, high)
+    series = curves(spec, options, lengths, layouts)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, values in series.items():
+        ax.plot(lengths, [v / (1 << 20) for v in values], label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("state per request per device (MiB, log)")
+    ax.set_title(f"{spec.name}: state per request by layout profile")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

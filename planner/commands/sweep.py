@@ -1,0 +1,82 @@
+"""``sweep`` as a use case: resume, triage, run the points, rank them, decide the exit code.
+
+Finished points are appended to the resume file as they complete, so an interrupted
+sweep (Ctrl-C) keeps them and ``--resume`` picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager
+
+from csa_plan.planner.errors import BadInput, ExitCode
+
+MAX_RESUME_BYTES = 1 << 30  # one JSON line per finished point
+
+Tick = Callable[[int, "int | None", "str | None"], None]
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    spec_path: str
+    jobs: int = 0
+    ray_address: str | None = None
+    resume_path: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class SweepOutcome:
+    exit_code: ExitCode
+    report: dict[str, Any] | None = None  # None when interrupted
+    finished: int = 0  # points run in this invocation
+    to_run: int = 0
+
+
+def run_sweep(req: SweepRequest,
+              progress: Callable[[str, int], ContextManager[Tick]] = lambda label, total: nullcontext(
+                  lambda *a: None)) -> SweepOutcome:
+    from csa_plan.planner.files import path_kind, read_text
+    from csa_plan.planner.reports.sweep import sweep_report
+    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, read_resume, resume_line, triage
+    from csa_plan.planner.sweep.executors import make_executor
+    from csa_plan.planner.sweep.spec import load_spec
+
+    spec = load_spec(req.spec_path)
+    digest = spec.digest
+    done = {}
+    resume_path = req.resume_path
+    if resume_path and path_kind(Path(resume_path)) is not None:
+        text = read_text(Path(resume_path), MAX_RESUME_BYTES)
+        done = read_resume(text, resume_path, digest, {p.key for p in spec.points})
+    plan = triage(spec, done)
+    executor = make_executor(req.jobs, req.ray_address)
+    results = list(plan.resumed)
+    sink = None
+    if resume_path:
+        try:
+            sink = open(resume_path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise BadInput("options", "--resume", f"cannot write {resume_path}: {exc.strerror or exc}") from None
+    started = time.perf_counter()
+    try:
+        with progress("sweeping", len(plan.to_run)) as tick:
+            tasks = [Task(spec.context, p) for p in plan.to_run]
+            for k, result in enumerate(executor.map(evaluate, tasks), 1):
+                results.append(result)
+                if sink is not None:
+                    sink.write(resume_line(digest, result) + "\n")
+                    sink.flush()
+                tick(k, len(tasks), f"sweeping: {k}/{len(tasks)} points")
+    except KeyboardInterrupt:
+        return SweepOutcome(ExitCode.INTERRUPTED, None, len(results) - len(plan.resumed), len(plan.to_run))
+    finally:
+        if sink is not None:
+            sink.close()
+    elapsed = time.perf_counter() - started
+    ans = answer(spec, results)
+    code = ExitCode.OK if ans.best is not None else ExitCode.REFUSED
+    report = sweep_report(spec, plan, ans, executor_name=executor.name, elapsed_s=elapsed, exit_code=int(code))
+    return SweepOutcome(code, report, len(results) - len(plan.resumed), len(plan.to_run))
