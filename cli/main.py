@@ -27,6 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Every --help ends by saying where the definitions live.
+DOCS_HELP = """\b
+What the figures mean: docs/CONTRACT.md in the csa-plan sources
+("CONTRACT §N" in a help text is its section N).
+"""
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in COMMANDS if _available(name)]
@@ -35,7 +42,10 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not _available(name):
             return None
         module_name, attr = COMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module_name), attr)
+        command = getattr(importlib.import_module(module_name), attr)
+        if DOCS_HELP not in (command.epilog or ""):
+            command.epilog = f"{command.epilog}\n{DOCS_HELP}" if command.epilog else DOCS_HELP
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -49,7 +59,7 @@ def _available(name: str) -> bool:
     return importlib.util.find_spec(module_name) is not None
 
 
-@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="csa-plan", prog_name="csa-plan")
 def cli() -> None:
     """csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."""

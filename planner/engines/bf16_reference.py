@@ -1,7 +1,7 @@
 """``bf16-reference``: the accounting behind the published DeepSeek-V4 figures.
 
-Source: ../shared/spec/DEEPSEEK_V4.md, "Published figures and the accounting behind
-each" (vLLM's "9.62 GiB vs 83.9 GiB" for V4-Pro at 1,048,576 tokens). Not engine code:
+Source: docs/DEEPSEEK_V4.md, "Published figures, and how each is counted" (vLLM's
+"9.62 GiB vs 83.9 GiB" for V4-Pro at 1,048,576 tokens). Not engine code:
 BF16 records (head_dim x 2 = 1024 B) and BF16 index keys (index_head_dim x 2 = 256 B),
 the 128-token window on compressed layers only, no carries, no scratch, nothing for
 SWA-only or MTP layers. Classes: records -> compressed, window -> dense_ring,
@@ -20,14 +20,14 @@ from csa_plan.planner.layout import BF16_BYTES, ZERO, GroupBytes
 from csa_plan.planner.engines.base import LayoutProfile
 from csa_plan.planner.units import ceil_div
 
-_SRC = "../shared/spec/DEEPSEEK_V4.md 'Memory per sequence' (published-figure accounting, not engine code)"
+_SRC = "docs/DEEPSEEK_V4.md 'Published figures, and how each is counted' (published-figure accounting, not engine code)"
 
-# V3.2 baseline (DEEPSEEK_V4.md): 61 layers x L x (576 + 128) x 2 B in BF16 —
+# V3.2 baseline (docs/DEEPSEEK_V4.md): 61 layers x L x (576 + 128) x 2 B in BF16 —
 # 576 = MLA latent 512 + RoPE 64, 128 = indexer key width.
 V32_LAYERS = 61
 V32_MLA_WIDTH = 576
 V32_INDEX_WIDTH = 128
-# Model-card share (DEEPSEEK_V4.md): V4 compressed caches with 584-B records and
+# Model-card share (docs/DEEPSEEK_V4.md): V4 compressed caches with 584-B records and
 # 68-B FP4 index keys against V3.2 in FP8 at 61 x (656 + 132) B per token.
 CARD_RECORD_BYTES = 584
 CARD_INDEX_KEY_BYTES = 68

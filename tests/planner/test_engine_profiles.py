@@ -36,7 +36,7 @@ def total(model, layout: str, length: int) -> int:
     return plan_model(model, PlanOptions(layout=layout, max_seq_len=length)).per_request_per_device_bytes
 
 
-# --- published figures (DEEPSEEK_V4.md) -------------------------------------------
+# --- published figures (docs/DEEPSEEK_V4.md) -------------------------------------------
 
 def test_bf16_reference_pro_at_1m_is_9_62_gib(pro):
     got = total(pro, "bf16-reference", ONE_M)
