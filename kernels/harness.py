@@ -141,7 +141,7 @@ class DeviceLayer:
             self.be.emit_records(xp.asarray(np.ascontiguousarray(tok)), off, g.ratio, g.ratio == 4, self.norm, True,
                                  self.inv_freq, 0, n, self.buf.records, rope_dim=g.rope_dim)
         carry = np.asarray(_host(self.buf.carry)).copy()
-        O._fill_carry(carry, rows, S, g.ratio, g.carry_cur0)
+        O.fill_carry(carry, rows, S, g.ratio, g.carry_cur0)
         self.buf.carry[...] = xp.asarray(carry)
         wn = min(g.window, S)
         self._window(np.arange(S - wn, S))
@@ -151,7 +151,7 @@ class DeviceLayer:
                 self.be.emit_index_keys(xp.asarray(np.ascontiguousarray(O.padded_rows(irows, 4))), 4,
                                         self.index_norm, 0, n, self.buf.index_keys)
             icarry = np.asarray(_host(self.buf.index_carry)).copy()
-            O._fill_carry(icarry, irows, S, 4, 4)
+            O.fill_carry(icarry, irows, S, 4, 4)
             self.buf.index_carry[...] = xp.asarray(icarry)
         self.tokens = S
 

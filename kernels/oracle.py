@@ -405,7 +405,7 @@ def prefill(g: Geometry, w: LayerWeights, inp: Inputs, S: int) -> State:
         off = g.ratio if g.ratio == 4 else 0
         kv, sc = candidates(tok, off + ids * g.ratio, g.ratio, g.head_dim)
         st.records[:n] = finish_record(pool(kv, sc), w.norm, ids, g.ratio)
-    _fill_carry(st.carry, rows, S, g.ratio, g.carry_cur0)
+    fill_carry(st.carry, rows, S, g.ratio, g.carry_cur0)
     wn = min(g.window, S)
     wpos = np.arange(S - wn, S)
     st.ring[wpos % g.window] = window_rows(inp.kv[wpos], wpos)
@@ -414,12 +414,14 @@ def prefill(g: Geometry, w: LayerWeights, inp: Inputs, S: int) -> State:
         if n:
             kv, sc = candidates(padded_rows(irows, 4), 4 + np.arange(n) * 4, 4, g.index_dim)
             st.index_keys[:n] = finish_index_key(pool(kv, sc), w.index_norm)
-        _fill_carry(st.index_carry, irows, S, 4, 4)
+        fill_carry(st.index_carry, irows, S, 4, 4)
     st.tokens = S
     return st
 
 
-def _fill_carry(carry: np.ndarray, rows: np.ndarray, S: int, ratio: int, cur0: int) -> None:
+def fill_carry(carry: np.ndarray, rows: np.ndarray, S: int, ratio: int, cur0: int) -> None:
+    """After a prefill of S tokens: the unfinished block's rows from slot ``cur0``; ratio 4 also keeps
+    the last completed block in slots 0..3. Public: the kernel harness fills device carries with it."""
     n = S // ratio
     tail = np.arange(n * ratio, S)
     carry[cur0 + tail % ratio] = rows[tail]

@@ -1,0 +1,185 @@
+"""What may import what (README, "Code layout"), read from every module's import statements.
+
+Every ``import`` and ``from … import`` of every module under cli/, planner/ and kernels/
+is parsed with ``ast`` — including the lazy ones inside functions — and checked:
+
+- planner/ never imports csa_plan.cli, csa_plan.kernels, click, rich or cupy;
+- kernels/ never imports csa_plan.cli;
+- no module imports a private name (``_x``) from another csa_plan module, neither as
+  ``from m import _x`` nor as ``m._x`` on an imported module (this covers cli/ reaching
+  into planner's private names);
+- every import is absolute.
+
+``tests/test_imports.py`` checks what importing really loads; ``tests/test_packaging.py``
+that every package folder is listed in pyproject.toml. The checker itself is tested on
+small sources below, so these tests can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+PACKAGES = {"cli": "csa_plan.cli", "planner": "csa_plan.planner", "kernels": "csa_plan.kernels"}
+
+BANNED = {
+    "csa_plan.planner": ("csa_plan.cli", "csa_plan.kernels", "click", "rich", "cupy"),
+    "csa_plan.kernels": ("csa_plan.cli",),
+}
+
+# (importing module, "module.name") -> why it may stay. Empty: none remains.
+PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the imported module, absolute
+    names: tuple[str, ...]  # names taken from it (from-import), else ()
+    line: int
+    relative: bool
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = list(rel.with_suffix("").parts)
+    parts[0] = PACKAGES[parts[0]]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def imports_of(tree: ast.AST, module: str, is_package: bool) -> list[Import]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend(Import(a.name, (), node.lineno, False) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package_of(module, is_package).split(".")
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            out.append(Import(base, tuple(a.name for a in node.names), node.lineno, bool(node.level)))
+    return out
+
+
+def private_uses(tree: ast.AST, imports: list[Import]) -> list[tuple[str, int]]:
+    """``module._name`` on a name bound to an imported csa_plan module (``import … as M`` or
+    ``from pkg import module``)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("csa_plan.") and a.asname:
+                    bound[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("csa_plan"):
+            for a in node.names:
+                bound[a.asname or a.name] = f"{node.module}.{a.name}"
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                and is_private(node.attr)):
+            found.append((f"{bound[node.value.id]}.{node.attr}", node.lineno))
+    return found
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Every broken rule in one module's source, as 'line N: what'."""
+    tree = ast.parse(source)
+    imports = imports_of(tree, module, is_package)
+    out = []
+    top = next((p for p in BANNED if module == p or module.startswith(p + ".")), None)
+    for imp in imports:
+        if imp.relative:
+            out.append(f"line {imp.line}: relative import of {imp.module} (imports are absolute)")
+        targets = [imp.module] + [f"{imp.module}.{n}" for n in imp.names]
+        if top:
+            for banned in BANNED[top]:
+                if any(t == banned or t.startswith(banned + ".") for t in targets):
+                    out.append(f"line {imp.line}: {top.split('.')[-1]}/ imports {banned}")
+                    break
+        if imp.module.startswith("csa_plan"):
+            if any(is_private(part) for part in imp.module.split(".")):
+                out.append(f"line {imp.line}: imports the private module {imp.module}")
+            for n in imp.names:
+                if is_private(n) and (module, f"{imp.module}.{n}") not in PRIVATE_EXCEPTIONS:
+                    out.append(f"line {imp.line}: imports the private name {n} from {imp.module}")
+    for name, line in private_uses(tree, imports):
+        if (module, name) not in PRIVATE_EXCEPTIONS:
+            out.append(f"line {line}: uses the private name {name} of another module")
+    return out
+
+
+def all_modules() -> list[Path]:
+    return sorted(p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_package_is_scanned():
+    names = {module_name(p) for p in all_modules()}
+    assert {"csa_plan.planner.gate", "csa_plan.cli.main", "csa_plan.kernels.oracle",
+            "csa_plan.planner.onnx.record_axes"} <= names
+
+
+@pytest.mark.parametrize("path", all_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_follows_the_import_rules(path):
+    found = violations(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+    assert not found, f"{path.relative_to(ROOT)} breaks the import rules (README, 'Code layout'):\n  " + \
+        "\n  ".join(found)
+
+
+def test_private_exceptions_are_still_needed():
+    """An exception that no module needs any more is removed from the list."""
+    used = set()
+    for path in all_modules():
+        module = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imports = imports_of(tree, module, path.name == "__init__.py")
+        used |= {(module, f"{i.module}.{n}") for i in imports for n in i.names}
+        used |= {(module, name) for name, _ in private_uses(tree, imports)}
+    assert set(PRIVATE_EXCEPTIONS) <= used
+
+
+# --- the checker itself -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    ("csa_plan.planner.x", "import click", "planner/ imports click"),
+    ("csa_plan.planner.x", "def f():\n    import rich.console", "planner/ imports rich"),
+    ("csa_plan.planner.x", "from csa_plan.cli import main", "planner/ imports csa_plan.cli"),
+    ("csa_plan.planner.x", "from csa_plan import kernels", "planner/ imports csa_plan.kernels"),
+    ("csa_plan.planner.onnx.x", "def f():\n    import cupy", "planner/ imports cupy"),
+    ("csa_plan.kernels.x", "from csa_plan.cli.format import gib", "kernels/ imports csa_plan.cli"),
+    ("csa_plan.cli.x", "from csa_plan.planner.layout import _helper", "private name _helper"),
+    ("csa_plan.kernels.x", "from csa_plan.kernels import oracle as O\nO._fill_carry()",
+     "private name csa_plan.kernels.oracle._fill_carry"),
+    ("csa_plan.cli.x", "import csa_plan.planner.plan as P\nP._sized(1)", "private name csa_plan.planner.plan._sized"),
+    ("csa_plan.planner.x", "from csa_plan.planner._impl import f", "private module"),
+    ("csa_plan.planner.x", "from .units import ceil_div", "relative import of csa_plan.planner.units"),
+])
+def test_checker_finds(module, source, expected):
+    found = violations(source, module)
+    assert any(expected in v for v in found), found
+
+
+@pytest.mark.parametrize("module, source", [
+    ("csa_plan.planner.x", "import numpy as np\nfrom csa_plan.planner.units import ceil_div"),
+    ("csa_plan.kernels.x", "import cupy\nfrom csa_plan.planner.layout import group_bytes"),
+    ("csa_plan.cli.x", "import click, rich\nfrom csa_plan.planner import plan\nplan.__doc__"),
+    ("csa_plan.cli.x", "from __future__ import annotations\nfrom csa_plan.kernels.harness import Group"),
+    ("csa_plan.planner.x", "class A:\n    def f(self):\n        return self._x"),
+])
+def test_checker_accepts(module, source):
+    assert violations(source, module) == []
