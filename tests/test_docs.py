@@ -3,7 +3,8 @@
 - every "CONTRACT §N" (and "CONTRACT §2, §5", "CONTRACT §2–§6") in the README, the docs,
   the code, the examples and the tests names a section that docs/CONTRACT.md has;
 - every ``*.md`` file the README, the docs or the code mention is in the repository
-  (nothing points at files a user's clone does not have);
+  (nothing points at files a user's clone does not have), and so is every source path
+  (``planner/….py``, ``tests/….py``, …) that the README or the docs name;
 - every worked-example table in docs/CONTRACT.md equals ``plan_model`` digit for digit.
 """
 
@@ -105,3 +106,16 @@ def test_worked_example_equals_the_plan(name, tp, table):
     for row in body:
         shown = [int(v.replace(",", "")) for v in row[1:]]
         assert shown == [col[row[0]] for col in columns], row[0]
+
+
+_SOURCE_PATH = re.compile(r"(?<![\w/.-])((?:cli|planner|kernels|tests|benchmarks|examples|fuzz|docs)/[\w./-]*\.(?:py|md))\b")
+
+
+def test_every_source_path_in_the_readme_and_docs_exists():
+    bad = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for m in _SOURCE_PATH.finditer(text):
+            if not (ROOT / m.group(1)).is_file():
+                bad.append(f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(1)}")
+    assert not bad, "these paths name no file of the repository (moved or renamed?):\n" + "\n".join(bad)
