@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from csa_plan.planner.errors import CsaPlanError, ExitCode
+from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
 KERNEL_DIR = Path(__file__).resolve().parent
 CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu")
@@ -193,6 +194,8 @@ _SIGNATURES = {
     "emu_attn_merge": _GRID + [_P, _P, _I, _I, _P, _I, _P, _I, _P],
     "emu_partial_barrier": [_U, _P],
     "emu_shuffle": [_U, _P, _P],
+    "emu_ftz_probe": [_U, _P, _P],
+    "csa_emu_set_ftz": [_I],
 }
 
 
@@ -208,6 +211,23 @@ def emulator_library() -> ctypes.CDLL:
     return lib
 
 
+INDEX_KEY_BYTES = INDEX_DIM // 32 * 17
+
+
+def record_bytes(rope_dim: int) -> int:
+    """Bytes of one packed FP8 record (583 at rope 64): 64-blocks of scale + codes, then the BF16 tail."""
+    return (HEAD_DIM - rope_dim) // 64 * 65 + 2 * rope_dim
+
+
+def _need(kernel: str, name: str, a, elems: int) -> None:
+    """The kernel will touch elems elements of a (in its own dtype): a smaller buffer is refused."""
+    if a is None:
+        return
+    if int(a.size) < elems:
+        raise KernelGeometryError(f"{kernel}({name}): the launch reads or writes {elems:,} elements, "
+                                  f"the buffer holds {int(a.size):,}")
+
+
 def attn_warps(heads: int) -> int:
     return max(1, min(heads, ATTN_MAX_WARPS))
 
@@ -219,9 +239,19 @@ class _Base:
     xp = np
 
     def emit_records(self, tok, cur0: int, ratio: int, overlap: bool, norm, normalize: bool, inv_freq,
-                     first_record: int, n_records: int, out, *, ring_rows: int = 0, rope_dim: int = 64) -> None:
+                     first_record: int, n_records: int, out, *, ring_rows: int = 0, rope_dim: int = 64,
+                     head_dim: int = HEAD_DIM) -> None:
         if n_records <= 0:
             return
+        check_launch_geometry("emit_records", head_dim=head_dim, rope_dim=rope_dim)
+        rec = record_bytes(rope_dim)
+        width = 2 * head_dim if overlap else head_dim
+        _need("emit_records", "tok", tok, (cur0 + n_records * ratio) * 2 * width)
+        if overlap and cur0 < ratio:
+            raise KernelGeometryError(f"emit_records: cur0 {cur0} < ratio {ratio}: the previous block is not in tok")
+        _need("emit_records", "norm", norm, head_dim)
+        _need("emit_records", "inv_freq", inv_freq, rope_dim // 2)
+        _need("emit_records", "out", out, (ring_rows if ring_rows > 0 else first_record + n_records) * rec)
         self._launch("emit_records", (n_records, 1, 1), EMIT_RECORD_THREADS,
                      [("p", tok), ("i", cur0), ("i", ratio), ("i", int(overlap)), ("p", norm), ("i", int(normalize)),
                       ("p", inv_freq), ("i", first_record), ("i", ring_rows), ("p", out), ("i", rope_dim)])
@@ -229,6 +259,11 @@ class _Base:
     def emit_index_keys(self, tok, cur0: int, norm, first_record: int, n_records: int, out) -> None:
         if n_records <= 0:
             return
+        if cur0 < 4:
+            raise KernelGeometryError(f"emit_index_keys: cur0 {cur0} < 4: the previous block is not in tok")
+        _need("emit_index_keys", "tok", tok, (cur0 + n_records * 4) * 2 * 2 * INDEX_DIM)
+        _need("emit_index_keys", "norm", norm, INDEX_DIM)
+        _need("emit_index_keys", "out", out, (first_record + n_records) * INDEX_KEY_BYTES)
         self._launch("emit_index_keys", (n_records, 1, 1), EMIT_INDEX_THREADS,
                      [("p", tok), ("i", cur0), ("p", norm), ("i", first_record), ("p", out)])
 
@@ -236,8 +271,12 @@ class _Base:
                      score_stride: int = 0, blocks: int | None = None) -> None:
         if n <= 0:
             return
-        if heads > 64:
-            raise ValueError("index_scores supports at most 64 index heads per device")
+        check_launch_geometry("index_scores", head_dim=HEAD_DIM, rope_dim=64, ratio=4, index_heads=heads,
+                              index_dim=INDEX_DIM)
+        _need("index_scores", "keys", keys, (requests - 1) * key_stride + n * INDEX_KEY_BYTES)
+        _need("index_scores", "q", q, requests * heads * INDEX_DIM)
+        _need("index_scores", "w", w, requests * heads)
+        _need("index_scores", "scores", scores, (requests - 1) * score_stride + n)
         warps = INDEX_THREADS // 32
         gx = blocks or max(1, min(-(-n // warps), 4096))
         self._launch("index_scores", (gx, requests, 1), INDEX_THREADS,
@@ -249,12 +288,28 @@ class _Base:
         k = min(k, n)
         if k <= 0:
             return
+        _need("topk_radix", "scores", scores, (requests - 1) * score_stride + n)
+        _need("topk_radix", "out", out, (requests - 1) * out_stride + k)
         self._launch("topk_radix", (requests, 1, 1), TOPK_THREADS,
                      [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", out), ("l", out_stride)])
 
     def attention(self, q, ring, n_win: int, records, idx, n_sel: int, heads: int, pos: int, inv_freq, sink,
                   part_ml, part_o, y, nchunks: int, *, requests: int = 1, ring_stride: int = 0,
-                  rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = 512) -> None:
+                  rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = HEAD_DIM) -> None:
+        check_launch_geometry("attention", head_dim=head_dim, rope_dim=rope_dim, num_heads=heads,
+                              max_seq_len=pos + 1)
+        rec = record_bytes(rope_dim)
+        _need("attention", "q", q, requests * heads * head_dim)
+        _need("attention", "ring", ring, (requests - 1) * ring_stride + n_win * rec)
+        if idx is None:
+            _need("attention", "records", records, (requests - 1) * rec_stride + n_sel * rec)
+        else:
+            _need("attention", "idx", idx, (requests - 1) * idx_stride + n_sel)
+        _need("attention", "inv_freq", inv_freq, rope_dim // 2)
+        _need("attention", "sink", sink, heads)
+        _need("attention", "part_ml", part_ml, 2 * requests * nchunks * heads)
+        _need("attention", "part_o", part_o, requests * nchunks * heads * head_dim)
+        _need("attention", "y", y, requests * heads * head_dim)
         warps = attn_warps(heads)
         groups = -(-heads // warps)
         self._launch("attn_partial", (nchunks, groups, requests), warps * 32,
@@ -355,3 +410,17 @@ class CupyBackend(_Base):
 
     def synchronize(self) -> None:
         self.cupy.cuda.runtime.deviceSynchronize()
+
+
+def make_backend(name: str):
+    """``cupy`` (the GPU) or ``emulate`` (the CPU emulator)."""
+    return CupyBackend() if name == "cupy" else EmulatedBackend()
+
+
+def device_name(be) -> str:
+    if getattr(be, "cupy", None) is None:
+        return "CPU emulation (g++, one fiber per CUDA thread)"
+    cp = be.cupy
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name} ({props['totalGlobalMem']:,} B)"

@@ -31,7 +31,11 @@ __device__ __forceinline__ unsigned csa_e4m3_encode(float y) {
   return code | (y < 0.0f ? 0x80u : 0u);
 }
 
+// E4M3FN: 0x7F and 0xFF are NaN (the format has no infinities); the encoder never
+// writes them (|y| <= 448 gives at most 0x7E), so only corrupt bytes decode to NaN, in
+// the kernels exactly as in the oracle's table.
 __device__ __forceinline__ float csa_e4m3_decode(unsigned c) {
+  if ((c & 0x7fu) == 0x7fu) return __uint_as_float(0x7fc00000u);
   unsigned e = (c >> 3) & 15u, m = c & 7u;
   float v = e == 0 ? (float)m * 0.001953125f : ldexpf(1.0f + (float)m * 0.125f, (int)e - 7);
   return (c & 0x80u) ? -v : v;

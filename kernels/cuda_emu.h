@@ -13,10 +13,19 @@
 //
 // The kernel sources are included unchanged after this header; nothing in them is
 // guarded for emulation. Only full-warp masks are emulated.
+//
+// Denormals: CuPy compiles every kernel with -ftz=true (single-precision denormal inputs
+// and results are flushed to sign-preserving zero). A launch sets the SSE FTZ and DAZ
+// bits for its duration (restored after) so float arithmetic here flushes the same way;
+// emu::g().ftz = false (csa_emu_set_ftz(0)) turns that off.
 #pragma once
 #ifndef __CUDACC__
 
 #include <ucontext.h>
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#define CSA_EMU_HAVE_MXCSR 1
+#endif
 
 #include <math.h>
 
@@ -70,6 +79,7 @@ struct Grid {
   std::function<void()> body;
   std::string error;
   long long barriers = 0;
+  bool ftz = true;  // emulate -ftz=true (see the header comment)
 };
 
 inline Grid& g() {
@@ -217,6 +227,15 @@ inline int launch(dim3 grid, dim3 block, std::function<void()> body) {
   G.grid = grid;
   G.block = block;
   G.body = std::move(body);
+#ifdef CSA_EMU_HAVE_MXCSR
+  struct Csr {  // FTZ (bit 15) and DAZ (bit 6) for the launch; fibers inherit it via getcontext
+    unsigned saved;
+    explicit Csr(bool on) : saved(_mm_getcsr()) {
+      if (on) _mm_setcsr(saved | 0x8040u);
+    }
+    ~Csr() { _mm_setcsr(saved); }
+  } csr(G.ftz);
+#endif
   G.error.clear();
   G.fibers.assign(nthreads, Fiber());
   if (G.stacks.size() < (size_t)nthreads * G.stack_bytes) G.stacks.resize((size_t)nthreads * G.stack_bytes);

@@ -14,6 +14,18 @@ extern "C" {
 
 const char* csa_emu_last_error() { return emu::last_error().c_str(); }
 long long csa_emu_barriers() { return emu::g().barriers; }
+// Emulate -ftz=true (1, the default, as CuPy compiles) or IEEE denormals (0); returns the old mode.
+int csa_emu_set_ftz(int on) {
+  int old = emu::g().ftz ? 1 : 0;
+  emu::g().ftz = on != 0;
+  return old;
+}
+
+// Denormal probe: out[i] = in[i] * 1.0f + 0.0f (flushed under -ftz).
+__global__ void csa_emu_ftz_probe(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x] * 1.0f + 0.0f; }
+int emu_ftz_probe(unsigned bx, const float* in, float* out) {
+  return emu::launch(dim3(1, 1, 1), dim3(bx, 1, 1), [=] { csa_emu_ftz_probe(in, out); });
+}
 
 int emu_emit_records(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* tok, int cur0, int ratio,
                      int overlap, const float* norm, int normalize, const float* inv_freq, int first_record,

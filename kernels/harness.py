@@ -119,6 +119,7 @@ class DeviceLayer:
         else:
             (self.ws_attn,) = s
         self.last_selected: np.ndarray | None = None
+        self.last_nchunks = 0
         self.last_scores: np.ndarray | None = None
 
     # -- state updates -------------------------------------------------------------
@@ -128,31 +129,34 @@ class DeviceLayer:
         tok = np.zeros((len(positions), 2, g.head_dim), dtype=np.float32)
         tok[:, 0] = self.inp.kv[positions]
         self.be.emit_records(xp.asarray(tok), 0, 1, False, self.norm, False, self.inv_freq, int(positions[0]),
-                             len(positions), self.buf.ring, ring_rows=g.window, rope_dim=g.rope_dim)
+                             len(positions), self.buf.ring, ring_rows=g.window, rope_dim=g.rope_dim,
+                             head_dim=g.head_dim)
 
     def prefill(self, S: int) -> None:
-        g, xp, inp, w = self.g, self.xp, self.inp, self.w
-        pos = np.arange(S)
-        n = S // g.ratio
-        rows = O.token_rows(inp.ckv[:S], inp.cgate[:S], w.ape, pos)
-        if n:
-            tok = O.padded_rows(rows, g.ratio) if g.ratio == 4 else rows
-            off = g.ratio if g.ratio == 4 else 0
-            self.be.emit_records(xp.asarray(np.ascontiguousarray(tok)), off, g.ratio, g.ratio == 4, self.norm, True,
-                                 self.inv_freq, 0, n, self.buf.records, rope_dim=g.rope_dim)
-        carry = np.asarray(_host(self.buf.carry)).copy()
-        O.fill_carry(carry, rows, S, g.ratio, g.carry_cur0)
-        self.buf.carry[...] = xp.asarray(carry)
-        wn = min(g.window, S)
-        self._window(np.arange(S - wn, S))
+        """Tokens 0..S-1 from the empty state, in host chunks (oracle.prefill_chunks)."""
+        for ch in O.prefill_chunks(self.g, self.w, self.inp, S):
+            self.emit_chunk(ch)
+        self.finish_prefill(S)
+
+    def emit_chunk(self, ch: O.Chunk) -> None:
+        """The kernels' records (and index keys) of one prefill chunk."""
+        g, xp = self.g, self.xp
+        self.be.emit_records(xp.asarray(ch.tok), ch.cur0, g.ratio, g.ratio == 4, self.norm, True, self.inv_freq,
+                             ch.first_record, ch.n_records, self.buf.records, rope_dim=g.rope_dim,
+                             head_dim=g.head_dim)
         if g.has_indexer:
-            irows = O.token_rows(inp.ickv[:S], inp.icgate[:S], w.index_ape, pos)
-            if n:
-                self.be.emit_index_keys(xp.asarray(np.ascontiguousarray(O.padded_rows(irows, 4))), 4,
-                                        self.index_norm, 0, n, self.buf.index_keys)
-            icarry = np.asarray(_host(self.buf.index_carry)).copy()
-            O.fill_carry(icarry, irows, S, 4, 4)
-            self.buf.index_carry[...] = xp.asarray(icarry)
+            self.be.emit_index_keys(xp.asarray(ch.index_tok), 4, self.index_norm, ch.first_record, ch.n_records,
+                                    self.buf.index_keys)
+
+    def finish_prefill(self, S: int) -> None:
+        g, xp = self.g, self.xp
+        carry, wpos, icarry = O.prefill_tail(g, self.w, self.inp, S)
+        for slots, rows in carry:  # slots are consecutive
+            self.buf.carry[int(slots[0]): int(slots[-1]) + 1] = xp.asarray(np.ascontiguousarray(rows))
+        if len(wpos):
+            self._window(wpos)
+        for slots, rows in icarry:
+            self.buf.index_carry[int(slots[0]): int(slots[-1]) + 1] = xp.asarray(np.ascontiguousarray(rows))
         self.tokens = S
 
     def append(self) -> None:
@@ -162,7 +166,7 @@ class DeviceLayer:
         self.buf.carry[g.carry_cur0 + p % g.ratio] = xp.asarray(row)
         if (p + 1) % g.ratio == 0:
             self.be.emit_records(self.buf.carry, g.carry_cur0, g.ratio, g.ratio == 4, self.norm, True, self.inv_freq,
-                                 p // g.ratio, 1, self.buf.records, rope_dim=g.rope_dim)
+                                 p // g.ratio, 1, self.buf.records, rope_dim=g.rope_dim, head_dim=g.head_dim)
             if g.ratio == 4:
                 self.buf.carry[:4] = self.buf.carry[4:].copy()
         if g.has_indexer:
@@ -197,6 +201,7 @@ class DeviceLayer:
         n_win = min(g.window, self.tokens)
         ws = self.ws_attn.view(xp.float32) if self.ws_attn.nbytes >= 4 else None
         nchunks, part_ml, part_o = self._partials(ws, n_win + n_sel)
+        self.last_nchunks = nchunks
         self.be.attention(xp.asarray(self.inp.q[p]), self.buf.ring, n_win, self.buf.records,
                           idx if n_sel else None, n_sel, g.num_heads, p, self.inv_freq, self.sink,
                           part_ml, part_o, self.y, nchunks, rope_dim=g.rope_dim, head_dim=g.head_dim)

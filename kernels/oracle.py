@@ -17,7 +17,9 @@ Choices written down (the spec is silent on them):
 - Index keys: pool (overlapping, width 128), RMSNorm, Hadamard (x 128^-0.5), FP4.
   The index query gets the same Hadamard and stays fp32; head weights are scaled by
   index_head_dim^-0.5 x index_num_heads^-0.5. No RoPE on index keys.
-- Top-k ties break toward the lower record id; selections are returned sorted.
+- Top-k ties break toward the lower record id; selections are returned sorted. Ranking is
+  by order_keys (bits, not float arithmetic): NaN lowest, -0 == +0, denormals kept.
+- E4M3 codes 0x7F/0xFF are NaN (E4M3FN), in this table and in csa_e4m3_decode alike.
 - RoPE uses theta 160000 with YaRN (factor 16, original 65536, beta 32/1) always.
 """
 
@@ -283,8 +285,71 @@ class Inputs:
         return self.q.shape[0]
 
 
+INPUT_BLOCK = 4096  # positions per random block of a per-token tensor
+
+
+class LazyTensor:
+    """One per-token input tensor [tokens, *row], drawn on demand, block by block.
+
+    Block b (positions b*block .. +block-1) comes from ``default_rng([seed, tensor, b])``,
+    so any position's row is the same whichever slice asks for it, and memory is that of
+    the slice asked for (never the whole context: at 1M tokens and 128 heads the query
+    alone would be 256 GiB). Indexing: an int, a slice with step 1, or an int array.
+    The last block drawn is kept (sequential decode reads the same block again).
+    """
+
+    def __init__(self, seed: int, tensor: int, tokens: int, row: tuple[int, ...], block: int = INPUT_BLOCK) -> None:
+        self.seed, self.tensor, self.row, self.block = seed, tensor, tuple(row), block
+        self.shape = (tokens,) + self.row
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _draw(self, b: int) -> np.ndarray:
+        if self._cache is not None and self._cache[0] == b:
+            return self._cache[1]
+        n = min(self.block, self.shape[0] - b * self.block)
+        a = np.random.default_rng([self.seed, self.tensor, b]).standard_normal((n,) + self.row, dtype=F32)
+        self._cache = (b, a)
+        return a
+
+    def _rows(self, lo: int, hi: int) -> np.ndarray:
+        out = np.empty((hi - lo,) + self.row, dtype=F32)
+        p = lo
+        while p < hi:
+            b = p // self.block
+            blk = self._draw(b)
+            q = min(hi, (b + 1) * self.block)
+            out[p - lo: q - lo] = blk[p - b * self.block: q - b * self.block]
+            p = q
+        return out
+
+    def __getitem__(self, key):
+        T = self.shape[0]
+        if isinstance(key, (int, np.integer)):
+            k = int(key) + (T if key < 0 else 0)
+            if not 0 <= k < T:
+                raise IndexError(f"position {key} outside 0..{T - 1}")
+            return self._rows(k, k + 1)[0]
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(T)
+            if step != 1:
+                raise IndexError("LazyTensor slices take step 1")
+            return self._rows(lo, max(lo, hi))
+        idx = np.asarray(key)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise IndexError("LazyTensor takes an int, a slice or a 1-D int array")
+        if len(idx) == 0:
+            return np.empty((0,) + self.row, dtype=F32)
+        if len(idx) and (idx.min() < 0 or idx.max() >= T):
+            raise IndexError("position outside the tensor")
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        return self._rows(lo, hi)[idx - lo]
+
+
 def make_layer(g: Geometry, tokens: int, seed: int) -> tuple[LayerWeights, Inputs]:
-    """Random weights and inputs for one layer; the same seed gives the same tensors."""
+    """Random weights and (lazily drawn) inputs for one layer; the same seed gives the same tensors."""
     rng = np.random.default_rng(seed)
 
     def n(*shape, s=1.0):
@@ -292,13 +357,16 @@ def make_layer(g: Geometry, tokens: int, seed: int) -> tuple[LayerWeights, Input
 
     D, H, CW = g.head_dim, g.num_heads, g.carry_width
     w = LayerWeights(ape=n(g.ratio, CW, s=0.5), norm=(1 + n(D, s=0.1)).astype(F32), sink=n(H))
-    inp = Inputs(q=n(tokens, H, D), kv=n(tokens, D), ckv=n(tokens, CW), cgate=n(tokens, CW))
+    qblock = max(1, INPUT_BLOCK * D // (H * D))  # about the rows of a kv block
+    inp = Inputs(q=LazyTensor(seed, 0, tokens, (H, D), qblock), kv=LazyTensor(seed, 1, tokens, (D,)),
+                 ckv=LazyTensor(seed, 2, tokens, (CW,)), cgate=LazyTensor(seed, 3, tokens, (CW,)))
     if g.has_indexer:
         I, W2 = g.index_heads, g.index_width
         w.index_ape = n(4, W2, s=0.5)
         w.index_norm = (1 + n(g.index_dim, s=0.1)).astype(F32)
-        inp.iq, inp.iw = n(tokens, I, g.index_dim), n(tokens, I)
-        inp.ickv, inp.icgate = n(tokens, W2), n(tokens, W2)
+        inp.iq = LazyTensor(seed, 4, tokens, (I, g.index_dim), max(1, INPUT_BLOCK // I))
+        inp.iw = LazyTensor(seed, 5, tokens, (I,))
+        inp.ickv, inp.icgate = LazyTensor(seed, 6, tokens, (W2,)), LazyTensor(seed, 7, tokens, (W2,))
     return w, inp
 
 
@@ -393,40 +461,99 @@ def padded_rows(rows: np.ndarray, ratio: int) -> np.ndarray:
     return np.concatenate([pad, rows], axis=0)
 
 
-def prefill(g: Geometry, w: LayerWeights, inp: Inputs, S: int) -> State:
-    """Process tokens 0..S-1 from an empty state, all at once."""
-    st = State.empty(g)
-    pos = np.arange(S)
-    n = S // g.ratio
-    rows = token_rows(inp.ckv[:S], inp.cgate[:S], w.ape, pos)
-    if n:
-        ids = np.arange(n)
-        tok = padded_rows(rows, g.ratio) if g.ratio == 4 else rows
-        off = g.ratio if g.ratio == 4 else 0
-        kv, sc = candidates(tok, off + ids * g.ratio, g.ratio, g.head_dim)
-        st.records[:n] = finish_record(pool(kv, sc), w.norm, ids, g.ratio)
-    fill_carry(st.carry, rows, S, g.ratio, g.carry_cur0)
-    wn = min(g.window, S)
-    wpos = np.arange(S - wn, S)
-    st.ring[wpos % g.window] = window_rows(inp.kv[wpos], wpos)
+PREFILL_CHUNK = 16384  # tokens per host chunk of a prefill (a multiple of 128)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Token rows of one prefill chunk, laid out for emit_records / emit_index_keys.
+
+    ``tok`` rows [cur0 + n_records * R, 2, CW]: for ratio 4 the R rows before the chunk
+    (the previous block of its first record; absent rows before position 0) then the
+    chunk's rows; ``index_tok`` the same for the indexer (ratio 4 only).
+    """
+
+    first_record: int
+    n_records: int
+    cur0: int
+    tok: np.ndarray
+    index_tok: np.ndarray | None = None
+
+
+def _rows_with_previous(kv, gate, ape, a: int, b: int, ratio: int) -> np.ndarray:
+    rows = token_rows(kv[a:b], gate[a:b], ape, np.arange(a, b))
+    if ratio != 4:
+        return np.ascontiguousarray(rows)
+    if a == 0:
+        return np.ascontiguousarray(padded_rows(rows, 4))
+    prev = token_rows(kv[a - 4: a], gate[a - 4: a], ape, np.arange(a - 4, a))
+    return np.ascontiguousarray(np.concatenate([prev, rows], axis=0))
+
+
+def prefill_chunks(g: Geometry, w: LayerWeights, inp: Inputs, S: int, chunk: int = PREFILL_CHUNK):
+    """The completed records of a prefill of S tokens, as host chunks of at most ``chunk`` tokens."""
+    R = g.ratio
+    if chunk <= 0 or chunk % R:
+        raise ValueError(f"prefill chunk {chunk} must be a positive multiple of the ratio {R}")
+    end = (S // R) * R
+    for a in range(0, end, chunk):
+        b = min(end, a + chunk)
+        tok = _rows_with_previous(inp.ckv, inp.cgate, w.ape, a, b, R)
+        itok = _rows_with_previous(inp.ickv, inp.icgate, w.index_ape, a, b, 4) if g.has_indexer else None
+        yield Chunk(a // R, (b - a) // R, R if R == 4 else 0, tok, itok)
+
+
+def emit_chunk(g: Geometry, w: LayerWeights, st: State, ch: Chunk) -> None:
+    """The oracle's records (and index keys) of one prefill chunk, into st."""
+    ids = np.arange(ch.first_record, ch.first_record + ch.n_records)
+    kv, sc = candidates(ch.tok, ch.cur0 + np.arange(ch.n_records) * g.ratio, g.ratio, g.head_dim)
+    st.records[ids] = finish_record(pool(kv, sc), w.norm, ids, g.ratio)
     if g.has_indexer:
-        irows = token_rows(inp.ickv[:S], inp.icgate[:S], w.index_ape, pos)
-        if n:
-            kv, sc = candidates(padded_rows(irows, 4), 4 + np.arange(n) * 4, 4, g.index_dim)
-            st.index_keys[:n] = finish_index_key(pool(kv, sc), w.index_norm)
-        fill_carry(st.index_carry, irows, S, 4, 4)
-    st.tokens = S
+        kv, sc = candidates(ch.index_tok, 4 + np.arange(ch.n_records) * 4, 4, g.index_dim)
+        st.index_keys[ids] = finish_index_key(pool(kv, sc), w.index_norm)
+
+
+def prefill_tail(g: Geometry, w: LayerWeights, inp: Inputs, S: int):
+    """What a prefill of S tokens leaves besides records: carry rows, ring rows, index carry.
+
+    Returns (carry updates, ring positions, index-carry updates), each update a list of
+    (slot array, rows) to assign.
+    """
+    def rows_at(kv, gate, ape, lo, hi):
+        return token_rows(kv[lo:hi], gate[lo:hi], ape, np.arange(lo, hi))
+
+    def carry_updates(kv, gate, ape, ratio, cur0):
+        n = S // ratio
+        ups = []
+        if S > n * ratio:
+            ups.append((cur0 + np.arange(S - n * ratio), rows_at(kv, gate, ape, n * ratio, S)))
+        if ratio == 4 and n:
+            ups.append((np.arange(4), rows_at(kv, gate, ape, (n - 1) * 4, n * 4)))
+        return ups
+
+    carry = carry_updates(inp.ckv, inp.cgate, w.ape, g.ratio, g.carry_cur0)
+    icarry = carry_updates(inp.ickv, inp.icgate, w.index_ape, 4, 4) if g.has_indexer else []
+    wn = min(g.window, S)
+    return carry, np.arange(S - wn, S), icarry
+
+
+def prefill(g: Geometry, w: LayerWeights, inp: Inputs, S: int, chunk: int = PREFILL_CHUNK) -> State:
+    """Process tokens 0..S-1 from an empty state, chunk by chunk (host memory bounded by the chunk)."""
+    st = State.empty(g)
+    for ch in prefill_chunks(g, w, inp, S, chunk):
+        emit_chunk(g, w, st, ch)
+    finish_prefill(g, w, inp, st, S)
     return st
 
 
-def fill_carry(carry: np.ndarray, rows: np.ndarray, S: int, ratio: int, cur0: int) -> None:
-    """After a prefill of S tokens: the unfinished block's rows from slot ``cur0``; ratio 4 also keeps
-    the last completed block in slots 0..3. Public: the kernel harness fills device carries with it."""
-    n = S // ratio
-    tail = np.arange(n * ratio, S)
-    carry[cur0 + tail % ratio] = rows[tail]
-    if ratio == 4 and n:
-        carry[:4] = rows[(n - 1) * 4: n * 4]
+def finish_prefill(g: Geometry, w: LayerWeights, inp: Inputs, st: State, S: int) -> None:
+    carry, wpos, icarry = prefill_tail(g, w, inp, S)
+    for slots, rows in carry:
+        st.carry[slots] = rows
+    st.ring[wpos % g.window] = window_rows(inp.kv[wpos], wpos)
+    for slots, rows in icarry:
+        st.index_carry[slots] = rows
+    st.tokens = S
 
 
 def append_token(g: Geometry, w: LayerWeights, inp: Inputs, st: State) -> None:
@@ -468,9 +595,25 @@ def index_scores(keys: np.ndarray, q: np.ndarray, wts: np.ndarray) -> np.ndarray
     return (np.maximum(k @ q.T, F32(0)) @ wts).astype(F32)
 
 
+def order_keys(scores: np.ndarray) -> np.ndarray:
+    """uint32 keys whose unsigned order is the ranking topk_radix uses, from the bits alone.
+
+    Larger score, larger key; -0 ranks as +0; denormals keep their order (no flush to
+    zero, whatever -ftz does to arithmetic); every NaN gets key 0, below -inf.
+    """
+    u = np.ascontiguousarray(scores, dtype=F32).view(np.uint32).copy()
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    u[u == np.uint32(0x80000000)] = 0
+    neg = (u & np.uint32(0x80000000)) != 0
+    key = np.where(neg, ~u, u | np.uint32(0x80000000)).astype(np.uint32)
+    key[nan] = 0
+    return key
+
+
 def topk_ids(scores: np.ndarray, k: int) -> np.ndarray:
-    """The k largest, ties toward the lower id, returned ascending."""
-    order = np.lexsort((np.arange(len(scores)), -(scores.astype(np.float64) + 0.0)))
+    """The k largest (order_keys order: NaN lowest), ties toward the lower id, returned ascending."""
+    keys = order_keys(scores).astype(np.int64)
+    order = np.lexsort((np.arange(len(keys)), -keys))
     return np.sort(order[:k]).astype(np.int32)
 
 

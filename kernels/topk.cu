@@ -2,10 +2,19 @@
 // Four 8-bit passes over order-preserving keys find the k-th largest key T and how
 // many keys equal to T to take; a second scan writes the chosen ids in ascending id
 // order (every key > T, then the lowest-id keys == T), so the result is deterministic.
+// Read passes over the scores: four histogram passes, the count pass and the write pass (6).
 #include "csa_common.cuh"
 
+//
+// The order key is computed from the bits alone, never with float arithmetic: under
+// -ftz=true (CuPy always passes it) `s + 0.0f` would flush a denormal score to zero
+// before ranking. -0 ranks as +0; every NaN (either sign, any payload) gets key 0, below
+// -inf (key 0x007fffff), so NaN ranks lowest and ties among NaNs go to the lower id —
+// the order oracle.order_keys() defines for the oracle.
 __device__ __forceinline__ unsigned csa_order_key(float s) {
-  unsigned u = __float_as_uint(s + 0.0f);  // -0 -> +0
+  unsigned u = __float_as_uint(s);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN
+  if (u == 0x80000000u) u = 0u;                    // -0 -> +0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

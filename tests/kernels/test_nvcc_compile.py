@@ -8,7 +8,7 @@ function in the sources is marked __device__ or __global__). The module test com
 ``module_source()``, the very string CupyBackend passes to RawModule, from a directory
 without the header beside it, so the -I path is what resolves csa_common.cuh, as under
 NVRTC. When libnvrtc is found (CSA_PLAN_NVRTC=/path/libnvrtc.so, the CUDA toolkit, or the
-nvidia-cuda-nvrtc pip wheel) the same string is compiled by NVRTC itself with CuPy's options.
+nvidia-cuda-nvrtc pip wheel) the same string is compiled by NVRTC itself with CuPy's options (kernels/nvrtc.py loads it, libnvrtc-builtins first).
 """
 
 from __future__ import annotations
@@ -102,27 +102,16 @@ def test_module_source_compiles_with_nvcc(tmp_path):
     assert all(u["spill_stores"] == 0 and u["spill_loads"] == 0 for u in usage.values()), usage
 
 
-def _find_nvrtc() -> str | None:
-    import glob
-    import site
-    import sys
-
-    cands = [os.environ.get("CSA_PLAN_NVRTC", "")]
-    for root in ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"):
-        cands += sorted(glob.glob(f"{root}/libnvrtc.so*"))
-    for sp in site.getsitepackages() + [p for p in sys.path if p.endswith("site-packages")]:
-        cands += sorted(glob.glob(f"{sp}/nvidia/cuda_nvrtc/lib/libnvrtc.so*"))
-        cands += sorted(glob.glob(f"{sp}/nvidia/cu13/lib/libnvrtc.so*"))
-    return next((c for c in cands if c and Path(c).exists() and "builtins" not in c), None)
-
-
 def test_module_source_compiles_with_nvrtc_and_cupys_options():
+    """With only the pip NVRTC wheel too (kernels/nvrtc.py preloads libnvrtc-builtins, as CuPy's loader does)."""
     import ctypes
 
-    path = _find_nvrtc()
-    if path is None:
-        pytest.skip("libnvrtc not found (set CSA_PLAN_NVRTC=/path/to/libnvrtc.so.12)")
-    lib = ctypes.CDLL(path)
+    from csa_plan.kernels.nvrtc import NvrtcUnavailable, load_nvrtc
+
+    try:
+        lib, path = load_nvrtc()
+    except NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
     prog = ctypes.c_void_p()
     src = module_source().encode()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"csa_module.cu", 0, None, None) == 0
@@ -132,12 +121,23 @@ def test_module_source_compiles_with_nvrtc_and_cupys_options():
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)
     lib.nvrtcGetProgramLog(prog, log)
-    assert rc == 0, log.value.decode(errors="replace")
+    assert rc == 0, f"{path}: " + log.value.decode(errors="replace")
     cubin = ctypes.c_size_t()
     assert lib.nvrtcGetCUBINSize(prog, ctypes.byref(cubin)) == 0 and cubin.value > 0
     for name in KERNEL_NAMES:  # extern "C": the symbol names get_function looks up
         assert name.encode() in _cubin(lib, prog, cubin.value)
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def test_nvrtc_loader_names_a_missing_builtins_library(tmp_path, monkeypatch):
+    from csa_plan.kernels import nvrtc
+
+    lone = tmp_path / "libnvrtc.so.13"
+    lone.write_bytes(b"")  # never loaded: the builtins check comes first
+    monkeypatch.setenv("CSA_PLAN_NVRTC", str(lone))
+    monkeypatch.setattr(nvrtc, "_pathfinder_candidate", lambda: [])
+    with pytest.raises(nvrtc.NvrtcUnavailable, match=r"libnvrtc-builtins\.so\.\* is not beside .*libnvrtc\.so\.13"):
+        nvrtc.load_nvrtc()
 
 
 def _cubin(lib, prog, n: int) -> bytes:

@@ -143,3 +143,25 @@ def test_hca_selects_every_completed_record_and_csa_respects_visibility():
 def test_topk_ties_break_toward_lower_ids():
     assert list(O.topk_ids(np.array([1, 2, 2, 2, 0], np.float32), 2)) == [1, 2]
     assert list(O.topk_ids(np.array([-0.0, 0.0, 0.0], np.float32), 1)) == [0]
+
+
+def test_lazy_inputs_are_the_same_whatever_the_slice():
+    g = O.Geometry(ratio=4, num_heads=3, max_seq_len=20000, window=16, index_heads=4, index_topk=8)
+    _, a = O.make_layer(g, 20000, seed=5)
+    _, b = O.make_layer(g, 20000, seed=5)
+    whole = a.ckv[4000:4200]
+    assert np.array_equal(whole, np.stack([b.ckv[p] for p in range(4000, 4200)]))
+    assert np.array_equal(a.q[[3, 4099, 17]], np.stack([b.q[3], b.q[4099], b.q[17]]))
+    assert a.q.shape == (20000, 3, 512) and a.iq[19999].shape == (4, 128)
+    _, c = O.make_layer(g, 20000, seed=6)
+    assert not np.array_equal(c.kv[:10], a.kv[:10])
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+def test_chunked_prefill_equals_one_chunk(ratio):
+    g = O.Geometry(ratio=ratio, num_heads=2, max_seq_len=2048, window=16, index_heads=4 if ratio == 4 else 0,
+                   index_topk=8 if ratio == 4 else 0)
+    w, inp = O.make_layer(g, 2000, seed=3)
+    one = O.prefill(g, w, inp, 1999, chunk=1 << 20)
+    many = O.prefill(g, w, inp, 1999, chunk=256)
+    assert O.states_equal(one, many) and one.completed == 1999 // ratio

@@ -117,3 +117,67 @@ def test_insufficient_driver_with_no_driver_at_all_says_no_driver(csa, monkeypat
     assert r.err.strip() == f"csa-plan: {gpu_env.NO_DRIVER}"
     fake.cuda.runtime.driverGetVersion = lambda: 11040
     assert csa("run-gpu", "--tiny").err.strip() == f"csa-plan: {gpu_env.OLD_DRIVER}"
+
+
+def test_duplicate_layers_are_bad_input(csa):
+    """Issue 18: --layers 0,0,0 ran layer 0 three times and reported 5 false failures (exit 4)."""
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--layers", "0,0,0")
+    assert r.code == 2, r.out + r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("--layers: layer 0 is listed twice (each layer runs once)")
+
+
+def test_requests_are_capped_before_any_work(csa):
+    """Issue 18: --requests 100000 died with MemoryError; the cap is run_plan.MAX_REQUESTS."""
+    import resource
+    import time
+
+    from csa_plan.kernels.run_plan import MAX_REQUESTS
+
+    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--requests", "100000")
+    assert r.code == 2 and f"must be at most {MAX_REQUESTS}" in r.err and "100,000" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    assert time.perf_counter() - t0 < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: nothing allocated
+    assert csa("run-gpu", "--tiny", "--backend", "emulate", "--steps", "5000").code == 2
+    assert csa("run-gpu", "--backend", "emulate", "--max-seq-len", "2000000").code == 2
+
+
+def test_request_count_text_names_the_recompute_request(csa):
+    """Issue 12: --requests 2 printed '3 requests x ...' without saying what the third is."""
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--json", "--layers", "0")
+    row = next(c for c in r.json()["checks"] if c["name"] == "requests isolated in the ledger")
+    assert row["detail"].startswith("2 request(s) + 1 recompute request = 3 x ")
+
+
+def test_memory_rule_is_one_rule(csa):
+    """The --limit refusal and the ledger check use RunPlan.need_bytes (issue 11)."""
+    from csa_plan.kernels.run_plan import plan_run
+
+    plan, refusals = plan_run("deepseek-v4-pro", None, 2, None, 16, 1, True, "emulate")
+    assert not refusals
+    need = plan.need_bytes
+    assert need == 3 * plan.per_request.total_bytes
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", str(need - 1))
+    assert r.code == 3 and f"need {need:,} bytes" in r.err and f"limit is {need - 1:,} bytes" in r.err
+    doc = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", str(need), "--json").json()
+    assert doc["exit_code"] == 0 and doc["planned_bytes"] == need
+
+
+def test_default_length_reaches_multi_chunk_and_k_below_n():
+    """The cupy default (131,072) at the real geometry: CSA top-1024 of 32,768, 2 attention chunks each."""
+    from csa_plan.kernels import oracle as O
+    from csa_plan.kernels.run_plan import DEFAULT_MAX_SEQ_LEN, plan_run
+    from csa_plan.planner.layout import scratch_workspaces
+
+    plan, refusals = plan_run("deepseek-v4-pro", None, 2, None, 16, 1, False, "cupy")
+    assert not refusals and plan.descriptors[0].max_seq_len == DEFAULT_MAX_SEQ_LEN
+    for d in plan.descriptors:
+        g = O.geometry_from_descriptor(d)
+        ws_floats = scratch_workspaces(d, 1)[-1] // 4
+        chunks = ws_floats // (d.num_heads * 514)  # harness._partials
+        assert chunks >= 2, d
+        if d.compression_ratio == 4:
+            assert d.index_topk == 1024 and g.records // 2 > 1024  # k < n from the first decode step
