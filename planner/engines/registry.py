@@ -1,0 +1,38 @@
+"""The engine registry: every engine model under its name, and the names that went away.
+
+``get_engine("vllm-0.33")`` is the only way callers reach an engine model; an unknown
+name is bad input listing the known ones, and the retired per-layer ``--layout vllm`` /
+``sglang`` names say what replaced them.
+"""
+
+from __future__ import annotations
+
+from csa_plan.planner.engines.engine import EngineModel
+from csa_plan.planner.engines.vllm_0_33 import VLLM_033
+from csa_plan.planner.errors import BadInput
+
+ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033,)}
+
+# The per-layer layout profiles these names used to select under-counted what the engines hold.
+RETIRED_LAYOUTS: dict[str, str] = {
+    "vllm": "vllm-0.33", "vllm-fp4": "vllm-0.33 (with --indexer-kv-dtype mxfp4)",
+    "sglang": "sglang-0.5.23", "sglang-fp4": "sglang-0.5.23 (with --indexer-kv-dtype fp4)",
+}
+
+
+def retired_message(name: str) -> str | None:
+    new = RETIRED_LAYOUTS.get(name)
+    if new is None:
+        return None
+    return (f"the per-layer layout {name!r} was replaced by the engine model {new.split()[0]!r}: "
+            f"use --engine {new}")
+
+
+def get_engine(name: str, source: str = "options", field: str = "--engine") -> EngineModel:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        retired = retired_message(name)
+        if retired:
+            raise BadInput(source, field, retired) from None
+        raise BadInput(source, field, f"unknown engine {name!r} (known: {', '.join(ENGINES)})") from None

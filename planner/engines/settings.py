@@ -1,0 +1,108 @@
+"""Engine settings as the user gives them, and the GPU an engine is planned for.
+
+``EngineSettings`` holds every memory-relevant engine option under the engine's own
+name; ``None`` means "the engine's default" (each engine model resolves its defaults and
+says where each came from). An option an engine does not have is bad input that names
+the engine's own spelling, e.g. ``--page-size`` for vLLM says to use ``--block-size``.
+
+``GpuTarget`` is the card the engine runs on: its compute capability decides what the
+engine refuses (vLLM's MXFP4 indexer needs sm_10x) and its memory decides size-tiered
+defaults (vLLM's max_num_batched_tokens for ``vllm serve``: 8192 on 70-160 GiB cards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.memory import GPU_MEMORY_MIB, MIB
+
+# Compute capability (major, minor) of each card csa-plan names (NVIDIA's CUDA GPU table).
+GPU_CAPABILITY: dict[str, tuple[int, int]] = {
+    "h200": (9, 0),
+    "h100": (9, 0),
+    "h800": (9, 0),
+    "b200": (10, 0),
+    "a100-80gb": (8, 0),
+    "a100-40gb": (8, 0),
+    "l40s": (8, 9),
+}
+DEFAULT_GPU = "h200"
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    name: str
+    capability: tuple[int, int]
+    memory_bytes: int
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+
+def gpu_target(name: str | None, source: str = "options", field: str = "--gpu") -> GpuTarget:
+    key = (name or DEFAULT_GPU).strip().lower()
+    if key not in GPU_CAPABILITY:
+        raise BadInput(source, field, f"unknown GPU {name!r} (known: {', '.join(GPU_CAPABILITY)})")
+    return GpuTarget(key, GPU_CAPABILITY[key], GPU_MEMORY_MIB[key] * MIB)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Every engine option that changes memory; ``None`` = the engine's default."""
+
+    gpu: str | None = None
+    block_size: int | None = None  # vLLM --block-size
+    page_size: int | None = None  # SGLang --page-size
+    kv_cache_dtype: str | None = None  # both: --kv-cache-dtype
+    indexer_kv_dtype: str | None = None  # vLLM --indexer-kv-dtype (auto | fp8 | mxfp4); SGLang: fp8 | fp4
+    max_num_batched_tokens: int | None = None  # vLLM
+    chunked_prefill_size: int | None = None  # SGLang
+    max_num_seqs: int | None = None  # vLLM
+    max_running_requests: int | None = None  # SGLang
+    async_scheduling: bool | None = None  # vLLM --async-scheduling / --no-async-scheduling
+    num_speculative_tokens: int | None = None  # MTP draft tokens (vLLM; SGLang: --speculative-num-draft-tokens)
+    gpu_memory_utilization: float | None = None  # vLLM (the device budget's step)
+    mem_fraction_static: float | None = None  # SGLang (the device budget's step)
+    usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
+
+    def given(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+
+# How each engine spells each setting (for messages: "vLLM has no --page-size; use --block-size").
+OPTION_SPELLING: dict[str, str] = {
+    "gpu": "--gpu",
+    "block_size": "--block-size",
+    "page_size": "--page-size",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "indexer_kv_dtype": "--indexer-kv-dtype",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "chunked_prefill_size": "--chunked-prefill-size",
+    "max_num_seqs": "--max-num-seqs",
+    "max_running_requests": "--max-running-requests",
+    "async_scheduling": "--async-scheduling/--no-async-scheduling",
+    "num_speculative_tokens": "--num-speculative-tokens",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "mem_fraction_static": "--mem-fraction-static",
+    "usage": "--usage",
+}
+
+# The same setting under another engine's name: what to say instead of a bare "unknown".
+COUNTERPART: dict[str, str] = {
+    "block_size": "page_size", "page_size": "block_size",
+    "max_num_batched_tokens": "chunked_prefill_size", "chunked_prefill_size": "max_num_batched_tokens",
+    "max_num_seqs": "max_running_requests", "max_running_requests": "max_num_seqs",
+    "gpu_memory_utilization": "mem_fraction_static", "mem_fraction_static": "gpu_memory_utilization",
+}
+
+
+def check_accepted(settings: EngineSettings, engine: str, accepted: tuple[str, ...], source: str = "options") -> None:
+    """Bad input for any setting the engine does not have, naming its own spelling if any."""
+    for name in settings.given():
+        if name in accepted:
+            continue
+        other = COUNTERPART.get(name)
+        hint = f"; {engine} spells it {OPTION_SPELLING[other]}" if other in accepted else ""
+        raise BadInput(source, OPTION_SPELLING[name], f"{engine} has no such setting{hint}")

@@ -1,0 +1,408 @@
+"""``vllm-0.33``: vLLM 0.33.0's memory planning for DeepSeek-V4 (H200-class defaults).
+
+What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
+
+* Specs per main layer (``models/deepseek_v4/attention.py``): every layer owns a
+  ``DeepseekV4SWACache`` (``v1/attention/backends/mla/sparse_swa.py`` ~85-146: a
+  SlidingWindowMLASpec, block 64, 584 B per row padded to 576, window = sliding_window);
+  ratio-4/128 layers add the compressed MLAAttentionSpec (block = cache block size,
+  tokens_per_state = ratio, 584 B, alignment 576; attention.py ~860-883) and a compressor
+  state (``compressor.py`` ~157-192: SlidingWindowMLASpec, fp32, state_dim 2 x coff x
+  head_dim, window coff x ratio, block 4 for ratio 4 / 8 for ratio 128); ratio-4 layers add
+  the indexer key cache (attention.py ~911-926, ~1019-1030: 132 B FP8 or 68 B MXFP4 per key,
+  alignment 576) and the indexer's own compressor state (head_dim = index_head_dim).
+  Ratio-0 layers (compress_ratio 1 in vLLM) keep only the SWA cache.
+* MTP layers are not part of the target model (``nvidia/model.py`` ~864); with
+  speculative decoding (``--num-speculative-tokens N``, method mtp) each draft layer adds a
+  SWA cache (``nvidia/mtp.py``), and a decode step carries 1 + N tokens.
+* Layout block-outermost (the V4 indexer backend declares only BLHNC/BLNHC,
+  ``v1/attention/backends/mla/indexer.py`` ~349-352) -> ``_get_packed_kv_cache_groups``;
+  one shared block pool, every block costs ``bytes_per_block`` (see ``vllm_kv``).
+* num_blocks = kv_memory // bytes_per_block, the null block included
+  (``kv_cache_planning.py`` ``get_kv_cache_config_from_groups``); the memory check plans
+  against kv_memory - one block (``get_kv_cache_configs``: "Reserve the null block").
+* The start-up log: ``GPU KV cache size: N tokens, Maximum concurrency for L tokens per
+  request: X.XXx`` (``v1/core/kv_cache_utils.py`` ``update_kv_cache_capacity``), with
+  concurrency = num_blocks / sum of groups' blocks per request at max_model_len and the
+  engine's in-flight tokens = max_concurrent_batches x max_num_batched_tokens
+  (``config/vllm.py`` ~588-609: 2 batches with async scheduling, the default).
+* Admission (``v1/core/kv_cache_manager.py`` ``allocate_slots``, scheduler_reserve_full_isl
+  on): a new request needs sum of min(cdiv(tokens, block), cap) blocks free, and the
+  running requests stay below max_num_seqs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
+                                              Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
+from csa_plan.planner.engines.vllm_kv import KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups
+from csa_plan.planner.layout import FP32_BYTES, StateClass
+from csa_plan.planner.units import GiB, ceil_div
+
+ENGINE = "vllm-0.33"
+SRC = "vllm-0.33.0"
+
+RECORD_BYTES = 584  # attention.py: 448 B NoPE + 128 B RoPE + 8 B fp8 scale (state_content_bytes=584)
+FP8_DS_MLA_ALIGNMENT = 576  # attention.py / compressor.py / sparse_swa.py: alignment=576 for fp8_ds_mla
+SWA_BLOCK_TOKENS = 64  # sparse_swa.py DeepseekV4SWACache(block_size=64)
+KERNEL_BLOCK_TOKENS = 256  # sparse_mla.py / indexer.py get_supported_kernel_block_sizes -> [256]
+STATE_BLOCK = {4: 4, 128: 8}  # compressor.py CompressorStateCache: block_size 4 (C4) / 8 (C128)
+INDEX_SCALE_BLOCK = 128  # attention.py DeepseekV4Indexer.quant_block_size
+MXFP4_BLOCK = 32  # models/deepseek_v4/common/ops/fused_indexer_q.py MXFP4_BLOCK_SIZE
+KV_DTYPES_FP8 = ("auto", "fp8", "fp8_ds_mla", "fp8_e4m3")  # _resolve_dsv4_kv_cache_dtype: startswith("fp8")
+INDEXER_DTYPES = ("auto", "fp8", "mxfp4")  # indexer.py DSA_INDEXER_KV_DTYPES (+ "auto" -> fp8)
+USAGES = ("serve", "llm")
+
+ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_batched_tokens", "max_num_seqs",
+           "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage")
+
+
+def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
+    return EngineRefused(EngineRefusal(ENGINE, rule, setting, expected, actual, f"{ENGINE}: {message} ({rule})"))
+
+
+def default_batched_tokens(gpu: GpuTarget, usage: str) -> tuple[int, int, str]:
+    """engine/arg_utils.py ~2983-2996: (max_num_batched_tokens, max_num_seqs, rule) by GPU memory tier."""
+    rule = f"{SRC} engine/arg_utils.py default_max_num_batched_tokens"
+    if gpu.memory_bytes >= 160 * GiB:
+        return 16384, 1024, rule + " (>= 160 GiB)"
+    if gpu.memory_bytes >= 70 * GiB and "a100" not in gpu.name:
+        return (8192 if usage == "serve" else 16384), 1024, rule + " (>= 70 GiB)"
+    return (2048 if usage == "serve" else 8192), 256, rule + " (other GPUs)"
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    gpu: GpuTarget
+    usage: str
+    block_size: int
+    kv_cache_dtype: str
+    indexer_fp4: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    async_scheduling: bool
+    num_speculative_tokens: int
+    gpu_memory_utilization: float
+    pp: int = 1
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        """config/vllm.py VllmConfig.max_concurrent_batches (model runner V2, the default)."""
+        return self.pp + 1 if self.async_scheduling else self.pp
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        return self.max_concurrent_batches * self.max_num_batched_tokens
+
+
+def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...]]:
+    check_accepted(settings, ENGINE, ACCEPTS)
+    gpu = gpu_target(settings.gpu)
+    usage = settings.usage or "serve"
+    if usage not in USAGES:
+        raise _refuse("usage context", "--usage", "|".join(USAGES), usage, f"unknown usage context {usage!r}")
+    if gpu.capability[0] < 9:
+        raise _refuse(f"{SRC} models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls", "--gpu", "sm_90 or sm_100",
+                      gpu.sm, f"DeepSeek-V4's FlashMLA sparse path is modelled for sm_90/sm_100 only, not {gpu.sm}")
+    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage)
+    out: list[Resolved] = [Resolved("--gpu", gpu.name, "given" if settings.gpu else "csa-plan default (H200)"),
+                           Resolved("--usage", usage, "given" if settings.usage else "vllm serve")]
+
+    block = settings.block_size
+    if block is None:
+        block = KERNEL_BLOCK_TOKENS
+        out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends"
+                                                   " (FLASHMLA_SPARSE_DSV4 [256], DEEPSEEK_V4_INDEXER [256])"))
+    else:
+        if block < 1 or block % KERNEL_BLOCK_TOKENS:
+            raise _refuse(f"{SRC} v1/attention/backend.py supports_block_size (kernel block sizes [256])",
+                          "--block-size", "a multiple of 256", str(block),
+                          f"--block-size {block} is not supported by FLASHMLA_SPARSE_DSV4 / DEEPSEEK_V4_INDEXER")
+        if block != KERNEL_BLOCK_TOKENS:
+            raise _refuse(f"{SRC} v1/kv_cache_interface.py create_kv_cache_views", "--block-size", "256", str(block),
+                          f"--block-size {block} would split each block into 256-token kernel blocks, which the "
+                          "block-outermost packing of DeepSeek-V4 cannot stride")
+        out.append(Resolved("--block-size", block, "given"))
+
+    kv_dtype = settings.kv_cache_dtype or "auto"
+    if kv_dtype not in KV_DTYPES_FP8 and not kv_dtype.startswith("fp8"):
+        raise _refuse(f"{SRC} models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype", "--kv-cache-dtype",
+                      "auto | fp8 | fp8_ds_mla", kv_dtype,
+                      f"the fp8_ds_mla layout only supports fp8 kv-cache, got {kv_dtype!r}")
+    out.append(Resolved("--kv-cache-dtype", "fp8_ds_mla",
+                        f"{'given ' + kv_dtype if settings.kv_cache_dtype else 'auto'} -> fp8_ds_mla "
+                        f"({SRC} attention.py _resolve_dsv4_kv_cache_dtype)"))
+
+    idx = settings.indexer_kv_dtype or "auto"
+    if idx not in INDEXER_DTYPES:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "auto | fp8 | mxfp4", idx, f"indexer_kv_dtype={idx!r} is not supported by the sparse indexer")
+    fp4 = idx == "mxfp4"
+    if fp4 and gpu.capability[0] != 10:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "fp8 on sm_90 (mxfp4 needs sm_10x)", f"mxfp4 on {gpu.sm} ({gpu.name})",
+                      "indexer_kv_dtype='mxfp4' requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200)")
+    out.append(Resolved("--indexer-kv-dtype", "mxfp4" if fp4 else "fp8",
+                        "given" if settings.indexer_kv_dtype else f"auto -> fp8 ({SRC} config/attention.py "
+                                                                  "resolve_indexer_kv_dtype)"))
+
+    mnbt = settings.max_num_batched_tokens
+    if mnbt is not None and mnbt < 1:
+        raise _refuse(f"{SRC} config/scheduler.py", "--max-num-batched-tokens", ">= 1", str(mnbt),
+                      "max_num_batched_tokens must be positive")
+    out.append(Resolved("--max-num-batched-tokens", mnbt or mnbt_default, "given" if mnbt else tier_rule))
+    seqs = settings.max_num_seqs
+    if seqs is not None and seqs < 1:
+        raise _refuse(f"{SRC} config/scheduler.py", "--max-num-seqs", ">= 1", str(seqs), "max_num_seqs must be positive")
+    out.append(Resolved("--max-num-seqs", seqs or seqs_default, "given" if seqs else tier_rule))
+    async_on = True if settings.async_scheduling is None else settings.async_scheduling
+    out.append(Resolved("--async-scheduling", async_on, "given" if settings.async_scheduling is not None
+                        else f"{SRC} config/vllm.py: on unless an incompatible option"))
+    spec = settings.num_speculative_tokens or 0
+    out.append(Resolved("--num-speculative-tokens", spec, "given" if settings.num_speculative_tokens is not None
+                        else "no speculative decoding"))
+    util = settings.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise _refuse(f"{SRC} config/cache.py", "--gpu-memory-utilization", "0 < x <= 1", str(util),
+                      "gpu_memory_utilization must be in (0, 1]")
+    out.append(Resolved("--gpu-memory-utilization", util if util is not None else 0.92,
+                        "given" if util is not None else f"{SRC} config/cache.py:215"))
+    resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype="fp8_ds_mla", indexer_fp4=fp4,
+                            max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
+                            async_scheduling=async_on, num_speculative_tokens=spec,
+                            gpu_memory_utilization=util if util is not None else 0.92)
+    return resolved, tuple(out)
+
+
+def index_key_bytes(index_head_dim: int, fp4: bool) -> int:
+    """attention.py DeepseekV4Indexer: FP8 head_dim + head_dim//128*4 (132); MXFP4 head_dim//2 + head_dim//32 (68)."""
+    if fp4:
+        return index_head_dim // 2 + index_head_dim // MXFP4_BLOCK
+    return index_head_dim + index_head_dim // INDEX_SCALE_BLOCK * 4
+
+
+def _state_spec(name: str, role: str, layer: int, ratio: int, head_dim: int) -> KvSpec:
+    coff = 1 + (ratio == 4)
+    return KvSpec(name=name, role=role, layer_id=layer, kind=SpecKind.SLIDING, block_size=STATE_BLOCK[ratio],
+                  tokens_per_state=1, num_heads=1, state_content_bytes=2 * coff * head_dim * FP32_BYTES,
+                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=coff * ratio)
+
+
+def _swa_spec(name: str, layer: int, window: int, extra: int, draft: bool) -> KvSpec:
+    return KvSpec(name=name, role="MTP SWA cache" if draft else "SWA cache", layer_id=layer, kind=SpecKind.SLIDING,
+                  block_size=SWA_BLOCK_TOKENS, tokens_per_state=1, num_heads=1, state_content_bytes=RECORD_BYTES,
+                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=window, extra_retained_tokens=extra, is_draft=draft)
+
+
+def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers: int) -> list[KvSpec]:
+    """Every KV spec in registration order (static_forward_context insertion order)."""
+    spec_tokens = s.num_speculative_tokens
+    lookahead = 0
+    if spec_tokens:
+        lookahead = spec_tokens if min(num_mtp_layers, spec_tokens) > 1 else 1  # num_prefill_lookahead_tokens
+    extra = max(0, lookahead - 1)  # kv_cache_planning.py get_global_kv_cache_groups: extra_retained_tokens
+    out: list[KvSpec] = []
+    for d in layers:
+        if d.is_mtp:
+            continue
+        i, r = d.layer_id, d.compression_ratio
+        p = f"model.layers.{i}.self_attn"
+        if r not in (0, 1, 4, 128):
+            raise _refuse(f"{SRC} models/deepseek_v4/compressor.py CompressorStateCache (assert compress_ratio in "
+                          "[4, 128])", "compress_ratios", "0, 4 or 128", str(r),
+                          f"layer {i}: compress ratio {r} is not one DeepSeek-V4's compressor supports")
+        if r == 4:
+            out.append(KvSpec(name=f"{p}.indexer.k_cache", role="C4 indexer keys", layer_id=i, kind=SpecKind.FULL,
+                              block_size=s.block_size, tokens_per_state=4, num_heads=1,
+                              state_content_bytes=index_key_bytes(d.index_head_dim, s.indexer_fp4),
+                              alignment=FP8_DS_MLA_ALIGNMENT))
+            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim))
+        out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
+        if r in (4, 128):
+            out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,
+                              tokens_per_state=r, num_heads=1, state_content_bytes=RECORD_BYTES,
+                              alignment=FP8_DS_MLA_ALIGNMENT))
+            out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim))
+    if spec_tokens:
+        mtp = [d for d in layers if d.is_mtp]
+        if not mtp:
+            raise _refuse(f"{SRC} config/speculative.py (method mtp needs num_nextn_predict_layers)",
+                          "--num-speculative-tokens", "a model with MTP layers", "0 MTP layers",
+                          "MTP speculative decoding needs the model's MTP layers")
+        for d in mtp:
+            out.append(_swa_spec(f"model.layers.{d.layer_id}.self_attn.swa_cache", d.layer_id, d.window, extra, True))
+    return out
+
+
+_CLASS = {"C4 attention": StateClass.COMPRESSED, "C128 attention": StateClass.COMPRESSED,
+          "C4 indexer keys": StateClass.INDEX, "C4 state": StateClass.CARRY, "C128 state": StateClass.CARRY,
+          "C4 indexer state": StateClass.INDEX_CARRY, "SWA cache": StateClass.DENSE_RING,
+          "MTP SWA cache": StateClass.DENSE_RING}
+
+
+def group_class(g: KvGroup) -> StateClass:
+    """The ledger class a group's blocks are booked under: its widest layer's class."""
+    widest = max(g.specs, key=lambda s: s.page_bytes)
+    return _CLASS[widest.role]
+
+
+@dataclass(frozen=True)
+class VllmPlan(EnginePlan):
+    model_name: str
+    max_seq_len: int
+    settings: tuple[Resolved, ...]
+    resolved: VllmSettings
+    specs: tuple[KvSpec, ...]
+    groups: tuple[KvGroup, ...]
+    repeats_per_group: int | None
+    block_bytes: int
+    _engine: EngineModel = field(repr=False)
+
+    @property
+    def engine(self) -> EngineModel:
+        return self._engine
+
+    @property
+    def unit_bytes(self) -> int:
+        return self.block_bytes
+
+    def in_flight(self, phase: Phase | str) -> int:
+        if phase == Phase.DECODE:
+            return 1 + self.resolved.num_speculative_tokens
+        return self.resolved.max_in_flight_tokens
+
+    def _uses(self, blocks: list[int]) -> tuple[PoolUse, ...]:
+        return tuple(PoolUse(f"group {g.index}: {g.label}", n, self.block_bytes, group_class(g))
+                     for g, n in zip(self.groups, blocks))
+
+    def footprint(self, tokens: int, phase: Phase = Phase.DECODE) -> Footprint:
+        q = self.in_flight(phase)
+        blocks = [g.blocks_held(tokens, self.max_seq_len, q) for g in self.groups]
+        return Footprint(tokens, Phase(phase).value, q, self._uses(blocks))
+
+    def startup_budget(self) -> Footprint:
+        q = self.resolved.max_in_flight_tokens
+        blocks = [g.blocks_per_request(self.max_seq_len, q) for g in self.groups]
+        return Footprint(self.max_seq_len, "startup", q, self._uses(blocks))
+
+    def needed_bytes(self, max_model_len: int) -> int:
+        """_max_memory_usage_bytes_from_groups: bytes_per_block x sum of groups' blocks per request."""
+        q = self.resolved.max_in_flight_tokens
+        return self.block_bytes * sum(g.blocks_per_request(max_model_len, q) for g in self.groups)
+
+    def estimate_max_model_len(self, available: int) -> int:
+        """_estimate_max_model_len_from_groups: binary search, 0 if one token does not fit."""
+        if self.needed_bytes(1) > available:
+            return 0
+        left, right, result = 1, self.max_seq_len, 1
+        while left <= right:
+            mid = (left + right) // 2
+            if self.needed_bytes(mid) <= available:
+                result, left = mid, mid + 1
+            else:
+                right = mid - 1
+        return result
+
+    def size_pool(self, kv_memory_bytes: int) -> PoolSizing:
+        bpb = self.block_bytes
+        check = kv_memory_bytes - bpb  # get_kv_cache_configs: the null block is reserved for the check
+        rule = f"{SRC} v1/core/kv_cache_planning.py _check_enough_kv_cache_memory"
+        if check <= 0:
+            raise _refuse(rule, "--kv-memory", f"> {bpb} bytes", str(kv_memory_bytes),
+                          "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+        needed = self.needed_bytes(self.max_seq_len)
+        if needed > check:
+            est = self.estimate_max_model_len(check)
+            hint = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
+            raise _refuse(rule, "--kv-memory", f">= {needed + bpb} bytes", str(kv_memory_bytes),
+                          f"To serve at least one request with the model's max seq len ({self.max_seq_len}), "
+                          f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+                          f"memory ({check / GiB:.2f} GiB). {hint}Try increasing `gpu_memory_utilization` or "
+                          "decreasing `max_model_len`")
+        num_blocks = kv_memory_bytes // bpb
+        budget = self.startup_budget()
+        per_request = budget.units
+        concurrency = num_blocks / per_request  # get_max_concurrency_for_kv_cache_config (float, as Python does)
+        tokens = int(concurrency * self.max_seq_len)  # get_kv_cache_capacity
+        line = (f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for {self.max_seq_len:,} tokens per "
+                f"request: {concurrency:.2f}x")
+        pools = (PoolSize("shared block pool", num_blocks, bpb, "one block = every group's pages side by side; "
+                          "block 0 is the null block"),)
+        return PoolSizing(kv_memory_bytes=kv_memory_bytes, unit_name="block", unit_bytes=bpb, total_units=num_blocks,
+                          usable_units=num_blocks - 1, max_running=self.resolved.max_num_seqs,
+                          max_seq_len=self.max_seq_len, budget_units_per_request=per_request,
+                          concurrency=concurrency, tokens=tokens, pools=pools, reserved_bytes=bpb,
+                          log_lines=(line,), extra=(("num_blocks", num_blocks),
+                                                    ("blocks_per_request", per_request),
+                                                    ("bytes_per_block", bpb)))
+
+    def admits(self, sizing: PoolSizing, used_units: int, running: int, tokens: int) -> bool:
+        """scheduler: running < max_num_seqs; kv_cache_manager.allocate_slots (full_sequence_must_fit):
+        sum of min(cdiv(tokens, block), cap) <= free blocks."""
+        if running >= sizing.max_running:
+            return False
+        need = self.footprint(min(tokens, self.max_seq_len), Phase.PREFILL).units
+        return need <= sizing.usable_units - used_units
+
+    def tp_rules(self) -> tuple[TpRule, ...]:
+        src = (f"{SRC} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
+               "compressor.py ~181-192, sparse_swa.py ~120-146); kv_cache_planning.py kv_cache_groups_tp_replicas")
+        roles = dict.fromkeys(s.role for s in self.specs)
+        return tuple(TpRule(role, "replicated", src) for role in roles)
+
+    def describe(self) -> dict[str, Any]:
+        q = self.resolved.max_in_flight_tokens
+        d = self.in_flight(Phase.DECODE)
+        return {
+            "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)",
+            "bytes_per_block": self.block_bytes,
+            "repeats_per_group": self.repeats_per_group,
+            "max_in_flight_tokens": q,
+            "max_concurrent_batches": self.resolved.max_concurrent_batches,
+            "groups": [{
+                "index": g.index, "label": g.label, "spec": g.first.kind.value, "layers": len(g.specs),
+                "block_tokens": g.first.block_size, "sliding_window": g.first.sliding_window,
+                "page_sum_bytes": g.page_sum_bytes,
+                "pages": sorted({s.page_bytes for s in g.specs}),
+                "blocks_per_request_startup": g.blocks_per_request(self.max_seq_len, q),
+                "blocks_decoding": g.blocks_held(self.max_seq_len, self.max_seq_len, d),
+            } for g in self.groups],
+            "specs": [{"name": s.name, "role": s.role, "spec": s.kind.value, "block_size": s.block_size,
+                       "page_bytes": s.page_bytes, "unpadded_page_bytes": s.unpadded_page_bytes,
+                       "sliding_window": s.sliding_window, "is_draft": s.is_draft} for s in self.specs],
+        }
+
+
+@dataclass(frozen=True)
+class Vllm033(EngineModel):
+    def configure(self, model, settings: EngineSettings, max_seq_len: int) -> VllmPlan:
+        resolved, out = resolve(settings)
+        specs = layer_specs(model.layers, resolved, model.num_mtp_layers)
+        try:
+            groups, repeats = kv_cache_groups(specs)
+        except NotImplementedError as exc:
+            raise _refuse(f"{SRC} v1/core/kv_cache_planning.py get_kv_cache_groups", "model", "DeepSeek-V4 specs",
+                          "other", str(exc)) from None
+        if not groups:
+            raise _refuse(f"{SRC} v1/core/kv_cache_planning.py get_kv_cache_groups", "model", "KV cache layers",
+                          "none", "the model has no KV cache layers")
+        return VllmPlan(model_name=model.name, max_seq_len=max_seq_len, settings=out, resolved=resolved,
+                        specs=tuple(specs), groups=tuple(groups), repeats_per_group=repeats,
+                        block_bytes=bytes_per_block(groups), _engine=self)
+
+
+VLLM_033 = Vllm033(
+    name=ENGINE, engine_name="vLLM", version="0.33.0",
+    summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
+            "windowed groups budgeted for the in-flight tokens",
+    options=ACCEPTS,
+    sources=(f"{SRC} v1/core/kv_cache_planning.py", f"{SRC} v1/core/kv_cache_utils.py",
+             f"{SRC} v1/kv_cache_interface.py", f"{SRC} models/deepseek_v4/attention.py",
+             f"{SRC} models/deepseek_v4/compressor.py", f"{SRC} v1/attention/backends/mla/sparse_swa.py",
+             f"{SRC} config/vllm.py", f"{SRC} engine/arg_utils.py"),
+)

@@ -1,0 +1,226 @@
+"""vLLM 0.33.0's KV cache specs and its grouping algorithm, as pure integer code.
+
+Ported from the release (line numbers are pointers into vllm-0.33.0):
+
+* ``KvSpec`` mirrors the two spec classes DeepSeek-V4 registers:
+  ``MLAAttentionSpec`` (a FullAttentionSpec: compressed records, indexer keys) and
+  ``SlidingWindowMLASpec`` (a SlidingWindowSpec: compressor states, the SWA cache).
+  Page = heads x (block_size // tokens_per_state) x state content bytes, padded up to the
+  spec's ``alignment`` (v1/kv_cache_interface.py ``AttentionSpec.unpadded_page_size_bytes``,
+  ``_apply_alignment_padding``).
+* ``packed_groups`` is ``_get_packed_kv_cache_groups`` (v1/core/kv_cache_planning.py
+  ~914-1041): greedy buckets of uniform type (``UniformTypeKVCacheSpecs.is_uniform_type``:
+  same block size and the same registered base type — every MLAAttentionSpec is a
+  FullAttentionSpec; SlidingWindowMLASpecs must share their window), the balanced test,
+  repeats per group by ``_approximate_gcd``, the anchor for state buckets, and the
+  ``layers[i::n]`` split of each bucket's pattern repeats.
+* ``bytes_per_block`` is ``_get_kv_cache_bytes_per_block`` for a block-outermost layout
+  (~574-605): the largest group's page sum, rounded to the lcm of the stride alignments.
+* ``blocks_per_request`` is a group's ``cdiv(max_memory_usage_bytes, page_size_bytes)``
+  (v1/core/kv_cache_utils.py ``get_max_concurrency_for_kv_cache_config``): full attention
+  ``cdiv(L, block)``; a sliding window ``cdiv(min(window - 1 + extra + in_flight, L),
+  block) + 1`` (kv_cache_interface.py ``SlidingWindowSpec.max_admission_blocks_per_request``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+from math import lcm
+
+from csa_plan.planner.units import ceil_div, round_up
+
+
+class SpecKind(str, Enum):
+    FULL = "MLAAttentionSpec"  # registered with uniform_type_base_spec=FullAttentionSpec
+    SLIDING = "SlidingWindowMLASpec"  # uniform_type_base_spec=SlidingWindowMLASpec
+
+
+@dataclass(frozen=True)
+class KvSpec:
+    """One layer's KV cache spec (the fields vLLM's planning reads)."""
+
+    name: str  # vLLM's layer name, e.g. model.layers.2.self_attn.indexer.k_cache
+    role: str  # what it holds, for tables: "C4 attention", "C4 indexer keys", ...
+    layer_id: int
+    kind: SpecKind
+    block_size: int
+    tokens_per_state: int  # tokens compressed into one stored state (1 for states and SWA rows)
+    num_heads: int
+    state_content_bytes: int
+    alignment: int | None
+    sliding_window: int | None = None
+    extra_retained_tokens: int = 0
+    is_draft: bool = False
+    stride_alignment: int = 1  # get_block_stride_alignment(): 1 when block_size is the kernel block size
+
+    @property
+    def num_states(self) -> int:
+        return self.block_size // self.tokens_per_state if self.tokens_per_state > 0 else 1
+
+    @property
+    def unpadded_page_bytes(self) -> int:
+        return self.num_heads * self.num_states * self.state_content_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        if self.alignment is None:
+            return self.unpadded_page_bytes
+        return round_up(self.unpadded_page_bytes, self.alignment)
+
+    @property
+    def uniform_key(self) -> tuple:
+        """Two specs share a bucket iff their keys are equal (is_uniform_type)."""
+        return (self.block_size, self.kind, self.sliding_window if self.kind is SpecKind.SLIDING else None)
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """cdiv(max_memory_usage_bytes, page_size_bytes) for this spec."""
+        if self.kind is SpecKind.FULL:
+            return ceil_div(max_model_len, self.block_size)
+        tokens = min(self.sliding_window - 1 + self.extra_retained_tokens + in_flight_tokens, max_model_len)
+        return ceil_div(tokens, self.block_size) + 1
+
+    def blocks_held(self, tokens: int, max_model_len: int, in_flight_tokens: int) -> int:
+        """Blocks a request of ``tokens`` takes: the runtime gate's
+        ``min(cdiv(tokens, block), max_admission_blocks_per_request)`` (single_type_kv_cache_manager.py
+        ``get_num_blocks_to_allocate`` with apply_admission_cap), the cap sized for ``in_flight_tokens``."""
+        full = ceil_div(tokens, self.block_size)
+        if self.kind is SpecKind.FULL:
+            return full
+        return min(full, self.blocks_per_request(max_model_len, in_flight_tokens))
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One KV cache group: layers sharing one block table (KVCacheGroupSpec)."""
+
+    index: int
+    specs: tuple[KvSpec, ...]
+
+    @property
+    def first(self) -> KvSpec:
+        return self.specs[0]
+
+    @property
+    def page_sum_bytes(self) -> int:
+        """Bytes of one block of this group (the packed per-layer pages)."""
+        return sum(s.page_bytes for s in self.specs)
+
+    @property
+    def label(self) -> str:
+        roles = Counter(s.role for s in self.specs)
+        return " + ".join(f"{role} x{n}" for role, n in roles.items())
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        return self.first.blocks_per_request(max_model_len, in_flight_tokens)
+
+    def blocks_held(self, tokens: int, max_model_len: int, in_flight_tokens: int) -> int:
+        return self.first.blocks_held(tokens, max_model_len, in_flight_tokens)
+
+
+def approximate_gcd(values: list[int], lower_bound: int | None = None) -> int:
+    """``_approximate_gcd``: the chunk size d minimising sum of upward padding; ties prefer larger d."""
+    if not values:
+        raise ValueError("values must be non-empty")
+    min_d = max(1, lower_bound if lower_bound is not None else 1)
+    max_d = max(values)
+    if min_d > max_d:
+        return min_d
+    best_d, best_pad = min_d, None
+    for d in range(min_d, max_d + 1):
+        pad = sum((d - (x % d)) % d for x in values)
+        if best_pad is None or pad < best_pad or (pad == best_pad and d > best_d):
+            best_pad, best_d = pad, d
+    return best_d
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    specs: tuple[KvSpec, ...]
+    page_layers: tuple[tuple[int, tuple[KvSpec, ...]], ...]  # page size -> layers, insertion order
+    balanced: bool
+
+    @property
+    def max_layers_per_page_size(self) -> int:
+        return Counter(s.page_bytes for s in self.specs).most_common(1)[0][1]
+
+
+def _buckets(specs: list[KvSpec]) -> list[_Bucket]:
+    groups: list[list[KvSpec]] = []
+    for spec in specs:
+        for bucket in groups:
+            if bucket[0].uniform_key == spec.uniform_key:
+                bucket.append(spec)
+                break
+        else:
+            groups.append([spec])
+    out = []
+    for bucket in groups:
+        by_page: dict[int, list[KvSpec]] = {}
+        for s in bucket:
+            by_page.setdefault(s.page_bytes, []).append(s)
+        balanced = len({len(v) for v in by_page.values()}) == 1
+        out.append(_Bucket(tuple(bucket), tuple((p, tuple(v)) for p, v in by_page.items()), balanced))
+    return out
+
+
+def packed_groups(specs: list[KvSpec]) -> tuple[list[KvGroup], int | None]:
+    """``_get_packed_kv_cache_groups`` (block-outermost layout, mixed page sizes).
+
+    Returns the groups and repeats_per_group (None when no balanced multi-size bucket).
+    """
+    buckets = _buckets(specs)
+    min_repeats = max((b.max_layers_per_page_size for b in buckets if b.balanced and len(b.page_layers) > 1),
+                      default=0)
+    repeats = (approximate_gcd([b.max_layers_per_page_size for b in buckets if b.balanced], lower_bound=min_repeats)
+               if min_repeats else None)
+
+    def num_groups_for(b: _Bucket) -> int:
+        if b.balanced and repeats is not None:
+            return ceil_div(b.max_layers_per_page_size, repeats)
+        return 1
+
+    def widest_group_bytes(b: _Bucket, n: int) -> int:
+        return sum(ceil_div(len(layers), n) * page for page, layers in b.page_layers)
+
+    def is_state_bucket(b: _Bucket) -> bool:
+        # Mamba / circular-buffer buckets never occur for DeepSeek-V4.
+        return repeats is None and b.specs[0].kind is SpecKind.SLIDING
+
+    anchor = max((widest_group_bytes(b, len(b.specs) if is_state_bucket(b) else num_groups_for(b))
+                  for b in buckets), default=0)
+    groups: list[tuple[KvSpec, ...]] = []
+    for b in buckets:
+        n = num_groups_for(b)
+        if anchor and is_state_bucket(b):
+            states_per_block = max(anchor // b.specs[0].page_bytes, 1)
+            n = max(n, ceil_div(len(b.specs), states_per_block))
+        if n == 1:
+            groups.append(b.specs)
+            continue
+        pattern_repeats = list(zip(*(layers for _, layers in b.page_layers)))
+        for i in range(n):
+            groups.append(tuple(s for repeat in pattern_repeats[i::n] for s in repeat))
+    return [KvGroup(i, g) for i, g in enumerate(groups)], repeats
+
+
+def kv_cache_groups(specs: list[KvSpec]) -> tuple[list[KvGroup], int | None]:
+    """``get_kv_cache_groups`` for the cases DeepSeek-V4 reaches (hybrid manager on, no hidden states).
+
+    Every layer equal -> one group; one uniform type -> one group; otherwise packed.
+    """
+    if not specs:
+        return [], None
+    if len({s.uniform_key for s in specs}) == 1:
+        return [KvGroup(0, tuple(specs))], None
+    if len({s.page_bytes for s in specs}) > 1:
+        return packed_groups(specs)
+    raise NotImplementedError("mixed spec types with one page size (uniform-page-size grouping) is not modelled")
+
+
+def bytes_per_block(groups: list[KvGroup]) -> int:
+    """``_get_kv_cache_bytes_per_block`` for a block-outermost layout: the largest group's
+    page sum, rounded to the lcm of every layer's stride alignment (1 at block size 256)."""
+    largest = max(g.page_sum_bytes for g in groups)
+    return round_up(largest, lcm(*(s.stride_alignment for g in groups for s in g.specs)))

@@ -1,0 +1,312 @@
+"""Cross-check csa-plan's engine models against the engines' own planning code (outside CI).
+
+Run it in a separate virtualenv that has vLLM 0.33.0 (``--no-deps``), a CPU build of torch,
+the few small packages vLLM's planning modules import, and csa-plan itself (README,
+"Cross-checking the engine models"). Nothing here is a csa-plan dependency.
+
+vLLM: the DeepSeek-V4 specs are built with vLLM's own classes (``MLAAttentionSpec``,
+``SlidingWindowMLASpec``) from the same arguments the model code passes
+(``models/deepseek_v4/attention.py``, ``compressor.py``, ``sparse_swa.py``), with the
+backends' ``customize_attention_spec`` applied; then vLLM's start-up planning runs on them:
+``get_global_kv_cache_groups`` (-> ``_get_packed_kv_cache_groups``), ``get_kv_cache_configs``
+(null block, bytes per block, the memory check), ``generate_scheduler_kv_cache_config``,
+``get_kv_cache_capacity`` / ``update_kv_cache_capacity`` (the log line), and
+``_max_memory_usage_bytes_from_groups``; the vLLM defaults come from
+``EngineArgs.get_batch_defaults`` with the platform answering as an H200 (or B200).
+Every figure is compared byte for byte with csa-plan's ``vllm-0.33`` engine model.
+
+SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
+``pool_configurator`` sizing functions where they import.
+
+Exit 0 when every case agrees, 1 otherwise; one line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import types
+from dataclasses import replace
+
+GiB = 1 << 30
+MODELS = ("deepseek-v4-flash", "deepseek-v4-pro")
+
+
+# -- vLLM -------------------------------------------------------------------------------------
+
+
+class _Stub(types.SimpleNamespace):
+    pass
+
+
+def vllm_config_stub(max_model_len: int, mnbt: int, max_num_seqs: int, async_on: bool, spec_tokens: int,
+                     num_mtp_layers: int, block_size: int):
+    """The attributes vLLM's planning functions read, with its own properties evaluated on them."""
+    from vllm.config import CacheConfig, VllmConfig
+
+    cache = CacheConfig(block_size=block_size, cache_dtype="fp8_ds_mla")
+    cache.kv_cache_layout = "BLHNC"
+    speculative = None
+    if spec_tokens:
+        speculative = _Stub(method="mtp", num_speculative_tokens=spec_tokens,
+                            draft_model_config=_Stub(hf_config=_Stub(num_nextn_predict_layers=num_mtp_layers)),
+                            use_eagle_block_drop=lambda: False)
+        speculative.use_eagle = lambda: True
+        from vllm.config.speculative import SpeculativeConfig
+        speculative.use_multi_module_mtp = lambda: SpeculativeConfig.use_multi_module_mtp.fget(speculative) \
+            if isinstance(SpeculativeConfig.__dict__.get("use_multi_module_mtp"), property) \
+            else SpeculativeConfig.use_multi_module_mtp(speculative)
+    cfg = _Stub(
+        cache_config=cache,
+        scheduler_config=_Stub(max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, async_scheduling=async_on,
+                               disable_hybrid_kv_cache_manager=False),
+        parallel_config=_Stub(pipeline_parallel_size=1, tensor_parallel_size=1, decode_context_parallel_size=1),
+        attention_config=_Stub(hisparse_config=None),
+        model_config=_Stub(max_model_len=max_model_len, original_max_model_len=max_model_len,
+                           supports_kv_cache_grouping=False),
+        device_config=_Stub(device_type="cuda"),
+        speculative_config=speculative,
+        diffusion_config=None,
+        use_v2_model_runner=True,
+    )
+    for name in ("max_concurrent_batches", "max_in_flight_tokens", "num_speculative_tokens",
+                 "num_prefill_lookahead_tokens"):
+        prop = VllmConfig.__dict__[name]
+        setattr(cfg, name, prop.fget(cfg))
+    return cfg
+
+
+def _customize(backend_sizes, spec):
+    """v1/worker/utils.py customize_attention_spec, with each backend's declared kernel block sizes."""
+    from vllm.v1.attention.backend import MultipleOf
+
+    backend = types.SimpleNamespace(customize_spec=lambda s: s,
+                                    get_supported_kernel_block_sizes=lambda s=None: backend_sizes)
+    try:
+        from vllm.v1.worker.utils import customize_attention_spec
+
+        return customize_attention_spec(backend, spec)
+    except Exception:  # pragma: no cover - fall back to the function's two lines
+        fixed = [s for s in backend_sizes if isinstance(s, int)]
+        if spec.block_stride_alignment is None and backend_sizes and fixed == backend_sizes:
+            return replace(spec, block_stride_alignment=MultipleOf(max(fixed)))
+        return spec
+
+
+def vllm_specs(model, block_size: int, fp4: bool, spec_tokens: int, extra_retained: int) -> dict:
+    """DeepSeek-V4's KV specs as the model code registers them, built with vLLM's classes."""
+    import torch
+    from vllm.v1.attention.backend import MultipleOf
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec, get_kv_quant_mode
+
+    mla_sizes = [256]  # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend.get_supported_kernel_block_sizes
+    swa_sizes = [MultipleOf(32)]  # DeepseekSparseSWABackend
+    state_sizes = [MultipleOf(1)]  # CompressorBackend
+    specs: dict = {}
+
+    def state(prefix, ratio, head_dim):
+        coff = 1 + (ratio == 4)
+        spec = SlidingWindowMLASpec(block_size=4 if ratio == 4 else 8, num_kv_heads=1, max_tp_shards=1,
+                                    head_size=2 * coff * head_dim, dtype=torch.float32,
+                                    sliding_window=coff * ratio, alignment=576)
+        specs[prefix] = _customize(state_sizes, spec)
+
+    def swa(prefix, window, draft=False):
+        spec = SlidingWindowMLASpec(bounded_replay=False, block_size=64, num_kv_heads=1, max_tp_shards=1,
+                                    head_size=512, dtype=torch.uint8, sliding_window=window,
+                                    cache_dtype_str="fp8_ds_mla", state_content_bytes=584, alignment=576,
+                                    block_stride_alignment=None, model_version="deepseek_v4",
+                                    kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+        spec = _customize(swa_sizes, spec)
+        if draft:
+            spec = replace(spec, is_draft=True)
+        specs[prefix] = spec
+
+    for d in model.layers:
+        if d.is_mtp:
+            continue
+        p = f"model.layers.{d.layer_id}.self_attn"
+        r = d.compression_ratio
+        if r == 4:
+            head = d.index_head_dim // 2 + d.index_head_dim // 32 if fp4 else d.index_head_dim + d.index_head_dim // 128 * 4
+            specs[f"{p}.indexer.k_cache"] = _customize(mla_sizes, MLAAttentionSpec(
+                block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=head, dtype=torch.uint8,
+                tokens_per_state=4, alignment=576))
+            state(f"{p}.indexer.compressor.state_cache", 4, d.index_head_dim)
+        swa(f"{p}.swa_cache", d.window)
+        if r in (4, 128):
+            specs[p] = _customize(mla_sizes, MLAAttentionSpec(
+                block_size=block_size, num_kv_heads=1, max_tp_shards=1, head_size=d.head_dim, dtype=torch.uint8,
+                tokens_per_state=r, cache_dtype_str="fp8_ds_mla", alignment=576, model_version="deepseek_v4",
+                kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"), state_content_bytes=584))
+            state(f"{p}.compressor.state_cache", r, d.head_dim)
+    if spec_tokens:
+        for d in model.layers:
+            if d.is_mtp:
+                swa(f"model.layers.{d.layer_id}.self_attn.swa_cache", d.window, draft=True)
+    return specs
+
+
+def vllm_defaults(gpu: str) -> tuple[int, int]:
+    """EngineArgs.get_batch_defaults with the platform answering as the named GPU (vllm serve)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+
+    from csa_plan.planner.engines.settings import gpu_target
+
+    target = gpu_target(gpu)
+    cls = type(current_platform)
+    saved = {k: getattr(cls, k, None) for k in ("get_device_total_memory", "get_device_name", "is_device_capability")}
+    try:
+        cls.get_device_total_memory = classmethod(lambda c, device_id=0: target.memory_bytes)
+        cls.get_device_name = classmethod(lambda c, device_id=0: f"NVIDIA {target.name.upper()}")
+        cls.is_device_capability = classmethod(lambda c, cap, device_id=0: tuple(cap) == target.capability)
+        tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
+    finally:
+        for k, v in saved.items():
+            if v is not None:
+                setattr(cls, k, v)
+    return tokens[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER]
+
+
+def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool, spec_tokens: int,
+              fp4: bool = False, gpu: str = "h200") -> tuple[bool, str]:
+    import vllm.v1.core.kv_cache_utils as kcu
+    from vllm.v1.core import kv_cache_planning as kcp
+    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    from csa_plan.planner.engines.engine import EngineRefused, Phase
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, spec_tokens, model.num_mtp_layers, 256)
+    extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
+    specs = vllm_specs(model, 256, fp4, spec_tokens, extra)
+    groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+    builder = get_kv_cache_config_builder(cfg)
+    bpb = kcp._pool_bytes_per_block_from_builder(builder, cfg, groups)
+    needed = kcp._max_memory_usage_bytes_from_groups(builder, cfg, groups)
+    v_blocks = needed // bpb
+    lines: list[str] = []
+    kcu.logger.info_once = lambda msg, *a, **k: lines.append(msg % a)
+    try:
+        configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+        sched = kcu.generate_scheduler_kv_cache_config(configs)
+        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, sched)
+        kcu.update_kv_cache_capacity(cfg, sched)
+        v_num_blocks = sched.num_blocks
+        v_error = None
+    except ValueError as exc:
+        v_error = str(exc)
+    v_group_pages = sorted(sum(kcp._get_per_layer_spec(g, n).page_size_bytes for n in g.layer_names) for g in groups)
+    def decode_blocks(g):
+        spec = kcp._get_per_layer_spec(g, g.layer_names[0])
+        full = kcu.cdiv(max_model_len, spec.block_size)
+        if isinstance(spec, SlidingWindowSpec):
+            return min(full, spec.max_admission_blocks_per_request(1 + spec_tokens, max_model_len))
+        return full
+
+    v_decode = sum(decode_blocks(g) for g in groups)
+
+    settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
+                              num_speculative_tokens=spec_tokens or None, indexer_kv_dtype="mxfp4" if fp4 else None,
+                              gpu=gpu)
+    plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
+    ours_pages = sorted(g.page_sum_bytes for g in plan.groups)
+    label = (f"vllm {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} async={'on' if async_on else 'off'} "
+             f"spec={spec_tokens}{' mxfp4' if fp4 else ''}")
+    problems = []
+    if plan.block_bytes != bpb:
+        problems.append(f"bytes_per_block {plan.block_bytes} != vLLM {bpb}")
+    if ours_pages != v_group_pages:
+        problems.append(f"group page sums {ours_pages} != vLLM {v_group_pages}")
+    if plan.startup_budget().units != v_blocks:
+        problems.append(f"blocks per request {plan.startup_budget().units} != vLLM {v_blocks}")
+    if plan.footprint(max_model_len, Phase.DECODE).units != v_decode:
+        problems.append(f"decode blocks {plan.footprint(max_model_len, Phase.DECODE).units} != vLLM cap formula {v_decode}")
+    try:
+        sizing = plan.size_pool(kv_memory)
+        ours_error = None
+    except EngineRefused as exc:
+        ours_error = exc.refusal.message
+    if v_error is not None or ours_error is not None:
+        if (v_error is None) != (ours_error is None):
+            problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs vLLM {v_error!r}")
+        elif v_error.split(" Try ")[0] not in ours_error:
+            problems.append(f"refusal text: csa-plan {ours_error!r} vs vLLM {v_error!r}")
+        summary = f"refused as vLLM does: {v_error.split('. ')[0][:90]}"
+    else:
+        if sizing.total_units != v_num_blocks:
+            problems.append(f"num_blocks {sizing.total_units} != vLLM {v_num_blocks}")
+        if sizing.tokens != v_tokens or sizing.concurrency != v_conc:
+            problems.append(f"capacity ({sizing.tokens}, {sizing.concurrency}) != vLLM ({v_tokens}, {v_conc})")
+        if list(sizing.log_lines) != lines:
+            problems.append(f"log line {sizing.log_lines} != vLLM {lines}")
+        summary = (f"{len(groups)} groups, {bpb:,} B/block, {v_num_blocks:,} blocks, {v_blocks:,} blocks/request: "
+                   f"{lines[0] if lines else ''}")
+    ok = not problems
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: " + (summary if ok else "; ".join(problems))
+
+
+def run_vllm(quick: bool) -> list[tuple[bool, str]]:
+    from csa_plan.planner.loaders.model_files import load_model
+
+    out = []
+    ok = True
+    for gpu in ("h200", "b200"):
+        from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+        from csa_plan.planner.engines.settings import gpu_target
+
+        vt, vs = vllm_defaults(gpu)
+        ct, cs, _ = default_batched_tokens(gpu_target(gpu), "serve")
+        good = (vt, vs) == (ct, cs)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} vllm defaults on {gpu}: max_num_batched_tokens {ct} / "
+                          f"max_num_seqs {cs} (vLLM get_batch_defaults: {vt} / {vs})"))
+    lengths = (1_048_576, 65_536, 4_096, 200) if not quick else (1_048_576, 65_536)
+    budgets = (40 * GiB, 8 * GiB, 300 * (1 << 20)) if not quick else (40 * GiB,)
+    for name in MODELS:
+        model = load_model(name)
+        for length, kv, mnbt, async_on, spec in itertools.product(
+                lengths, budgets, (8192, 2048, 16384) if not quick else (8192,), (True, False),
+                (0, 1, 3) if not quick else (0, 1)):
+            out.append(vllm_case(model, length, kv, mnbt, async_on, spec))
+        out.append(vllm_case(model, 1_048_576, 40 * GiB, 16384, True, 0, fp4=True, gpu="b200"))
+    return out
+
+
+# -- SGLang -----------------------------------------------------------------------------------
+
+
+def run_sglang() -> list[tuple[bool, str]]:
+    out = []
+    try:
+        from csa_plan.planner.engines.sglang_0_5_23 import sglang_crosscheck
+    except ImportError as exc:
+        return [(False, f"FAIL sglang: csa-plan has no SGLang cross-check hooks ({exc})")]
+    for ok, line in sglang_crosscheck():
+        out.append((ok, line))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small subset of the cases")
+    parser.add_argument("--engine", choices=("vllm", "sglang", "all"), default="all")
+    args = parser.parse_args(argv)
+    results: list[tuple[bool, str]] = []
+    if args.engine in ("vllm", "all"):
+        results += run_vllm(args.quick)
+    if args.engine in ("sglang", "all"):
+        results += run_sglang()
+    for _, line in results:
+        print(line)
+    bad = sum(1 for ok, _ in results if not ok)
+    print(f"{len(results) - bad} passed, {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
