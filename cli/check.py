@@ -8,7 +8,7 @@ import click
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, engine_options, enum_choice
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
 
@@ -17,8 +17,8 @@ from csa_plan.planner.gate import Gate
 @click.argument("model")
 @click.option("--gate", type=enum_choice(Gate), default=Gate.OP.value, show_default=True,
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only).")
-@click.option("--layout", type=click.Choice(list(PROFILES)), default="exact", show_default=True,
-              help="Layout profile: exact (CONTRACT §2) or an engine's layout (README: 'Layout profiles').")
+@click.option("--layout", default="exact", show_default=True, metavar="NAME",
+              help=f"Layout profile: {', '.join(PROFILES)} (README: 'Layout profiles'); engines: --engine.")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", default=None, metavar="FORMAT",
@@ -35,19 +35,30 @@ from csa_plan.planner.gate import Gate
 @click.option("--per-layer", is_flag=True, help="List every layer instead of grouping identical ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v1 JSON document.")
 @bad_input_exits
+@engine_options
 def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, tp: int, query_len: int, device_memory: int | None, reserved: int,
-          concurrency: int, at_length: int, per_layer: bool, as_json: bool) -> int:
+          concurrency: int, at_length: int, per_layer: bool, as_json: bool, engine: str | None,
+          kv_memory: int | None, engine_settings) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.render_check import render_check
+    from csa_plan.cli.render_engine import render_engine
     from csa_plan.planner.commands.check import CheckRequest, run_check
     from csa_plan.planner.plan import PlanOptions
 
     options = PlanOptions(gate=Gate(gate), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=tp)
-    outcome = run_check(CheckRequest(model, options, device_memory, reserved, concurrency, at_length))
-    emit(make_consoles().out, outcome.report, as_json, lambda out, report: render_check(out, report, per_layer=per_layer))
+    outcome = run_check(CheckRequest(model, options, device_memory, reserved, concurrency, at_length,
+                                     engine=engine, engine_settings=engine_settings, kv_memory_bytes=kv_memory))
+
+    def render(out, report):
+        if report.get("engine"):
+            render_engine(out, report["model"], report["engine"])
+        else:
+            render_check(out, report, per_layer=per_layer)
+
+    emit(make_consoles().out, outcome.report, as_json, render)
     return int(outcome.exit_code)

@@ -1,4 +1,4 @@
-"""``csa-plan compare``: the same model under every layout profile, one table."""
+"""``csa-plan compare``: the same model under every layout profile and engine model, one table."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
               help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name.")
 @click.option("--reserved", type=SIZE, default=0, help="Weights and runtime memory to subtract per device.")
 @click.option("--layout", "layouts", multiple=True, metavar="NAME",
-              help="Only these profiles (repeatable) [default: every registered profile].")
+              help="Only these layout profiles (repeatable) [default: every profile and engine].")
+@click.option("--engine", "engines", multiple=True, metavar="NAME",
+              help="Only these engine models (repeatable), at their defaults [default: every profile and engine].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--tp", type=COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads split, latent state copied).")
 @click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step (scratch, in-flight window slots).")
@@ -26,7 +28,7 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
               help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra).")
 @bad_input_exits
 def compare(model: str, max_seq_len: int | None, device_memory: int | None, reserved: int,
-            layouts: tuple[str, ...], batch: int | None, tp: int, query_len: int, as_json: bool,
+            layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, tp: int, query_len: int, as_json: bool,
             plot_file: str | None) -> int:
     """Compare MODEL (a preset, config.json, model directory, YAML spec or ONNX graph) under
     every layout profile: bytes per request, asymptotic bytes per token, fixed cost per
@@ -45,11 +47,11 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
         click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
         return EXIT_BAD_INPUT
     options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len, tp=tp)
-    outcome = run_compare(CompareRequest(model, options, layouts, device_memory, reserved))
+    outcome = run_compare(CompareRequest(model, options, layouts, device_memory, reserved, engines))
     consoles = make_consoles()
     emit(consoles.out, outcome.report, as_json, render_compare)
     if plot_file is not None:
-        plot_compare(outcome.spec, options, layouts or None, plot_file)
+        plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)
         if not as_json:
             consoles.out.print(f"chart written to {plot_file}")
     return int(outcome.exit_code)

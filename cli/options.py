@@ -84,3 +84,65 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
             sys.exit(int(exc.exit_code))
 
     return wrapper
+
+
+# -- engine settings: one decorator, spelled as the engines spell them ------------------------
+
+ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", "kv_cache_dtype", "indexer_kv_dtype",
+                       "max_num_batched_tokens", "chunked_prefill_size", "max_num_seqs", "max_running_requests",
+                       "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization",
+                       "mem_fraction_static", "usage")
+
+
+def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--engine`` and every engine setting; the command receives ``engine`` (a name or
+    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings)."""
+    from csa_plan.planner.engines.registry import ENGINES
+
+    names = ", ".join(ENGINES)
+    options = [
+        click.option("--engine", default=None, metavar="NAME",
+                     help=f"Plan as this engine release does: {names} (README: 'Engine models')."),
+        click.option("--kv-memory", type=SIZE, default=None,
+                     help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
+        click.option("--gpu", default=None, metavar="NAME", help="Target GPU for engine rules and defaults [default: h200]."),
+        click.option("--block-size", type=COUNT, default=None, help="vLLM --block-size [default: 256 for DeepSeek-V4]."),
+        click.option("--page-size", type=COUNT, default=None, help="SGLang --page-size [default: 256 for DeepSeek-V4]."),
+        click.option("--kv-cache-dtype", default=None, metavar="DTYPE", help="Engine --kv-cache-dtype [default: auto]."),
+        click.option("--indexer-kv-dtype", default=None, metavar="DTYPE",
+                     help="Indexer key cache: vLLM auto|fp8|mxfp4, SGLang fp8|fp4 [default: fp8]."),
+        click.option("--max-num-batched-tokens", type=COUNT, default=None,
+                     help="vLLM --max-num-batched-tokens [default: 8192 for vllm serve on an H200]."),
+        click.option("--chunked-prefill-size", type=COUNT, default=None,
+                     help="SGLang --chunked-prefill-size [default: 8192 on an H200]."),
+        click.option("--max-num-seqs", type=COUNT, default=None, help="vLLM --max-num-seqs [default: 1024]."),
+        click.option("--max-running-requests", type=COUNT, default=None,
+                     help="SGLang --max-running-requests [default: 256 for DeepSeek-V4]."),
+        click.option("--async-scheduling/--no-async-scheduling", default=None,
+                     help="vLLM async scheduling [default: on]: two batches in flight."),
+        click.option("--num-speculative-tokens", type=COUNT, default=None,
+                     help="MTP speculative decoding with N draft tokens [default: off]."),
+        click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM fraction of the card [default: 0.92]."),
+        click.option("--mem-fraction-static", type=float, default=None, help="SGLang static memory fraction."),
+        click.option("--usage", type=click.Choice(["serve", "llm"]), default=None,
+                     help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from csa_plan.planner.engines.settings import EngineSettings
+
+        values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
+        engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
+        settings = EngineSettings(**values)
+        if engine is None and (kv_memory is not None or settings.given()):
+            from csa_plan.planner.errors import BadInput
+            from csa_plan.planner.engines.settings import OPTION_SPELLING
+
+            given = "--kv-memory" if kv_memory is not None else OPTION_SPELLING[settings.given()[0]]
+            raise BadInput("options", given, "is an engine setting: name the engine with --engine")
+        return func(*args, engine=engine, kv_memory=kv_memory, engine_settings=settings, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper

@@ -100,7 +100,7 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
 
 
 def plot_compare(spec, options, layouts, path: str) -> None:
-    """Bytes per request against context length, one line per layout profile."""
+    """Bytes per request against context length, one line per layout profile or engine model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,7 +121,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("state per request per device (MiB, log)")
-    ax.set_title(f"{spec.name}: state per request by layout profile")
+    ax.set_title(f"{spec.name}: state per request by layout profile and engine")
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from csa_plan.cli.format import fmt_bytes_short as short_size
@@ -20,7 +21,8 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
                   f"max_seq_len={o['max_seq_len']}  tp={o['tp']}  query_len={o['query_len']}")
     rows = report["profiles"]
     fits = report["limit_bytes"] is not None
-    table = Table(title="State per request per device, by layout profile", title_justify="left",
+    table = Table(title="State per request per device, by layout profile and engine (engines: a decoding "
+                        "request)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("profile", no_wrap=True)
     for header in ("per request", "B/token", "fixed", "padding", "vs exact") + (("fit",) if fits else ()):
@@ -40,9 +42,12 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
             if r["requests_that_fit"] == 0:
                 console.print(f"[red]does not fit: {r['profile']} needs {r['per_request_bytes']:,} B per request, "
                               f"limit {report['limit_bytes']:,} B; lower --max-seq-len or add memory[/]", soft_wrap=True)
+    for r in report.get("engine_refusals", []):
+        console.print(f"[red]{escape(r['engine'])} refuses this model: {escape(r['message'])}[/]", soft_wrap=True)
     if report["refused_layers"]:
         console.print(f"[red]refused layers left out of every column: {report['refused_layers']}[/] "
                       "(run check for the reasons)")
     console.print("B/token = asymptotic bytes per token; fixed = carry + index carry + dense ring; padding = "
-                  "profile bytes minus the same content unpadded; fit = concurrent requests in the limit; "
-                  "exact integers: --json; sources: README, 'Layout profiles'")
+                  "profile bytes minus the same content unpadded (engines: also every block priced at the pool's block "
+                  "size); fit = concurrent requests in the limit (engines: admitted with the limit as KV memory); "
+                  "exact integers: --json; sources: README, 'Layout profiles' and 'Engine models'")

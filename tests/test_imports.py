@@ -18,7 +18,7 @@ def test_planner_imports_no_cli_or_gpu():
         "import importlib, pkgutil, csa_plan.planner as p\n"
         "for m in pkgutil.walk_packages(p.__path__, 'csa_plan.planner.'):\n"
         "    importlib.import_module(m.name)")
-    assert "csa_plan.planner.simulate" in mods and "csa_plan.planner.engines.vllm" in mods
+    assert "csa_plan.planner.simulate" in mods and "csa_plan.planner.engines.vllm_0_33" in mods
     for banned in ("click", "rich", "cupy", "onnx", "numpy"):
         assert banned not in mods, banned
 

@@ -235,7 +235,7 @@ def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bo
     if v_error is not None or ours_error is not None:
         if (v_error is None) != (ours_error is None):
             problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs vLLM {v_error!r}")
-        elif v_error.split(" Try ")[0] not in ours_error:
+        elif v_error.split(" See https")[0] not in ours_error:
             problems.append(f"refusal text: csa-plan {ours_error!r} vs vLLM {v_error!r}")
         summary = f"refused as vLLM does: {v_error.split('. ')[0][:90]}"
     else:

@@ -18,6 +18,9 @@ class CheckRequest:
     reserved_bytes: int = 0
     concurrency: int = 1
     at_length: int = DEFAULT_LINT_LENGTH
+    engine: str | None = None  # an engine model's name: the engine decides the verdict (planner/engines)
+    engine_settings: Any = None  # EngineSettings
+    kv_memory_bytes: int | None = None  # the engine's KV memory per device
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,4 +45,15 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     cap = capacity(spec, plan, budget.limit_bytes, req.concurrency) if budget and plan.per_request_per_device_bytes \
         else None
     code = ExitCode.OK if verdict(plan, cap) == Verdict.ADMITTED else ExitCode.REFUSED
-    return CheckOutcome(check_report(plan, budget, cap, code), code)
+    if req.engine is None:
+        return CheckOutcome(check_report(plan, budget, cap, code), code)
+    from csa_plan.planner.engines.check import engine_check
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.reports.engine import engine_report
+
+    result = engine_check(spec, req.engine, req.engine_settings or EngineSettings(), o.max_seq_len, req.kv_memory_bytes)
+    code = ExitCode.OK if result.admitted else ExitCode.REFUSED  # the engine decides
+    report = check_report(plan, budget, cap, code)
+    report["verdict"] = Verdict.ADMITTED if result.admitted else Verdict.REFUSED
+    report["engine"] = engine_report(result.engine, result.plan, result.sizing, result.refusal, result.kv_memory_bytes)
+    return CheckOutcome(report, code)

@@ -1,8 +1,16 @@
-"""Layout profiles: how a given engine would lay out the same state groups.
+"""Engines: engine models (what an engine release really allocates and admits) and layout profiles.
 
-``exact`` is CONTRACT §2. Other profiles register here under their ``--layout`` name;
-an unknown name is bad input, not a silent fallback to ``exact``. Each engine lives
-in its own module with the source of every constant cited beside it.
+Engine models — ``vllm-0.33``, ``sglang-0.5.23``, ``onnx-genai`` — implement one interface
+(``engine.EngineModel`` / ``engine.EnginePlan``) and live in ``registry.ENGINES``; callers
+reach them with ``registry.get_engine(name)``. Each reproduces its engine's own memory
+planning: per-request bytes at any length and phase, start-up reservations, the pool a
+KV memory budget yields, and admission (README: "Engine models").
+
+Layout profiles are per-layer byte layouts that are not engines: ``exact`` (CONTRACT §2),
+``bf16-reference`` (the published-figure accounting) and ``onnx-genai-b6`` (the reference
+runtime's buffer manager). They register here under their ``--layout`` name; an unknown
+name is bad input, and the retired ``vllm``/``sglang`` layout names say which engine
+model replaced them.
 """
 
 from __future__ import annotations
@@ -12,8 +20,6 @@ from csa_plan.planner.layout import group_bytes, swa_ring_bytes
 from csa_plan.planner.engines.base import LayoutProfile
 from csa_plan.planner.engines.bf16_reference import BF16_REFERENCE
 from csa_plan.planner.engines.onnx_genai import ONNX_GENAI_B6
-from csa_plan.planner.engines.sglang import SGLANG, SGLANG_FP4
-from csa_plan.planner.engines.vllm import VLLM, VLLM_FP4
 
 EXACT = LayoutProfile(
     name="exact",
@@ -23,9 +29,7 @@ EXACT = LayoutProfile(
     sources=("CONTRACT §2",),
 )
 
-PROFILES: dict[str, LayoutProfile] = {
-    p.name: p for p in (EXACT, ONNX_GENAI_B6, VLLM, VLLM_FP4, SGLANG, SGLANG_FP4, BF16_REFERENCE)
-}
+PROFILES: dict[str, LayoutProfile] = {p.name: p for p in (EXACT, ONNX_GENAI_B6, BF16_REFERENCE)}
 
 __all__ = ["EXACT", "PROFILES", "LayoutProfile", "get_profile"]
 
@@ -34,4 +38,9 @@ def get_profile(name: str, source: str = "options", field: str = "--layout") -> 
     try:
         return PROFILES[name]
     except KeyError:
+        from csa_plan.planner.engines.registry import retired_message
+
+        retired = retired_message(name)
+        if retired:
+            raise BadInput(source, field, retired) from None
         raise BadInput(source, field, f"unknown layout {name!r} (known: {', '.join(PROFILES)})") from None

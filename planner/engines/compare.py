@@ -1,11 +1,17 @@
-"""The same model under every layout profile, side by side (pure; no printing).
+"""The same model under every layout profile and engine model, side by side (pure; no printing).
 
-One ``CompareRow`` per profile: bytes per request per device at the chosen
+One ``CompareRow`` per profile or engine: bytes per request per device at the chosen
 max_seq_len, the asymptotic bytes per token (the exact slope of bytes(L) as L
 grows, measured over one whole period of every block size), the fixed cost per
 request (classes that do not grow with L: carry, index carry, dense ring), the
 padding waste, the difference to ``exact`` and, given a device limit, how many
 concurrent requests fit.
+
+An engine row (``vllm-0.33``, ``sglang-0.5.23``, ``onnx-genai``) is what a *decoding*
+request of max_seq_len holds in that engine, at the engine's defaults, in its own block or
+page granularity; its fit is what the engine admits with the limit as its KV memory
+(``EnginePlan.admits``: blocks and the running-request cap), and its ``startup_budget_bytes``
+is what the engine budgets such a request at start-up.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from csa_plan.planner.layout import GroupBytes, LayerKind
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
 from csa_plan.planner.engines import PROFILES, get_profile
+from csa_plan.planner.engines.engine import EngineRefused, Phase
+from csa_plan.planner.engines.registry import ENGINES, get_engine
+from csa_plan.planner.engines.settings import EngineSettings
 
 # Every block/page size the profiles use (4, 64, 128, 256 tokens) divides this, so
 # bytes(L + SLOPE_PERIOD) - bytes(L) is exactly SLOPE_PERIOD x the asymptotic slope
@@ -38,10 +47,15 @@ class CompareRow:
     padding_bytes: int
     over_exact_bytes: int
     requests_that_fit: int | None
+    kind: str = "profile"  # "profile" (a per-layer layout) or "engine" (an engine model)
+    startup_budget_bytes: int | None = None  # engines: what the engine budgets one request at start-up
+    sources: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
+            "kind": self.kind,
+            "startup_budget_bytes": self.startup_budget_bytes,
             "summary": self.summary,
             "per_request_bytes": self.per_request_bytes,
             "by_class": self.by_class.as_dict(),
@@ -52,7 +66,7 @@ class CompareRow:
             "padding_bytes": self.padding_bytes,
             "over_exact_bytes": self.over_exact_bytes,
             "requests_that_fit": self.requests_that_fit,
-            "sources": list(get_profile(self.profile).sources),
+            "sources": list(self.sources),
         }
 
 
@@ -63,10 +77,11 @@ class Comparison:
     limit_bytes: int | None
     rows: tuple[CompareRow, ...]
     refused_layers: tuple[int, ...]  # layers left out of every total (typed refusals)
+    engine_refusals: tuple = ()  # EngineRefusal records: engines that would refuse this model
 
     @property
     def admitted(self) -> bool:
-        return not self.refused_layers
+        return not self.refused_layers and not self.engine_refusals
 
     def row(self, profile: str) -> CompareRow:
         return next(r for r in self.rows if r.profile == profile)
@@ -98,12 +113,46 @@ def bytes_per_token(model: ModelSpec, options: PlanOptions) -> Fraction:
     return Fraction(high - low, SLOPE_PERIOD)
 
 
+def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: int,
+               limit_bytes: int | None) -> CompareRow:
+    """A decoding request of max_seq_len in the engine, at the engine's defaults."""
+    engine = get_engine(name)
+    length = options.max_seq_len or max(d.max_seq_len for d in model.layers)
+    plan = engine.configure(model, EngineSettings(), length)  # EngineRefused: the caller records it
+    held = plan.footprint(length, Phase.DECODE)
+    slope_plan = engine.configure(model, EngineSettings(), SLOPE_HIGH)
+    high = slope_plan.footprint(SLOPE_HIGH, Phase.DECODE).total_bytes
+    low = slope_plan.footprint(SLOPE_HIGH - SLOPE_PERIOD, Phase.DECODE).total_bytes
+    fit = None
+    if limit_bytes is not None:
+        try:
+            sizing = plan.size_pool(limit_bytes)
+            fit = 0
+            while fit < sizing.max_running and plan.admits(sizing, (fit * plan.charge(length).units), fit, length):
+                fit += 1
+        except EngineRefused:
+            fit = 0
+    by_class = held.by_class()
+    return CompareRow(
+        profile=name, summary=engine.summary, per_request_bytes=held.total_bytes, by_class=by_class,
+        bytes_per_token=Fraction(high - low, SLOPE_PERIOD),
+        fixed_request_bytes=by_class.carry_bytes + by_class.index_carry_bytes + by_class.dense_ring_bytes,
+        padding_bytes=held.padding_bytes, over_exact_bytes=held.total_bytes - exact_total,
+        requests_that_fit=fit, kind="engine", startup_budget_bytes=plan.startup_budget().total_bytes,
+        sources=engine.sources)
+
+
 def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
-            profiles: tuple[str, ...] | None = None) -> Comparison:
-    """One row per profile (all registered ones by default), ``exact`` as the reference."""
-    names = profiles or tuple(PROFILES)
+            profiles: tuple[str, ...] | None = None, engines: tuple[str, ...] | None = None) -> Comparison:
+    """One row per profile and engine (all registered ones by default), ``exact`` as the reference."""
+    if profiles is None and engines is None:
+        names, engine_names = tuple(PROFILES), tuple(ENGINES)
+    else:
+        names, engine_names = profiles or (), engines or ()
     for name in names:
         get_profile(name)
+    for name in engine_names:
+        get_engine(name)
     exact_total = plan_model(model, replace(options, layout="exact")).per_request_per_device_bytes
     rows = []
     refused: tuple[int, ...] = ()
@@ -122,9 +171,16 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
             padding_bytes=padding_bytes(plan),
             over_exact_bytes=total - exact_total,
             requests_that_fit=(limit_bytes // total if total else None) if limit_bytes is not None else None,
+            sources=get_profile(name).sources,
         ))
+    engine_refusals = []
+    for name in engine_names:
+        try:
+            rows.append(engine_row(name, model, options, exact_total, limit_bytes))
+        except EngineRefused as exc:
+            engine_refusals.append(exc.refusal)
     return Comparison(model=model, options=options, limit_bytes=limit_bytes, rows=tuple(rows),
-                      refused_layers=refused)
+                      refused_layers=refused, engine_refusals=tuple(engine_refusals))
 
 
 def context_lengths(low: int, high: int, points: int = 24) -> tuple[int, ...]:
@@ -141,10 +197,18 @@ def context_lengths(low: int, high: int, points: int = 24) -> tuple[int, ...]:
 
 def curves(model: ModelSpec, options: PlanOptions, lengths: tuple[int, ...],
            profiles: tuple[str, ...] | None = None) -> dict[str, tuple[int, ...]]:
-    """Bytes per request per device at each length, one series per profile."""
-    names = profiles or tuple(PROFILES)
-    return {
-        name: tuple(plan_model(model, replace(options, layout=name, max_seq_len=n)).per_request_per_device_bytes
-                    for n in lengths)
-        for name in names
-    }
+    """Bytes per request per device at each length, one series per profile or engine
+    (an engine's series: a decoding request at each length, the engine planned for the longest)."""
+    names = profiles or tuple(PROFILES) + tuple(ENGINES)
+    out = {}
+    for name in names:
+        if name in ENGINES:
+            try:
+                plan = get_engine(name).configure(model, EngineSettings(), max(lengths))
+            except EngineRefused:
+                continue
+            out[name] = tuple(plan.footprint(n, Phase.DECODE).total_bytes for n in lengths)
+        else:
+            out[name] = tuple(plan_model(model, replace(options, layout=name, max_seq_len=n))
+                              .per_request_per_device_bytes for n in lengths)
+    return out

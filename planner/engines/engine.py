@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.planner.layout import GroupBytes, StateClass
 
 if TYPE_CHECKING:
@@ -55,8 +56,10 @@ class EngineRefusal:
                 "expected": self.expected, "actual": self.actual, "message": self.message}
 
 
-class EngineRefused(Exception):
+class EngineRefused(CsaPlanError):
     """Raised by ``configure`` / ``size_pool``: carries the typed refusal (exit 3)."""
+
+    exit_code = ExitCode.REFUSED
 
     def __init__(self, refusal: EngineRefusal) -> None:
         super().__init__(refusal.message)
@@ -71,14 +74,20 @@ class PoolUse:
     units: int  # blocks / pages / slots held
     unit_bytes: int  # bytes charged per unit (vLLM: every group's block costs bytes_per_block)
     state_class: StateClass  # the ledger class the bytes are booked under
+    content_bytes: int = -1  # bytes of content per unit, before padding / block pricing (-1: = unit_bytes)
 
     @property
     def bytes(self) -> int:
         return self.units * self.unit_bytes
 
+    @property
+    def padding_bytes(self) -> int:
+        """Charged beyond the content (page alignment; vLLM: every block priced at bytes_per_block)."""
+        return 0 if self.content_bytes < 0 else self.units * (self.unit_bytes - self.content_bytes)
+
     def as_dict(self) -> dict[str, Any]:
         return {"pool": self.pool, "units": self.units, "unit_bytes": self.unit_bytes, "bytes": self.bytes,
-                "state_class": self.state_class.value}
+                "state_class": self.state_class.value, "padding_bytes": self.padding_bytes}
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,10 @@ class Footprint:
     @property
     def units(self) -> int:
         return sum(u.units for u in self.uses)
+
+    @property
+    def padding_bytes(self) -> int:
+        return sum(u.padding_bytes for u in self.uses)
 
     def by_class(self) -> GroupBytes:
         values = {c: 0 for c in StateClass}

@@ -66,6 +66,11 @@ def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -
     return EngineRefused(EngineRefusal(ENGINE, rule, setting, expected, actual, f"{ENGINE}: {message} ({rule})"))
 
 
+def format_gib(b: int) -> str:
+    """utils/mem_utils.py format_gib: round(bytes / GiB, 2), as Python prints it."""
+    return f"{round(b / GiB, 2)}"
+
+
 def default_batched_tokens(gpu: GpuTarget, usage: str) -> tuple[int, int, str]:
     """engine/arg_utils.py ~2983-2996: (max_num_batched_tokens, max_num_seqs, rule) by GPU memory tier."""
     rule = f"{SRC} engine/arg_utils.py default_max_num_batched_tokens"
@@ -277,7 +282,8 @@ class VllmPlan(EnginePlan):
         return self.resolved.max_in_flight_tokens
 
     def _uses(self, blocks: list[int]) -> tuple[PoolUse, ...]:
-        return tuple(PoolUse(f"group {g.index}: {g.label}", n, self.block_bytes, group_class(g))
+        return tuple(PoolUse(f"group {g.index}: {g.label}", n, self.block_bytes, group_class(g),
+                             sum(s.unpadded_page_bytes for s in g.specs))
                      for g, n in zip(self.groups, blocks))
 
     def footprint(self, tokens: int, phase: Phase = Phase.DECODE) -> Footprint:
@@ -321,9 +327,10 @@ class VllmPlan(EnginePlan):
             hint = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
             raise _refuse(rule, "--kv-memory", f">= {needed + bpb} bytes", str(kv_memory_bytes),
                           f"To serve at least one request with the model's max seq len ({self.max_seq_len}), "
-                          f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
-                          f"memory ({check / GiB:.2f} GiB). {hint}Try increasing `gpu_memory_utilization` or "
-                          "decreasing `max_model_len`")
+                          f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV "
+                          f"cache memory ({format_gib(check)} GiB). {hint}Try increasing `gpu_memory_utilization` "
+                          "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
+                          "initializing the engine.")
         num_blocks = kv_memory_bytes // bpb
         budget = self.startup_budget()
         per_request = budget.units
@@ -355,10 +362,26 @@ class VllmPlan(EnginePlan):
         roles = dict.fromkeys(s.role for s in self.specs)
         return tuple(TpRule(role, "replicated", src) for role in roles)
 
+    def startup_note(self) -> str:
+        r = self.resolved
+        q, d = r.max_in_flight_tokens, self.in_flight(Phase.DECODE)
+        budget = self.startup_budget().units
+        held = self.footprint(self.max_seq_len, Phase.DECODE).units
+        alt_tokens = 2048 if r.max_num_batched_tokens > 2048 else r.max_num_batched_tokens
+        alt = sum(g.blocks_per_request(self.max_seq_len, r.max_concurrent_batches * alt_tokens) for g in self.groups)
+        mode = "async scheduling" if r.async_scheduling else "no async scheduling"
+        return (f"vLLM budgets every windowed group for {q:,} in-flight tokens ({r.max_concurrent_batches} "
+                f"concurrent batches, {mode}, x --max-num-batched-tokens {r.max_num_batched_tokens:,}): "
+                f"{budget:,} blocks per request at start-up, while a decoding request holds {held:,} "
+                f"({d} token{'s' if d > 1 else ''} in flight). That budget is the divisor of its 'Maximum "
+                f"concurrency'; --max-num-batched-tokens {alt_tokens:,} would make it {alt:,} blocks.")
+
     def describe(self) -> dict[str, Any]:
         q = self.resolved.max_in_flight_tokens
         d = self.in_flight(Phase.DECODE)
         return {
+            "startup_note": self.startup_note(),
+            "startup_budget_setting": "--max-num-batched-tokens",
             "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)",
             "bytes_per_block": self.block_bytes,
             "repeats_per_group": self.repeats_per_group,

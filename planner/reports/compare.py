@@ -20,5 +20,6 @@ def comparison_report(c: Comparison) -> dict[str, Any]:
                     "gate": o.gate.value, "window": o.window, "cache_format": o.cache_format},
         "limit_bytes": c.limit_bytes,
         "refused_layers": list(c.refused_layers),
+        "engine_refusals": [r.as_dict() for r in c.engine_refusals],
         "profiles": [r.as_dict() for r in c.rows],
     }

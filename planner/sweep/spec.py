@@ -238,7 +238,7 @@ def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
 
 def parse_spec(data: Any, source: str) -> SweepSpec:
     """Validate every key (unknown ones are bad input) and expand the grid in axis order."""
-    from csa_plan.planner.engines import PROFILES
+    from csa_plan.planner.engines import get_profile
 
     spec = read_mapping(source, "", data)
     check_keys(source, "", spec, TOP_KEYS)
@@ -307,8 +307,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 values.append(_enum(Policy, v, source, where))
             elif axis == "layout":
                 layout = read_str(source, where, v)
-                if layout not in PROFILES:
-                    raise BadInput(source, where, f"unknown layout {layout!r} (known: {', '.join(PROFILES)})")
+                get_profile(layout, source, where)  # unknown or retired (vllm, sglang): bad input naming the fix
                 values.append(layout)
             elif axis == "rate_scale":
                 values.append(read_number(source, where, v, positive=True))

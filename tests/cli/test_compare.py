@@ -11,6 +11,7 @@ from csa_plan.planner.engines.compare import compare, context_lengths, curves
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.plan import PlanOptions
 from csa_plan.planner.engines import PROFILES
+from csa_plan.planner.engines.registry import ENGINES
 
 H200 = 143771 << 20
 
@@ -26,30 +27,36 @@ def test_slopes_are_exact_rationals_from_first_principles(pro):
     # record); HCA: 583 B and a 4-B logit per head per record, every 128 tokens.
     exact = 30 * (Fraction(583 + 68, 4) + 1) + 31 * (Fraction(583, 128) + Fraction(128 * 4, 128))
     assert c.row("exact").bytes_per_token == exact == Fraction(662_745, 128)
-    # vLLM: padded pages per 256-token block
-    assert c.row("vllm").bytes_per_token == 30 * Fraction(37_440 + 8_640, 256) + 31 * Fraction(1_728, 256)
-    assert c.row("vllm-fp4").bytes_per_token == 30 * Fraction(37_440 + 4_608, 256) + 31 * Fraction(1_728, 256)
-    assert c.row("sglang-fp4").bytes_per_token == 30 * Fraction(37_440 + 4_352, 256) + 31 * Fraction(1_728, 256)
+    # vLLM 0.33: one full-group block (the largest group, every layer's padded page) per 256 tokens
+    assert c.row("vllm-0.33").bytes_per_token == Fraction(30 * (37_440 + 8_640) + 31 * 1_728, 256)
     # published accounting: BF16 records + BF16 keys
     assert c.row("bf16-reference").bytes_per_token == 30 * Fraction(1024 + 256, 4) + 31 * Fraction(1024, 128)
 
 
 def test_rows_fixed_cost_and_fit(pro):
     c = compare(pro, PlanOptions(max_seq_len=65_536), limit_bytes=H200)
-    assert [r.profile for r in c.rows] == list(PROFILES)
+    assert [r.profile for r in c.rows] == list(PROFILES) + list(ENGINES)
     exact = c.row("exact")
     assert exact.over_exact_bytes == 0 and exact.padding_bytes == 0
     assert exact.fixed_request_bytes == 30 * (65_536 + 16_384) + 31 * 524_288 + 62 * 128 * 583
     assert c.row("onnx-genai-b6").over_exact_bytes == 349_942_784
     for r in c.rows:
-        assert r.requests_that_fit == H200 // r.per_request_bytes
+        if r.kind == "profile":
+            assert r.requests_that_fit == H200 // r.per_request_bytes
         assert r.per_request_bytes == r.by_class.total_bytes
+    # vLLM: a decoding request holds 256 full-group blocks + 26 windowed blocks, every one at bytes_per_block,
+    # and is admitted for its prefill budget: 256 + 2 x 259 + 4,099 + 2,065 blocks.
+    v = c.row("vllm-0.33")
+    assert v.per_request_bytes == (256 + 26) * 1_435_968
+    assert v.fixed_request_bytes == 26 * 1_435_968
+    assert v.startup_budget_bytes == (256 + 2 * 259 + 4_099 + 2_065) * 1_435_968
+    assert v.requests_that_fit == (H200 // 1_435_968 - 1) // (256 + 2 * 259 + 4_099 + 2_065)
 
 
 def test_curves_grow_with_context(pro):
     lengths = context_lengths(128, 1 << 20, points=8)
     assert lengths[0] == 128 and lengths[-1] == 1 << 20 and list(lengths) == sorted(set(lengths))
-    series = curves(pro, PlanOptions(), lengths, ("exact", "vllm"))
+    series = curves(pro, PlanOptions(), lengths, ("exact", "vllm-0.33"))
     for values in series.values():
         assert list(values) == sorted(values)
 
@@ -61,17 +68,27 @@ def test_cli_json(csa):
     assert doc["schema"] == "csa-plan/compare/v1"
     assert doc["options"]["max_seq_len"] == 65_536 and doc["limit_bytes"] == H200
     rows = {row["profile"]: row for row in doc["profiles"]}
-    assert set(rows) == set(PROFILES)
+    assert set(rows) == set(PROFILES) | set(ENGINES)
     assert rows["exact"]["bytes_per_token"]["denominator"] >= 1
     assert all(row["sources"] for row in rows.values())
 
 
 def test_cli_check_layout_matches_compare_row(csa):
-    check = csa("check", "deepseek-v4-pro", "--layout", "vllm", "--max-seq-len", "65536", "--json")
-    comp = csa("compare", "deepseek-v4-pro", "--layout", "vllm", "--max-seq-len", "65536", "--json")
+    check = csa("check", "deepseek-v4-pro", "--layout", "onnx-genai-b6", "--max-seq-len", "65536", "--json")
+    comp = csa("compare", "deepseek-v4-pro", "--layout", "onnx-genai-b6", "--max-seq-len", "65536", "--json")
     assert check.code == comp.code == 0
     assert (check.json()["totals"]["per_request_per_device"]["total"]
             == comp.json()["profiles"][0]["per_request_bytes"])
+
+
+def test_cli_check_engine_decode_matches_compare_row(csa):
+    check = csa("check", "deepseek-v4-pro", "--engine", "vllm-0.33", "--max-seq-len", "65536", "--json")
+    comp = csa("compare", "deepseek-v4-pro", "--engine", "vllm-0.33", "--max-seq-len", "65536", "--json")
+    assert check.code == comp.code == 0
+    row = comp.json()["profiles"][0]
+    assert row["profile"] == "vllm-0.33" and row["kind"] == "engine"
+    assert check.json()["engine"]["decode"]["bytes"] == row["per_request_bytes"]
+    assert check.json()["engine"]["startup_budget"]["bytes"] == row["startup_budget_bytes"]
 
 
 def test_cli_does_not_fit_exits_3(csa):
@@ -82,6 +99,8 @@ def test_cli_does_not_fit_exits_3(csa):
 
 @pytest.mark.parametrize("args, needle", [
     (("--layout", "tpu"), "unknown layout 'tpu'"),
+    (("--layout", "vllm"), "use --engine vllm-0.33"),
+    (("--engine", "tpu"), "unknown engine 'tpu'"),
     (("--max-seq-len", "-5"), "negative"),
     (("--device-memory", "lots"), "cannot read size"),
 ])

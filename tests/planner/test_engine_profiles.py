@@ -1,4 +1,4 @@
-"""Layout profiles: published figures, engine page/pool figures, over-reservation.
+"""Layout profiles: published figures and over-reservation (engine figures: tests/engines).
 
 Every expected number is rebuilt from first principles (the cited source line's
 arithmetic) and compared with ``==``; published GiB/percent figures to the stated
@@ -16,7 +16,7 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.plan import PlanOptions, plan_model
 from csa_plan.planner.engines import PROFILES, get_profile
 from csa_plan.planner.engines import bf16_reference as bf16
-from csa_plan.planner.engines import onnx_genai, sglang, vllm
+from csa_plan.planner.engines import onnx_genai
 
 GIB = 1 << 30
 ONE_M = 1 << 20
@@ -65,78 +65,6 @@ def test_bf16_reference_keeps_no_window_on_swa_only_layers(flash):
     assert len(swa) == 3 and all(layer.bytes.total_bytes == 0 for layer in swa)
 
 
-# --- vLLM: per-block figures ---------------------------------------------------------
-
-def test_vllm_constants_match_cited_sources():
-    assert vllm.RECORD_BYTES == 448 + 64 * 2 + 8  # attention.py state_content_bytes=584
-    assert vllm.PAGE_ALIGNMENT_BYTES == 576 and vllm.BLOCK_TOKENS == 256 and vllm.SWA_BLOCK_TOKENS == 64
-    assert vllm.INDEX_FP8_KEY_BYTES == 128 + 128 // 128 * 4 == 132
-    assert vllm.INDEX_FP4_KEY_BYTES == 128 // 2 + 128 // 32 == 68
-
-
-@pytest.mark.parametrize("got, raw, padded", [
-    (vllm.compressed_page_bytes(4), 64 * 584, 37_440),       # 37,376 -> 65 x 576
-    (vllm.compressed_page_bytes(128), 2 * 584, 1_728),       # 1,168 -> 3 x 576
-    (vllm.index_page_bytes(132), 64 * 132, 8_640),           # 8,448 -> 15 x 576
-    (vllm.index_page_bytes(68), 64 * 68, 4_608),             # 4,352 -> 8 x 576
-    (vllm.state_page_bytes(4, 512), 4 * 2 * 2 * 512 * 4, 32_832),   # 32,768 -> 57 x 576
-    (vllm.state_page_bytes(128, 512), 8 * 2 * 1 * 512 * 4, 32_832),
-    (vllm.state_page_bytes(4, 128), 4 * 2 * 2 * 128 * 4, 8_640),    # indexer compressor state
-    (vllm.swa_page_bytes(), 64 * 584, 37_440),
-])
-def test_vllm_page_bytes(got, raw, padded):
-    assert got == padded == -(-raw // 576) * 576
-
-
-def test_vllm_csa_and_hca_group_at_64k(pro):
-    d = next(x for x in pro.layers if x.compression_ratio == 4).with_(max_seq_len=65_536)
-    g = get_profile("vllm").group_bytes(d, 1)
-    blocks = 65_536 // 256
-    assert g.compressed_bytes == blocks * 37_440
-    assert g.index_bytes == blocks * 8_640
-    assert g.carry_bytes == 3 * 32_832  # cdiv(min(8 - 1 + 1, L), 4) + 1 = 3 blocks
-    assert g.index_carry_bytes == 3 * 8_640
-    assert g.dense_ring_bytes == 3 * 37_440  # cdiv(128, 64) + 1 = 3 SWA blocks
-    assert g.scratch_bytes == 0
-    h = get_profile("vllm").group_bytes(next(x for x in pro.layers if x.compression_ratio == 128)
-                                        .with_(max_seq_len=65_536), 1)
-    assert h.compressed_bytes == blocks * 1_728
-    assert h.carry_bytes == 17 * 32_832  # cdiv(128, 8) + 1 = 17 blocks of the C128 state
-    assert h.index_bytes == h.index_carry_bytes == 0
-
-
-# --- SGLang: per-pool figures --------------------------------------------------------
-
-def test_sglang_pool_figures():
-    assert sglang.RECORD_BYTES == 584
-    assert sglang.INDEX_FP8_KEY_BYTES == 132 and sglang.INDEX_FP4_KEY_BYTES == 68
-    assert sglang.PAGE_TOKENS % 128 == 0
-    assert sglang.compressed_page_bytes(4) == 37_440  # ceil_div(64 * 584, 576) * 576
-    assert sglang.compressed_page_bytes(128) == 1_728  # ceil_div(2 * 584, 576) * 576
-    assert sglang.index_page_bytes(132) == 64 * 132 == 8_448  # not padded
-    assert sglang.index_page_bytes(68) == 64 * 68 == 4_352
-    assert sglang.state_ring_bytes(4, 512) == 8 * 2 * 2 * 512 * 4 == 65_536  # c4 state ring
-    assert sglang.state_ring_bytes(4, 128) == 8 * 2 * 2 * 128 * 4 == 16_384  # c4 indexer state ring
-    assert sglang.state_ring_bytes(128, 512) == 128 * 2 * 512 * 4 == 524_288  # c128 state per request slot
-    assert sglang.swa_ring_bytes(128) == 130 * 576 == 74_880
-
-
-def test_sglang_c128_state_is_a_fixed_cost_per_request(pro):
-    short = plan_model(pro, PlanOptions(layout="sglang", max_seq_len=256)).per_device
-    long = plan_model(pro, PlanOptions(layout="sglang", max_seq_len=ONE_M)).per_device
-    assert short.carry_bytes == long.carry_bytes == 30 * 65_536 + 31 * 524_288
-
-
-def test_sglang_padding_at_64k(pro):
-    from csa_plan.planner.engines.compare import padding_bytes
-
-    plan = plan_model(pro, PlanOptions(layout="sglang", max_seq_len=65_536))
-    csa = 256 * 37_440 - 16_384 * 584
-    hca = 256 * 1_728 - 512 * 584
-    swa = 74_880 - 128 * 584
-    assert padding_bytes(plan) == 30 * csa + 31 * hca + 62 * swa == 4_943_616
-
-
 # --- onnx-genai-b6 ------------------------------------------------------------------
 
 def test_onnx_genai_constants():
@@ -158,9 +86,16 @@ def test_onnx_genai_b6_over_reservation_pro_at_64k(pro):
 # --- registry -----------------------------------------------------------------------
 
 def test_registry_names_and_unknown_layout_is_bad_input(pro):
-    assert set(PROFILES) == {"exact", "onnx-genai-b6", "vllm", "vllm-fp4", "sglang", "sglang-fp4", "bf16-reference"}
+    assert set(PROFILES) == {"exact", "onnx-genai-b6", "bf16-reference"}
     with pytest.raises(BadInput, match="unknown layout 'tpu'"):
         plan_model(pro, PlanOptions(layout="tpu"))
+
+
+@pytest.mark.parametrize("old, new", [("vllm", "vllm-0.33"), ("vllm-fp4", "vllm-0.33"), ("sglang", "sglang-0.5.23"),
+                                      ("sglang-fp4", "sglang-0.5.23")])
+def test_retired_engine_layouts_name_their_replacement(pro, old, new):
+    with pytest.raises(BadInput, match=f"replaced by the engine model '{new}': use --engine {new}"):
+        plan_model(pro, PlanOptions(layout=old))
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
