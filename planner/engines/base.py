@@ -35,21 +35,3 @@ class LayoutProfile:
     group_padding_bytes: Callable[[Descriptor, int], int] = no_group_padding
     swa_padding_bytes: Callable[[Descriptor], int] = no_swa_padding
     sources: tuple[str, ...] = ()  # where each rule comes from (rendered in docs and --json)
-
-
-GroupFactory = Callable[[int], tuple[Callable[[Descriptor, int], GroupBytes], Callable[[Descriptor, int], int]]]
-
-
-def indexer_variants(name: str, summary_fp8: str, summary_fp4: str, group_for_key: GroupFactory,
-                     swa_bytes: Callable[[Descriptor], GroupBytes], swa_padding_bytes: Callable[[Descriptor], int],
-                     sources: tuple[str, ...], fp8_key_bytes: int, fp4_key_bytes: int
-                     ) -> tuple["LayoutProfile", "LayoutProfile"]:
-    """An engine that stores index keys either as FP8 (+ scale) or FP4: two profiles that
-    differ only in the key width, ``name`` and ``name-fp4``."""
-    profiles = []
-    for suffix, summary, key_bytes in (("", summary_fp8, fp8_key_bytes), ("-fp4", summary_fp4, fp4_key_bytes)):
-        group, padding = group_for_key(key_bytes)
-        profiles.append(LayoutProfile(name=name + suffix, summary=summary, group_bytes=group, swa_bytes=swa_bytes,
-                                      group_padding_bytes=padding, swa_padding_bytes=swa_padding_bytes,
-                                      sources=sources))
-    return profiles[0], profiles[1]
