@@ -28,10 +28,13 @@ class Placement:
     pp: int = 1
     dp: int = 1
     router: Router = Router.ROUND_ROBIN
+    ep: int | None = None  # expert-parallel ranks over the tp x dp GPUs; None: the engine's default
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp"):
+        for name in ("tp", "pp", "dp", "ep"):
             value = getattr(self, name)
+            if name == "ep" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadInput("options", f"--{name}", f"must be a positive integer, got {value!r}")
 

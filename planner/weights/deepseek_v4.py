@@ -140,7 +140,9 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
             plain(f"{prefix}.norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             *_hc_head(s, f"{prefix}.", layer, True),
         ]
-    return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(weights), s.num_main, s.num_mtp)
+    dims = (("heads", s.heads), ("o_groups", s.o_groups), ("vocab", s.vocab), ("hidden", s.hidden),
+            ("moe_inter", s.moe_inter), ("routed_experts", s.routed_experts))
+    return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(weights), s.num_main, s.num_mtp, dims)
 
 
 def _hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 from csa_plan.planner.units import ceil_div
 
@@ -185,19 +186,23 @@ class Inventory:
     weights: tuple[Weight, ...]
     num_main_layers: int
     num_mtp_layers: int
+    dims: tuple[tuple[str, int], ...] = ()   # sizes sharding rules check (heads, o_groups, vocab, ...)
 
-    @property
+    def dim(self, name: str) -> int:
+        return dict(self.dims)[name]
+
+    @cached_property
     def tensor_count(self) -> int:
         return sum(len(w.tensors) for w in self.weights)
 
-    @property
+    @cached_property
     def element_count(self) -> int:
         return sum(w.elements for w in self.weights)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return sum(w.nbytes for w in self.weights)
 
     def without_mtp(self) -> "Inventory":
         return Inventory(self.architecture, self.source, tuple(w for w in self.weights if not w.is_mtp),
-                         self.num_main_layers, 0)
+                         self.num_main_layers, 0, self.dims)

@@ -1,0 +1,205 @@
+"""The weight layouts of the engines csa-plan models, by engine name (a new engine is a new entry).
+
+File:line pointers are into the release wheels (vLLM 0.33.0: ``vllm/...``; SGLang 0.5.23:
+``sglang/srt/...``), read against the code; ``reference`` is DeepSeek's inference code.
+"""
+
+from __future__ import annotations
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.placement import Placement, split_stages
+from csa_plan.planner.units import round_up
+from csa_plan.planner.weights.sharding import Groups, ShardRules
+from csa_plan.planner.weights.tensors import Inventory, Role, StoredDType
+
+VOCAB_PAD = 64  # DEFAULT_VOCAB_PADDING_SIZE in both engines' vocab_parallel_embedding.py
+
+
+def _ep(placement: Placement, allowed: str) -> int:
+    return placement.ep if placement.ep is not None else 1
+
+
+def _need(cond: bool, field: str, problem: str) -> None:
+    if not cond:
+        raise BadInput("options", field, problem)
+
+
+def _common_checks(engine: str, inv: Inventory, p: Placement, g: Groups, where: str) -> None:
+    heads, experts = inv.dim("heads"), inv.dim("routed_experts")
+    _need(heads % g.attn_tp == 0, "--tp", f"{engine}: {heads} attention heads do not split over {g.attn_tp} ranks "
+          f"({where})")
+    _need(inv.dim("o_groups") % g.attn_tp == 0, "--tp",
+          f"{engine}: {inv.dim('o_groups')} output groups (wo_a) do not split over {g.attn_tp} ranks")
+    _need(experts % g.moe_ep == 0, "--ep", f"{engine}: {experts} routed experts do not split over {g.moe_ep} "
+          "expert-parallel ranks")
+    _need(inv.dim("moe_inter") % g.moe_tp == 0, "--tp",
+          f"{engine}: moe_intermediate_size {inv.dim('moe_inter')} does not split over {g.moe_tp} MoE ranks")
+
+
+# --- vLLM 0.33.0 -----------------------------------------------------------------------------------
+
+def _vllm_groups(p: Placement, experts: int) -> Groups:
+    world = p.tp * p.dp
+    ep = _ep(p, "1 or tp x dp")
+    _need(ep in (1, world), "--ep", f"vllm-0.33: expert parallelism is on or off (--enable-expert-parallel): "
+          f"--ep is 1 or tp x dp = {world}, got {ep} (model_executor/layers/fused_moe/config.py:1198-1245)")
+    ep_on = ep == world and world > 1
+    sequence_parallel = p.pp == 1 and ep_on and p.tp > 1 and p.dp > 1  # nvidia/model.py _use_sequence_parallel
+    return Groups(attn_tp=p.tp, dense_tp=1 if sequence_parallel else p.tp, embed=p.tp, head=p.tp,
+                  moe_ep=world if ep_on else 1, moe_tp=1 if ep_on else world,
+                  local_experts=experts // (world if ep_on else 1), indexer=1, sink=p.tp)
+
+
+def _vllm_stages(num_layers: int, pp: int) -> tuple[int, ...]:
+    """distributed/utils.py get_pp_indices: the remainder goes to the stages before the last,
+    from the second-to-last backwards."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def _vllm_vocab(vocab: int, group: int) -> int:
+    padded = round_up(vocab, VOCAB_PAD)
+    _need(padded % group == 0, "--tp", f"vllm-0.33: the vocabulary padded to {padded} does not divide over "
+          f"{group} ranks (vocab_parallel_embedding.py:304 divide())")
+    return padded
+
+
+def _vllm_check(inv: Inventory, p: Placement, g: Groups) -> None:
+    _common_checks("vllm-0.33", inv, p, g, "models/deepseek_v4/attention.py:218 asserts n_heads % tp == 0")
+    _vllm_vocab(inv.dim("vocab"), p.tp)
+    local = inv.dim("moe_inter") // g.moe_tp
+    _need(local % 32 == 0, "--tp", f"vllm-0.33: {local} MoE intermediate columns per rank are not whole MXFP4 "
+          "blocks of 32 (quantization/mxfp4.py:661-744)")
+
+
+def _vllm_sink_heads(local_heads: int) -> int:
+    """FlashMLA's FP8 decode kernel takes 64 or 128 query heads (nvidia/flashmla.py:78-85)."""
+    return 64 if local_heads <= 64 else 128
+
+
+VLLM = ShardRules(
+    name="vllm-0.33",
+    description="vLLM 0.33.0 (DeepseekV4ForCausalLM, models/deepseek_v4/nvidia)",
+    groups=_vllm_groups,
+    stage_counts=_vllm_stages,
+    scale_dtype=StoredDType.F8_E8M0,
+    dtypes={Role.TID2EID: StoredDType.I32},
+    sink_heads=_vllm_sink_heads,
+    shared_pad=True,
+    hc_head_every_stage=True,
+    mtp_embed_when_pp=True,
+    vocab_pad=_vllm_vocab,
+    check=_vllm_check,
+    sources=(
+        "embedding vocab-split over TP on the first PP rank, lm_head on the last (nvidia/model.py:854-862, 1344-1351)",
+        "fused wq_a+wkv, norms, compressors, indexers, hc_* and the router replicated; wq_b, wo_a by columns "
+        "and wo_b by rows over TP (attention.py:247-288, 990-1003; compressor.py:262-280)",
+        "attn_sink padded to 64 or 128 heads (attention.py:247-250, nvidia/flashmla.py:78-85)",
+        "shared experts over TP, padded to whole 128-blocks per rank; replicated under pp=1, EP, tp>1, dp>1 "
+        "(nvidia/model.py:148-160, 571-582)",
+        "routed experts: EP = tp x dp with MoE TP 1, else MoE TP = tp x dp (fused_moe/config.py:1198-1245); "
+        "MXFP4 uint8 [E, 2I, D/2] + scales [.., D/32] (quantization/mxfp4.py:661-744)",
+        "FP8 block scales as float8_e8m0fnu (quantization/fp8.py:336); tid2eid int32 (nvidia/model.py:284-300)",
+        "pipeline: remainder to the stages before the last (distributed/utils.py:198-240); hc_head on every "
+        "stage (nvidia/model.py:883-901); MTP drafter on the last stage, sharing embedding (pp=1) and head "
+        "(v1/spec_decode/llm_base_proposer.py:1418-1575)",
+    ),
+)
+
+
+# --- SGLang 0.5.23 ---------------------------------------------------------------------------------
+
+def _sglang_groups(p: Placement, experts: int) -> Groups:
+    world = p.tp * p.dp  # SGLang's tp_size; dp-attention splits it into dp groups of attn_tp = tp
+    ep = _ep(p, "a divisor of tp x dp")
+    _need(ep >= 1 and world % ep == 0, "--ep", f"sglang-0.5.23: --ep {ep} does not divide tp x dp = {world} "
+          "(moe_ep_setup.py:154, moe_tp = tp / ep)")
+    return Groups(attn_tp=p.tp, dense_tp=world, embed=1 if p.dp > 1 else world, head=world,
+                  moe_ep=ep, moe_tp=world // ep, local_experts=experts // ep, indexer=1, sink=1)
+
+
+def _sglang_stages(num_layers: int, pp: int) -> tuple[int, ...]:
+    """srt/distributed/utils.py get_pp_indices: the last ``remainder`` stages get one extra layer."""
+    base, extra = divmod(num_layers, pp)
+    return tuple(base + (1 if s >= pp - extra else 0) for s in range(pp))
+
+
+def _sglang_vocab(vocab: int, group: int) -> int:
+    """layers/vocab_parallel_embedding.py:273-275: pad to 64, or to 64 x tp when that does not divide."""
+    pad = VOCAB_PAD if round_up(vocab, VOCAB_PAD) % group == 0 else VOCAB_PAD * group
+    return round_up(vocab, pad)
+
+
+def _sglang_check(inv: Inventory, p: Placement, g: Groups) -> None:
+    _common_checks("sglang-0.5.23", inv, p, g, "models/deepseek_v4.py:1118-1167 splits heads over attn_tp")
+    local = inv.dim("moe_inter") // g.moe_tp
+    _need(local % 128 == 0 and inv.dim("hidden") % 128 == 0, "--ep",
+          f"sglang-0.5.23: the flashinfer_mxfp4 MoE runner needs a multiple of 128 intermediate columns per rank, "
+          f"got {local} (layers/quantization/mxfp4_flashinfer_cutlass_moe.py:66-73); raise --ep")
+
+
+SGLANG = ShardRules(
+    name="sglang-0.5.23",
+    description="SGLang 0.5.23 (models/deepseek_v4.py)",
+    groups=_sglang_groups,
+    stage_counts=_sglang_stages,
+    scale_dtype=StoredDType.F32,
+    dtypes={Role.TID2EID: StoredDType.I32, Role.COMPRESSOR_NORM: StoredDType.F32},
+    vocab_pad=_sglang_vocab,
+    check=_sglang_check,
+    sources=(
+        "embedding vocab-split over TP, replicated under DP attention; lm_head over the whole TP group "
+        "(models/deepseek_v4.py:3764-3778, 4706-4718)",
+        "attn_sink full and replicated; fused wqkv_a replicated; wq_b, wo_a by columns and wo_b by rows over "
+        "attn_tp = tp / dp (models/deepseek_v4.py:1092-1167)",
+        "compressor ape fp32, wkv_gate BF16 replicated, norm fp32 (layers/attention/dsv4/compressor.py:63-78); "
+        "indexer wq_b FP8 and weights_proj BF16 replicated (layers/attention/dsv4/indexer.py:1178-1210)",
+        "shared experts over the whole TP group (models/deepseek_v2.py:864-897)",
+        "routed experts: E / ep per rank, intermediate / (tp / ep) (layers/moe/fused_moe_triton/layer.py:390-428); "
+        "I8 FP4 + E8M0 scales (layers/quantization/fp8.py:1603-1719, mxfp4_flashinfer_cutlass_moe.py:58-83)",
+        "FP8 block scales kept as float32 (layers/quantization/fp8.py:674-689); tid2eid int32 "
+        "(layers/moe/hash_topk.py:66-69)",
+        "pipeline: remainder to the last stages (distributed/utils.py:110-150); norm and hc_head on the last "
+        "(models/deepseek_v4.py:3836-3851); the MTP draft shares the target's embedding and head "
+        "(models/deepseek_v4_nextn.py:56-122)",
+    ),
+)
+
+
+# --- the reference inference code ------------------------------------------------------------------
+
+def _reference_groups(p: Placement, experts: int) -> Groups:
+    ep = p.ep if p.ep is not None else p.tp
+    _need(ep == p.tp, "--ep", f"reference: the inference code puts E / world_size experts on each rank, so --ep "
+          f"is --tp ({p.tp}), got {ep} (inference/model.py MoE); name an engine for other layouts")
+    return Groups(attn_tp=p.tp, dense_tp=1, embed=p.tp, head=p.tp, moe_ep=p.tp, moe_tp=1,
+                  local_experts=experts // p.tp, indexer=p.tp, sink=p.tp)
+
+
+def _reference_check(inv: Inventory, p: Placement, g: Groups) -> None:
+    _common_checks("reference", inv, p, g, "inference/model.py asserts divisibility by world_size")
+    _need(inv.dim("vocab") % p.tp == 0, "--tp", f"reference: vocab {inv.dim('vocab')} does not split over {p.tp}")
+
+
+REFERENCE = ShardRules(
+    name="reference",
+    description="no engine named: stored dtypes, split as DeepSeek's reference inference code splits them",
+    groups=_reference_groups,
+    stage_counts=lambda n, pp: split_stages(n, 0, pp).main_counts,
+    scale_dtype=StoredDType.F8_E8M0,
+    check=_reference_check,
+    sources=(
+        "inference/model.py: embedding and head vocab-split, wq_b / wo_a / indexer by columns, wo_b by rows, "
+        "attn_sink per local head, E / world_size routed experts per rank, shared experts replicated",
+        "pipeline stages as csa-plan's placement splits them (extra layers first); stored checkpoint dtypes",
+    ),
+)
+
+RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)}
+
+
+def rules_for(engine: str | None) -> ShardRules:
+    """The rules of ``engine``; None (no engine named) or an engine without its own entry: the reference."""
+    return RULES.get(engine or "reference", REFERENCE)
