@@ -43,6 +43,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
     from csa_plan.planner.commands.compare import CompareRequest, run_compare
     from csa_plan.planner.plan import PlanOptions
 
+    if plot_file is not None:
+        from csa_plan.planner.files import check_output_path
+
+        check_output_path(plot_file, "--plot")
     if plot_file is not None and not plotting_available():
         click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
         return EXIT_BAD_INPUT

@@ -37,18 +37,47 @@ class CountType(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
+            from csa_plan.planner.text import excerpt
+            from csa_plan.planner.values import parse_int_text
+
             text = str(value).strip().replace("_", "")
-            if len(text.lstrip("+-0")) > 19 and text.lstrip("+-").isdigit():
-                self.fail(f"{text[:40]}... is too large (must be below 2^63)", param, ctx)
-            try:
-                number = int(text, 10)
-            except ValueError:
-                self.fail(f"{str(value)[:40]!r} is not an integer", param, ctx)
+            if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
+                self.fail(f"{text if len(text) <= 40 else excerpt(text)} is negative", param, ctx)
+            if len(text.lstrip("+0")) > 19 and text.isascii() and text.lstrip("+").isdigit():
+                self.fail(f"{excerpt(text)} is too large (must be below 2^63)", param, ctx)
+            try:  # ASCII digits only: int() would also take Unicode digits
+                number = parse_int_text("options", param.opts[0] if param else "value", text)
+            except BadInput as exc:
+                problem = exc.problem if "too large" in exc.problem else \
+                    f"{excerpt(str(value))} is not an integer (ASCII digits)"
+                self.fail(problem, param, ctx)
         if number < 0:
             self.fail(f"{number} is negative", param, ctx)
         if number >= I63_LIMIT:
             self.fail(f"{number} is too large (must be below 2^63)", param, ctx)
         return number
+
+
+class FloatType(click.ParamType):
+    """A finite decimal number at most ``high`` (``nan``, ``inf``, ``1e300`` are refused); the
+    lower bound (positive, non-negative) is the domain type's to check and name."""
+
+    name = "FLOAT"
+
+    def __init__(self, high: float) -> None:
+        self.low, self.high, self.low_open = -high, high, False
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from csa_plan.planner.values import check_range, parse_float_text
+
+        option = param.opts[0] if param else "value"
+        try:
+            if isinstance(value, float):
+                return check_range("options", option, value, low=self.low, high=self.high, low_open=self.low_open)
+            return parse_float_text("options", option, str(value), low=self.low, high=self.high,
+                                    low_open=self.low_open)
+        except BadInput as exc:
+            self.fail(exc.problem, param, ctx)
 
 
 SIZE = SizeType()
@@ -65,7 +94,11 @@ MAX_MESSAGE_CHARS = 600
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """One line of at most ``limit`` characters: the middle of an overlong message is elided."""
-    text = " ".join(text.split())
+    from csa_plan.planner.text import printable
+
+    if len(text) > 8 * limit:  # bounded work on an unbounded message
+        text = text[:4 * limit] + " ... " + text[-4 * limit:]
+    text = printable(" ".join(text.split()))
     if len(text) <= limit:
         return text
     half = (limit - 5) // 2

@@ -15,6 +15,16 @@ def plotting_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
+def _save(fig, path: str, **kwargs: Any) -> None:
+    """A temporary file in the target's folder renamed into place (``planner/files.write_atomically``):
+    a reader never sees half a file and concurrent writers leave one whole one. The path was
+    checked (``check_output_path``) before any work, so its extension names the format."""
+    from csa_plan.planner.files import write_atomically
+
+    fmt = path.rsplit(".", 1)[-1].lower()
+    write_atomically(path, "--plot", lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+
+
 def plot_simulate(series, path: str, title: str) -> str | None:
     """Draw residency per device group against its limit, with requests in flight; None on success."""
     try:
@@ -39,11 +49,7 @@ def plot_simulate(series, path: str, title: str) -> str | None:
     ax.set_title(title)
     fig.tight_layout()
     try:
-        fig.savefig(path)
-    except OSError as exc:
-        from csa_plan.planner.errors import BadInput
-
-        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+        _save(fig, path)
     finally:
         plt.close(fig)
     return None
@@ -89,11 +95,7 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        from csa_plan.planner.errors import BadInput
-
-        raise BadInput("options", "--plot", f"cannot write {path}: {exc.strerror or exc}") from None
+        _save(fig, path, dpi=110)
     finally:
         plt.close(fig)
     return None
@@ -125,5 +127,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)

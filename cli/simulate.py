@@ -6,7 +6,8 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, enum_choice
+from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 
@@ -35,13 +36,13 @@ def _layouts() -> list[str]:
 @click.option("--bucket", type=COUNT, default=None, help=f"Token bucket for --reserve fit [default: {DEFAULT_BUCKET}].")
 @click.option("--policy", type=enum_choice(Policy), default=None,
               help="refuse: fail closed; queue: FIFO wait [default: refuse].")
-@click.option("--prefill-tok-s", type=float, default=None, help=f"Prefill throughput, tokens/s [default: {TimeModel.prefill_tok_s:g}].")
-@click.option("--tpot-ms", type=float, default=None, help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}].")
-@click.option("--rate-scale", type=float, default=None, help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}].")
+@click.option("--prefill-tok-s", type=FloatType(MAX_PREFILL_TOK_S), default=None, help=f"Prefill throughput, tokens/s [default: {TimeModel.prefill_tok_s:g}].")
+@click.option("--tpot-ms", type=FloatType(MAX_TPOT_MS), default=None, help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}].")
+@click.option("--rate-scale", type=FloatType(MAX_RATE_SCALE), default=None, help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}].")
 @click.option("--sort", "sort_rows", is_flag=True, help="Accept a trace whose timestamps are out of order (sorted stably).")
 @click.option("--find-capacity", is_flag=True, help="Bisect the largest --rate-scale with zero memory refusals "
               "(or, under --policy queue, wait p99 under --max-wait).")
-@click.option("--max-wait", type=float, default=None, help="Seconds: the wait p99 bound for --find-capacity under queue.")
+@click.option("--max-wait", type=FloatType(MAX_WAIT_S), default=None, help="Seconds: the wait p99 bound for --find-capacity under queue.")
 @click.option("--verify", is_flag=True, help="Also replay event by event through the ledger and require identical results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/simulate/v1 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
@@ -62,6 +63,10 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.workloads import MixSettings
 
+    from csa_plan.planner.files import check_output_path
+
+    if plot_path is not None:  # before any work: a bad path must not cost a whole simulation
+        check_output_path(plot_path, "--plot")
     consoles = make_consoles()
     given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=tp, pp=pp, dp=dp, router=router,
                         device_memory_bytes=device_memory, reserved_bytes=reserved, reserve=reserve, bucket=bucket,
@@ -73,7 +78,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                                                                                  label, total))
     report = outcome.report
     plot_note = None
-    if plot_path and outcome.series is not None:
+    if plot_path is not None and outcome.series is not None:
         plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     emit(consoles.out, report, as_json,

@@ -38,6 +38,11 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.cli.render_sweep import render_sweep
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
 
+    from csa_plan.planner.files import check_output_path
+    from csa_plan.planner.text import printable
+
+    if plot_path is not None:  # before any work: a bad path must not cost a whole sweep
+        check_output_path(plot_path, "--plot")
     consoles = make_consoles()
     show = consoles.err.is_terminal and not as_json
     outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path),
@@ -45,11 +50,12 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     if outcome.report is None:
         where = f"; they are kept in {resume_path} (run again with --resume {resume_path})" if resume_path else \
             " (pass --resume FILE to keep finished points)"
-        click.echo(f"csa-plan: interrupted after {outcome.finished} of {outcome.to_run} points{where}", err=True)
+        click.echo(printable(f"csa-plan: interrupted after {outcome.finished} of {outcome.to_run} points{where}"),
+                   err=True)
         return int(outcome.exit_code)
     report = outcome.report
     plot_note = None
-    if plot_path:
+    if plot_path is not None:
         plot_note = plot_sweep(report, plot_path)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     emit(consoles.out, report, as_json, lambda out, r: render_sweep(out, r, top=top, plot_note=plot_note))

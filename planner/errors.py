@@ -5,17 +5,27 @@ A refusal is a well-formed value the gate rejects (a typed record, exit 3); a
 is what lets a user tell "fix your file" from "this layer cannot run". Every error a
 user can cause derives from ``CsaPlanError``, so the CLI turns any of them into one
 line and the class's exit code without a list of exception types.
+
+A ``BadInput`` message is built to be shown as is: one line, bounded, every control
+character and escape sequence escaped (``planner/text.py``) — the source, field and
+problem may all carry text from the input.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
+from csa_plan.planner.text import clip
+
 U64_LIMIT = 1 << 64
 """Byte counts must stay below this: they travel as unsigned 64-bit values."""
 
 I63_LIMIT = 1 << 63
 """Integers read from input must stay below this (signed 64-bit)."""
+
+MAX_SOURCE_CHARS = 240
+MAX_FIELD_CHARS = 160
+MAX_PROBLEM_CHARS = 480
 
 
 class ExitCode(IntEnum):
@@ -42,8 +52,8 @@ class BadInput(CsaPlanError):
     exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, source: str, field: str | None, problem: str) -> None:
-        self.source = source
-        self.field = field
-        self.problem = problem
-        where = f"{source}: {field}" if field else source
-        super().__init__(f"{where}: {problem}")
+        self.source = clip(str(source), MAX_SOURCE_CHARS)
+        self.field = clip(str(field), MAX_FIELD_CHARS) if field else field
+        self.problem = clip(str(problem), MAX_PROBLEM_CHARS)
+        where = f"{self.source}: {self.field}" if self.field else self.source
+        super().__init__(f"{where}: {self.problem}")

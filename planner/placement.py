@@ -14,6 +14,7 @@ from enum import Enum
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import ZERO, GroupBytes
+from csa_plan.planner.limits import MAX_DEVICES, MAX_DP, MAX_PP, MAX_TP
 from csa_plan.planner.plan import ModelPlan
 
 
@@ -37,6 +38,12 @@ class Placement:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadInput("options", f"--{name}", f"must be a positive integer, got {value!r}")
+            cap = {"tp": MAX_TP, "pp": MAX_PP, "dp": MAX_DP}[name]
+            if value > cap:
+                raise BadInput("options", f"--{name}", f"{value:,} is more than {cap:,} (MAX_{name.upper()})")
+        if self.tp * self.pp * self.dp > MAX_DEVICES:
+            raise BadInput("options", "--dp", f"tp x pp x dp = {self.tp * self.pp * self.dp:,} devices, more than "
+                                              f"{MAX_DEVICES:,} (MAX_DEVICES)")
 
     @property
     def devices_per_replica(self) -> int:

@@ -1,11 +1,71 @@
-"""Strict readers for integers and strings coming from files and options."""
+"""Strict readers for integers and strings coming from files and options.
+
+Numbers written as text (options, ONNX metadata, names, resume records) go through
+``parse_int_text`` / ``parse_float_text``: ASCII digits only (no Unicode digits, no
+underscores), the length bounded *before* any conversion, the value bounded after.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 from csa_plan.planner.errors import I63_LIMIT, BadInput
+from csa_plan.planner.text import excerpt, kind_of
+
+MAX_INT_DIGITS = 19
+"""Decimal digits an integer may have (2^63 - 1 has 19); longer is refused unread."""
+
+MAX_NUMBER_CHARS = 64
+"""Characters a number written as text may have (sign, digits, point, exponent)."""
+
+_INT_TEXT = re.compile(r"\+?0*([0-9]+)", re.ASCII)
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def parse_int_text(source: str, field: str, text: str, *, below: int = I63_LIMIT) -> int:
+    """A non-negative decimal integer written with ASCII digits (leading zeros and a ``+`` allowed)."""
+    if not isinstance(text, str):
+        raise BadInput(source, field, f"expected an integer, got {kind_of(text)}")
+    stripped = text.strip(" \t")
+    if len(stripped) > MAX_NUMBER_CHARS + MAX_INT_DIGITS:
+        stripped = stripped.lstrip("+").lstrip("0") or "0"
+        if len(stripped) > MAX_INT_DIGITS:
+            raise BadInput(source, field, f"expected an integer below {below:,}, got {excerpt(text)}")
+    match = _INT_TEXT.fullmatch(stripped)
+    if match is None:
+        if stripped.startswith("-") and _INT_TEXT.fullmatch(stripped[1:]):
+            raise BadInput(source, field, f"must be non-negative, got {excerpt(text)}")
+        raise BadInput(source, field, f"expected a non-negative integer (ASCII digits), got {excerpt(text)}")
+    digits = match.group(1)
+    if len(digits) > MAX_INT_DIGITS:
+        raise BadInput(source, field, f"{excerpt(digits)} has {len(digits):,} digits (must be below {below:,})")
+    value = int(digits)
+    if value >= below:
+        raise BadInput(source, field, f"{value} is too large (must be below {below:,})")
+    return value
+
+
+def parse_float_text(source: str, field: str, text: str, *, low: float, high: float,
+                     low_open: bool = False) -> float:
+    """A finite decimal number in [low, high] (or (low, high]); ``nan``, ``inf`` and hex floats are refused."""
+    if not isinstance(text, str):
+        raise BadInput(source, field, f"expected a number, got {kind_of(text)}")
+    stripped = text.strip(" \t")
+    if len(stripped) > MAX_NUMBER_CHARS or not _FLOAT_TEXT.fullmatch(stripped):
+        raise BadInput(source, field, f"expected a finite decimal number, got {excerpt(text)}")
+    return check_range(source, field, float(stripped), low=low, high=high, low_open=low_open)
+
+
+def check_range(source: str, field: str, value: float, *, low: float, high: float, low_open: bool = False) -> float:
+    """``value`` finite and within the documented range of its field."""
+    if not math.isfinite(value):
+        raise BadInput(source, field, f"expected a finite number, got {value!r}")
+    if value < low or (low_open and value == low) or value > high:
+        lower = f"above {low:g}" if low_open else f"at least {low:g}"
+        raise BadInput(source, field, f"must be {lower} and at most {high:g}, got {value:g}")
+    return value
 
 
 def read_int(source: str, field: str, value: Any) -> int:
@@ -13,39 +73,41 @@ def read_int(source: str, field: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(source, field, f"expected a non-negative integer, got {_show(value)}")
     if value < 0:
-        raise BadInput(source, field, f"expected a non-negative integer, got {value}")
+        raise BadInput(source, field, f"expected a non-negative integer, got {excerpt(value)}")
     if value >= I63_LIMIT:
-        raise BadInput(source, field, f"{value} is too large (must be below 2^63)")
+        raise BadInput(source, field, f"{excerpt(value)} is too large (must be below 2^63)")
     return value
 
 
 def read_number(source: str, field: str, value: Any, *, positive: bool = False,
-                at_most: float | None = None) -> float:
+                at_least: float | None = None, at_most: float | None = None) -> float:
     """A finite, non-negative number (int or float); bools, strings and infinities are bad input."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInput(source, field, f"expected a number, got {_show(value)}")
     try:
         number = float(value)  # an integer beyond the float range overflows here
     except OverflowError:
-        raise BadInput(source, field, f"number {str(value)[:40]}... is out of range") from None
+        raise BadInput(source, field, f"number {excerpt(value)} is out of range") from None
     if not math.isfinite(number):
         raise BadInput(source, field, f"expected a finite number, got {value!r}")
     if number < 0 or (positive and number == 0):
-        raise BadInput(source, field, f"must be {'positive' if positive else 'non-negative'}, got {value}")
+        raise BadInput(source, field, f"must be {'positive' if positive else 'non-negative'}, got {number:g}")
+    if at_least is not None and number < at_least:
+        raise BadInput(source, field, f"must be at least {at_least:g}, got {number:g}")
     if at_most is not None and number > at_most:
-        raise BadInput(source, field, f"must be at most {at_most:g}, got {value}")
+        raise BadInput(source, field, f"must be at most {at_most:g}, got {number:g}")
     return number
 
 
 def read_mapping(source: str, field: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise BadInput(source, field or None, f"expected a mapping, got {type(value).__name__}")
+        raise BadInput(source, field or None, f"expected a mapping, got {kind_of(value)}")
     return value
 
 
 def check_keys(source: str, field: str, data: Mapping[str, Any], allowed: set[str]) -> None:
     """Unknown keys are bad input: a typo never silently becomes a default."""
-    unknown = sorted(str(k) for k in data if k not in allowed)
+    unknown = sorted(str(k)[:200] for k in data if k not in allowed)
     if unknown:
         raise BadInput(source, f"{field}.{unknown[0]}" if field else unknown[0],
                        f"unknown key (known: {', '.join(sorted(allowed))})")
@@ -64,7 +126,4 @@ def read_bool(source: str, field: str, value: Any) -> bool:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    return kind_of(value)

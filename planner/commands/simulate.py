@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
+from csa_plan.planner.limits import MAX_WAIT_S
 from csa_plan.planner.workloads.workload import MixSettings
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
     max_wait = req.max_wait_s
-    if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0):
-        raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds, got {max_wait}")
+    if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
+        raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
+                                                f"(MAX_WAIT_S), got {max_wait:g}")
     config, _budget = sim_config(settings, wl.source)
     if req.find_capacity:
         if not config.limit_bytes:

@@ -9,12 +9,9 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
-
-MAX_RESUME_BYTES = 1 << 30  # one JSON line per finished point
 
 Tick = Callable[[int, "int | None", "str | None"], None]
 
@@ -38,28 +35,28 @@ class SweepOutcome:
 def run_sweep(req: SweepRequest,
               progress: Callable[[str, int], ContextManager[Tick]] = lambda label, total: nullcontext(
                   lambda *a: None)) -> SweepOutcome:
-    from csa_plan.planner.files import path_kind, read_text
     from csa_plan.planner.reports.sweep import sweep_report
-    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, read_resume, resume_line, triage
+    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, resume_line, triage
+    from csa_plan.planner.sweep.resume import ResumeFile
     from csa_plan.planner.sweep.executors import make_executor
     from csa_plan.planner.sweep.spec import load_spec
 
     spec = load_spec(req.spec_path)
     digest = spec.digest
-    done = {}
     resume_path = req.resume_path
-    if resume_path and path_kind(Path(resume_path)) is not None:
-        text = read_text(Path(resume_path), MAX_RESUME_BYTES)
-        done = read_resume(text, resume_path, digest, {p.key for p in spec.points})
-    plan = triage(spec, done)
-    executor = make_executor(req.jobs, req.ray_address)
-    results = list(plan.resumed)
     sink = None
-    if resume_path:
-        try:
-            sink = open(resume_path, "a", encoding="utf-8")
-        except OSError as exc:
-            raise BadInput("options", "--resume", f"cannot write {resume_path}: {exc.strerror or exc}") from None
+    if resume_path is not None:  # opened once: validated record by record, a torn tail repaired
+        if not resume_path:
+            raise BadInput("options", "--resume", "the path is empty")
+        sink = ResumeFile(resume_path, digest, {p.key: p for p in spec.points})
+    try:
+        plan = triage(spec, sink.done if sink else {})
+        executor = make_executor(req.jobs, req.ray_address)
+    except BaseException:
+        if sink is not None:
+            sink.close()
+        raise
+    results = list(plan.resumed)
     started = time.perf_counter()
     try:
         with progress("sweeping", len(plan.to_run)) as tick:
@@ -67,8 +64,7 @@ def run_sweep(req: SweepRequest,
             for k, result in enumerate(executor.map(evaluate, tasks), 1):
                 results.append(result)
                 if sink is not None:
-                    sink.write(resume_line(digest, result) + "\n")
-                    sink.flush()
+                    sink.append(resume_line(digest, result))
                 tick(k, len(tasks), f"sweeping: {k}/{len(tasks)} points")
     except KeyboardInterrupt:
         return SweepOutcome(ExitCode.INTERRUPTED, None, len(results) - len(plan.resumed), len(plan.to_run))

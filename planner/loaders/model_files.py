@@ -6,15 +6,18 @@ naming the file and the field; semantic problems are left to the gate.
 
 from __future__ import annotations
 
-import json
+import os
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, STATE_EDGE_INPUT_INDEX, Descriptor, StateEdge
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.files import path_kind, read_text
+from csa_plan.planner.files import describe_mode, path_kind, read_text
+from csa_plan.planner.limits import MAX_FILE_BYTES, MAX_LAYER_ID, MAX_LAYERS
 from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.text import excerpt, kind_of
 from csa_plan.planner.values import read_bool, read_int, read_str
 
 PRESETS: dict[str, str] = {
@@ -23,9 +26,7 @@ PRESETS: dict[str, str] = {
 }
 
 INDEX_FIELDS = ("index_num_heads", "index_head_dim", "index_topk")
-MAX_FILE_BYTES = 64 << 20
 DIRECTORY_CONFIGS = ("config.json", "inference_config.json")
-MAX_LAYERS = 1 << 16  # far beyond any real stack; bounds memory on hostile specs
 
 
 DEFAULT_LINT_LENGTH = 8
@@ -49,16 +50,62 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
         known = ", ".join(PRESETS)
         raise BadInput(ref, None, f"no such file, directory or preset (presets: {known})")
     if kind == "dir":
-        config = next((path / n for n in DIRECTORY_CONFIGS if path_kind(path / n) == "file"), None)
-        if config is None:
-            raise BadInput(str(path), None, "directory has no config.json (nor inference_config.json)")
-        path = config
+        return _from_directory(path, max_seq_len)
+    return _from_file(path, max_seq_len=max_seq_len, window=window, at_length=at_length)
+
+
+def _from_directory(path: Path, max_seq_len: int | None) -> ModelSpec:
+    """config.json, else inference_config.json; when both are there and disagree, a note says so."""
+    present = []
+    for name in DIRECTORY_CONFIGS:
+        kind = path_kind(path / name)
+        if kind == "other":  # e.g. a symlink to /dev/zero: say what it is, not "no config.json"
+            raise BadInput(str(path / name), None, f"{describe_mode(os.stat(path / name).st_mode)}, not a regular file")
+        if kind == "file":
+            present.append(path / name)
+        elif kind == "dir":
+            raise BadInput(str(path / name), None, "a directory, not a regular file")
+    if not present:
+        raise BadInput(str(path), None, "directory has no config.json (nor inference_config.json)")
+    spec = _from_file(present[0], max_seq_len=max_seq_len)
+    if len(present) > 1:
+        try:
+            fallback = max_seq_len if max_seq_len is not None else spec.layers[0].max_seq_len
+            other = _from_file(present[1], max_seq_len=fallback)
+        except BadInput as exc:
+            note = f"{present[1].name} is ignored ({exc.problem}); {present[0].name} is used"
+        else:
+            note = _disagreement(spec, other, present[0].name, present[1].name)
+        if note:
+            spec = replace(spec, notes=(*spec.notes, note))
+    return spec
+
+
+def _disagreement(used: ModelSpec, other: ModelSpec, used_name: str, other_name: str) -> str | None:
+    def show(spec: ModelSpec) -> dict[str, object]:
+        first = spec.layers[0] if spec.layers else None
+        return {"layers": len(spec.layers), "mtp layers": spec.num_mtp_layers,
+                "compress_ratios": [d.compression_ratio for d in spec.layers],
+                **({f: getattr(first, f) for f in ("num_heads", "head_dim", "qk_rope_head_dim", "window",
+                                                   "index_num_heads", "index_head_dim", "index_topk")} if first else {})}
+
+    a, b = show(used), show(other)
+    differ = [k for k in a if a.get(k) != b.get(k)]
+    if not differ:
+        return None
+    k = differ[0]
+    va, vb = (x[k] if not isinstance(x[k], list) else f"{len(x[k])} entries" for x in (a, b))
+    more = f" (and {len(differ) - 1} more field(s))" if len(differ) > 1 else ""
+    return (f"{used_name} and {other_name} disagree on {k} ({va} vs {vb}){more}; {used_name} is used")
+
+
+def _from_file(path: Path, *, max_seq_len: int | None, window: int | None = None, at_length: int = 8) -> ModelSpec:
     suffix = path.suffix.lower()
     if suffix == ".onnx":
         from csa_plan.planner.onnx.graph import load_onnx_model  # onnx is imported only for graphs
 
         return load_onnx_model(path, max_seq_len=max_seq_len, window=window, at_length=at_length)
-    text = read_text(path, MAX_FILE_BYTES)
+    text = read_text(path, MAX_FILE_BYTES, "MAX_FILE_BYTES")
     if suffix in (".yaml", ".yml"):
         return from_yaml_spec(_parse_yaml(text, str(path)), source=str(path), max_seq_len=max_seq_len)
     data = _parse_json(text, str(path))
@@ -68,14 +115,9 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
 
 
 def _parse_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(source, None, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise BadInput(source, None, "malformed JSON: nesting too deep") from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts (4300 digits)
-        raise BadInput(source, None, f"malformed JSON: {str(exc).split(';')[0]}") from None
+    from csa_plan.planner.loaders.safe_json import load_json
+
+    return load_json(text, source)
 
 
 def _parse_yaml(text: str, source: str) -> Any:
@@ -86,16 +128,16 @@ def _parse_yaml(text: str, source: str) -> Any:
 
 def _require_mapping(data: Any, source: str, field: str | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
-        raise BadInput(source, field, f"expected a mapping, got {type(data).__name__}")
+        raise BadInput(source, field, f"expected a mapping, got {kind_of(data)}")
     for key in data:
         if not isinstance(key, str):
-            raise BadInput(source, field, f"keys must be strings, got {key!r}")
+            raise BadInput(source, field, f"keys must be strings, got {kind_of(key)}")
     return data
 
 
 def _ratios(source: str, value: Any, expected_len: int, expected_text: str) -> list[int]:
     if not isinstance(value, list):
-        raise BadInput(source, "compress_ratios", f"expected a list of integers, got {type(value).__name__}")
+        raise BadInput(source, "compress_ratios", f"expected a list of integers, got {kind_of(value)}")
     ratios = [read_int(source, f"compress_ratios[{i}]", r) for i, r in enumerate(value)]
     if len(ratios) != expected_len:
         raise BadInput(source, "compress_ratios",
@@ -157,7 +199,10 @@ def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None
     else:
         n_mtp = field("num_mtp_layers", 0)
     if n_main + n_mtp > MAX_LAYERS:
-        raise BadInput(source, "num_hidden_layers", f"{n_main} + {n_mtp} layers is more than {MAX_LAYERS}")
+        raise BadInput(source, "num_hidden_layers", f"{n_main} + {n_mtp} layers is more than {MAX_LAYERS:,} "
+                                                    "(MAX_LAYERS)")
+    if n_main + n_mtp == 0:
+        raise BadInput(source, "num_hidden_layers", "0 layers: a model needs at least one layer")
     ratios = _ratios(source, raw_ratios, n_main + n_mtp,
                      f"num_hidden_layers + num_nextn_predict_layers ({n_main} + {n_mtp})")
     has_csa = any(r == 4 for r in ratios)
@@ -238,13 +283,18 @@ def from_yaml_spec(data: Any, *, source: str, max_seq_len: int | None = None) ->
             if repeat < 1:
                 raise BadInput(source, f"{where}.repeat", f"must be at least 1, got {repeat}")
             if len(entries) + repeat > MAX_LAYERS:
-                raise BadInput(source, f"{where}.repeat", f"the spec would have more than {MAX_LAYERS} layers")
+                raise BadInput(source, f"{where}.repeat", f"the spec would have more than {MAX_LAYERS:,} layers "
+                                                          "(MAX_LAYERS)")
             entries.extend([(where, raw)] * repeat)
     elif "compress_ratios" in data:
         n_mtp = read_int(source, "num_nextn_predict_layers", data.get("num_nextn_predict_layers", 0))
         if not isinstance(data["compress_ratios"], list):
             raise BadInput(source, "compress_ratios", "expected a list of integers")
         n = len(data["compress_ratios"])
+        if n == 0:
+            raise BadInput(source, "compress_ratios", "empty: a model needs at least one layer")
+        if n > MAX_LAYERS:
+            raise BadInput(source, "compress_ratios", f"{n:,} entries, more than {MAX_LAYERS:,} (MAX_LAYERS)")
         ratios = _ratios(source, data["compress_ratios"], n, "its length")
         if n_mtp > n:
             raise BadInput(source, "num_nextn_predict_layers", f"{n_mtp} exceeds the {n} compress_ratios entries")
@@ -288,6 +338,8 @@ def _spec_layer(source: str, where: str, layer_id: int, defaults: dict[str, Any]
         if read_int(source, f"{where}.repeat", raw.get("repeat", 1)) != 1:
             raise BadInput(source, f"{where}.layer_id", "cannot be combined with repeat")
         layer_id = read_int(source, f"{where}.layer_id", raw["layer_id"])
+        if layer_id >= MAX_LAYER_ID:
+            raise BadInput(source, f"{where}.layer_id", f"{layer_id:,} is not below {MAX_LAYER_ID:,} (MAX_LAYER_ID)")
     edges = edge_defaults
     if "state_edges" in raw:
         edges = _edges(raw["state_edges"], source, f"{where}.state_edges", edge_defaults)
@@ -305,13 +357,13 @@ def _edges(value: Any, source: str, where: str, start: frozenset[StateEdge]) -> 
         found = EDGE_ALIASES.get(str(key)) if isinstance(key, (str, int)) and not isinstance(key, bool) else None
         if found is None:
             names = ", ".join(e.value for e in StateEdge)
-            raise BadInput(source, f"{where}.{key}", f"unknown state edge (known: {names}, or ONNX names/indices)")
+            raise BadInput(source, f"{where}.{str(key)[:80]}", f"unknown state edge (known: {names}, or ONNX names/indices)")
         return found
 
     if isinstance(value, list):
         return frozenset(edge(k) for k in value)
     if not isinstance(value, dict):
-        raise BadInput(source, where, f"expected a list of present edges or a mapping, got {type(value).__name__}")
+        raise BadInput(source, where, f"expected a list of present edges or a mapping, got {kind_of(value)}")
     present = set(start)
     for key, flag in value.items():
         e = edge(key)
@@ -336,5 +388,5 @@ def _reject_unknown(data: dict[str, Any], source: str, where: str | None, allowe
     for key in data:
         if key not in allowed:
             prefix = f"{where}." if where else ""
-            raise BadInput(source, f"{prefix}{key}", "unknown field")
+            raise BadInput(source, f"{prefix}{str(key)[:80]}", "unknown field")
 

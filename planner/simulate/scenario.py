@@ -69,11 +69,15 @@ class TimeModel:
     rate_scale: float = 1.0  # > 1 compresses arrivals (a faster arrival rate)
 
     def __post_init__(self) -> None:
-        for name, value, positive in (("--prefill-tok-s", self.prefill_tok_s, True),
-                                      ("--tpot-ms", self.tpot_ms, False),
-                                      ("--rate-scale", self.rate_scale, True)):
+        from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS
+
+        for name, value, positive, high in (("--prefill-tok-s", self.prefill_tok_s, True, MAX_PREFILL_TOK_S),
+                                            ("--tpot-ms", self.tpot_ms, False, MAX_TPOT_MS),
+                                            ("--rate-scale", self.rate_scale, True, MAX_RATE_SCALE)):
             if not math.isfinite(value) or value < 0 or (positive and value == 0):
                 raise BadInput("options", name, f"must be {'positive' if positive else 'non-negative'}, got {value}")
+            if value > high:
+                raise BadInput("options", name, f"must be at most {high:g}, got {value:g}")
 
 
 @dataclass(frozen=True)

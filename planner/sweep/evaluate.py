@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.simulate import Outcome, Policy
@@ -41,7 +41,10 @@ def load_context_workload(path: str, sort: bool, seed: int | None) -> "Workload"
     if seed is not None and Path(path).suffix.lower() in (".yaml", ".yml"):
         from csa_plan.planner.loaders.safe_yaml import load_yaml
 
-        data = load_yaml(Path(path).read_text(encoding="utf-8"), path)
+        from csa_plan.planner.files import read_text
+        from csa_plan.planner.workloads.workload import MAX_TRACE_BYTES
+
+        data = load_yaml(read_text(path, MAX_TRACE_BYTES, "MAX_TRACE_BYTES"), path)
         if isinstance(data, dict):
             return generate_mix({**data, "seed": seed}, path)
     return load_workload(path, sort=sort)
@@ -262,31 +265,13 @@ def resume_line(digest: str, result: PointResult) -> str:
     return json.dumps({"schema": RESUME_SCHEMA, "spec_digest": digest, **result.as_dict()}, sort_keys=True)
 
 
-def read_resume(text: str, source: str, digest: str, keys: set[str]) -> dict[str, PointResult]:
-    """Finished points of an earlier run of the same spec; a torn last line (interrupted write) is dropped."""
-    done: dict[str, PointResult] = {}
-    lines = text.splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):
-                break
-            raise BadInput(f"{source}:{n}", None, "not a JSON line") from None
-        if not isinstance(data, dict) or data.get("schema") != RESUME_SCHEMA:
-            raise BadInput(f"{source}:{n}", "schema", f"expected {RESUME_SCHEMA}")
-        if data.get("spec_digest") != digest:
-            raise BadInput(f"{source}:{n}", "spec_digest",
-                           "written by a different sweep spec or workload (use another --resume file)")
-        try:
-            result = PointResult.from_dict(data)
-        except (KeyError, TypeError, ValueError):
-            raise BadInput(f"{source}:{n}", None, "not a sweep point record") from None
-        if result.key in keys:
-            done[result.key] = result
-    return done
+def read_resume(text: str, source: str, digest: str, keys: "AbstractSet[str] | Mapping[str, SweepPoint]") \
+        -> dict[str, PointResult]:
+    """Finished points of an earlier run of the same spec, validated record by record
+    (``planner/sweep/resume.py``); a torn last line (interrupted write) is dropped."""
+    from csa_plan.planner.sweep.resume import parse_resume
+
+    return parse_resume(text, source, digest, keys)[0]
 
 
 # -- the whole sweep ----------------------------------------------------------------------

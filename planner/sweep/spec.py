@@ -6,7 +6,6 @@ Every key is checked; a value that does not parse is bad input naming its field.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -21,7 +20,9 @@ from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.units import NS_PER_S, ceil_div
-from csa_plan.planner.files import MAX_SPEC_BYTES, path_kind, read_text
+from csa_plan.planner.files import MAX_SPEC_BYTES, hash_file, path_kind, read_text
+from csa_plan.planner.limits import (MAX_DEVICES, MAX_DP, MAX_PP, MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TP,
+                                     MAX_TPOT_MS, MAX_WAIT_S, MIN_RATE_SCALE, MIN_REL_TOL)
 from csa_plan.planner.values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
 
 
@@ -159,8 +160,9 @@ class SweepSpec:
     @property
     def digest(self) -> str:
         """What a resumed point must have been computed under (the workload file's bytes included)."""
-        h = hashlib.sha256()
-        h.update(Path(self.context.workload).read_bytes())
+        from csa_plan.planner.workloads.workload import MAX_TRACE_BYTES
+
+        h = hash_file(self.context.workload, MAX_TRACE_BYTES, "MAX_TRACE_BYTES")  # streamed, size-capped
         ctx = asdict(self.context)
         ctx.pop("workload")
         h.update(json.dumps(ctx, sort_keys=True, default=str).encode())
@@ -254,14 +256,18 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 
     time = read_mapping(source, "time", spec.get("time", {}))
     check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms"})
-    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", TimeModel.prefill_tok_s), positive=True)
-    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", TimeModel.tpot_ms))
+    prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", TimeModel.prefill_tok_s),
+                          positive=True, at_most=MAX_PREFILL_TOK_S)
+    tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", TimeModel.tpot_ms), at_most=MAX_TPOT_MS)
 
     search_raw = read_mapping(source, "search", spec.get("search", {}))
     check_keys(source, "search", search_raw, {"rel_tol", "min_scale", "max_scale"})
-    rel_tol = read_number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True, at_most=1.0)
-    min_scale = read_number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True)
-    max_scale = read_number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True)
+    rel_tol = read_number(source, "search.rel_tol", search_raw.get("rel_tol", Search.rel_tol), positive=True,
+                          at_least=MIN_REL_TOL, at_most=1.0)
+    min_scale = read_number(source, "search.min_scale", search_raw.get("min_scale", Search.min_scale), positive=True,
+                            at_least=MIN_RATE_SCALE, at_most=MAX_RATE_SCALE)
+    max_scale = read_number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True,
+                            at_least=MIN_RATE_SCALE, at_most=MAX_RATE_SCALE)
     if min_scale >= max_scale:
         raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
 
@@ -270,7 +276,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     wait = cons_raw.get("wait_p99_max_s")
     constraints = Constraints(
         zero_refusals=read_bool(source, "constraints.zero_refusals", cons_raw.get("zero_refusals", True)),
-        wait_p99_max_s=None if wait is None else read_number(source, "constraints.wait_p99_max_s", wait),
+        wait_p99_max_s=None if wait is None else read_number(source, "constraints.wait_p99_max_s", wait,
+                                                             at_most=MAX_WAIT_S),
         min_mean_utilization=read_number(source, "constraints.min_mean_utilization",
                                      cons_raw.get("min_mean_utilization", 0.0), at_most=1.0))
     objective = _enum(Objective, spec.get("objective", Objective.FEWEST_DEVICES.value), source, "objective")
@@ -298,6 +305,9 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 n = read_int(source, where, v)
                 if n < 1:
                     raise BadInput(source, where, f"must be at least 1, got {n}")
+                cap = {"tp": MAX_TP, "pp": MAX_PP, "dp": MAX_DP}[axis]
+                if n > cap:
+                    raise BadInput(source, where, f"{n:,} is more than {cap:,} (MAX_{axis.upper()})")
                 values.append(n)
             elif axis == "router":
                 values.append(_enum(Router, v, source, where))
@@ -310,7 +320,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 get_profile(layout, source, where)  # unknown or retired (vllm, sglang): bad input naming the fix
                 values.append(layout)
             elif axis == "rate_scale":
-                values.append(read_number(source, where, v, positive=True))
+                values.append(read_number(source, where, v, positive=True, at_least=MIN_RATE_SCALE,
+                                          at_most=MAX_RATE_SCALE))
             else:
                 values.append(None if v is None else read_int(source, where, v))
         if len(set(map(repr, values))) != len(values):
@@ -322,6 +333,10 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
+    most = max(axes["tp"]) * max(axes["pp"]) * max(axes["dp"])
+    if most > MAX_DEVICES:
+        raise BadInput(source, "grid.dp", f"a point would use {most:,} devices (tp x pp x dp), more than "
+                                          f"{MAX_DEVICES:,} (MAX_DEVICES)")
     points = []
     for combo in itertools.product(*(axes[a] for a in AXES)):
         v = dict(zip(AXES, combo))

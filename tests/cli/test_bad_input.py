@@ -161,11 +161,13 @@ def test_not_utf8(csa, tmp_path):
     assert_one_line(csa("check", str(path)), str(path), "not UTF-8")
 
 
-@pytest.mark.parametrize("name,text", [("config.json", '{"num_hidden_layers": 1' + "0" * 5000 + "}"),
-                                       ("m.yaml", "num_heads: 1" + "0" * 5000 + "\n")])
-def test_integer_literal_beyond_python_conversion_limit(csa, tmp_path, name, text):
+@pytest.mark.parametrize("name,text,needles", [
+    ("config.json", '{"num_hidden_layers": 1' + "0" * 5000 + "}", ("num_hidden_layers", "5,001 digits", "MAX_INT_DIGITS")),
+    ("m.yaml", "num_heads: 1" + "0" * 5000 + "\n", ("5,001 characters", "line 1", "MAX_STRING_CHARS"))])
+def test_integer_literal_beyond_python_conversion_limit(csa, tmp_path, name, text, needles):
+    """Refused before conversion, naming the limit (hostile campaign: bounded digit counts)."""
     path = write(tmp_path, name, text)
-    assert_one_line(csa("check", path), path, "malformed")
+    assert_one_line(csa("check", path), path, *needles)
 
 
 def test_huge_option_integer(csa):
