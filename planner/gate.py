@@ -20,6 +20,7 @@ from csa_plan.planner.descriptor import (
     required_edges,
 )
 from csa_plan.planner.refusals import Clause, Refusal, RefusalType
+from csa_plan.planner.text import bounded, excerpt
 
 
 class Gate(str, Enum):
@@ -43,7 +44,7 @@ def validate(d: Descriptor) -> tuple[Refusal, ...]:
             f"compression_ratio {ratio} is not supported (only 4 and 128)")
     if fmt is None:
         add(RefusalType.UNKNOWN_CACHE_FORMAT, "cache_format", "|".join(f.value for f in CacheFormat),
-            d.cache_format, f"cache_format {d.cache_format!r} is unknown")
+            bounded(d.cache_format), f"cache_format {excerpt(d.cache_format)} is unknown")
 
     if ratio == 4 and fmt is not None and fmt is not CacheFormat.FP8_E4M3_BLOCK64:
         add(RefusalType.RATIO4_REQUIRES_FP8_CACHE, "cache_format", CacheFormat.FP8_E4M3_BLOCK64.value,

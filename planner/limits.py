@@ -11,7 +11,7 @@ from __future__ import annotations
 MAX_FILE_BYTES = 64 << 20  # model configs, YAML model specs, mix specs
 MAX_SPEC_BYTES = 16 << 20  # sweep specs
 MAX_RESUME_BYTES = 256 << 20  # a sweep --resume file
-MAX_ONNX_BYTES = (2 << 30) - 1  # protobuf's own 2 GiB message limit; bigger models use external data
+MAX_ONNX_BYTES = 1 << 38  # 256 GiB: embedded payloads are skipped by offset, never read
 
 # -- structured text (YAML, JSON) --------------------------------------------------------------
 MAX_DEPTH = 64  # nesting of mappings and lists

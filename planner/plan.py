@@ -16,6 +16,7 @@ from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
 from csa_plan.planner.engines import LayoutProfile, get_profile
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.refusals import Clause, Refusal, RefusalType
+from csa_plan.planner.text import bounded, excerpt
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,8 @@ def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, 
     if kind is LayerKind.SWA:
         if d.known_format is None:
             refusal = Refusal.from_clauses(RefusalType.UNKNOWN_CACHE_FORMAT, d.layer_id, [
-                Clause("cache_format", "|".join(f.value for f in CacheFormat), d.cache_format,
-                       f"cache_format {d.cache_format!r} is unknown; the window ring cannot be sized")])
+                Clause("cache_format", "|".join(f.value for f in CacheFormat), bounded(d.cache_format),
+                       f"cache_format {excerpt(d.cache_format)} is unknown; the window ring cannot be sized")])
             return LayerPlan(d, kind, (refusal,), None)
         return LayerPlan(d, kind, (), profile.swa_bytes(d).checked("plan", f"layer {d.layer_id}"))
     refusals = run_gate(gate, d)

@@ -80,6 +80,11 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     return f"a {type(value).__name__}"
 
 
+def bounded(value: str, limit: int = EXCERPT_CHARS) -> str:
+    """A value for a record field: as is (escaped) when short, an ``excerpt`` when long."""
+    return printable(value) if len(value) <= limit else excerpt(value, limit)
+
+
 def clip(text: str, limit: int) -> str:
     """``printable(text)`` cut to at most ``limit`` characters, the middle elided (a file name
     keeps its start and its end)."""

@@ -29,10 +29,12 @@ def parse_int_text(source: str, field: str, text: str, *, below: int = I63_LIMIT
     if not isinstance(text, str):
         raise BadInput(source, field, f"expected an integer, got {kind_of(text)}")
     stripped = text.strip(" \t")
-    if len(stripped) > MAX_NUMBER_CHARS + MAX_INT_DIGITS:
-        stripped = stripped.lstrip("+").lstrip("0") or "0"
-        if len(stripped) > MAX_INT_DIGITS:
-            raise BadInput(source, field, f"expected an integer below {below:,}, got {excerpt(text)}")
+    if len(stripped) > MAX_NUMBER_CHARS:  # decide on a long text without converting or matching all of it
+        body = stripped.lstrip("+").lstrip("0")
+        if not (body.isascii() and body.isdigit()) and len(body) > MAX_NUMBER_CHARS:
+            raise BadInput(source, field, f"expected a non-negative integer (ASCII digits), got {excerpt(text)}")
+        if len(body) > MAX_INT_DIGITS and body.isascii() and body.isdigit():
+            raise BadInput(source, field, f"{excerpt(body)} is too large ({len(body):,} digits; must be below {below:,})")
     match = _INT_TEXT.fullmatch(stripped)
     if match is None:
         if stripped.startswith("-") and _INT_TEXT.fullmatch(stripped[1:]):
@@ -40,7 +42,8 @@ def parse_int_text(source: str, field: str, text: str, *, below: int = I63_LIMIT
         raise BadInput(source, field, f"expected a non-negative integer (ASCII digits), got {excerpt(text)}")
     digits = match.group(1)
     if len(digits) > MAX_INT_DIGITS:
-        raise BadInput(source, field, f"{excerpt(digits)} has {len(digits):,} digits (must be below {below:,})")
+        shown = digits if len(digits) <= 40 else excerpt(digits)
+        raise BadInput(source, field, f"{shown} is too large ({len(digits):,} digits; must be below {below:,})")
     value = int(digits)
     if value >= below:
         raise BadInput(source, field, f"{value} is too large (must be below {below:,})")

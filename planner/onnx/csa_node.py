@@ -16,6 +16,8 @@ from csa_plan.planner.descriptor import CacheFormat, STATE_EDGE_INPUT_INDEX, Sta
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, AttrValue, CsaNode
 from csa_plan.planner.refusals import Clause, RefusalType
+from csa_plan.planner.limits import MAX_INT_DIGITS
+from csa_plan.planner.text import bounded, excerpt
 from csa_plan.planner.values import read_int
 
 MAX_INPUTS = 20
@@ -61,7 +63,7 @@ class NodeReading:
 
 
 def where(node: CsaNode) -> str:
-    return f"node {node.name!r}"
+    return f"node {excerpt(node.name, 80)}"
 
 
 def int_attr(source: str, node: CsaNode, name: str, default: int | None) -> int | None:
@@ -83,7 +85,7 @@ def str_attr(source: str, node: CsaNode, name: str, default: str) -> str:
 
 
 def _kind(value: AttrValue) -> str:
-    return f"{value.kind} {value.value!r}" if value.value is not None else value.kind
+    return f"{value.kind} {excerpt(value.value)}" if value.value is not None else value.kind
 
 
 def _one_of(source: str, node: CsaNode, keys: tuple[str, ...]) -> tuple[int, str] | None:
@@ -100,6 +102,9 @@ def layer_from_names(names: list[str]) -> int | None:
     for name in names:
         digits = next((part for part in name.split(".") if part.isascii() and part.isdigit()), None)
         if digits is None:
+            return None
+        digits = digits.lstrip("0") or "0"
+        if len(digits) > MAX_INT_DIGITS:  # never converted: a 5,000-digit "layer" is not a layer id
             return None
         found.add(int(digits))
     return found.pop() if len(found) == 1 else None
@@ -194,7 +199,7 @@ def _versions(source: str, node: CsaNode, opsets: dict[str, int], add) -> None:
             add(t, key, SUPPORTED_LAYOUT_VERSION, version, f"{key} {version} is unknown (only 1)")
     sink = str_attr(source, node, "sink_mode", SUPPORTED_SINK_MODE)
     if sink != SUPPORTED_SINK_MODE:
-        add(t, "sink_mode", SUPPORTED_SINK_MODE, sink, f"sink_mode {sink!r} is unknown (only 'logit_only')")
+        add(t, "sink_mode", SUPPORTED_SINK_MODE, bounded(sink), f"sink_mode {excerpt(sink)} is unknown (only 'logit_only')")
     opset = opsets.get(CSA_DOMAIN)
     if opset is not None and opset != SUPPORTED_OPSET_VERSION:
         add(t, f"opset_import[{CSA_DOMAIN}]", SUPPORTED_OPSET_VERSION, opset,

@@ -1,7 +1,9 @@
 """Read an ONNX graph's structure into a ModelSpec: one descriptor per CSA node, plus graph findings.
 
-The file is memory-mapped and walked with a small protobuf wire reader
-(``onnx_structure``): only the node list, the opset imports, metadata_props and
+The file is opened once, its descriptor checked (a regular file of at most
+MAX_ONNX_BYTES), and walked with a small protobuf wire reader over bounded ``pread``
+calls (``onnx/source.py``; a file that shrinks meanwhile is bad input, never SIGBUS):
+only the node list, the opset imports, metadata_props and
 the shapes of the state edges are decoded. Initializers are skipped by offset —
 neither embedded payloads nor external-data locations are read or followed — so
 a graph that declares gigabytes of weights, present or not, is checked in the
@@ -21,19 +23,21 @@ MTP layers, so every CSA node is a main layer.
 
 from __future__ import annotations
 
-import mmap
-import os
-import stat
 from pathlib import Path
 
 from csa_plan.planner.descriptor import Descriptor, StateEdge
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.files import open_regular
+from csa_plan.planner.limits import MAX_LAYER_ID, MAX_ONNX_BYTES
+from csa_plan.planner.onnx.source import FileBuffer, SourceChanged
+from csa_plan.planner.onnx.wire import LimitError
+from csa_plan.planner.text import excerpt, printable
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, CSA_OP_TYPE, GraphStructure, StructureError, read_structure
 from csa_plan.planner.onnx.record_axes import LayerRecordAxes, lint_record_axes
 from csa_plan.planner.refusals import Refusal
-from csa_plan.planner.values import read_int
+from csa_plan.planner.values import parse_int_text
 
 DEFAULT_WINDOW = 128
 
@@ -44,7 +48,8 @@ def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, 
     if not graph.csa_nodes:
         hint = ""
         if graph.csa_in_other_domains:
-            hint = f"; found {CSA_OP_TYPE} in domain(s) {', '.join(graph.csa_in_other_domains)}, expected {CSA_DOMAIN}"
+            shown = ", ".join(printable(d[:80]) for d in graph.csa_in_other_domains[:4])
+            hint = f"; found {CSA_OP_TYPE} in domain(s) {shown}, expected {CSA_DOMAIN}"
         raise BadInput(source, None, f"no {CSA_OP_TYPE} node (domain {CSA_DOMAIN}) among the graph's "
                                      f"{graph.node_count} nodes{hint}")
     readings = [read_csa_node(source, node, graph.opsets, graph.shapes) for node in graph.csa_nodes]
@@ -95,21 +100,19 @@ def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, 
 
 
 def read_graph_file(path: Path) -> GraphStructure:
-    """Memory-map the file and decode its structure; every failure is one BadInput line."""
+    """Open once, check the descriptor, decode the structure with bounded reads; every failure is one BadInput line."""
     source = str(path)
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # before open(): a FIFO would block
-            raise BadInput(source, None, "not a regular file")
-        with open(path, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if info.st_size == 0:
-                raise BadInput(source, None, "empty file, not an ONNX model")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return read_structure(buf)
-    except StructureError as exc:
-        raise BadInput(source, None, exc.problem) from None
-    except (OSError, ValueError) as exc:
-        raise BadInput(source, None, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    with open_regular(path, MAX_ONNX_BYTES, "MAX_ONNX_BYTES") as (fd, size):
+        if size == 0:
+            raise BadInput(source, None, "empty file, not an ONNX model")
+        try:
+            return read_structure(FileBuffer(fd, size))
+        except StructureError as exc:
+            raise BadInput(source, None, exc.problem) from None
+        except (LimitError, SourceChanged) as exc:
+            raise BadInput(source, None, str(exc)) from None
+        except OSError as exc:
+            raise BadInput(source, None, f"cannot read: {exc.strerror or exc}") from None
 
 
 def assign_layer_ids(source: str, readings: list[NodeReading]) -> tuple[list[int], str]:
@@ -117,6 +120,10 @@ def assign_layer_ids(source: str, readings: list[NodeReading]) -> tuple[list[int
     how: dict[str, int] = {}
     example = ""
     for order, r in enumerate(readings):
+        for given, how_given in ((r.attr_layer_id, "layer_id attribute"), (r.name_layer_id, "state input names")):
+            if given is not None and given >= MAX_LAYER_ID:
+                raise BadInput(source, "layer_id", f"node {excerpt(r.node.name)}: layer {given:,} from its {how_given} "
+                                                   f"is not below {MAX_LAYER_ID:,} (MAX_LAYER_ID)")
         if r.attr_layer_id is not None:
             ids.append(r.attr_layer_id)
             how["the layer_id attribute"] = how.get("the layer_id attribute", 0) + 1
@@ -132,12 +139,12 @@ def assign_layer_ids(source: str, readings: list[NodeReading]) -> tuple[list[int
     owner: dict[int, NodeReading] = {}
     for layer_id, r in zip(ids, readings):
         if layer_id in owner:
-            raise BadInput(source, "layer_id", f"layer {layer_id} is claimed by nodes {owner[layer_id].node.name!r} "
-                                               f"and {r.node.name!r}")
+            raise BadInput(source, "layer_id", f"layer {layer_id} is claimed by nodes {excerpt(owner[layer_id].node.name)} "
+                                               f"and {excerpt(r.node.name)}")
         owner[layer_id] = r
     parts = []
     for key, count in how.items():
-        shown = f" (e.g. {example!r})" if key.startswith("the integer") and example else ""
+        shown = f" (e.g. {excerpt(example, 80)})" if key.startswith("the integer") and example else ""
         parts.append(f"{key}{shown} on {count} node(s)")
     return ids, "layer ids from " + "; ".join(parts)
 
@@ -194,10 +201,13 @@ def _metadata_value(source: str, keys: tuple[str, ...], metadata: dict[str, str]
     found = []
     for key in keys:
         if key in metadata:
-            raw = metadata[key].strip()
-            if not (raw.isascii() and raw.isdigit()):
-                raise BadInput(source, f"metadata_props.{key}", f"expected a non-negative integer, got {metadata[key]!r}")
-            found.append((read_int(source, f"metadata_props.{key}", int(raw)), key))
+            raw = metadata[key]
+            if raw is None:
+                raise BadInput(source, f"metadata_props.{key}", "the value is longer than MAX_ONNX_STRING_BYTES")
+            stripped = raw.strip()
+            if not (stripped.isascii() and stripped.isdigit()):  # digits only: no sign, no Unicode digits
+                raise BadInput(source, f"metadata_props.{key}", f"expected a non-negative integer, got {excerpt(raw)}")
+            found.append((parse_int_text(source, f"metadata_props.{key}", stripped), key))
     if len({v for v, _ in found}) > 1:
         shown = ", ".join(f"{k} = {v}" for v, k in found)
         raise BadInput(source, f"metadata_props.{keys[0]}", f"conflicting values: {shown}")

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from csa_plan.planner.errors import CsaPlanError
-from csa_plan.planner.onnx.wire import FIXED32, LENGTH, VARINT, Buffer, Field, WireError, as_int64, iter_fields, text
+from csa_plan.planner.limits import (MAX_LAYERS, MAX_ONNX_DIMS, MAX_ONNX_METADATA, MAX_ONNX_NODE_FIELDS,
+                                     MAX_ONNX_NODES, MAX_ONNX_STRING_BYTES, MAX_ONNX_VALUES)
+from csa_plan.planner.onnx.wire import (FIXED32, LENGTH, VARINT, Buffer, Field, LimitError, WireError, as_int64,
+                                        iter_fields, text)
+
+MAX_ONNX_DECODED_BYTES = 64 << 20
+"""All strings decoded from one graph together (names, inputs, attributes): bounds memory."""
 
 CSA_DOMAIN = "pkg.nxrt"
 CSA_OP_TYPE = "CompressedSparseAttention"
@@ -89,10 +95,16 @@ def read_structure(buf: Buffer) -> GraphStructure:
     recognised = False  # saw a field that looks like ONNX before any error
     ir_version: int | None = None
     opsets: dict[str, int] = {}
-    metadata: dict[str, str] = {}
+    metadata: dict[str, str | None] = {}
     graph_spans: list[tuple[int, int]] = []
+    entries = 0
     try:
         for f in iter_fields(buf, 0, size):
+            if f.number in (_MODEL_OPSET, _MODEL_METADATA):
+                entries += 1
+                if entries > MAX_ONNX_METADATA:
+                    raise LimitError(f"more than {MAX_ONNX_METADATA:,} opset_import and metadata_props entries "
+                                     f"(limit MAX_ONNX_METADATA)")
             expected = _MODEL_WIRE_TYPES.get(f.number)
             if expected is not None and f.wire_type != expected:
                 raise StructureError(f"not an ONNX model (field {f.number} at byte {f.start} has wire type "
@@ -133,13 +145,15 @@ def _opset(buf: Buffer, f: Field) -> tuple[str, int]:
     return domain, version
 
 
-def _string_pair(buf: Buffer, f: Field) -> tuple[str, str]:
+def _string_pair(buf: Buffer, f: Field) -> tuple[str, str | None]:
+    """A metadata_props entry; a value longer than MAX_ONNX_STRING_BYTES is kept as None (unread):
+    only the keys csa-plan uses are ever looked at, and those say so if they are too long."""
     key, value = "", ""
     for g in iter_fields(buf, f.start, f.end):
         if g.number == 1:
             key = text(buf, g, "metadata_props.key")
         elif g.number == 2:
-            value = text(buf, g, "metadata_props.value")
+            value = None if g.end - g.start > MAX_ONNX_STRING_BYTES else text(buf, g, "metadata_props.value")
     return key, value
 
 
@@ -147,54 +161,96 @@ def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opse
                 metadata: dict[str, str]) -> GraphStructure:
     nodes: list[CsaNode] = []
     other_domains: list[str] = []
-    declared: dict[str, Field] = {}  # value name -> its ValueInfoProto field; inputs win over outputs
+    budget = [MAX_ONNX_DECODED_BYTES]
     position = 0
-    for start, end in spans:
+    values = 0
+    for start, end in spans:  # pass 1: the nodes
         for f in iter_fields(buf, start, end):
             if f.wire_type != LENGTH:
                 continue
             if f.number == _GRAPH_NODE:
-                node = _node_if_csa(buf, f, position, other_domains)
+                if position >= MAX_ONNX_NODES:
+                    raise LimitError(f"the graph has more than {MAX_ONNX_NODES:,} nodes (limit MAX_ONNX_NODES)")
+                node = _node_if_csa(buf, f, position, other_domains, budget)
                 if node is not None:
+                    if len(nodes) >= MAX_LAYERS:
+                        raise LimitError(f"the graph has more than {MAX_LAYERS:,} CompressedSparseAttention nodes "
+                                         "(limit MAX_LAYERS)")
                     nodes.append(node)
                 position += 1
             elif f.number in (_GRAPH_INPUT, _GRAPH_OUTPUT, _GRAPH_VALUE_INFO):
-                name = _value_info_name(buf, f)
-                declared.setdefault(name, f)  # first declaration wins (inputs precede outputs in file order)
+                values += 1
+                if values > MAX_ONNX_VALUES:
+                    raise LimitError(f"the graph declares more than {MAX_ONNX_VALUES:,} inputs, outputs and "
+                                     "value_info entries (limit MAX_ONNX_VALUES)")
             # initializers (5), sparse initializers (15) and everything else: skipped unread
-    wanted = {n for node in nodes for n in (*node.inputs, *node.outputs) if n}
-    shapes = {name: _value_info_shape(buf, declared[name]) for name in wanted if name in declared}
+    wanted = {n.encode("utf-8") for node in nodes for n in (*node.inputs, *node.outputs) if n}
+    lengths = {len(n) for n in wanted}
+    declared: dict[str, Field] = {}  # value name -> its ValueInfoProto field; inputs win over outputs
+    for start, end in spans:  # pass 2: only the declarations the CSA nodes name (others are not decoded)
+        for f in iter_fields(buf, start, end):
+            if f.wire_type == LENGTH and f.number in (_GRAPH_INPUT, _GRAPH_OUTPUT, _GRAPH_VALUE_INFO):
+                name = _value_info_name(buf, f, wanted, lengths)
+                if name is not None:
+                    declared.setdefault(name, f)  # first declaration wins (inputs precede outputs in file order)
+    shapes = {name: _value_info_shape(buf, declared[name]) for name in declared}
     return GraphStructure(ir_version=ir_version, opsets=opsets, metadata=metadata, node_count=position,
                           csa_nodes=tuple(nodes), csa_in_other_domains=tuple(dict.fromkeys(other_domains)),
                           shapes=shapes)
 
 
-def _node_if_csa(buf: Buffer, f: Field, position: int, other_domains: list[str]) -> CsaNode | None:
+_SHOWN_DOMAIN_BYTES = 256
+
+
+def _node_if_csa(buf: Buffer, f: Field, position: int, other_domains: list[str],
+                 budget: list[int]) -> CsaNode | None:
     op_type = domain = b""
     for g in iter_fields(buf, f.start, f.end):
-        if g.number == _NODE_OP_TYPE and g.wire_type == LENGTH:
-            op_type = bytes(buf[g.start:g.end])
+        if g.number == _NODE_OP_TYPE and g.wire_type == LENGTH:  # read only when it could match
+            op_type = bytes(buf[g.start:g.end]) if g.end - g.start == len(_CSA_OP_BYTES) else b"?"
         elif g.number == _NODE_DOMAIN and g.wire_type == LENGTH:
-            domain = bytes(buf[g.start:g.end])
+            domain = bytes(buf[g.start:min(g.end, g.start + _SHOWN_DOMAIN_BYTES + 1)])
     if op_type != _CSA_OP_BYTES:
         return None
     if domain != _CSA_DOMAIN_BYTES:
-        other_domains.append(domain.decode("utf-8", "replace") or "(default ai.onnx)")
+        if len(other_domains) < 16:  # for the message only
+            shown = domain[:_SHOWN_DOMAIN_BYTES].decode("utf-8", "replace")
+            other_domains.append(shown + ("…" if len(domain) > _SHOWN_DOMAIN_BYTES else "") or "(default ai.onnx)")
         return None
     inputs: list[str] = []
     outputs: list[str] = []
     name = ""
     attributes: dict[str, AttrValue] = {}
+    fields_seen = 0
+
+    def decoded(s: str) -> str:
+        budget[0] -= len(s)
+        if budget[0] < 0:
+            raise LimitError(f"the CSA nodes' names, inputs and attributes are more than {MAX_ONNX_DECODED_BYTES:,} "
+                             "bytes together (limit MAX_ONNX_DECODED_BYTES)")
+        return s
+
     for g in iter_fields(buf, f.start, f.end):
+        if g.number in (_NODE_INPUT, _NODE_OUTPUT, _NODE_ATTRIBUTE):
+            fields_seen += 1
+            if fields_seen > 3 * MAX_ONNX_NODE_FIELDS:
+                raise LimitError(f"node #{position} has more than {MAX_ONNX_NODE_FIELDS:,} inputs, outputs or "
+                                 "attributes (limit MAX_ONNX_NODE_FIELDS)")
         if g.number == _NODE_INPUT:
-            inputs.append(text(buf, g, "node.input"))
+            inputs.append(decoded(text(buf, g, "node.input")))
         elif g.number == _NODE_OUTPUT:
-            outputs.append(text(buf, g, "node.output"))
+            outputs.append(decoded(text(buf, g, "node.output")))
         elif g.number == _NODE_NAME:
-            name = text(buf, g, "node.name")
+            name = decoded(text(buf, g, "node.name"))
         elif g.number == _NODE_ATTRIBUTE and g.wire_type == LENGTH:
             attr_name, value = _attribute(buf, g)
+            decoded(attr_name)
+            if isinstance(value.value, str):
+                decoded(value.value)
             attributes[attr_name] = value
+    if max(len(inputs), len(outputs), len(attributes)) > MAX_ONNX_NODE_FIELDS:
+        raise LimitError(f"node {name or '#' + str(position)!r} has more than {MAX_ONNX_NODE_FIELDS:,} inputs, "
+                         "outputs or attributes (limit MAX_ONNX_NODE_FIELDS)")
     return CsaNode(position=position, name=name or f"#{position}", inputs=tuple(inputs),
                    outputs=tuple(outputs), attributes=attributes)
 
@@ -231,11 +287,15 @@ def _attribute(buf: Buffer, f: Field) -> tuple[str, AttrValue]:
     return name, AttrValue(f"type {kind}", None)
 
 
-def _value_info_name(buf: Buffer, f: Field) -> str:
+def _value_info_name(buf: Buffer, f: Field, wanted: set[bytes], lengths: set[int]) -> str | None:
+    """The entry's name when it is one of ``wanted`` (compared as bytes: other names are never decoded)."""
     for g in iter_fields(buf, f.start, f.end):
         if g.number == _VI_NAME:
-            return text(buf, g, "value_info.name")
-    return ""
+            if g.wire_type != LENGTH or g.end - g.start not in lengths:
+                return None
+            raw = bytes(buf[g.start:g.end])
+            return raw.decode("utf-8") if raw in wanted else None
+    return None
 
 
 def _value_info_shape(buf: Buffer, f: Field) -> tuple[Axis, ...] | None:
@@ -252,6 +312,8 @@ def _value_info_shape(buf: Buffer, f: Field) -> tuple[Axis, ...] | None:
     for d in iter_fields(buf, shape.start, shape.end):
         if d.number != _SHAPE_DIM or d.wire_type != LENGTH:
             continue
+        if len(dims) >= MAX_ONNX_DIMS:
+            raise LimitError(f"a state edge's shape has more than {MAX_ONNX_DIMS} dimensions (limit MAX_ONNX_DIMS)")
         axis: Axis = None
         for g in iter_fields(buf, d.start, d.end):
             if g.number == _DIM_VALUE and g.wire_type == VARINT:

@@ -38,6 +38,10 @@ class WireError(CsaPlanError):
         super().__init__(f"at byte {offset}: {problem}")
 
 
+class LimitError(Exception):
+    """A well-formed message that is larger than csa-plan reads (a named limit)."""
+
+
 @dataclass(frozen=True)
 class Field:
     """One field occurrence. For LENGTH fields ``value`` is unused and ``start:end`` is the payload."""
@@ -53,17 +57,15 @@ def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0
     start = pos
-    while True:
-        if pos >= end:
-            raise WireError(start, "varint runs past the end of its message", truncated=True)
-        byte = buf[pos]
-        pos += 1
+    chunk = buf[pos:min(pos + _MAX_VARINT_BYTES, end)]  # one bounded read per varint
+    for i, byte in enumerate(chunk):
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return result, pos
+            return result, start + i + 1
         shift += 7
-        if pos - start >= _MAX_VARINT_BYTES:
-            raise WireError(start, "varint longer than 10 bytes")
+    if len(chunk) >= _MAX_VARINT_BYTES:
+        raise WireError(start, "varint longer than 10 bytes")
+    raise WireError(start, "varint runs past the end of its message", truncated=True)
 
 
 def as_int64(value: int) -> int:
@@ -104,9 +106,14 @@ def iter_fields(buf: Buffer, start: int, end: int) -> Iterator[Field]:
 
 
 def text(buf: Buffer, f: Field, what: str) -> str:
-    """A LENGTH field decoded as UTF-8."""
+    """A LENGTH field decoded as UTF-8, at most MAX_ONNX_STRING_BYTES long."""
+    from csa_plan.planner.limits import MAX_ONNX_STRING_BYTES
+
     if f.wire_type != LENGTH:
         raise WireError(f.start, f"{what} should be a string (wire type 2), got wire type {f.wire_type}")
+    if f.end - f.start > MAX_ONNX_STRING_BYTES:
+        raise LimitError(f"{what} at byte {f.start:,} is {f.end - f.start:,} bytes long "
+                         f"(limit MAX_ONNX_STRING_BYTES = {MAX_ONNX_STRING_BYTES:,})")
     try:
         return bytes(buf[f.start:f.end]).decode("utf-8")
     except UnicodeDecodeError:

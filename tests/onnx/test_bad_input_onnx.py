@@ -202,4 +202,4 @@ def test_a_fifo_is_refused_without_blocking(csa, tmp_path):
 
     fifo = tmp_path / "pipe.onnx"
     os.mkfifo(fifo)
-    assert one_line_error(check(csa, fifo)).endswith("pipe.onnx: not a regular file")
+    assert one_line_error(check(csa, fifo)).endswith("pipe.onnx: a FIFO (named pipe), not a regular file")
