@@ -23,7 +23,8 @@ from typing import AbstractSet, Any, Mapping
 from csa_plan.planner.errors import I63_LIMIT, U64_LIMIT, BadInput
 from csa_plan.planner.files import describe_mode
 from csa_plan.planner.limits import MAX_DEVICES, MAX_RATE_SCALE, MAX_RESUME_BYTES, MAX_STRING_CHARS
-from csa_plan.planner.sweep.spec import RESUME_SCHEMA, SweepPoint
+from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
+from csa_plan.planner.sweep.spec import SweepPoint
 
 MAX_RESUME_RATE_PER_S = 1e18  # far above any trace (1e9 requests/s x 2^20 rate scale)
 MAX_RESUME_LIST = 64  # refusal reasons or violations in one record
