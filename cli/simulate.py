@@ -10,6 +10,7 @@ from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, enum_c
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
+from csa_plan.planner.workloads.formats import FORMAT_NAMES, TimeUnit
 
 
 def _layouts() -> list[str]:
@@ -40,6 +41,16 @@ def _layouts() -> list[str]:
 @click.option("--tpot-ms", type=FloatType(MAX_TPOT_MS), default=None, help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}].")
 @click.option("--rate-scale", type=FloatType(MAX_RATE_SCALE), default=None, help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}].")
 @click.option("--sort", "sort_rows", is_flag=True, help="Accept a trace whose timestamps are out of order (sorted stably).")
+@click.option("--format", "trace_format", type=click.Choice(list(FORMAT_NAMES)), default=None,
+              help="Trace layout [default: recognised from the header or first record].")
+@click.option("--columns", default=None, metavar="arrival=NAME,prompt=NAME,output=NAME",
+              help="Which columns (or JSON keys) hold the arrival time and the token counts.")
+@click.option("--time-unit", type=click.Choice([u.value for u in TimeUnit]), default=None,
+              help="Unit of numeric arrival times [default: the format's: s, or ms for Mooncake].")
+@click.option("--where", "where", multiple=True, metavar="COLUMN=VALUE",
+              help="Keep only rows whose COLUMN equals VALUE (case-insensitive; repeatable), e.g. model=ChatGPT.")
+@click.option("--keep-failures", is_flag=True, help="Keep BurstGPT's failed requests (0 response tokens); "
+              "by default they are left out and counted.")
 @click.option("--find-capacity", is_flag=True, help="Bisect the largest --rate-scale with zero memory refusals "
               "(or, under --policy queue, wait p99 under --max-wait).")
 @click.option("--max-wait", type=FloatType(MAX_WAIT_S), default=None, help="Seconds: the wait p99 bound for --find-capacity under queue.")
@@ -51,9 +62,10 @@ def _layouts() -> list[str]:
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None, tp: int | None,
              pp: int | None, dp: int | None, router: str | None, device_memory: int | None, reserved: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
-             tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, find_capacity: bool,
+             tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
+             columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None) -> int:
-    """Replay WORKLOAD (a YAML request mix, an Azure-format CSV trace or JSONL requests)
+    """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
     through per-device ledgers and report peaks, refusals and waits."""
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
@@ -61,7 +73,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from csa_plan.cli.plots import plot_simulate
     from csa_plan.cli.render_simulate import render_simulate
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
-    from csa_plan.planner.workloads import MixSettings
+    from csa_plan.planner.workloads import MixSettings, TraceOptions, parse_columns, parse_where
 
     from csa_plan.planner.files import check_output_path
 
@@ -71,8 +83,10 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=tp, pp=pp, dp=dp, router=router,
                         device_memory_bytes=device_memory, reserved_bytes=reserved, reserve=reserve, bucket=bucket,
                         policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms, rate_scale=rate_scale)
+    trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
+                         where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
-                              max_wait_s=max_wait, verify=verify)
+                              max_wait_s=max_wait, verify=verify, trace=trace)
     show = consoles.err.is_terminal and not as_json
     outcome = run_simulate(request, lambda label, total, long_run: progress_bar(consoles.err, show and long_run,
                                                                                  label, total))

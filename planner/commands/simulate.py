@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
 from csa_plan.planner.limits import MAX_WAIT_S
-from csa_plan.planner.workloads.workload import MixSettings
+from csa_plan.planner.workloads.workload import MixSettings, TraceOptions
 
 if TYPE_CHECKING:
     from csa_plan.planner.simulate.series import Series
@@ -40,6 +40,7 @@ class SimulateRequest:
     find_capacity: bool = False
     max_wait_s: float | None = None
     verify: bool = False
+    trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +66,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.simulate.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
-    wl = load_workload(req.workload, sort=req.sort_rows)
+    wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
     settings = merge(req.given, wl.settings)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")

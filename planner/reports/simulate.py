@@ -6,6 +6,7 @@ from typing import Any
 
 from csa_plan.planner.reports.schemas import SIMULATE
 from csa_plan.planner.reports.text import id_runs
+from csa_plan.planner.workloads.formats import trace_document
 
 MAX_TIERS_LISTED = 64
 
@@ -19,7 +20,8 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
     p = config.placement
     report: dict[str, Any] = {
         "schema": SIMULATE,
-        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names), "notes": list(wl.notes)},
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names), "notes": list(wl.notes),
+                     **trace_document(wl.trace)},
         "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
         "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
         "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},

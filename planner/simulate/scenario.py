@@ -132,11 +132,22 @@ class Scenario:
 MAX_SIM_NS = 1 << 61  # about 73 years: arrival + hold then always fits the int64 clock
 
 
-def _ns(seconds_ns: "np.ndarray", option: str) -> "np.ndarray":
-    """Round float nanoseconds to int64, refusing (never wrapping) times beyond the clock."""
+def _ns(seconds_ns: "np.ndarray", option: str, workload: "Workload | None" = None, role: int = 0) -> "np.ndarray":
+    """Round float nanoseconds to int64, refusing (never wrapping) times beyond the clock.
+
+    When one request's token count (``role`` 1 prompt, 2 output) is what pushes its time past
+    the clock, the message names that request and the workload's field, not the option."""
     import numpy as np
 
     if seconds_ns.size and not float(np.max(seconds_ns)) <= MAX_SIM_NS:  # also catches inf and NaN
+        if workload is not None and role:
+            tokens = workload.prompt_tokens if role == 1 else workload.output_tokens
+            i = int(np.argmax(tokens))
+            field = (workload.trace.fields[role] if workload.trace is not None
+                     else ("prompt tokens", "output tokens")[role - 1])
+            if int(tokens[i]) >= 1 << 32:  # no realistic option value makes a sane count overflow
+                raise BadInput(workload.source, field, f"request {i + 1:,} has {int(tokens[i]):,} tokens: its "
+                               f"time at {option} would exceed the int64 nanosecond clock (~73 years)")
         raise BadInput("options", option, "makes simulated times exceed the int64 nanosecond clock (~73 years)")
     return np.rint(seconds_ns).astype(np.int64)
 
@@ -186,8 +197,8 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
         upfront[(tier >= 0) & never[np.maximum(tier, 0)]] = Outcome.NEVER_FITS.value
     time = config.time
     with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
-        prefill = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s")
-        decode = _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms")
+        prefill = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s", workload, 1)
+        decode = _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms", workload, 2)
     hold = np.maximum(prefill + decode, 1)  # a request holds its groups for at least 1 ns
     scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
                    tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,

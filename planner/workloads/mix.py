@@ -26,6 +26,7 @@ from csa_plan.planner.workloads.workload import MAX_ARRIVAL_S, MAX_GENERATED_REQ
 MIX_KEYS = {"name", "seed", "requests", "duration_s", "classes", "model", "layout", "max_seq_len", "deployment",
             "memory", "reserve", "bucket", "policy", "time", "rate_scale"}
 CLASS_KEYS = {"name", "rate", "prompt", "output"}
+FLOAT_BELOW_2_63 = 9223372036854774784.0  # nextafter(2^63, 0): converts to int64 exactly
 DISTRIBUTIONS = {
     "fixed": ({"value"}, set()),
     "uniform": ({"low", "high"}, set()),
@@ -100,7 +101,12 @@ class Distribution:
         if self.kind == "lognormal":
             raw = rng.lognormal(mean=math.log(p["median"]), sigma=p["sigma"], size=n)
             hi = p.get("max")
-            out = np.rint(np.minimum(raw, float(hi) if hi is not None else 1e15)).astype(np.int64)
+            # the cap is applied in floats below 2^63 (the largest double under 2^63), then exactly
+            # in integers, so a max near 2^63 never overflows the cast
+            cap = min(float(hi), FLOAT_BELOW_2_63) if hi is not None else 1e15
+            out = np.rint(np.minimum(raw, cap)).astype(np.int64)
+            if hi is not None:
+                out = np.minimum(out, hi)
             return np.maximum(out, p.get("min", 1))
         values = np.array(p["values"], dtype=np.int64)
         weights = p.get("weights")

@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
     import numpy as np
 
 MAX_TRACE_BYTES = 512 << 20
+MAX_TRACE_REQUESTS = 10_000_000  # rows kept from a trace (the same bound as a generated mix)
+MAX_LINE_BYTES = 1 << 20  # one CSV row or JSONL record
+MAX_FIELD_BYTES = 1024  # one CSV field (numbers, dates and model names are short)
+MAX_TRACE_CLASSES = 256  # distinct request classes (BurstGPT models)
+MAX_HASH_IDS = 1 << 16  # prefix-block ids in one record
 MAX_GENERATED_REQUESTS = 10_000_000  # bounds memory: the simulator holds a few arrays per request
 MAX_RATE_PER_S = 1e9
 MIN_RATE_PER_S = 1e-9
@@ -48,6 +53,42 @@ class MixSettings:
     rate_scale: float | None = None
 
 
+@dataclass(frozen=True)
+class TraceOptions:
+    """How to read a trace: ``format`` None = recognise it from its header or first record."""
+
+    format: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()  # (role, column name) from --columns
+    time_unit: str | None = None  # s | ms | us | ns for numeric arrivals
+    where: tuple[tuple[str, str], ...] = ()  # (folded column, value): rows kept when all match
+    keep_failures: bool = False  # BurstGPT rows with 0 response tokens (failed requests)
+
+
+@dataclass(frozen=True)
+class PrefixSummary:
+    """Prefix-block ids (Mooncake ``hash_ids``): how many blocks an unbounded prefix cache would reuse."""
+
+    block_tokens: int
+    blocks: int
+    shared_blocks: int  # blocks whose id appeared in an earlier request (or earlier in this one)
+
+    @property
+    def shared_fraction(self) -> float:
+        return self.shared_blocks / self.blocks if self.blocks else 0.0
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What the reader saw: the format, the rows read and why any were left out."""
+
+    format: str
+    title: str
+    rows: int  # data rows read (before filters)
+    excluded: tuple[tuple[str, int], ...] = ()  # (reason, rows)
+    prefix: PrefixSummary | None = None
+    fields: tuple[str, str, str] = ("arrival", "prompt tokens", "output tokens")  # the trace's own names
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """Requests in arrival order; arrays are numpy int64 (class ids int32)."""
@@ -60,6 +101,9 @@ class Workload:
     class_names: tuple[str, ...]
     settings: MixSettings = field(default_factory=MixSettings)
     notes: tuple[str, ...] = ()
+    trace: TraceSummary | None = None
+    hash_ids: "np.ndarray | None" = None  # every record's prefix-block ids, concatenated (int64)
+    hash_offsets: "np.ndarray | None" = None  # request i's ids: hash_ids[hash_offsets[i]:hash_offsets[i + 1]]
 
     def __len__(self) -> int:
         return int(self.arrival_ns.shape[0])

@@ -1,0 +1,255 @@
+"""JSONL traces (ours, Mooncake / FAST'25, Qwen Bailian) read in bounded chunks.
+
+Each record is one JSON object on a line (at most ``MAX_LINE_BYTES``); numbers keep
+their exact decimal value (``Decimal``), NaN/Infinity and duplicate keys are bad input,
+nesting too deep for the parser is bad input. Records are decoded a chunk at a time and
+their values land in numpy columns, so memory grows with the kept requests only.
+Mooncake ``hash_ids`` (ids of 512-token prefix blocks) are kept, concatenated, and
+summarised as the fraction of blocks an unbounded prefix cache would reuse.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any, Iterable
+
+from csa_plan.planner.errors import I63_LIMIT, BadInput
+from csa_plan.planner.workloads.columnar import Columns
+from csa_plan.planner.workloads.csv_trace import resolve_format
+from csa_plan.planner.workloads.formats import Container, TraceFormat, excerpt, fold, printable
+from csa_plan.planner.workloads.workload import (MAX_HASH_IDS, MAX_LINE_BYTES, PrefixSummary, TraceOptions,
+                                                 TraceSummary, Workload)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+CHUNK_RECORDS = 8192
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Duplicate(k)
+            seen.add(k)
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number here")
+
+
+def _decode(line: bytes, where: str) -> dict:
+    try:
+        row = json.loads(line, parse_float=Decimal, parse_constant=_constant, object_pairs_hook=_object)
+    except _Duplicate as exc:
+        raise BadInput(where, printable(str(exc), 40), "duplicate key") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(where, None, f"malformed JSON: {exc.msg}") from None
+    except RecursionError:
+        raise BadInput(where, None, "malformed JSON: nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(where, None, f"not UTF-8 text ({exc.reason})") from None
+    except (ValueError, ArithmeticError) as exc:  # NaN, or a number Python or Decimal cannot hold
+        reason = str(exc) if "not a number" in str(exc) else f"number out of range ({type(exc).__name__})"
+        raise BadInput(where, None, f"malformed JSON: {reason}") from None
+    if not isinstance(row, dict):
+        raise BadInput(where, None, "expected a JSON object")
+    return row
+
+
+def _get(row: dict, key: str) -> tuple[bool, Any]:
+    if key in row:
+        return True, row[key]
+    want = fold(key)
+    for k, v in row.items():
+        if fold(k) == want:
+            return True, v
+    return False, None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    return excerpt(str(value)) if isinstance(value, str) else excerpt(json.dumps(value, default=str))
+
+
+class _JsonlReader:
+    def __init__(self, source: str, fmt: TraceFormat, sort: bool, capacity: int) -> None:
+        self.source, self.fmt, self.sort = source, fmt, sort
+        self.unit = Decimal(10) ** fmt.unit.digits
+        self.scale = 10 ** fmt.unit.digits
+        self.cols = Columns(source, capacity)
+        self.rows = 0
+        self.last: int | None = None
+        self.last_line = 0
+        self.unsorted = False
+        self.hash_parts: list["np.ndarray"] = []
+        self.hash_lengths: list["np.ndarray"] = []
+
+    def _arrival(self, value: Any) -> tuple[int | None, str | None]:
+        if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
+            return None, f"expected a number of {self.fmt.unit.value}, got {_show(value)}"
+        if value < 0:
+            return None, f"must not be negative, got {excerpt(str(value))}"
+        if isinstance(value, int):
+            ns = value * self.scale if value < I63_LIMIT else I63_LIMIT
+        else:
+            if not value.is_finite() or value.adjusted() > 20:
+                return None, f"{excerpt(str(value))} is beyond the int64 nanosecond clock"
+            try:
+                ns = int((value * self.unit).to_integral_value(rounding=ROUND_HALF_UP))
+            except (InvalidOperation, OverflowError):
+                return None, f"{excerpt(str(value))} is beyond the int64 nanosecond clock"
+        if ns >= I63_LIMIT:
+            return None, f"{excerpt(str(value))} is beyond the int64 nanosecond clock"
+        return ns, None
+
+    @staticmethod
+    def _count(value: Any) -> tuple[int | None, str | None]:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None, f"expected a non-negative integer, got {_show(value)}"
+        if value < 0:
+            return None, f"expected a non-negative integer, got {value}"
+        if value >= I63_LIMIT:
+            return None, f"{excerpt(str(value))} is too large (must be below 2^63)"
+        return value, None
+
+    def _hashes(self, value: Any) -> tuple[list[int] | None, str | None]:
+        if not isinstance(value, list):
+            return None, f"expected a list of block ids, got {_show(value)}"
+        if len(value) > MAX_HASH_IDS:
+            return None, f"{len(value):,} block ids (limit {MAX_HASH_IDS:,})"
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < I63_LIMIT:
+                return None, f"expected non-negative integer block ids below 2^63, got {_show(v)}"
+        return value, None
+
+    def records(self, records: list[tuple[int, dict]]) -> None:
+        import numpy as np
+
+        fmt = self.fmt
+        arr, pro, out, hashes, lens = [], [], [], [], []
+        for line, row in records:
+            problems = []
+            got = []
+            for role, check in (("arrival", self._arrival), ("prompt", self._count), ("output", self._count)):
+                key = fmt.column(role)
+                present, value = _get(row, key)
+                if not present:
+                    problems.append((key, "missing"))
+                    continue
+                v, problem = check(value)
+                if problem:
+                    problems.append((key, problem))
+                got.append(v)
+            ids: list[int] = []
+            if fmt.hash_ids:
+                present, value = _get(row, fmt.hash_ids)
+                if present:
+                    checked, problem = self._hashes(value)
+                    if problem:
+                        problems.append((fmt.hash_ids, problem))
+                    ids = checked or []
+            if problems:
+                first = problems[0]
+                raise BadInput(f"{self.source}:{line}", printable(first[0], 40),
+                               first[1] + "".join(f"; {printable(k, 40)}: {p}" for k, p in problems[1:]))
+            a = got[0]
+            if self.last is not None and a < self.last and not self.unsorted:
+                if not self.sort:
+                    raise BadInput(f"{self.source}:{line}", None,
+                                   f"arrival is earlier than line {self.last_line}'s; timestamps must be sorted "
+                                   "(pass --sort to sort them stably)")
+                self.unsorted = True
+            self.last, self.last_line = a, line
+            arr.append(a)
+            pro.append(got[1])
+            out.append(got[2])
+            if fmt.hash_ids:
+                hashes.extend(ids)
+                lens.append(len(ids))
+        self.rows += len(records)
+        self.cols.append(np.array(arr, dtype=np.int64), np.array(pro, dtype=np.int64), np.array(out, dtype=np.int64), 0)
+        if fmt.hash_ids:
+            self.hash_parts.append(np.array(hashes, dtype=np.int64))
+            self.hash_lengths.append(np.array(lens, dtype=np.int64))
+
+    def finish(self) -> Workload:
+        import numpy as np
+
+        if self.cols.n == 0:
+            raise BadInput(self.source, None, "empty trace: no requests")
+        notes = ["rows were not in arrival order; sorted stably by timestamp (--sort)"] if self.unsorted else []
+        extra: dict[str, Any] = {}
+        prefix = None
+        if self.fmt.hash_ids:
+            ids = np.concatenate(self.hash_parts)
+            lengths = np.concatenate(self.hash_lengths)
+            extra = dict(hash_ids=ids, hash_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        fields = tuple(printable(self.fmt.column(r), 40) for r in ("arrival", "prompt", "output"))
+        summary = TraceSummary(self.fmt.name, self.fmt.title, self.rows, fields=fields)
+        wl = self.cols.workload(("trace",), self.unsorted, notes, trace=summary, **extra)
+        if wl.hash_ids is not None:
+            blocks = int(len(wl.hash_ids))
+            shared = blocks - int(len(np.unique(wl.hash_ids)))
+            prefix = PrefixSummary(self.fmt.block_tokens or 0, blocks, shared)
+            note = (f"{blocks:,} prefix blocks of {prefix.block_tokens} tokens ({self.fmt.hash_ids}); "
+                    f"{prefix.shared_fraction:.1%} repeat an earlier block (an unbounded prefix cache's reuse)")
+            from dataclasses import replace
+
+            wl = replace(wl, notes=wl.notes + (note,), trace=replace(summary, prefix=prefix))
+        return wl
+
+
+def read_jsonl_blocks(blocks: Iterable[bytes], source: str, options: TraceOptions, *, sort: bool = False,
+                      capacity: int = 1 << 16) -> Workload:
+    """A JSONL trace from an iterator of byte blocks."""
+    reader: _JsonlReader | None = None
+    pending: list[tuple[int, dict]] = []
+    line = 0
+    rest = b""
+
+    def lines(final: bool):
+        nonlocal rest, line
+        parts = rest.split(b"\n")
+        rest = b"" if final else parts.pop()
+        if len(rest) > MAX_LINE_BYTES:
+            raise BadInput(f"{source}:{line + len(parts) + 1}", None, f"line longer than {MAX_LINE_BYTES:,} bytes")
+        for part in parts:
+            line += 1
+            if len(part) > MAX_LINE_BYTES:
+                raise BadInput(f"{source}:{line}", None, f"line longer than {MAX_LINE_BYTES:,} bytes")
+            if part.strip():
+                yield line, part
+
+    def feed(final: bool) -> None:
+        nonlocal reader
+        for number, part in lines(final):
+            where = f"{source}:{number}"
+            row = _decode(part, where)
+            if reader is None:
+                fmt = resolve_format(Container.JSONL, [str(k) for k in row], options, source, where)
+                reader = _JsonlReader(source, fmt, sort, capacity)
+            pending.append((number, row))
+            if len(pending) >= CHUNK_RECORDS:
+                reader.records(pending)
+                pending.clear()
+
+    for block in blocks:
+        rest += block
+        if len(rest) >= 1 << 20:
+            feed(False)
+    feed(True)
+    if reader is None:
+        raise BadInput(source, None, "empty trace: no requests")
+    if pending:
+        reader.records(pending)
+    return reader.finish()
