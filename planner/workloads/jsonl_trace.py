@@ -46,6 +46,25 @@ def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number here")
 
 
+def _decode_many(lines: list[tuple[int, bytes]], source: str) -> list[tuple[int, dict]]:
+    """Records of a chunk with one ``json.loads``; any doubt (a parse error, a record that is
+    not a flat object, a possible duplicate key) sends the chunk through ``_decode`` line by line."""
+    try:
+        rows = json.loads(b"[" + b",".join(part for _, part in lines) + b"]", parse_float=Decimal,
+                          parse_constant=_constant)
+    except (ValueError, ArithmeticError, RecursionError):
+        rows = None
+    if rows is not None and len(rows) == len(lines):
+        for (_, part), row in zip(lines, rows):
+            # every '":' a key, and every key once: otherwise let the strict path decide
+            if type(row) is not dict or part.count(b'":') != len(row):
+                rows = None
+                break
+    if rows is None or len(rows) != len(lines):
+        return [(number, _decode(part, f"{source}:{number}")) for number, part in lines]
+    return [(number, row) for (number, _), row in zip(lines, rows)]
+
+
 def _decode(line: bytes, where: str) -> dict:
     try:
         row = json.loads(line, parse_float=Decimal, parse_constant=_constant, object_pairs_hook=_object)
@@ -137,7 +156,35 @@ class _JsonlReader:
 
         fmt = self.fmt
         arr, pro, out, hashes, lens = [], [], [], [], []
+        keys = (fmt.arrival, fmt.prompt, fmt.output)
+        hk = fmt.hash_ids
+        scale = self.scale
         for line, row in records:
+            try:  # the common record: exact keys, plain non-negative integers (or a Decimal arrival)
+                a, p, o = row[keys[0]], row[keys[1]], row[keys[2]]
+                if type(p) is int and type(o) is int and 0 <= p < I63_LIMIT and 0 <= o < I63_LIMIT:
+                    if type(a) is int and 0 <= a and a * scale < I63_LIMIT:
+                        a = a * scale
+                    else:
+                        a, problem = self._arrival(a)
+                        if problem:
+                            raise KeyError
+                    ids = row.get(hk, ()) if hk else ()
+                    if ids and (type(ids) is not list or len(ids) > MAX_HASH_IDS
+                                or not all(type(v) is int and 0 <= v < I63_LIMIT for v in ids)):
+                        raise KeyError
+                    if self.last is not None and a < self.last and not self.unsorted:
+                        raise KeyError
+                    self.last, self.last_line = a, line
+                    arr.append(a)
+                    pro.append(p)
+                    out.append(o)
+                    if hk:
+                        hashes.extend(ids)
+                        lens.append(len(ids))
+                    continue
+            except KeyError:
+                pass
             problems = []
             got = []
             for role, check in (("arrival", self._arrival), ("prompt", self._count), ("output", self._count)):
@@ -213,7 +260,6 @@ def read_jsonl_blocks(blocks: Iterable[bytes], source: str, options: TraceOption
                       capacity: int = 1 << 16) -> Workload:
     """A JSONL trace from an iterator of byte blocks."""
     reader: _JsonlReader | None = None
-    pending: list[tuple[int, dict]] = []
     line = 0
     rest = b""
 
@@ -232,16 +278,22 @@ def read_jsonl_blocks(blocks: Iterable[bytes], source: str, options: TraceOption
 
     def feed(final: bool) -> None:
         nonlocal reader
+        batch: list[tuple[int, bytes]] = []
         for number, part in lines(final):
-            where = f"{source}:{number}"
-            row = _decode(part, where)
             if reader is None:
+                where = f"{source}:{number}"
+                row = _decode(part, where)
                 fmt = resolve_format(Container.JSONL, [str(k) for k in row], options, source, where)
                 reader = _JsonlReader(source, fmt, sort, capacity)
-            pending.append((number, row))
-            if len(pending) >= CHUNK_RECORDS:
-                reader.records(pending)
-                pending.clear()
+                reader.records([(number, row)])
+                continue
+            batch.append((number, part))
+            if len(batch) >= CHUNK_RECORDS:
+                reader.records(_decode_many(batch, source))
+                batch.clear()
+        if batch:
+            assert reader is not None
+            reader.records(_decode_many(batch, source))
 
     for block in blocks:
         rest += block
@@ -250,6 +302,4 @@ def read_jsonl_blocks(blocks: Iterable[bytes], source: str, options: TraceOption
     feed(True)
     if reader is None:
         raise BadInput(source, None, "empty trace: no requests")
-    if pending:
-        reader.records(pending)
     return reader.finish()
