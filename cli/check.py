@@ -8,7 +8,7 @@ import click
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, engine_options, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_options, engine_options, enum_choice
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
 
@@ -24,10 +24,8 @@ from csa_plan.planner.gate import Gate
 @click.option("--kv-format", "kv_format", default=None, metavar="FORMAT",
               help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}.")
 @click.option("--window", type=COUNT, default=None, help="Sliding-window override [default: the model's].")
-@click.option("--tp", type=COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads split, latent state copied).")
 @click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step for scratch workspaces.")
 @click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB, or h200/h100/a100-80gb/...")
-@click.option("--reserved", type=SIZE, default=0, help="Weights and runtime memory to subtract per device.")
 @click.option("--concurrency", type=COUNT, default=1, show_default=True,
               help="Concurrent requests for the longest-context answer.")
 @click.option("--at-length", type=COUNT, default=DEFAULT_LINT_LENGTH, show_default=True,
@@ -36,10 +34,11 @@ from csa_plan.planner.gate import Gate
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v1 JSON document.")
 @bad_input_exits
 @engine_options
+@deployment_options
 def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
-          window: int | None, tp: int, query_len: int, device_memory: int | None, reserved: int,
+          window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, as_json: bool, engine: str | None,
-          kv_memory: int | None, engine_settings) -> int:
+          kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -49,16 +48,27 @@ def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: in
     from csa_plan.planner.commands.check import CheckRequest, run_check
     from csa_plan.planner.plan import PlanOptions
 
+    from csa_plan.cli.render_budget import render_budget, write_budget_plot
+
     options = PlanOptions(gate=Gate(gate), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
-                          window=window, query_len=query_len, tp=tp)
-    outcome = run_check(CheckRequest(model, options, device_memory, reserved, concurrency, at_length,
-                                     engine=engine, engine_settings=engine_settings, kv_memory_bytes=kv_memory))
+                          window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
+    outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
+                                     at_length, engine=engine, engine_settings=engine_settings,
+                                     kv_memory_bytes=kv_memory, deployment=deployment))
 
     def render(out, report):
+        budget = report.get("budget")
+        if budget is not None and not budget["weights_fit"]:
+            render_budget(out, budget)  # first, and alone: there is no pool to lay requests into
+            return
         if report.get("engine"):
             render_engine(out, report["model"], report["engine"])
         else:
             render_check(out, report, per_layer=per_layer)
+        if budget is not None:
+            render_budget(out, budget, memory=report.get("memory"), engine=report.get("engine"))
 
-    emit(make_consoles().out, outcome.report, as_json, render)
+    consoles = make_consoles()
+    emit(consoles.out, outcome.report, as_json, render)
+    write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)

@@ -179,3 +179,47 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
+
+
+# -- deployment: one decorator for check, compare, simulate and sweep ----------------------------
+
+DEPLOYMENT_OPTION_NAMES = ("tp", "pp", "dp", "ep", "weights", "reserved", "budget_plot")
+
+
+def deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--tp --pp --dp --ep --weights --reserved --budget-plot``; the command receives
+    ``deployment`` (a planner Deployment; None fields = the command's or engine's default) and
+    ``budget_plot`` (a path or None)."""
+    options = [
+        click.option("--tp", type=COUNT, default=None,
+                     help="Tensor-parallel ranks per data-parallel rank: attention heads split [default: 1]."),
+        click.option("--pp", type=COUNT, default=None, help="Pipeline stages (contiguous layer split) [default: 1]."),
+        click.option("--dp", type=COUNT, default=None,
+                     help="Data-parallel attention ranks, each serving its own requests [default: 1]."),
+        click.option("--ep", type=COUNT, default=None,
+                     help="Expert-parallel ranks over the tp x dp GPUs [default: the engine's]."),
+        click.option("--weights", type=SIZE, default=None,
+                     help="Weights per device (replaces the tensor inventory / checkpoint figure)."),
+        click.option("--reserved", type=SIZE, default=None,
+                     help="Engine buffers, activations and CUDA graphs per device (replaces the engine rules' "
+                          "figures) [default: from the engine's start-up rules]."),
+        click.option("--budget-plot", default=None, metavar="FILE.png",
+                     help="Draw the device budget as a waterfall (needs matplotlib: csa-plan[plot])."),
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from csa_plan.planner.budget.deployment import Deployment
+
+        v = {name: kwargs.pop(name) for name in DEPLOYMENT_OPTION_NAMES}
+        if v["budget_plot"] is not None:
+            from csa_plan.planner.files import check_output_path
+
+            check_output_path(v["budget_plot"], "--budget-plot")  # before any work
+        deployment = Deployment(tp=v["tp"], pp=v["pp"], dp=v["dp"], ep=v["ep"], weights_bytes=v["weights"],
+                                reserved_bytes=v["reserved"])
+        return func(*args, deployment=deployment, budget_plot=v["budget_plot"], **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper

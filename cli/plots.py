@@ -131,3 +131,45 @@ def plot_compare(spec, options, layouts, path: str) -> None:
         _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def plot_budget(budget: dict[str, Any], path: str) -> str | None:
+    """The tightest stage's budget as a waterfall: each step a bar from the level before it; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); the waterfall is shown as a table"
+    steps = budget["stages"][budget["binding_stage"]]["steps"]
+    labels, bottoms, heights, colors = [], [], [], []
+    level = 0
+    for s in steps:
+        n = s["bytes"] / GiB
+        if s["kind"] in ("card", "usable", "kv"):
+            labels.append(s["label"])
+            bottoms.append(0)
+            heights.append(n)
+            colors.append("tab:green" if s["kind"] == "kv" else "tab:blue")
+            level = n
+        else:
+            labels.append(s["label"] + (" (est.)" if s["estimate"] else ""))
+            bottoms.append(level - n)
+            heights.append(n)
+            colors.append("tab:orange" if s["kind"] == "weights" else ("tab:gray" if s["estimate"] else "tab:red"))
+            level -= n
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(steps) + 1.5))
+    y = list(range(len(steps)))[::-1]
+    ax.barh(y, heights, left=bottoms, color=colors)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("GiB per GPU")
+    d = budget["deployment"]
+    ax.set_title(f"{budget['engine']}: tp {d['tp']} pp {d['pp']} dp {d['dp']} ep {d['ep']} — state pool "
+                 f"{budget['kv_memory_bytes'] / GiB:.2f} GiB")
+    fig.tight_layout()
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+    return None

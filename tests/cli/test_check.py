@@ -47,7 +47,8 @@ def test_tp_and_batch_in_json(csa):
 
 
 def test_memory_fit_and_longest_context(csa):
-    doc = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--reserved", "100GiB", "--json").json()
+    doc = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--weights", "0", "--reserved", "100GiB",
+              "--json").json()
     mem = doc["memory"]
     limit = H200 - 100 * (1 << 30)
     assert mem["limit_bytes"] == limit
@@ -56,7 +57,7 @@ def test_memory_fit_and_longest_context(csa):
 
 
 def test_does_not_fit_says_what_would(csa):
-    r = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--reserved", "78GiB", "--json")
+    r = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--weights", "0", "--reserved", "78GiB", "--json")
     assert r.code == 3
     mem = r.json()["memory"]
     assert mem["fits"] is False and mem["requests_that_fit"] == 0
@@ -68,12 +69,13 @@ def test_does_not_fit_says_what_would(csa):
     spec = load_model("deepseek-v4-pro")
     assert plan_model(spec, PlanOptions(max_seq_len=longest)).per_request_per_device_bytes <= limit
     assert plan_model(spec, PlanOptions(max_seq_len=longest + 1)).per_request_per_device_bytes > limit
-    text = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--reserved", "78GiB")
+    text = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--weights", "0", "--reserved", "78GiB")
     assert "does not fit" in text.out and f"--max-seq-len {longest}" in text.out
 
 
 def test_concurrency_inverse_question(csa):
-    doc = csa("check", "deepseek-v4-flash", "--device-memory", "141GB", "--concurrency", "64", "--json").json()
+    doc = csa("check", "deepseek-v4-flash", "--device-memory", "141GB", "--weights", "0", "--concurrency", "64",
+              "--json").json()
     n = doc["memory"]["longest_context"]
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.plan import PlanOptions, plan_model

@@ -1,0 +1,76 @@
+"""The device budget as a waterfall table (and, with --budget-plot, a chart), each step with its source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from csa_plan.cli.format import fmt_bytes, fmt_bytes_short
+
+
+def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str, Any] | None = None,
+                  engine: dict[str, Any] | None = None) -> None:
+    d = budget["deployment"]
+    binding = budget["stages"][budget["binding_stage"]]
+    if not budget["weights_fit"]:
+        console.print(f"[bold]WEIGHTS DO NOT FIT[/bold]: {fmt_bytes(binding['weights_bytes'])} of weights and "
+                      f"{fmt_bytes(binding['reserve_bytes'])} of start-up reserves per GPU against "
+                      f"{fmt_bytes(binding['usable_bytes'])} usable; no state pool is left "
+                      f"(short by {fmt_bytes(-binding['kv_memory_bytes'])}).")
+        for f in budget["smallest_fitting"]:
+            console.print(f"  smallest that fits: --tp {f['tp']} --ep {f['ep']}"
+                          + (f" --pp {f['pp']}" if f["pp"] > 1 else "") + (f" --dp {f['dp']}" if f["dp"] > 1 else "")
+                          + f" ({f['gpus']} GPUs; {fmt_bytes_short(f['weights_bytes'])} of weights, "
+                            f"{fmt_bytes_short(f['kv_memory_bytes'])} left for state per GPU)")
+        if not budget["smallest_fitting"]:
+            console.print("  no --tp up to 256 fits at this --pp and --dp")
+    where = f" (stage {binding['stage']} of {d['pp']}, the tightest)" if d["pp"] > 1 else ""
+    console.print(f"Device budget per GPU: {escape(budget['engine'])}, tp {d['tp']} pp {d['pp']} dp {d['dp']} "
+                  f"ep {d['ep']} ({d['gpus']} GPUs){where}")
+    w = budget["model_weights"]
+    if w is not None:
+        elements = f", {w['elements']:,} elements" if w["elements"] is not None else ""
+        console.print(f"Model weights: {fmt_bytes(w['total_bytes'])} in {w['tensors']:,} tensors{elements}; "
+                      f"{escape(w['note'])}")
+    table = Table(title="Waterfall (est. = csa-plan's estimate, not an engine rule)", title_justify="left")
+    table.add_column("step / source", overflow="fold")
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("left", justify="right", no_wrap=True)
+    left = 0
+    for step in binding["steps"]:
+        kind, n = step["kind"], step["bytes"]
+        if kind in ("card", "usable"):
+            left = n
+            shown = fmt_bytes_short(n)
+        elif kind == "kv":
+            left = n
+            shown = "= " + fmt_bytes_short(n)
+        else:
+            left -= n
+            shown = "- " + fmt_bytes_short(n)
+        label = escape(step["label"]) + (" (est.)" if step["estimate"] else "")
+        table.add_row(f"{label}\n[dim]  {escape(step['source'])}[/dim]", shown, fmt_bytes_short(left))
+    console.print(table)
+    if not budget["weights_fit"]:
+        return
+    console.print(f"State pool (KV memory) per GPU: {fmt_bytes(budget['kv_memory_bytes'])}")
+    fit = budget.get("requests_that_fit")
+    if fit is not None:
+        console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {escape(fit['source'])}")
+
+
+def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | None, as_json: bool) -> None:
+    """Draw the waterfall to ``path`` when asked; a missing device or matplotlib is said, not fatal."""
+    if path is None:
+        return
+    from csa_plan.cli.plots import plot_budget
+
+    if budget is None:
+        note = "--budget-plot needs a device (--device-memory): no budget was computed"
+    else:
+        note = plot_budget(budget, path)
+    target = consoles.err if as_json else consoles.out
+    target.print(escape(note) if note else f"budget chart written to {escape(path)}")

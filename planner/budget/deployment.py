@@ -1,0 +1,74 @@
+"""The deployment options every command shares, and the budget they give when a device is named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from csa_plan.planner.budget.device import Budget, BudgetRequest, budget
+from csa_plan.planner.budget.startup import StartupSettings
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.memory import DeviceBudget
+from csa_plan.planner.placement import Placement, Router
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """``--tp --pp --dp --ep --weights --reserved``; None: the command's (or engine's) default."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    weights_bytes: int | None = None
+    reserved_bytes: int | None = None
+
+    def placement(self, router: Router = Router.ROUND_ROBIN) -> Placement:
+        one = lambda v: 1 if v is None else v  # noqa: E731  (0 stays 0: Placement refuses it)
+        return Placement(tp=one(self.tp), pp=one(self.pp), dp=one(self.dp), router=router, ep=self.ep)
+
+
+def startup_settings(engine_settings: Any) -> StartupSettings:
+    """The start-up settings an engine's settings (EngineSettings, duck-typed) carry."""
+    if engine_settings is None:
+        return StartupSettings()
+    get = lambda name: getattr(engine_settings, name, None)  # noqa: E731
+    return StartupSettings(max_num_batched_tokens=get("max_num_batched_tokens"), usage=get("usage"),
+                           gpu_memory_utilization=get("gpu_memory_utilization"),
+                           chunked_prefill_size=get("chunked_prefill_size"),
+                           mem_fraction_static=get("mem_fraction_static"),
+                           speculative_tokens=get("num_speculative_tokens") or 0)
+
+
+def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
+                      engine: str | None = None, engine_settings: Any = None,
+                      kv_memory_bytes: int | None = None, placement: Placement | None = None) -> Budget | None:
+    """The device budget, or None when no device is named (then nothing changes: everything is
+    accounted, nothing refused)."""
+    if device_memory_bytes is None:
+        if deployment.weights_bytes is not None:
+            raise BadInput("options", "--weights", "needs --device-memory to subtract from")
+        if deployment.reserved_bytes:
+            raise BadInput("options", "--reserved", "needs --device-memory to subtract from")
+        return None
+    if device_memory_bytes <= 0:
+        raise BadInput("options", "--device-memory", "must be positive")
+    for name, value in (("--reserved", deployment.reserved_bytes), ("--weights", deployment.weights_bytes)):
+        if value is not None and value >= device_memory_bytes:
+            raise BadInput("options", name, f"{value} bytes is at or above the device memory "
+                           f"({device_memory_bytes} bytes)")
+    if kv_memory_bytes is not None and kv_memory_bytes <= 0:
+        raise BadInput("options", "--kv-memory", "must be positive")
+    req = BudgetRequest(model=model, card_bytes=device_memory_bytes, max_seq_len=max_seq_len, engine=engine,
+                        placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
+                        weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
+                        kv_memory_bytes=kv_memory_bytes)
+    return budget(req)
+
+
+def ledger_budget(b: Budget) -> DeviceBudget | None:
+    """The ledger limit a budget leaves (card minus everything but the state pool); None when the
+    weights do not fit (there is no pool to admit into)."""
+    if not b.fits:
+        return None
+    return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)

@@ -1,0 +1,210 @@
+"""The budget of every device of a deployment: card -> engine share -> weights -> reserves -> state pool.
+
+One budget per pipeline stage (stages hold different layers); the stage with the least
+left for the state pool binds. Each step carries its source: the tensor inventory or a
+checkpoint's headers, an option, or an engine rule's file:line. A deployment whose
+weights do not fit is reported as such, with the smallest tensor- or expert-parallel
+size that would fit (``smallest_fitting``), never as zero requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from csa_plan.planner.budget.startup import ModelDims, StageContext, StartupSettings, model_dims, startup_for
+from csa_plan.planner.budget.steps import Step, StepKind
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.placement import Placement
+from csa_plan.planner.weights.config import read_model_config
+from csa_plan.planner.weights.measured import ModelWeights, WeightsSource, model_weights
+from csa_plan.planner.weights.rules import rules_for
+from csa_plan.planner.weights.sharding import DeviceWeights, shard
+
+MAX_SEARCH_TP = 256
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """Everything a device budget reads; ``None`` overrides mean "compute this step"."""
+
+    model: str
+    card_bytes: int
+    max_seq_len: int
+    engine: str | None = None
+    placement: Placement = Placement()
+    settings: StartupSettings = StartupSettings()
+    mtp: bool | None = None               # None: loaded only with speculative decoding (engines), always (reference)
+    weights_bytes: int | None = None      # --weights (per device)
+    reserved_bytes: int | None = None     # --reserved (per device: replaces every reserve step)
+    kv_memory_bytes: int | None = None    # --kv-memory (per device: the answer itself)
+
+
+@dataclass(frozen=True)
+class StageBudget:
+    stage: int
+    layers: tuple[int, ...]
+    steps: tuple[Step, ...]
+    usable_bytes: int
+    weights_bytes: int
+    reserve_bytes: int
+    kv_memory_bytes: int                   # may be <= 0: the weights (and reserves) do not fit
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_memory_bytes > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "layers": [min(self.layers), max(self.layers)] if self.layers else [],
+                "usable_bytes": self.usable_bytes, "weights_bytes": self.weights_bytes,
+                "reserve_bytes": self.reserve_bytes, "kv_memory_bytes": self.kv_memory_bytes,
+                "fits": self.fits, "steps": [s.as_dict() for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class Budget:
+    request: BudgetRequest
+    engine: str
+    mtp: bool
+    weights: ModelWeights | None
+    device_weights: DeviceWeights | None
+    stages: tuple[StageBudget, ...]
+    resolved: dict[str, Any] = field(default_factory=dict)
+    smallest_fitting: tuple[dict[str, int], ...] = ()
+
+    @property
+    def binding(self) -> StageBudget:
+        return min(self.stages, key=lambda s: s.kv_memory_bytes)
+
+    @property
+    def kv_memory_bytes(self) -> int:
+        return self.binding.kv_memory_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.binding.fits
+
+    @property
+    def card_bytes(self) -> int:
+        return self.request.card_bytes
+
+
+def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
+    """The budget of ``req``; when the weights do not fit and ``search`` is on, also the smallest
+    --tp (engine-default EP) and --tp with full EP that would."""
+    if req.card_bytes <= 0:
+        raise BadInput("options", "--device-memory", "must be positive")
+    rules = rules_for(req.engine)
+    startup = startup_for(req.engine)
+    engine = startup.name
+    mtp = req.mtp if req.mtp is not None else (engine == "reference" or req.settings.speculative_tokens > 0)
+    config = read_model_config(req.model)
+    dims: ModelDims | None = model_dims(config.data, config.source) if config and config.data else None
+    weights = model_weights(req.model, required=req.weights_bytes is None and req.kv_memory_bytes is None)
+    device_weights = None
+    if weights is not None and weights.inventory is not None:
+        device_weights = shard(weights.inventory, rules, req.placement, mtp=mtp)
+    stages = tuple(_stage(req, s, engine, mtp, dims, weights, device_weights) for s in range(req.placement.pp))
+    resolved = startup.resolved(_context(req, 0, _layers(device_weights, 0, dims), dims))
+    result = Budget(req, engine, mtp, weights, device_weights, stages, resolved)
+    if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
+        result = replace(result, smallest_fitting=smallest_fitting(req))
+    return result
+
+
+def _layers(dw: DeviceWeights | None, stage: int, dims: ModelDims | None) -> tuple[int, ...]:
+    if dw is not None:
+        return dw.stages[stage].layers
+    return tuple(range(dims.num_main)) if dims else ()
+
+
+def _context(req: BudgetRequest, stage: int, layers: tuple[int, ...], dims: ModelDims | None) -> StageContext:
+    return StageContext(req.card_bytes, req.placement, stage, layers, req.max_seq_len, dims, req.settings)
+
+
+def _stage(req: BudgetRequest, stage: int, engine: str, mtp: bool, dims: ModelDims | None,
+           weights: ModelWeights | None, dw: DeviceWeights | None) -> StageBudget:
+    startup = startup_for(engine)
+    ctx = _context(req, stage, _layers(dw, stage, dims), dims)
+    card = req.card_bytes
+    steps = [Step(StepKind.CARD, "card memory", card, "--device-memory")]
+    usable = startup.usable(ctx)
+    steps.append(Step(StepKind.USABLE, f"{engine} usable share ({usable.fraction})", usable.bytes, usable.source,
+                      usable.estimate))
+    w_bytes, w_steps = _weights_steps(req, stage, weights, dw)
+    steps += w_steps
+    if req.reserved_bytes is not None:
+        reserves: tuple[Step, ...] = (Step(StepKind.RESERVE, "engine buffers, activations, CUDA graphs",
+                                           req.reserved_bytes, "option --reserved"),)
+    else:
+        reserves = startup.reserves(ctx)
+    steps += reserves
+    r_bytes = sum(s.bytes for s in reserves)
+    if req.kv_memory_bytes is not None:
+        kv = req.kv_memory_bytes
+        steps.append(Step(StepKind.KV, "state pool (KV memory)", kv, "option --kv-memory (replaces the steps above)"))
+    else:
+        kv = usable.bytes - w_bytes - r_bytes
+        steps.append(Step(StepKind.KV, "state pool (KV memory)", kv,
+                          "usable - weights - reserves" + (" (estimates included)" if any(s.estimate for s in steps)
+                                                           else "")))
+    return StageBudget(stage, ctx.layers, tuple(steps), usable.bytes, w_bytes, r_bytes, kv)
+
+
+def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
+                   dw: DeviceWeights | None) -> tuple[int, list[Step]]:
+    if req.weights_bytes is not None:
+        return req.weights_bytes, [Step(StepKind.WEIGHTS, "weights on this device", req.weights_bytes,
+                                        "option --weights")]
+    if weights is None:
+        if req.kv_memory_bytes is not None:
+            return 0, []
+        raise BadInput(req.model, None, "no weight figure for this model (no tensor inventory, no safetensors "
+                       "files): give --weights SIZE per device (0 if the weights live elsewhere)")
+    p = req.placement
+    if dw is None:  # a checkpoint of an architecture with no inventory: split evenly
+        devices = p.tp * p.dp * p.pp
+        per = -(-weights.total_bytes // devices)
+        return per, [Step(StepKind.WEIGHTS, f"weights: {weights.total_bytes:,} B / {devices} devices", per,
+                          f"{weights.note}; even split (no sharding rules without an inventory)", estimate=True)]
+    s = dw.stages[stage]
+    rules = rules_for(req.engine)
+    first, last = (min(s.layers), max(s.layers)) if s.layers else (0, 0)
+    source = f"{'inventory' if weights.source is WeightsSource.INVENTORY else weights.source.value}; " \
+             f"{rules.name} sharding (layers {first}-{last}, ep {dw.ep}, moe tp {dw.moe_tp})"
+    steps = [Step(StepKind.WEIGHTS, "weights on this device", s.nbytes, source)]
+    total = s.nbytes
+    delta = weights.inventory_delta_bytes
+    if delta is not None and delta < 0:
+        steps.append(Step(StepKind.WEIGHTS, "checkpoint bytes the inventory does not place", -delta,
+                          f"{weights.note}; counted on every device (an upper bound)", estimate=True))
+        total += -delta
+    return total, steps
+
+
+def smallest_fitting(req: BudgetRequest) -> tuple[dict[str, int], ...]:
+    """The smallest --tp that fits with the engine's default EP, and the smallest with full EP
+    (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped."""
+    found: list[dict[str, int]] = []
+    p = req.placement
+    for full_ep in (False, True):
+        tp = 1
+        while tp <= MAX_SEARCH_TP:
+            ep = tp * p.dp if full_ep else None
+            trial = replace(req, placement=Placement(tp=tp, pp=p.pp, dp=p.dp, router=p.router, ep=ep))
+            try:
+                result = budget(trial, search=False)
+            except BadInput:
+                result = None
+            if result is not None and result.fits:
+                found.append({"tp": tp, "pp": p.pp, "dp": p.dp, "ep": result.device_weights.ep
+                              if result.device_weights else (ep or 1), "gpus": tp * p.dp * p.pp,
+                              "weights_bytes": result.binding.weights_bytes,
+                              "kv_memory_bytes": result.kv_memory_bytes})
+                break
+            tp += 1
+    unique = []
+    for f in found:
+        if f not in unique:
+            unique.append(f)
+    return tuple(unique)

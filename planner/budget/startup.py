@@ -1,0 +1,297 @@
+"""What each engine keeps of the card and reserves at start-up besides weights and the state pool.
+
+Each engine is a ``StartupRules`` entry in ``STARTUP`` (a new engine is a new entry). The
+figures are the engines' own rules from their releases (file:line into vLLM 0.33.0 and
+SGLang 0.5.23); a figure no rule gives is marked as csa-plan's estimate, and ``--reserved``
+replaces all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any, Callable, Mapping
+
+from csa_plan.planner.budget.steps import Step, StepKind, Usable
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.placement import Placement
+from csa_plan.planner.units import GiB, MiB, ceil_div, round_up
+from csa_plan.planner.values import read_int
+
+
+@dataclass(frozen=True)
+class StartupSettings:
+    """Engine settings a start-up budget reads; None = the engine's default for the card."""
+
+    max_num_batched_tokens: int | None = None    # vLLM
+    usage: str | None = None                      # vLLM: "serve" (vllm serve) or "llm" (the LLM class)
+    gpu_memory_utilization: float | None = None   # vLLM
+    chunked_prefill_size: int | None = None       # SGLang
+    mem_fraction_static: float | None = None      # SGLang
+    cuda_graph_max_bs: int | None = None          # SGLang
+    speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The config sizes the start-up buffers depend on (from a checkpoint config)."""
+
+    hidden: int
+    hc_mult: int
+    index_topk: int
+    max_position_embeddings: int
+    rope_head_dim: int
+    compress_ratios: tuple[int, ...]   # main layers, then MTP layers
+    num_main: int
+
+    def ratios_of(self, layers: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(self.compress_ratios[i] for i in layers)
+
+
+def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
+    """None when the config lacks a field (a budget then lists the buffers as not modelled)."""
+    keys = ("hidden_size", "hc_mult", "index_topk", "max_position_embeddings", "num_hidden_layers")
+    if not all(k in config for k in keys) or not isinstance(config.get("compress_ratios"), list):
+        return None
+    return ModelDims(read_int(source, "hidden_size", config["hidden_size"]),
+                     read_int(source, "hc_mult", config["hc_mult"]),
+                     read_int(source, "index_topk", config["index_topk"]),
+                     read_int(source, "max_position_embeddings", config["max_position_embeddings"]),
+                     read_int(source, "qk_rope_head_dim", config.get("qk_rope_head_dim", 64)),
+                     tuple(read_int(source, "compress_ratios", r) for r in config["compress_ratios"]),
+                     read_int(source, "num_hidden_layers", config["num_hidden_layers"]))
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What one pipeline stage's start-up depends on."""
+
+    card_bytes: int
+    placement: Placement
+    stage: int
+    layers: tuple[int, ...]   # decoder layers on this stage (MTP layers included when loaded)
+    max_seq_len: int
+    dims: ModelDims | None
+    settings: StartupSettings
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.placement.pp - 1
+
+
+@dataclass(frozen=True)
+class StartupRules:
+    name: str
+    usable: Callable[[StageContext], Usable]
+    reserves: Callable[[StageContext], tuple[Step, ...]]
+    resolved: Callable[[StageContext], dict[str, Any]]   # the settings after defaults, for the output
+
+
+# --- vLLM 0.33.0 -----------------------------------------------------------------------------------
+
+VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
+
+
+def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None) -> tuple[int, str]:
+    """engine/arg_utils.py:2983-2996 (applied at :3159-3181): by card memory and usage context."""
+    llm = usage == "llm"
+    if card_bytes >= 160 * GiB:
+        return 16384, "engine/arg_utils.py:2973-2982 (>= 160 GiB card)"
+    if card_bytes >= 70 * GiB:
+        return (16384 if llm else 8192), "engine/arg_utils.py:2983-2996 (70-160 GiB card, " + \
+            ("LLM class)" if llm else "vllm serve)")
+    return (8192 if llm else 2048), "engine/arg_utils.py:2997-3005 (smaller card)"
+
+
+def _vllm_mnbt(c: StageContext) -> tuple[int, str]:
+    if c.settings.max_num_batched_tokens is not None:
+        return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
+    return vllm_max_num_batched_tokens(c.card_bytes, c.settings.usage)
+
+
+def _vllm_usable(c: StageContext) -> Usable:
+    util = c.settings.gpu_memory_utilization
+    source = "option --gpu-memory-utilization" if util is not None else "config/cache.py:215 default"
+    util = VLLM_UTIL_DEFAULT if util is None else util
+    if not 0 < util <= 1:
+        raise BadInput("options", "--gpu-memory-utilization", f"must be in (0, 1], got {util}")
+    requested = math.ceil(c.card_bytes * Fraction(str(util)))  # v1/worker/utils.py:716-726
+    return Usable(requested, f"gpu_memory_utilization {util}",
+                  f"requested = ceil(total x {util}) (v1/worker/utils.py:716-726; {source})")
+
+
+def _rope_tables(c: StageContext) -> int:
+    """Distinct RoPE kinds on the stage: YaRN on compressed layers, plain on sliding-window ones."""
+    assert c.dims is not None
+    ratios = c.dims.ratios_of(c.layers)
+    return int(any(r > 1 for r in ratios)) + int(any(r <= 1 for r in ratios))
+
+
+def _vllm_reserves(c: StageContext) -> tuple[Step, ...]:
+    if c.dims is None:
+        return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
+                     "pass --reserved"),)
+    d, mnbt = c.dims, _vllm_mnbt(c)[0]
+    L = c.max_seq_len
+    ratios = d.ratios_of(c.layers)
+    mtp_here = c.settings.speculative_tokens > 0 and c.last
+    steps = [Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {d.index_topk}] int32",
+                  mnbt * d.index_topk * 4 * (2 if mtp_here else 1),
+                  "models/deepseek_v4/nvidia/model.py:848-852" + ("; drafter's: nvidia/mtp.py:221-225"
+                                                                   if mtp_here else ""))]
+    tables = _rope_tables(c)
+    steps.append(Step(StepKind.RESERVE, f"RoPE cos/sin tables, {tables} x fp32 [{d.max_position_embeddings}, "
+                      f"{d.rope_head_dim}]", tables * d.max_position_embeddings * d.rope_head_dim * 4,
+                      "models/deepseek_v4/common/rope.py:28-52; rotary_embedding/__init__.py:74-85 (cached by key)"))
+    if c.first:
+        mix = (2 + d.hc_mult) * d.hc_mult
+        steps.append(Step(StepKind.RESERVE, f"hc_attn_fn_broadcast [{mix}, {d.hidden}] fp32", mix * d.hidden * 4,
+                          "models/deepseek_v4/nvidia/model.py:1210-1223"))
+    if mtp_here:
+        steps.append(Step(StepKind.RESERVE, f"MTP hidden buffer [{mnbt}, {d.hc_mult * d.hidden}] bf16",
+                          mnbt * d.hc_mult * d.hidden * 2, "models/deepseek_v4/nvidia/model.py:902-913"))
+    compressed = [r for r in ratios if r > 1]
+    if compressed:
+        ratio = min(compressed)
+        m = ceil_div(L, ratio) + 128 + mnbt
+        prefill = 4 * m * 512 * 2 + mnbt * round_up(d.index_topk + 128, 128) * 4 + mnbt * 4
+        steps.append(Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})", prefill,
+                          "models/deepseek_v4/nvidia/flashmla.py:105-131, attention.py:156 (profile run)"))
+    if 4 in ratios:
+        factor = 5 if L <= 256 * 1024 else 2
+        t = L * 8 * factor // 4
+        steps.append(Step(StepKind.RESERVE, f"indexer K-gather workspace (T = {t:,})", t * 128 + t * 4,
+                          "v1/attention/backends/mla/indexer.py:916-927; config/vllm.py:1866-1874 (profile run)"))
+        steps.append(Step(StepKind.RESERVE, "indexer radix top-k workspace", 1 * MiB,
+                          "model_executor/layers/indexer_topk.py:15"))
+        steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
+                          "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:481-510"))
+    steps.append(Step(StepKind.RESERVE, "other activations, NCCL/cuBLAS and CUDA graphs", VLLM_OTHER_ESTIMATE,
+                      "csa-plan estimate (vLLM measures these at start-up: profile run, gpu_worker.py:683-757; "
+                      "CUDA graphs, gpu_worker.py:707-725); replace with --reserved", estimate=True))
+    return tuple(steps)
+
+
+VLLM_OTHER_ESTIMATE = 2 * GiB
+
+
+def _vllm_resolved(c: StageContext) -> dict[str, Any]:
+    mnbt, src = _vllm_mnbt(c)
+    util = c.settings.gpu_memory_utilization
+    return {"max_num_batched_tokens": {"value": mnbt, "source": src},
+            "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
+                                       "source": "given" if util is not None else "config/cache.py:215"}}
+
+
+VLLM = StartupRules("vllm-0.33", _vllm_usable, _vllm_reserves, _vllm_resolved)
+
+
+# --- SGLang 0.5.23 ---------------------------------------------------------------------------------
+
+def sglang_tier(card_bytes: int, tp_size: int) -> tuple[int, int, str]:
+    """(chunked_prefill_size, decode CUDA-graph max_bs) by card memory (arg_groups/memory_hook.py:88-170);
+    tp_size is SGLang's, i.e. tp x dp here."""
+    mib = card_bytes // MiB
+    if mib < 20 * 1024:
+        return 2048, 8, "arg_groups/memory_hook.py:90-100 (< 20 GiB)"
+    if mib < 35 * 1024:
+        return 4096, (48 if tp_size < 4 else 160), "arg_groups/memory_hook.py:101-117 (20-35 GiB)"
+    if mib < 60 * 1024:
+        return 4096, (32 if tp_size < 4 else 160), "arg_groups/memory_hook.py:118-131 (35-60 GiB)"
+    if mib < 90 * 1024:
+        return 8192, (256 if tp_size < 4 else 512), "arg_groups/memory_hook.py:132-145 (60-90 GiB: H100, A100)"
+    if mib < 160 * 1024:
+        return 8192, (256 if tp_size < 4 else 512), "arg_groups/memory_hook.py:146-159 (90-160 GiB: H20, H200)"
+    return 16384, 512, "arg_groups/memory_hook.py:160-170 (>= 160 GiB: B200)"
+
+
+def sglang_reserved_mib(c: StageContext) -> tuple[float, str]:
+    """memory_hook.py:281-343 and reserve_for_graph_mb (:357-399); DSv4 has no prefill-graph term."""
+    p = c.placement
+    tp_size = p.tp * p.dp
+    chunk, max_bs, _ = sglang_tier(c.card_bytes, tp_size)
+    if c.settings.chunked_prefill_size is not None:
+        chunk = c.settings.chunked_prefill_size
+    if c.settings.cuda_graph_max_bs is not None:
+        max_bs = c.settings.cuda_graph_max_bs
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp_size * p.pp / 8 * 1024
+    graph = max_bs * 2.0
+    if p.dp > 1:  # DP attention
+        graph += max_bs * p.dp * 3
+        if max_bs > 300:
+            graph += max_bs * p.dp * 1.5
+    reserved += graph
+    mib = c.card_bytes // MiB
+    floor = mib > 60 * 1024 and reserved < 10 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    how = (f"512 + max({chunk}, 2048) x 1.5 + {tp_size} x {p.pp} / 8 x 1024 + graphs {graph:g}"
+           + (" -> floor 10 GiB" if floor else ""))
+    return reserved, how
+
+
+def _sglang_fraction(c: StageContext) -> tuple[float, str]:
+    if c.settings.mem_fraction_static is not None:
+        f = c.settings.mem_fraction_static
+        if not 0 < f <= 1:
+            raise BadInput("options", "--mem-fraction-static", f"must be in (0, 1], got {f}")
+        return f, "option --mem-fraction-static"
+    mib = c.card_bytes // MiB
+    reserved, how = sglang_reserved_mib(c)
+    return round((mib - reserved) / mib, 3), f"round((gpu_mem - reserved) / gpu_mem, 3), reserved MiB = {how} " \
+        "(arg_groups/memory_hook.py:281-343, 357-399)"
+
+
+def _sglang_usable(c: StageContext) -> Usable:
+    f, how = _sglang_fraction(c)
+    usable = int(Fraction(c.card_bytes) * Fraction(str(f)))
+    return Usable(usable, f"mem_fraction_static {f}",
+                  f"KV pool = free after load - pre-load memory x (1 - {f}) "
+                  f"(mem_cache/kv_cache_configurator.py:2990-3038); {how}; pre-load memory taken as the card")
+
+
+def _sglang_reserves(c: StageContext) -> tuple[Step, ...]:
+    if c.dims is None:
+        return ()
+    d = c.dims
+    tables = _rope_tables(c)
+    return (Step(StepKind.RESERVE, f"RoPE freqs_cis, {tables} x complex64 [{d.max_position_embeddings}, "
+                 f"{d.rope_head_dim // 2}]", tables * d.max_position_embeddings * (d.rope_head_dim // 2) * 8,
+                 "kernels/ops/attention/dsv4/rope.py:27-68 (lru_cache(2)); models/deepseek_v4.py:1199-1200"),)
+
+
+def _sglang_resolved(c: StageContext) -> dict[str, Any]:
+    chunk, max_bs, src = sglang_tier(c.card_bytes, c.placement.tp * c.placement.dp)
+    f, how = _sglang_fraction(c)
+    return {"chunked_prefill_size": {"value": c.settings.chunked_prefill_size or chunk, "source": src},
+            "cuda_graph_max_bs": {"value": c.settings.cuda_graph_max_bs or max_bs, "source": src},
+            "mem_fraction_static": {"value": f, "source": how}}
+
+
+SGLANG = StartupRules("sglang-0.5.23", _sglang_usable, _sglang_reserves, _sglang_resolved)
+
+
+# --- no engine named -------------------------------------------------------------------------------
+
+REFERENCE = StartupRules(
+    "reference",
+    lambda c: Usable(c.card_bytes, "1", "no engine named: the whole card (no utilisation factor); "
+                     "name one with --engine"),
+    lambda c: (),
+    lambda c: {},
+)
+
+STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)}
+
+
+def startup_for(engine: str | None) -> StartupRules:
+    return STARTUP.get(engine or "reference", REFERENCE)
+
+
+def with_placement(c: StageContext, placement: Placement) -> StageContext:
+    return replace(c, placement=placement)
