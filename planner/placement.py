@@ -38,7 +38,7 @@ class Placement:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadInput("options", f"--{name}", f"must be a positive integer, got {value!r}")
-            cap = {"tp": MAX_TP, "pp": MAX_PP, "dp": MAX_DP}[name]
+            cap = {"tp": MAX_TP, "pp": MAX_PP, "dp": MAX_DP, "ep": MAX_DEVICES}[name]
             if value > cap:
                 raise BadInput("options", f"--{name}", f"{value:,} is more than {cap:,} (MAX_{name.upper()})")
         if self.tp * self.pp * self.dp > MAX_DEVICES:
