@@ -25,7 +25,7 @@ from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryEr
 
 KERNEL_DIR = Path(__file__).resolve().parent
 CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu")
-HEADERS = ("csa_common.cuh", "cuda_emu.h")
+HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
 KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge")
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
@@ -196,6 +196,9 @@ _SIGNATURES = {
     "emu_shuffle": [_U, _P, _P],
     "emu_ftz_probe": [_U, _P, _P],
     "csa_emu_set_ftz": [_I],
+    "emu_mma_bf16": [_P, _P, _P],
+    "emu_mma_e4m3": [_P, _P, _P],
+    "emu_cp_async": [_P, _P, _P, _P, _I],
 }
 
 

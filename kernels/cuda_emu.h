@@ -18,6 +18,22 @@
 // and results are flushed to sign-preserving zero). A launch sets the SSE FTZ and DAZ
 // bits for its duration (restored after) so float arithmetic here flushes the same way;
 // emu::g().ftz = false (csa_emu_set_ftz(0)) turns that off.
+// Tensor-core and asynchronous-copy primitives (the sm_80+/sm_89+ PTX the fast kernels use
+// through csa_ptx.cuh) are emulated with their documented semantics:
+// - csa_mma_bf16_16816 / csa_mma_e4m3_16832 are warp collectives (mma.sync.aligned
+//   m16n8k16 .bf16 and m16n8k32 .e4m3, f32 accumulate): every lane of the warp must reach
+//   the same mma, each contributes its A/B/C fragment registers in the PTX ISA layout
+//   (groupID = lane>>2, threadID_in_group = lane&3), and each gets its D fragment back.
+//   Products are exact; each lane's four D values are the C value plus the K products
+//   summed in double and rounded once to float (the hardware's order is unspecified).
+// - csa_cp_async16 (cp.async.cg 16 B, with the src-size zero-fill operand) requires both
+//   addresses 16-byte aligned and copies nothing until the issuing thread waits: copies
+//   join the thread's open group, csa_cp_async_commit closes it, csa_cp_async_wait<N>
+//   completes all but the newest N committed groups. A read of the destination before the
+//   wait (or, for another thread, before the wait and a barrier) sees the old bytes, so a
+//   missing wait or barrier shows up as a wrong answer. Pending copies complete at exit.
+// - Dynamic shared memory (CSA_DYN_SMEM) is one buffer of the launch's size, filled with
+//   0xFF bytes (a NaN pattern) before every block.
 #pragma once
 #ifndef __CUDACC__
 
@@ -56,7 +72,16 @@ struct dim3 {
 namespace emu {
 
 enum class St { Ready, AtBlock, AtWarp, Done };
-enum class Xmode { Shfl, Ballot };
+enum class Xmode { Shfl, Ballot, Coll };
+
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes, src_bytes;
+};
+
+// A warp collective: every lane passes a pointer to its operands; fn gets all 32.
+typedef void (*CollectiveFn)(void* const* lanes);
 
 struct Fiber {
   ucontext_t ctx;
@@ -67,6 +92,10 @@ struct Fiber {
   uint64_t xval = 0, result = 0;
   int src = 0;
   unsigned mask = 0;
+  CollectiveFn coll = nullptr;
+  void* coll_arg = nullptr;
+  std::vector<AsyncCopy> open_copies;
+  std::vector<std::vector<AsyncCopy>> groups;
 };
 
 struct Grid {
@@ -80,6 +109,8 @@ struct Grid {
   std::string error;
   long long barriers = 0;
   bool ftz = true;  // emulate -ftz=true (see the header comment)
+  std::vector<unsigned char> dyn_smem;
+  long long collectives = 0, async_copies = 0;
 };
 
 inline Grid& g() {
@@ -122,9 +153,20 @@ inline uint64_t warp_exchange(unsigned mask, Xmode mode, uint64_t val, int src) 
   return f->result;
 }
 
+inline void complete_group(std::vector<AsyncCopy>& grp) {
+  for (const AsyncCopy& c : grp) {
+    std::memcpy(c.dst, c.src, (size_t)c.src_bytes);
+    if (c.bytes > c.src_bytes) std::memset((char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+  }
+  grp.clear();
+}
+
 inline void trampoline() {
   Grid& G = g();
   G.body();
+  for (auto& grp : G.cur->groups) complete_group(grp);
+  complete_group(G.cur->open_copies);
+  G.cur->groups.clear();
   G.cur->state = St::Done;
   swapcontext(&G.cur->ctx, &G.sched);
 }
@@ -152,6 +194,27 @@ inline bool release_warps(Grid& G, int nthreads) {
       return false;
     }
     if (at != w1 - w0) continue;
+    bool any_coll = false;
+    for (int i = w0; i < w1; ++i) any_coll = any_coll || G.fibers[i].mode == Xmode::Coll;
+    if (any_coll) {
+      void* args[32] = {};
+      for (int i = w0; i < w1; ++i) {
+        if (G.fibers[i].mode != Xmode::Coll || G.fibers[i].coll != G.fibers[w0].coll) {
+          G.error = "warp collective (mma) reached by some lanes while others wait at a different warp op" + where(G);
+          return false;
+        }
+        args[i - w0] = G.fibers[i].coll_arg;
+      }
+      if (w1 - w0 != 32) {
+        G.error = "warp collective (mma) needs a full warp of 32 lanes" + where(G);
+        return false;
+      }
+      G.fibers[w0].coll(args);
+      ++G.collectives;
+      for (int i = w0; i < w1; ++i) G.fibers[i].state = St::Ready;
+      progress = true;
+      continue;
+    }
     uint64_t ballot = 0;
     for (int i = w0; i < w1; ++i)
       if (G.fibers[i].xval) ballot |= 1ull << (i - w0);
@@ -170,9 +233,23 @@ inline bool release_warps(Grid& G, int nthreads) {
   return progress;
 }
 
+inline void warp_collective(CollectiveFn fn, void* arg) {
+  Grid& G = g();
+  Fiber* f = G.cur;
+  f->mode = Xmode::Coll;
+  f->coll = fn;
+  f->coll_arg = arg;
+  f->state = St::AtWarp;
+  swapcontext(&f->ctx, &G.sched);
+  f->mode = Xmode::Shfl;
+}
+
 inline int run_block(Grid& G, int nthreads) {
+  if (!G.dyn_smem.empty()) std::memset(G.dyn_smem.data(), 0xFF, G.dyn_smem.size());
   for (int i = 0; i < nthreads; ++i) {
     Fiber& f = G.fibers[i];
+    f.open_copies.clear();
+    f.groups.clear();
     f.linear = i;
     f.tid = dim3(i % G.block.x, (i / G.block.x) % G.block.y, i / (G.block.x * G.block.y));
     f.lane = i % 32;
@@ -217,8 +294,13 @@ inline int run_block(Grid& G, int nthreads) {
 }
 
 // Run body() as a grid; returns 0, or -1 with last_error() set.
-inline int launch(dim3 grid, dim3 block, std::function<void()> body) {
+inline int launch(dim3 grid, dim3 block, std::function<void()> body, size_t dyn_smem_bytes = 0) {
   Grid& G = g();
+  if (dyn_smem_bytes > 227 * 1024) {
+    last_error() = "dynamic shared memory " + std::to_string(dyn_smem_bytes) + " B exceeds sm_90's 227 KB";
+    return -1;
+  }
+  G.dyn_smem.assign(dyn_smem_bytes, 0xFF);
   int nthreads = (int)(block.x * block.y * block.z);
   if (nthreads <= 0 || nthreads > 1024) {
     last_error() = "invalid block size " + std::to_string(nthreads);
@@ -268,7 +350,131 @@ inline T from_bits(uint64_t u) {
   return v;
 }
 
+// --- tensor cores: mma.sync.aligned fragments (PTX ISA "Matrix fragments for mma.m16n8k16"
+// with .bf16 and "mma.m16n8k32" with .e4m3); groupID g = lane >> 2, thread-in-group t = lane & 3.
+struct MmaLane {
+  float* d;
+  const unsigned* a;
+  const unsigned* b;
+  const float* c;
+};
+
+inline float bf16_value(unsigned bits16) {
+  unsigned u = (bits16 & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float e4m3_value(unsigned c) {  // E4M3FN: no infinities, S.1111.111 is NaN
+  c &= 0xffu;
+  if ((c & 0x7fu) == 0x7fu) return NAN;
+  unsigned e = (c >> 3) & 15u, m = c & 7u;
+  float v = e == 0 ? (float)m * 0.001953125f : std::ldexp(1.0f + (float)m * 0.125f, (int)e - 7);
+  return (c & 0x80u) ? -v : v;
+}
+
+// A 16xK row-major, B Kx8 column-major, C/D 16x8 f32: element getters per the fragment layouts.
+template <int K, float (*A)(void* const*, int, int), float (*B)(void* const*, int, int)>
+inline void mma_run(void* const* lanes) {
+  float out[32][4];
+  for (int lane = 0; lane < 32; ++lane) {
+    const MmaLane* L = (const MmaLane*)lanes[lane];
+    int gid = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      int row = gid + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+      double acc = 0.0;
+      for (int k = 0; k < K; ++k) acc += (double)A(lanes, row, k) * (double)B(lanes, k, col);
+      out[lane][i] = (float)(acc + (double)L->c[i]);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const MmaLane* L = (const MmaLane*)lanes[lane];
+    for (int i = 0; i < 4; ++i) L->d[i] = out[lane][i];
+  }
+}
+
+// m16n8k16 .bf16: A regs a0..a3 hold pairs (row g | g+8, col 2t+{0,1} | +8); B regs b0,b1 hold
+// (row 2t+{0,1} | +8, col g). The lower half of a register is the lower column / row index.
+inline float a_bf16(void* const* lanes, int row, int k) {
+  int gid = row & 7, t = (k & 7) >> 1, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+  unsigned r = ((const MmaLane*)lanes[gid * 4 + t])->a[reg];
+  return bf16_value((k & 1) ? r >> 16 : r);
+}
+inline float b_bf16(void* const* lanes, int k, int col) {
+  int t = (k & 7) >> 1, reg = k >= 8 ? 1 : 0;
+  unsigned r = ((const MmaLane*)lanes[col * 4 + t])->b[reg];
+  return bf16_value((k & 1) ? r >> 16 : r);
+}
+// m16n8k32 .e4m3: A regs a0..a3 hold 4 bytes each (row g | g+8, col 4t+{0..3} | +16); B regs
+// b0,b1 hold 4 bytes (row 4t+{0..3} | +16, col g). Byte i of a register is element i.
+inline float a_e4m3(void* const* lanes, int row, int k) {
+  int gid = row & 7, t = (k & 15) >> 2, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+  unsigned r = ((const MmaLane*)lanes[gid * 4 + t])->a[reg];
+  return e4m3_value(r >> (8 * (k & 3)));
+}
+inline float b_e4m3(void* const* lanes, int k, int col) {
+  int t = (k & 15) >> 2, reg = k >= 16 ? 1 : 0;
+  unsigned r = ((const MmaLane*)lanes[col * 4 + t])->b[reg];
+  return e4m3_value(r >> (8 * (k & 3)));
+}
+
+inline void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+  Fiber* f = cur();
+  if (((uintptr_t)dst & 15u) || ((uintptr_t)src & 15u)) {
+    char b[128];
+    std::snprintf(b, sizeof b, "cp.async 16 B with a misaligned address (shared %p, global %p)", dst, src);
+    fail(b);
+  }
+  if (src_bytes < 0 || src_bytes > bytes) fail("cp.async src-size outside 0..16");
+  f->open_copies.push_back(AsyncCopy{dst, src, bytes, src_bytes});
+  ++g().async_copies;
+}
+
 }  // namespace emu
+
+// The csa_ptx.cuh primitives, emulated (same names and arguments as the device versions).
+inline void csa_mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+  float c[4] = {d[0], d[1], d[2], d[3]};
+  emu::MmaLane L{d, a, b, c};
+  emu::warp_collective(emu::mma_run<16, emu::a_bf16, emu::b_bf16>, &L);
+}
+inline void csa_mma_e4m3_16832(float d[4], const unsigned a[4], const unsigned b[2]) {
+  float c[4] = {d[0], d[1], d[2], d[3]};
+  emu::MmaLane L{d, a, b, c};
+  emu::warp_collective(emu::mma_run<32, emu::a_e4m3, emu::b_e4m3>, &L);
+}
+inline void csa_cp_async16(void* smem, const void* gmem, int src_bytes) { emu::cp_async(smem, gmem, 16, src_bytes); }
+inline void csa_cp_async_commit() {
+  emu::Fiber* f = emu::cur();
+  f->groups.push_back(std::move(f->open_copies));
+  f->open_copies.clear();
+}
+template <int N>
+inline void csa_cp_async_wait() {
+  emu::Fiber* f = emu::cur();
+  while ((int)f->groups.size() > N) {
+    emu::complete_group(f->groups.front());
+    f->groups.erase(f->groups.begin());
+  }
+}
+// E4M3 pair (low byte first) to two floats, as cvt.rn.f16x2.e4m3x2 then f16 -> f32.
+inline void csa_e4m3x2_to_float2(unsigned pair, float* lo, float* hi) {
+  *lo = emu::e4m3_value(pair);
+  *hi = emu::e4m3_value(pair >> 8);
+}
+// Two floats to packed BF16 (round to nearest even, low half = lo), as cvt.rn.bf16x2.f32.
+inline unsigned csa_pack_bf16x2(float lo, float hi) {
+  auto rn = [](float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;  // NaN stays NaN
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  };
+  return rn(lo) | (rn(hi) << 16);
+}
+#define CSA_DYN_SMEM(T, name) T* name = (T*)emu::g().dyn_smem.data()
+#define __align__(n) alignas(n)
 
 #define threadIdx (emu::cur()->tid)
 #define blockIdx (emu::g().block_idx)

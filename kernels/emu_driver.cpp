@@ -86,3 +86,78 @@ int emu_shuffle(unsigned bx, int* out, unsigned* ballot) {
   return emu::launch(dim3(1, 1, 1), dim3(bx, 1, 1), [=] { csa_emu_shuffle(out, ballot); });
 }
 }
+
+// mma self-test: one warp multiplies A (16xK, row-major) by B (Kx8, row-major here) with the
+// fragments assembled per the PTX ISA layouts; bf16 (K=16, A/B given as bf16 bits) or e4m3
+// (K=32, A/B given as bytes). D comes back row-major 16x8.
+extern "C" {
+__global__ void csa_emu_mma_bf16(const unsigned short* A, const unsigned short* B, float* D) {
+  int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  unsigned a[4], b[2];
+  for (int r = 0; r < 4; ++r) {
+    int row = g + ((r & 1) ? 8 : 0), col = 2 * t + ((r & 2) ? 8 : 0);
+    a[r] = A[row * 16 + col] | ((unsigned)A[row * 16 + col + 1] << 16);
+  }
+  for (int r = 0; r < 2; ++r) {
+    int k = 2 * t + (r ? 8 : 0);
+    b[r] = B[k * 8 + g] | ((unsigned)B[(k + 1) * 8 + g] << 16);
+  }
+  float d[4] = {0, 0, 0, 0};
+  csa_mma_bf16_16816(d, a, b);
+  csa_mma_bf16_16816(d, a, b);  // accumulates: D = 2 A B
+  for (int i = 0; i < 4; ++i) D[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+int emu_mma_bf16(const unsigned short* A, const unsigned short* B, float* D) {
+  return emu::launch(dim3(1, 1, 1), dim3(32, 1, 1), [=] { csa_emu_mma_bf16(A, B, D); });
+}
+__global__ void csa_emu_mma_e4m3(const unsigned char* A, const unsigned char* B, float* D) {
+  int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  unsigned a[4], b[2];
+  for (int r = 0; r < 4; ++r) {
+    int row = g + ((r & 1) ? 8 : 0), col = 4 * t + ((r & 2) ? 16 : 0);
+    a[r] = 0;
+    for (int i = 0; i < 4; ++i) a[r] |= (unsigned)A[row * 32 + col + i] << (8 * i);
+  }
+  for (int r = 0; r < 2; ++r) {
+    int k = 4 * t + (r ? 16 : 0);
+    b[r] = 0;
+    for (int i = 0; i < 4; ++i) b[r] |= (unsigned)B[(k + i) * 8 + g] << (8 * i);
+  }
+  float d[4] = {0, 0, 0, 0};
+  csa_mma_e4m3_16832(d, a, b);
+  for (int i = 0; i < 4; ++i) D[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+int emu_mma_e4m3(const unsigned char* A, const unsigned char* B, float* D) {
+  return emu::launch(dim3(1, 1, 1), dim3(32, 1, 1), [=] { csa_emu_mma_e4m3(A, B, D); });
+}
+
+// cp.async self-test (64 threads, 16 B each of a 1 KiB source, two groups): before[i] is what
+// thread i reads of its own destination right after issuing (old bytes: 0xFF), mid[i] after
+// wait_group<1> (first group landed, second not), out the destination after wait<0> + barrier
+// read by a different thread. misalign != 0 offsets the global address by that many bytes.
+__global__ void csa_emu_cp_async(const unsigned char* src, unsigned char* before, unsigned char* mid,
+                                 unsigned char* out, int misalign) {
+  CSA_DYN_SMEM(unsigned char, cpbuf);
+  int t = threadIdx.x;
+  csa_cp_async16(cpbuf + 16 * t, src + 16 * t + misalign, 16);
+  csa_cp_async_commit();
+  csa_cp_async16(cpbuf + 1024 + 16 * t, src + 16 * t, 8);  // 8 bytes read, 8 zero-filled
+  csa_cp_async_commit();
+  before[t] = cpbuf[16 * t];
+  csa_cp_async_wait<1>();
+  mid[2 * t] = cpbuf[16 * t];
+  mid[2 * t + 1] = cpbuf[1024 + 16 * t];
+  csa_cp_async_wait<0>();
+  __syncthreads();
+  int o = (t + 1) % 64;
+  for (int i = 0; i < 16; ++i) {
+    out[16 * o + i] = cpbuf[16 * o + i];
+    out[1024 + 16 * o + i] = cpbuf[1024 + 16 * o + i];
+  }
+}
+int emu_cp_async(const unsigned char* src, unsigned char* before, unsigned char* mid, unsigned char* out,
+                 int misalign) {
+  return emu::launch(dim3(1, 1, 1), dim3(64, 1, 1), [=] { csa_emu_cp_async(src, before, mid, out, misalign); },
+                     2048);
+}
+}

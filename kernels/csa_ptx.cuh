@@ -1,0 +1,65 @@
+// csa_ptx.cuh — the tensor-core, asynchronous-copy and FP8-conversion primitives of the
+// fast kernels (attn_tc.cu, index_tc.cu), as inline PTX for sm_90 (mma.sync m16n8k16 .bf16
+// needs sm_80, m16n8k32 .e4m3 and cvt .e4m3x2 need sm_89). Under g++ the same names come
+// from cuda_emu.h, which emulates them with the PTX ISA's fragment layouts and the
+// commit/wait semantics of cp.async; this file is the only place guarded for emulation.
+#pragma once
+#ifdef __CUDACC__
+
+// d (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col); fragments per the PTX ISA.
+__device__ __forceinline__ void csa_mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d (16x8 f32) += a (16x32 e4m3, row) * b (32x8 e4m3, col).
+__device__ __forceinline__ void csa_mma_e4m3_16832(float d[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned csa_smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// 16 bytes global -> shared, bypassing L1; bytes past src_bytes are zero-filled (not read).
+__device__ __forceinline__ void csa_cp_async16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(csa_smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void csa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void csa_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two E4M3FN codes (low byte first) to floats through one cvt.rn.f16x2.e4m3x2.
+__device__ __forceinline__ void csa_e4m3x2_to_float2(unsigned pair, float* lo, float* hi) {
+  unsigned h2;
+  unsigned short p16 = (unsigned short)(pair & 0xffffu);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(p16));
+  float a, b;
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(a), "=f"(b)
+      : "r"(h2));
+  *lo = a;
+  *hi = b;
+}
+
+// Two floats to packed BF16, round to nearest even, lo in the low half (cvt puts its first
+// source in the upper half).
+__device__ __forceinline__ unsigned csa_pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+#define CSA_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
+#endif  // __CUDACC__
