@@ -20,13 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
+from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, attn_tc_launch
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
 KERNEL_DIR = Path(__file__).resolve().parent
-CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu")
+# Compiled and tested against the oracle, launched only when asked for (attention(kernel="simt")):
+# the fp32 SIMT pass 1 that attn_tc_partial replaced, kept as a second implementation to compare.
+REFERENCE_KERNELS = ("attn_partial",)
+CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu")
 HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
-KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge")
+KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge",
+                "attn_tc_partial")
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
 INDEX_THREADS = 256
@@ -37,7 +42,12 @@ ATTN_MAX_WARPS = 16
 FIXED_BLOCK = {"emit_records": 512, "emit_index_keys": 128}
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
-STATIC_SHARED_LIMIT = 48 * 1024  # none of the kernels asks for dynamic shared memory
+STATIC_SHARED_LIMIT = 48 * 1024
+# Kernels launched with dynamic shared memory (size per launch; sm_90 opts in up to 227 KB).
+DYNAMIC_SHARED = ("attn_tc_partial",)
+DYNAMIC_SHARED_LIMIT = 227 * 1024
+ATTN_Q_TERMS = 2  # BF16 terms of the query in attn_tc (2: 2^-17 relative; 3: fp32-exact)
+ATTN_P_TERMS = 2  # BF16 terms of the softmax weights (2: 2^-17 relative)
 
 # The options CupyBackend gives cupy.RawModule (NVRTC). CuPy 13/14 appends its own:
 # "-ftz=true" and "--device-as-default-execution-space" always, and "-arch=sm_XX" for the
@@ -191,6 +201,8 @@ _SIGNATURES = {
     "emu_index_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
     "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
+    "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
+                                    _P, _P],
     "emu_attn_merge": _GRID + [_P, _P, _I, _I, _P, _I, _P, _I, _P],
     "emu_partial_barrier": [_U, _P],
     "emu_shuffle": [_U, _P, _P],
@@ -229,6 +241,10 @@ def _need(kernel: str, name: str, a, elems: int) -> None:
     if int(a.size) < elems:
         raise KernelGeometryError(f"{kernel}({name}): the launch reads or writes {elems:,} elements, "
                                   f"the buffer holds {int(a.size):,}")
+
+
+def _address(a) -> int:
+    return int(a.ctypes.data) if isinstance(a, np.ndarray) else int(a.data.ptr)
 
 
 def attn_warps(heads: int) -> int:
@@ -298,7 +314,8 @@ class _Base:
 
     def attention(self, q, ring, n_win: int, records, idx, n_sel: int, heads: int, pos: int, inv_freq, sink,
                   part_ml, part_o, y, nchunks: int, *, requests: int = 1, ring_stride: int = 0,
-                  rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = HEAD_DIM) -> None:
+                  rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = HEAD_DIM,
+                  kernel: str = "tc") -> None:
         check_launch_geometry("attention", head_dim=head_dim, rope_dim=rope_dim, num_heads=heads,
                               max_seq_len=pos + 1)
         rec = record_bytes(rope_dim)
@@ -313,26 +330,53 @@ class _Base:
         _need("attention", "part_ml", part_ml, 2 * requests * nchunks * heads)
         _need("attention", "part_o", part_o, requests * nchunks * heads * head_dim)
         _need("attention", "y", y, requests * heads * head_dim)
-        warps = attn_warps(heads)
-        groups = -(-heads // warps)
-        self._launch("attn_partial", (nchunks, groups, requests), warps * 32,
-                     [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("p", records), ("l", rec_stride),
-                      ("p", idx), ("i", int(idx is not None)), ("l", idx_stride),
-                      ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
-                      ("f", 1.0 / float(np.sqrt(head_dim))), ("p", part_ml), ("p", part_o)])
+        if kernel == "simt":
+            warps = attn_warps(heads)
+            self._launch("attn_partial", (nchunks, -(-heads // warps), requests), warps * 32,
+                         [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("p", records), ("l", rec_stride),
+                          ("p", idx), ("i", int(idx is not None)), ("l", idx_stride),
+                          ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
+                          ("f", 1.0 / float(np.sqrt(head_dim))), ("p", part_ml), ("p", part_o)])
+        elif kernel == "tc":
+            self._attention_tc(q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, part_ml, part_o, nchunks,
+                               requests, ring_stride, rec_stride, idx_stride, rope_dim, head_dim)
+        else:
+            raise ValueError(f"attention kernel {kernel!r}: 'tc' or 'simt'")
         self._launch("attn_merge", (heads, requests, 1), MERGE_THREADS,
                      [("p", part_ml), ("p", part_o), ("i", nchunks), ("i", heads), ("p", sink), ("i", pos),
                       ("p", inv_freq), ("i", rope_dim), ("p", y)])
 
+    def _attention_tc(self, q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, part_ml, part_o, nchunks,
+                      requests, ring_stride, rec_stride, idx_stride, rope_dim, head_dim) -> None:
+        """Pass 1 on the tensor cores (attn_tc.cu): every head of a block shares each row load."""
+        if head_dim != 512:
+            raise ValueError(f"attn_tc_partial needs head_dim 512, got {head_dim}")
+        if idx is not None and -(-(n_win + n_sel) // nchunks) > ATTN_TC_MAX_IDS:
+            raise ValueError(f"attn_tc_partial: {nchunks} chunks leave more than {ATTN_TC_MAX_IDS} rows per chunk")
+        for name, a in (("ring", ring), ("records", records)):
+            if _address(a) % 16:
+                raise ValueError(f"attn_tc_partial({name}): the buffer must be 16-byte aligned (cp.async)")
+        lay = attn_tc_launch(heads)
+        ring_bytes = int(ring_stride) if ring_stride else int(ring.nbytes)
+        rec_bytes = int(rec_stride) if rec_stride else int(records.nbytes)
+        self._launch("attn_tc_partial", (lay.head_groups, nchunks, requests), lay.threads,
+                     [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("l", ring_bytes), ("p", records),
+                      ("l", rec_stride), ("l", rec_bytes), ("p", idx), ("i", int(idx is not None)),
+                      ("l", idx_stride), ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
+                      ("f", 1.0 / float(np.sqrt(head_dim))), ("i", ATTN_Q_TERMS), ("i", ATTN_P_TERMS),
+                      ("p", part_ml), ("p", part_o)], smem=lay.smem_bytes)
+
     def synchronize(self) -> None:
         pass
 
-    def _launch(self, kernel: str, grid: tuple[int, int, int], block: int, args: list) -> None:
+    def _launch(self, kernel: str, grid: tuple[int, int, int], block: int, args: list, smem: int = 0) -> None:
         grid = tuple(int(g) for g in grid)
         check_launch(kernel, grid, int(block), args)
-        self._run(kernel, grid, int(block), args)
+        if (smem > 0) != (kernel in DYNAMIC_SHARED) or not 0 <= smem <= DYNAMIC_SHARED_LIMIT:
+            raise ValueError(f"{kernel}: dynamic shared memory {smem} B (kernels that take it: {DYNAMIC_SHARED})")
+        self._run(kernel, grid, int(block), args, int(smem))
 
-    def _run(self, kernel: str, grid: tuple[int, int, int], block: int, args: list) -> None:
+    def _run(self, kernel: str, grid: tuple[int, int, int], block: int, args: list, smem: int = 0) -> None:
         raise NotImplementedError
 
 
@@ -355,10 +399,12 @@ class EmulatedBackend(_Base):
             raise ValueError("emulated kernels need C-contiguous arrays")
         return a.ctypes.data
 
-    def _run(self, kernel, grid, block, args):
+    def _run(self, kernel, grid, block, args, smem=0):
         conv = []
         for kind, v in args:
             conv.append(self._ptr(v) if kind == "p" else (float(v) if kind == "f" else int(v)))
+        if kernel in DYNAMIC_SHARED:
+            conv.insert(0, smem)
         rc = getattr(self.lib, "emu_" + kernel)(grid[0], grid[1], grid[2], block, *conv)
         if rc != 0:
             raise EmulationError(f"{kernel}: {self.lib.csa_emu_last_error().decode()}")
@@ -397,19 +443,24 @@ class CupyBackend(_Base):
             return np.float32(v)
         return np.int64(v) if kind == "l" else np.int32(v)
 
-    def _run(self, kernel, grid, block, args):
+    def _run(self, kernel, grid, block, args, smem=0):
         cp = self.cupy
         conv = tuple(self._arg(kind, v) for kind, v in args)
         fn = self.functions[kernel]
+        extra = {}
+        if smem:  # opt in above 48 KB once per size
+            if getattr(fn, "max_dynamic_shared_size_bytes", 0) < smem:
+                fn.max_dynamic_shared_size_bytes = smem
+            extra = {"shared_mem": smem}
         if self.timing:
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record()
-            fn(grid, (block, 1, 1), conv)
+            fn(grid, (block, 1, 1), conv, **extra)
             stop.record()
             stop.synchronize()
             self.times_ms.setdefault(kernel, []).append(float(cp.cuda.get_elapsed_time(start, stop)))
         else:
-            fn(grid, (block, 1, 1), conv)
+            fn(grid, (block, 1, 1), conv, **extra)
 
     def synchronize(self) -> None:
         self.cupy.cuda.runtime.deviceSynchronize()

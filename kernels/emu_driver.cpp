@@ -4,11 +4,14 @@
 #include "cuda_emu.h"
 
 #include "attn.cu"
+#include "attn_tc.cu"
 #include "emit.cu"
 #include "index.cu"
 #include "topk.cu"
 
 #define CSA_EMU_LAUNCH(call) return emu::launch(dim3(gx, gy, gz), dim3(bx, 1, 1), [=] { call; })
+// Kernels with dynamic shared memory take its size after the block size.
+#define CSA_EMU_LAUNCH_SMEM(call) return emu::launch(dim3(gx, gy, gz), dim3(bx, 1, 1), [=] { call; }, smem)
 
 extern "C" {
 
@@ -56,6 +59,16 @@ int emu_attn_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const f
                      int rope_dim, float scale, float* part_ml, float* part_o) {
   CSA_EMU_LAUNCH(attn_partial(q, ring, ring_req_stride, n_win, records, rec_req_stride, idx, use_idx, idx_req_stride, n_sel,
                               heads, pos, inv_freq, rope_dim, scale, part_ml, part_o));
+}
+
+int emu_attn_tc_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, const float* q,
+                        const unsigned char* ring, long long ring_req_stride, int n_win, long long ring_bytes,
+                        const unsigned char* records, long long rec_req_stride, long long rec_bytes, const int* idx,
+                        int use_idx, long long idx_req_stride, int n_sel, int heads, int pos, const float* inv_freq,
+                        int rope_dim, float scale, int q_terms, int p_terms, float* part_ml, float* part_o) {
+  CSA_EMU_LAUNCH_SMEM(attn_tc_partial(q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride,
+                                      rec_bytes, idx, use_idx, idx_req_stride, n_sel, heads, pos, inv_freq, rope_dim,
+                                      scale, q_terms, p_terms, part_ml, part_o));
 }
 
 int emu_attn_merge(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* part_ml, const float* part_o,

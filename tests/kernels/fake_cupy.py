@@ -20,7 +20,9 @@ Kernels are launched through the CPU emulator (the same .cu text under cuda_emu.
 after checking every argument the way cupy.RawKernel would need it: an array of the
 pointee dtype, C-contiguous (CuPy passes the base pointer of any array), or a NumPy
 scalar of the exact C type (a Python int would be passed as 8 bytes by CuPy); grid and
-block tuples, the block within __launch_bounds__, no dynamic shared memory. The
+block tuples, the block within __launch_bounds__, dynamic shared memory only for the kernels
+that declare it (backends.DYNAMIC_SHARED) and above 48 KB only after the kernel's
+``max_dynamic_shared_size_bytes`` was raised to cover it (CuPy's RawKernel attribute). The
 signatures are parsed from the code string handed to RawModule, not from the launcher.
 """
 
@@ -32,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from csa_plan.kernels.backends import emulator_library, parse_signatures
+from csa_plan.kernels.backends import DYNAMIC_SHARED, emulator_library, parse_signatures
 
 ROUND = 512
 CAPACITY = 141 * 10**9
@@ -146,6 +148,7 @@ _SCALAR = {"i": np.int32, "l": np.int64, "f": np.float32}
 class _RawKernel:
     def __init__(self, module: "RawModule", sig) -> None:
         self.module, self.sig = module, sig
+        self.max_dynamic_shared_size_bytes = 0  # CUDA's default opt-in: none beyond 48 KB
 
     def __call__(self, grid, block, args, *, shared_mem=0) -> None:
         name = self.sig.name
@@ -156,8 +159,11 @@ class _RawKernel:
             raise TypeError(f"{name}: args must be a tuple")
         if len(args) != len(self.sig.params):
             raise TypeError(f"{name}: {len(self.sig.params)} parameters, {len(args)} arguments")
-        if shared_mem != 0:
-            raise ValueError(f"{name}: the kernels use no dynamic shared memory, got shared_mem={shared_mem}")
+        if shared_mem != 0 and name not in DYNAMIC_SHARED:
+            raise ValueError(f"{name}: this kernel uses no dynamic shared memory, got shared_mem={shared_mem}")
+        if shared_mem > max(48 * 1024, self.max_dynamic_shared_size_bytes) or shared_mem > 227 * 1024:
+            raise ValueError(f"{name}: shared_mem={shared_mem} above the opted-in "
+                             f"max_dynamic_shared_size_bytes={self.max_dynamic_shared_size_bytes}")
         threads = int(np.prod(block))
         if threads > self.sig.launch_bounds or block[1:] not in ((), (1,), (1, 1)):
             raise ValueError(f"{name}: block {block} vs __launch_bounds__({self.sig.launch_bounds})")
@@ -179,6 +185,8 @@ class _RawKernel:
         g = tuple(grid) + (1,) * (3 - len(grid))
         self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
         lib = emulator_library()
+        if name in DYNAMIC_SHARED:
+            conv.insert(0, shared_mem)
         rc = getattr(lib, "emu_" + name)(g[0], g[1], g[2], threads, *conv)
         if rc != 0:
             raise RuntimeError(f"{name}: {lib.csa_emu_last_error().decode()}")

@@ -1,0 +1,57 @@
+"""Launch geometry of the tensor-core kernels (attn_tc.cu), shared by the launchers and the
+throughput model: block shape, dynamic shared memory, and the split of the row list.
+
+The constants mirror the #defines of attn_tc.cu (a test compares them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from csa_plan.planner.units import ceil_div
+
+ATTN_TC_TILE = 32  # rows per pipeline stage
+ATTN_TC_STAGES = 3
+ATTN_TC_ROW_SMEM = 608  # 38 aligned 16-byte chunks: a 583-byte row at any offset
+ATTN_TC_KPITCH = 520  # bf16 per dequantized row
+ATTN_TC_SPITCH = 33
+ATTN_TC_MAX_IDS = 2048  # rows of one split when the rows come from an index list
+ATTN_TC_HEADS_PER_MTILE = 16
+ATTN_TC_MAX_MTILES = 2  # at most 32 heads per block (Q fragments stay in registers)
+PART_FLOATS_PER_HEAD = 2 + 512  # (max, sum) + the partial output
+H200_SMS = 132
+
+
+@dataclass(frozen=True)
+class AttnTcLaunch:
+    head_groups: int
+    m_tiles: int
+    threads: int
+    smem_bytes: int
+
+
+def attn_tc_smem_bytes(m_tiles: int) -> int:
+    stages = ATTN_TC_STAGES * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
+    ktile = ATTN_TC_TILE * ATTN_TC_KPITCH * 2
+    partial_s = m_tiles * 4 * 16 * ATTN_TC_SPITCH * 4
+    return stages + ktile + partial_s + ATTN_TC_STAGES * ATTN_TC_TILE + 4 * ATTN_TC_MAX_IDS
+
+
+def attn_tc_launch(heads: int) -> AttnTcLaunch:
+    """Heads <= 16: one 16-head m-tile (128 threads); more: blocks of 32 heads (256 threads)."""
+    m_tiles = 1 if heads <= ATTN_TC_HEADS_PER_MTILE else ATTN_TC_MAX_MTILES
+    per_block = ATTN_TC_HEADS_PER_MTILE * m_tiles
+    return AttnTcLaunch(head_groups=ceil_div(heads, per_block), m_tiles=m_tiles, threads=128 * m_tiles,
+                        smem_bytes=attn_tc_smem_bytes(m_tiles))
+
+
+def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS,
+                blocks_per_sm: int = 2, indexed: bool = False) -> int:
+    """Chunks of the row list: enough blocks to fill every SM (blocks_per_sm resident each),
+    at least one 32-row tile per chunk, at most what the planned workspace holds, and with an
+    index list at most ATTN_TC_MAX_IDS rows per chunk."""
+    want = ceil_div(sm_count * blocks_per_sm, max(1, requests * head_groups))
+    n = max(1, min(want, ceil_div(max(rows, 1), ATTN_TC_TILE), max(1, capacity)))
+    if indexed:
+        n = max(n, ceil_div(rows, ATTN_TC_MAX_IDS))
+    return n

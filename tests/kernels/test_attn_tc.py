@@ -1,0 +1,106 @@
+"""attn_tc_partial (tensor-core attention, attn_tc.cu) under emulation, against the oracle.
+
+Tolerance: 1e-5 absolute on the outputs, as for the fp32 SIMT kernel: the query is split
+into three BF16 terms and the softmax weights into two, so every tensor-core product is
+exact in fp32 and only summation order (and 2^-17 relative in P) differs. Covered: 128
+heads (four 32-head blocks), many chunks (empty ones included), selected ids in any order
+with k < n, batched requests with strides, and a ring whose last row ends the buffer (the
+aligned 16-byte superset of that row is clipped with cp.async's src-size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from csa_plan.kernels import oracle as O
+
+ATOL = 1e-5
+
+try:
+    from csa_plan.kernels.backends import EmulatedBackend, build_emulator
+
+    build_emulator()
+    SKIP = None
+except Exception as exc:  # no g++: say so
+    SKIP = f"kernel emulator cannot be built: {exc}"
+
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+
+
+@pytest.fixture(scope="module")
+def be():
+    return EmulatedBackend()
+
+
+def _run(be, g, st, q, sel, p, sink, nchunks, n_win, kernel="tc", use_idx=True):
+    H = g.num_heads
+    y = np.zeros((H, 512), np.float32)
+    ml = np.zeros(2 * H * nchunks, np.float32)
+    po = y if nchunks == 1 else np.zeros(H * nchunks * 512, np.float32)
+    be.attention(q, st.ring, n_win, st.records, sel if use_idx else None, len(sel), H, p, O.INV_FREQ, sink, ml,
+                 po, y, nchunks, kernel=kernel)
+    return y
+
+
+@pytest.mark.parametrize("heads,nchunks", [(16, 1), (16, 5), (20, 2), (128, 3)])
+def test_attn_tc_matches_oracle_and_simt_reference(be, heads, nchunks):
+    g = O.Geometry(ratio=128, num_heads=heads, max_seq_len=8192, window=16)
+    w, inp = O.make_layer(g, 16, seed=heads + nchunks)
+    rng = np.random.default_rng(heads)
+    st = O.State.empty(g)  # packed rows drawn directly: faster than a prefill at this length
+    st.records[:40] = O.pack_fp8_record(rng.standard_normal((40, 512)).astype(np.float32))
+    st.ring[:] = O.pack_fp8_record(rng.standard_normal((16, 512)).astype(np.float32))
+    st.tokens = 5000
+    p = 4999  # large RoPE angles
+    sel = rng.permutation(40)[:33].astype(np.int32)  # k < n, any order
+    ref = O.attend(g, inp.q[3], O.attention_rows(g, st, sel), w.sink, p)
+    y = _run(be, g, st, inp.q[3], sel, p, w.sink, nchunks, 16)
+    np.testing.assert_allclose(y, ref, atol=ATOL, rtol=0)
+    if heads <= 20:
+        np.testing.assert_allclose(_run(be, g, st, inp.q[3], sel, p, w.sink, nchunks, 16, kernel="simt"), y,
+                                   atol=ATOL, rtol=0)
+
+
+def test_attn_tc_more_chunks_than_tiles_and_a_clipped_last_row(be):
+    """7 chunks over 20 rows (most chunks empty); all 15 ring rows, the last ending the buffer."""
+    g = O.Geometry(ratio=128, num_heads=8, max_seq_len=1024, window=15)
+    w, inp = O.make_layer(g, 700, seed=3)
+    st = O.prefill(g, w, inp, 700)
+    sel = np.arange(5, dtype=np.int32)
+    ring = st.ring
+    assert ring.nbytes % 16 == 9 and ring.ctypes.data % 16 == 0  # 15 * 583 B: the last superset is clipped
+    ref = O.attend(g, inp.q[699], O.attention_rows(g, st, sel), w.sink, 699)
+    np.testing.assert_allclose(_run(be, g, st, inp.q[699], sel, 699, w.sink, 7, 15, use_idx=False), ref,
+                               atol=ATOL, rtol=0)
+
+
+def test_attn_tc_batched_requests_with_strides(be):
+    g = O.Geometry(ratio=4, num_heads=16, max_seq_len=256, window=16, index_heads=4, index_topk=8)
+    rng = np.random.default_rng(7)
+    R, n_rec, H = 2, 30, 16
+    recs = O.pack_fp8_record(rng.standard_normal((R, n_rec, 512)).astype(np.float32))
+    ring = O.pack_fp8_record(rng.standard_normal((R, 16, 512)).astype(np.float32))
+    ids = np.stack([rng.permutation(n_rec)[:12] for _ in range(R)]).astype(np.int32)
+    q = rng.standard_normal((R, H, 512)).astype(np.float32)
+    sink = rng.standard_normal(H).astype(np.float32)
+    nchunks = 2
+    y = np.zeros((R, H, 512), np.float32)
+    ml = np.zeros(2 * R * H * nchunks, np.float32)
+    po = np.zeros(R * H * nchunks * 512, np.float32)
+    be.attention(q, ring, 10, recs, ids, 12, H, 77, O.INV_FREQ, sink, ml, po, y, nchunks, requests=R,
+                 ring_stride=16 * 583, rec_stride=n_rec * 583, idx_stride=12)
+    for r in range(R):
+        rows = np.concatenate([ring[r, :10], recs[r, ids[r]]])
+        np.testing.assert_allclose(y[r], O.attend(g, q[r], rows, sink, 77), atol=ATOL, rtol=0)
+
+
+def test_attn_tc_refuses_a_misaligned_buffer(be):
+    g = O.Geometry(ratio=128, num_heads=4, max_seq_len=1024, window=16)
+    st = O.State.empty(g)
+    raw = np.zeros(st.records.nbytes + 1, np.uint8)
+    shifted = raw[1:].reshape(st.records.shape)  # C-contiguous, 1 byte off
+    y = np.zeros((4, 512), np.float32)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        be.attention(np.zeros((4, 512), np.float32), st.ring, 16, shifted, None, 3, 4, 20, O.INV_FREQ,
+                     np.zeros(4, np.float32), np.zeros(8, np.float32), y, y, 1)
