@@ -20,21 +20,23 @@ from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, attn_tc_launch
+from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
 KERNEL_DIR = Path(__file__).resolve().parent
-# Compiled and tested against the oracle, launched only when asked for (attention(kernel="simt")):
-# the fp32 SIMT pass 1 that attn_tc_partial replaced, kept as a second implementation to compare.
-REFERENCE_KERNELS = ("attn_partial",)
-CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu")
+# Compiled and tested against the oracle, launched only when asked for (kernel="simt"): the fp32
+# SIMT kernels that attn_tc_partial and index_tc_scores replaced, kept as second implementations.
+REFERENCE_KERNELS = ("attn_partial", "index_scores")
+CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu", "index_tc.cu")
 HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
 KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge",
-                "attn_tc_partial")
+                "attn_tc_partial", "index_tc_scores")
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
 INDEX_THREADS = 256
+INDEX_TC_THREADS = 128
+INDEX_TC_TILE = 64  # keys per pipeline stage (index_tc.cu)
 TOPK_THREADS = 256
 MERGE_THREADS = 128
 ATTN_MAX_WARPS = 16
@@ -199,6 +201,7 @@ _SIGNATURES = {
     "emu_emit_records": _GRID + [_P, _I, _I, _I, _P, _I, _P, _I, _I, _P, _I],
     "emu_emit_index_keys": _GRID + [_P, _I, _P, _I, _P],
     "emu_index_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
+    "emu_index_tc_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
     "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
@@ -256,6 +259,7 @@ class _Base:
 
     name = "base"
     xp = np
+    sm_count = H200_SMS  # the grid sizes aim at this many SMs (CupyBackend reads the device's)
 
     def emit_records(self, tok, cur0: int, ratio: int, overlap: bool, norm, normalize: bool, inv_freq,
                      first_record: int, n_records: int, out, *, ring_rows: int = 0, rope_dim: int = 64,
@@ -287,7 +291,7 @@ class _Base:
                      [("p", tok), ("i", cur0), ("p", norm), ("i", first_record), ("p", out)])
 
     def index_scores(self, keys, q, w, heads: int, n: int, scores, *, requests: int = 1, key_stride: int = 0,
-                     score_stride: int = 0, blocks: int | None = None) -> None:
+                     score_stride: int = 0, blocks: int | None = None, kernel: str = "tc") -> None:
         if n <= 0:
             return
         check_launch_geometry("index_scores", head_dim=HEAD_DIM, rope_dim=64, ratio=4, index_heads=heads,
@@ -296,9 +300,22 @@ class _Base:
         _need("index_scores", "q", q, requests * heads * INDEX_DIM)
         _need("index_scores", "w", w, requests * heads)
         _need("index_scores", "scores", scores, (requests - 1) * score_stride + n)
-        warps = INDEX_THREADS // 32
-        gx = blocks or max(1, min(-(-n // warps), 4096))
-        self._launch("index_scores", (gx, requests, 1), INDEX_THREADS,
+        if kernel == "simt":
+            warps = INDEX_THREADS // 32
+            gx = blocks or max(1, min(-(-n // warps), 4096))
+            self._launch("index_scores", (gx, requests, 1), INDEX_THREADS,
+                         [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
+                          ("l", score_stride)])
+            return
+        if kernel != "tc":
+            raise ValueError(f"index_scores kernel {kernel!r}: 'tc' or 'simt'")
+        if _address(keys) % 16:
+            raise ValueError("index_tc_scores(keys): the buffer must be 16-byte aligned (cp.async)")
+        # blocks over 64-key tiles: two resident blocks per SM across all requests, each
+        # looping over its tiles so the cp.async pipeline stays full
+        tiles = -(-n // INDEX_TC_TILE)
+        gx = blocks or max(1, min(tiles, -(-2 * self.sm_count // requests)))
+        self._launch("index_tc_scores", (gx, requests, 1), INDEX_TC_THREADS,
                      [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
                       ("l", score_stride)])
 
@@ -432,6 +449,8 @@ class CupyBackend(_Base):
         self.cupy = cupy
         self.module = cupy.RawModule(code=module_source(), options=NVRTC_OPTIONS, backend="nvrtc")
         self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        self.sm_count = int(props.get("multiProcessorCount", H200_SMS))
         self.times_ms: dict[str, list[float]] = {}
         self.timing = False
 

@@ -477,7 +477,7 @@ inline unsigned csa_pack_bf16x2(float lo, float hi) {
   return rn(lo) | (rn(hi) << 16);
 }
 #define CSA_DYN_SMEM(T, name) T* name = (T*)emu::g().dyn_smem.data()
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 
 #define threadIdx (emu::cur()->tid)
 #define blockIdx (emu::g().block_idx)
@@ -549,6 +549,14 @@ inline unsigned __float_as_uint(float f) { return emu::from_bits<unsigned>(emu::
 inline float __uint_as_float(unsigned u) { return emu::from_bits<float>((uint64_t)u); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// Byte permute (prmt.b32 without a mode): result byte i = byte ((s >> 4i) & 7) of {y, x}
+// (x bytes 0..3, y bytes 4..7). The selectors' sign-replicate bit is not emulated.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  uint64_t v = ((uint64_t)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }

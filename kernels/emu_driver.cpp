@@ -7,6 +7,7 @@
 #include "attn_tc.cu"
 #include "emit.cu"
 #include "index.cu"
+#include "index_tc.cu"
 #include "topk.cu"
 
 #define CSA_EMU_LAUNCH(call) return emu::launch(dim3(gx, gy, gz), dim3(bx, 1, 1), [=] { call; })
@@ -46,6 +47,12 @@ int emu_index_scores(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const u
                      long long key_req_stride, const float* q, const float* w, int heads, int n, float* scores,
                      long long score_req_stride) {
   CSA_EMU_LAUNCH(index_scores(keys, key_req_stride, q, w, heads, n, scores, score_req_stride));
+}
+
+int emu_index_tc_scores(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const unsigned char* keys,
+                        long long key_req_stride, const float* q, const float* w, int heads, int n, float* scores,
+                        long long score_req_stride) {
+  CSA_EMU_LAUNCH(index_tc_scores(keys, key_req_stride, q, w, heads, n, scores, score_req_stride));
 }
 
 int emu_topk_radix(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,

@@ -17,6 +17,7 @@ import numpy as np
 
 from csa_plan.planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
 from csa_plan.kernels import oracle as O
+from csa_plan.kernels.tc_geometry import H200_SMS, attn_splits, attn_tc_launch
 
 D_PLUS_2 = 514
 
@@ -120,6 +121,7 @@ class DeviceLayer:
             (self.ws_attn,) = s
         self.last_selected: np.ndarray | None = None
         self.last_nchunks = 0
+        self.sm_count = int(getattr(backend, "sm_count", H200_SMS))
         self.last_scores: np.ndarray | None = None
 
     # -- state updates -------------------------------------------------------------
@@ -208,12 +210,26 @@ class DeviceLayer:
         return np.array(_host(self.y))
 
     def _partials(self, ws, rows: int):
-        """Partial softmax states live in the planned attention workspace; with one chunk the
-        partial output goes straight to the output buffer (merged in place)."""
+        """Partial softmax states live in planned scratch: (max, sum) in the attention workspace,
+        the partial outputs there too or, for ratio 4, in the index-scores workspace, whose
+        scores are dead once top-k has read them (same stream, so the order holds). The chunk
+        count fills the SMs (tc_geometry.attn_splits) within what those bytes hold; with one
+        chunk the partial output goes straight to the output buffer (merged in place)."""
         H = self.g.num_heads
-        cap = 0 if ws is None else ws.size // (H * D_PLUS_2)
-        if cap >= 2:
-            nchunks = max(1, min(cap, math.ceil(rows / 64)))
+        xp = self.xp
+        floats = 0 if ws is None else int(ws.size)
+        spare = None
+        if self.g.ratio == 4 and self.ws_scores.nbytes >= 4:
+            spare = self.ws_scores.view(xp.float32)
+        cap_same = floats // (H * D_PLUS_2)
+        cap_spare = min(floats // (2 * H), int(spare.size) // (H * 512)) if spare is not None else 0
+        cap = max(cap_same, cap_spare)
+        lay = attn_tc_launch(H)
+        nchunks = attn_splits(rows, 1, lay.head_groups, cap, sm_count=self.sm_count,
+                              blocks_per_sm=2 if lay.m_tiles == 1 else 1, indexed=self.g.ratio == 4)
+        if cap >= 2 and nchunks >= 2:
+            if cap_spare >= nchunks and cap_spare >= cap_same:
+                return nchunks, ws[: 2 * H * nchunks], spare[: H * nchunks * 512]
             return nchunks, ws[: 2 * H * nchunks], ws[2 * H * nchunks: 2 * H * nchunks + H * nchunks * 512]
         return 1, ws[: 2 * H], self.y
 

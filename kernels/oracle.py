@@ -15,7 +15,8 @@ Choices written down (the spec is silent on them):
 - The carry stores ``score + ape[pos % R]``; the ratio-4 carry keeps the previous
   block in slots 0..3 (score -inf while there is none) and the current block in 4..7.
 - Index keys: pool (overlapping, width 128), RMSNorm, Hadamard (x 128^-0.5), FP4.
-  The index query gets the same Hadamard and stays fp32; head weights are scaled by
+  The index query gets the same Hadamard and is rounded to BF16 (nearest even: the
+  indexer's tensor-core operand; the keys are exact in BF16); head weights are scaled by
   index_head_dim^-0.5 x index_num_heads^-0.5. No RoPE on index keys.
 - Top-k ties break toward the lower record id; selections are returned sorted. Ranking is
   by order_keys (bits, not float arithmetic): NaN lowest, -0 == +0, denormals kept.
@@ -201,6 +202,12 @@ def bf16_bytes(x: np.ndarray) -> np.ndarray:
     bits = np.ascontiguousarray(x, dtype=F32).view(np.uint32)
     r = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype("<u2")
     return r.view(np.uint8).reshape(*x.shape[:-1], x.shape[-1] * 2)
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to the nearest BF16 (ties to even), as float32."""
+    x = np.ascontiguousarray(x, dtype=F32)
+    return bf16_decode(bf16_bytes(x)).reshape(x.shape)
 
 
 def bf16_decode(b: np.ndarray) -> np.ndarray:
@@ -584,7 +591,7 @@ def append_token(g: Geometry, w: LayerWeights, inp: Inputs, st: State) -> None:
 
 def index_query(g: Geometry, inp: Inputs, p: int) -> tuple[np.ndarray, np.ndarray]:
     """Hadamard-rotated index query [I, 128] and scaled head weights [I] for position p."""
-    q = (inp.iq[p] @ HADAMARD_128).astype(F32)
+    q = bf16_round((inp.iq[p] @ HADAMARD_128).astype(F32))
     wts = (inp.iw[p] * F32(g.index_dim ** -0.5 * g.index_heads ** -0.5)).astype(F32)
     return q, wts
 

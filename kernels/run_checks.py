@@ -395,8 +395,8 @@ def _time_layer(run: Run, backend, dl: DeviceLayer, g: O.Geometry, L: int) -> No
     finally:
         backend.timing = False
     rows = min(g.window, dl.tokens) + len(dl.last_selected)
-    moved = {"attn_partial": rows * g.record_bytes + g.num_heads * g.head_dim * 4,
-             "index_scores": ((dl.tokens) // 4) * g.index_key_bytes + g.index_heads * 132 * 4}
+    moved = {"attn_tc_partial": rows * g.record_bytes + g.num_heads * g.head_dim * 4,
+             "index_tc_scores": ((dl.tokens) // 4) * g.index_key_bytes + g.index_heads * 132 * 4}
     for k, v in backend.times_ms.items():
         ms = float(np.median(v))
         b = moved.get(k)

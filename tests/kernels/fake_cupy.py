@@ -251,7 +251,8 @@ runtime = types.SimpleNamespace(
     getDeviceCount=lambda: 1,
     memGetInfo=_mem_get_info,
     deviceSynchronize=lambda: None,
-    getDeviceProperties=lambda device: {"name": b"Fake H200 (CPU emulation)", "totalGlobalMem": CAPACITY},
+    getDeviceProperties=lambda device: {"name": b"Fake H200 (CPU emulation)", "totalGlobalMem": CAPACITY,
+                                           "multiProcessorCount": 132},
     driverGetVersion=lambda: 12090,
     runtimeGetVersion=lambda: 12090,
 )

@@ -68,14 +68,14 @@ def test_run_gpu_cupy_backend_end_to_end_on_fake_cupy(csa, fake):
     assert "pool used back to baseline (+0 B)" in status[("teardown back to baseline", None)]["detail"]
     # timing: CUDA events around each launch, one row per (layer, kernel)
     timed = {(t["layer"], t["kernel"]) for t in doc["timings"]}
-    assert {k for _, k in timed} == {"index_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
+    assert {k for _, k in timed} == {"index_tc_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
     assert all(t["ms"] >= 0 for t in doc["timings"])
     # one module, compiled once, every kernel launched with exact NumPy scalar types
     (mod,) = fake.RawModule.instances
     assert mod.backend == "nvrtc" and mod.code.startswith("// csa-plan kernels, sources ")
     launched = {name for name, *_ in mod.launches}
     assert launched == set(mod.signatures) - set(REFERENCE_KERNELS) == {
-        "emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
+        "emit_records", "emit_index_keys", "index_tc_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
     for name, grid, threads, kinds in mod.launches:
         assert "int" not in kinds and "float" not in kinds, (name, kinds)  # no Python scalars
 

@@ -67,7 +67,7 @@ def test_index_scores_match_oracle(be):
     rng = np.random.default_rng(5)
     n, heads = 300, 8
     keys = O.pack_fp4_key(rng.standard_normal((n, 128)).astype(np.float32))
-    q = rng.standard_normal((heads, 128)).astype(np.float32)
+    q = O.bf16_round(rng.standard_normal((heads, 128)).astype(np.float32))  # the index query is BF16 (oracle)
     wts = rng.standard_normal(heads).astype(np.float32)
     out = np.zeros(n, np.float32)
     be.index_scores(keys, q, wts, heads, n, out, blocks=3)  # fewer blocks than records: grid-stride loop

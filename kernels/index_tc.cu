@@ -1,0 +1,165 @@
+// index_tc.cu — the lightning indexer's score scan on the tensor cores.
+// score[c] = sum_h relu(q_h . k_c) * w_h over FP4 block-32 keys (68 B), as a GEMM of
+// (heads x 128) by (128 x keys) with mma.sync m16n8k16 BF16, f32 accumulate.
+//
+// The query is staged once per block, rounded to BF16 (round to nearest even: the
+// oracle's index_query does the same), into registers as A fragments for all heads (up to
+// 64: four 16-head m-tiles). Keys stream through a 3-stage cp.async pipeline of 64-key
+// tiles (an aligned 16-byte superset of the tile's bytes; the last chunk is clipped at key
+// n, so nothing past the last key is read). The K dimension is permuted so that lane t of a
+// quad owns FP4 block t of its key: its B fragments are that block's 16 bytes, decoded in
+// registers from shared memory with one per-block table of the eight scaled magnitudes
+// (FP4 x E8M0 is exact in BF16). The query's A fragments use the same permutation, so the
+// dot products are unchanged. Epilogue: relu, times w_h, summed over heads in registers and
+// across the quad's groups by shuffles; lanes 0..3 store two scores each.
+// Grid: (blocks over key tiles, requests); blockDim.x == 128.
+#include "csa_common.cuh"
+#include "csa_ptx.cuh"
+
+#define CSA_IX_TILE 64
+#define CSA_IX_KEY 68
+#define CSA_IX_STAGES 3
+#define CSA_IX_STAGE_BYTES (CSA_IX_TILE * CSA_IX_KEY + 16)  // + the superset's leading offset
+#define CSA_IX_MAX_HEADS 64
+
+// The block's table: BF16 bits of E2M1 magnitude c (0..7) times 2^(sc - 127), split into
+// low bytes (lo0: c 0..3, lo1: c 4..7) and high bytes (hi0, hi1) for __byte_perm lookups.
+// Exponent field sc + {-, -1, 0, 0, 1, 1, 2, 2}[c] (c = 0 is zero), mantissa 0x40 for
+// 1.5 x 2^k (c = 3, 5, 7). Valid for 2 <= sc <= 252 (no byte borrows or carries).
+struct IndexTcTable {
+  unsigned lo0, lo1, hi0, hi1;
+};
+
+__device__ __forceinline__ IndexTcTable index_tc_table(unsigned sc) {
+  const unsigned e0 = sc * 0x01010100u - 0x00000100u, e1 = sc * 0x01010101u + 0x02020101u;
+  IndexTcTable t;
+  t.hi0 = (e0 >> 1) & 0x7f7f7f7fu;
+  t.hi1 = (e1 >> 1) & 0x7f7f7f7fu;
+  t.lo0 = ((e0 << 7) & 0x80808080u) | 0x40000000u;
+  t.lo1 = ((e1 << 7) & 0x80808080u) | 0x40004000u;
+  return t;
+}
+
+// Four FP4 codes (16 bits, element 0 in the low nibble) to two BF16 pairs.
+__device__ __forceinline__ void index_tc_quad(unsigned hw, const IndexTcTable& t, unsigned* w0, unsigned* w1) {
+  const unsigned sel = hw & 0x7777u;
+  const unsigned lo = __byte_perm(t.lo0, t.lo1, sel);
+  const unsigned hi = __byte_perm(t.hi0, t.hi1, sel) | __byte_perm(0x8000u, 0u, (hw >> 3) & 0x1111u);
+  *w0 = __byte_perm(lo, hi, 0x5140u);
+  *w1 = __byte_perm(lo, hi, 0x7362u);
+}
+
+extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
+    const unsigned char* __restrict__ keys, long long key_req_stride, const float* __restrict__ q,
+    const float* __restrict__ w, int heads, int n, float* __restrict__ scores, long long score_req_stride) {
+  __shared__ __align__(16) unsigned char stage[CSA_IX_STAGES][CSA_IX_STAGE_BYTES];
+  __shared__ int stage_off[CSA_IX_STAGES];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tg = lane & 3;
+  const int req = blockIdx.y;
+  const unsigned char* kr = keys + (long long)req * key_req_stride;
+  const unsigned char* kend = kr + (long long)n * CSA_IX_KEY;
+  float* sr = scores + (long long)req * score_req_stride;
+  const int m_tiles = (heads + 15) >> 4;
+
+  // query A fragments: head 16*mt + gid (+8), permuted k: lane tg's block, dims 32*tg + 4*kk + {0,1} (+2)
+  unsigned qf[4][8][4];
+  float wv[4][2];
+  {
+    const float* qr = q + (long long)req * heads * 128;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int h = 16 * mt + gid + 8 * hi;
+        wv[mt][hi] = h < heads ? w[(long long)req * heads + h] : 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int h = 16 * mt + gid + ((r & 1) ? 8 : 0), d = 32 * tg + 4 * kk + ((r & 2) ? 2 : 0);
+          float x0 = 0.0f, x1 = 0.0f;
+          if (h < heads) {
+            x0 = qr[h * 128 + d];
+            x1 = qr[h * 128 + d + 1];
+          }
+          qf[mt][kk][r] = csa_bf16_bits(x0) | (csa_bf16_bits(x1) << 16);
+        }
+    }
+  }
+
+  const int ntiles = (n + CSA_IX_TILE - 1) / CSA_IX_TILE;
+  auto load_tile = [&](int i, int slot) {
+    const int t = blockIdx.x + i * gridDim.x;
+    if (t < ntiles) {
+      const unsigned char* first = kr + (long long)t * CSA_IX_TILE * CSA_IX_KEY;
+      const long long span = kend - first < CSA_IX_TILE * CSA_IX_KEY ? kend - first : CSA_IX_TILE * CSA_IX_KEY;
+      const unsigned char* last = first + span;
+      const unsigned char* a0 = (const unsigned char*)((unsigned long long)first & ~15ull);
+      if (tid == 0) stage_off[slot] = (int)(first - a0);
+      const int chunks = (int)((last - a0 + 15) / 16);
+      for (int c = tid; c < chunks; c += blockDim.x) {
+        const unsigned char* a = a0 + 16 * c;
+        const long long left = last - a;
+        csa_cp_async16(&stage[slot][16 * c], a, left >= 16 ? 16 : (int)left);
+      }
+    }
+    csa_cp_async_commit();
+  };
+
+  const int my_tiles = ntiles > (int)blockIdx.x ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+  for (int i = 0; i < CSA_IX_STAGES - 1; ++i) load_tile(i, i);
+
+  for (int i = 0; i < my_tiles; ++i) {
+    const int slot = i % CSA_IX_STAGES;
+    csa_cp_async_wait<CSA_IX_STAGES - 2>();
+    __syncthreads();
+    load_tile(i + CSA_IX_STAGES - 1, (i + CSA_IX_STAGES - 1) % CSA_IX_STAGES);
+    const int t = blockIdx.x + i * gridDim.x, key0 = t * CSA_IX_TILE;
+    const unsigned char* tile = &stage[slot][stage_off[slot]];
+#pragma unroll
+    for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles
+      const int nt = 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
+      const unsigned char* blk = tile + kl * CSA_IX_KEY + 17 * tg;
+      const unsigned sc = blk[0];
+      unsigned b[8][2];
+      if (sc >= 2u && sc <= 252u) {
+        const IndexTcTable tab = index_tc_table(sc);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+          index_tc_quad((unsigned)blk[1 + 2 * kk] | ((unsigned)blk[2 + 2 * kk] << 8), tab, &b[kk][0], &b[kk][1]);
+      } else {  // extreme scales: through fp32 (RNE to BF16; exact unless the value is subnormal)
+        const float s = ldexpf(1.0f, (int)sc - 127);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const unsigned by = blk[1 + 2 * kk + r];
+            b[kk][r] = csa_bf16_bits(csa_e2m1_decode(by & 15u) * s) | (csa_bf16_bits(csa_e2m1_decode(by >> 4) * s) << 16);
+          }
+      }
+      float part[2] = {0.0f, 0.0f};  // keys 2*tg, 2*tg + 1 of the n-tile
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        if (mt < m_tiles) {
+          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int kk = 0; kk < 8; ++kk) csa_mma_bf16_16816(d, qf[mt][kk], b[kk]);
+          part[0] += fmaxf(d[0], 0.0f) * wv[mt][0] + fmaxf(d[2], 0.0f) * wv[mt][1];
+          part[1] += fmaxf(d[1], 0.0f) * wv[mt][0] + fmaxf(d[3], 0.0f) * wv[mt][1];
+        }
+      }
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) {
+        part[0] += __shfl_xor_sync(CSA_FULL_MASK, part[0], o);
+        part[1] += __shfl_xor_sync(CSA_FULL_MASK, part[1], o);
+      }
+      const int c0 = key0 + 8 * nt + 2 * tg;
+      if (gid == 0) {
+        if (c0 < n) sr[c0] = part[0];
+        if (c0 + 1 < n) sr[c0 + 1] = part[1];
+      }
+    }
+  }
+  csa_cp_async_wait<0>();
+}
