@@ -49,6 +49,25 @@ __device__ __forceinline__ void index_tc_quad(unsigned hw, const IndexTcTable& t
   *w1 = __byte_perm(lo, hi, 0x7362u);
 }
 
+// Extreme E8M0 scales (outside the fast table's 2..252): the eight entries through fp32,
+// RNE to BF16 (subnormal products flush under -ftz; infinities and NaN as in fp32).
+__device__ __forceinline__ IndexTcTable index_tc_table_slow(unsigned sc) {
+  IndexTcTable t = {0u, 0u, 0u, 0u};
+  const float s = ldexpf(1.0f, (int)sc - 127);
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const unsigned v = csa_bf16_bits(csa_e2m1_decode((unsigned)c) * s), sh = 8 * (c & 3);
+    if (c < 4) {
+      t.lo0 |= (v & 0xffu) << sh;
+      t.hi0 |= (v >> 8) << sh;
+    } else {
+      t.lo1 |= (v & 0xffu) << sh;
+      t.hi1 |= (v >> 8) << sh;
+    }
+  }
+  return t;
+}
+
 extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     const unsigned char* __restrict__ keys, long long key_req_stride, const float* __restrict__ q,
     const float* __restrict__ w, int heads, int n, float* __restrict__ scores, long long score_req_stride) {
@@ -59,7 +78,6 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
   const unsigned char* kr = keys + (long long)req * key_req_stride;
   const unsigned char* kend = kr + (long long)n * CSA_IX_KEY;
   float* sr = scores + (long long)req * score_req_stride;
-  const int m_tiles = (heads + 15) >> 4;
 
   // query A fragments: head 16*mt + gid (+8), permuted k: lane tg's block, dims 32*tg + 4*kk + {0,1} (+2)
   unsigned qf[4][8][4];
@@ -123,31 +141,24 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
       const unsigned char* blk = tile + kl * CSA_IX_KEY + 17 * tg;
       const unsigned sc = blk[0];
       unsigned b[8][2];
-      if (sc >= 2u && sc <= 252u) {
-        const IndexTcTable tab = index_tc_table(sc);
+      const IndexTcTable tab = (sc >= 2u && sc <= 252u) ? index_tc_table(sc) : index_tc_table_slow(sc);
 #pragma unroll
-        for (int kk = 0; kk < 8; ++kk)
-          index_tc_quad((unsigned)blk[1 + 2 * kk] | ((unsigned)blk[2 + 2 * kk] << 8), tab, &b[kk][0], &b[kk][1]);
-      } else {  // extreme scales: through fp32 (RNE to BF16; exact unless the value is subnormal)
-        const float s = ldexpf(1.0f, (int)sc - 127);
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const unsigned by = blk[1 + 2 * kk + r];
-            b[kk][r] = csa_bf16_bits(csa_e2m1_decode(by & 15u) * s) | (csa_bf16_bits(csa_e2m1_decode(by >> 4) * s) << 16);
-          }
-      }
+      for (int kk = 0; kk < 8; ++kk)
+        index_tc_quad((unsigned)blk[1 + 2 * kk] | ((unsigned)blk[2 + 2 * kk] << 8), tab, &b[kk][0], &b[kk][1]);
       float part[2] = {0.0f, 0.0f};  // keys 2*tg, 2*tg + 1 of the n-tile
+      float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[mt][i] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) csa_mma_bf16_16816(d[mt], qf[mt][kk], b[kk]);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
-        if (mt < m_tiles) {
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int kk = 0; kk < 8; ++kk) csa_mma_bf16_16816(d, qf[mt][kk], b[kk]);
-          part[0] += fmaxf(d[0], 0.0f) * wv[mt][0] + fmaxf(d[2], 0.0f) * wv[mt][1];
-          part[1] += fmaxf(d[1], 0.0f) * wv[mt][0] + fmaxf(d[3], 0.0f) * wv[mt][1];
-        }
+        part[0] += fmaxf(d[mt][0], 0.0f) * wv[mt][0] + fmaxf(d[mt][2], 0.0f) * wv[mt][1];
+        part[1] += fmaxf(d[mt][1], 0.0f) * wv[mt][0] + fmaxf(d[mt][3], 0.0f) * wv[mt][1];
       }
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {

@@ -1,0 +1,79 @@
+"""SASS checks of the tensor-core kernels (nvcc 13, sm_90): what their hot loops issue.
+
+For attn_tc_partial and index_tc_scores the tile loop (the largest loop with tensor-core
+instructions) must use mma.sync (HMMA.16816.F32.BF16), bring its rows/keys in with 128-bit
+asynchronous copies (LDGSTS.E.BYPASS.128), issue no narrower global load and no local-memory
+access; ptxas must report no spills and registers/shared memory that give the occupancy the
+design assumes (kernels.tc_geometry / the launchers: attention two 128-thread blocks per SM
+at 16 heads, one 256-thread block at 32 heads per block; the indexer two 128-thread blocks).
+Skipped, saying which tool is missing, without nvcc or cuobjdump (the CUDA toolkit, or the
+nvidia-cuda-cuobjdump wheel).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from csa_plan.kernels import sass as S
+from csa_plan.kernels.backends import INDEX_TC_THREADS
+from csa_plan.kernels.tc_geometry import attn_tc_launch
+
+NVCC, CUOBJDUMP = S.find_tool("nvcc"), S.find_tool("cuobjdump")
+pytestmark = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None,
+                                reason=f"needs nvcc and cuobjdump (nvcc: {NVCC or 'not found'}, cuobjdump: "
+                                       f"{CUOBJDUMP or 'not found; pip install nvidia-cuda-cuobjdump'})")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sass")
+    ks = {}
+    for cu in ("attn_tc.cu", "index_tc.cu"):
+        ks.update(S.kernels_of(cu, out))
+    return ks
+
+
+# kernel -> [(threads, dynamic shared bytes, blocks per SM the design needs)]
+DESIGN = {
+    "attn_tc_partial": [(attn_tc_launch(16).threads, attn_tc_launch(16).smem_bytes, 2),
+                        (attn_tc_launch(128).threads, attn_tc_launch(128).smem_bytes, 1)],
+    "index_tc_scores": [(INDEX_TC_THREADS, 0, 2)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN))
+def test_hot_loop_uses_tensor_cores_and_128_bit_async_loads(kernels, name, record_property):
+    k = kernels[name]
+    ops = Counter(k.opcodes(k.hot_loop()))
+    record_property("hot_loop_mix", dict(ops.most_common(12)))
+    assert ops["HMMA.16816.F32.BF16"] > 0, ops
+    async128 = [op for op in ops if op.startswith("LDGSTS") and ".128" in op]
+    assert async128, f"{name}: no 128-bit cp.async in the tile loop: {ops}"
+    narrow = [op for op in ops if S.is_global_load(op) and S.load_width_bits(op) < 128]
+    assert not narrow, f"{name}: global loads narrower than 128 bits in the tile loop: {narrow}"
+    local = [op for op in ops if op.startswith(("LDL", "STL"))]
+    assert not local, f"{name}: local memory in the tile loop: {local}"
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN))
+def test_no_spills_and_occupancy_as_designed(kernels, name, record_property):
+    r = kernels[name].resources
+    record_property("registers", r.registers)
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
+    assert r.registers <= 255
+    for threads, dyn, need in DESIGN[name]:
+        smem = r.smem_bytes + dyn
+        assert smem <= 227 * 1024, (name, smem)
+        got = S.blocks_per_sm(r.registers, threads, smem)
+        assert got >= need, f"{name}: {got} blocks/SM at {threads} threads, {smem} B shared; the design needs {need}"
+
+
+def test_sass_reader_sees_loops_and_widths():
+    assert S.load_width_bits("LDG.E.128") == 128 and S.load_width_bits("LDG.E.U8") == 32
+    assert S.load_width_bits("LDGSTS.E.BYPASS.128.ZFILL") == 128
+    assert S.is_tensor("HMMA.16816.F32.BF16") and not S.is_tensor("FFMA")
+    # 255 registers x 128 threads: 8 warps of 8192 registers -> 2 blocks in 64K
+    assert S.blocks_per_sm(255, 128, 0) == 2 and S.blocks_per_sm(128, 512, 0) == 1
+    assert S.blocks_per_sm(96, 128, 108 * 1024) == 2  # shared memory decides
