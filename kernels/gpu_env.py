@@ -6,7 +6,8 @@ CUDA_ERROR_INSUFFICIENT_DRIVER = 35
 CUDA_ERROR_NO_DEVICE = 100
 CUDA_ERROR_INITIALIZATION = 3
 
-NO_CUPY = "no usable GPU: CuPy not installed (pip install 'csa-plan[gpu]'), or use --backend emulate"
+NO_CUPY = ("no usable GPU: CuPy not installed (pip install 'csa-plan[gpu-cuda13]', or [gpu-cuda12] on CUDA 12), "
+           "or use --backend emulate")
 NO_DRIVER = "no usable GPU: no NVIDIA driver (libcuda could not be loaded or initialized)"
 OLD_DRIVER = "no usable GPU: NVIDIA driver too old for this CUDA runtime (cudaErrorInsufficientDriver)"
 NO_DEVICE = "no usable GPU: no CUDA device visible (check CUDA_VISIBLE_DEVICES)"

@@ -39,7 +39,7 @@ RECOMPUTE_ATOL = 0.0  # decode and full recompute run the same kernels on the sa
 BYTE_AGREEMENT = 0.999  # fraction of record / key bytes equal to the oracle's emission
 POOL_ROUND = 512  # CuPy's memory pool rounds every allocation up to 512 bytes
 DRIVER_PAGE = 2 * MiB  # cudaMalloc reserves device memory in pages of up to 2 MiB per allocation
-RECOMPUTE_ALL_STEPS_MAX = 131072  # recompute at every step up to this many tokens
+RECOMPUTE_ALL_STEPS_MAX = 32768  # recompute at every step up to this many tokens (each is a whole prefill)
 DEVICE = 0
 
 

@@ -17,6 +17,9 @@ to 512 bytes, counts live blocks in ``used_bytes`` and keeps freed blocks in
 ``total_bytes`` until ``free_all_blocks`` (CuPy's MemoryPool semantics, as a model).
 
 Kernels are launched through the CPU emulator (the same .cu text under cuda_emu.h)
+— or, with ``FAKE_CUPY_KERNELS=skip`` in the environment, checked and recorded but not
+run (to measure the host side of a long run-gpu: the checks then fail, exit 4, since no
+kernel wrote anything) —
 after checking every argument the way cupy.RawKernel would need it: an array of the
 pointee dtype, C-contiguous (CuPy passes the base pointer of any array), or a NumPy
 scalar of the exact C type (a Python int would be passed as 8 bytes by CuPy); grid and
@@ -28,6 +31,7 @@ signatures are parsed from the code string handed to RawModule, not from the lau
 
 from __future__ import annotations
 
+import os
 import time
 import types
 import weakref
@@ -184,6 +188,8 @@ class _RawKernel:
                 conv.append(v.item())
         g = tuple(grid) + (1,) * (3 - len(grid))
         self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
+        if os.environ.get("FAKE_CUPY_KERNELS") == "skip":
+            return
         lib = emulator_library()
         if name in DYNAMIC_SHARED:
             conv.insert(0, shared_mem)

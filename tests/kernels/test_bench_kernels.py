@@ -1,15 +1,18 @@
-"""benchmarks/bench_kernels.py without a GPU: --help, the no-GPU exit, and its memory plan.
+"""benchmarks/bench_kernels.py without a GPU: --help, the no-GPU exit, its memory plan, the
+traffic model it reports, and its correctness gate.
 
-This does not run the benchmark body (that needs CuPy and a GPU); it checks that the
-script parses, refuses cleanly, and that the default run (1M context, 64 requests,
-16 heads/device, plus the 128-head FLOP/s run) plans to fit an H200 before allocating.
+The benchmark body runs here on the fake CuPy (tests/kernels/fake_cupy.py: kernels in the CPU
+emulator) at a small context, which proves the code path and the JSON document, not GPU speed.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
 
@@ -29,7 +32,8 @@ def test_no_gpu_is_one_line_and_exit_5():
     r = _run()
     assert r.returncode == 5, r.stderr
     assert r.stderr.strip().splitlines() == [
-        "bench_kernels: no usable GPU: CuPy not installed (pip install 'csa-plan[gpu]'), or use --backend emulate"]
+        "bench_kernels: no usable GPU: CuPy not installed (pip install 'csa-plan[gpu-cuda13]', or [gpu-cuda12] on "
+        "CUDA 12), or use --backend emulate"]
 
 
 def test_default_plan_fits_an_h200_and_is_printed():
@@ -44,4 +48,80 @@ def test_default_plan_fits_an_h200_and_is_printed():
     assert 10**9 < max(plan.values()) <= b.H200_BYTES
     r = _run("--plan-only")
     assert r.returncode == 0 and f"{max(plan.values()):,} B" in r.stderr
-    assert _run("--plan-only", "--requests", "512").returncode == 3  # would not fit: refused up front
+    # would not fit: refused up front (the plan is the probe's buffers: 92 GB at 512 requests, 185 GB at 1024)
+    assert _run("--plan-only", "--requests", "1024").returncode == 3
+
+
+def _load_bench():
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import bench_kernels as b
+    finally:
+        sys.path.pop(0)
+    return b
+
+
+def test_traffic_counts_compulsory_and_moved_bytes_apart():
+    from csa_plan.kernels import traffic as T
+
+    t = T.topk(16, 262144, 1024)
+    assert t.compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)  # the scores once, not five times
+    assert t.moved_bytes == 16 * (6 * 262144 * 4 + 1024 * 4)  # six passes as topk.cu makes them
+    a = T.attention(1, 128, 128 + 8192, 0, 16)
+    assert a.compulsory_bytes == (128 + 8192) * 583 + 2 * 128 * 512 * 4
+    partial = 16 * 128 * 514 * 4
+    assert a.moved_bytes == 8 * (128 + 8192) * 583 + 16 * 128 * 512 * 4 + 2 * partial + 128 * 512 * 4 + 128 * 4
+    i = T.index_scores(1, 262144, 64)
+    assert i.compulsory_bytes == 262144 * 68 + 64 * 129 * 4 + 262144 * 4
+    assert i.moved_bytes == 262144 * 68 + 4096 * 64 * 129 * 4 + 262144 * 4
+
+
+@pytest.fixture(scope="module")
+def fake_doc():
+    """The probe on the fake CuPy at 4,096 tokens (4 index heads, 16 query heads): the benchmark's body."""
+    import importlib.util
+
+    try:
+        from csa_plan.kernels.backends import build_emulator
+
+        build_emulator()
+    except Exception as exc:
+        pytest.skip(f"kernel emulator cannot be built: {exc}")
+    spec = importlib.util.spec_from_file_location("fake_cupy", Path(__file__).with_name("fake_cupy.py"))
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    from csa_plan.kernels import probe
+
+    code, doc = probe.run(["--context", "4096", "--batches", "1", "--geometries", "v4-pro-tp8", "--hot", "1",
+                           "--index-heads", "4", "--chunks", "4"], cupy_module=fake)
+    return code, doc
+
+
+def test_bench_body_on_fake_cupy_checks_pass_and_report_both_byte_counts(fake_doc, capsys):
+    code, doc = fake_doc
+    assert code == 0 and doc["failed"] == 0, [c for c in doc["checks"] if c["status"] != "pass"]
+    names = {c["name"] for c in doc["checks"]}
+    assert {"top-1024 of 1,024 (R=1)", "attention vs oracle (v4-pro-tp8 CSA H=16 R=1)",
+            "attention vs oracle (v4-pro-tp8 HCA H=16 R=1)", "indexer scan vs oracle (R=1)"} <= names
+    kernels = {t["kernel"] for t in doc["timings"]}
+    assert kernels == {"index_scores", "topk_radix", "attn_partial+attn_merge"}
+    assert all(t["moved_bytes"] >= t["compulsory_bytes"] > 0 for t in doc["timings"])
+    assert doc["copy_ceiling"]["bytes_per_s"] > 0
+    b = _load_bench()
+    args = b.main.__globals__["argparse"].Namespace(context=4096, requests=1, heads=16, index_heads=4, topk=1024,
+                                                      window=128, chunks=4, json=True)
+    assert b.report(args, doc) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] == 0 and all("moved_over_compulsory" in r for r in out["results"])
+
+
+def test_bench_exits_4_when_a_correctness_check_fails(fake_doc, capsys):
+    _, doc = fake_doc
+    bad = json.loads(json.dumps(doc))
+    bad["checks"][0]["status"] = "fail"
+    bad["failed"] = 1
+    b = _load_bench()
+    args = b.main.__globals__["argparse"].Namespace(context=4096, requests=1, heads=16, index_heads=4, topk=1024,
+                                                      window=128, chunks=4, json=False)
+    assert b.report(args, bad) == 4
+    assert "correctness check(s) FAILED" in capsys.readouterr().err

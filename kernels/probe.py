@@ -1,0 +1,331 @@
+"""The 1M-token kernel probe: the decode kernels at V4-Flash and V4-Pro geometry, checked and timed.
+
+    python -m csa_plan.kernels.probe --json probe.json            # on a GPU (needs CuPy)
+    python -m csa_plan.kernels.probe --small                      # seconds: the compute-sanitizer probe
+
+At ``--context`` tokens (default 1,048,576) and for each batch in ``--batches`` (1 and 16):
+
+* the indexer scan over 262,144 FP4 keys per request (64 index heads) and top-k of them
+  (512 for V4-Flash, 1024 for V4-Pro);
+* CSA attention over the 128-row window plus the k selected records, and HCA attention
+  over the window plus all 8,192 records, for 16 heads (V4-Pro at --tp 8), 64 (V4-Flash)
+  and 128 (V4-Pro), split over ``--chunks`` row ranges (multi-chunk merges), query RoPE at
+  position context - 1 (the large-angle path).
+
+Records and keys are gathered (per request, at random) from a pool of 65,536 distinct
+random ones, so about 4 copies of each key sit in a request: top-k meets exact ties and
+must break them toward the lower id. Checks: index scores against the oracle on the first
+and the last request of a batch (relative error <= 1e-4; an oracle scan is a few seconds
+per request on the host), top-k ids exactly equal to the oracle's top-k of the kernel's own
+scores for every request, attention against the oracle for every request (<= 1e-3), and
+every output bit-identical on a second launch. Timings: cold (L2 flushed by writing
+``FLUSH_BYTES`` first, the first launch in the process) and hot (median of ``--hot``), with
+each kernel's compulsory and moved bytes (kernels/traffic.py) and the device-to-device
+copy rate measured on the same device as the ceiling.
+
+Exit 0 when every check passes, 4 when one fails, 5 (one line) without a usable GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from csa_plan.kernels import oracle as O
+from csa_plan.kernels import traffic as T
+
+CONTEXT = 1 << 20
+WINDOW = 128
+INDEX_HEADS = 64
+POOL = 65536
+GEOMETRIES = {"v4-pro-tp8": (16, 1024), "v4-flash": (64, 512), "v4-pro": (128, 1024)}  # heads, top-k
+FLUSH_BYTES = 256 << 20  # twice the H200's 50 MB L2, and then some
+COPY_BYTES = 1 << 30
+ATTN_ATOL = 1e-3
+SCORE_RTOL = 1e-4
+EXIT_OK, EXIT_FAILED, EXIT_NO_GPU = 0, 4, 5
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m csa_plan.kernels.probe", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--context", type=int, default=CONTEXT)
+    ap.add_argument("--batches", default="1,16", help="comma-separated request counts")
+    ap.add_argument("--geometries", default=",".join(GEOMETRIES), help=f"of {', '.join(GEOMETRIES)}")
+    ap.add_argument("--chunks", type=int, default=16, help="attention row-range splits")
+    ap.add_argument("--hot", type=int, default=5, help="hot launches timed (median)")
+    ap.add_argument("--index-heads", type=int, default=INDEX_HEADS, help="indexer heads (64 in V4)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--small", action="store_true", help="context 8192, batch 1 and 2, 16 heads (sanitizers)")
+    ap.add_argument("--json", metavar="FILE", help="write the document here ('-': stdout)")
+    a = ap.parse_args(argv)
+    if a.small:
+        a.context, a.batches, a.geometries, a.hot = 8192, "1,2", "v4-pro-tp8", 1
+    a.batches = [int(b) for b in a.batches.split(",") if b]
+    a.geometries = [g for g in a.geometries.split(",") if g]
+    bad = [g for g in a.geometries if g not in GEOMETRIES]
+    if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1
+            or not 1 <= a.index_heads <= 64):
+        ap.error("need known --geometries, --context >= 4096 and a multiple of 128, batches >= 1, chunks >= 1, "
+                 "1 <= --index-heads <= 64")
+    if max(GEOMETRIES[g][1] for g in a.geometries) > a.context // 4:
+        ap.error("top-k exceeds the CSA records of --context")
+    return a
+
+
+class Timer:
+    """CUDA-event timing of one call; cold flushes L2 first."""
+
+    def __init__(self, cp) -> None:
+        self.cp = cp
+        self.flush = cp.zeros(FLUSH_BYTES // 4, dtype=cp.float32)
+
+    def once(self, fn, cold: bool = False) -> float:
+        cp = self.cp
+        if cold:
+            self.flush[...] = 1.0
+        cp.cuda.runtime.deviceSynchronize()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return float(cp.cuda.get_elapsed_time(start, stop))
+
+    def cold_hot(self, fn, hot: int) -> tuple[float, float]:
+        cold = self.once(fn, cold=True)
+        return cold, float(np.median([self.once(fn) for _ in range(max(1, hot))]))
+
+
+def copy_ceiling(cp, timer: Timer, nbytes: int) -> dict:
+    """Device-to-device copy of nbytes: read + written bytes per second (median of 3)."""
+    src = cp.zeros(nbytes // 4, dtype=cp.float32)
+    dst = cp.zeros(nbytes // 4, dtype=cp.float32)
+
+    def copy():
+        dst[...] = src
+
+    copy()
+    ms = float(np.median([timer.once(copy) for _ in range(3)]))
+    del src, dst
+    return {"bytes": nbytes, "ms": ms, "bytes_per_s": 2 * nbytes / (ms * 1e-3) if ms > 0 else None}
+
+
+def machine_facts(cp) -> dict:
+    rt = cp.cuda.runtime
+    dev = cp.cuda.Device().id
+    props = rt.getDeviceProperties(dev)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    facts = {"device": name, "total_bytes": int(props["totalGlobalMem"]),
+             "driver_version": int(rt.driverGetVersion()), "runtime_version": int(rt.runtimeGetVersion()),
+             "cupy": getattr(cp, "__version__", "unknown")}
+    for k in ("clockRate", "memoryClockRate", "memoryBusWidth", "multiProcessorCount", "l2CacheSize", "major", "minor"):
+        if k in props:
+            facts[k] = int(props[k])
+    return facts
+
+
+def _bits(a) -> np.ndarray:
+    h = a.get() if hasattr(a, "get") else np.asarray(a)
+    return np.ascontiguousarray(h).view(np.uint8)
+
+
+class Probe:
+    def __init__(self, cp, be, a) -> None:
+        self.cp, self.be, self.a = cp, be, a
+        self.timer = Timer(cp)
+        self.checks: list[dict] = []
+        self.timings: list[dict] = []
+        self.rng = np.random.default_rng(a.seed)
+        self.g = O.Geometry(ratio=4, num_heads=1, max_seq_len=a.context)
+        self.rec_pool = O.pack_fp8_record(self.rng.standard_normal((POOL, 512), dtype=np.float32))
+        self.key_pool = O.pack_fp4_key(self.rng.standard_normal((POOL, 128), dtype=np.float32))
+        self.inv = cp.asarray(O.INV_FREQ)
+
+    def check(self, name: str, ok: bool, detail: str, value=None) -> None:
+        self.checks.append({"name": name, "status": "pass" if ok else "fail", "detail": detail, "value": value})
+
+    def time(self, case: str, fn, traffic: T.Traffic, **info) -> None:
+        cold, hot = self.timer.cold_hot(fn, self.a.hot)
+        row = {"case": case, **info, **traffic.as_dict(), "cold_ms": cold, "hot_ms": hot}
+        for what in ("compulsory", "moved"):
+            b = row[f"{what}_bytes"]
+            row[f"hot_{what}_bytes_per_s"] = b / (hot * 1e-3) if hot > 0 else None
+        ceiling = self.ceiling["bytes_per_s"]
+        row["hot_fraction_of_copy_ceiling"] = (row["hot_compulsory_bytes_per_s"] / ceiling
+                                               if ceiling and row["hot_compulsory_bytes_per_s"] else None)
+        self.timings.append(row)
+
+    def run(self) -> None:
+        self.ceiling = copy_ceiling(self.cp, self.timer, max(1 << 24, min(COPY_BYTES, self.a.context * 1024)))
+        for R in self.a.batches:
+            self.batch(R)
+
+    def batch(self, R: int) -> None:
+        cp, be, a, rng = self.cp, self.be, self.a, self.rng
+        n_csa, n_hca, W, I = a.context // 4, a.context // 128, WINDOW, a.index_heads
+        pos = a.context - 1
+        rec = self.g.record_bytes
+        key_ids = rng.integers(0, POOL, (R, n_csa), dtype=np.int32)
+        csa_ids = rng.integers(0, POOL, (R, n_csa), dtype=np.int32)
+        hca_ids = rng.integers(0, POOL, (R, n_hca))
+        ring_ids = rng.integers(0, POOL, (R, W))
+        keys = cp.zeros((R, n_csa, 68), dtype=cp.uint8)
+        csa = cp.zeros((R, n_csa, rec), dtype=cp.uint8)
+        hca = cp.zeros((R, n_hca, rec), dtype=cp.uint8)
+        ring = cp.zeros((R, W, rec), dtype=cp.uint8)
+        for r in range(R):  # one request's bytes on the host at a time
+            keys[r] = cp.asarray(self.key_pool[key_ids[r]])
+            csa[r] = cp.asarray(self.rec_pool[csa_ids[r]])
+            hca[r] = cp.asarray(self.rec_pool[hca_ids[r]])
+            ring[r] = cp.asarray(self.rec_pool[ring_ids[r]])
+        iq_h = rng.standard_normal((R, I, 128), dtype=np.float32)
+        iw_h = rng.standard_normal((R, I), dtype=np.float32)
+        iq, iw = cp.asarray(iq_h), cp.asarray(iw_h)
+        scores = [cp.zeros((R, n_csa), dtype=cp.float32) for _ in range(2)]
+
+        def scan(i):
+            be.index_scores(keys, iq, iw, I, n_csa, scores[i], requests=R, key_stride=n_csa * 68, score_stride=n_csa)
+
+        tag = f"R={R}"
+        scan(0)
+        scan(1)
+        be.synchronize()
+        s_host = scores[0].get()
+        same = np.array_equal(_bits(scores[0]), _bits(scores[1]))
+        worst = 0.0
+        for r in sorted({0, R - 1}):
+            ref = O.index_scores(self.key_pool[key_ids[r]], iq_h[r], iw_h[r])
+            worst = max(worst, float(np.abs(ref - s_host[r]).max() / max(1e-30, float(np.abs(ref).max()))))
+        self.check(f"indexer scan vs oracle ({tag})", worst <= SCORE_RTOL and same,
+                   f"{n_csa:,} keys x {I} heads per request; rel err {worst:.1e} on requests {sorted({0, R - 1})} "
+                   f"(tol {SCORE_RTOL:g}); second launch bit-identical: {same}", worst)
+        self.time(f"indexer/{tag}", lambda: scan(1), T.index_scores(R, n_csa, I), kind="CSA", requests=R, n=n_csa)
+
+        for k in sorted({GEOMETRIES[gname][1] for gname in a.geometries}):
+            ids = [cp.zeros((R, k), dtype=cp.int32) for _ in range(2)]
+
+            def sel(i, k=k, ids=ids):
+                be.topk(scores[0], n_csa, k, ids[i], requests=R, score_stride=n_csa, out_stride=k)
+
+            sel(0)
+            sel(1)
+            be.synchronize()
+            got = ids[0].get()
+            exact = sum(np.array_equal(O.topk_ids(s_host[r], k), got[r]) for r in range(R))
+            same = np.array_equal(_bits(ids[0]), _bits(ids[1]))
+            ties = int(sum(len(s_host[r]) - len(np.unique(s_host[r])) for r in range(R)))
+            self.check(f"top-{k} of {n_csa:,} ({tag})", exact == R and same,
+                       f"ids equal the oracle's top-k of the kernel scores in {exact}/{R} requests "
+                       f"({ties:,} tied scores to break); second launch bit-identical: {same}", R - exact)
+            self.time(f"topk{k}/{tag}", lambda: sel(1), T.topk(R, n_csa, k), kind="CSA", requests=R, n=n_csa, k=k)
+            for gname in a.geometries:
+                H, gk = GEOMETRIES[gname]
+                if gk == k:
+                    self.attention(gname, H, R, "CSA", ring, csa, ids[0], got, k, ring_ids, csa_ids, pos)
+            del ids
+        for gname in a.geometries:
+            H, _ = GEOMETRIES[gname]
+            self.attention(gname, H, R, "HCA", ring, hca, None, None, n_hca, ring_ids, hca_ids, pos)
+
+    def attention(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos) -> None:
+        cp, be, a, rng = self.cp, self.be, self.a, self.rng
+        W, C, rec = WINDOW, a.chunks, self.g.record_bytes
+        n_rec = records.shape[1]
+        q_h = rng.standard_normal((R, H, 512), dtype=np.float32)
+        sink_h = rng.standard_normal(H, dtype=np.float32)
+        q, sink = cp.asarray(q_h), cp.asarray(sink_h)
+        ml = cp.zeros(2 * R * C * H, dtype=cp.float32)
+        po = cp.zeros(R * C * H * 512, dtype=cp.float32)
+        ys = [cp.zeros((R, H, 512), dtype=cp.float32) for _ in range(2)]
+
+        def attend(i):
+            be.attention(q, ring, W, records, ids_dev, n_sel, H, pos, self.inv, sink, ml, po, ys[i], C, requests=R,
+                         ring_stride=W * rec, rec_stride=n_rec * rec, idx_stride=n_sel if ids_dev is not None else 0)
+
+        attend(0)
+        attend(1)
+        be.synchronize()
+        y = ys[0].get()
+        same = np.array_equal(_bits(ys[0]), _bits(ys[1]))
+        g = O.Geometry(ratio=4 if kind == "CSA" else 128, num_heads=H, max_seq_len=a.context)
+        worst = 0.0
+        for r in range(R):
+            sel = ids_host[r] if ids_host is not None else np.arange(n_sel)
+            rows = np.concatenate([self.rec_pool[ring_ids[r]], self.rec_pool[rec_ids[r][sel]]], axis=0)
+            ref = O.attend(g, q_h[r], rows, sink_h, pos)
+            worst = max(worst, float(np.abs(ref - y[r]).max()))
+        tag = f"{gname} {kind} H={H} R={R}"
+        self.check(f"attention vs oracle ({tag})", worst <= ATTN_ATOL and same,
+                   f"{W} window + {n_sel:,} {'selected' if ids_dev is not None else 'all'} rows, {C} chunks merged, "
+                   f"position {pos:,}; max |err| {worst:.2e} over all {R} requests (tol {ATTN_ATOL:g}); "
+                   f"second launch bit-identical: {same}", worst)
+        self.time(f"attention/{tag}", lambda: attend(1),
+                  T.attention(R, H, W + n_sel, n_sel if ids_dev is not None else 0, C), kind=kind, requests=R,
+                  heads=H, rows=W + n_sel, chunks=C, geometry=gname)
+
+
+def run(argv=None, cupy_module=None) -> tuple[int, dict | None]:
+    a = _parse(argv)
+    if cupy_module is None:
+        from csa_plan.kernels.gpu_env import gpu_unavailable_reason
+
+        reason = gpu_unavailable_reason()
+        if reason:
+            print(f"probe: {reason}", file=sys.stderr)
+            return EXIT_NO_GPU, None
+        import cupy as cupy_module
+    from csa_plan.kernels.backends import CupyBackend
+
+    cp = cupy_module
+    t0 = time.perf_counter()
+    be = CupyBackend(cp)
+    compile_s = time.perf_counter() - t0
+    p = Probe(cp, be, a)
+    p.run()
+    failed = sum(c["status"] == "fail" for c in p.checks)
+    doc = {"schema": "csa-plan/probe/v1", "machine": machine_facts(cp), "context": a.context, "batches": a.batches,
+           "geometries": {g: {"heads": GEOMETRIES[g][0], "topk": GEOMETRIES[g][1]} for g in a.geometries},
+           "chunks": a.chunks, "module_load_s": compile_s, "copy_ceiling": p.ceiling, "checks": p.checks,
+           "timings": p.timings, "failed": failed, "seconds": time.perf_counter() - t0}
+    return (EXIT_FAILED if failed else EXIT_OK), doc
+
+
+def plan_bytes(context: int, requests: int, heads: int, index_heads: int, topk: int, window: int,
+               chunks: int) -> int:
+    """Device bytes the probe holds at once for its largest batch (kernel buffers, L2 flush buffer)."""
+    R, n_csa, n_hca, H = requests, context // 4, context // 128, heads
+    rec = 583
+    data = R * (n_csa * 68 + n_csa * rec + n_hca * rec + window * rec + index_heads * 129 * 4)
+    sel = 2 * R * n_csa * 4 + 2 * R * topk * 4
+    attn = R * H * 512 * 4 * 3 + 2 * R * chunks * H * 4 + R * chunks * H * 512 * 4 + H * 4
+    return data + sel + attn + FLUSH_BYTES
+
+
+def main(argv=None) -> int:
+    code, doc = run(argv)
+    if doc is None:
+        return code
+    a = _parse(argv)
+    text = json.dumps(doc, indent=2)
+    if a.json == "-":
+        print(text)
+    elif a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    for c in doc["checks"]:
+        print(f"{c['status'].upper():4}  {c['name']}: {c['detail']}", file=sys.stderr)
+    for t in doc["timings"]:
+        print(f"      {t['case']:<36} cold {t['cold_ms']:9.3f} ms  hot {t['hot_ms']:9.3f} ms  "
+              f"compulsory {t['compulsory_bytes'] / 1e9:7.3f} GB  moved {t['moved_bytes'] / 1e9:7.3f} GB", file=sys.stderr)
+    print(f"probe: {len(doc['checks']) - doc['failed']}/{len(doc['checks'])} checks passed (exit {code})",
+          file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

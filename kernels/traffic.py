@@ -1,0 +1,72 @@
+"""Device-memory traffic of each decode kernel: the compulsory bytes and the bytes it moves.
+
+*Compulsory* is what any implementation must move: every input byte read once, every
+output byte written once. *Moved* is what these kernels read and write as written (the
+launch shapes of kernels/backends.py), counting a re-read even when L2 would serve it:
+
+* index_scores: each key once; every block stages all index queries and weights in
+  shared memory (blocks x heads x 129 floats); scores written once.
+* topk_radix: six passes over the scores (four 8-bit histogram passes, the count pass and
+  the write pass, topk.cu), ids written once. Compulsory: the scores once.
+* attn_partial + attn_merge: each head group (16 heads, one block) re-reads the rows and
+  the ids, every chunk re-reads its heads' queries; every chunk writes a partial (max, sum, 512 outputs) per head and the
+  merge reads them back (the partial round trip), then writes the output. Compulsory:
+  rows, ids, query and output once.
+
+Byte counts are exact integers for a given geometry; rates divide them by measured time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_THREADS, attn_warps, record_bytes
+from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
+
+F32 = 4
+I32 = 4
+PARTIAL_FLOATS = 2 + HEAD_DIM  # max, sum, 512 outputs per (chunk, head)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    kernel: str
+    compulsory_bytes: int
+    moved_bytes: int
+
+    def as_dict(self) -> dict:
+        return {"kernel": self.kernel, "compulsory_bytes": self.compulsory_bytes, "moved_bytes": self.moved_bytes}
+
+
+def index_blocks(n: int) -> int:
+    """Blocks per request the launcher gives index_scores (grid-stride loop beyond 4096)."""
+    return max(1, min(-(-n // (INDEX_THREADS // 32)), 4096))
+
+
+def index_scores(requests: int, n: int, heads: int) -> Traffic:
+    q = heads * (INDEX_DIM + 1) * F32
+    comp = requests * (n * INDEX_KEY_BYTES + q + n * F32)
+    moved = requests * (n * INDEX_KEY_BYTES + index_blocks(n) * q + n * F32)
+    return Traffic("index_scores", comp, moved)
+
+
+TOPK_SCORE_PASSES = 6
+
+
+def topk(requests: int, n: int, k: int) -> Traffic:
+    return Traffic("topk_radix", requests * (n * F32 + k * I32),
+                   requests * (TOPK_SCORE_PASSES * n * F32 + k * I32))
+
+
+def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: int, rope_dim: int = 64) -> Traffic:
+    """rows = window rows + selected records; selected_ids = ids read (0 when all records are taken in order)."""
+    rec = record_bytes(rope_dim)
+    qy = heads * HEAD_DIM * F32
+    comp = requests * (rows * rec + selected_ids * I32 + 2 * qy)
+    groups = -(-heads // attn_warps(heads))
+    partial = chunks * heads * PARTIAL_FLOATS * F32
+    moved = requests * (groups * (rows * rec + selected_ids * I32) + chunks * qy  # pass 1: every chunk reads q
+                        + partial  # pass 1 writes the partials
+                        + partial + qy  # pass 2 reads them back and writes y
+                        + heads * F32)  # the sinks
+    return Traffic("attn_partial+attn_merge", comp, moved)
