@@ -8,20 +8,21 @@ import click
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_options, engine_options, enum_choice
+from csa_plan.cli.options import CACHE_FORMAT, COUNT, SIZE, TOKENS_HELP, SuggestChoice, bad_input_exits, deployment_options, engine_options, enum_choice
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
 
 
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("model")
-@click.option("--gate", type=enum_choice(Gate), default=Gate.OP.value, show_default=True,
-              help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only).")
+@click.option("--gate", type=enum_choice(Gate), default=None,
+              help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only) "
+                   "[default: the spec's own 'gate:', else op].")
 @click.option("--layout", default="exact", show_default=True, metavar="NAME",
               help=f"Layout profile: {', '.join(PROFILES)} (README: 'Layout profiles'); engines: --engine.")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
-@click.option("--kv-format", "kv_format", default=None, metavar="FORMAT",
+@click.option("--kv-format", "kv_format", type=CACHE_FORMAT, default=None,
               help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}.")
 @click.option("--window", type=COUNT, default=None, help="Sliding-window override [default: the model's].")
 @click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step for scratch workspaces.")
@@ -35,7 +36,7 @@ from csa_plan.planner.gate import Gate
 @bad_input_exits
 @engine_options
 @deployment_options
-def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
+def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, as_json: bool, engine: str | None,
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
@@ -50,11 +51,12 @@ def check(model: str, gate: str, layout: str, max_seq_len: int | None, batch: in
 
     from csa_plan.cli.render_budget import render_budget, write_budget_plot
 
-    options = PlanOptions(gate=Gate(gate), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
+    options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
                                      at_length, engine=engine, engine_settings=engine_settings,
-                                     kv_memory_bytes=kv_memory, deployment=deployment))
+                                     kv_memory_bytes=kv_memory, deployment=deployment,
+                                     gate_from_spec=gate is None))
 
     def render(out, report):
         budget = report.get("budget")

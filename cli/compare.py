@@ -36,7 +36,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""
-    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.console import esc, make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.plots import plot_compare, plotting_available
     from csa_plan.cli.render_compare import render_compare
@@ -57,5 +57,5 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
     if plot_file is not None:
         plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)
         if not as_json:
-            consoles.out.print(f"chart written to {plot_file}")
+            consoles.out.print(f"chart written to {esc(plot_file)}")
     return int(outcome.exit_code)

@@ -4,14 +4,22 @@ Both consoles escape control characters and escape sequences in everything they
 print (``planner/text.printable``): text from a file or an option never reaches the
 terminal raw, whatever the rendering code did with it. Rich's own styling and
 cursor control (segments it marks as control) pass through untouched.
+
+Markup is the other half: renderers print rich markup of their own (``[bold]``,
+``[red]``), and a workload named ``trace[red].jsonl`` or a hint like ``pip install
+'csa-plan[plot]'`` must not be read as markup. ``escaped(report)`` escapes every string
+in a report document (the values, not the keys) before a renderer sees it (``cli.emit``
+does it for every command), so no renderer has to remember which field came from
+where; ``esc`` does the same for one string.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.segment import Segment
 
 from csa_plan.planner.text import printable
@@ -34,3 +42,19 @@ class Consoles:
 
 def make_consoles() -> Consoles:
     return Consoles(out=SafeConsole(), err=SafeConsole(stderr=True))
+
+
+def esc(value: Any) -> str:
+    """``str(value)`` with every ``[`` that could open a rich tag escaped."""
+    return escape(str(value))
+
+
+def escaped(doc: Any) -> Any:
+    """A copy of a report document with every string value escaped for rich markup."""
+    if isinstance(doc, str):
+        return escape(doc)
+    if isinstance(doc, dict):
+        return {k: escaped(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [escaped(v) for v in doc]
+    return doc

@@ -32,3 +32,9 @@ def fmt_rate(v: float | None, at_least: bool = False) -> str:
     if v is None:
         return "-"
     return ("≥" if at_least else "") + (f"{v:,.3g}" if v < 1000 else f"{v:,.0f}")
+
+
+def plural(n: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 device``, ``2 devices``, ``1,000 requests``: the count with separators, the noun agreeing."""
+    word = noun if n == 1 else (plural_form or noun + "s")
+    return f"{n:,} {word}"

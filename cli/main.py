@@ -47,6 +47,15 @@ class LazyGroup(click.Group):
             command.epilog = f"{command.epilog}\n{DOCS_HELP}" if command.epilog else DOCS_HELP
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            from csa_plan.planner.suggest import did_you_mean
+
+            raise click.UsageError(f"no such command {name!r} (commands: {', '.join(self.list_commands(ctx))})"
+                                   f"{did_you_mean(name, self.list_commands(ctx))}", ctx)
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:

@@ -29,33 +29,59 @@ class SizeType(click.ParamType):
 
 
 class CountType(click.ParamType):
-    """A non-negative integer below 2^63; 0 is allowed (the gate decides whether it is usable)."""
+    """A non-negative integer below 2^63, as people type it: ``128k``, ``128K``, ``1e6``, ``1,000,000``
+    (planner/amounts.py); 0 is allowed (the gate decides whether it is usable)."""
 
     name = "INT"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        else:
-            from csa_plan.planner.text import excerpt
-            from csa_plan.planner.values import parse_int_text
+            if value < 0:
+                self.fail(f"{value} is negative", param, ctx)
+            if value >= I63_LIMIT:
+                self.fail(f"{value} is too large (must be below 2^63)", param, ctx)
+            return value
+        from csa_plan.planner.amounts import parse_count
 
-            text = str(value).strip().replace("_", "")
-            if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
-                self.fail(f"{text if len(text) <= 40 else excerpt(text)} is negative", param, ctx)
-            if len(text.lstrip("+0")) > 19 and text.isascii() and text.lstrip("+").isdigit():
-                self.fail(f"{excerpt(text)} is too large (must be below 2^63)", param, ctx)
-            try:  # ASCII digits only: int() would also take Unicode digits
-                number = parse_int_text("options", param.opts[0] if param else "value", text)
-            except BadInput as exc:
-                problem = exc.problem if "too large" in exc.problem else \
-                    f"{excerpt(str(value))} is not an integer (ASCII digits)"
-                self.fail(problem, param, ctx)
-        if number < 0:
-            self.fail(f"{number} is negative", param, ctx)
-        if number >= I63_LIMIT:
-            self.fail(f"{number} is too large (must be below 2^63)", param, ctx)
-        return number
+        option = param.opts[0] if param else "count"
+        try:
+            return parse_count(str(value), "options", option)
+        except BadInput as exc:
+            self.fail(exc.problem, param, ctx)
+
+
+class SuggestChoice(click.Choice):
+    """A choice matched without regard to case; a miss names the closest choice (did you mean)."""
+
+    def __init__(self, choices: Any) -> None:
+        super().__init__(list(choices), case_sensitive=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        for choice in self.choices:
+            if text.casefold() == str(choice).casefold():
+                return choice
+        from csa_plan.planner.suggest import unknown_problem
+
+        self.fail(unknown_problem("value", text, self.choices), param, ctx)
+
+
+class CacheFormatName(click.ParamType):
+    """``--kv-format``: a known cache format name. On the command line anything else is bad
+    input with a suggestion; an unknown format inside a model file stays the gate's typed
+    refusal (UnknownCacheFormat)."""
+
+    name = "FORMAT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
+        from csa_plan.planner.suggest import unknown_problem
+
+        text = str(value).strip()
+        for known in CACHE_FORMAT_NAMES:
+            if text.casefold() == known:
+                return known
+        self.fail(unknown_problem("cache format", text, CACHE_FORMAT_NAMES), param, ctx)
 
 
 class FloatType(click.ParamType):
@@ -82,11 +108,14 @@ class FloatType(click.ParamType):
 
 SIZE = SizeType()
 COUNT = CountType()
+CACHE_FORMAT = CacheFormatName()
+
+TOKENS_HELP = "k/m = powers of ten, K/M = powers of two, as vLLM's --max-model-len: 128k = 128,000, 128K = 131,072"
 
 
 def enum_choice(enum: type) -> click.Choice:
     """A click choice whose values are the enum's: the list is never written by hand."""
-    return click.Choice([member.value for member in enum])
+    return SuggestChoice([member.value for member in enum])
 
 
 MAX_MESSAGE_CHARS = 600

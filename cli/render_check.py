@@ -5,47 +5,53 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from csa_plan.cli.format import fmt_bytes
+from csa_plan.cli.format import fmt_bytes, plural
 from csa_plan.planner.reports.text import id_runs
+from csa_plan.cli.tables import KEY, TEXT, Col, print_table
 
 CLASSES = ("compressed", "carry", "index", "index_carry", "dense_ring", "scratch")
 HEADERS = ("compressed", "carry", "index", "idx carry", "ring", "scratch")
 
 
 def render_check(console: Console, report: dict[str, Any], *, per_layer: bool = False) -> None:
+    """Render an *escaped* report (``cli.console.escaped``): every string in it is markup-safe."""
     m, o = report["model"], report["options"]
     console.print(
-        f"[bold]{m['name']}[/]  ({m['source']})  gate={o['gate']}  max_seq_len={o['max_seq_len']}  "
-        f"batch={o['batch']}  format={o['cache_format']}  window={o['window']}  tp={o['tp']}  query_len={o['query_len']}"
+        f"[bold]{m['name']}[/]  ({m['source']})  gate={o['gate']}  max_seq_len={_n(o['max_seq_len'])}  "
+        f"batch={_n(o['batch'])}  format={o['cache_format']}  window={_n(o['window'])}  tp={o['tp']}  "
+        f"query_len={_n(o['query_len'])}"
     )
     for note in m["notes"]:
         console.print(f"  note: {note}")
-    console.print(_layer_table(report, per_layer))
-    classes = None if per_layer else _class_table(report)
-    if classes is not None:
-        console.print(classes)
+    _layer_table(console, report, per_layer)
+    if not per_layer:
+        _class_table(console, report)
     if report["refusals"]:
         _render_refusals(console, report["refusals"])
-    console.print(_totals_table(report))
+    _totals_table(console, report)
     if report["memory"]:
         _render_memory(console, report["memory"])
     console.print(_verdict_line(report))
 
 
-def _layer_table(report: dict[str, Any], per_layer: bool) -> Table:
+def _n(value: Any) -> str:
+    """An option value: a number with separators, or a list of them."""
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_n(v) for v in value) + "]"
+    return f"{value:,}"
+
+
+def _layer_table(console: Console, report: dict[str, Any], per_layer: bool) -> None:
     c = report["counts"]
     title = f"State groups per request per device: {c['csa']} CSA, {c['hca']} HCA, {c['swa']} SWA-only"
     if c["unsupported"]:
         title += f", {c['unsupported']} unsupported"
-    table = Table(title=title, title_justify="left")
     if per_layer:
-        table.add_column("layer", justify="right")
-        table.add_column("kind")
-        for h in HEADERS:
-            table.add_column(h, justify="right")
-        table.add_column("total", justify="right")
+        cols = [Col("layer", KEY, "right"), Col("kind", KEY)] + [Col(h) for h in HEADERS] + [Col("total")]
+        rows = []
         for row in report["layers"]:
             b = row["bytes"]
             cells = [str(row["layer_id"]), _kind(row)]
@@ -53,32 +59,32 @@ def _layer_table(report: dict[str, Any], per_layer: bool) -> Table:
                 cells += [f"[red]refused: {', '.join(row['refusal_types'])}[/]"] + [""] * len(HEADERS)
             else:
                 cells += [f"{b[k]:,}" for k in CLASSES] + [f"{b['total']:,}"]
-            table.add_row(*cells)
-        return table
-    for col, justify in (("layers", "left"), ("kind", "left"), ("count", "right"),
-                         ("bytes per group", "right"), ("bytes all groups", "right")):
-        table.add_column(col, justify=justify, overflow="fold")
+            rows.append(cells)
+        if any(r["bytes"] is None for r in report["layers"]):
+            cols[2] = Col(HEADERS[0], TEXT, "right")
+        print_table(console, title, cols, rows)
+        return
+    cols = [Col("layers", KEY), Col("kind", KEY), Col("count"), Col("bytes per group"), Col("bytes all groups")]
+    rows = []
     for row in report["groups"]:
         b = row["bytes_per_group"]
         if b is None:
             sizes = [f"[red]refused: {', '.join(row['refusal_types'])}[/]", ""]
         else:
             sizes = [f"{b['total']:,}", f"{row['bytes_all']['total']:,}"]
-        table.add_row(id_runs(row["layer_ids"]), _kind(row), str(row["count"]), *sizes)
-    return table
+        rows.append([id_runs(row["layer_ids"]), _kind(row), f"{row['count']:,}", *sizes])
+    if any(r["bytes_per_group"] is None for r in report["groups"]):
+        cols[3] = Col("bytes per group", TEXT, "right")
+    print_table(console, title, cols, rows)
 
 
-def _class_table(report: dict[str, Any]) -> Table | None:
+def _class_table(console: Console, report: dict[str, Any]) -> None:
     sized = [g for g in report["groups"] if g["bytes_per_group"] is not None]
     if not sized:
-        return None
-    table = Table(title="Bytes of one state group by class", title_justify="left")
-    table.add_column("class")
-    for g in sized:
-        table.add_column(f"{_kind(g)} x{g['count']}", justify="right")
-    for k in CLASSES + ("total",):
-        table.add_row(k, *[f"{g['bytes_per_group'][k]:,}" for g in sized])
-    return table
+        return
+    cols = [Col("class", KEY)] + [Col(f"{_kind(g)} x{g['count']:,}") for g in sized]
+    rows = [[k, *[f"{g['bytes_per_group'][k]:,}" for g in sized]] for k in CLASSES + ("total",)]
+    print_table(console, "Bytes of one state group by class", cols, rows)
 
 
 def _kind(row: dict[str, Any]) -> str:
@@ -101,18 +107,15 @@ def _render_refusals(console: Console, refusals: list[dict[str, Any]]) -> None:
         console.print(f"      [dim]expected:[/] {expected}  [dim]found:[/] {actual}", highlight=False)
 
 
-def _totals_table(report: dict[str, Any]) -> Table:
+def _totals_table(console: Console, report: dict[str, Any]) -> None:
     t = report["totals"]
     per = t["per_request_per_device"]
-    table = Table(title="Whole-model total (refused layers excluded)", title_justify="left")
-    table.add_column("class")
-    table.add_column("bytes per request per device", justify="right")
-    for k in CLASSES:
-        table.add_row(k, fmt_bytes(per[k]))
-    table.add_row("[bold]total[/]", f"[bold]{fmt_bytes(per['total'])}[/]")
+    rows = [[k, fmt_bytes(per[k])] for k in CLASSES]
+    rows.append(["[bold]total[/]", f"[bold]{fmt_bytes(per['total'])}[/]"])
     if t["devices"] > 1:
-        table.add_row(f"all {t['devices']} devices", fmt_bytes(t["per_request_all_devices_bytes"]))
-    return table
+        rows.append([f"all {plural(t['devices'], 'device')}", fmt_bytes(t["per_request_all_devices_bytes"])])
+    print_table(console, "Whole-model total (refused layers excluded)",
+                [Col("class", KEY), Col("bytes per request per device")], rows)
 
 
 def _render_memory(console: Console, mem: dict[str, Any]) -> None:
@@ -122,17 +125,24 @@ def _render_memory(console: Console, mem: dict[str, Any]) -> None:
     )
     if "requests_that_fit" not in mem:
         return
-    console.print(f"  concurrent requests of this size that fit: [bold]{mem['requests_that_fit']}[/]")
+    if mem.get("no_answer"):
+        console.print(f"  no capacity answer: {mem['no_answer']}")
+        return
     n = mem["concurrency"]
+    fit = mem["requests_that_fit"]
+    if fit is None:
+        console.print("  concurrent requests of this size that fit: [bold]any number[/] (0 bytes per request)")
+    else:
+        console.print(f"  concurrent requests of this size that fit: [bold]{fit:,}[/]")
     longest = mem["longest_context"]
     if longest is None:
-        console.print(f"  no context length lets {n} request(s) fit")
+        console.print(f"  no context length lets {plural(n, 'request')} fit")
     else:
-        console.print(f"  longest max_seq_len for {n} concurrent request(s): [bold]{longest:,}[/] tokens")
+        console.print(f"  longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens")
     if not mem["fits"]:
         console.print(
-            f"  [red]does not fit[/]: {n} request(s) need {fmt_bytes(mem['needed_bytes'])}, "
-            f"limit is {fmt_bytes(mem['limit_bytes'])}; device memory needed "
+            f"  [red]does not fit[/]: {plural(n, 'request')} need{'s' if n == 1 else ''} "
+            f"{fmt_bytes(mem['needed_bytes'])}, limit is {fmt_bytes(mem['limit_bytes'])}; device memory needed "
             f"{fmt_bytes(mem['needed_bytes'] + mem['reserved_bytes'])}"
             + (f"; or use --max-seq-len {longest}" if longest else "")
         )

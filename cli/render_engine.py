@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from csa_plan.cli.format import fmt_bytes
 
 
 def render_engine(console: Console, model: dict[str, Any], e: dict[str, Any]) -> None:
-    console.print(f"[bold]{escape(model['name'])}[/]  ({escape(model['source'])})  engine={e['name']}  "
+    """Render an *escaped* report part (``cli.console.escaped``, applied by ``cli.emit``)."""
+    console.print(f"[bold]{model['name']}[/]  ({model['source']})  engine={e['name']}  "
                   f"({e['engine']} {e['version']})", highlight=False)
     if e["settings"]:
         console.print(_settings_table(e))
@@ -21,7 +21,7 @@ def render_engine(console: Console, model: dict[str, Any], e: dict[str, Any]) ->
         console.print(_budget_table(e))
         note = e["structures"].get("startup_note")
         if note:
-            console.print(f"  {escape(note)}", highlight=False)
+            console.print(f"  {note}", highlight=False)
     if e["pool"]:
         _render_pool(console, e["pool"])
     if e["tp"]:
@@ -30,11 +30,11 @@ def render_engine(console: Console, model: dict[str, Any], e: dict[str, Any]) ->
                       f"({len(e['tp'])} spec kinds; --json 'tp' names each and its source)", highlight=False)
     if e["refusal"]:
         r = e["refusal"]
-        console.print(f"[bold red]Refused by the engine[/]  [red]EngineRefused[/] [dim]({escape(r['setting'])})[/]")
-        console.print(f"      {escape(r['message'])}", highlight=False)
-        console.print(f"      [dim]expected:[/] {escape(r['expected'])}  [dim]found:[/] {escape(r['actual'])}",
+        console.print(f"[bold red]Refused by the engine[/]  [red]EngineRefused[/] [dim]({r['setting']})[/]")
+        console.print(f"      {r['message']}", highlight=False)
+        console.print(f"      [dim]expected:[/] {r['expected']}  [dim]found:[/] {r['actual']}",
                       highlight=False)
-        console.print(f"      [dim]rule:[/] {escape(r['rule'])}", highlight=False)
+        console.print(f"      [dim]rule:[/] {r['rule']}", highlight=False)
         console.print("[bold red]REFUSED[/] (exit 3)")
     else:
         console.print("[bold green]ADMITTED[/] (exit 0)")
@@ -46,7 +46,7 @@ def _settings_table(e: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     table.add_column("from", overflow="fold")
     for s in e["settings"]:
-        table.add_row(s["option"], escape(str(s["value"])), escape(s["source"]))
+        table.add_row(s["option"], str(s["value"]), s["source"])
     return table
 
 
@@ -60,7 +60,7 @@ def _render_structures(console: Console, e: dict[str, Any]) -> None:
             table.add_column(col, justify="left" if col in ("group", "kind") else "right", overflow="fold")
         for g in groups:
             kind = "full" if g["sliding_window"] is None else "window"
-            table.add_row(f"{g['index']}: {escape(g['label'])}", kind, str(g["layers"]), str(g["block_tokens"]),
+            table.add_row(f"{g['index']}: {g['label']}", kind, str(g["layers"]), str(g["block_tokens"]),
                           "-" if g["sliding_window"] is None else str(g["sliding_window"]), f"{g['page_sum_bytes']:,}")
         console.print(table)
     pools = st.get("pools")
@@ -69,7 +69,7 @@ def _render_structures(console: Console, e: dict[str, Any]) -> None:
         for col in ("pool", "scope", "unit", "bytes per unit"):
             table.add_column(col, justify="right" if col == "bytes per unit" else "left", overflow="fold")
         for p in pools:
-            table.add_row(escape(p["name"]), escape(p["scope"]), escape(p["unit"]), f"{p['unit_bytes']:,}")
+            table.add_row(p["name"], p["scope"], p["unit"], f"{p['unit_bytes']:,}")
         console.print(table)
 
 
@@ -82,7 +82,7 @@ def _budget_table(e: dict[str, Any]) -> Table:
     table.add_column(f"decoding\n({decode['in_flight_tokens']:,} in flight)", justify="right")
     table.add_column(f"prefilling\n({prefill['in_flight_tokens']:,} in flight)", justify="right")
     for b, d, p in zip(budget["pools"], decode["pools"], prefill["pools"]):
-        table.add_row(escape(b["pool"]), f"{b['units']:,}", f"{d['units']:,}", f"{p['units']:,}")
+        table.add_row(b["pool"], f"{b['units']:,}", f"{d['units']:,}", f"{p['units']:,}")
     table.add_row("[bold]units[/]", f"[bold]{budget['units']:,}[/]", f"[bold]{decode['units']:,}[/]",
                   f"[bold]{prefill['units']:,}[/]")
     table.add_row("[bold]bytes[/]", fmt_bytes(budget["bytes"]), fmt_bytes(decode["bytes"]), fmt_bytes(prefill["bytes"]))
@@ -94,8 +94,8 @@ def _render_pool(console: Console, p: dict[str, Any]) -> None:
                   f"{p['unit_bytes']:,} B ({p['usable_units']:,} usable), {p['budget_units_per_request']:,} "
                   f"{p['unit']}s budgeted per request, at most {p['max_running']:,} running", highlight=False)
     for pool in p["pools"]:
-        note = f"  [dim]{escape(pool['note'])}[/]" if pool["note"] else ""
-        console.print(f"  {escape(pool['name'])}: {pool['units']:,} x {pool['unit_bytes']:,} B = "
+        note = f"  [dim]{pool['note']}[/]" if pool["note"] else ""
+        console.print(f"  {pool['name']}: {pool['units']:,} x {pool['unit_bytes']:,} B = "
                       f"{fmt_bytes(pool['bytes'])}{note}", highlight=False)
     if p["reserved_bytes"]:
         console.print(f"  reserved at start-up: {fmt_bytes(p['reserved_bytes'])}", highlight=False)

@@ -7,7 +7,7 @@ import json
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_CODES_HELP, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.options import COUNT, SIZE, SuggestChoice, bad_input_exits
 from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_SEQ_LEN, MAX_REQUESTS, MAX_STEPS,
                                       MIN_STEPS, TINY_MAX_SEQ_LEN)
 
@@ -28,7 +28,7 @@ from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_
 @click.option("--tp", type=COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads per device).")
 @click.option("--seed", type=COUNT, default=0, show_default=True, help="Seed of the random weights and inputs.")
 @click.option("--tiny", is_flag=True, help="Scaled-down geometry: 4 heads, window 16, 4 index heads, top-8.")
-@click.option("--backend", type=click.Choice(["cupy", "emulate"]), default="cupy", show_default=True,
+@click.option("--backend", type=SuggestChoice(["cupy", "emulate"]), default="cupy", show_default=True,
               help="cupy: the GPU; emulate: the same CUDA C on the CPU (device-memory checks n/a).")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/run-gpu/v1 JSON document.")
 @bad_input_exits

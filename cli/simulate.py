@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, FloatType, SuggestChoice, bad_input_exits, enum_choice
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
@@ -22,7 +22,7 @@ def _layouts() -> list[str]:
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("workload")
 @click.option("--model", default=None, help="Preset, config.json, model directory or YAML spec [default: the mix's model].")
-@click.option("--layout", type=click.Choice(_layouts()), default=None, help="Layout profile [default: exact].")
+@click.option("--layout", type=SuggestChoice(_layouts()), default=None, help="Layout profile [default: exact].")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
 @click.option("--tp", type=COUNT, default=None, help="Tensor-parallel ranks per stage [default: 1].")
 @click.option("--pp", type=COUNT, default=None, help="Pipeline stages (contiguous layer split) [default: 1].")

@@ -7,9 +7,7 @@ factor is applied unless the user subtracts one with ``--reserved``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 from csa_plan.planner.errors import I63_LIMIT, BadInput
 
@@ -33,27 +31,48 @@ UNITS: dict[str, int] = {
     "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
 }
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+SIZE_HELP = ("bytes, GB/MB/TB (powers of 10), GiB/MiB/TiB (powers of 2), g/m/k (10^9...) or G/M/K (2^30...) "
+             "as vLLM reads them, or a GPU name")
 
 
 def parse_size(text: str, source: str, field: str | None = None) -> int:
-    """A byte count from ``150000000000``, ``141GB``, ``80GiB``, ``1.5TB`` or a GPU name."""
+    """A byte count from ``150000000000``, ``141GB``, ``80GiB``, ``80G``, ``1.5TB``, ``1e9`` or a GPU name."""
+    from csa_plan.planner.amounts import SUFFIXES, checked_whole, exact_number, split_number
+    from csa_plan.planner.suggest import did_you_mean
+
     key = text.strip().lower()
     if key in GPU_MEMORY_MIB:
         return GPU_MEMORY_MIB[key] * MIB
-    match = _SIZE.match(text)
-    if not match or match.group(2).lower() not in UNITS:
+    shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:37] + "..."
+    parts = split_number(text)
+    unit = None
+    if parts is not None:
+        unit = SUFFIXES.get(parts[1], UNITS.get(parts[1].lower()))
+    if parts is None or unit is None:
         gpus = ", ".join(GPU_MEMORY_MIB)
-        raise BadInput(source, field, f"cannot read size {text!r} (use bytes, GB, GiB or a GPU name: {gpus})")
-    try:
-        value = Decimal(match.group(1)) * UNITS[match.group(2).lower()]
-    except InvalidOperation:
-        raise BadInput(source, field, f"cannot read size {text!r}") from None
-    if value != value.to_integral_value():
-        raise BadInput(source, field, f"size {text!r} is not a whole number of bytes")
+        hint = ""
+        if parts is None:
+            hint = did_you_mean(text.strip(), GPU_MEMORY_MIB) if text.strip()[:1].isalpha() else ""
+        elif parts[1]:
+            hint = did_you_mean(parts[1], ["GB", "GiB", "MB", "MiB", "TB", "TiB", "G", "g"])
+        raise BadInput(source, field, f"cannot read size {shown!r} (use {SIZE_HELP}: {gpus}){hint}")
+    number, suffix = parts
+    if "e" in number.lower():
+        whole = exact_number(number, source, field, "size")
+        hint = f"; did you mean {int(whole):,}?" if whole.denominator == 1 and 0 <= whole < I63_LIMIT else ""
+        raise BadInput(source, field, f"size {shown!r}: write bytes without an exponent "
+                       f"(1,000,000,000, 1GB or 1GiB){hint}")
+    if suffix in ("K", "M", "G", "T"):
+        value = exact_number(number, source, field, "size")
+        if value.denominator != 1:
+            raise BadInput(source, field, f"size {shown!r}: a fraction with a binary suffix is ambiguous; "
+                           f"did you mean {number}{suffix}iB?")
+    value = exact_number(number, source, field, "size") * unit
+    if value.denominator != 1:
+        raise BadInput(source, field, f"size {shown!r} is not a whole number of bytes")
     if value >= I63_LIMIT:
-        raise BadInput(source, field, f"size {text!r} is too large (must be below 2^63 bytes)")
-    return int(value)
+        raise BadInput(source, field, f"size {shown!r} is too large (must be below 2^63 bytes)")
+    return checked_whole(value, shown, source, field, "size")
 
 
 @dataclass(frozen=True)

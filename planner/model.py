@@ -23,6 +23,7 @@ class ModelSpec:
     num_mtp_layers: int
     notes: tuple[str, ...] = ()
     graph_refusals: tuple[Refusal, ...] = ()  # model-level findings, e.g. the ONNX record-axis lint
+    gate: str | None = None  # the gate a spec asks for (``gate: c1``); ``check --gate`` overrides it
 
     @property
     def compress_ratios(self) -> tuple[int, ...]:

@@ -69,6 +69,7 @@ def check_range(source: str, field: str, value: float, *, low: float, high: floa
         lower = f"above {low:g}" if low_open else f"at least {low:g}"
         raise BadInput(source, field, f"must be {lower} and at most {high:g}, got {value:g}")
     return value
+from csa_plan.planner.suggest import did_you_mean
 
 
 def read_int(source: str, field: str, value: Any) -> int:
@@ -113,7 +114,7 @@ def check_keys(source: str, field: str, data: Mapping[str, Any], allowed: set[st
     unknown = sorted(str(k)[:200] for k in data if k not in allowed)
     if unknown:
         raise BadInput(source, f"{field}.{unknown[0]}" if field else unknown[0],
-                       f"unknown key (known: {', '.join(sorted(allowed))})")
+                       f"unknown key (known: {', '.join(sorted(allowed))}){did_you_mean(unknown[0], sorted(allowed))}")
 
 
 def read_str(source: str, field: str, value: Any) -> str:

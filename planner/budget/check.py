@@ -17,9 +17,9 @@ def budget_fit(spec: ModelSpec, plan: ModelPlan, device: Budget, concurrency: in
     stages of pool // that stage's bytes per request (no longest-context search then). None, None
     when the weights do not fit: there is no pool."""
     limit = ledger_budget(device)
-    if limit is None or not plan.per_request_per_device_bytes:
+    if limit is None:
         return limit, None
-    if len(device.stages) == 1:
+    if len(device.stages) == 1 or plan.refusals:  # a refused plan gets no count (capacity says why)
         return limit, capacity(spec, plan, limit.limit_bytes, concurrency)
     fits = []
     num_main = spec.num_main_layers
@@ -28,7 +28,7 @@ def budget_fit(spec: ModelSpec, plan: ModelPlan, device: Budget, concurrency: in
         if stage.stage == len(device.stages) - 1:
             layers |= set(range(num_main, len(plan.layers)))  # the contract keeps MTP state on the last stage
         per = sum(l.bytes.total for i, l in enumerate(plan.layers) if i in layers and l.bytes is not None)
-        fits.append((stage.kv_memory_bytes // per if per else 0, per, stage.kv_memory_bytes))
-    n, per, kv = min(fits)
+        fits.append((stage.kv_memory_bytes // per if per else None, per, stage.kv_memory_bytes))
+    n, per, kv = min(fits, key=lambda f: (f[0] is None, f[0] or 0))  # None: a stage with 0 bytes holds any number
     return limit, DeviceFit(limit_bytes=kv, per_request_bytes=per, concurrency=concurrency, requests_that_fit=n,
                             fits=per * concurrency <= kv, needed_bytes=per * concurrency, longest_context=None)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from csa_plan.planner.errors import BadInput, ExitCode
+from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.plan import PlanOptions
 
@@ -22,6 +23,7 @@ class CheckRequest:
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device
     deployment: Any = None  # planner.budget.Deployment (--tp/--pp/--dp/--ep/--weights/--reserved)
+    gate_from_spec: bool = False  # no --gate given: a spec's own ``gate:`` applies
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,12 +52,13 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
+    if req.gate_from_spec and spec.gate is not None:
+        o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)
     device = deployment_budget(req.model, req.device_memory_bytes, deployment, max_seq_len_of(spec, o.max_seq_len),
                                req.engine, req.engine_settings, req.kv_memory_bytes)
     if device is None:
-        cap = capacity(spec, plan, budget.limit_bytes, req.concurrency) \
-            if budget and plan.per_request_per_device_bytes else None
+        cap = capacity(spec, plan, budget.limit_bytes, req.concurrency) if budget else None
     else:
         budget, cap = budget_fit(spec, plan, device, req.concurrency)
     code = ExitCode.OK if verdict(plan, cap) == Verdict.ADMITTED else ExitCode.REFUSED

@@ -43,4 +43,6 @@ def get_profile(name: str, source: str = "options", field: str = "--layout") -> 
         retired = retired_message(name)
         if retired:
             raise BadInput(source, field, retired) from None
-        raise BadInput(source, field, f"unknown layout {name!r} (known: {', '.join(PROFILES)})") from None
+        from csa_plan.planner.suggest import unknown_problem
+
+        raise BadInput(source, field, unknown_problem("layout", name, PROFILES)) from None

@@ -46,10 +46,12 @@ class CompareRow:
     fixed_request_bytes: int
     padding_bytes: int
     over_exact_bytes: int
-    requests_that_fit: int | None
+    requests_that_fit: int | None  # None: no limit, a refused model (no answer) or 0 bytes (unbounded)
     kind: str = "profile"  # "profile" (a per-layer layout) or "engine" (an engine model)
     startup_budget_bytes: int | None = None  # engines: what the engine budgets one request at start-up
     sources: tuple[str, ...] = ()
+    slope_layers: tuple[int, ...] = ()  # the admitted layers the slope is measured over
+    requests_unbounded: bool = False  # admitted, a limit given, and 0 bytes per request
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class CompareRow:
             "padding_bytes": self.padding_bytes,
             "over_exact_bytes": self.over_exact_bytes,
             "requests_that_fit": self.requests_that_fit,
+            "requests_unbounded": self.requests_unbounded,
             "sources": list(self.sources),
         }
 
@@ -106,8 +109,18 @@ def fixed_request_bytes(plan: ModelPlan) -> int:
     return b.carry_bytes + b.index_carry_bytes + b.dense_ring_bytes
 
 
-def bytes_per_token(model: ModelSpec, options: PlanOptions) -> Fraction:
-    """Exact asymptotic slope of per-request bytes in max_seq_len."""
+def bytes_per_token(model: ModelSpec, options: PlanOptions, layer_ids: tuple[int, ...] | None = None) -> Fraction:
+    """Exact asymptotic slope of per-request bytes in max_seq_len.
+
+    ``layer_ids`` restricts the model to those layers: the slope then describes the same
+    layers as a per-request total from which refused layers were left out (a slope taken
+    over layers that are refused at the chosen length would describe another model).
+    """
+    if layer_ids is not None:
+        keep = set(layer_ids)
+        model = replace(model, layers=tuple(d for d in model.layers if d.layer_id in keep), graph_refusals=())
+        if not model.layers:
+            return Fraction(0)
     high = plan_model(model, replace(options, max_seq_len=SLOPE_HIGH)).per_request_per_device_bytes
     low = plan_model(model, replace(options, max_seq_len=SLOPE_HIGH - SLOPE_PERIOD)).per_request_per_device_bytes
     return Fraction(high - low, SLOPE_PERIOD)
@@ -144,7 +157,11 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
 
 def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
             profiles: tuple[str, ...] | None = None, engines: tuple[str, ...] | None = None) -> Comparison:
-    """One row per profile and engine (all registered ones by default), ``exact`` as the reference."""
+    """One row per profile and engine (all registered ones by default), ``exact`` as the reference.
+
+    A model with a refused layer gets no 'requests that fit' (None) from a profile: its totals
+    leave the refused layers out, and a count from them would not be an answer.
+    """
     if profiles is None and engines is None:
         names, engine_names = tuple(PROFILES), tuple(ENGINES)
     else:
@@ -160,18 +177,24 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
         opts = replace(options, layout=name)
         plan = plan_model(model, opts)
         refused = tuple(layer.descriptor.layer_id for layer in plan.layers if layer.bytes is None)
+        admitted = tuple(layer.descriptor.layer_id for layer in plan.layers if layer.bytes is not None)
         total = plan.per_request_per_device_bytes
+        fit = None
+        if limit_bytes is not None and not plan.refusals and total:
+            fit = limit_bytes // total
         rows.append(CompareRow(
             profile=name,
             summary=get_profile(name).summary,
             per_request_bytes=total,
             by_class=plan.per_device,
-            bytes_per_token=bytes_per_token(model, opts),
+            bytes_per_token=bytes_per_token(model, opts, admitted if refused else None),
             fixed_request_bytes=fixed_request_bytes(plan),
             padding_bytes=padding_bytes(plan),
             over_exact_bytes=total - exact_total,
-            requests_that_fit=(limit_bytes // total if total else None) if limit_bytes is not None else None,
+            requests_that_fit=fit,
             sources=get_profile(name).sources,
+            slope_layers=admitted,
+            requests_unbounded=limit_bytes is not None and not plan.refusals and total == 0,
         ))
     engine_refusals = []
     for name in engine_names:

@@ -24,6 +24,24 @@ PRESETS: dict[str, str] = {
     "deepseek-v4-flash": "deepseek-v4-flash.json",
     "deepseek-v4-pro": "deepseek-v4-pro.json",
 }
+# The Hugging Face repository each bundled preset is the config of.
+PRESET_REPOS: dict[str, str] = {
+    "deepseek-ai/DeepSeek-V4-Flash": "deepseek-v4-flash",
+    "deepseek-ai/DeepSeek-V4-Pro": "deepseek-v4-pro",
+}
+
+
+def preset_name(ref: str) -> str | None:
+    """The bundled preset ``ref`` names: its own name in any case, or its Hugging Face
+    repository id (``deepseek-ai/DeepSeek-V4-Pro``, also without the owner); else None."""
+    key = ref.strip().casefold()
+    for name in PRESETS:
+        if key == name:
+            return name
+    for repo, name in PRESET_REPOS.items():
+        if key in (repo.casefold(), repo.split("/", 1)[1].casefold()):
+            return name
+    return None
 
 INDEX_FIELDS = ("index_num_heads", "index_head_dim", "index_topk")
 DIRECTORY_CONFIGS = ("config.json", "inference_config.json")
@@ -41,14 +59,18 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
     node attributes, model metadata or the command line (in that order of lookup,
     with the command line overriding).
     """
-    if ref in PRESETS:
-        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[ref]).read_text()
-        return from_hf_config(_parse_json(text, ref), source=ref, name=ref)
     path = Path(ref)
-    kind = path_kind(path)
+    kind = None if ref in PRESETS else path_kind(path)  # a file of that name wins over a spelling of a preset
+    preset = preset_name(ref) if kind is None else None
+    if preset is not None:
+        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[preset]).read_text()
+        return from_hf_config(_parse_json(text, preset), source=preset, name=preset)
     if kind is None:
+        from csa_plan.planner.suggest import did_you_mean
+
         known = ", ".join(PRESETS)
-        raise BadInput(ref, None, f"no such file, directory or preset (presets: {known})")
+        raise BadInput(ref, None, f"no such file, directory or preset (presets: {known}, or their Hugging Face "
+                       f"ids {', '.join(PRESET_REPOS)}){did_you_mean(ref, [*PRESETS, *PRESET_REPOS])}")
     if kind == "dir":
         return _from_directory(path, max_seq_len)
     return _from_file(path, max_seq_len=max_seq_len, window=window, at_length=at_length)
@@ -234,7 +256,8 @@ def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None
 
 SPEC_DEFAULT_FIELDS = tuple(f for f in DESCRIPTOR_FIELDS if f not in ("layer_id", "present_edges", "is_mtp"))
 LAYER_EXTRA_KEYS = ("repeat", "mtp", "is_mtp", "state_edges", "layer_id")
-TOP_EXTRA_KEYS = ("name", "layers", "compress_ratios", "num_nextn_predict_layers", "defaults", "state_edges")
+TOP_EXTRA_KEYS = ("name", "layers", "compress_ratios", "num_nextn_predict_layers", "defaults", "state_edges", "gate")
+SPEC_GATES = ("op", "c1")
 
 # Names a state edge may go by: ours, the ONNX input name, or the ONNX input index.
 EDGE_ALIASES: dict[str, StateEdge] = {}
@@ -251,6 +274,11 @@ def from_yaml_spec(data: Any, *, source: str, max_seq_len: int | None = None) ->
     data = _require_mapping(data, source)
     _reject_unknown(data, source, None, SPEC_DEFAULT_FIELDS + TOP_EXTRA_KEYS)
     name = read_str(source, "name", data["name"]) if "name" in data else Path(source).stem
+    gate = read_str(source, "gate", data["gate"]) if "gate" in data else None
+    if gate is not None and gate not in SPEC_GATES:
+        from csa_plan.planner.suggest import unknown_problem
+
+        raise BadInput(source, "gate", unknown_problem("gate", gate, SPEC_GATES))
     defaults = {k: _read_field(source, k, data[k]) for k in SPEC_DEFAULT_FIELDS if k in data}
     if "defaults" in data:
         block = _require_mapping(data["defaults"], source, "defaults")
@@ -313,7 +341,7 @@ def from_yaml_spec(data: Any, *, source: str, max_seq_len: int | None = None) ->
         layers.append(layer)
     n_mtp = sum(1 for d in layers if d.is_mtp)
     return ModelSpec(name=name, source=source, layers=tuple(layers),
-                     num_main_layers=len(layers) - n_mtp, num_mtp_layers=n_mtp)
+                     num_main_layers=len(layers) - n_mtp, num_mtp_layers=n_mtp, gate=gate)
 
 
 def _spec_layer(source: str, where: str, layer_id: int, defaults: dict[str, Any], raw: dict[str, Any],
@@ -387,6 +415,8 @@ def _read_field(source: str, field: str, value: Any) -> Any:
 def _reject_unknown(data: dict[str, Any], source: str, where: str | None, allowed: tuple[str, ...]) -> None:
     for key in data:
         if key not in allowed:
+            from csa_plan.planner.suggest import did_you_mean
+
             prefix = f"{where}." if where else ""
-            raise BadInput(source, f"{prefix}{str(key)[:80]}", "unknown field")
+            raise BadInput(source, f"{prefix}{str(key)[:80]}", f"unknown field{did_you_mean(str(key), allowed)}")
 

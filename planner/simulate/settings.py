@@ -34,8 +34,9 @@ def _member(enum: type[Enum], value: str, source: str, field: str) -> Enum:
     try:
         return enum(value)
     except ValueError:
-        known = ", ".join(m.value for m in enum)
-        raise BadInput(source, field, f"unknown value {value!r} (known: {known})") from None
+        from csa_plan.planner.suggest import unknown_problem
+
+        raise BadInput(source, field, unknown_problem("value", value, [m.value for m in enum])) from None
 
 
 def sim_config(s: MixSettings, source: str) -> tuple[SimConfig, DeviceBudget | None]:

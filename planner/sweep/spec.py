@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.suggest import unknown_problem
 from csa_plan.planner.placement import Router
 from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
@@ -183,8 +184,7 @@ def _enum(enum: type[Enum], value: Any, source: str, where: str) -> Any:
     try:
         return enum(value)
     except ValueError:
-        known = ", ".join(str(m.value) for m in enum)
-        raise BadInput(source, where, f"unknown value {value!r} (known: {known})") from None
+        raise BadInput(source, where, unknown_problem("value", value, [str(m.value) for m in enum])) from None
 
 
 def _size(value: Any, source: str, where: str) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.suggest import unknown_problem
 from csa_plan.planner.values import check_keys, read_int, read_mapping, read_number, read_str
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
@@ -122,7 +123,7 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
     kind = data.get("dist")
     if not isinstance(kind, str) or kind not in DISTRIBUTIONS:
         raise BadInput(source, f"{field}.dist",
-                       f"unknown distribution {kind!r} (known: {', '.join(DISTRIBUTIONS)})")
+                       unknown_problem("distribution", kind, DISTRIBUTIONS))
     required, optional = DISTRIBUTIONS[kind]
     check_keys(source, field, data, required | optional | {"dist"})
     absent = sorted(required - set(data))
