@@ -52,7 +52,7 @@ class LazyGroup(click.Group):
         if args and self.get_command(ctx, name) is None and not name.startswith("-"):
             from csa_plan.planner.suggest import did_you_mean
 
-            raise click.UsageError(f"no such command {name!r} (commands: {', '.join(self.list_commands(ctx))})"
+            raise click.UsageError(f"No such command {name!r} (commands: {', '.join(self.list_commands(ctx))})"
                                    f"{did_you_mean(name, self.list_commands(ctx))}", ctx)
         return super().resolve_command(ctx, args)
 
