@@ -13,6 +13,7 @@ from csa_plan.cli.format import fmt_bytes, fmt_bytes_short
 
 def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str, Any] | None = None,
                   engine: dict[str, Any] | None = None) -> None:
+    """Render an *escaped* report part (``cli.console.escaped``, applied by ``cli.emit``)."""
     d = budget["deployment"]
     binding = budget["stages"][budget["binding_stage"]]
     if not budget["weights_fit"]:
@@ -28,13 +29,13 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         if not budget["smallest_fitting"]:
             console.print("  no --tp up to 256 fits at this --pp and --dp")
     where = f" (stage {binding['stage']} of {d['pp']}, the tightest)" if d["pp"] > 1 else ""
-    console.print(f"Device budget per GPU: {escape(budget['engine'])}, tp {d['tp']} pp {d['pp']} dp {d['dp']} "
+    console.print(f"Device budget per GPU: {budget['engine']}, tp {d['tp']} pp {d['pp']} dp {d['dp']} "
                   f"ep {d['ep']} ({d['gpus']} GPUs){where}")
     w = budget["model_weights"]
     if w is not None:
         elements = f", {w['elements']:,} elements" if w["elements"] is not None else ""
         console.print(f"Model weights: {fmt_bytes(w['total_bytes'])} in {w['tensors']:,} tensors{elements}; "
-                      f"{escape(w['note'])}")
+                      f"{w['note']}")
     table = Table(title="Waterfall (est. = csa-plan's estimate, not an engine rule)", title_justify="left")
     table.add_column("step / source", overflow="fold")
     table.add_column("bytes", justify="right", no_wrap=True)
@@ -51,15 +52,20 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         else:
             left -= n
             shown = "- " + fmt_bytes_short(n)
-        label = escape(step["label"]) + (" (est.)" if step["estimate"] else "")
-        table.add_row(f"{label}\n[dim]  {escape(step['source'])}[/dim]", shown, fmt_bytes_short(left))
+        label = step["label"] + (" (est.)" if step["estimate"] else "")
+        table.add_row(f"{label}\n[dim]  {step['source']}[/dim]", shown, fmt_bytes_short(left))
     console.print(table)
     if not budget["weights_fit"]:
         return
     console.print(f"State pool (KV memory) per GPU: {fmt_bytes(budget['kv_memory_bytes'])}")
     fit = budget.get("requests_that_fit")
     if fit is not None:
-        console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {escape(fit['source'])}")
+        if fit.get("no_answer"):
+            console.print(f"Requests of max_seq_len that fit: no answer — {fit['no_answer']}")
+        elif fit["count"] is None:
+            console.print(f"Requests of max_seq_len that fit: any number (0 bytes per request) — {fit['source']}")
+        else:
+            console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {fit['source']}")
 
 
 def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | None, as_json: bool) -> None:

@@ -16,7 +16,11 @@ def requests_that_fit(device: Budget, cap: Any, engine: Any = None) -> dict[str,
         return engine_admits(engine.plan, engine.sizing)
     if cap is None:
         return None
+    if cap.no_answer is not None:  # a refused model: no count (its admitted layers alone are not the model)
+        return {"count": None, "per_request_bytes": cap.per_request_bytes, "no_answer": cap.no_answer,
+                "source": "the ledger: no answer for a refused model"}
     return {"count": cap.requests_that_fit, "per_request_bytes": cap.per_request_bytes,
+            "unbounded": cap.requests_that_fit is None,
             "source": "the ledger: state pool // bytes per request of max_seq_len (the exact layout)"}
 
 
