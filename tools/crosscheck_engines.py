@@ -280,14 +280,124 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
 # -- SGLang -----------------------------------------------------------------------------------
 
 
-def run_sglang() -> list[tuple[bool, str]]:
+def _ns(**kw):
+    return types.SimpleNamespace(**kw)
+
+
+def sglang_stub_context(mrr: int, chunk: int, drafts: int):
+    """The config bags SGLang's DSV4 pool sizing reads (runtime_context getters), as its defaults."""
+    spec = _ns(speculative_algorithm="EAGLE" if drafts else None, speculative_num_draft_tokens=drafts or None,
+               speculative_num_steps=(drafts - 1 or 1) if drafts else None, speculative_eagle_topk=1 if drafts else None)
+    return {
+        "get_schedule": _ns(max_running_requests=mrr, chunked_prefill_size=chunk, swa_prefix_tails=None,
+                            disable_overlap_schedule=False, _swa_full_tokens_ratio_explicitly_set=False,
+                            swa_full_tokens_ratio=0.1),
+        "get_spec": spec,
+        "get_memory": _ns(enable_hisparse=False, disable_radix_cache=False),
+        "get_exec": _ns(kernel=_ns(dsv4_attn_backend="flashmla", enable_deepseek_v4_fp4_indexer=False),
+                        features=_ns(enable_encoder_swa_bounded_replay=False)),
+        "get_disagg": _ns(disaggregation_mode="null", disaggregation_decode_extra_slots=0),
+    }
+
+
+def sglang_case(model, length: int, kv_memory: int, mrr: int, chunk: int, drafts: int) -> tuple[bool, str]:
+    import sglang.srt.mem_cache.deepseek_v4_memory_pool as pool_mod
+    import sglang.srt.model_executor.pool_configurator as pc
+    from sglang.srt.mem_cache import allocation_sizing
+
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    ctx = sglang_stub_context(mrr, chunk, drafts)
+    for mod in (pc, pool_mod, allocation_sizing):
+        for name, bag in ctx.items():
+            if hasattr(mod, name):
+                setattr(mod, name, (lambda b: (lambda: b))(bag))
+    if hasattr(pc, "max_speculative_num_draft_tokens"):
+        pc.max_speculative_num_draft_tokens = lambda: drafts or None
+    if hasattr(allocation_sizing, "max_speculative_num_draft_tokens"):
+        allocation_sizing.max_speculative_num_draft_tokens = lambda: drafts or None
+    if hasattr(allocation_sizing, "get_alloc_page_size"):
+        allocation_sizing.get_alloc_page_size = lambda: 256
+    main = [d for d in model.layers if not d.is_mtp]
+    ratios = [d.compression_ratio for d in main]
+    algo = _ns(is_dspark=lambda: False, is_eagle=lambda: bool(drafts), is_none=lambda: not drafts)
+    kvc = _ns(kv_cache_dtype_str="fp8_e4m3",
+              model_config=_ns(qk_nope_head_dim=448, qk_rope_head_dim=64, index_head_dim=128, context_len=length,
+                               compress_ratios=ratios, hf_config=_ns(kv_source_layer_ids=[]), window_size=128),
+              layer_info=_ns(start_layer=0, end_layer=len(main)), pp_size=1, pp_group=None, spec_algorithm=algo,
+              spec_aux_config=None, sliding_window_size=128, page_size=256, attn_dp_size=1)
+    conf = pc.DSV4PoolConfigurator(kvc)
+    cfg = conf.calculate_pool_sizes(kv_memory, 256)
+    cfg.max_running_requests = mrr
+    cfg = conf.finalize_with_max_running_requests(cfg)
+    theirs = (cfg.full_max_total_num_tokens, cfg.swa_max_total_num_tokens, cfg.c4_max_total_num_tokens,
+              cfg.c128_max_total_num_tokens, cfg.c4_state_pool_size, cfg.c128_state_pool_size)
+    plan = get_engine("sglang-0.5.23").configure(
+        model, EngineSettings(max_running_requests=mrr, chunked_prefill_size=chunk,
+                              num_speculative_tokens=drafts or None), length)
+    ours_cfg = plan.pool_config(kv_memory)
+    ours = (ours_cfg["full"], ours_cfg["swa"], ours_cfg["c4"], ours_cfg["c128"], ours_cfg["c4_state"],
+            ours_cfg["c128_state"])
+    extra = []
+    if conf.bytes_per_full_token != ours_cfg["bytes_per_full_token"]:
+        extra.append(f"bytes_per_full_token {ours_cfg['bytes_per_full_token']} != {conf.bytes_per_full_token}")
+    if conf.bytes_per_swa_token != ours_cfg["bytes_per_swa_token"]:
+        extra.append(f"bytes_per_swa_token {ours_cfg['bytes_per_swa_token']} != {conf.bytes_per_swa_token}")
+    label = f"sglang {model.name} L={length} kv={kv_memory} mrr={mrr} chunk={chunk} drafts={drafts}"
+    ok = ours == theirs and not extra
+    text = (f"max_total_num_tokens {theirs[0]:,}, swa {theirs[1]:,}, c4 {theirs[2]:,}, c128 {theirs[3]:,}, "
+            f"c4_state {theirs[4]:,}, c128_state {theirs[5]:,}") if ok else \
+        f"csa-plan {ours} != SGLang {theirs} " + "; ".join(extra)
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: {text}"
+
+
+def run_sglang(quick: bool) -> list[tuple[bool, str]]:
+    from csa_plan.planner.engines import sglang_0_5_23 as ours
+    from csa_plan.planner.loaders.model_files import load_model
+
     out = []
     try:
-        from csa_plan.planner.engines.sglang_0_5_23 import sglang_crosscheck
-    except ImportError as exc:
-        return [(False, f"FAIL sglang: csa-plan has no SGLang cross-check hooks ({exc})")]
-    for ok, line in sglang_crosscheck():
-        out.append((ok, line))
+        from sglang.kernels.ops.attention.dsv4.kv_layout import KVLayout
+    except Exception as exc:  # pragma: no cover
+        return [(False, f"FAIL sglang kv_layout.py did not import: {exc}")]
+    for slots in (256, 64, 2):
+        good = KVLayout.V4.page_bytes(slots) == ours.page_bytes(slots)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} sglang KVLayout.V4.page_bytes({slots}) = "
+                          f"{KVLayout.V4.page_bytes(slots):,} (csa-plan {ours.page_bytes(slots):,})"))
+    try:
+        import sglang.srt.mem_cache.deepseek_v4_memory_pool as pool_mod
+    except Exception as exc:
+        out.append((False, f"FAIL sglang deepseek_v4_memory_pool did not import: {type(exc).__name__}: {exc}"))
+        return out
+    for fp4 in (False, True):
+        good = pool_mod.get_dsv4_indexer_bytes_per_token(128, fp4) == ours.indexer_key_bytes(128, fp4)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} sglang indexer bytes per token (fp4={fp4}) = "
+                          f"{pool_mod.get_dsv4_indexer_bytes_per_token(128, fp4)}"))
+    for ratio, drafts in itertools.product((4, 128), (0, 3)):
+        good = pool_mod.get_compress_state_ring_size(ratio, drafts) == ours.ring_size(ratio, drafts)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} sglang ring size c{ratio} drafts={drafts} = "
+                          f"{pool_mod.get_compress_state_ring_size(ratio, drafts)}"))
+    for size, page in ((1000, 64), (84906, 2), (606464, 256)):
+        good = pool_mod._num_dsv4_physical_kv_pages(size, page, 256) == ours.physical_pages(size, page)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} sglang physical pages({size}, {page}) = "
+                          f"{pool_mod._num_dsv4_physical_kv_pages(size, page, 256)}"))
+    try:
+        import sglang.srt.model_executor.pool_configurator  # noqa: F401
+    except Exception as exc:
+        out.append((False, f"FAIL sglang pool_configurator did not import: {type(exc).__name__}: {exc}"))
+        return out
+    budgets = (40 * GiB, 60 * GiB, 100 * GiB) if not quick else (60 * GiB,)
+    for name in MODELS:
+        model = load_model(name)
+        for length, kv, mrr, chunk, drafts in itertools.product(
+                (1_048_576, 65_536), budgets, (256, 64) if not quick else (256,), (8192, 16384) if not quick else
+                (8192,), (0, 2) if not quick else (0,)):
+            try:
+                out.append(sglang_case(model, length, kv, mrr, chunk, drafts))
+            except Exception as exc:
+                out.append((False, f"FAIL sglang {name} L={length} kv={kv} mrr={mrr} chunk={chunk} drafts={drafts}: "
+                                   f"{type(exc).__name__}: {exc}"))
     return out
 
 
@@ -300,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine in ("vllm", "all"):
         results += run_vllm(args.quick)
     if args.engine in ("sglang", "all"):
-        results += run_sglang()
+        results += run_sglang(args.quick)
     for _, line in results:
         print(line)
     bad = sum(1 for ok, _ in results if not ok)

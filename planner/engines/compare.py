@@ -133,15 +133,15 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
     length = options.max_seq_len or max(d.max_seq_len for d in model.layers)
     plan = engine.configure(model, EngineSettings(), length)  # EngineRefused: the caller records it
     held = plan.footprint(length, Phase.DECODE)
-    slope_plan = engine.configure(model, EngineSettings(), SLOPE_HIGH)
-    high = slope_plan.footprint(SLOPE_HIGH, Phase.DECODE).total_bytes
-    low = slope_plan.footprint(SLOPE_HIGH - SLOPE_PERIOD, Phase.DECODE).total_bytes
+    high_len, low_len = SLOPE_HIGH, SLOPE_HIGH - SLOPE_PERIOD
+    high = engine.configure(model, EngineSettings(), high_len).footprint(high_len, Phase.DECODE).total_bytes
+    low = engine.configure(model, EngineSettings(), low_len).footprint(low_len, Phase.DECODE).total_bytes
     fit = None
     if limit_bytes is not None:
         try:
             sizing = plan.size_pool(limit_bytes)
             fit = 0
-            while fit < sizing.max_running and plan.admits(sizing, (fit * plan.charge(length).units), fit, length):
+            while fit < sizing.max_running and plan.admits(sizing, fit * plan.admission_units(length), fit, length):
                 fit += 1
         except EngineRefused:
             fit = 0

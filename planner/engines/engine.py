@@ -238,6 +238,11 @@ class EnginePlan(ABC):
         life, i.e. the prefill footprint (windowed pools at their in-flight bound)."""
         return self.footprint(tokens, Phase.PREFILL)
 
+    def admission_units(self, tokens: int) -> int:
+        """Units of the admission pool a request of ``tokens`` takes (what ``admits`` counts in
+        ``used_units``): every block for vLLM, the full pages for SGLang, 1 for onnx-genai."""
+        return self.charge(tokens).units
+
     def setting(self, option: str) -> Any:
         return next(s.value for s in self.settings if s.option == option)
 

@@ -8,10 +8,12 @@ name is bad input listing the known ones, and the retired per-layer ``--layout v
 from __future__ import annotations
 
 from csa_plan.planner.engines.engine import EngineModel
+from csa_plan.planner.engines.onnx_genai_engine import ONNX_GENAI
+from csa_plan.planner.engines.sglang_0_5_23 import SGLANG_0523
 from csa_plan.planner.engines.vllm_0_33 import VLLM_033
 from csa_plan.planner.errors import BadInput
 
-ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033,)}
+ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033, SGLANG_0523, ONNX_GENAI)}
 
 # The per-layer layout profiles these names used to select under-counted what the engines hold.
 RETIRED_LAYOUTS: dict[str, str] = {
