@@ -26,6 +26,14 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     out.print(f"  limit per device: {'unlimited' if not limit else fmt_bytes(limit)}; reserve {report['reserve']['mode']}"
               + (f" (bucket {report['reserve']['bucket']})" if report['reserve']['mode'] == "fit" else "")
               + f"; policy {report['policy']}; time x{report['time']['rate_scale']:g}")
+    engine = report.get("engine")
+    if engine:
+        pool = engine["pool"]
+        unit = f"{pool['unit']}s of {pool['unit_bytes']:,} B" if pool else f"units of {engine['unit_bytes']:,} B"
+        held = f"{pool['usable_units']:,} {unit} usable" if pool else unit
+        cap = f", at most {engine['max_running']:,} running per replica" if engine.get("max_running") else ""
+        out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}): charges what the engine "
+                  f"charges, {held}{cap}", highlight=False)
     if report["plan_refusals"]:
         out.print("[red]the model plan is refused; no request can run:[/red]")
         for r in report["plan_refusals"]:

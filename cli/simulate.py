@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, FloatType, SuggestChoice, bad_input_exits, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, engine_options, enum_choice
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
@@ -22,7 +22,8 @@ def _layouts() -> list[str]:
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("workload")
 @click.option("--model", default=None, help="Preset, config.json, model directory or YAML spec [default: the mix's model].")
-@click.option("--layout", type=SuggestChoice(_layouts()), default=None, help="Layout profile [default: exact].")
+@click.option("--layout", default=None, metavar="NAME",
+              help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine.")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
 @click.option("--tp", type=COUNT, default=None, help="Tensor-parallel ranks per stage [default: 1].")
 @click.option("--pp", type=COUNT, default=None, help="Pipeline stages (contiguous layer split) [default: 1].")
@@ -59,12 +60,14 @@ def _layouts() -> list[str]:
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
+@engine_options
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None, tp: int | None,
              pp: int | None, dp: int | None, router: str | None, device_memory: int | None, reserved: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
              tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
-             max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None) -> int:
+             max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None, engine: str | None,
+             kv_memory: int | None, engine_settings) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
     through per-device ledgers and report peaks, refusals and waits."""
     from csa_plan.cli.console import make_consoles
@@ -86,7 +89,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
-                              max_wait_s=max_wait, verify=verify, trace=trace)
+                              max_wait_s=max_wait, verify=verify, trace=trace, engine=engine,
+                              engine_settings=engine_settings, kv_memory_bytes=kv_memory)
     show = consoles.err.is_terminal and not as_json
     outcome = run_simulate(request, lambda label, total, long_run: progress_bar(consoles.err, show and long_run,
                                                                                  label, total))

@@ -20,6 +20,7 @@ class RefusalType(str, Enum):
     UNSUPPORTED_C1_RATIO = "UnsupportedC1Ratio"
     REQUEST_EXCEEDS_CAPACITY = "RequestExceedsCapacity"  # simulate: prompt + output > max_seq_len
     NEVER_FITS = "NeverFits"  # simulate: the request's bundle exceeds an empty device's limit
+    RUNNING_REQUEST_CAP = "RunningRequestCap"  # simulate --engine: the engine's max_num_seqs / max_running_requests
     # ONNX graph refusals (CONTRACT §4)
     ARITY_MISMATCH = "ArityMismatch"
     UNSUPPORTED_OP_VERSION = "UnsupportedOpVersion"

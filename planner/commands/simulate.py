@@ -41,6 +41,9 @@ class SimulateRequest:
     max_wait_s: float | None = None
     verify: bool = False
     trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
+    engine: str | None = None  # an engine model's name: charge what that engine charges
+    engine_settings: Any = None  # EngineSettings
+    kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,8 +78,18 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
     config, _budget = sim_config(settings, wl.source)
+    if req.engine is not None:
+        from dataclasses import replace
+
+        from csa_plan.planner.engines.registry import get_engine
+        from csa_plan.planner.engines.settings import EngineSettings
+        from csa_plan.planner.engines.simulate import EngineRun
+
+        get_engine(req.engine)
+        config = replace(config, engine=EngineRun(req.engine, req.engine_settings or EngineSettings(),
+                                                  req.kv_memory_bytes))
     if req.find_capacity:
-        if not config.limit_bytes:
+        if not config.limit_bytes and not req.kv_memory_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
         if config.policy is Policy.QUEUE and max_wait is None:
             raise BadInput("options", "--max-wait", "--find-capacity under --policy queue needs --max-wait SECONDS")

@@ -37,4 +37,6 @@ def get_engine(name: str, source: str = "options", field: str = "--engine") -> E
         retired = retired_message(name)
         if retired:
             raise BadInput(source, field, retired) from None
-        raise BadInput(source, field, f"unknown engine {name!r} (known: {', '.join(ENGINES)})") from None
+        from csa_plan.planner.suggest import unknown_problem
+
+        raise BadInput(source, field, unknown_problem("engine", name, ENGINES)) from None

@@ -369,6 +369,12 @@ class SglangPlan(EnginePlan):
                    ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
                    ("c128_state_fixed_bytes", cfg["c128_state_fixed"]), ("swa_pages", swa_pages)))
 
+    def charge(self, tokens: int) -> Footprint:
+        """The simulator's charge: the full pages only. The SWA pool and every slot's c128 state are
+        allocated at start-up (size_pool's reserved bytes), so admission draws on the full pages."""
+        full = self.footprint(tokens, Phase.PREFILL)
+        return Footprint(tokens, "charge", full.in_flight_tokens, full.uses[:1])
+
     def admission_units(self, tokens: int) -> int:
         return ceil_div(min(tokens, self.max_seq_len), self.resolved.page_size)
 

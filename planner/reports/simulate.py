@@ -31,7 +31,11 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
                  "rate_scale": config.time.rate_scale},
         "plan_refusals": [r.as_dict() for r in plan_refusals],
         "exit_code": exit_code,
+        "engine": None,
     }
+    if getattr(config, "engine", None) is not None and scn is not None:
+        report["engine"] = config.engine.describe(spec, config, scn.max_seq_len)
+        report["engine"]["max_running"] = config.max_running or None
     if split is not None:
         report["deployment"]["stage_split"] = split.describe()
         report["deployment"]["stage_layers"] = [id_runs(list(ids)) for ids in split.layers]

@@ -43,7 +43,7 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
 
     def good(scale: float) -> bool:
         result = simulate(scn.with_rate_scale(scale))
-        ok = result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and (
+        ok = result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and result.refusal_count(Outcome.RUNNING_CAP) == 0 and (
             max_wait_ns is None or result.wait_p99_ns is None or result.wait_p99_ns <= max_wait_ns)
         probes.append((scale, ok))
         results[scale] = result

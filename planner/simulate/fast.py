@@ -132,7 +132,8 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     ok = outcome == Outcome.ADMITTED.value
     if not ok.any():
         return Decisions(outcome, replica, admit)
-    uncontended = shortcut and (dp == 1 or placement.router is Router.ROUND_ROBIN) and (
+    cap = config.max_running  # the engine's running-request cap per replica (0: none)
+    uncontended = shortcut and not cap and (dp == 1 or placement.router is Router.ROUND_ROBIN) and (
         not limit or _optimistic_fits(scn, ok))
     if uncontended:  # nothing ever waits or is refused for memory: admitted on arrival, in rotation
         replica[ok] = np.arange(int(ok.sum())) % dp
@@ -143,6 +144,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         limit = 1 << 126  # unlimited: the loop still routes (least-loaded needs the levels)
     need = [tuple(b.total_bytes for b in stages) for stages in scn.bundles]
     res = [[0] * pp for _ in range(dp)]
+    running = [0] * dp
     arr = scn.arrival_ns.tolist()
     hold = scn.hold_ns.tolist()
     tier = scn.tier.tolist()
@@ -157,6 +159,8 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     queue_policy = config.policy is Policy.QUEUE
     queue: deque[int] = deque()
     oom = Outcome.OUT_OF_MEMORY.value
+    capped = Outcome.RUNNING_CAP.value
+    last_reason = [oom]
     report_every = max(n // 100, 1)
 
     def route() -> int:
@@ -168,6 +172,10 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     def try_admit(i: int, t: int) -> bool:
         nonlocal pointer
         r = route()
+        if cap and running[r] >= cap:
+            last_reason[0] = capped
+            return False
+        last_reason[0] = oom
         mine, needs = res[r], need[tier[i]]
         if pp == 1:
             if mine[0] + needs[0] > limit:
@@ -181,6 +189,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
                 mine[s] += needs[s]
         rep_l[i] = r
         adm_l[i] = t
+        running[r] += 1
         heapq.heappush(heap, (t + hold[i], i))
         pointer = (r + 1) % dp
         return True
@@ -190,6 +199,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         while heap and (heap[0][0] <= t if inclusive else heap[0][0] == t):
             _, j = heapq.heappop(heap)
             mine, needs = res[rep_l[j]], need[tier[j]]
+            running[rep_l[j]] -= 1
             for s in stages:
                 mine[s] -= needs[s]
             released = True
@@ -203,7 +213,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
             if heap and heap[0][0] <= t:
                 release_until(t, True)
             if up[i] and not try_admit(i, t):
-                out_l[i] = oom
+                out_l[i] = last_reason[0]
     else:
         i = 0
         while i < n or heap:

@@ -58,9 +58,16 @@ def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
         loads = [sum(ledger.resident_bytes(dev) for dev in placement.replica_devices(r)) for r in range(placement.dp)]
         return loads.index(min(loads))
 
+    running = [0] * placement.dp
+    last_reason = [Outcome.OUT_OF_MEMORY.value]
+
     def admit_request(i: int, t: int) -> bool:
         nonlocal pointer, in_flight
         r = route()
+        if config.max_running and running[r] >= config.max_running:  # the engine's running-request cap
+            last_reason[0] = Outcome.RUNNING_CAP.value
+            return False
+        last_reason[0] = Outcome.OUT_OF_MEMORY.value
         made = []
         try:
             for dev in placement.replica_devices(r):
@@ -70,6 +77,7 @@ def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
                 h.release()
             return False
         handles[i] = made
+        running[r] += 1
         replica[i], admit[i] = r, t
         pointer = (r + 1) % placement.dp
         heapq.heappush(events, (t + hold[i], 0, i))
@@ -97,6 +105,7 @@ def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
         if kind == 0:
             for h in handles.pop(i):
                 h.release()
+            running[replica[i]] -= 1
             in_flight -= 1
             observe_now(t)
             more_releases = events and events[0][0] == t and events[0][1] == 0
@@ -115,7 +124,7 @@ def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
         elif config.policy is Policy.QUEUE:
             queue.append(i)
         else:
-            outcome[i] = Outcome.OUT_OF_MEMORY.value
+            outcome[i] = last_reason[0]
         observe_now(t)
     if queue:
         raise RuntimeError("replay ended with requests still queued")

@@ -28,6 +28,8 @@ from csa_plan.planner.refusals import RefusalType
 if TYPE_CHECKING:
     import numpy as np
 
+    from csa_plan.planner.engines.simulate import EngineRun
+
     from csa_plan.planner.model import ModelSpec
     from csa_plan.planner.workloads.workload import Workload
 
@@ -53,12 +55,14 @@ class Outcome(int, Enum):
     EXCEEDS_CAPACITY = 1  # prompt + output > max_seq_len
     NEVER_FITS = 2  # the bundle exceeds an empty device's limit
     OUT_OF_MEMORY = 3  # did not fit at arrival (refuse policy)
+    RUNNING_CAP = 4  # the engine's running-request cap was full at arrival (refuse policy)
 
 
 REASONS: dict[Outcome, str] = {
     Outcome.EXCEEDS_CAPACITY: RefusalType.REQUEST_EXCEEDS_CAPACITY.value,
     Outcome.NEVER_FITS: RefusalType.NEVER_FITS.value,
     Outcome.OUT_OF_MEMORY: RefusalType.OUT_OF_MEMORY.value,
+    Outcome.RUNNING_CAP: RefusalType.RUNNING_REQUEST_CAP.value,
 }
 
 
@@ -90,6 +94,8 @@ class SimConfig:
     time: TimeModel = TimeModel()
     layout: str = "exact"
     max_seq_len: int | None = None  # None: the model's own
+    engine: "EngineRun | None" = None  # charge what this engine model charges (planner/engines)
+    max_running: int = 0  # running requests per replica at most (the engine's cap); 0 = no cap
 
     def __post_init__(self) -> None:
         if self.bucket < 1:
@@ -184,7 +190,9 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     tier = np.full(len(total), -1, dtype=np.int64)
     tier[~exceeds] = inverse
     bundles = []
-    for t in tokens.tolist():
+    if config.engine is not None:
+        config, bundles = config.engine.prepare(spec, config, max_seq_len, [int(t) for t in tokens.tolist()])
+    for t in tokens.tolist() if config.engine is None else ():
         plan = plan_model(spec, PlanOptions(max_seq_len=int(t), tp=placement.tp, layout=config.layout))
         bundles.append(stage_bundles(plan, split))
     limit = config.limit_bytes

@@ -115,6 +115,8 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {r.message}{more}")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
+    if point.engine is not None:
+        return _engine_skip(spec, point, max_seq_len)
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
                     f"every request is longer than max_seq_len {max_seq_len:,} (shortest {bounds.min_tokens:,} tokens)")
@@ -132,6 +134,19 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         if need > point.limit_bytes:
             return Skip(point.key, SkipReason.LARGEST_NEVER_FITS,
                         f"the largest request reserves {need:,} bytes on a device; the limit is {point.limit_bytes:,}")
+    return None
+
+
+def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip | None:
+    """An engine point is skipped when the engine refuses the model or the KV memory (its own rule)."""
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    try:
+        get_engine(point.engine).configure(spec, EngineSettings(), max_seq_len).size_pool(point.limit_bytes)
+    except EngineRefused as exc:
+        return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
     return None
 
 
@@ -186,6 +201,7 @@ def evaluate(task: Task) -> PointResult:
     """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.simulate.capacity import find_capacity
+    from csa_plan.planner.engines.simulate import EngineRun
     from csa_plan.planner.simulate import SimConfig, TimeModel, prepare, simulate
 
     ctx, p = task.context, task.point
@@ -194,7 +210,8 @@ def evaluate(task: Task) -> PointResult:
     config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
                        reserve=p.reserve, bucket=p.bucket, policy=p.policy,
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
-                       layout=p.layout, max_seq_len=p.max_seq_len)
+                       layout=p.layout, max_seq_len=p.max_seq_len,
+                       engine=None if p.engine is None else EngineRun(p.engine))
     scn = prepare(spec, wl, config)
     result = simulate(scn)
     cons = ctx.constraints

@@ -30,7 +30,7 @@ from csa_plan.planner.values import check_keys, read_bool, read_int, read_mappin
 MAX_POINTS = 100_000
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
-        "rate_scale", "max_seq_len")
+        "rate_scale", "max_seq_len", "engine")
 TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
 
 
@@ -81,6 +81,7 @@ class SweepPoint:
     layout: str = "exact"
     rate_scale: float = 1.0  # the traffic the constraints are checked at
     max_seq_len: int | None = None
+    engine: str | None = None  # an engine model (planner/engines): charge what it charges, limit = its pool
 
     @property
     def devices(self) -> int:
@@ -106,7 +107,8 @@ class SweepPoint:
             f"model={self.model}", f"device={self.device}", f"reserved={self.reserved.label}",
             f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"router={self.router.value}",
             f"reserve={self.reserve_label}", f"policy={self.policy.value}", f"layout={self.layout}",
-            f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}"))
+            f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}")
+            + ((f"engine={self.engine}",) if self.engine else ()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
@@ -114,7 +116,7 @@ class SweepPoint:
                 "limit_bytes": self.limit_bytes, "tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "devices": self.devices, "router": self.router.value, "reserve": self.reserve_label,
                 "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
-                "max_seq_len": self.max_seq_len}
+                "max_seq_len": self.max_seq_len, "engine": self.engine}
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,13 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 layout = read_str(source, where, v)
                 get_profile(layout, source, where)  # unknown or retired (vllm, sglang): bad input naming the fix
                 values.append(layout)
+            elif axis == "engine":
+                if v is None:
+                    values.append(None)
+                else:
+                    from csa_plan.planner.engines.registry import get_engine
+
+                    values.append(get_engine(read_str(source, where, v), source, where).name)
             elif axis == "rate_scale":
                 values.append(read_number(source, where, v, positive=True, at_least=MIN_RATE_SCALE,
                                           at_most=MAX_RATE_SCALE))
@@ -344,7 +353,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         points.append(SweepPoint(
             model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
-            layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"]))
+            layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
                       search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
@@ -353,6 +362,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 _AXIS_DEFAULTS: dict[str, Any] = {
     "model": [], "device": [], "reserved": ["0"], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
+    "engine": [None],
 }
 
 

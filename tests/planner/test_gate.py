@@ -17,7 +17,7 @@ from helpers import EXAMPLES
 REFUSAL_EXAMPLES = sorted((EXAMPLES / "configs" / "refusals").glob("*.yaml"))
 CONFIG_TYPES = {t.value for t in RefusalType} - {
     "OutOfMemory", "ArityMismatch", "UnsupportedOpVersion", "SharedRecordAxis",
-    "IndexAxisMismatch", "PresentPastAxisMismatch", "RequestExceedsCapacity", "NeverFits",
+    "IndexAxisMismatch", "PresentPastAxisMismatch", "RequestExceedsCapacity", "NeverFits", "RunningRequestCap",
 }
 
 
