@@ -441,6 +441,11 @@ class Sglang0523(EngineModel):
             raise _refuse(f"{SRC}/mem_cache/deepseek_v4_memory_pool.py", "model", "main layers", "none",
                           "the model has no main layers")
         c4 = [d for d in main if d.compression_ratio == 4]
+        if not any(d.compression_ratio in (4, 128) for d in main):
+            raise _refuse(f"{SRC}/model_executor/pool_configurator.py calculate_pool_sizes", "compress_ratios",
+                          "at least one ratio-4 or ratio-128 layer", "sliding-window layers only",
+                          "DSV4 pool sizing divides the KV memory by bytes_per_full_token, which is 0 without "
+                          "compressed layers")
         head_dim = main[0].head_dim
         index_head_dim = c4[0].index_head_dim if c4 else 128
         layers = Layers(main=len(main), c4=len(c4), c128=sum(1 for d in main if d.compression_ratio == 128),
