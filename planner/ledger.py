@@ -6,6 +6,12 @@ and charges under one lock and fails closed: a refused charge mutates nothing bu
 ``charge_failures``, so the caller can refuse before allocating anything. Limits
 are per device in bytes; 0 means unlimited, which still accounts everything.
 All state is per instance: two ledgers never see each other's charges.
+
+Documented range: every per-class byte count, every charge's total and every limit is
+an integer in 0 .. 2^64 - 1 (``errors.U64_LIMIT``); anything else is a ``ValueError``
+(a programming error: inputs are checked long before they reach the ledger). A
+``Charge``'s request, device and bytes are read-only: the release always debits the
+key the charge was made under.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import threading
 from typing import Mapping
 
 from csa_plan.planner.errors import CsaPlanError, ExitCode
+from csa_plan.planner.errors import U64_LIMIT
 from csa_plan.planner.layout import STATE_CLASSES, GroupBytes, StateClass
 from csa_plan.planner.refusals import Refusal, RefusalType
 
@@ -45,8 +52,10 @@ def _counts(charge_bytes: GroupBytes | Mapping[StateClass, int]) -> tuple[int, .
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"charge bytes must be integers, got {v!r}")
-        if v < 0:
-            raise ValueError(f"charge bytes must be non-negative, got {v}")
+        if not 0 <= v < U64_LIMIT:
+            raise ValueError(f"charge bytes must be in 0 .. 2^64 - 1, got {v}")
+    if sum(values) >= U64_LIMIT:
+        raise ValueError(f"a charge must total below 2^64 bytes, got {sum(values)}")
     return values
 
 
@@ -62,15 +71,32 @@ class Charge:
     release without bookkeeping of its own.
     """
 
-    __slots__ = ("_ledger", "request", "device", "bytes", "_values", "released")
+    __slots__ = ("_ledger", "_request", "_device", "_bytes", "_values", "_released")
 
     def __init__(self, ledger: "Ledger", request: int, device: int, values: tuple[int, ...]) -> None:
         self._ledger = ledger
-        self.request = request
-        self.device = device
+        self._request = request
+        self._device = device
         self._values = values
-        self.bytes = _group(values)
-        self.released = False
+        self._bytes = _group(values)
+        self._released = False
+
+    # The key a charge was made under is fixed: the release must debit the same (request, device).
+    @property
+    def request(self) -> int:
+        return self._request
+
+    @property
+    def device(self) -> int:
+        return self._device
+
+    @property
+    def bytes(self) -> GroupBytes:
+        return self._bytes
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
     @property
     def total_bytes(self) -> int:
@@ -112,8 +138,8 @@ class Ledger:
     def _checked_limit(limit: int) -> int:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise ValueError(f"limit must be an integer number of bytes, got {limit!r}")
-        if limit < 0:
-            raise ValueError(f"limit must be non-negative (0 = unlimited), got {limit}")
+        if not 0 <= limit < U64_LIMIT:
+            raise ValueError(f"limit must be in 0 .. 2^64 - 1 (0 = unlimited), got {limit}")
         return limit
 
     # -- ids and limits --------------------------------------------------------------
@@ -181,13 +207,13 @@ class Ledger:
         if charge._ledger is not self:
             raise ValueError("charge belongs to another ledger")
         with self._lock:
-            if charge.released:
+            if charge._released:
                 return
-            charge.released = True
-            device, values = charge.device, charge._values
+            charge._released = True
+            device, values = charge._device, charge._values
             needed = sum(values)
             per_class = self._device_class[device]
-            key = (charge.request, device)
+            key = (charge._request, device)
             mine = self._by_key[key]
             for i, v in enumerate(values):
                 per_class[i] -= v

@@ -16,6 +16,7 @@ MAX_ONNX_BYTES = 1 << 38  # 256 GiB: embedded payloads are skipped by offset, ne
 # -- structured text (YAML, JSON) --------------------------------------------------------------
 MAX_DEPTH = 64  # nesting of mappings and lists
 MAX_STRING_CHARS = 4096  # any one string value or key (a path fits: PATH_MAX is 4096)
+MAX_NAME_CHARS = 256  # a name csa-plan looks up (cache format, layout, edge): longer is never a known one
 MAX_COLLECTION_ITEMS = 1_000_000  # entries of any one mapping or list
 MAX_YAML_ALIASES = 100  # alias uses in a YAML document
 MAX_YAML_EXPANDED = 64 << 20  # a YAML document's size with every alias expanded (nodes + characters)

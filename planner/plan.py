@@ -32,6 +32,13 @@ class PlanOptions:
     query_len: int = 1
     tp: int = 1
 
+    def __post_init__(self) -> None:
+        from csa_plan.planner.limits import MAX_NAME_CHARS
+
+        if self.cache_format is not None and len(self.cache_format) > MAX_NAME_CHARS:
+            raise BadInput("options", "--kv-format", f"{excerpt(self.cache_format)} is longer than {MAX_NAME_CHARS} "
+                                                     "characters (MAX_NAME_CHARS): not a cache format")
+
 
 @dataclass(frozen=True)
 class LayerPlan:

@@ -65,6 +65,8 @@ def check_range(source: str, field: str, value: float, *, low: float, high: floa
     """``value`` finite and within the documented range of its field."""
     if not math.isfinite(value):
         raise BadInput(source, field, f"expected a finite number, got {value!r}")
+    if value > high and low == -high:  # only an upper bound is this check's to name
+        raise BadInput(source, field, f"must be at most {high:g}, got {value:g}")
     if value < low or (low_open and value == low) or value > high:
         lower = f"above {low:g}" if low_open else f"at least {low:g}"
         raise BadInput(source, field, f"must be {lower} and at most {high:g}, got {value:g}")

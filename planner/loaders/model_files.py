@@ -15,7 +15,7 @@ from typing import Any
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, STATE_EDGE_INPUT_INDEX, Descriptor, StateEdge
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import describe_mode, path_kind, read_text
-from csa_plan.planner.limits import MAX_FILE_BYTES, MAX_LAYER_ID, MAX_LAYERS
+from csa_plan.planner.limits import MAX_FILE_BYTES, MAX_LAYER_ID, MAX_LAYERS, MAX_NAME_CHARS
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.text import excerpt, kind_of
 from csa_plan.planner.values import read_bool, read_int, read_str
@@ -408,7 +408,11 @@ def _edges(value: Any, source: str, where: str, start: frozenset[StateEdge]) -> 
 def _read_field(source: str, field: str, value: Any) -> Any:
     leaf = field.rsplit(".", 1)[-1]
     if leaf == "cache_format":
-        return read_str(source, field, value)
+        name = read_str(source, field, value)
+        if len(name) > MAX_NAME_CHARS:
+            raise BadInput(source, field, f"{excerpt(name)} is longer than {MAX_NAME_CHARS} characters "
+                                          "(MAX_NAME_CHARS): not a cache format")
+        return name
     return read_int(source, field, value)
 
 

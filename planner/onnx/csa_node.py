@@ -16,7 +16,7 @@ from csa_plan.planner.descriptor import CacheFormat, STATE_EDGE_INPUT_INDEX, Sta
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, AttrValue, CsaNode
 from csa_plan.planner.refusals import Clause, RefusalType
-from csa_plan.planner.limits import MAX_INT_DIGITS
+from csa_plan.planner.limits import MAX_INT_DIGITS, MAX_NAME_CHARS
 from csa_plan.planner.text import bounded, excerpt
 from csa_plan.planner.values import read_int
 
@@ -81,6 +81,9 @@ def str_attr(source: str, node: CsaNode, name: str, default: str) -> str:
         return default
     if value.kind != "string":
         raise BadInput(source, f"{where(node)} attribute {name}", f"expected a string attribute, got {_kind(value)}")
+    if len(value.value) > MAX_NAME_CHARS:
+        raise BadInput(source, f"{where(node)} attribute {name}", f"{excerpt(value.value)} is longer than "
+                                                                  f"{MAX_NAME_CHARS} characters (MAX_NAME_CHARS)")
     return str(value.value)
 
 
@@ -96,6 +99,14 @@ def _one_of(source: str, node: CsaNode, keys: tuple[str, ...]) -> tuple[int, str
     return found[0] if found else None
 
 
+class LongLayerNumber(Exception):
+    """A state input name whose layer number has more than MAX_INT_DIGITS digits."""
+
+    def __init__(self, name: str, digits: int) -> None:
+        super().__init__(name)
+        self.name, self.digits = name, digits
+
+
 def layer_from_names(names: list[str]) -> int | None:
     """The integer every state input name carries as a dotted component (``past_key_values.N.…``)."""
     found = set()
@@ -104,8 +115,8 @@ def layer_from_names(names: list[str]) -> int | None:
         if digits is None:
             return None
         digits = digits.lstrip("0") or "0"
-        if len(digits) > MAX_INT_DIGITS:  # never converted: a 5,000-digit "layer" is not a layer id
-            return None
+        if len(digits) > MAX_INT_DIGITS:  # never converted
+            raise LongLayerNumber(name, len(digits))
         found.add(int(digits))
     return found.pop() if len(found) == 1 else None
 
@@ -152,10 +163,15 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
     past_kv = node.inputs[6] if StateEdge.COMPRESSED in present else ""
     shape = shapes.get(past_kv) if past_kv else None
     batch = shape[0] if shape and isinstance(shape[0], int) and shape[0] > 0 else None
+    try:
+        name_layer_id = layer_from_names(state_names) if state_names else None
+    except LongLayerNumber as exc:
+        raise BadInput(source, f"{where(node)} input {excerpt(exc.name)}",
+                       f"a layer number of {exc.digits:,} digits (limit MAX_INT_DIGITS = {MAX_INT_DIGITS})") from None
     return NodeReading(
         node=node, ratio=ratio, fields=fields, present_edges=present, clauses=clauses,
         attr_layer_id=int_attr(source, node, "layer_id", None),
-        name_layer_id=layer_from_names(state_names) if state_names else None,
+        name_layer_id=name_layer_id,
         max_seq_len=_one_of(source, node, MAX_SEQ_LEN_KEYS),
         window=_one_of(source, node, WINDOW_KEYS),
         batch=batch,

@@ -48,6 +48,16 @@ class FileBuffer:
         return block
 
     def __getitem__(self, key: int | slice) -> int | bytes:
+        if key.__class__ is slice:  # the hot path: a short run inside one cached block
+            start, stop = key.start, key.stop
+            if start is not None and stop is not None and 0 <= start < stop <= self._size:
+                index = start >> 16
+                if (stop - 1) >> 16 == index:
+                    block = self._blocks.get(index)
+                    if block is None:
+                        block = self._block(index)
+                    offset = index << 16
+                    return block[start - offset:stop - offset]
         if isinstance(key, int):
             if not 0 <= key < self._size:
                 raise IndexError(key)

@@ -159,7 +159,7 @@ def _string_pair(buf: Buffer, f: Field) -> tuple[str, str | None]:
 
 def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opsets: dict[str, int],
                 metadata: dict[str, str]) -> GraphStructure:
-    nodes: list[CsaNode] = []
+    csa_fields: list[tuple[int, Field]] = []
     other_domains: list[str] = []
     budget = [MAX_ONNX_DECODED_BYTES]
     position = 0
@@ -171,12 +171,11 @@ def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opse
             if f.number == _GRAPH_NODE:
                 if position >= MAX_ONNX_NODES:
                     raise LimitError(f"the graph has more than {MAX_ONNX_NODES:,} nodes (limit MAX_ONNX_NODES)")
-                node = _node_if_csa(buf, f, position, other_domains, budget)
-                if node is not None:
-                    if len(nodes) >= MAX_LAYERS:
+                if _is_csa(buf, f, other_domains):  # counted first, decoded after: a flood is refused cheaply
+                    if len(csa_fields) >= MAX_LAYERS:
                         raise LimitError(f"the graph has more than {MAX_LAYERS:,} CompressedSparseAttention nodes "
                                          "(limit MAX_LAYERS)")
-                    nodes.append(node)
+                    csa_fields.append((position, f))
                 position += 1
             elif f.number in (_GRAPH_INPUT, _GRAPH_OUTPUT, _GRAPH_VALUE_INFO):
                 values += 1
@@ -184,6 +183,7 @@ def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opse
                     raise LimitError(f"the graph declares more than {MAX_ONNX_VALUES:,} inputs, outputs and "
                                      "value_info entries (limit MAX_ONNX_VALUES)")
             # initializers (5), sparse initializers (15) and everything else: skipped unread
+    nodes = [_decode_csa(buf, f, at, budget) for at, f in csa_fields]
     wanted = {n.encode("utf-8") for node in nodes for n in (*node.inputs, *node.outputs) if n}
     lengths = {len(n) for n in wanted}
     declared: dict[str, Field] = {}  # value name -> its ValueInfoProto field; inputs win over outputs
@@ -202,8 +202,8 @@ def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opse
 _SHOWN_DOMAIN_BYTES = 256
 
 
-def _node_if_csa(buf: Buffer, f: Field, position: int, other_domains: list[str],
-                 budget: list[int]) -> CsaNode | None:
+def _is_csa(buf: Buffer, f: Field, other_domains: list[str]) -> bool:
+    """Whether the node is a pkg.nxrt CompressedSparseAttention (its op_type and domain only)."""
     op_type = domain = b""
     for g in iter_fields(buf, f.start, f.end):
         if g.number == _NODE_OP_TYPE and g.wire_type == LENGTH:  # read only when it could match
@@ -211,12 +211,16 @@ def _node_if_csa(buf: Buffer, f: Field, position: int, other_domains: list[str],
         elif g.number == _NODE_DOMAIN and g.wire_type == LENGTH:
             domain = bytes(buf[g.start:min(g.end, g.start + _SHOWN_DOMAIN_BYTES + 1)])
     if op_type != _CSA_OP_BYTES:
-        return None
+        return False
     if domain != _CSA_DOMAIN_BYTES:
         if len(other_domains) < 16:  # for the message only
             shown = domain[:_SHOWN_DOMAIN_BYTES].decode("utf-8", "replace")
             other_domains.append(shown + ("…" if len(domain) > _SHOWN_DOMAIN_BYTES else "") or "(default ai.onnx)")
-        return None
+        return False
+    return True
+
+
+def _decode_csa(buf: Buffer, f: Field, position: int, budget: list[int]) -> CsaNode:
     inputs: list[str] = []
     outputs: list[str] = []
     name = ""

@@ -11,8 +11,7 @@ its enclosing message raise ``WireError`` with the byte offset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Iterator, NamedTuple, Union
 
 from csa_plan.planner.errors import CsaPlanError
 
@@ -42,8 +41,7 @@ class LimitError(Exception):
     """A well-formed message that is larger than csa-plan reads (a named limit)."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """One field occurrence. For LENGTH fields ``value`` is unused and ``start:end`` is the payload."""
 
     number: int
@@ -74,35 +72,60 @@ def as_int64(value: int) -> int:
     return value - _U64 if value >= _I64_SIGN else value
 
 
+_LOCAL_BYTES = 1 << 20  # a message this small is read once and walked in memory
+
+
 def iter_fields(buf: Buffer, start: int, end: int) -> Iterator[Field]:
-    """Every field of the message occupying ``buf[start:end]``, in file order."""
-    pos = start
-    while pos < end:
+    """Every field of the message occupying ``buf[start:end]``, in file order (offsets absolute)."""
+    if end - start <= _LOCAL_BYTES and not isinstance(buf, (bytes, bytearray)):
+        data = buf[start:end]  # one bounded read instead of one per varint
+        base = start
+    else:
+        data, base = buf, 0
+    pos, stop = start - base, end - base
+    while pos < stop:
         tag_at = pos
-        key, pos = read_varint(buf, pos, end)
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos, stop, base)
         number, wire_type = key >> 3, key & 7
         if number == 0:
-            raise WireError(tag_at, "field number 0 is invalid")
-        if wire_type == VARINT:
-            value, pos = read_varint(buf, pos, end)
-            yield Field(number, wire_type, value, tag_at, pos)
-        elif wire_type == LENGTH:
-            length, pos = read_varint(buf, pos, end)
-            if length > end - pos:
-                raise WireError(tag_at, f"field {number} declares {length} bytes but only {end - pos} remain",
+            raise WireError(tag_at + base, "field number 0 is invalid")
+        if wire_type == LENGTH:
+            if pos >= stop:
+                raise WireError(pos + base, "varint runs past the end of its message", truncated=True)
+            length = data[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(data, pos, stop, base)
+            if length > stop - pos:
+                raise WireError(tag_at + base, f"field {number} declares {length} bytes but only {stop - pos} remain",
                                 truncated=True)
-            yield Field(number, wire_type, length, pos, pos + length)
+            yield Field(number, wire_type, length, pos + base, pos + base + length)
             pos += length
+        elif wire_type == VARINT:
+            value, pos = _varint(data, pos, stop, base)
+            yield Field(number, wire_type, value, tag_at + base, pos + base)
         elif wire_type in (FIXED64, FIXED32):
             width = 8 if wire_type == FIXED64 else 4
-            if width > end - pos:
-                raise WireError(tag_at, f"field {number} needs {width} bytes but only {end - pos} remain",
+            if width > stop - pos:
+                raise WireError(tag_at + base, f"field {number} needs {width} bytes but only {stop - pos} remain",
                                 truncated=True)
-            value = int.from_bytes(bytes(buf[pos:pos + width]), "little")
-            yield Field(number, wire_type, value, pos, pos + width)
+            value = int.from_bytes(bytes(data[pos:pos + width]), "little")
+            yield Field(number, wire_type, value, pos + base, pos + base + width)
             pos += width
         else:
-            raise WireError(tag_at, f"wire type {wire_type} (field {number}) is not used by ONNX")
+            raise WireError(tag_at + base, f"wire type {wire_type} (field {number}) is not used by ONNX")
+
+
+def _varint(data: Buffer, pos: int, end: int, base: int) -> tuple[int, int]:
+    try:
+        return read_varint(data, pos, end)
+    except WireError as exc:
+        raise WireError(exc.offset + base, exc.problem, truncated=exc.truncated) from None
 
 
 def text(buf: Buffer, f: Field, what: str) -> str:
