@@ -404,7 +404,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "onnx-name-layer-2^70": ("MAX_INT_DIGITS",),
     "onnx-100MB-attribute": ("MAX_ONNX_STRING_BYTES",),
     "yaml-10MB-cache_format": ("MAX_STRING_CHARS",),
-    "kv-format-100000-chars": ("--kv-format", "MAX_NAME_CHARS"),
+    "kv-format-100000-chars": ("--kv-format",),
     "onnx-domain-ansi-osc": ("\\x1b",),
     "onnx-100000-csa-nodes": ("MAX_LAYERS",),
     "onnx-1.9GB-node-name": ("node.name", "MAX_ONNX_STRING_BYTES"),
