@@ -430,7 +430,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "zero-layer-model": ("at least one layer",),
     "symlink-to-/dev/zero-in-dir": ("config.json", "character device"),
     "symlink-to-/dev/zero": ("character device",),
-    "unicode-digits-option": ("--batch", "ASCII"),
+    "unicode-digits-option": ("--batch", "not an integer"),
     "unicode-digits-yaml": ("num_heads", "expected a non-negative integer"),
     "yaml-sexagesimal-1:30": ("max_seq_len", "'1:30'"),
     "yaml-1.1-bool-yes": ("mtp", "'yes'"),
