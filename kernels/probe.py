@@ -183,7 +183,7 @@ class Probe:
             csa[r] = cp.asarray(self.rec_pool[csa_ids[r]])
             hca[r] = cp.asarray(self.rec_pool[hca_ids[r]])
             ring[r] = cp.asarray(self.rec_pool[ring_ids[r]])
-        iq_h = rng.standard_normal((R, I, 128), dtype=np.float32)
+        iq_h = O.bf16_round(rng.standard_normal((R, I, 128), dtype=np.float32))  # the indexer's BF16 operand
         iw_h = rng.standard_normal((R, I), dtype=np.float32)
         iq, iw = cp.asarray(iq_h), cp.asarray(iw_h)
         scores = [cp.zeros((R, n_csa), dtype=cp.float32) for _ in range(2)]
@@ -204,7 +204,7 @@ class Probe:
         self.check(f"indexer scan vs oracle ({tag})", worst <= SCORE_RTOL and same,
                    f"{n_csa:,} keys x {I} heads per request; rel err {worst:.1e} on requests {sorted({0, R - 1})} "
                    f"(tol {SCORE_RTOL:g}); second launch bit-identical: {same}", worst)
-        self.time(f"indexer/{tag}", lambda: scan(1), T.index_scores(R, n_csa, I), kind="CSA", requests=R, n=n_csa)
+        self.time(f"indexer/{tag}", lambda: scan(1), T.index_scores(R, n_csa, I, sm_count=be.sm_count), kind="CSA", requests=R, n=n_csa)
 
         for k in sorted({GEOMETRIES[gname][1] for gname in a.geometries}):
             ids = [cp.zeros((R, k), dtype=cp.int32) for _ in range(2)]

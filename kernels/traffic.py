@@ -4,12 +4,17 @@
 output byte written once. *Moved* is what these kernels read and write as written (the
 launch shapes of kernels/backends.py), counting a re-read even when L2 would serve it:
 
-* index_scores: each key once; every block stages all index queries and weights in
-  shared memory (blocks x heads x 129 floats); scores written once.
+* index scan (index_tc_scores, the launched kernel): each key once, as 16-byte aligned
+  supersets of each 64-key tile (up to 16 bytes more per tile); every block stages all
+  index queries and weights (blocks x heads x 129 floats; blocks per request as the
+  launcher sizes them for ``sm_count`` SMs); scores written once. kernel="simt" models the
+  reference index_scores (4,096-block grid-stride scan).
 * topk_radix: six passes over the scores (four 8-bit histogram passes, the count pass and
   the write pass, topk.cu), ids written once. Compulsory: the scores once.
-* attn_partial + attn_merge: each head group (16 heads, one block) re-reads the rows and
-  the ids, every chunk re-reads its heads' queries; every chunk writes a partial (max, sum, 512 outputs) per head and the
+* attention pass 1 (attn_tc_partial, the launched kernel): each head group (up to 32 heads,
+  one block; tc_geometry.attn_tc_launch) re-reads the rows, as 16-byte aligned supersets
+  (up to 608 bytes per 583-byte row: an upper bound), and the ids; every chunk re-reads its
+  heads' queries (kernel="simt": 16-head groups, 583 bytes per row); every chunk writes a partial (max, sum, 512 outputs) per head and the
   merge reads them back (the partial round trip), then writes the output. Compulsory:
   rows, ids, query and output once.
 
@@ -20,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_THREADS, attn_warps, record_bytes
+from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
+from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
 
 F32 = 4
 I32 = 4
@@ -38,15 +44,18 @@ class Traffic:
         return {"kernel": self.kernel, "compulsory_bytes": self.compulsory_bytes, "moved_bytes": self.moved_bytes}
 
 
-def index_blocks(n: int) -> int:
-    """Blocks per request the launcher gives index_scores (grid-stride loop beyond 4096)."""
-    return max(1, min(-(-n // (INDEX_THREADS // 32)), 4096))
+def index_blocks(n: int, requests: int = 1, kernel: str = "tc", sm_count: int = H200_SMS) -> int:
+    """Blocks per request the launcher gives the index scan."""
+    if kernel == "simt":
+        return max(1, min(-(-n // (INDEX_THREADS // 32)), 4096))
+    return max(1, min(-(-n // INDEX_TC_TILE), -(-2 * sm_count // requests)))
 
 
-def index_scores(requests: int, n: int, heads: int) -> Traffic:
+def index_scores(requests: int, n: int, heads: int, kernel: str = "tc", sm_count: int = H200_SMS) -> Traffic:
     q = heads * (INDEX_DIM + 1) * F32
     comp = requests * (n * INDEX_KEY_BYTES + q + n * F32)
-    moved = requests * (n * INDEX_KEY_BYTES + index_blocks(n) * q + n * F32)
+    keys = n * INDEX_KEY_BYTES + (0 if kernel == "simt" else 16 * -(-n // INDEX_TC_TILE))
+    moved = requests * (keys + index_blocks(n, requests, kernel, sm_count) * q + n * F32)
     return Traffic("index_scores", comp, moved)
 
 
@@ -58,14 +67,18 @@ def topk(requests: int, n: int, k: int) -> Traffic:
                    requests * (TOPK_SCORE_PASSES * n * F32 + k * I32))
 
 
-def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: int, rope_dim: int = 64) -> Traffic:
+def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: int, rope_dim: int = 64,
+              kernel: str = "tc") -> Traffic:
     """rows = window rows + selected records; selected_ids = ids read (0 when all records are taken in order)."""
     rec = record_bytes(rope_dim)
     qy = heads * HEAD_DIM * F32
     comp = requests * (rows * rec + selected_ids * I32 + 2 * qy)
-    groups = -(-heads // attn_warps(heads))
+    if kernel == "simt":
+        groups, row_bytes = -(-heads // attn_warps(heads)), rec
+    else:
+        groups, row_bytes = attn_tc_launch(heads).head_groups, ATTN_TC_ROW_SMEM
     partial = chunks * heads * PARTIAL_FLOATS * F32
-    moved = requests * (groups * (rows * rec + selected_ids * I32) + chunks * qy  # pass 1: every chunk reads q
+    moved = requests * (groups * (rows * row_bytes + selected_ids * I32) + chunks * qy  # pass 1: every chunk reads q
                         + partial  # pass 1 writes the partials
                         + partial + qy  # pass 2 reads them back and writes y
                         + heads * F32)  # the sinks

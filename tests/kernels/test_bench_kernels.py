@@ -67,13 +67,18 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
     t = T.topk(16, 262144, 1024)
     assert t.compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)  # the scores once, not five times
     assert t.moved_bytes == 16 * (6 * 262144 * 4 + 1024 * 4)  # six passes as topk.cu makes them
-    a = T.attention(1, 128, 128 + 8192, 0, 16)
-    assert a.compulsory_bytes == (128 + 8192) * 583 + 2 * 128 * 512 * 4
     partial = 16 * 128 * 514 * 4
+    a = T.attention(1, 128, 128 + 8192, 0, 16, kernel="simt")  # 16-head groups, 583-byte rows
+    assert a.compulsory_bytes == (128 + 8192) * 583 + 2 * 128 * 512 * 4
     assert a.moved_bytes == 8 * (128 + 8192) * 583 + 16 * 128 * 512 * 4 + 2 * partial + 128 * 512 * 4 + 128 * 4
-    i = T.index_scores(1, 262144, 64)
+    tc = T.attention(1, 128, 128 + 8192, 0, 16)  # attn_tc_partial: 32-head blocks, 608-byte row supersets
+    assert tc.compulsory_bytes == a.compulsory_bytes
+    assert tc.moved_bytes == 4 * (128 + 8192) * 608 + 16 * 128 * 512 * 4 + 2 * partial + 128 * 512 * 4 + 128 * 4
+    i = T.index_scores(1, 262144, 64, kernel="simt")
     assert i.compulsory_bytes == 262144 * 68 + 64 * 129 * 4 + 262144 * 4
     assert i.moved_bytes == 262144 * 68 + 4096 * 64 * 129 * 4 + 262144 * 4
+    itc = T.index_scores(16, 262144, 64, sm_count=132)  # 4096 tiles; 2 x 132 / 16 = 17 blocks per request
+    assert itc.moved_bytes == 16 * (262144 * 68 + 16 * 4096 + 17 * 64 * 129 * 4 + 262144 * 4)
 
 
 @pytest.fixture(scope="module")
