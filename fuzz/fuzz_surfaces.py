@@ -5,8 +5,11 @@
     python fuzz/fuzz_surfaces.py --surface all -atheris_runs=100000   # each surface in turn
 
 An input may plan, or be rejected with BadInput (exit 2 in the CLI); any other exception is a
-crash: atheris stops, prints it and writes the input to crash-*. Surfaces: config-json,
-config-yaml, onnx, trace-csv, trace-jsonl, mix-yaml, sweep-yaml.
+crash: atheris stops, prints it and writes the input to crash-*. A BadInput whose message
+carries a control character or an escape sequence is a crash too. Surfaces: config-json,
+config-yaml, onnx, trace-csv, trace-jsonl, mix-yaml, sweep-yaml, resume-jsonl (records of
+a sweep's --resume file), plot-path (--plot path checking) and options (count, size and
+float option values).
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ SEEDS = {  # surface -> glob patterns (relative to the repository) of valid inpu
     "trace-jsonl": ["examples/traces/*.jsonl"],
     "mix-yaml": ["examples/mixes/*.yaml"],
     "sweep-yaml": ["examples/sweeps/*.yaml"],
+    "resume-jsonl": [],  # written by _seed_corpus: one valid record of the small sweep
+    "plot-path": [],
+    "options": [],
 }
 
 
@@ -89,11 +95,72 @@ def _seed_corpus(surface: str) -> str:
 
         subprocess.run([sys.executable, os.path.join(ROOT, "examples", "onnx", "build_examples.py"), corpus],
                        check=True, capture_output=True)
+    if surface == "resume-jsonl":
+        from csa_plan.planner.sweep.spec import load_spec
+
+        spec = load_spec(os.path.join(ROOT, "examples", "sweeps", "small.yaml"))
+        record = {"schema": "csa-plan/sweep-point/v1", "spec_digest": spec.digest, "key": spec.points[0].key,
+                  "devices": spec.points[0].devices, "requests": 200, "admitted": 200, "refused": 0, "refusals": {},
+                  "wait_p99_ns": 0, "peak_bytes": 1, "mean_utilization": 0.1, "peak_utilization": 0.2,
+                  "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": 1.0,
+                  "rate_per_device_per_s": 1.0, "feasible": True, "violations": []}
+        with open(os.path.join(corpus, "seed-record.jsonl"), "w") as f:
+            f.write(__import__("json").dumps(record) + "\n")
+    elif surface == "plot-path":
+        for i, name in enumerate(["r/p.png", "/tmp/x.svg", "x.exe", "/dev/full", "", "r/no/dir.pdf"]):
+            with open(os.path.join(corpus, f"seed{i}"), "w") as f:
+                f.write(name)
+    elif surface == "options":
+        for i, value in enumerate([b"\x00128", b"\x01141GB", b"\x021e300", b"\x00\xd9\xa3", b"\x02nan", b"\x01h200"]):
+            with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
+                f.write(value)
     for pattern in SEEDS[surface]:
         for i, path in enumerate(sorted(glob.glob(os.path.join(ROOT, pattern)))):
             if os.path.getsize(path) <= 64 << 10:
                 shutil.copy(path, os.path.join(corpus, f"seed{i}-{os.path.basename(path)}"))
     return corpus
+
+
+def resume_jsonl(data: bytes) -> None:
+    """Resume records for examples/sweeps/small.yaml (the fuzzer can find the digest: it is in the seed)."""
+    from csa_plan.planner.sweep.resume import parse_resume
+    from csa_plan.planner.sweep.spec import load_spec
+
+    global _SMALL
+    if _SMALL is None:
+        _SMALL = load_spec(os.path.join(ROOT, "examples", "sweeps", "small.yaml"))
+    parse_resume(data.decode("utf-8", errors="replace"), "r.jsonl", _SMALL.digest, {p.key: p for p in _SMALL.points})
+
+
+_SMALL = None
+
+
+def plot_path(data: bytes) -> None:
+    from csa_plan.planner.files import check_output_path
+
+    name = data.decode("utf-8", errors="replace")
+    check_output_path(os.path.join(TMP, name) if data[:1] == b"r" else name, "--plot")
+
+
+def options(data: bytes) -> None:
+    """One option value: the first byte picks the option type, the rest is its text."""
+    import click
+
+    from csa_plan.cli.options import COUNT, SIZE, FloatType
+
+    kinds = (COUNT, SIZE, FloatType(1e9))
+    kind = kinds[data[0] % len(kinds)] if data else COUNT
+    text = data[1:].decode("utf-8", errors="replace")
+    try:
+        kind.convert(text, None, None)
+    except click.BadParameter as exc:
+        _check_message(exc.format_message())
+
+
+def _check_message(message: str) -> None:
+    bad = [c for c in message if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0]
+    if bad or len(message) > 2000:
+        raise AssertionError(f"unsafe or unbounded message: {message[:200]!r}")
 
 
 def sweep_yaml(data: bytes) -> None:
@@ -111,6 +178,9 @@ SURFACES = {
     "trace-jsonl": trace(".jsonl"),
     "mix-yaml": trace(".yaml"),
     "sweep-yaml": sweep_yaml,
+    "resume-jsonl": resume_jsonl,
+    "plot-path": plot_path,
+    "options": options,
 }
 
 
@@ -133,8 +203,8 @@ def main() -> None:
     def one_input(data: bytes) -> None:
         try:
             target(data)
-        except BadInput:
-            pass
+        except BadInput as exc:
+            _check_message(str(exc))
 
     if not any(not a.startswith("-") for a in rest):  # no corpus given: start from the seeds
         rest.append(_seed_corpus(names[0]))

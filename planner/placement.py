@@ -38,9 +38,10 @@ class Placement:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadInput("options", f"--{name}", f"must be a positive integer, got {value!r}")
-            cap = {"tp": MAX_TP, "pp": MAX_PP, "dp": MAX_DP, "ep": MAX_DEVICES}[name]
+            cap, cap_name = {"tp": (MAX_TP, "MAX_TP"), "pp": (MAX_PP, "MAX_PP"), "dp": (MAX_DP, "MAX_DP"),
+                             "ep": (MAX_DEVICES, "MAX_DEVICES")}[name]
             if value > cap:
-                raise BadInput("options", f"--{name}", f"{value:,} is more than {cap:,} (MAX_{name.upper()})")
+                raise BadInput("options", f"--{name}", f"{value:,} is more than {cap:,} ({cap_name})")
         if self.tp * self.pp * self.dp > MAX_DEVICES:
             raise BadInput("options", "--dp", f"tp x pp x dp = {self.tp * self.pp * self.dp:,} devices, more than "
                                               f"{MAX_DEVICES:,} (MAX_DEVICES)")
