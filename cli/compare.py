@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
+from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_options
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -15,21 +15,20 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits
               help="Tokens reserved per request [default: max_position_embeddings].")
 @click.option("--device-memory", type=SIZE, default=None,
               help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name.")
-@click.option("--reserved", type=SIZE, default=0, help="Weights and runtime memory to subtract per device.")
 @click.option("--layout", "layouts", multiple=True, metavar="NAME",
               help="Only these layout profiles (repeatable) [default: every profile and engine].")
 @click.option("--engine", "engines", multiple=True, metavar="NAME",
               help="Only these engine models (repeatable), at their defaults [default: every profile and engine].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
-@click.option("--tp", type=COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads split, latent state copied).")
 @click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step (scratch, in-flight window slots).")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/compare/v1 JSON document.")
 @click.option("--plot", "plot_file", default=None, metavar="FILE.png",
               help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra).")
 @bad_input_exits
-def compare(model: str, max_seq_len: int | None, device_memory: int | None, reserved: int,
-            layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, tp: int, query_len: int, as_json: bool,
-            plot_file: str | None) -> int:
+@deployment_options
+def compare(model: str, max_seq_len: int | None, device_memory: int | None,
+            layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, query_len: int, as_json: bool,
+            plot_file: str | None, deployment, budget_plot: str | None) -> int:
     """Compare MODEL (a preset, config.json, model directory, YAML spec or ONNX graph) under
     every layout profile: bytes per request, asymptotic bytes per token, fixed cost per
     request, padding waste, difference to exact, and requests that fit.
@@ -50,10 +49,28 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None, rese
     if plot_file is not None and not plotting_available():
         click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
         return EXIT_BAD_INPUT
-    options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len, tp=tp)
-    outcome = run_compare(CompareRequest(model, options, layouts, device_memory, reserved, engines))
+    from csa_plan.cli.render_budget import render_budget, write_budget_plot
+
+    options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len,
+                          tp=1 if deployment.tp is None else deployment.tp)
+    outcome = run_compare(CompareRequest(model, options, layouts, device_memory, deployment.reserved_bytes or 0,
+                                         engines, deployment=deployment))
     consoles = make_consoles()
-    emit(consoles.out, outcome.report, as_json, render_compare)
+
+    def render(out, report):
+        budgets = [report["budget"], *(report.get("engine_budgets") or {}).values()] if report.get("budget") else []
+        for b in budgets:  # a deployment whose weights do not fit says so first
+            if not b["weights_fit"]:
+                render_budget(out, b)
+        render_compare(out, report)
+        for b in budgets:
+            if b["weights_fit"]:
+                out.print(f"state pool per GPU ({b['engine']}): {b['kv_memory_bytes']:,} B "
+                          f"(usable {b['usable_bytes']:,} - weights {b['weights_bytes']:,} - reserves "
+                          f"{b['reserve_bytes']:,}; check --device-memory ... --engine NAME shows each step)")
+
+    emit(consoles.out, outcome.report, as_json, render)
+    write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     if plot_file is not None:
         plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)
         if not as_json:

@@ -17,7 +17,10 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
     d = budget["deployment"]
     binding = budget["stages"][budget["binding_stage"]]
     if not budget["weights_fit"]:
-        console.print(f"[bold]WEIGHTS DO NOT FIT[/bold]: {fmt_bytes(binding['weights_bytes'])} of weights and "
+        what = "WEIGHTS DO NOT FIT" if binding["weights_bytes"] > binding["usable_bytes"] else \
+            "WEIGHTS AND START-UP RESERVES DO NOT FIT"
+        console.print(f"[bold]{what}[/bold] ({escape(budget['engine'])}): "
+                      f"{fmt_bytes(binding['weights_bytes'])} of weights and "
                       f"{fmt_bytes(binding['reserve_bytes'])} of start-up reserves per GPU against "
                       f"{fmt_bytes(binding['usable_bytes'])} usable; no state pool is left "
                       f"(short by {fmt_bytes(-binding['kv_memory_bytes'])}).")
@@ -27,7 +30,8 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
                           + f" ({f['gpus']} GPUs; {fmt_bytes_short(f['weights_bytes'])} of weights, "
                             f"{fmt_bytes_short(f['kv_memory_bytes'])} left for state per GPU)")
         if not budget["smallest_fitting"]:
-            console.print("  no --tp up to 256 fits at this --pp and --dp")
+            console.print("  no --tp up to 256 fits at this --pp and --dp" if budget["smallest_fitting_searched"]
+                          else "  (--weights or --kv-memory given: no other deployment searched)")
     where = f" (stage {binding['stage']} of {d['pp']}, the tightest)" if d["pp"] > 1 else ""
     console.print(f"Device budget per GPU: {budget['engine']}, tp {d['tp']} pp {d['pp']} dp {d['dp']} "
                   f"ep {d['ep']} ({d['gpus']} GPUs){where}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, engine_options, enum_choice
+from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, deployment_options, engine_options, enum_choice
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
@@ -25,14 +25,10 @@ def _layouts() -> list[str]:
 @click.option("--layout", default=None, metavar="NAME",
               help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine.")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
-@click.option("--tp", type=COUNT, default=None, help="Tensor-parallel ranks per stage [default: 1].")
-@click.option("--pp", type=COUNT, default=None, help="Pipeline stages (contiguous layer split) [default: 1].")
-@click.option("--dp", type=COUNT, default=None, help="Data-parallel replicas [default: 1].")
 @click.option("--router", type=enum_choice(Router), default=None,
               help="How a request picks its replica [default: round-robin].")
 @click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB or h200/h100/... "
               "[default: unlimited, everything accounted, nothing refused].")
-@click.option("--reserved", type=SIZE, default=None, help="Weights and runtime memory to subtract per device.")
 @click.option("--reserve", type=enum_choice(Reserve), default=None,
               help="max: every group reserved for max_seq_len; fit: prompt + output rounded up to --bucket [default: max].")
 @click.option("--bucket", type=COUNT, default=None, help=f"Token bucket for --reserve fit [default: {DEFAULT_BUCKET}].")
@@ -61,13 +57,14 @@ def _layouts() -> list[str]:
               help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
 @engine_options
-def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None, tp: int | None,
-             pp: int | None, dp: int | None, router: str | None, device_memory: int | None, reserved: int | None,
+@deployment_options
+def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
+             router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
              tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None, engine: str | None,
-             kv_memory: int | None, engine_settings) -> int:
+             kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
     through per-device ledgers and report peaks, refusals and waits."""
     from csa_plan.cli.console import make_consoles
@@ -83,9 +80,11 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     if plot_path is not None:  # before any work: a bad path must not cost a whole simulation
         check_output_path(plot_path, "--plot")
     consoles = make_consoles()
-    given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=tp, pp=pp, dp=dp, router=router,
-                        device_memory_bytes=device_memory, reserved_bytes=reserved, reserve=reserve, bucket=bucket,
-                        policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms, rate_scale=rate_scale)
+    d = deployment
+    given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=d.tp, pp=d.pp, dp=d.dp, router=router,
+                        device_memory_bytes=device_memory, reserved_bytes=d.reserved_bytes, reserve=reserve,
+                        bucket=bucket, policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms,
+                        rate_scale=rate_scale, ep=d.ep, weights_bytes=d.weights_bytes)
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
@@ -99,6 +98,18 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     if plot_path is not None and outcome.series is not None:
         plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
-    emit(consoles.out, report, as_json,
-         lambda out, r: render_simulate(out, r, series=outcome.series, plot_note=plot_note))
+    from csa_plan.cli.render_budget import render_budget, write_budget_plot
+
+    def render(out, r):
+        budget = r.get("budget")
+        if budget is not None and not budget["weights_fit"]:
+            render_budget(out, budget)  # first: no state pool, nothing was simulated
+        render_simulate(out, r, series=outcome.series, plot_note=plot_note)
+        if budget is not None and budget["weights_fit"]:
+            out.print(f"device limit = the state pool per GPU ({budget['engine']}): usable "
+                      f"{budget['usable_bytes']:,} - weights {budget['weights_bytes']:,} - reserves "
+                      f"{budget['reserve_bytes']:,} = {budget['kv_memory_bytes']:,} B (check shows each step)")
+
+    emit(consoles.out, report, as_json, render)
+    write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, bad_input_exits
+from csa_plan.cli.options import COUNT, bad_input_exits, deployment_options
 
 SWEEP_EXIT_HELP = EXIT_CODES_HELP + """\b
 For sweep: 0 some point meets every constraint (the answer is the first ranked),
@@ -27,8 +27,9 @@ For sweep: 0 some point meets every constraint (the answer is the first ranked),
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
+@deployment_options
 def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, as_json: bool,
-          plot_path: str | None) -> int:
+          plot_path: str | None, deployment, budget_plot: str | None) -> int:
     """Expand the grid of SPEC (YAML), skip the points that cannot work, simulate the rest,
     and rank those that meet the constraints; also print the Pareto front."""
     from csa_plan.cli.console import make_consoles
@@ -45,7 +46,11 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         check_output_path(plot_path, "--plot")
     consoles = make_consoles()
     show = consoles.err.is_terminal and not as_json
-    outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path),
+    if budget_plot is not None:
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--budget-plot", "a sweep has one budget per point: use check --budget-plot")
+    outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path, deployment),
                         lambda label, total: progress_bar(consoles.err, show, label, total))
     if outcome.report is None:
         where = f"; they are kept in {resume_path} (run again with --resume {resume_path})" if resume_path else \

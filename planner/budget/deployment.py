@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from csa_plan.planner.budget.device import Budget, BudgetRequest, budget
@@ -72,3 +73,19 @@ def ledger_budget(b: Budget) -> DeviceBudget | None:
     if not b.fits:
         return None
     return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)
+
+
+@lru_cache(maxsize=1024)
+def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None) -> int:
+    """What a no-engine device budget sets aside on each device (card minus the state pool of the
+    tightest stage): a sweep point's ``reserved: budget``. A deployment the rules refuse, or whose
+    weights do not fit, sets aside the whole card (the point is skipped: no memory left)."""
+    from csa_plan.planner.loaders.model_files import load_model
+
+    length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
+    try:
+        b = budget(BudgetRequest(model=model, card_bytes=memory_bytes, max_seq_len=length,
+                                 placement=Placement(tp=tp, pp=pp, dp=dp)), search=False)
+    except BadInput:
+        return memory_bytes
+    return memory_bytes - b.kv_memory_bytes if b.fits else memory_bytes

@@ -71,6 +71,7 @@ class Budget:
     stages: tuple[StageBudget, ...]
     resolved: dict[str, Any] = field(default_factory=dict)
     smallest_fitting: tuple[dict[str, int], ...] = ()
+    searched: bool = False   # whether smallest_fitting was searched (not with --weights / --kv-memory)
 
     @property
     def binding(self) -> StageBudget:
@@ -108,7 +109,7 @@ def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
     resolved = startup.resolved(_context(req, 0, _layers(device_weights, 0, dims), dims))
     result = Budget(req, engine, mtp, weights, device_weights, stages, resolved)
     if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
-        result = replace(result, smallest_fitting=smallest_fitting(req))
+        result = replace(result, smallest_fitting=smallest_fitting(req), searched=True)
     return result
 
 

@@ -44,4 +44,5 @@ def budget_document(b: Budget) -> dict[str, Any]:
         "resolved_settings": b.resolved,
         "stages": [s.as_dict() for s in b.stages],
         "smallest_fitting": list(b.smallest_fitting),
+        "smallest_fitting_searched": b.searched,
     }

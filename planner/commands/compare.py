@@ -18,6 +18,7 @@ class CompareRequest:
     device_memory_bytes: int | None = None
     reserved_bytes: int = 0
     engines: tuple[str, ...] = ()  # engine models; with layouts empty too: every profile and engine
+    deployment: Any = None  # planner.budget.Deployment (--tp/--pp/--dp/--ep/--weights/--reserved)
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,13 +42,33 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
         get_profile(name, "options", "--layout")
     for name in req.engines:
         get_engine(name, "options", "--engine")
-    budget = device_budget(req.device_memory_bytes, req.reserved_bytes)
+    from csa_plan.planner.budget.deployment import Deployment, deployment_budget
+    from csa_plan.planner.budget.document import budget_document
+    from csa_plan.planner.engines.check import max_seq_len_of
+    from csa_plan.planner.engines.registry import ENGINES
+
+    deployment = req.deployment or Deployment(tp=req.options.tp, reserved_bytes=req.reserved_bytes or None)
+    if req.device_memory_bytes is None:
+        device_budget(None, deployment.reserved_bytes or 0)  # --reserved alone is bad input
     spec = load_model(req.model, max_seq_len=req.options.max_seq_len)
     chosen = bool(req.layouts or req.engines)
-    result = compare(spec, req.options, budget.limit_bytes if budget else None,
-                     req.layouts if chosen else None, req.engines if chosen else None)
+    engine_names = req.engines if chosen else tuple(ENGINES)
+    length = max_seq_len_of(spec, req.options.max_seq_len)
+    # each row gets its own device budget: the layout profiles the no-engine one, each engine its own
+    budgets = {name: deployment_budget(req.model, req.device_memory_bytes, deployment, length, name)
+               for name in (None, *engine_names)}
+    base = budgets[None]
+    limit = None if base is None else (base.kv_memory_bytes if base.fits else 0)
+    engine_limits = None if base is None else {name: (b.kv_memory_bytes if b.fits else 0)
+                                               for name, b in budgets.items() if name is not None}
+    result = compare(spec, req.options, limit, req.layouts if chosen else None, req.engines if chosen else None,
+                     engine_limits)
     fits = all(r.requests_that_fit != 0 for r in result.rows)
-    code = ExitCode.OK if result.admitted and fits else ExitCode.REFUSED
+    weights_fit = base is None or all(b.fits for b in budgets.values())
+    code = ExitCode.OK if result.admitted and fits and weights_fit else ExitCode.REFUSED
     report = comparison_report(result)
     report["exit_code"] = int(code)
+    report["budget"] = None if base is None else budget_document(base)
+    report["engine_budgets"] = None if base is None else {
+        name: budget_document(b) for name, b in budgets.items() if name is not None}
     return CompareOutcome(report, code, spec)

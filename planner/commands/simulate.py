@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
 from csa_plan.planner.limits import MAX_WAIT_S
+from csa_plan.planner.placement import Placement
 from csa_plan.planner.workloads.workload import MixSettings, TraceOptions
 
 if TYPE_CHECKING:
@@ -78,16 +79,19 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
     config, _budget = sim_config(settings, wl.source)
-    if req.engine is not None:
-        from dataclasses import replace
+    from dataclasses import replace
 
+    device = _device_budget(settings, config, req.engine, req.engine_settings, req.kv_memory_bytes)
+    if device is not None and device.fits:
+        config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
+    if req.engine is not None:
         from csa_plan.planner.engines.registry import get_engine
         from csa_plan.planner.engines.settings import EngineSettings
         from csa_plan.planner.engines.simulate import EngineRun
 
         get_engine(req.engine)
-        config = replace(config, engine=EngineRun(req.engine, req.engine_settings or EngineSettings(),
-                                                  req.kv_memory_bytes))
+        kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
+        config = replace(config, engine=EngineRun(req.engine, req.engine_settings or EngineSettings(), kv_memory))
     if req.find_capacity:
         if not config.limit_bytes and not req.kv_memory_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
@@ -96,10 +100,10 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     spec = load_model(settings.model, max_seq_len=config.max_seq_len)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
-    if base_plan.refusals:
+    if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
-        return SimulateOutcome(report, ExitCode.REFUSED)
+        return SimulateOutcome(_with_budget(report, device), ExitCode.REFUSED)
     scn = prepare(spec, wl, config)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
 
@@ -126,4 +130,31 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     code = ExitCode.REFUSED if result is None or result.refused or verified is False else ExitCode.OK
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
-    return SimulateOutcome(report, code, series, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(_with_budget(report, device), code, series, title=f"{spec.name} — {wl.source}")
+
+
+def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
+                   kv_memory_bytes: int | None = None) -> Any:
+    """The device budget when a device is named (its state pool becomes every device's ledger limit,
+    the tightest pipeline stage's); None without a device: everything accounted, nothing refused."""
+    from csa_plan.planner.budget.deployment import Deployment, deployment_budget
+    from csa_plan.planner.loaders.model_files import load_model
+
+    if settings.device_memory_bytes is None:
+        return None
+    p = config.placement
+    deployment = Deployment(tp=p.tp, pp=p.pp, dp=p.dp, ep=settings.ep, weights_bytes=settings.weights_bytes,
+                            reserved_bytes=settings.reserved_bytes or None)
+    length = config.max_seq_len
+    if length is None:
+        length = max(d.max_seq_len for d in load_model(settings.model).layers)
+    return deployment_budget(settings.model, settings.device_memory_bytes, deployment, length, engine,
+                             engine_settings, kv_memory_bytes,
+                             placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=settings.ep))
+
+
+def _with_budget(report: dict[str, Any], device: Any) -> dict[str, Any]:
+    from csa_plan.planner.budget.document import budget_document
+
+    report["budget"] = None if device is None else budget_document(device)
+    return report

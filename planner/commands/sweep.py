@@ -22,6 +22,7 @@ class SweepRequest:
     jobs: int = 0
     ray_address: str | None = None
     resume_path: str | None = None
+    deployment: Any = None  # planner.budget.Deployment: --tp/--pp/--dp/--weights/--reserved override the grid
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +42,7 @@ def run_sweep(req: SweepRequest,
     from csa_plan.planner.sweep.executors import make_executor
     from csa_plan.planner.sweep.spec import load_spec
 
-    spec = load_spec(req.spec_path)
+    spec = _override(load_spec(req.spec_path), req.deployment)
     digest = spec.digest
     resume_path = req.resume_path
     sink = None
@@ -76,3 +77,37 @@ def run_sweep(req: SweepRequest,
     code = ExitCode.OK if ans.best is not None else ExitCode.REFUSED
     report = sweep_report(spec, plan, ans, executor_name=executor.name, elapsed_s=elapsed, exit_code=int(code))
     return SweepOutcome(code, report, len(results) - len(plan.resumed), len(plan.to_run))
+
+
+def _override(spec: Any, deployment: Any) -> Any:
+    """The grid with the command line's deployment options in place of its tp / pp / dp / reserved axes
+    (``--weights`` and ``--reserved`` per device replace the device budget; ``--ep`` is the reference
+    split's, tp, since a sweep names no engine)."""
+    from dataclasses import replace
+
+    from csa_plan.planner.sweep.spec import Reserved
+
+    if deployment is None:
+        return spec
+    d = deployment
+    if d.ep is not None and d.tp is not None and d.ep != d.tp:
+        raise BadInput("options", "--ep", "a sweep's budget splits experts as the reference code does (ep = tp)")
+    changes: dict[str, Any] = {k: getattr(d, k) for k in ("tp", "pp", "dp") if getattr(d, k) is not None}
+    for k, v in changes.items():
+        if v < 1:
+            raise BadInput("options", f"--{k}", f"must be at least 1, got {v}")
+    if d.weights_bytes is not None or d.reserved_bytes is not None:
+        if d.weights_bytes is None:
+            raise BadInput("options", "--reserved", "a sweep's --reserved replaces the whole budget: give --weights too")
+        fixed = d.weights_bytes + (d.reserved_bytes or 0)
+        changes["reserved"] = Reserved(f"weights {d.weights_bytes} + reserved {d.reserved_bytes or 0} per device",
+                                       fixed)
+    if not changes:
+        return spec
+    points, seen = [], set()
+    for p in spec.points:
+        q = replace(p, **changes)
+        if q.key not in seen:
+            seen.add(q.key)
+            points.append(q)
+    return replace(spec, points=tuple(points))

@@ -156,8 +156,10 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
 
 
 def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
-            profiles: tuple[str, ...] | None = None, engines: tuple[str, ...] | None = None) -> Comparison:
+            profiles: tuple[str, ...] | None = None, engines: tuple[str, ...] | None = None,
+            engine_limits: dict[str, int | None] | None = None) -> Comparison:
     """One row per profile and engine (all registered ones by default), ``exact`` as the reference.
+    ``engine_limits`` gives an engine its own KV memory (its device budget) instead of ``limit_bytes``.
 
     A model with a refused layer gets no 'requests that fit' (None) from a profile: its totals
     leave the refused layers out, and a count from them would not be an answer.
@@ -199,7 +201,8 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
     engine_refusals = []
     for name in engine_names:
         try:
-            rows.append(engine_row(name, model, options, exact_total, limit_bytes))
+            limit = engine_limits.get(name, limit_bytes) if engine_limits else limit_bytes
+            rows.append(engine_row(name, model, options, exact_total, limit))
         except EngineRefused as exc:
             engine_refusals.append(exc.refusal)
     return Comparison(model=model, options=options, limit_bytes=limit_bytes, rows=tuple(rows),

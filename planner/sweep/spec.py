@@ -28,6 +28,7 @@ from csa_plan.planner.values import check_keys, read_bool, read_int, read_mappin
 
 
 MAX_POINTS = 100_000
+BUDGET = "budget"  # the reserved axis's default: the device budget (weights from the inventory)
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
         "rate_scale", "max_seq_len", "engine")
@@ -55,11 +56,14 @@ class SkipReason(str, Enum):
 
 @dataclass(frozen=True)
 class Reserved:
-    """Per-device memory set aside: a fixed amount plus weights split over the tp x pp devices of a replica."""
+    """Per-device memory set aside: a fixed amount plus weights split over the tp x pp devices of a
+    replica, or (``budget``, the default) the device budget's: the model's weights on each device by
+    its tensor inventory or checkpoint (planner/budget), everything but the state pool."""
 
     label: str
     fixed_bytes: int = 0
     weights_bytes: int = 0
+    budget: bool = False
 
     def per_device_bytes(self, tp: int, pp: int) -> int:
         return self.fixed_bytes + ceil_div(self.weights_bytes, tp * pp)
@@ -89,6 +93,10 @@ class SweepPoint:
 
     @property
     def reserved_bytes(self) -> int:
+        if self.reserved.budget:
+            from csa_plan.planner.budget.deployment import budget_reserved_bytes
+
+            return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len)
         return self.reserved.per_device_bytes(self.tp, self.pp)
 
     @property
@@ -198,6 +206,8 @@ def _size(value: Any, source: str, where: str) -> int:
 
 
 def _reserved(value: Any, source: str, where: str) -> Reserved:
+    if value == BUDGET:
+        return Reserved(BUDGET, budget=True)
     if isinstance(value, dict):
         check_keys(source, where, value, {"weights", "runtime"})
         fixed = _size(value.get("runtime", 0), source, f"{where}.runtime")
@@ -360,7 +370,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 
 
 _AXIS_DEFAULTS: dict[str, Any] = {
-    "model": [], "device": [], "reserved": ["0"], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
+    "model": [], "device": [], "reserved": [BUDGET], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
     "engine": [None],
 }

@@ -54,19 +54,21 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
         out["max_seq_len"] = read_int(source, "max_seq_len", data["max_seq_len"])
     if "deployment" in data:
         dep = read_mapping(source, "deployment", data["deployment"])
-        check_keys(source, "deployment", dep, {"tp", "pp", "dp", "router"})
-        for k in ("tp", "pp", "dp"):
+        check_keys(source, "deployment", dep, {"tp", "pp", "dp", "ep", "router"})
+        for k in ("tp", "pp", "dp", "ep"):
             if k in dep:
                 out[k] = read_int(source, f"deployment.{k}", dep[k])
         if "router" in dep:
             out["router"] = read_str(source, "deployment.router", dep["router"])
     if "memory" in data:
         mem = read_mapping(source, "memory", data["memory"])
-        check_keys(source, "memory", mem, {"device", "reserved"})
+        check_keys(source, "memory", mem, {"device", "reserved", "weights"})
         if "device" in mem:
             out["device_memory_bytes"] = parse_size(str(mem["device"]), source, "memory.device")
         if "reserved" in mem:
             out["reserved_bytes"] = parse_size(str(mem["reserved"]), source, "memory.reserved")
+        if "weights" in mem:
+            out["weights_bytes"] = parse_size(str(mem["weights"]), source, "memory.weights")
     for k in ("reserve", "policy"):
         if k in data:
             out[k] = read_str(source, k, data[k])

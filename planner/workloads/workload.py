@@ -46,6 +46,8 @@ class MixSettings:
     device_memory_bytes: int | None = None
     reserved_bytes: int | None = None
     reserve: str | None = None
+    ep: int | None = None             # expert-parallel ranks (the device budget's weight split)
+    weights_bytes: int | None = None  # weights per device (replaces the inventory in the device budget)
     bucket: int | None = None
     policy: str | None = None
     prefill_tok_s: float | None = None

@@ -213,3 +213,39 @@ def test_budget_plot(csa, tmp_path):
     path = tmp_path / "budget.png"
     r = csa("check", PRO, "--device-memory", "h200", "--tp", "8", "--budget-plot", str(path))
     assert r.code == 0 and path.stat().st_size > 1000 and "budget chart written" in r.out
+
+
+# --- simulate and sweep --------------------------------------------------------------------------
+
+SAMPLE = ROOT / "examples" / "traces" / "azure_conv_sample_200.csv"
+
+
+def test_simulate_limit_is_the_budgets_state_pool(csa):
+    r = csa("simulate", str(SAMPLE), "--model", PRO, "--tp", "8", "--device-memory", "h200", "--max-seq-len",
+            "65536", "--json")
+    doc = r.json()
+    b = budget(BudgetRequest(PRO, H200, 65536, None, Placement(tp=8)))
+    assert doc["memory"]["limit_bytes"] == b.kv_memory_bytes == doc["budget"]["kv_memory_bytes"]
+    assert doc["budget"]["weights_bytes"] == weights_of(PRO, "reference", tp=8, mtp=True)[0]
+
+
+def test_simulate_weights_that_do_not_fit_run_nothing(csa):
+    r = csa("simulate", str(SAMPLE), "--model", PRO, "--tp", "4", "--device-memory", "h200")
+    assert r.code == 3 and r.out.startswith("WEIGHTS DO NOT FIT") and "smallest that fits: --tp 8" in r.out
+    doc = csa("simulate", str(SAMPLE), "--model", PRO, "--tp", "4", "--device-memory", "h200", "--json").json()
+    assert doc["budget"]["weights_fit"] is False and "requests" not in doc
+
+
+def test_sweep_points_without_reserved_use_the_budget(csa, tmp_path):
+    shutil.copy(SAMPLE, tmp_path / "trace.csv")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("workload: trace.csv\ngrid: {model: deepseek-v4-pro, device: h200, tp: [4, 8], "
+                    "max_seq_len: 65536, reserve: fit}\n")
+    doc = csa("sweep", str(spec), "-j", "1", "--json").json()
+    skipped = {s["key"].split("tp=")[1].split(",")[0]: s["reason"] for s in doc["skipped"]["points"]}
+    assert skipped == {"4": "NoMemoryLeft"}
+    ran = [row["point"] for row in doc["results"]]
+    b = budget(BudgetRequest(PRO, H200, 65536, None, Placement(tp=8)), search=False)
+    assert [p["limit_bytes"] for p in ran] == [b.kv_memory_bytes] and ran[0]["reserved"] == "budget"
+    over = csa("sweep", str(spec), "-j", "1", "--tp", "8", "--weights", "0", "--reserved", "100GiB", "--json").json()
+    assert [row["point"]["limit_bytes"] for row in over["results"]] == [H200 - 100 * GIB]

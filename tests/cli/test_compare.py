@@ -62,7 +62,8 @@ def test_curves_grow_with_context(pro):
 
 
 def test_cli_json(csa):
-    r = csa("compare", "deepseek-v4-flash", "--max-seq-len", "65536", "--device-memory", "h200", "--json")
+    r = csa("compare", "deepseek-v4-flash", "--max-seq-len", "65536", "--device-memory", "h200", "--weights", "0",
+            "--json")
     assert r.code == 0, r.err
     doc = r.json()
     assert doc["schema"] == "csa-plan/compare/v1"
@@ -92,7 +93,7 @@ def test_cli_check_engine_decode_matches_compare_row(csa):
 
 
 def test_cli_does_not_fit_exits_3(csa):
-    r = csa("compare", "deepseek-v4-pro", "--device-memory", "1GiB")
+    r = csa("compare", "deepseek-v4-pro", "--device-memory", "1GiB", "--weights", "0")
     assert r.code == 3
     assert "does not fit: exact needs 5,473,376,512 B per request, limit 1,073,741,824 B" in r.out
 

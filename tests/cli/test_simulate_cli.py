@@ -22,7 +22,7 @@ def test_every_request_admitted_exits_0(csa):
 
 def test_some_request_refused_exits_3_with_reasons(csa):
     r = csa("simulate", SAMPLE, "--model", "deepseek-v4-pro", "--tp", "8", "--device-memory", "h200",
-            "--reserved", "120GiB", "--verify", "--json")
+            "--weights", "0", "--reserved", "120GiB", "--verify", "--json")
     assert r.code == 3, r.err
     doc = r.json()
     assert doc["requests"]["refusals"]["OutOfMemory"] == doc["requests"]["refused"] > 0
@@ -31,7 +31,7 @@ def test_some_request_refused_exits_3_with_reasons(csa):
 
 def test_queue_reports_waits_and_human_output(csa):
     r = csa("simulate", SAMPLE, "--model", "deepseek-v4-pro", "--tp", "8", "--device-memory", "h200",
-            "--reserved", "120GiB", "--policy", "queue", "--verify")
+            "--weights", "0", "--reserved", "120GiB", "--policy", "queue", "--verify")
     assert r.code == 0, r.err
     assert "wait: p50" in r.out and "identical to the event-by-event ledger replay" in r.out
     assert "every device back at baseline" in r.out
@@ -53,7 +53,7 @@ def test_mix_spec_runs_on_its_own_and_options_override_it(csa):
 
 def test_find_capacity(csa):
     r = csa("simulate", SAMPLE, "--model", "deepseek-v4-pro", "--tp", "8", "--device-memory", "h200",
-            "--reserved", "120GiB", "--find-capacity", "--json")
+            "--weights", "0", "--reserved", "120GiB", "--find-capacity", "--json")
     assert r.code == 0, r.err
     cap = r.json()["capacity"]
     assert 0 < cap["rate_scale"] < 1 and r.json()["requests"]["refused"] == 0

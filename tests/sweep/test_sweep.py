@@ -57,7 +57,8 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
         p = row["point"]
         bucket = int(p["reserve"].split("/")[1])
         sim = csa("simulate", str(SAMPLE), "--model", "deepseek-v4-pro", "--tp", str(p["tp"]), "--dp", str(p["dp"]),
-                  "--device-memory", "h200", "--reserved", "136GiB", "--reserve", "fit", "--bucket", str(bucket),
+                  "--device-memory", "h200", "--weights", "0", "--reserved", "136GiB", "--reserve", "fit",
+                  "--bucket", str(bucket),
                   "--json")
         assert sim.code in (0, 3), sim.err
         target = sim.json()
