@@ -160,8 +160,9 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
     if weights is None:
         if req.kv_memory_bytes is not None:
             return 0, []
-        raise BadInput(req.model, None, "no weight figure for this model (no tensor inventory, no safetensors "
-                       "files): give --weights SIZE per device (0 if the weights live elsewhere)")
+        return 0, [Step(StepKind.WEIGHTS, "weights unknown: counted as 0", 0,
+                        "no weight figure for this model (a YAML spec or ONNX graph: no tensor inventory, no "
+                        "safetensors files); give --weights SIZE per device", estimate=True)]
     p = req.placement
     if dw is None:  # a checkpoint of an architecture with no inventory: split evenly
         devices = p.tp * p.dp * p.pp

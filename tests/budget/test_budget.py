@@ -201,10 +201,12 @@ def test_bad_deployment_options(csa, args, needle):
     assert r.code == 2 and needle in r.err, r.err
 
 
-def test_yaml_spec_with_a_device_needs_weights(csa):
+def test_yaml_spec_with_a_device_counts_unknown_weights_as_a_labelled_zero(csa):
     spec = str(ROOT / "examples" / "configs" / "refusals" / "MissingStateEdge.yaml")
-    r = csa("check", spec, "--device-memory", "h200")
-    assert r.code == 2 and "--weights SIZE" in r.err
+    doc = csa("check", spec, "--device-memory", "h200", "--json").json()
+    step = [s for s in doc["budget"]["stages"][0]["steps"] if s["kind"] == "weights"][0]
+    assert step["bytes"] == 0 and step["estimate"] is True and "--weights SIZE" in step["source"]
+    assert doc["budget"]["model_weights"] is None and doc["budget"]["estimates"] is True
     r = csa("check", spec, "--device-memory", "h200", "--weights", "10GiB", "--json")
     assert r.json()["budget"]["weights_bytes"] == 10 * GIB
 
