@@ -17,7 +17,7 @@ import numpy as np
 
 from csa_plan.planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
 from csa_plan.kernels import oracle as O
-from csa_plan.kernels.tc_geometry import H200_SMS, attn_splits, attn_tc_launch
+from csa_plan.kernels.tc_geometry import H200_SMS, attn_splits, attn_tc_launch, partial_capacity
 
 D_PLUS_2 = 514
 
@@ -221,9 +221,8 @@ class DeviceLayer:
         spare = None
         if self.g.ratio == 4 and self.ws_scores.nbytes >= 4:
             spare = self.ws_scores.view(xp.float32)
-        cap_same = floats // (H * D_PLUS_2)
-        cap_spare = min(floats // (2 * H), int(spare.size) // (H * 512)) if spare is not None else 0
-        cap = max(cap_same, cap_spare)
+        pc = partial_capacity(H, floats, int(spare.size) if spare is not None else 0)
+        cap_same, cap_spare, cap = pc.same, pc.spare, pc.chunks
         lay = attn_tc_launch(H)
         nchunks = attn_splits(rows, 1, lay.head_groups, cap, sm_count=self.sm_count,
                               blocks_per_sm=2 if lay.m_tiles == 1 else 1, indexed=self.g.ratio == 4)

@@ -55,3 +55,23 @@ def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm
     if indexed:
         n = max(n, ceil_div(rows, ATTN_TC_MAX_IDS))
     return n
+
+
+@dataclass(frozen=True)
+class PartialCapacity:
+    """How many chunks' partial states fit the planned scratch of one decode row (floats):
+    same: (max, sum) and outputs together in the attention workspace; spare: outputs in the
+    index-score workspace (dead after top-k), (max, sum) in the attention workspace."""
+
+    same: int
+    spare: int
+
+    @property
+    def chunks(self) -> int:
+        return max(self.same, self.spare)
+
+
+def partial_capacity(heads: int, attn_floats: int, score_floats: int = 0) -> PartialCapacity:
+    same = attn_floats // (heads * PART_FLOATS_PER_HEAD)
+    spare = min(attn_floats // (2 * heads), score_floats // (heads * 512)) if score_floats else 0
+    return PartialCapacity(same=same, spare=spare)

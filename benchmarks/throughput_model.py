@@ -1,0 +1,258 @@
+"""Throughput model of the tensor-core decode kernels on an H200, before a GPU measures them.
+
+For HCA attention, CSA attention and the indexer at a given context, batch and head count
+it predicts the share of the 4.8 TB/s HBM peak the kernel reaches:
+
+    share = compulsory bytes / (4.8e12 B/s x predicted time)
+
+Predicted time = launches x LAUNCH_S + max(memory, SM, latency) + the merge pass, where
+- memory  = bytes the kernel moves from HBM / 4.8e12 (DRAM sectors of 32 B: an indexed
+            583-byte row touches 19.2 sectors on average, a contiguous one 18.2; the second
+            and later 32-head groups of a row read it from L2, not HBM);
+- SM      = the busiest SM's tiles x cycles per tile / clock, cycles per tile = the largest
+            of issue (warp instructions / 4 per clock), tensor (HMMA.16816 / (1 per clock x
+            MMA_SYNC_EFFICIENCY)) and shared memory (LDS/STS wavefronts, 1 per clock); the
+            instruction counts are read from the kernel's SASS hot loop (kernels/sass.py,
+            inner loops weighted by their trip counts), or from benchmarks/sass_counts.json
+            recorded from it (python benchmarks/throughput_model.py --record);
+- latency = the busiest SM's bytes / (resident blocks x bytes in flight per block / LOADED
+            LATENCY) — Little's law for the cp.async pipeline (STAGES - 1 tiles in flight).
+Assumptions, not measurements: the clock, MMA_SYNC_EFFICIENCY (legacy mma.sync below wgmma's
+peak on Hopper), the loaded DRAM latency and the per-launch overhead. When a GPU is lent,
+benchmarks/bench_kernels.py measures the kernels and these constants are corrected.
+
+    python benchmarks/throughput_model.py            # the table (1M tokens, batch 1/16, 16/128 heads)
+    python benchmarks/throughput_model.py --json
+    python benchmarks/throughput_model.py --record   # re-read the SASS into sass_counts.json (needs nvcc)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+COUNTS_FILE = Path(__file__).resolve().parent / "sass_counts.json"
+
+# H200 SXM (the spec sheet) and the model's assumptions
+SMS = 132
+CLOCK_HZ = 1.83e9  # boost clock of the 989 TFLOP/s dense BF16 figure (132 x 1.83 GHz x 4096 FLOP/clk)
+HBM_BYTES_PER_S = 4.8e12
+ISSUE_PER_CLK = 4  # warp instructions per SM per clock (4 schedulers)
+HMMA_PER_CLK = 1.0  # HMMA.16816 (4096 FLOP) per SM per clock at the dense peak
+MMA_SYNC_EFFICIENCY = 0.6  # assumed share of that peak legacy mma.sync reaches on Hopper
+LSU_WAVEFRONTS_PER_CLK = 1  # shared-memory requests per SM per clock
+LOADED_LATENCY_S = 1.0e-6  # DRAM latency under load (assumed)
+LAUNCH_S = 2.0e-6  # per kernel launch in a decode step (assumed; less inside a CUDA graph)
+L2_BYTES = 50 * 2**20
+
+REC = 583
+KEY = 68
+D = 512
+WINDOW = 128
+TOPK = 1024
+
+
+@dataclass(frozen=True)
+class LoopCounts:
+    """Warp instructions of one pass through the hot loop, by class, with inner loops
+    counted once (as in the SASS) and listed separately for their trip counts."""
+
+    total: int
+    hmma: int
+    lsu_wavefronts: int
+    inner: dict  # name -> {"total": n, "lsu_wavefronts": n}
+    registers: int  # ptxas, per thread
+    static_smem: int
+
+
+def _lsu_wavefronts(ops) -> int:
+    n = 0
+    for op in ops:
+        if op.startswith(("LDS", "STS")) and not op.startswith("LDSM"):
+            n += 4 if ".128" in op else 2 if ".64" in op else 1
+    return n
+
+
+def read_counts() -> dict[str, LoopCounts]:
+    """From the SASS (needs nvcc and cuobjdump)."""
+    from csa_plan.kernels import sass as S
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for cu, name in (("attn_tc.cu", "attn_tc_partial"), ("index_tc.cu", "index_tc_scores")):
+            k = S.kernels_of(cu, Path(tmp))[name]
+            a, b = k.hot_loop()
+            ops = k.opcodes((a, b))
+            inner = {}
+            for lp in k.inner_loops():
+                iops = k.opcodes(lp)
+                kind = ("loader" if any(o.startswith("LDGSTS") for o in iops)
+                        else "dequant" if any("E4M3" in o for o in iops) else f"loop@{lp[0]}")
+                inner[kind] = {"total": len(iops), "lsu_wavefronts": _lsu_wavefronts(iops)}
+            out[name] = LoopCounts(total=len(ops), hmma=sum(S.is_tensor(o) for o in ops),
+                                   lsu_wavefronts=_lsu_wavefronts(ops), inner=inner,
+                                   registers=k.resources.registers, static_smem=k.resources.smem_bytes)
+    return out
+
+
+def load_counts() -> dict[str, LoopCounts]:
+    data = json.loads(COUNTS_FILE.read_text())
+    return {k: LoopCounts(**v) for k, v in data["kernels"].items()}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    kernel: str
+    batch: int
+    heads: int
+    blocks: int
+    chunks: int
+    compulsory_bytes: int
+    hbm_bytes: int
+    memory_us: float
+    sm_us: float
+    latency_us: float
+    fixed_us: float
+    total_us: float
+    bound: str
+    share_of_peak: float
+
+
+def _tile_cycles(c: LoopCounts, warps: int, trips: dict[str, float]) -> tuple[float, float, float]:
+    """Issue, tensor and shared-memory cycles of one tile of one block."""
+    instr, lsu = c.total, c.lsu_wavefronts
+    for kind, body in c.inner.items():
+        extra = max(0.0, trips.get(kind, 1.0) - 1.0)
+        instr += extra * body["total"]
+        lsu += extra * body["lsu_wavefronts"]
+    issue = warps * instr / ISSUE_PER_CLK
+    tensor = warps * c.hmma / (HMMA_PER_CLK * MMA_SYNC_EFFICIENCY)
+    smem = warps * lsu / LSU_WAVEFRONTS_PER_CLK
+    return issue, tensor, smem
+
+
+def _finish(kernel, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, fixed_s) -> Prediction:
+    mem_s = hbm / HBM_BYTES_PER_S
+    core = max(mem_s, sm_s, lat_s)
+    bound = ("memory", "SM", "latency")[[mem_s, sm_s, lat_s].index(core)]
+    total = fixed_s + core
+    return Prediction(kernel, batch, heads, blocks, chunks, compulsory, hbm, mem_s * 1e6, sm_s * 1e6, lat_s * 1e6,
+                      fixed_s * 1e6, total * 1e6, bound, compulsory / (HBM_BYTES_PER_S * total))
+
+
+def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: int, heads: int) -> Prediction:
+    from csa_plan.kernels.sass import blocks_per_sm
+    from csa_plan.kernels.tc_geometry import (ATTN_TC_ROW_SMEM, ATTN_TC_STAGES, ATTN_TC_TILE, attn_splits,
+                                              attn_tc_launch, partial_capacity)
+
+    records = context // ratio
+    selected = records if ratio == 128 else min(records, TOPK)
+    rows = WINDOW + selected
+    lay = attn_tc_launch(heads)
+    # the planned scratch of one decode row (planner/layout.py): attention floats, and for
+    # ratio 4 the index-score floats the partial outputs may reuse
+    attn_floats = heads * rows
+    cap = partial_capacity(heads, attn_floats, records if ratio == 4 else 0).chunks
+    c = counts["attn_tc_partial"]
+    occ = blocks_per_sm(c.registers, lay.threads, c.static_smem + lay.smem_bytes)
+    chunks = attn_splits(rows, batch, lay.head_groups, cap, blocks_per_sm=occ, indexed=ratio == 4)
+    blocks = lay.head_groups * chunks * batch
+    tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)
+    threads = lay.threads
+    trips = {"loader": ATTN_TC_TILE * 38 / threads, "dequant": ATTN_TC_TILE * 64 / threads}
+    issue, tensor, smem = _tile_cycles(counts["attn_tc_partial"], threads // 32, trips)
+    per_tile = max(issue, tensor, smem)
+    busiest = math.ceil(blocks / SMS)
+    sm_s = busiest * tiles_per_block * per_tile / CLOCK_HZ
+    row_hbm = REC if ratio == 128 else (REC - 1) / 32 * 32 + 32  # 32-byte sectors touched
+    rows_bytes = batch * rows * row_hbm
+    part = batch * chunks * heads * (2 + D) * 4 * 2  # written by pass 1, read by the merge
+    qy = batch * heads * D * 4 * 2
+    hbm = int(rows_bytes + part + qy)
+    compulsory = batch * (rows * REC + heads * D * 4 * 2)
+    inflight = (ATTN_TC_STAGES - 1) * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
+    resident = max(1, min(occ, busiest))
+    lat_s = (busiest * tiles_per_block * ATTN_TC_TILE * row_hbm / lay.head_groups) / (
+        resident * inflight / LOADED_LATENCY_S)
+    merge_s = part / 2 / HBM_BYTES_PER_S
+    name = "HCA attention" if ratio == 128 else "CSA attention"
+    return _finish(name, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, 2 * LAUNCH_S + merge_s)
+
+
+def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64) -> Prediction:
+    from csa_plan.kernels.backends import INDEX_TC_THREADS, INDEX_TC_TILE
+    from csa_plan.kernels.sass import blocks_per_sm
+
+    n = context // 4
+    tiles = math.ceil(n / INDEX_TC_TILE)
+    gx = max(1, min(tiles, math.ceil(2 * SMS / batch)))
+    blocks = gx * batch
+    tiles_per_block = math.ceil(tiles / gx)
+    trips = {"loader": (INDEX_TC_TILE * KEY + 16) / 16 / INDEX_TC_THREADS}
+    issue, tensor, smem = _tile_cycles(counts["index_tc_scores"], INDEX_TC_THREADS // 32, trips)
+    per_tile = max(issue, tensor, smem)
+    busiest = math.ceil(blocks / SMS)
+    sm_s = busiest * tiles_per_block * per_tile / CLOCK_HZ
+    keys_bytes = batch * n * KEY
+    qw = batch * index_heads * (128 + 1) * 4
+    hbm = keys_bytes + qw + batch * n * 4  # keys, query and weights, scores written
+    compulsory = hbm
+    c = counts["index_tc_scores"]
+    occ = blocks_per_sm(c.registers, INDEX_TC_THREADS, c.static_smem)
+    inflight = 2 * (INDEX_TC_TILE * KEY)
+    resident = max(1, min(occ, busiest))
+    lat_s = (busiest * tiles_per_block * INDEX_TC_TILE * KEY) / (resident * inflight / LOADED_LATENCY_S)
+    return _finish("indexer", batch, index_heads, blocks, gx, compulsory, hbm, sm_s, lat_s, LAUNCH_S)
+
+
+def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Prediction]:
+    out = []
+    for batch in (1, 16):
+        for heads in (16, 128):
+            out.append(attention(counts, 128, context, batch, heads))
+            out.append(attention(counts, 4, context, batch, heads))
+        out.append(indexer(counts, context, batch))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--context", type=int, default=1 << 20)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--record", action="store_true", help="re-read the SASS (nvcc, cuobjdump) into sass_counts.json")
+    ap.add_argument("--live", action="store_true", help="read the SASS now instead of sass_counts.json")
+    args = ap.parse_args(argv)
+    if args.record or args.live:
+        try:
+            counts = read_counts()
+        except (FileNotFoundError, RuntimeError) as exc:
+            print(f"throughput_model: cannot read the SASS: {exc}", file=sys.stderr)
+            return 5
+        if args.record:
+            COUNTS_FILE.write_text(json.dumps({"source": "nvcc 13.0 -arch=sm_90, cuobjdump -sass; "
+                                               "python benchmarks/throughput_model.py --record",
+                                               "kernels": {k: asdict(v) for k, v in counts.items()}},
+                                              indent=2, sort_keys=True) + "\n")
+    else:
+        counts = load_counts()
+    rows = table(counts, args.context)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    print(f"Modelled share of the H200's 4.8 TB/s at {args.context:,} tokens (not measured; see the docstring)")
+    print(f"{'kernel':<14} {'batch':>5} {'heads':>5} {'blocks':>6} {'chunks':>6} {'MB':>8} {'us':>7} "
+          f"{'bound':>8} {'share':>6}")
+    for r in rows:
+        print(f"{r.kernel:<14} {r.batch:>5} {r.heads:>5} {r.blocks:>6} {r.chunks:>6} "
+              f"{r.compulsory_bytes / 1e6:>8.2f} {r.total_us:>7.2f} {r.bound:>8} {r.share_of_peak:>6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""benchmarks/throughput_model.py: its SASS counts are the kernels' own, its bytes are exact.
+
+The recorded instruction counts (benchmarks/sass_counts.json) must equal a fresh read of
+the SASS when nvcc and cuobjdump are present (so the model cannot drift from the kernels);
+the compulsory bytes follow the layout exactly; every share is a fraction of the peak.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import asdict
+
+import pytest
+
+from helpers import ROOT
+
+from csa_plan.kernels import sass as S
+
+spec = importlib.util.spec_from_file_location("throughput_model", ROOT / "benchmarks" / "throughput_model.py")
+M = importlib.util.module_from_spec(spec)
+sys.modules.setdefault("throughput_model", M)  # dataclasses look their module up
+spec.loader.exec_module(M)
+
+
+@pytest.mark.skipif(S.find_tool("nvcc") is None or S.find_tool("cuobjdump") is None,
+                    reason="needs nvcc and cuobjdump to re-read the SASS (pip install nvidia-cuda-cuobjdump)")
+def test_recorded_counts_are_the_current_sass():
+    fresh = {k: asdict(v) for k, v in M.read_counts().items()}
+    recorded = {k: asdict(v) for k, v in M.load_counts().items()}
+    assert fresh == recorded, "kernels changed: run python benchmarks/throughput_model.py --record"
+
+
+def test_table_covers_the_cases_with_exact_compulsory_bytes():
+    rows = M.table(M.load_counts())
+    got = {(r.kernel, r.batch, r.heads) for r in rows}
+    for b in (1, 16):
+        assert {("HCA attention", b, 16), ("HCA attention", b, 128), ("CSA attention", b, 16),
+                ("CSA attention", b, 128), ("indexer", b, 64)} <= got
+    by = {(r.kernel, r.batch, r.heads): r for r in rows}
+    hca = by[("HCA attention", 16, 16)]
+    assert hca.compulsory_bytes == 16 * ((128 + 8192) * 583 + 16 * 512 * 4 * 2)
+    csa = by[("CSA attention", 16, 16)]
+    assert csa.compulsory_bytes == 16 * ((128 + 1024) * 583 + 16 * 512 * 4 * 2)
+    assert by[("indexer", 16, 64)].compulsory_bytes == 16 * (262144 * 68 + 64 * 129 * 4 + 262144 * 4)
+    for r in rows:
+        assert 0 < r.share_of_peak <= 1 and r.total_us >= r.fixed_us
+        assert r.hbm_bytes >= r.compulsory_bytes * 0.99
+
+
+def test_cli_prints_the_table(capsys):
+    assert M.main([]) == 0
+    out = capsys.readouterr().out
+    assert "HCA attention" in out and "indexer" in out and "not measured" in out
