@@ -90,10 +90,17 @@ def read_counts() -> dict[str, LoopCounts]:
             a, b = k.hot_loop()
             ops = k.opcodes((a, b))
             inner = {}
-            for lp in k.inner_loops():
+            loops = k.inner_loops()
+            for lp in loops:
                 iops = k.opcodes(lp)
-                kind = ("loader" if any(o.startswith("LDGSTS") for o in iops)
-                        else "dequant" if any("E4M3" in o for o in iops) else f"loop@{lp[0]}")
+                if any(o.startswith("LDGSTS") for o in iops):
+                    kind = "loader"
+                elif any(o.startswith(("STS.128", "F2FP")) for o in iops):
+                    kind = "dequant"
+                else:
+                    kind = f"loop@{lp[0]}"
+                if kind in inner:
+                    raise ValueError(f"{name}: two inner loops of kind {kind}; the model needs their trip counts")
                 inner[kind] = {"total": len(iops), "lsu_wavefronts": _lsu_wavefronts(iops)}
             out[name] = LoopCounts(total=len(ops), hmma=sum(S.is_tensor(o) for o in ops),
                                    lsu_wavefronts=_lsu_wavefronts(ops), inner=inner,
@@ -127,8 +134,10 @@ class Prediction:
 def _tile_cycles(c: LoopCounts, warps: int, trips: dict[str, float]) -> tuple[float, float, float]:
     """Issue, tensor and shared-memory cycles of one tile of one block."""
     instr, lsu = c.total, c.lsu_wavefronts
-    for kind, body in c.inner.items():
-        extra = max(0.0, trips.get(kind, 1.0) - 1.0)
+    for kind, body in c.inner.items():  # the static count holds each inner body once
+        if kind not in trips:
+            raise ValueError(f"no trip count for the inner loop {kind!r}")
+        extra = max(0.0, trips[kind] - 1.0)
         instr += extra * body["total"]
         lsu += extra * body["lsu_wavefronts"]
     issue = warps * instr / ISSUE_PER_CLK
@@ -165,6 +174,8 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     blocks = lay.head_groups * chunks * batch
     tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)
     threads = lay.threads
+    # the loader: a tile's 32 x 38 chunks of 16 B over the block's threads; the dequantizer:
+    # 64 eight-dim groups per row, a row per 64 threads
     trips = {"loader": ATTN_TC_TILE * 38 / threads, "dequant": ATTN_TC_TILE * 64 / threads}
     issue, tensor, smem = _tile_cycles(counts["attn_tc_partial"], threads // 32, trips)
     per_tile = max(issue, tensor, smem)

@@ -48,7 +48,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 # Kernels launched with dynamic shared memory (size per launch; sm_90 opts in up to 227 KB).
 DYNAMIC_SHARED = ("attn_tc_partial",)
 DYNAMIC_SHARED_LIMIT = 227 * 1024
-ATTN_Q_TERMS = 2  # BF16 terms of the query in attn_tc (2: 2^-17 relative; 3: fp32-exact)
+ATTN_Q_TERMS = 2  # BF16 terms of the query in attn_tc (1 or 2 = CSA_TC_TERMS: 2^-17 relative)
 ATTN_P_TERMS = 2  # BF16 terms of the softmax weights (2: 2^-17 relative)
 
 # The options CupyBackend gives cupy.RawModule (NVRTC). CuPy 13/14 appends its own:
@@ -373,9 +373,13 @@ class _Base:
         for name, a in (("ring", ring), ("records", records)):
             if _address(a) % 16:
                 raise ValueError(f"attn_tc_partial({name}): the buffer must be 16-byte aligned (cp.async)")
+        if not (1 <= ATTN_Q_TERMS <= 2 and 1 <= ATTN_P_TERMS <= 2):
+            raise ValueError(f"attn_tc_partial: q/p terms {ATTN_Q_TERMS}/{ATTN_P_TERMS}, each 1 or 2 (CSA_TC_TERMS)")
         lay = attn_tc_launch(heads)
         ring_bytes = int(ring_stride) if ring_stride else int(ring.nbytes)
         rec_bytes = int(rec_stride) if rec_stride else int(records.nbytes)
+        if max(ring_bytes, rec_bytes) >= 2**31 - 16:
+            raise ValueError("attn_tc_partial: a request's rows must span less than 2 GiB (32-bit offsets)")
         self._launch("attn_tc_partial", (lay.head_groups, nchunks, requests), lay.threads,
                      [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("l", ring_bytes), ("p", records),
                       ("l", rec_stride), ("l", rec_bytes), ("p", idx), ("i", int(idx is not None)),

@@ -28,6 +28,20 @@ __device__ __forceinline__ unsigned csa_smem_addr(const void* p) {
   return a;
 }
 
+// Four 8x8 b16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8 (16-byte aligned). r[i]: matrix i, row lane/4, columns 2*(lane%4) + {0,1} (the A/B
+// fragment of one 8x8 block); _trans: rows 2*(lane%4) + {0,1}, column lane/4.
+__device__ __forceinline__ void csa_ldmatrix_x4(unsigned r[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(csa_smem_addr(row)));
+}
+__device__ __forceinline__ void csa_ldmatrix_x4_trans(unsigned r[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(csa_smem_addr(row)));
+}
+
 // 16 bytes global -> shared, bypassing L1; bytes past src_bytes are zero-filled (not read).
 __device__ __forceinline__ void csa_cp_async16(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(csa_smem_addr(smem)), "l"(gmem),

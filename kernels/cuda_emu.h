@@ -213,6 +213,10 @@ inline bool release_warps(Grid& G, int nthreads) {
         return false;
       }
       G.fibers[w0].coll(args);
+      if (!G.error.empty()) {
+        G.error += where(G);
+        return false;
+      }
       ++G.collectives;
       for (int i = w0; i < w1; ++i) G.fibers[i].state = St::Ready;
       progress = true;
@@ -434,7 +438,50 @@ inline void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
   ++g().async_copies;
 }
 
+// ldmatrix .x4 (.trans): lane l supplies row l % 8 of matrix l / 8.
+struct LdmLane {
+  const unsigned short* row;
+  unsigned* r;
+};
+template <bool Trans>
+inline void ldmatrix_run(void* const* lanes) {
+  for (int i = 0; i < 32; ++i)
+    if ((uintptr_t)((const LdmLane*)lanes[i])->row & 15u) {
+      g().error = "ldmatrix with a row address that is not 16-byte aligned";
+      return;
+    }
+  unsigned out[32][4];
+  for (int l = 0; l < 32; ++l)
+    for (int m = 0; m < 4; ++m) {
+      const unsigned short* rows[8];
+      for (int r = 0; r < 8; ++r) rows[r] = ((const LdmLane*)lanes[8 * m + r])->row;
+      unsigned lo, hi;
+      if (Trans) {
+        lo = rows[2 * (l & 3)][l >> 2];
+        hi = rows[2 * (l & 3) + 1][l >> 2];
+      } else {
+        lo = rows[l >> 2][2 * (l & 3)];
+        hi = rows[l >> 2][2 * (l & 3) + 1];
+      }
+      out[l][m] = lo | (hi << 16);
+    }
+  for (int l = 0; l < 32; ++l)
+    for (int m = 0; m < 4; ++m) ((const LdmLane*)lanes[l])->r[m] = out[l][m];
+}
+
 }  // namespace emu
+
+inline void csa_ldmatrix_x4(unsigned r[4], const void* row) {
+  emu::LdmLane L{(const unsigned short*)row, r};
+  emu::warp_collective(emu::ldmatrix_run<false>, &L);
+}
+inline void csa_ldmatrix_x4_trans(unsigned r[4], const void* row) {
+  emu::LdmLane L{(const unsigned short*)row, r};
+  emu::warp_collective(emu::ldmatrix_run<true>, &L);
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return (unsigned)((((uint64_t)hi << 32) | lo) >> (shift & 31u));
+}
 
 // The csa_ptx.cuh primitives, emulated (same names and arguments as the device versions).
 inline void csa_mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2]) {
