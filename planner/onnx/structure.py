@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from csa_plan.planner.errors import CsaPlanError
-from csa_plan.planner.limits import (MAX_LAYERS, MAX_ONNX_DIMS, MAX_ONNX_METADATA, MAX_ONNX_NODE_FIELDS,
+from csa_plan.planner.limits import (MAX_LAYERS, MAX_NAME_CHARS, MAX_ONNX_DIMS, MAX_ONNX_METADATA, MAX_ONNX_NODE_FIELDS,
                                      MAX_ONNX_NODES, MAX_ONNX_STRING_BYTES, MAX_ONNX_VALUES)
 from csa_plan.planner.onnx.wire import (FIXED32, LENGTH, VARINT, Buffer, Field, LimitError, WireError, as_int64,
                                         iter_fields, text)
@@ -323,6 +323,9 @@ def _value_info_shape(buf: Buffer, f: Field) -> tuple[Axis, ...] | None:
             if g.number == _DIM_VALUE and g.wire_type == VARINT:
                 axis = as_int64(g.value)
             elif g.number == _DIM_PARAM:
+                if g.end - g.start > MAX_NAME_CHARS:  # a symbol is a short name; it is quoted in lint messages
+                    raise LimitError(f"a dim_param at byte {g.start:,} is {g.end - g.start:,} bytes long "
+                                     f"(limit MAX_NAME_CHARS = {MAX_NAME_CHARS})")
                 axis = text(buf, g, "dim_param") or None
         dims.append(axis)
     return tuple(dims)
