@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from csa_plan.planner.layout import STATE_CLASSES, GroupBytes
 from csa_plan.planner.placement import Router
@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-from csa_plan.planner.simulate.scenario import REASONS, Outcome, Policy, Scenario
-from csa_plan.planner.units import ceil_div
+from csa_plan.planner.simulate.scenario import (REASONS, Outcome, Policy, Scenario)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -28,6 +27,7 @@ class Decisions:
     outcome: "np.ndarray"
     replica: "np.ndarray"
     admit_ns: "np.ndarray"
+    cache: dict = field(default_factory=dict, compare=False, repr=False)  # derived views (the event timeline)
 
     def same_as(self, other: "Decisions") -> bool:
         import numpy as np
@@ -84,10 +84,10 @@ class SimResult:
         return mean, device.peak_bytes / device.limit_bytes
 
 
-def nearest_rank(sorted_values: list[int], pct: int) -> int:
+def nearest_rank(sorted_values: "Sequence[int] | np.ndarray", pct: int) -> int:
     """The nearest-rank percentile: an exact member of the data, no interpolation."""
-    rank = max(1, ceil_div(pct * len(sorted_values), 100))
-    return sorted_values[rank - 1]
+    rank = max(1, -(-pct * len(sorted_values) // 100))
+    return int(sorted_values[rank - 1])
 
 
 def summarize(scn: Scenario, d: Decisions) -> dict:
@@ -95,7 +95,7 @@ def summarize(scn: Scenario, d: Decisions) -> dict:
     import numpy as np
 
     admitted = d.outcome == Outcome.ADMITTED.value
-    waits = np.sort((d.admit_ns - scn.arrival_ns)[admitted]).tolist()
+    waits = np.sort((d.admit_ns - scn.arrival_ns)[admitted])  # stays an array: no object per request
     refusals = tuple((REASONS[o], int((d.outcome == o.value).sum())) for o in REASONS
                      if int((d.outcome == o.value).sum()))
     by_class = []
@@ -103,22 +103,65 @@ def summarize(scn: Scenario, d: Decisions) -> dict:
         mine = scn.class_ids == k
         by_class.append((name, int((mine & admitted).sum()), int((mine & ~admitted).sum())))
     return dict(
-        requests=scn.requests, admitted=int(admitted.sum()), queued=sum(1 for w in waits if w > 0),
+        requests=scn.requests, admitted=int(admitted.sum()), queued=int(np.count_nonzero(waits > 0)),
         refusals=refusals, by_class=tuple(by_class),
-        wait_p50_ns=nearest_rank(waits, 50) if waits else None,
-        wait_p99_ns=nearest_rank(waits, 99) if waits else None,
-        wait_max_ns=waits[-1] if waits else None,
+        wait_p50_ns=nearest_rank(waits, 50) if len(waits) else None,
+        wait_p99_ns=nearest_rank(waits, 99) if len(waits) else None,
+        wait_max_ns=int(waits[-1]) if len(waits) else None,
     )
 
 
 # -- the fast path ------------------------------------------------------------------------
 
 
-def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, shortcut: bool = True) -> Decisions:
+def compiled_loop():
+    """The compiled decision loop (the optional ``cdecide`` extension), or None without it."""
+    global _COMPILED
+    if _COMPILED is False:
+        try:
+            from csa_plan.planner.simulate import cdecide
+        except ImportError:
+            cdecide = None
+        _COMPILED = cdecide
+    return _COMPILED
+
+
+_COMPILED: object = False
+I64_MAX = (1 << 63) - 1
+
+
+def _fits_int64(scn: Scenario, ok: "np.ndarray", need: list[tuple[int, ...]]) -> bool:
+    """Can every per-(replica, stage) total the loop forms stay below 2^63? With a limit a total
+    never passes it before a check adds one more bundle; unlimited, it is at most every bundle."""
+    import numpy as np
+
+    pp = scn.config.placement.pp
+    most = [max(stages[s] for stages in need) for s in range(pp)]
+    if scn.config.limit_bytes:
+        cap = [scn.config.limit_bytes] * pp
+    else:
+        counts = np.bincount(scn.tier[ok], minlength=len(need)).tolist()
+        cap = [sum(c * stages[s] for c, stages in zip(counts, need)) for s in range(pp)]
+    return all(c + m <= I64_MAX for c, m in zip(cap, most)) and sum(cap) + sum(most) <= I64_MAX
+
+
+def compiled_fits(scn: Scenario) -> bool:
+    """Would the compiled loop take this scenario (built, and every total within int64)?"""
+    if compiled_loop() is None:
+        return False
+    ok = scn.upfront == Outcome.ADMITTED.value
+    return bool(ok.any()) and _fits_int64(scn, ok, [tuple(b.total_bytes for b in st) for st in scn.bundles])
+
+
+def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, shortcut: bool = True,
+           compiled: bool | None = None) -> Decisions:
     """Admission decisions from integer per-(replica, stage) totals.
 
-    With ``shortcut``, a run in which admitting everything on arrival never passes a
-    limit is decided without the event loop (the loop would reach the same answer).
+    The loop runs compiled (``cdecide``) when the extension is built and every total fits
+    int64 (``compiled=False`` forces the Python loop, ``True`` requires the compiled one);
+    both take the same decisions. The Python loop takes a shortcut: with ``shortcut``, a run
+    in which admitting everything on arrival never passes a limit is decided without the
+    event loop (the loop would reach the same answer). The compiled loop needs no shortcut.
     """
     import numpy as np
 
@@ -132,7 +175,28 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     ok = outcome == Outcome.ADMITTED.value
     if not ok.any():
         return Decisions(outcome, replica, admit)
+    need = [tuple(b.total_bytes for b in stages) for stages in scn.bundles]
+    kernel = compiled_loop() if compiled is not False else None
+    if compiled and kernel is None:
+        raise RuntimeError("the compiled decision loop (csa_plan.planner.simulate.cdecide) is not built")
     cap = config.max_running  # the engine's running-request cap per replica (0: none)
+    if kernel is not None and not cap and _fits_int64(scn, ok, need):
+        if progress:
+            progress(0, n)
+        flat = np.array([b for stages in need for b in stages], dtype=np.int64)
+        released = np.empty(n, dtype=np.int64)
+        count = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
+                      np.ascontiguousarray(scn.hold_ns, dtype=np.int64), np.ascontiguousarray(scn.tier, dtype=np.int64),
+                      ok.view(np.int8), len(need), flat, dp, pp, limit or I64_MAX,
+                      placement.router is Router.ROUND_ROBIN, config.policy is Policy.QUEUE,
+                      Outcome.OUT_OF_MEMORY.value, outcome, replica, admit, released)
+        if progress:
+            progress(n, n)
+        d = Decisions(outcome, replica, admit)
+        d.cache["release_order"] = released[:count]  # the loop's own release order: no sort needed later
+        return d
+    if compiled:
+        raise RuntimeError("byte totals beyond int64: the compiled decision loop cannot take this run")
     uncontended = shortcut and not cap and (dp == 1 or placement.router is Router.ROUND_ROBIN) and (
         not limit or _optimistic_fits(scn, ok))
     if uncontended:  # nothing ever waits or is refused for memory: admitted on arrival, in rotation
@@ -142,7 +206,6 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
 
     if not limit:
         limit = 1 << 126  # unlimited: the loop still routes (least-loaded needs the levels)
-    need = [tuple(b.total_bytes for b in stages) for stages in scn.bundles]
     res = [[0] * pp for _ in range(dp)]
     running = [0] * dp
     arr = scn.arrival_ns.tolist()
@@ -260,10 +323,35 @@ def _optimistic_fits(scn: Scenario, ok: "np.ndarray") -> bool:
     return True
 
 
-def event_order(t_out: "np.ndarray", t_in: "np.ndarray") -> "np.ndarray":
-    """Event order: by time, releases before admissions at one instant."""
+def _merge(t_out: "np.ndarray", t_in: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"] | None:
+    """(release order, release slots, admission slots) in the merged event sequence, or None when
+    admissions are not in time order. Admission times are non-decreasing in request order
+    (arrivals are sorted and the queue is FIFO), so only releases are sorted; at one instant
+    every release comes before every admission."""
     import numpy as np
 
+    k = len(t_in)
+    if not k or not bool(np.all(t_in[1:] >= t_in[:-1])):
+        return None
+    o_out = np.argsort(t_out, kind="stable")
+    slot_in = np.searchsorted(t_out[o_out], t_in, side="right") + np.arange(k)
+    free = np.ones(2 * k, dtype=bool)
+    free[slot_in] = False
+    return o_out, np.flatnonzero(free), slot_in
+
+
+def event_order(t_out: "np.ndarray", t_in: "np.ndarray") -> "np.ndarray":
+    """Event order: by time, releases before admissions at one instant (each kind by index):
+    the stable sort of the keys ``2 t`` (release) and ``2 t + 1`` (admission)."""
+    import numpy as np
+
+    merged = _merge(t_out, t_in)
+    if merged is not None:
+        o_out, slot_out, slot_in = merged
+        order = np.empty(2 * len(t_in), dtype=np.int64)
+        order[slot_out] = o_out
+        order[slot_in] = np.arange(len(t_in), 2 * len(t_in))
+        return order
     key = np.concatenate([t_out * 2, t_in * 2 + 1])
     return np.argsort(key, kind="stable")
 
@@ -286,30 +374,171 @@ def instant_ends(times: "np.ndarray") -> "np.ndarray":
     return np.flatnonzero(last)
 
 
-def group_series(t_out, t_in, per_class_b, weight: int):
-    """Per-class state at each instant end: (times, level_total, levels_by_class list)."""
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """Every admission and release in event order, shared by the observables and the series.
+
+    ``signed[e]`` indexes a table of ``[-bytes per tier; +bytes per tier]`` (a release
+    subtracts its tier's bytes, an admission adds them). Per-event times and replicas are kept
+    only when there are several replicas (each needs its own instant ends)."""
+
+    adm: "np.ndarray"  # the admitted requests
+    last_release_ns: int
+    signed: "np.ndarray"  # tier + ntiers x (1 if an admission), in order (int32)
+    ends: "np.ndarray"  # instant ends of all events
+    end_times: "np.ndarray"  # the time of each instant end
+    times: "np.ndarray | None"  # event times in order (dp > 1 only)
+    replica: "np.ndarray | None"  # replica per event in order (dp > 1 only)
+
+
+def timeline(scn: Scenario, d: Decisions) -> Timeline:
+    """The events of ``d`` (computed once per Decisions and kept with it)."""
     import numpy as np
 
-    order = event_order(t_out, t_in)
-    times = np.concatenate([t_out, t_in])[order]
+    cached = d.cache.get("timeline")
+    if cached is not None:
+        return cached
+    adm = np.flatnonzero(d.outcome == Outcome.ADMITTED.value)
+    t_in = d.admit_ns[adm]
+    k = len(adm)
+    ntiers = np.int32(len(scn.bundles))
+    released = d.cache.get("release_order")
+    if released is not None and len(released) == k:  # the compiled loop released in (time, request) order
+        return _timeline_from_releases(scn, d, adm, t_in, released)
+    t_out = t_in + scn.hold_ns[adm]
+    tiers = scn.tier[adm].astype(np.int32)
+    rep = d.replica[adm].astype(np.int32) if scn.config.placement.dp > 1 else None
+    merged = _merge(t_out, t_in)
+    times = np.empty(2 * k, dtype=np.int64)
+    signed = np.empty(2 * k, dtype=np.int32)
+    replica = np.empty(2 * k, dtype=np.int32) if rep is not None else None
+    if merged is not None:
+        o_out, slot_out, slot_in = merged
+        times[slot_out], times[slot_in] = t_out[o_out], t_in
+        signed[slot_out], signed[slot_in] = tiers[o_out], tiers + ntiers
+        if replica is not None:
+            replica[slot_out], replica[slot_in] = rep[o_out], rep
+        del o_out, slot_out, slot_in
+    else:
+        order = event_order(t_out, t_in)
+        ins = order >= k
+        idx = np.where(ins, order - k, order)
+        times[:] = np.where(ins, t_in[idx], t_out[idx])
+        signed[:] = tiers[idx] + ntiers * ins
+        if replica is not None:
+            replica[:] = rep[idx]
+    last = int(t_out.max()) if k else 0
+    del t_in, t_out, tiers
     ends = instant_ends(times)
-    by_class = []
-    for col in per_class_b:
-        delta = np.concatenate([-col, col])[order] * weight
-        by_class.append(np.cumsum(delta)[ends])
-    total = by_class[0].copy()
-    for lv in by_class[1:]:
-        total += lv
-    return times[ends], total, by_class
+    tl = Timeline(adm, last, signed, ends, times[ends], times if replica is not None else None, replica)
+    d.cache["timeline"] = tl
+    return tl
 
 
-def _peak(times, total, by_class) -> tuple[int, int, GroupBytes]:
-    if len(total) == 0:
-        return 0, 0, GroupBytes()
-    j = int(total.argmax())
-    if int(total[j]) <= 0:
-        return 0, 0, GroupBytes()
-    return int(total[j]), int(times[j]), GroupBytes(*(int(lv[j]) for lv in by_class))
+def _timeline_from_releases(scn: Scenario, d: Decisions, adm: "np.ndarray", t_in: "np.ndarray",
+                            released: "np.ndarray") -> Timeline:
+    """The timeline when the releases are already in order (request ids): only the merge with
+    the admissions (non-decreasing in time) is left, by one binary search per admission."""
+    import numpy as np
+
+    k = len(adm)
+    ntiers = np.int32(len(scn.bundles))
+    t_rel = d.admit_ns[released] + scn.hold_ns[released]
+    slot_in = np.searchsorted(t_rel, t_in, side="right") + np.arange(k)
+    free = np.ones(2 * k, dtype=bool)
+    free[slot_in] = False
+    slot_out = np.flatnonzero(free)
+    del free
+    times = np.empty(2 * k, dtype=np.int64)
+    times[slot_out], times[slot_in] = t_rel, t_in
+    last = int(t_rel[-1]) if k else 0
+    del t_rel
+    signed = np.empty(2 * k, dtype=np.int32)
+    signed[slot_out] = scn.tier[released]
+    signed[slot_in] = scn.tier[adm] + ntiers
+    replica = None
+    if scn.config.placement.dp > 1:
+        replica = np.empty(2 * k, dtype=np.int32)
+        replica[slot_out], replica[slot_in] = d.replica[released], d.replica[adm]
+    del slot_in, slot_out
+    ends = instant_ends(times)
+    tl = Timeline(adm, last, signed, ends, times[ends], times if replica is not None else None, replica)
+    d.cache["timeline"] = tl
+    return tl
+
+
+def _signed_table(per_tier: "np.ndarray") -> "np.ndarray":
+    """[-b; +b]: a release subtracts its tier's bytes, an admission adds them."""
+    import numpy as np
+
+    return np.concatenate([-per_tier, per_tier])
+
+
+def _running(table: "np.ndarray", signed: "np.ndarray", ends: "np.ndarray") -> "np.ndarray":
+    """The running sum of ``table[signed]`` observed at ``ends`` (one n-sized buffer, summed in place)."""
+    import numpy as np
+
+    level = table[signed]
+    np.cumsum(level, out=level)
+    return level[ends]
+
+
+def _replica_events(tl: Timeline, replica: int | None) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """(signed tiers, instant ends, end times) of one replica's events (``None``: all events)."""
+    import numpy as np
+
+    if replica is None or tl.replica is None:
+        return tl.signed, tl.ends, tl.end_times
+    sel = np.flatnonzero(tl.replica == replica)
+    times = tl.times[sel]
+    ends = instant_ends(times)
+    return tl.signed[sel], ends, times[ends]
+
+
+def group_levels(tl: Timeline, replica: int | None, per_tier: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
+    """(times, level) at each instant end of one replica's events (``None``: all events)."""
+    signed, ends, end_times = _replica_events(tl, replica)
+    return end_times, _running(_signed_table(per_tier), signed, ends)
+
+
+def _group_peak(signed: "np.ndarray", ends: "np.ndarray", end_times: "np.ndarray", class_table: "np.ndarray",
+                weight: int, want_max: bool) -> tuple[int, int, GroupBytes, GroupBytes, list[int]]:
+    """(peak, peak_ns, at_peak, final, class maxima) of one set of events. The total level is
+    observed at instant ends; a class's bytes at the peak and at the end come from counting each
+    signed tier's events up to there (no per-class series), and only when ``want_max`` is each
+    class followed over time for its own maximum."""
+    import numpy as np
+
+    nclass = class_table.shape[1]
+    tables = _signed_table(class_table) * weight  # (2 ntiers, classes)
+    if not len(signed):
+        return 0, 0, GroupBytes(), GroupBytes(), [0] * nclass
+    counts = np.bincount(signed, minlength=len(tables))
+    final = GroupBytes(*(counts @ tables).tolist())
+    maxima = [0] * nclass
+    if len(class_table) == 1:  # one tier: every level is the in-flight count times that tier's bytes
+        count = _running(np.array([-1, 1], dtype=np.int64), signed, ends)
+        j = int(count.argmax())
+        most = int(count[j])
+        per_class = [int(v) * weight for v in class_table[0].tolist()]
+        peak = most * sum(per_class)
+        if want_max:
+            maxima = [max(most * v, 0) for v in per_class]
+        if peak <= 0:
+            return 0, 0, GroupBytes(), final, maxima
+        return peak, int(end_times[j]), GroupBytes(*(most * v for v in per_class)), final, maxima
+    level = _running(tables.sum(axis=1), signed, ends)
+    j = int(level.argmax())
+    peak = int(level[j])
+    del level
+    if want_max:
+        for c in range(nclass):
+            if tables[:, c].any():  # a class no tier holds stays at 0
+                maxima[c] = max(int(_running(tables[:, c], signed, ends).max()), 0)
+    if peak <= 0:
+        return 0, 0, GroupBytes(), final, maxima
+    head = np.bincount(signed[:int(ends[j]) + 1], minlength=len(tables))
+    return peak, int(end_times[j]), GroupBytes(*(head @ tables).tolist()), final, maxima
 
 
 def observe(scn: Scenario, d: Decisions) -> SimResult:
@@ -319,46 +548,43 @@ def observe(scn: Scenario, d: Decisions) -> SimResult:
     placement = scn.config.placement
     tp, pp, dp = placement.tp, placement.pp, placement.dp
     limit = scn.config.limit_bytes
-    adm = np.flatnonzero(d.outcome == Outcome.ADMITTED.value)
-    t_in = d.admit_ns[adm]
-    t_out = t_in + scn.hold_ns[adm]
-    rep = d.replica[adm]
-    tiers = scn.tier[adm]
+    tl = timeline(scn, d)
+    adm = tl.adm
     ntiers = len(scn.bundles)
     class_tables = [np.array([[getattr(stages[s], f"{c.value}_bytes") for c in STATE_CLASSES]
                               for stages in scn.bundles], dtype=np.int64).reshape(ntiers, len(STATE_CLASSES))
                     for s in range(pp)]
+    key = scn.tier[adm]  # exact integer sums of hold time per (replica, tier)
+    if dp > 1:
+        key = key + d.replica[adm] * ntiers
+    hold_by_tier = np.zeros(dp * ntiers, dtype=np.int64)
+    np.add.at(hold_by_tier, key, scn.hold_ns[adm])
+    hold_by_tier = hold_by_tier.reshape(dp, ntiers)
+    del key
     devices: list[DevicePeak] = []
-    all_out, all_in, all_cols = [], [], []
+    single = None
     for r in range(dp):
-        m = rep == r
+        signed, ends, end_times = _replica_events(tl, r)
         for s in range(pp):
-            table = class_tables[s]
-            cols = [table[tiers[m], c] for c in range(len(STATE_CLASSES))]
-            times, total, by_class = group_series(t_out[m], t_in[m], cols, 1)
-            peak, peak_ns, at_peak = _peak(times, total, by_class)
-            final = GroupBytes(*(int(lv[-1]) if len(lv) else 0 for lv in by_class))
-            hold_by_tier = np.zeros(ntiers, dtype=np.int64)
-            np.add.at(hold_by_tier, tiers[m], scn.hold_ns[adm][m])
-            byte_ns = sum(int(h) * scn.bundles[k][s].total_bytes for k, h in enumerate(hold_by_tier.tolist()))
+            one = dp == 1 and pp == 1  # the only group is every event: its class maxima serve the total
+            peak, peak_ns, at_peak, final, maxima = _group_peak(signed, ends, end_times, class_tables[s], 1, one)
+            if one:
+                single = (peak, peak_ns, at_peak, maxima)
+            byte_ns = sum(int(h) * scn.bundles[k][s].total_bytes for k, h in enumerate(hold_by_tier[r].tolist()))
             for rank in range(tp):
                 devices.append(DevicePeak(placement.device(r, s, rank), limit, peak, peak_ns, at_peak, byte_ns, final))
-            all_out.append(t_out[m])
-            all_in.append(t_in[m])
-            all_cols.append(cols)
-    if all_out:
-        cols = [np.concatenate([g[c] for g in all_cols]) for c in range(len(STATE_CLASSES))]
-        times, total, by_class = group_series(np.concatenate(all_out), np.concatenate(all_in), cols, tp)
+    if single is not None:  # one replica, one stage: the total is tp times that group
+        peak, peak_ns, at_peak, maxima = single
+        peak, at_peak, maxima = peak * tp, GroupBytes(*(v * tp for v in at_peak.by_class().values())), [m * tp for m in maxima]
     else:
-        times = total = np.zeros(0, dtype=np.int64)
-        by_class = [total] * len(STATE_CLASSES)
-    peak, peak_ns, at_peak = _peak(times, total, by_class)
-    class_max = GroupBytes(*(max(int(lv.max()), 0) if len(lv) else 0 for lv in by_class))
-    ones = np.ones(len(adm), dtype=np.int64)
-    in_flight = _levels(t_out, t_in, ones)[1]
-    peak_in_flight = int(in_flight.max()) if len(in_flight) else 0
+        total_table = sum(class_tables)
+        peak, peak_ns, at_peak, _, maxima = _group_peak(tl.signed, tl.ends, tl.end_times, total_table, tp, True)
+    class_max = GroupBytes(*maxima)
+    k = len(adm)
+    ones = np.concatenate([np.full(ntiers, -1, dtype=np.int64), np.ones(ntiers, dtype=np.int64)])
+    peak_in_flight = int(_running(ones, tl.signed, tl.ends).max()) if k else 0
     last_arrival = int(scn.arrival_ns[-1]) if scn.requests else 0
-    span = max(last_arrival, int(t_out.max()) if len(t_out) else 0) - (int(scn.arrival_ns[0]) if scn.requests else 0)
+    span = max(last_arrival, tl.last_release_ns) - (int(scn.arrival_ns[0]) if scn.requests else 0)
     devices.sort(key=lambda x: x.device)
     return SimResult(**summarize(scn, d), devices=tuple(devices), peak_bytes=peak, peak_ns=peak_ns, at_peak=at_peak,
                      class_max=class_max, peak_in_flight=peak_in_flight, span_ns=span, decisions=d)

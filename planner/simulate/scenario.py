@@ -130,8 +130,11 @@ class Scenario:
         import numpy as np
 
         time = replace(self.config.time, rate_scale=rate_scale)
-        with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
-            arrival = _ns(self.base_arrival_ns / rate_scale, "--rate-scale")
+        if rate_scale == 1.0 and (not self.requests or int(self.base_arrival_ns[-1]) <= 1 << 53):
+            arrival = self.base_arrival_ns  # x / 1.0 rounds back to x exactly below 2^53
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+                arrival = _ns(self.base_arrival_ns / rate_scale, "--rate-scale")
         return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
 
 
@@ -155,7 +158,33 @@ def _ns(seconds_ns: "np.ndarray", option: str, workload: "Workload | None" = Non
                 raise BadInput(workload.source, field, f"request {i + 1:,} has {int(tokens[i]):,} tokens: its "
                                f"time at {option} would exceed the int64 nanosecond clock (~73 years)")
         raise BadInput("options", option, "makes simulated times exceed the int64 nanosecond clock (~73 years)")
-    return np.rint(seconds_ns).astype(np.int64)
+    return np.rint(seconds_ns, out=seconds_ns).astype(np.int64) if seconds_ns.dtype == np.float64 else \
+        np.rint(seconds_ns).astype(np.int64)
+
+
+def _tiers(wanted: "np.ndarray", exceeds: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
+    """The distinct reserved lengths of the requests that fit (sorted) and each request's index
+    into them (-1 for one that exceeds): ``np.unique`` by counting when the lengths are few
+    enough to count (no sort, no copy of a million requests), by sorting otherwise."""
+    import numpy as np
+
+    n = len(wanted)
+    tier = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return np.zeros(0, dtype=np.int64), tier
+    if 0 <= int(wanted.min()) and int(wanted.max()) <= 4 * n:
+        counts = np.bincount(wanted)
+        if exceeds.any():
+            counts -= np.bincount(wanted[exceeds], minlength=len(counts))
+        tokens = np.flatnonzero(counts)
+        lookup = np.full(len(counts), -1, dtype=np.int64)
+        lookup[tokens] = np.arange(len(tokens))
+        tier = lookup[wanted]
+        tier[exceeds] = -1
+        return tokens, tier
+    tokens, inverse = np.unique(wanted[~exceeds], return_inverse=True)
+    tier[~exceeds] = inverse
+    return tokens, tier
 
 
 def reserved_tokens(total_tokens: int, reserve: Reserve, bucket: int, window: int, max_seq_len: int) -> int:
@@ -178,17 +207,30 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     max_seq_len = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     # Clipping at 2^40 tokens keeps the sums exact; anything that long is refused as too long anyway.
+    # Arrays are reused in place: a request costs a few int64s here, whatever the trace's length.
     prompt = np.minimum(workload.prompt_tokens, TOKEN_CLIP)
     output = np.minimum(workload.output_tokens, TOKEN_CLIP)
-    total = prompt + output
+    time = config.time
+    with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
+        hold = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s", workload, 1)
+        hold += _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms", workload, 2)
+    np.maximum(hold, 1, out=hold)  # a request holds its groups for at least 1 ns
+    total = prompt
+    total += output
+    del output
     exceeds = total > max_seq_len
     if config.reserve is Reserve.MAX:
-        wanted = np.full(len(total), max_seq_len, dtype=np.int64)
+        tokens = np.array([max_seq_len] if not exceeds.all() else [], dtype=np.int64)
+        tier = np.where(exceeds, -1, 0).astype(np.int64)
     else:
-        wanted = np.minimum(np.maximum(window, ceil_div(total, config.bucket) * config.bucket), max_seq_len)
-    tokens, inverse = np.unique(wanted[~exceeds], return_inverse=True)
-    tier = np.full(len(total), -1, dtype=np.int64)
-    tier[~exceeds] = inverse
+        wanted = total  # ceil(total / bucket) x bucket, at least the window, at most max_seq_len, in place
+        np.negative(wanted, out=wanted)
+        np.floor_divide(wanted, config.bucket, out=wanted)
+        np.negative(wanted, out=wanted)
+        wanted *= config.bucket
+        np.maximum(wanted, window, out=wanted)
+        np.minimum(wanted, max_seq_len, out=wanted)
+        tokens, tier = _tiers(wanted, exceeds)
     bundles = []
     if config.engine is not None:
         config, bundles = config.engine.prepare(spec, config, max_seq_len, [int(t) for t in tokens.tolist()])
@@ -203,11 +245,6 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     upfront[exceeds] = Outcome.EXCEEDS_CAPACITY.value
     if never.any():
         upfront[(tier >= 0) & never[np.maximum(tier, 0)]] = Outcome.NEVER_FITS.value
-    time = config.time
-    with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
-        prefill = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s", workload, 1)
-        decode = _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms", workload, 2)
-    hold = np.maximum(prefill + decode, 1)  # a request holds its groups for at least 1 ns
     scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
                    tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,
                    workload.class_ids, workload.class_names)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.simulate.fast import Decisions, event_order, group_series, instant_ends
+from csa_plan.planner.simulate.fast import Decisions, group_levels, timeline
 from csa_plan.planner.simulate.scenario import Outcome, Scenario
 
 if TYPE_CHECKING:
@@ -43,24 +43,18 @@ def residency_series(scn: Scenario, d: Decisions, buckets: int = 80) -> Series:
     import numpy as np
 
     placement = scn.config.placement
-    adm = np.flatnonzero(d.outcome == Outcome.ADMITTED.value)
-    t_in = d.admit_ns[adm]
-    t_out = t_in + scn.hold_ns[adm]
-    end = int(max(t_out.max() if len(t_out) else 0, scn.arrival_ns[-1] if scn.requests else 0, 1))
+    tl = timeline(scn, d)  # the same events the observables were taken from
+    end = int(max(tl.last_release_ns, scn.arrival_ns[-1] if scn.requests else 0, 1))
     edges = np.linspace(0, end, buckets, endpoint=False).astype(np.int64)
     groups = []
     for r in range(placement.dp):
-        m = d.replica[adm] == r
         for s in range(placement.pp):
             per_tier = np.array([stages[s].total_bytes for stages in scn.bundles], dtype=np.int64)
-            times, total, _ = group_series(t_out[m], t_in[m], [per_tier[scn.tier[adm][m]]], 1)
+            times, total = group_levels(tl, r, per_tier)
             devices = tuple(placement.device(r, s, k) for k in range(placement.tp))
             groups.append((devices, _bucket_max(times, total, edges)))
-    order = event_order(t_out, t_in)
-    times = np.concatenate([t_out, t_in])[order]
-    flight = np.cumsum(np.concatenate([-np.ones(len(adm), np.int64), np.ones(len(adm), np.int64)])[order])
-    ends = instant_ends(times)
-    return Series(edges, tuple(groups), _bucket_max(times[ends], flight[ends], edges), scn.config.limit_bytes)
+    times, flight = group_levels(tl, None, np.ones(len(scn.bundles), dtype=np.int64))
+    return Series(edges, tuple(groups), _bucket_max(times, flight, edges), scn.config.limit_bytes)
 
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -1,8 +1,9 @@
 """Growing request columns and the last step every trace reader shares.
 
 Readers append chunk-sized numpy arrays; a request costs 28 bytes here (arrival,
-prompt and output int64, class int32), allocated once when the row count is known
-from a pre-count of the file's lines, doubled otherwise.
+prompt and output int64, class int32). A file's columns are reserved once for the
+most rows its size allows (untouched pages are never resident), growing by doubling
+otherwise.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Columns:
 
         n = self.n
         arrival, prompt, output, cls = (a[:n] for a in (self.arrival, self.prompt, self.output, self.cls))
-        if n < len(self.arrival) // 2:  # give back what the line count over-estimated
+        if len(self.arrival) > 2 * n + (1 << 20):  # a small trace gives back the address space it did not use
             arrival, prompt, output, cls = (a.copy() for a in (arrival, prompt, output, cls))
         lo, hi = int(arrival.min()), int(arrival.max())
         if hi - lo >= I63_LIMIT:  # relative nanoseconds must fit int64 (about 292 years)

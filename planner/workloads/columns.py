@@ -39,13 +39,16 @@ PAD = 64  # zero bytes around a chunk: reads up to 64 bytes outside a field need
 class Bytes:
     """A chunk's bytes (zero-padded on both sides) with the tables the parsers share, built on demand."""
 
-    def __init__(self, b: "np.ndarray") -> None:
+    def __init__(self, b: "np.ndarray", dots: bool = True) -> None:
         import numpy as np
 
         self.b = b
-        self.p = np.zeros(len(b) + 2 * PAD, dtype=np.uint8)
+        self.p = np.zeros(-(-(len(b) + 2 * PAD) // 8) * 8 + 8, dtype=np.uint8)  # whole words, one spare
         self.p[PAD:PAD + len(b)] = b
+        self.words = self.p.view(np.uint64)
         self._tables: dict[str, "np.ndarray"] = {}
+        if not dots:  # the caller knows the chunk has no '.': no pass over it to find none
+            self._tables["dots"] = np.zeros(0, dtype=np.int64)
 
     def at(self, pos: "np.ndarray") -> "np.ndarray":
         """Bytes at ``pos`` (within PAD of the chunk); outside the chunk they read as 0, never a digit."""
@@ -174,24 +177,42 @@ _ONES = 0x0101010101010101
 
 
 def _swar8(cb: Bytes, end: "np.ndarray", used: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
-    """Up to 8 digits ending at ``end`` read as one little-endian word each: the bytes before the
-    field are replaced by '0', every byte is checked to be a digit, then three multiply-shift steps
-    combine the eight digits (the classic SWAR parse)."""
+    """Up to 8 digits ending at ``end`` read as one little-endian word each (two aligned word
+    loads and shifts): the bytes before the field are replaced by '0', every byte is checked to
+    be a digit, then three multiply-shift steps combine the eight digits (the classic SWAR parse)."""
     import numpy as np
-    from numpy.lib.stride_tricks import sliding_window_view
 
     u = np.uint64
-    w = np.ascontiguousarray(sliding_window_view(cb.p, 8)[end - 8 + PAD]).view(np.uint64).ravel()
-    shift = (8 - used).astype(np.uint64) * u(8)  # garbage bytes are the low ones (earlier in memory)
-    low = np.where(shift >= 64, u(0xFFFFFFFFFFFFFFFF), (u(1) << np.minimum(shift, 63)) - u(1))
-    w = (w & ~low) | (u(0x30 * _ONES) & low)
+    x = end - 8 + PAD
+    q = x >> 3
+    r = ((x & 7) * 8).astype(np.uint64)
+    w = (cb.words[q] >> r) | ((cb.words[q + 1] << (u(63) - r)) << u(1))
+    keep, zeros = _swar_tables()
+    w &= keep[used]
+    w |= zeros[used]
     high = u(0xF0 * _ONES)
     bad = ((w & high) != u(0x30 * _ONES)) | (((w + u(0x06 * _ONES)) & high) != u(0x30 * _ONES))
     x = w - u(0x30 * _ONES)
     x = (x * u(10) + (x >> u(8))) & u(0x00FF00FF00FF00FF)
     x = (x * u(100) + (x >> u(16))) & u(0x0000FFFF0000FFFF)
     x = (x * u(10000) + (x >> u(32))) & u(0xFFFFFFFF)
-    return np.where(bad, u(0), x), bad & (used > 0)
+    x[bad] = 0
+    return x, bad & (used > 0)
+
+
+_TABLES: list = []
+
+
+def _swar_tables() -> tuple["np.ndarray", "np.ndarray"]:
+    """Per digit count 0..8: the mask keeping the field's bytes, and '0' bytes in place of the rest."""
+    import numpy as np
+
+    if not _TABLES:
+        low = [((1 << (8 * (8 - k))) - 1) for k in range(9)]
+        keep = np.array([(~m) & 0xFFFFFFFFFFFFFFFF for m in low], dtype=np.uint64)
+        zeros = np.array([m & (0x30 * _ONES) for m in low], dtype=np.uint64)
+        _TABLES.extend([keep, zeros])
+    return _TABLES[0], _TABLES[1]
 
 
 def _tail_bad(cb: Bytes, s: "np.ndarray", length: "np.ndarray", digits: int) -> "np.ndarray":

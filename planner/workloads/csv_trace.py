@@ -112,7 +112,7 @@ class _CsvReader:
         nl = np.flatnonzero(b == 10)
         all_nl = nl
         cm = np.flatnonzero(b == 44)
-        q = np.flatnonzero(b == 34)
+        q = np.flatnonzero(b == 34) if buf.find(b'"') >= 0 else np.zeros(0, dtype=np.int64)
         self.quoted = bool(q.size)
         if q.size:  # delimiters between an odd and an even quote are inside a quoted field
             nl = nl[(np.searchsorted(q, nl) & 1) == 0]
@@ -129,7 +129,7 @@ class _CsvReader:
             raise BadInput(f"{self.source}:{line}", None,
                            f"line longer than {MAX_LINE_BYTES:,} bytes (an unterminated quote?)")
         cm = cm[cm < consumed]  # a partial row's commas wait for the next chunk
-        cb = col.Bytes(b)
+        cb = col.Bytes(b, dots=buf.find(b".") >= 0)
         rs, re_ = col.trim(cb, starts, ends, unquote=False)
         keep = re_ > rs
         rs, re_ = rs[keep], re_[keep]
@@ -342,8 +342,13 @@ class _CsvReader:
             import numpy as np
 
             cls = self.cols.cls[:self.cols.n]
-            first = np.full(len(self.classes), len(cls), dtype=np.int64)
-            np.minimum.at(first, cls, np.arange(len(cls), dtype=np.int64))
+            if len(self.classes) <= 16:  # a pass per class beats sorting millions of ids
+                first = np.array([int(np.argmax(cls == k)) if (cls == k).any() else len(cls)
+                                  for k in range(len(self.classes))], dtype=np.int64)
+            else:
+                first = np.full(len(self.classes), len(cls), dtype=np.int64)
+                ids, at = np.unique(cls, return_index=True)
+                first[ids] = at
             used = np.flatnonzero(first < len(cls))
             used = used[np.argsort(first[used])]
             remap = np.zeros(len(self.classes), dtype=np.int32)

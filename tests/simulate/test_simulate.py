@@ -12,6 +12,7 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.memory import parse_size
 from csa_plan.planner.placement import Placement, Router, split_stages
 from csa_plan.planner.simulate.capacity import find_capacity
+from csa_plan.planner.simulate.fast import compiled_fits, compiled_loop
 from csa_plan.planner.simulate.replay import replay
 from csa_plan.planner.simulate import (
     Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
@@ -49,11 +50,16 @@ def toy(arrival_ns, hold_ns, sizes, limit, policy=Policy.REFUSE, placement=Place
 
 
 def both(scn: Scenario):
+    """The fast path (compiled loop where built) equals the ledger replay, and the pure-Python
+    loop takes the very same decisions."""
     fast = simulate(scn)
     ref, ledger = replay(scn)
     assert fast == ref
     assert fast.decisions.same_as(ref.decisions)
     assert ledger.at_baseline and fast.baseline_ok
+    assert decide(scn, compiled=False).same_as(fast.decisions)
+    if compiled_fits(scn):
+        assert decide(scn, compiled=True).same_as(fast.decisions)
     return fast
 
 
@@ -260,3 +266,34 @@ def test_azure_trace_v4_pro_tp8_h200_matches_ledger_replay(azure, policy, rate_s
     else:  # enough waiting that the 99th percentile is a real wait
         assert r.refused == 0 and r.queued == 700
         assert (r.wait_p50_ns, r.wait_p99_ns, r.wait_max_ns) == (0, 629_511_667, 2_086_371_666)
+
+
+# -- the compiled decision loop -------------------------------------------------------------
+
+
+needs_compiled = pytest.mark.skipif(compiled_loop() is None, reason="the optional cdecide extension is not built "
+                                    "(no C compiler at install): the Python loop runs instead")
+
+
+@needs_compiled
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("dp,pp,router", [(1, 1, Router.ROUND_ROBIN), (3, 2, Router.LEAST_LOADED),
+                                          (2, 1, Router.ROUND_ROBIN)])
+def test_compiled_loop_equals_the_python_loop_on_a_contended_trace(azure, policy, dp, pp, router):
+    config = SimConfig(placement=Placement(tp=8, pp=pp, dp=dp, router=router), limit_bytes=H200 - 20 * GIB,
+                       policy=policy, time=TimeModel(rate_scale=1.5 * dp))
+    scn = prepare(PRO, azure, config)
+    fast = decide(scn, compiled=True)
+    assert fast.same_as(decide(scn, compiled=False, shortcut=False))
+    contended = (fast.outcome == Outcome.OUT_OF_MEMORY.value) | (fast.admit_ns > scn.arrival_ns)
+    assert int(contended.sum()) > 0  # refusals (refuse) or waits (queue): the loop decided something
+
+
+def test_totals_beyond_int64_run_in_the_python_loop():
+    """A limit near 2^63 could overflow the compiled loop's int64 totals: it is not used."""
+    scn = toy([0, 1, 2], [10, 10, 10], [1 << 61, 1 << 61, 1 << 61], limit=(1 << 63) - 1)
+    if compiled_loop() is not None:
+        with pytest.raises(RuntimeError, match="beyond int64"):
+            decide(scn, compiled=True)
+    r = both(scn)
+    assert r.admitted == 3

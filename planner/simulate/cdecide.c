@@ -1,0 +1,238 @@
+/* The admission decision loop of csa_plan.planner.simulate.fast.decide, compiled.
+ *
+ * A line-for-line port of the Python loop: the same event order (releases before
+ * admissions at one instant, queued requests tried after the releases and before the
+ * instant's arrivals), the same routing (round-robin pointer, or the least-loaded replica,
+ * first on ties), the same all-or-nothing admission across pipeline stages. Byte totals are
+ * int64: the caller only calls it when every total it can form stays below 2^63, so the
+ * integer semantics are the Python loop's exactly. Built as an optional extension; without
+ * it the Python loop runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { int64_t t; int64_t i; int64_t r; int64_t tier; } Ev; /* a release: time, request, replica, tier */
+
+typedef struct {
+    Ev *a;
+    Py_ssize_t n, cap;
+} Heap;
+
+static int ev_less(Ev x, Ev y) { return x.t < y.t || (x.t == y.t && x.i < y.i); }
+
+static int heap_push(Heap *h, Ev e) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 1024;
+        Ev *a = (Ev *)realloc(h->a, (size_t)cap * sizeof(Ev));
+        if (!a) return -1;
+        h->a = a;
+        h->cap = cap;
+    }
+    Py_ssize_t k = h->n++;
+    while (k > 0) {
+        Py_ssize_t p = (k - 1) / 2;
+        if (!ev_less(e, h->a[p])) break;
+        h->a[k] = h->a[p];
+        k = p;
+    }
+    h->a[k] = e;
+    return 0;
+}
+
+static Ev heap_pop(Heap *h) {
+    Ev top = h->a[0];
+    Ev last = h->a[--h->n];
+    Py_ssize_t k = 0, n = h->n;
+    for (;;) {
+        Py_ssize_t c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && ev_less(h->a[c + 1], h->a[c])) c++;
+        if (!ev_less(h->a[c], last)) break;
+        h->a[k] = h->a[c];
+        k = c;
+    }
+    if (n) h->a[k] = last;
+    return top;
+}
+
+typedef struct {
+    const int64_t *arr, *hold, *tier, *need; /* need[tier * pp + stage] */
+    const int8_t *up;
+    int8_t *out;
+    int64_t *rep, *adm;
+    int64_t *res; /* res[replica * pp + stage] */
+    int64_t *released; /* requests in release order: (time, request) ascending */
+    Py_ssize_t nreleased;
+    int64_t limit;
+    Py_ssize_t dp, pp;
+    int round_robin;
+    Py_ssize_t pointer;
+    Heap heap;
+} Loop;
+
+static Py_ssize_t route(Loop *L) {
+    if (L->round_robin || L->dp == 1) return L->pointer;
+    Py_ssize_t best = 0;
+    int64_t best_load = 0;
+    for (Py_ssize_t r = 0; r < L->dp; r++) {
+        int64_t load = 0;
+        for (Py_ssize_t s = 0; s < L->pp; s++) load += L->res[r * L->pp + s];
+        if (r == 0 || load < best_load) { best = r; best_load = load; }
+    }
+    return best;
+}
+
+/* 1 admitted, 0 did not fit, -1 out of memory (of this process) */
+static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
+    Py_ssize_t r = route(L);
+    int64_t *mine = L->res + r * L->pp;
+    const int64_t *needs = L->need + L->tier[i] * L->pp;
+    for (Py_ssize_t s = 0; s < L->pp; s++)
+        if (mine[s] + needs[s] > L->limit) return 0;
+    for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] += needs[s];
+    L->rep[i] = r;
+    L->adm[i] = t;
+    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, L->tier[i]};
+    if (heap_push(&L->heap, e) < 0) return -1;
+    L->pointer = (r + 1) % L->dp;
+    return 1;
+}
+
+static int release_until(Loop *L, int64_t t, int inclusive) {
+    int released = 0;
+    while (L->heap.n && (inclusive ? L->heap.a[0].t <= t : L->heap.a[0].t == t)) {
+        Ev e = heap_pop(&L->heap);
+        L->released[L->nreleased++] = e.i;
+        int64_t *mine = L->res + e.r * L->pp; /* from the entry: no random access to the request arrays */
+        const int64_t *needs = L->need + e.tier * L->pp;
+        for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] -= needs[s];
+        released = 1;
+    }
+    return released;
+}
+
+static int run(Loop *L, Py_ssize_t n, int queue_policy, int8_t oom) {
+    if (!queue_policy) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t t = L->arr[i];
+            if (L->heap.n && L->heap.a[0].t <= t) release_until(L, t, 1);
+            if (L->up[i]) {
+                int got = try_admit(L, i, t);
+                if (got < 0) return -1;
+                if (!got) L->out[i] = oom;
+            }
+        }
+        while (L->heap.n) L->released[L->nreleased++] = heap_pop(&L->heap).i; /* the rest, in order */
+        return 0;
+    }
+    int64_t *queue = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!queue) return -1;
+    Py_ssize_t head = 0, tail = 0, i = 0;
+    while (i < n || L->heap.n) {
+        int64_t t = i < n ? L->arr[i] : L->heap.a[0].t;
+        if (L->heap.n && L->heap.a[0].t < t) t = L->heap.a[0].t;
+        if (release_until(L, t, 0) && head < tail) {
+            while (head < tail) {
+                int got = try_admit(L, (Py_ssize_t)queue[head], t);
+                if (got < 0) { free(queue); return -1; }
+                if (!got) break;
+                head++;
+            }
+        }
+        while (i < n && L->arr[i] == t) {
+            if (L->up[i]) {
+                int got = head < tail ? 0 : try_admit(L, i, t);
+                if (got < 0) { free(queue); return -1; }
+                if (!got) queue[tail++] = (int64_t)i;
+            }
+            i++;
+        }
+    }
+    free(queue);
+    return head < tail ? -2 : 0;
+}
+
+static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count,
+               const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (view->itemsize != itemsize || view->len != itemsize * count) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *decide(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_rel;
+    Py_ssize_t n, ntiers, dp, pp;
+    long long limit;
+    int round_robin, queue_policy, oom;
+    if (!PyArg_ParseTuple(args, "nOOOOnOnnLppiOOOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need, &dp, &pp,
+                          &limit, &round_robin, &queue_policy, &oom, &o_out, &o_rep, &o_adm, &o_rel))
+        return NULL;
+    if (n < 0 || ntiers < 1 || dp < 1 || pp < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad sizes");
+        return NULL;
+    }
+    Py_buffer b[9];
+    int got = 0;
+    PyObject *objs[9] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_rel};
+    const Py_ssize_t sizes[9] = {8, 8, 8, 1, 8, 1, 8, 8, 8};
+    const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, n, n};
+    const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+    static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "released"};
+    for (; got < 9; got++)
+        if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
+    Loop L;
+    memset(&L, 0, sizeof L);
+    L.arr = (const int64_t *)b[0].buf;
+    L.hold = (const int64_t *)b[1].buf;
+    L.tier = (const int64_t *)b[2].buf;
+    L.up = (const int8_t *)b[3].buf;
+    L.need = (const int64_t *)b[4].buf;
+    L.out = (int8_t *)b[5].buf;
+    L.rep = (int64_t *)b[6].buf;
+    L.adm = (int64_t *)b[7].buf;
+    L.released = (int64_t *)b[8].buf;
+    L.limit = (int64_t)limit;
+    L.dp = dp;
+    L.pp = pp;
+    L.round_robin = round_robin;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (L.up[i] && (L.tier[i] < 0 || L.tier[i] >= ntiers)) {
+            PyErr_SetString(PyExc_ValueError, "tier out of range");
+            goto fail;
+        }
+    L.res = (int64_t *)calloc((size_t)(dp * pp), sizeof(int64_t));
+    if (!L.res) { PyErr_NoMemory(); goto fail; }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run(&L, n, queue_policy, (int8_t)oom);
+    Py_END_ALLOW_THREADS
+    free(L.res);
+    free(L.heap.a);
+    if (rc == -1) { PyErr_NoMemory(); goto fail; }
+    if (rc == -2) { PyErr_SetString(PyExc_RuntimeError, "simulation ended with requests still queued"); goto fail; }
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(L.nreleased);
+fail:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"decide", decide, METH_VARARGS,
+     "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, round_robin, queue, oom, outcome, replica, admit,"
+     " released) -> count of released (every admitted request, in (time, request) order)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cdecide",
+                                    "The compiled admission loop of csa_plan.planner.simulate.fast.", -1, methods};
+
+PyMODINIT_FUNC PyInit_cdecide(void) { return PyModule_Create(&module); }
