@@ -461,8 +461,12 @@ def _timeline_from_releases(scn: Scenario, d: Decisions, adm: "np.ndarray", t_in
         replica = np.empty(2 * k, dtype=np.int32)
         replica[slot_out], replica[slot_in] = d.replica[released], d.replica[adm]
     del slot_in, slot_out
-    ends = instant_ends(times)
-    tl = Timeline(adm, last, signed, ends, times[ends], times if replica is not None else None, replica)
+    ends = instant_ends(times).astype(np.int32)  # 2 x 10M events at most: int32 indexes them
+    end_times = times[ends]
+    if replica is None:
+        del times  # one replica: the instant ends are all that is needed
+        times = None
+    tl = Timeline(adm, last, signed, ends, end_times, times, replica)
     d.cache["timeline"] = tl
     return tl
 

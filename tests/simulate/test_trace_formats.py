@@ -299,3 +299,17 @@ def test_lognormal_max_near_2_63_never_overflows_the_cast():
     wl = generate_mix(mix, "m")
     assert int(wl.prompt_tokens.min()) > 1 and int(wl.prompt_tokens.max()) <= 2**63 - 1
     assert int(wl.prompt_tokens.max()) == 9223372036854774784
+
+
+def test_a_file_with_too_many_rows_is_refused_before_parsing(tmp_path, monkeypatch):
+    """The 498 MiB / 87M-row attack, scaled down: refused from a line count, nothing parsed."""
+    from csa_plan.planner.workloads import traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_REQUESTS", 1000)
+    big = tmp_path / "big.csv"
+    big.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n" + b"1,1,1\n" * 1002)
+    with pytest.raises(BadInput, match="more than 1,000 rows"):
+        load_workload(str(big))
+    blank = tmp_path / "blank.csv"  # many newlines, few rows: read as usual
+    blank.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n" + b"1,1,1\n" * 5 + b"\n\r\n" * 2000)
+    assert len(load_workload(str(blank))) == 5
