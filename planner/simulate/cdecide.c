@@ -6,7 +6,9 @@
  * first on ties), the same all-or-nothing admission across pipeline stages. Byte totals are
  * int64: the caller only calls it when every total it can form stays below 2^63, so the
  * integer semantics are the Python loop's exactly. Built as an optional extension; without
- * it the Python loop runs.
+ * it the Python loop runs. As it runs it writes the event timeline the observables are
+ * read from (every admission and release in event order, and the end of each instant), so
+ * nothing has to be sorted afterwards.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -64,14 +66,40 @@ typedef struct {
     int8_t *out;
     int64_t *rep, *adm;
     int64_t *res; /* res[replica * pp + stage] */
-    int64_t *released; /* requests in release order: (time, request) ascending */
-    Py_ssize_t nreleased;
+    /* the event timeline, in event order: signed tier (tier + ntiers for an admission), and
+       the instant ends (index of each instant's last event, and its time); per-event times and
+       replicas only when asked (several replicas) */
+    int32_t *ev_signed, *ev_rep, *ends;
+    int64_t *ev_time, *end_times;
+    Py_ssize_t nev, nends;
+    int64_t ntiers, last_time;
+    int per_event;
     int64_t limit;
     Py_ssize_t dp, pp;
     int round_robin;
     Py_ssize_t pointer;
     Heap heap;
 } Loop;
+
+static void emit(Loop *L, int64_t signed_tier, int64_t t, int64_t r) {
+    if (L->nev && t != L->last_time) {
+        L->ends[L->nends] = (int32_t)(L->nev - 1);
+        L->end_times[L->nends++] = L->last_time;
+    }
+    if (L->per_event) {
+        L->ev_time[L->nev] = t;
+        L->ev_rep[L->nev] = (int32_t)r;
+    }
+    L->ev_signed[L->nev++] = (int32_t)signed_tier;
+    L->last_time = t;
+}
+
+static void close_timeline(Loop *L) {
+    if (L->nev) {
+        L->ends[L->nends] = (int32_t)(L->nev - 1);
+        L->end_times[L->nends++] = L->last_time;
+    }
+}
 
 static Py_ssize_t route(Loop *L) {
     if (L->round_robin || L->dp == 1) return L->pointer;
@@ -97,6 +125,7 @@ static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
     L->adm[i] = t;
     Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, L->tier[i]};
     if (heap_push(&L->heap, e) < 0) return -1;
+    emit(L, L->tier[i] + L->ntiers, t, (int64_t)r);
     L->pointer = (r + 1) % L->dp;
     return 1;
 }
@@ -105,7 +134,7 @@ static int release_until(Loop *L, int64_t t, int inclusive) {
     int released = 0;
     while (L->heap.n && (inclusive ? L->heap.a[0].t <= t : L->heap.a[0].t == t)) {
         Ev e = heap_pop(&L->heap);
-        L->released[L->nreleased++] = e.i;
+        emit(L, e.tier, e.t, e.r);
         int64_t *mine = L->res + e.r * L->pp; /* from the entry: no random access to the request arrays */
         const int64_t *needs = L->need + e.tier * L->pp;
         for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] -= needs[s];
@@ -125,7 +154,11 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy, int8_t oom) {
                 if (!got) L->out[i] = oom;
             }
         }
-        while (L->heap.n) L->released[L->nreleased++] = heap_pop(&L->heap).i; /* the rest, in order */
+        while (L->heap.n) { /* the releases still pending, in order */
+            Ev e = heap_pop(&L->heap);
+            emit(L, e.tier, e.t, e.r);
+        }
+        close_timeline(L);
         return 0;
     }
     int64_t *queue = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
@@ -152,6 +185,7 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy, int8_t oom) {
         }
     }
     free(queue);
+    close_timeline(L);
     return head < tail ? -2 : 0;
 }
 
@@ -168,25 +202,33 @@ static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize
 
 static PyObject *decide(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_rel;
+    PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_evs, *o_ends, *o_endt, *o_evt, *o_evr;
     Py_ssize_t n, ntiers, dp, pp;
     long long limit;
     int round_robin, queue_policy, oom;
-    if (!PyArg_ParseTuple(args, "nOOOOnOnnLppiOOOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need, &dp, &pp,
-                          &limit, &round_robin, &queue_policy, &oom, &o_out, &o_rep, &o_adm, &o_rel))
+    int per_event;
+    if (!PyArg_ParseTuple(args, "nOOOOnOnnLppiOOOOOOpOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need, &dp,
+                          &pp, &limit, &round_robin, &queue_policy, &oom, &o_out, &o_rep, &o_adm, &o_evs, &o_ends,
+                          &o_endt, &per_event, &o_evt, &o_evr))
         return NULL;
     if (n < 0 || ntiers < 1 || dp < 1 || pp < 1) {
         PyErr_SetString(PyExc_ValueError, "bad sizes");
         return NULL;
     }
-    Py_buffer b[9];
+    if (n > (Py_ssize_t)0x3FFFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "too many requests for int32 event indexes");
+        return NULL;
+    }
+    Py_buffer b[13];
     int got = 0;
-    PyObject *objs[9] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_rel};
-    const Py_ssize_t sizes[9] = {8, 8, 8, 1, 8, 1, 8, 8, 8};
-    const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, n, n};
-    const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
-    static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "released"};
-    for (; got < 9; got++)
+    Py_ssize_t ne = per_event ? 2 * n : 0;
+    PyObject *objs[13] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_evs, o_ends, o_endt, o_evt, o_evr};
+    const Py_ssize_t sizes[13] = {8, 8, 8, 1, 8, 1, 8, 8, 4, 4, 8, 8, 4};
+    const Py_ssize_t counts[13] = {n, n, n, n, ntiers * pp, n, n, n, 2 * n, 2 * n, 2 * n, ne, ne};
+    const int writable[13] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *names[13] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit",
+                                    "event tiers", "instant ends", "end times", "event times", "event replicas"};
+    for (; got < 13; got++)
         if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
     Loop L;
     memset(&L, 0, sizeof L);
@@ -198,7 +240,13 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     L.out = (int8_t *)b[5].buf;
     L.rep = (int64_t *)b[6].buf;
     L.adm = (int64_t *)b[7].buf;
-    L.released = (int64_t *)b[8].buf;
+    L.ev_signed = (int32_t *)b[8].buf;
+    L.ends = (int32_t *)b[9].buf;
+    L.end_times = (int64_t *)b[10].buf;
+    L.ev_time = (int64_t *)b[11].buf;
+    L.ev_rep = (int32_t *)b[12].buf;
+    L.per_event = per_event;
+    L.ntiers = (int64_t)ntiers;
     L.limit = (int64_t)limit;
     L.dp = dp;
     L.pp = pp;
@@ -219,7 +267,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     if (rc == -1) { PyErr_NoMemory(); goto fail; }
     if (rc == -2) { PyErr_SetString(PyExc_RuntimeError, "simulation ended with requests still queued"); goto fail; }
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
-    return PyLong_FromSsize_t(L.nreleased);
+    return Py_BuildValue("nn", L.nev, L.nends);
 fail:
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
     return NULL;
@@ -228,7 +276,7 @@ fail:
 static PyMethodDef methods[] = {
     {"decide", decide, METH_VARARGS,
      "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, round_robin, queue, oom, outcome, replica, admit,"
-     " released) -> count of released (every admitted request, in (time, request) order)"},
+     " event_tiers, ends, end_times, per_event, event_times, event_replicas) -> (events, instant ends)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -184,16 +184,26 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         if progress:
             progress(0, n)
         flat = np.array([b for stages in need for b in stages], dtype=np.int64)
-        released = np.empty(n, dtype=np.int64)
-        count = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
+        per_event = dp > 1  # several replicas: each needs its own instant ends, from per-event times
+        ev_signed = np.empty(2 * n, dtype=np.int32)  # pages never written are never resident
+        ends = np.empty(2 * n, dtype=np.int32)
+        end_times = np.empty(2 * n, dtype=np.int64)
+        ev_time = np.empty(2 * n if per_event else 0, dtype=np.int64)
+        ev_rep = np.empty(2 * n if per_event else 0, dtype=np.int32)
+        nev, nends = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
                       np.ascontiguousarray(scn.hold_ns, dtype=np.int64), np.ascontiguousarray(scn.tier, dtype=np.int64),
                       ok.view(np.int8), len(need), flat, dp, pp, limit or I64_MAX,
                       placement.router is Router.ROUND_ROBIN, config.policy is Policy.QUEUE,
-                      Outcome.OUT_OF_MEMORY.value, outcome, replica, admit, released)
+                      Outcome.OUT_OF_MEMORY.value, outcome, replica, admit, ev_signed, ends, end_times,
+                      per_event, ev_time, ev_rep)
         if progress:
             progress(n, n)
         d = Decisions(outcome, replica, admit)
-        d.cache["release_order"] = released[:count]  # the loop's own release order: no sort needed later
+        adm = np.flatnonzero(outcome == Outcome.ADMITTED.value)
+        # the loop's own timeline (views: the unwritten tails of the buffers are never resident)
+        d.cache["timeline"] = Timeline(adm, int(end_times[nends - 1]) if nends else 0, ev_signed[:nev], ends[:nends],
+                                       end_times[:nends], ev_time[:nev] if per_event else None,
+                                       ev_rep[:nev] if per_event else None)
         return d
     if compiled:
         raise RuntimeError("byte totals beyond int64: the compiled decision loop cannot take this run")
@@ -402,9 +412,6 @@ def timeline(scn: Scenario, d: Decisions) -> Timeline:
     t_in = d.admit_ns[adm]
     k = len(adm)
     ntiers = np.int32(len(scn.bundles))
-    released = d.cache.get("release_order")
-    if released is not None and len(released) == k:  # the compiled loop released in (time, request) order
-        return _timeline_from_releases(scn, d, adm, t_in, released)
     t_out = t_in + scn.hold_ns[adm]
     tiers = scn.tier[adm].astype(np.int32)
     rep = d.replica[adm].astype(np.int32) if scn.config.placement.dp > 1 else None
@@ -431,42 +438,6 @@ def timeline(scn: Scenario, d: Decisions) -> Timeline:
     del t_in, t_out, tiers
     ends = instant_ends(times)
     tl = Timeline(adm, last, signed, ends, times[ends], times if replica is not None else None, replica)
-    d.cache["timeline"] = tl
-    return tl
-
-
-def _timeline_from_releases(scn: Scenario, d: Decisions, adm: "np.ndarray", t_in: "np.ndarray",
-                            released: "np.ndarray") -> Timeline:
-    """The timeline when the releases are already in order (request ids): only the merge with
-    the admissions (non-decreasing in time) is left, by one binary search per admission."""
-    import numpy as np
-
-    k = len(adm)
-    ntiers = np.int32(len(scn.bundles))
-    t_rel = d.admit_ns[released] + scn.hold_ns[released]
-    slot_in = np.searchsorted(t_rel, t_in, side="right") + np.arange(k)
-    free = np.ones(2 * k, dtype=bool)
-    free[slot_in] = False
-    slot_out = np.flatnonzero(free)
-    del free
-    times = np.empty(2 * k, dtype=np.int64)
-    times[slot_out], times[slot_in] = t_rel, t_in
-    last = int(t_rel[-1]) if k else 0
-    del t_rel
-    signed = np.empty(2 * k, dtype=np.int32)
-    signed[slot_out] = scn.tier[released]
-    signed[slot_in] = scn.tier[adm] + ntiers
-    replica = None
-    if scn.config.placement.dp > 1:
-        replica = np.empty(2 * k, dtype=np.int32)
-        replica[slot_out], replica[slot_in] = d.replica[released], d.replica[adm]
-    del slot_in, slot_out
-    ends = instant_ends(times).astype(np.int32)  # 2 x 10M events at most: int32 indexes them
-    end_times = times[ends]
-    if replica is None:
-        del times  # one replica: the instant ends are all that is needed
-        times = None
-    tl = Timeline(adm, last, signed, ends, end_times, times, replica)
     d.cache["timeline"] = tl
     return tl
 

@@ -25,17 +25,20 @@ class Series:
 
 
 def _bucket_max(times: "np.ndarray", levels: "np.ndarray", edges: "np.ndarray") -> "np.ndarray":
+    """Per bucket: the highest level observed in it, or carried into it from before its start.
+    ``times`` are sorted, so each bucket is one slice (no per-observation bucket index)."""
     import numpy as np
 
     out = np.zeros(len(edges), dtype=np.int64)
     if len(times) == 0:
         return out
-    # the level carried into each bucket: the last observation before its start
-    before = np.searchsorted(times, edges, side="left") - 1
-    carried = np.where(before >= 0, levels[np.maximum(before, 0)], 0)
-    out = carried.copy()
-    which = np.searchsorted(edges, times, side="right") - 1
-    np.maximum.at(out, np.clip(which, 0, len(edges) - 1), levels)
+    first = np.searchsorted(times, edges, side="left")  # the first observation at or after each edge
+    before = first - 1  # the level carried into each bucket: the last observation before its start
+    out = np.where(before >= 0, levels[np.maximum(before, 0)], 0)
+    stops = np.append(first[1:], len(times))
+    filled = first < stops
+    if filled.any():
+        out[filled] = np.maximum(out[filled], np.maximum.reduceat(levels, first[filled]))
     return out
 
 

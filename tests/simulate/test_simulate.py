@@ -12,7 +12,7 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.memory import parse_size
 from csa_plan.planner.placement import Placement, Router, split_stages
 from csa_plan.planner.simulate.capacity import find_capacity
-from csa_plan.planner.simulate.fast import compiled_fits, compiled_loop
+from csa_plan.planner.simulate.fast import compiled_fits, compiled_loop, observe
 from csa_plan.planner.simulate.replay import replay
 from csa_plan.planner.simulate import (
     Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
@@ -57,7 +57,9 @@ def both(scn: Scenario):
     assert fast == ref
     assert fast.decisions.same_as(ref.decisions)
     assert ledger.at_baseline and fast.baseline_ok
-    assert decide(scn, compiled=False).same_as(fast.decisions)
+    python = decide(scn, compiled=False)
+    assert python.same_as(fast.decisions)
+    assert observe(scn, python) == fast  # the numpy timeline gives what the compiled loop's does
     if compiled_fits(scn):
         assert decide(scn, compiled=True).same_as(fast.decisions)
     return fast
