@@ -3,7 +3,8 @@
  * A line-for-line port of the Python loop: the same event order (releases before
  * admissions at one instant, queued requests tried after the releases and before the
  * instant's arrivals), the same routing (round-robin pointer, or the least-loaded replica,
- * first on ties), the same all-or-nothing admission across pipeline stages. Byte totals are
+ * first on ties), the same running-request cap per replica (an engine's), the same
+ * all-or-nothing admission across pipeline stages. Byte totals are
  * int64: the caller only calls it when every total it can form stays below 2^63, so the
  * integer semantics are the Python loop's exactly. Built as an optional extension; without
  * it the Python loop runs. As it runs it writes the event timeline the observables are
@@ -75,6 +76,9 @@ typedef struct {
     int64_t ntiers, last_time;
     int per_event;
     int64_t limit;
+    int64_t max_running; /* running requests per replica at most (the engine's cap); 0: none */
+    int64_t *running;    /* running[replica] */
+    int8_t oom, capped, reason; /* why the last try_admit failed */
     Py_ssize_t dp, pp;
     int round_robin;
     Py_ssize_t pointer;
@@ -116,11 +120,17 @@ static Py_ssize_t route(Loop *L) {
 /* 1 admitted, 0 did not fit, -1 out of memory (of this process) */
 static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
     Py_ssize_t r = route(L);
+    if (L->max_running && L->running[r] >= L->max_running) {
+        L->reason = L->capped;
+        return 0;
+    }
+    L->reason = L->oom;
     int64_t *mine = L->res + r * L->pp;
     const int64_t *needs = L->need + L->tier[i] * L->pp;
     for (Py_ssize_t s = 0; s < L->pp; s++)
         if (mine[s] + needs[s] > L->limit) return 0;
     for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] += needs[s];
+    L->running[r]++;
     L->rep[i] = r;
     L->adm[i] = t;
     Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, L->tier[i]};
@@ -135,6 +145,7 @@ static int release_until(Loop *L, int64_t t, int inclusive) {
     while (L->heap.n && (inclusive ? L->heap.a[0].t <= t : L->heap.a[0].t == t)) {
         Ev e = heap_pop(&L->heap);
         emit(L, e.tier, e.t, e.r);
+        L->running[e.r]--;
         int64_t *mine = L->res + e.r * L->pp; /* from the entry: no random access to the request arrays */
         const int64_t *needs = L->need + e.tier * L->pp;
         for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] -= needs[s];
@@ -143,7 +154,7 @@ static int release_until(Loop *L, int64_t t, int inclusive) {
     return released;
 }
 
-static int run(Loop *L, Py_ssize_t n, int queue_policy, int8_t oom) {
+static int run(Loop *L, Py_ssize_t n, int queue_policy) {
     if (!queue_policy) {
         for (Py_ssize_t i = 0; i < n; i++) {
             int64_t t = L->arr[i];
@@ -151,7 +162,7 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy, int8_t oom) {
             if (L->up[i]) {
                 int got = try_admit(L, i, t);
                 if (got < 0) return -1;
-                if (!got) L->out[i] = oom;
+                if (!got) L->out[i] = L->reason;
             }
         }
         while (L->heap.n) { /* the releases still pending, in order */
@@ -204,12 +215,12 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_evs, *o_ends, *o_endt, *o_evt, *o_evr;
     Py_ssize_t n, ntiers, dp, pp;
-    long long limit;
-    int round_robin, queue_policy, oom;
+    long long limit, max_running;
+    int round_robin, queue_policy, oom, capped;
     int per_event;
-    if (!PyArg_ParseTuple(args, "nOOOOnOnnLppiOOOOOOpOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need, &dp,
-                          &pp, &limit, &round_robin, &queue_policy, &oom, &o_out, &o_rep, &o_adm, &o_evs, &o_ends,
-                          &o_endt, &per_event, &o_evt, &o_evr))
+    if (!PyArg_ParseTuple(args, "nOOOOnOnnLLppiiOOOOOOpOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need,
+                          &dp, &pp, &limit, &max_running, &round_robin, &queue_policy, &oom, &capped, &o_out, &o_rep,
+                          &o_adm, &o_evs, &o_ends, &o_endt, &per_event, &o_evt, &o_evr))
         return NULL;
     if (n < 0 || ntiers < 1 || dp < 1 || pp < 1) {
         PyErr_SetString(PyExc_ValueError, "bad sizes");
@@ -248,6 +259,10 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     L.per_event = per_event;
     L.ntiers = (int64_t)ntiers;
     L.limit = (int64_t)limit;
+    L.max_running = max_running > 0 ? (int64_t)max_running : 0;
+    L.oom = (int8_t)oom;
+    L.capped = (int8_t)capped;
+    L.reason = (int8_t)oom;
     L.dp = dp;
     L.pp = pp;
     L.round_robin = round_robin;
@@ -257,12 +272,14 @@ static PyObject *decide(PyObject *self, PyObject *args) {
             goto fail;
         }
     L.res = (int64_t *)calloc((size_t)(dp * pp), sizeof(int64_t));
-    if (!L.res) { PyErr_NoMemory(); goto fail; }
+    L.running = (int64_t *)calloc((size_t)dp, sizeof(int64_t));
+    if (!L.res || !L.running) { free(L.res); free(L.running); PyErr_NoMemory(); goto fail; }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = run(&L, n, queue_policy, (int8_t)oom);
+    rc = run(&L, n, queue_policy);
     Py_END_ALLOW_THREADS
     free(L.res);
+    free(L.running);
     free(L.heap.a);
     if (rc == -1) { PyErr_NoMemory(); goto fail; }
     if (rc == -2) { PyErr_SetString(PyExc_RuntimeError, "simulation ended with requests still queued"); goto fail; }
@@ -275,7 +292,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"decide", decide, METH_VARARGS,
-     "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, round_robin, queue, oom, outcome, replica, admit,"
+     "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, max_running, round_robin, queue, oom, capped,"
+     " outcome, replica, admit,"
      " event_tiers, ends, end_times, per_event, event_times, event_replicas) -> (events, instant ends)"},
     {NULL, NULL, 0, NULL},
 };

@@ -180,7 +180,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     if compiled and kernel is None:
         raise RuntimeError("the compiled decision loop (csa_plan.planner.simulate.cdecide) is not built")
     cap = config.max_running  # the engine's running-request cap per replica (0: none)
-    if kernel is not None and not cap and _fits_int64(scn, ok, need):
+    if kernel is not None and _fits_int64(scn, ok, need):
         if progress:
             progress(0, n)
         flat = np.array([b for stages in need for b in stages], dtype=np.int64)
@@ -192,10 +192,10 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         ev_rep = np.empty(2 * n if per_event else 0, dtype=np.int32)
         nev, nends = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
                       np.ascontiguousarray(scn.hold_ns, dtype=np.int64), np.ascontiguousarray(scn.tier, dtype=np.int64),
-                      ok.view(np.int8), len(need), flat, dp, pp, limit or I64_MAX,
+                      ok.view(np.int8), len(need), flat, dp, pp, limit or I64_MAX, cap,
                       placement.router is Router.ROUND_ROBIN, config.policy is Policy.QUEUE,
-                      Outcome.OUT_OF_MEMORY.value, outcome, replica, admit, ev_signed, ends, end_times,
-                      per_event, ev_time, ev_rep)
+                      Outcome.OUT_OF_MEMORY.value, Outcome.RUNNING_CAP.value, outcome, replica, admit,
+                      ev_signed, ends, end_times, per_event, ev_time, ev_rep)
         if progress:
             progress(n, n)
         d = Decisions(outcome, replica, admit)

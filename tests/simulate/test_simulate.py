@@ -207,13 +207,13 @@ def mixes(draw):
     return (np.cumsum(gaps).tolist(), prompt, output, classes, placement,
             draw(st.sampled_from(list(Policy))), draw(st.sampled_from(list(Reserve))),
             draw(st.integers(0, 12)), draw(st.sampled_from([1000, 4096, 16_384])),
-            draw(st.sampled_from([1_000, 50_000])))
+            draw(st.sampled_from([1_000, 50_000])), draw(st.sampled_from([0, 0, 0, 1, 3])))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mixes())
 def test_fast_path_equals_ledger_replay(mix):
-    arrival, prompt, output, classes, placement, policy, reserve, slots, bucket, prefill = mix
+    arrival, prompt, output, classes, placement, policy, reserve, slots, bucket, prefill, max_running = mix
     wl = workload([a * 1_000_000 for a in arrival], prompt, output, classes)
     base = SimConfig(placement=placement, reserve=reserve, bucket=bucket, policy=policy, max_seq_len=65_536,
                      time=TimeModel(prefill_tok_s=prefill, tpot_ms=0.01))
@@ -221,7 +221,7 @@ def test_fast_path_equals_ledger_replay(mix):
     biggest = max(b.total_bytes for stages in probe.bundles for b in stages) if probe.bundles else 1
     limit = 0 if slots == 0 else slots * biggest // 3 + 1  # from 'never fits' to roomy
     scn = prepare(FLASH, wl, SimConfig(placement=placement, limit_bytes=limit, reserve=reserve, bucket=bucket,
-                                       policy=policy, max_seq_len=65_536, time=base.time))
+                                       policy=policy, max_seq_len=65_536, time=base.time, max_running=max_running))
     both(scn)
 
 
