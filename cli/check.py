@@ -51,6 +51,7 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
     from csa_plan.cli.render_budget import render_budget, write_budget_plot
 
+
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,

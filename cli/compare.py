@@ -35,9 +35,9 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""
-    from csa_plan.cli.console import esc, make_consoles
+    from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
-    from csa_plan.cli.plots import plot_compare, plotting_available
+    from csa_plan.cli.plots import plot_compare, require_plotting, say_written
     from csa_plan.cli.render_compare import render_compare
     from csa_plan.planner.commands.compare import CompareRequest, run_compare
     from csa_plan.planner.plan import PlanOptions
@@ -46,9 +46,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
         from csa_plan.planner.files import check_output_path
 
         check_output_path(plot_file, "--plot")
-    if plot_file is not None and not plotting_available():
-        click.echo("csa-plan: error: --plot needs matplotlib: pip install 'csa-plan[plot]'", err=True)
-        return EXIT_BAD_INPUT
+        require_plotting("--plot")
     from csa_plan.cli.render_budget import render_budget, write_budget_plot
 
     options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len,
@@ -73,6 +71,5 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     if plot_file is not None:
         plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)
-        if not as_json:
-            consoles.out.print(f"chart written to {esc(plot_file)}")
+        say_written(consoles, "plot", plot_file, as_json)
     return int(outcome.exit_code)

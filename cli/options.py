@@ -245,6 +245,9 @@ def deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
             from csa_plan.planner.files import check_output_path
 
             check_output_path(v["budget_plot"], "--budget-plot")  # before any work
+            from csa_plan.cli.plots import require_plotting
+
+            require_plotting("--budget-plot")
         deployment = Deployment(tp=v["tp"], pp=v["pp"], dp=v["dp"], ep=v["ep"], weights_bytes=v["weights"],
                                 reserved_bytes=v["reserved"])
         return func(*args, deployment=deployment, budget_plot=v["budget_plot"], **kwargs)

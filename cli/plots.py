@@ -10,9 +10,28 @@ from csa_plan.planner.reports.text import id_runs
 from csa_plan.planner.units import GiB
 
 
+PLOT_HINT = "pip install 'csa-plan[plot]'"
+
+
 def plotting_available() -> bool:
     """Whether matplotlib can be imported (without importing it)."""
     return importlib.util.find_spec("matplotlib") is not None
+
+
+def require_plotting(option: str = "--plot") -> None:
+    """The one behaviour for every chart option when matplotlib is missing: bad input (exit 2)
+    before any work, with the install hint, instead of a silent fallback."""
+    if not plotting_available():
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", option, f"needs matplotlib, which is not installed: {PLOT_HINT}")
+
+
+def say_written(consoles: Any, what: str, path: str, as_json: bool) -> None:
+    """Where the chart went: on stdout with the tables, on stderr beside --json (stdout stays JSON)."""
+    from csa_plan.cli.console import esc
+
+    (consoles.err if as_json else consoles.out).print(f"{what} written to {esc(path)}", highlight=False, soft_wrap=True)
 
 
 def _save(fig, path: str, **kwargs: Any) -> None:
@@ -34,18 +53,25 @@ def plot_simulate(series, path: str, title: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
+    from matplotlib.ticker import MaxNLocator
+
     seconds = series.edges_ns / 1e9
     fig, ax = plt.subplots(figsize=(10, 5))
     for devices, values in series.groups:
-        ax.step(seconds, values / GiB, where="post", label=f"devices {id_runs(list(devices))}")
+        ax.step(seconds, values / GiB, where="post", label=f"resident, devices {id_runs(list(devices))}")
     if series.limit_bytes:
-        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit")
+        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit per device")
     ax.set_xlabel("time (s)")
-    ax.set_ylabel("resident (GiB, max per bucket)")
+    ax.set_ylabel("resident per device (GiB, max per bucket)")
+    ax.set_ylim(bottom=0)  # bytes start at 0: a cropped axis would exaggerate every change
     ax2 = ax.twinx()
-    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="in flight")
+    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="requests in flight (all devices)")
     ax2.set_ylabel("requests in flight")
-    ax.legend(loc="upper left")
+    ax2.set_ylim(bottom=0)
+    ax2.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are whole
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = ax2.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, loc="upper left", fontsize=8)  # one legend for both axes
     ax.set_title(title)
     fig.tight_layout()
     try:
@@ -65,10 +91,19 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
     by_key = {r["key"]: r for r in report["results"]}
-    feasible = [r for r in report["results"] if r["feasible"] and r["sustainable_rate_per_s"] is not None]
-    others = [r for r in report["results"] if not r["feasible"] and r["sustainable_rate_per_s"] is not None]
+
+    def measured(r: dict[str, Any]) -> bool:  # a search ceiling is no rate: never plotted as one
+        return r["sustainable_rate_per_s"] is not None and r.get("rate_limited_by_memory", not r["at_least"])
+
+    feasible = [r for r in report["results"] if r["feasible"] and measured(r)]
+    others = [r for r in report["results"] if not r["feasible"] and measured(r)]
+    unbounded = [by_key[k] for k in report.get("not_limited_by_memory", [])]
     front = [by_key[k] for k in report["pareto_front"]]
     fig, ax = plt.subplots(figsize=(9, 5.5 + 0.15 * len(front)))
+    if unbounded:  # along the top edge, in axes coordinates: their rate is off the chart, not a value
+        ax.scatter([r["devices"] for r in unbounded], [0.97] * len(unbounded), marker="^", color="tab:green",
+                   transform=ax.get_xaxis_transform(), clip_on=False, zorder=3,
+                   label="not limited by memory within this trace (no measured rate)")
     if others:
         ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
                    color="lightgrey", label="not feasible at the target rate")
@@ -83,13 +118,15 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
             ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
                         textcoords="offset points", xytext=(-4, 6), ha="right")
     ax.set_xscale("log", base=2)
+    if feasible or others:
+        ax.set_yscale("log")  # rates span orders of magnitude across deployments
     ax.set_xlabel("devices (tp x pp x dp)")
-    ax.set_ylabel("sustainable rate (requests/s, no refusals)")
+    ax.set_ylabel("sustainable rate (requests/s, no refusals; log)")
     ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
                  f"points simulated, {report['grid']['skipped']} skipped")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)  # the top edge carries the not-limited markers
     ax.grid(True, alpha=0.3)
-    caption = "\n".join(f"{i}: {r['label']} ({fmt_rate(r['sustainable_rate_per_s'], r['at_least'])} req/s)"
+    caption = "\n".join(f"{i}: {r['label']} ({fmt_rate(r['sustainable_rate_per_s'])} req/s)"
                         for i, r in enumerate(front, 1))
     fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
     if caption:

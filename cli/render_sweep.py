@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-
+from csa_plan.cli.console import esc
 from csa_plan.cli.exit_codes import EXIT_OK
-from csa_plan.cli.format import fmt_rate
+from csa_plan.cli.format import fmt_rate, plural
+from csa_plan.cli.tables import KEY, TEXT, Col, print_table
+from csa_plan.planner.sweep.evaluate import NOT_LIMITED
 
 
 def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note: str | None = None) -> None:
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
     spec, grid, wl = report["spec"], report["grid"], report["workload"]
     by_key = {r["key"]: r for r in report["results"]}
     out.print(f"[bold]sweep {spec['name']}[/bold]: {wl['source']} ({wl['requests']:,} requests, "
@@ -30,46 +32,71 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
         first = next(s for s in report["skipped"]["points"] if s["reason"] == reason)
         out.print(f"    skipped {reason}: {count:,} (e.g. {first['label']}: {first['detail']})")
     ranked = report["ranked"]
+    unbounded = set(report.get("not_limited_by_memory", []))
     out.print(f"  feasible: {grid['feasible']:,} of {len(report['results']):,} simulated points")
     if ranked:
-        table = Table(title=f"ranked ({min(top, len(ranked))} of {len(ranked)})", show_header=True)
-        for col, just in (("#", "right"), ("point", "left"), ("devices", "right"), ("limit/dev", "right"),
-                          ("req/s", "right"), ("req/s/dev", "right"), ("wait p99", "right"), ("mean util", "right")):
-            table.add_column(col, justify=just)
+        cols = [Col("#", KEY), Col("point", TEXT), Col("devices"), Col("limit per device"), Col("req/s"),
+                Col("req/s per device"), Col("wait p99 (s)"), Col("mean util")]
+        rows = []
         for i, key in enumerate(ranked[:top], 1):
             r = by_key[key]
-            wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:.3f} s"
-            table.add_row(str(i), r["label"], str(r["devices"]), f"{r['point']['limit_bytes'] / 2**30:.1f} GiB",
-                          fmt_rate(r["sustainable_rate_per_s"], r["at_least"]),
-                          fmt_rate(r["rate_per_device_per_s"], r["at_least"]), wait, f"{r['mean_utilization']:.1%}")
-        out.print(table)
+            wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:,.3f}"
+            rate, per_dev = _rates(r)
+            rows.append([str(i), r["label"], f"{r['devices']:,}", f"{r['point']['limit_bytes'] / 2**30:,.1f} GiB",
+                         rate, per_dev, wait, f"{r['mean_utilization']:.1%}"])
+        print_table(out, f"ranked ({min(top, len(ranked)):,} of {len(ranked):,})", cols, rows)
+        if any(k in unbounded for k in ranked[:top]):
+            out.print(f"  {UNBOUNDED_CELL} = {NOT_LIMITED}: every request fits even at the search ceiling "
+                      f"(rate scale x{spec['search']['max_scale']:,.0f}), so the trace cannot measure this rate; "
+                      "such points are ordered by devices, never by the ceiling")
     infeasible = [r for r in report["results"] if not r["feasible"]]
     if infeasible:
         out.print(f"  not feasible: {len(infeasible):,} (e.g. {infeasible[0]['label']}: "
                   f"{'; '.join(infeasible[0]['violations'])})")
     render_front_text(out, report)
     if plot_note:
-        out.print(f"  plot: {plot_note}")
+        out.print(f"  plot: {esc(plot_note)}")
     ans = report["answer"]
     if ans is not None:
-        out.print(f"[bold]answer:[/bold] {ans['label']} — {ans['devices']} devices, sustainable "
-                  f"{fmt_rate(ans['sustainable_rate_per_s'], ans['at_least'])} req/s "
-                  f"(rate scale {ans['sustainable_rate_scale']:.4g}) (exit {report['exit_code']})")
+        if ans["key"] in unbounded:
+            how = f"sustainable rate {NOT_LIMITED}"
+        else:
+            how = (f"sustainable {fmt_rate(ans['sustainable_rate_per_s'])} req/s "
+                   f"(rate scale {ans['sustainable_rate_scale']:,.4g})")
+        out.print(f"[bold]answer:[/bold] {ans['label']} — {plural(ans['devices'], 'device')}, {how} "
+                  f"(exit {report['exit_code']})")
     else:
         out.print(f"[bold red]no point meets the constraints[/bold red] (exit {report['exit_code']})")
     if report["exit_code"] != EXIT_OK and ans is not None:  # pragma: no cover - exit code and answer agree
         out.print("[red]inconsistent exit code[/red]")
 
 
+UNBOUNDED_CELL = "not limited"
+
+
+def _rates(r: dict[str, Any]) -> tuple[str, str]:
+    """The req/s and req/s/device cells: measured rates, or 'not limited' (never the ceiling)."""
+    if r["sustainable_rate_per_s"] is None:
+        return "-", "-"
+    if not r.get("rate_limited_by_memory", not r["at_least"]):
+        return UNBOUNDED_CELL, "-"
+    return fmt_rate(r["sustainable_rate_per_s"]), fmt_rate(r["rate_per_device_per_s"])
+
+
 def render_front_text(out: Console, report: dict[str, Any]) -> None:
     """The Pareto front as text: one line per point, a bar for its sustainable rate."""
     by_key = {r["key"]: r for r in report["results"]}
     front = [by_key[k] for k in report["pareto_front"]]
-    if not front:
-        return
-    out.print("  Pareto front (devices vs sustainable rate; more devices only when they buy more rate):")
-    top = max(r["sustainable_rate_per_s"] for r in front) or 1.0
-    for r in front:
-        bar = "█" * max(1, round(30 * r["sustainable_rate_per_s"] / top))
-        out.print(f"    {r['devices']:>4} devices  {fmt_rate(r['sustainable_rate_per_s'], r['at_least']):>10} req/s  "
-                  f"{bar}  {r['label']}")
+    unbounded = [by_key[k] for k in report.get("not_limited_by_memory", [])]
+    if front:
+        out.print("  Pareto front (devices vs measured sustainable rate; more devices only when they buy more rate):")
+        top = max(r["sustainable_rate_per_s"] for r in front) or 1.0
+        width = max(len(plural(r["devices"], "device")) for r in front)
+        for r in front:
+            bar = "█" * max(1, round(30 * r["sustainable_rate_per_s"] / top))
+            out.print(f"    {plural(r['devices'], 'device'):>{width}}  {fmt_rate(r['sustainable_rate_per_s']):>10} "
+                      f"req/s  {bar}  {r['label']}")
+    if unbounded:
+        first = unbounded[0]
+        out.print(f"  {NOT_LIMITED}: {plural(len(unbounded), 'point')} (not on the front: no measured rate); "
+                  f"the fewest devices: {first['label']} ({plural(first['devices'], 'device')})")

@@ -70,7 +70,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar
-    from csa_plan.cli.plots import plot_simulate
+    from csa_plan.cli.plots import plot_simulate, require_plotting, say_written
     from csa_plan.cli.render_simulate import render_simulate
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.workloads import MixSettings, TraceOptions, parse_columns, parse_where
@@ -79,6 +79,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole simulation
         check_output_path(plot_path, "--plot")
+        require_plotting("--plot")
     consoles = make_consoles()
     d = deployment
     given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=d.tp, pp=d.pp, dp=d.dp, router=router,
@@ -112,4 +113,6 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
 
     emit(consoles.out, report, as_json, render)
     write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
+    if plot_path is not None and plot_note is None and outcome.series is not None:
+        say_written(consoles, "plot", plot_path, as_json)
     return int(outcome.exit_code)

@@ -34,7 +34,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     and rank those that meet the constraints; also print the Pareto front."""
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
-    from csa_plan.cli.plots import plot_sweep
+    from csa_plan.cli.plots import plot_sweep, require_plotting, say_written
     from csa_plan.cli.progress import progress_bar
     from csa_plan.cli.render_sweep import render_sweep
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
@@ -44,6 +44,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole sweep
         check_output_path(plot_path, "--plot")
+        require_plotting("--plot")
     consoles = make_consoles()
     show = consoles.err.is_terminal and not as_json
     if budget_plot is not None:
@@ -64,4 +65,6 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         plot_note = plot_sweep(report, plot_path)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     emit(consoles.out, report, as_json, lambda out, r: render_sweep(out, r, top=top, plot_note=plot_note))
+    if plot_path is not None and plot_note is None:
+        say_written(consoles, "plot", plot_path, as_json)
     return int(outcome.exit_code)

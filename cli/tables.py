@@ -83,8 +83,9 @@ def print_table(console: Console, title: str | None, cols: Sequence[Col], rows: 
         parts.append(keys + current)
     for n, part in enumerate(parts, 1):
         label = title
-        if len(parts) > 1:
-            label = f"{title or 'table'} (part {n} of {len(parts)}, folded to {width} columns)"
+        if len(parts) > 1:  # the title on its own line: a narrow part would wrap it word by word
+            console.print(f"{title or 'table'} (part {n} of {len(parts)}, folded to {width} columns)")
+            label = None
         table = Table(title=label, title_justify="left", box=box, show_header=show_header,
                       pad_edge=True, padding=padding, collapse_padding=False)
         for i in part:

@@ -29,7 +29,8 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
     points = {p.key: p.as_dict() for p in spec.points}
     varying = _varying(list(points.values()))
     c = spec.context
-    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.as_dict()} for r in ans.results]
+    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict()}
+               for r in ans.results]
     by_key = {r["key"]: r for r in results}
     ran = len(ans.results) - len(plan.resumed)
     report: dict[str, Any] = {
@@ -51,6 +52,7 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
         "results": results,
         "ranked": [r.key for r in ans.ranked],
         "pareto_front": [r.key for r in ans.front],
+        "not_limited_by_memory": [r.key for r in ans.unbounded],
         "answer": by_key[ans.best.key] if ans.best else None,
         "executor": executor_name,
         "elapsed_s": elapsed_s,

@@ -175,10 +175,24 @@ class PointResult:
     feasible: bool  # every constraint holds at the target rate
     violations: tuple[str, ...]
 
+    @property
+    def rate_measured(self) -> bool:
+        """The sustainable rate was found inside the search; False when the search reached its
+        ceiling (``at_least``): every rate the trace can be replayed at fits, so memory does not
+        limit the rate within this trace and the ceiling is no measurement."""
+        return self.sustainable_rate_scale is not None and not self.at_least
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["refusals"] = dict(self.refusals)
         d["violations"] = list(self.violations)
+        return d
+
+    def report_dict(self) -> dict[str, Any]:
+        """``as_dict`` plus the keys documents add (a resume line keeps ``as_dict`` exactly)."""
+        d = self.as_dict()
+        d["rate_limited_by_memory"] = self.rate_measured
+        d["rate_note"] = None if self.rate_measured or self.sustainable_rate_scale is None else NOT_LIMITED
         return d
 
     @staticmethod
@@ -248,22 +262,44 @@ def evaluate(task: Task) -> PointResult:
 # -- the answer ---------------------------------------------------------------------------
 
 
+NOT_LIMITED = "not limited by memory within this trace"
+
+
 def rank(results: list[PointResult], objective: Objective, order: Mapping[str, int]) -> list[PointResult]:
-    """Feasible points, best first; ties fall back to the other objective, then grid order."""
+    """Feasible points, best first; ties fall back to the other objective, then grid order.
+
+    A point whose rate search reached its ceiling has no measured rate (NOT_LIMITED): its
+    ceiling is never compared as if it were one. Memory does not limit it at any rate the
+    trace can be replayed at, so it goes before every measured point of the same standing
+    (the same device count; under rate_per_device, before all measured points), and such
+    points are ordered among themselves by devices, then grid order, never by the ceiling.
+    """
 
     def rate(r: PointResult) -> float:
-        return r.rate_per_device_per_s or 0.0
+        return (r.rate_per_device_per_s or 0.0) if r.rate_measured else 0.0
+
+    def measured(r: PointResult) -> int:  # 0: not limited by memory (better), 1: measured
+        return 1 if r.rate_measured or r.sustainable_rate_scale is None else 0
 
     feasible = [r for r in results if r.feasible]
     if objective is Objective.FEWEST_DEVICES:
-        return sorted(feasible, key=lambda r: (r.devices, -rate(r), order[r.key]))
-    return sorted(feasible, key=lambda r: (-rate(r), r.devices, order[r.key]))
+        return sorted(feasible, key=lambda r: (r.devices, measured(r), -rate(r), order[r.key]))
+    return sorted(feasible, key=lambda r: (measured(r), -rate(r), r.devices, order[r.key]))
+
+
+def not_limited(results: list[PointResult], order: Mapping[str, int]) -> list[PointResult]:
+    """Feasible points whose rate memory does not limit within the trace, fewest devices first."""
+    return sorted((r for r in results if r.feasible and r.sustainable_rate_scale is not None and not r.rate_measured),
+                  key=lambda r: (r.devices, order[r.key]))
 
 
 def pareto_front(results: list[PointResult], order: Mapping[str, int]) -> list[PointResult]:
-    """Feasible points no other feasible point beats on both devices (fewer) and sustainable rate (higher)."""
+    """Feasible points no other feasible point beats on both devices (fewer) and sustainable rate (higher).
+
+    Only measured rates take part: a ceiling (NOT_LIMITED) is no rate to compare, and is listed
+    apart (``not_limited``)."""
     best: dict[int, PointResult] = {}
-    for r in sorted((r for r in results if r.feasible and r.sustainable_rate_per_s is not None),
+    for r in sorted((r for r in results if r.feasible and r.sustainable_rate_per_s is not None and r.rate_measured),
                     key=lambda r: (r.devices, -(r.sustainable_rate_per_s or 0.0), order[r.key])):
         best.setdefault(r.devices, r)
     front, top = [], -1.0
@@ -330,7 +366,8 @@ def triage(spec: SweepSpec, done: Mapping[str, PointResult] | None = None) -> Tr
 class SweepAnswer:
     results: tuple[PointResult, ...]  # every evaluated point, in grid order
     ranked: tuple[PointResult, ...]  # feasible points, best first
-    front: tuple[PointResult, ...]  # Pareto front: devices vs sustainable rate
+    front: tuple[PointResult, ...]  # Pareto front: devices vs sustainable rate (measured rates only)
+    unbounded: tuple[PointResult, ...] = ()  # feasible, rate not limited by memory within the trace
 
     @property
     def best(self) -> PointResult | None:
@@ -341,4 +378,4 @@ def answer(spec: SweepSpec, results: list[PointResult]) -> SweepAnswer:
     order = {p.key: i for i, p in enumerate(spec.points)}
     in_order = sorted(results, key=lambda r: order[r.key])
     return SweepAnswer(tuple(in_order), tuple(rank(in_order, spec.objective, order)),
-                       tuple(pareto_front(in_order, order)))
+                       tuple(pareto_front(in_order, order)), tuple(not_limited(in_order, order)))

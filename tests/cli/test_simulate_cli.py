@@ -59,15 +59,23 @@ def test_find_capacity(csa):
     assert 0 < cap["rate_scale"] < 1 and r.json()["requests"]["refused"] == 0
 
 
-def test_plot_without_matplotlib_falls_back_to_sparkline(csa, tmp_path):
+def test_plot_without_matplotlib_is_bad_input_before_any_work(csa, tmp_path, monkeypatch):
+    """One behaviour for every --plot (issue 12): without matplotlib, exit 2 with the install hint
+    (the [plot] extra intact), nothing written; with it, the PNG and the path it went to."""
     path = tmp_path / "r.png"
     r = csa("simulate", JSONL, "--model", "deepseek-v4-pro", "--plot", str(path))
     assert r.code == 0
     try:
         import matplotlib  # noqa: F401
-        assert path.exists()
+        assert path.exists() and f"plot written to {path}" in r.out
     except ImportError:
-        assert "matplotlib is not installed" in r.out and "in flight" in r.out
+        assert r.code == 2
+    import csa_plan.cli.plots as plots
+
+    monkeypatch.setattr(plots, "plotting_available", lambda: False)
+    path.unlink(missing_ok=True)
+    r = csa("simulate", JSONL, "--model", "deepseek-v4-pro", "--plot", str(path))
+    assert r.code == 2 and "pip install 'csa-plan[plot]'" in r.err and not path.exists(), r.err
 
 
 def write(tmp_path, name, text):
