@@ -5,33 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+
+from csa_plan.cli.format import plural
+from csa_plan.cli.tables import KEY, TEXT, Col, print_table
 
 STYLE = {"pass": "green", "fail": "bold red", "n/a": "dim"}
 
 
 def render_run_gpu(console: Console, report: dict[str, Any]) -> None:
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
     o = report["options"]
     console.print(f"[bold]{report['model']}[/]  backend={report['backend']}  device={report['device']}")
-    console.print(f"  layers {o['layers']}  requests={o['requests']}  max_seq_len={o['max_seq_len']}  "
-                  f"prefill={report['prefill_len']}  steps={o['steps']}  limit="
-                  f"{'unlimited' if not o['limit_bytes'] else format(o['limit_bytes'], ',') + ' B'}"
-                  f"{'  (tiny geometry)' if o['tiny'] else ''}")
-    table = Table(title="Checks", title_justify="left")
-    for col in ("check", "layer", "result", "detail"):
-        table.add_column(col, overflow="fold")
-    for c in report["checks"]:
-        table.add_row(c["name"], "" if c["layer"] is None else str(c["layer"]),
-                      f"[{STYLE[c['status']]}]{c['status'].upper()}[/]", c["detail"])
-    console.print(table)
+    limit = "unlimited" if not o["limit_bytes"] else f"{o['limit_bytes']:,} B"
+    console.print(f"  layers {', '.join(str(l) for l in o['layers'])}  requests={o['requests']:,}  "
+                  f"max_seq_len={o['max_seq_len']:,}  prefill={report['prefill_len']:,}  steps={o['steps']:,}  "
+                  f"limit={limit}{'  (tiny geometry)' if o['tiny'] else ''}")
+    rows = [[c["name"], "" if c["layer"] is None else str(c["layer"]),
+             f"[{STYLE[c['status']]}]{c['status'].upper()}[/]", c["detail"]] for c in report["checks"]]
+    print_table(console, "Checks", [Col("check", TEXT), Col("layer"), Col("result", KEY), Col("detail", TEXT)], rows)
     if report["timings"]:
-        t = Table(title="Kernel times (median of 3 decode queries)", title_justify="left")
-        for col in ("layer", "kernel", "ms", "bytes", "GB/s"):
-            t.add_column(col, justify="right")
-        for r in report["timings"]:
-            t.add_row(str(r["layer"]), r["kernel"], f"{r['ms']:.4f}", "" if r["bytes"] is None else f"{r['bytes']:,}",
-                      "" if r["gb_per_s"] is None else f"{r['gb_per_s']:.1f}")
-        console.print(t)
+        rows = [[str(r["layer"]), r["kernel"], f"{r['ms']:,.4f}", "" if r["bytes"] is None else f"{r['bytes']:,}",
+                 "" if r["gb_per_s"] is None else f"{r['gb_per_s']:,.1f}"] for r in report["timings"]]
+        print_table(console, "Kernel times (median of 3 decode queries)",
+                    [Col("layer", KEY, "right"), Col("kernel", KEY, "right"), Col("ms"), Col("bytes"), Col("GB/s")],
+                    rows)
     failed = report["failed"]
-    verdict = "[bold green]ALL CHECKS PASSED[/]" if not failed else f"[bold red]{failed} CHECK(S) FAILED[/]"
+    verdict = ("[bold green]ALL CHECKS PASSED[/]" if not failed else
+               f"[bold red]{plural(failed, 'CHECK')} FAILED[/]")
     console.print(f"{verdict} (exit {report['exit_code']})")

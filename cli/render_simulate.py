@@ -5,26 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+
+from csa_plan.cli.console import esc
+from csa_plan.cli.tables import KEY, Col, print_table
 
 from csa_plan.cli.exit_codes import EXIT_OK
-from csa_plan.cli.format import fmt_bytes
+from csa_plan.cli.format import fmt_bytes, plural
 from csa_plan.planner.reports.text import id_runs
 
 
 
 def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note: str | None = None) -> None:
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
     dep, mem = report["deployment"], report["memory"]
     limit = mem["limit_bytes"]
     out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
-              f"({report['workload']['requests']:,} requests)")
+              f"({plural(report['workload']['requests'], 'request')})")
     for note in report["workload"]["notes"]:
         out.print(f"  note: {note}")
     split = f", stages {dep['stage_split']}" if "stage_split" in dep else ""
-    out.print(f"  deployment: tp {dep['tp']} x pp {dep['pp']} x dp {dep['dp']} = {dep['devices']} devices"
+    out.print(f"  deployment: tp {dep['tp']} x pp {dep['pp']} x dp {dep['dp']} = {plural(dep['devices'], 'device')}"
               f" ({dep['router']}){split}")
     out.print(f"  limit per device: {'unlimited' if not limit else fmt_bytes(limit)}; reserve {report['reserve']['mode']}"
-              + (f" (bucket {report['reserve']['bucket']})" if report['reserve']['mode'] == "fit" else "")
+              + (f" (bucket {report['reserve']['bucket']:,})" if report['reserve']['mode'] == "fit" else "")
               + f"; policy {report['policy']}; time x{report['time']['rate_scale']:g}")
     engine = report.get("engine")
     if engine:
@@ -44,9 +47,13 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
         if cap["rate_scale"] is None:
             out.print("[red]capacity: no rate scale down to 2^-20 meets the criterion[/red]")
         else:
-            bound = "at least " if cap["at_least"] else ""
-            out.print(f"[bold]capacity:[/bold] {bound}rate scale {cap['rate_scale']:.4g} ({cap['criterion']}; "
-                      f"{len(cap['probes'])} probes); the report below is at that scale")
+            if cap["at_least"]:
+                out.print(f"[bold]capacity:[/bold] not limited by memory within this trace: the search reached its "
+                          f"ceiling, rate scale {cap['rate_scale']:,.4g}, with {cap['criterion']} "
+                          f"({plural(len(cap['probes']), 'probe')}); the report below is at that scale")
+            else:
+                out.print(f"[bold]capacity:[/bold] rate scale {cap['rate_scale']:,.4g} ({cap['criterion']}; "
+                          f"{plural(len(cap['probes']), 'probe')}); the report below is at that scale")
     if "requests" not in report:
         return
     req = report["requests"]
@@ -58,20 +65,13 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
             out.print(f"    class {c['class']}: {c['admitted']:,} admitted, {c['refused']:,} refused")
     w = report["wait_s"]
     if w["p50"] is not None:
-        out.print(f"  wait: p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s, max {w['max']:.3f} s")
+        out.print(f"  wait: p50 {w['p50']:,.3f} s, p99 {w['p99']:,.3f} s, max {w['max']:,.3f} s")
     pk = report["peak"]
-    out.print(f"  peak, all devices: {fmt_bytes(pk['bytes'])} at {pk['at_s']:.3f} s; {pk['in_flight']:,} requests in flight at most")
-    classes = Table(title="per class (all devices)", show_header=True)
-    classes.add_column("class")
-    classes.add_column("at the total peak", justify="right")
-    classes.add_column("own maximum", justify="right")
-    for name, value in pk["by_class"].items():
-        classes.add_row(name, f"{value:,}", f"{pk['class_max'][name]:,}")
-    out.print(classes)
-    table = Table(title="per device", show_header=True)
-    for col, just in (("devices", "left"), ("stage", "right"), ("peak bytes", "right"), ("at s", "right"),
-                      ("mean util", "right"), ("peak util", "right"), ("final", "right")):
-        table.add_column(col, justify=just)
+    out.print(f"  peak, all devices: {fmt_bytes(pk['bytes'])} at {pk['at_s']:,.3f} s; "
+              f"{plural(pk['in_flight'], 'request')} in flight at most")
+    print_table(out, "per class (all devices)", [Col("class", KEY), Col("at the total peak"), Col("own maximum")],
+                [[name, f"{value:,}", f"{pk['class_max'][name]:,}"] for name, value in pk["by_class"].items()])
+    rows = []
     groups: dict[tuple, list[int]] = {}
     for d in report["devices"]:
         key = (d["replica"], d["stage"], d["peak_bytes"], d["peak_at_ns"], d["mean_utilization"], d["final_bytes"])
@@ -80,9 +80,11 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     for ids in groups.values():
         d = by_device[ids[0]]
         pct = (lambda v: "-" if v is None else f"{v:.1%}")
-        table.add_row(id_runs(ids), str(d["stage"]), fmt_bytes(d["peak_bytes"]), f"{d['peak_at_s']:.3f}",
-                      pct(d["mean_utilization"]), pct(d["peak_utilization"]), f"{d['final_bytes']:,}")
-    out.print(table)
+        rows.append([id_runs(ids), str(d["stage"]), fmt_bytes(d["peak_bytes"]),
+                     "-" if d["peak_at_s"] is None else f"{d['peak_at_s']:,.3f}",
+                     pct(d["mean_utilization"]), pct(d["peak_utilization"]), f"{d['final_bytes']:,}"])
+    print_table(out, "per device", [Col("devices", KEY), Col("stage"), Col("peak bytes"), Col("at s"),
+                                    Col("mean util"), Col("peak util"), Col("final")], rows)
     if series is not None:
         from csa_plan.planner.simulate.series import sparkline
 
@@ -92,7 +94,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
         top = int(series.in_flight.max()) if len(series.in_flight) else 0
         out.print(f"  {'in flight':>9} {sparkline(series.in_flight, top)}")
     if plot_note:
-        out.print(f"  plot: {plot_note}")
+        out.print(f"  plot: {esc(plot_note)}")
     baseline = "every device back at baseline (0 bytes)" if report["baseline_ok"] else "[red]NOT back at baseline[/red]"
     out.print(f"  teardown: {baseline}")
     if report["verified_against_ledger_replay"] is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -60,11 +59,9 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
     report = run_report(make_backend(backend), plan, model=model, limit=limit or 0, tp=tp, seed=seed, tiny=tiny)
     code = EXIT_CHECK_FAILED if report["failed"] else EXIT_OK
     report["exit_code"] = code
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        from csa_plan.cli.console import make_consoles
-        from csa_plan.cli.render_run_gpu import render_run_gpu
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.emit import emit
+    from csa_plan.cli.render_run_gpu import render_run_gpu
 
-        render_run_gpu(make_consoles().out, report)
+    emit(make_consoles().out, report, as_json, render_run_gpu)
     return code

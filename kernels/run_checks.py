@@ -142,11 +142,17 @@ def run_report(backend, plan, *, model: str, limit: int, tp: int, seed: int, tin
     """The csa-plan/run-gpu/v1 document (the CLI adds ``exit_code``)."""
     from csa_plan.kernels.backends import device_name
 
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.reports.vocabulary import device_limit, model_info
+
     result = run_checks(backend, plan, limit=limit, seed=seed)
     ds = plan.descriptors
+    spec = load_model(model, max_seq_len=ds[0].max_seq_len)  # its name and source, as every document gives them
     return {
         "schema": "csa-plan/run-gpu/v1",
         "model": model,
+        "model_info": model_info(spec.name, spec.source),
+        "device_limit": device_limit(limit),
         "backend": backend.name,
         "device": device_name(backend),
         "options": {"layers": [d.layer_id for d in ds], "requests": plan.requests,

@@ -80,7 +80,9 @@ def effective(plan: ModelPlan, field: str) -> Any:
 def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | None, exit_code: int) -> dict[str, Any]:
     o = plan.options
     m = plan.model
-    return {
+    from csa_plan.planner.reports.vocabulary import device_limit, model_info
+
+    report = {
         "schema": CHECK_SCHEMA,
         "model": {
             "name": m.name,
@@ -117,4 +119,10 @@ def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | 
             **(cap.as_dict() if cap else {}),
         },
     }
+    if report["memory"] is not None:
+        report["memory"].setdefault("limit_bytes", budget.limit_bytes)
+        report["memory"].setdefault("unlimited", False)
+    report["model_info"] = model_info(m.name, m.source)
+    report["device_limit"] = device_limit(budget.limit_bytes if budget is not None else None)
+    return report
 

@@ -13,7 +13,11 @@ def comparison_report(c: Comparison) -> dict[str, Any]:
     """The csa-plan/compare/v1 JSON document."""
     o = c.options
     lengths = sorted({d.max_seq_len for d in apply_options(c.model, o)})
+    from csa_plan.planner.reports.vocabulary import device_limit, model_info
+
     return {
+        "model_info": model_info(c.model.name, c.model.source),
+        "device_limit": device_limit(c.limit_bytes),
         "schema": COMPARE,
         "model": {"name": c.model.name, "source": c.model.source},
         "options": {"max_seq_len": lengths[0] if len(lengths) == 1 else lengths, "batch": o.batch, "query_len": o.query_len, "tp": o.tp,

@@ -6,6 +6,7 @@ from typing import Any
 
 from csa_plan.planner.reports.schemas import SIMULATE
 from csa_plan.planner.reports.text import id_runs
+from csa_plan.planner.reports.vocabulary import device_limit, model_info, waits
 from csa_plan.planner.workloads.formats import trace_document
 
 MAX_TIERS_LISTED = 64
@@ -36,6 +37,8 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
     if getattr(config, "engine", None) is not None and scn is not None:
         report["engine"] = config.engine.describe(spec, config, scn.max_seq_len)
         report["engine"]["max_running"] = config.max_running or None
+    report["model_info"] = model_info(spec.name, spec.source)
+    report["device_limit"] = device_limit(config.limit_bytes)
     if split is not None:
         report["deployment"]["stage_split"] = split.describe()
         report["deployment"]["stage_layers"] = [id_runs(list(ids)) for ids in split.layers]
@@ -58,8 +61,7 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
         "refusals": dict(result.refusals),
         "by_class": [{"class": n, "admitted": a, "refused": r} for n, a, r in result.by_class],
     }
-    report["wait_s"] = {"p50": seconds(result.wait_p50_ns), "p99": seconds(result.wait_p99_ns), "max": seconds(result.wait_max_ns)}
-    report["wait_ns"] = {"p50": result.wait_p50_ns, "p99": result.wait_p99_ns, "max": result.wait_max_ns}
+    report["wait_s"], report["wait_ns"] = waits(result.wait_p50_ns, result.wait_p99_ns, result.wait_max_ns)
     report["peak"] = {"bytes": result.peak_bytes, "at_s": seconds(result.peak_ns), "at_ns": result.peak_ns,
                       "by_class": result.at_peak.as_dict(), "class_max": result.class_max.as_dict(),
                       "in_flight": result.peak_in_flight}

@@ -25,16 +25,36 @@ def _label(point: dict[str, Any], axes: list[str]) -> str:
     return ", ".join(parts) or "the only point"
 
 
+def _model_info(ref: str) -> dict[str, Any]:
+    from csa_plan.planner.reports.vocabulary import model_info
+    from csa_plan.planner.sweep.evaluate import load_point_model
+
+    spec = load_point_model(ref, None)  # cached: every point of the grid names one of a few models
+    return model_info(spec.name, spec.source)
+
+
+def _shared(point: dict[str, Any], r) -> dict[str, Any]:
+    """The keys every document shares (planner/reports/vocabulary.py), per result."""
+    from csa_plan.planner.reports.vocabulary import device_limit, waits
+
+    wait_s, wait_ns = waits(p99_ns=r.wait_p99_ns, only_p99=True)
+    return {"model_info": _model_info(point["model"]), "device_limit": device_limit(point["limit_bytes"]),
+            "wait_s": wait_s, "wait_ns": wait_ns}
+
+
 def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
     points = {p.key: p.as_dict() for p in spec.points}
     varying = _varying(list(points.values()))
     c = spec.context
-    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict()}
+    results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict(),
+                **_shared(points[r.key], r)}
                for r in ans.results]
+    models = sorted({p.model for p in spec.points})
     by_key = {r["key"]: r for r in results}
     ran = len(ans.results) - len(plan.resumed)
     report: dict[str, Any] = {
         "schema": SWEEP,
+        "model_info": _model_info(models[0]) if len(models) == 1 else None,
         "spec": {"source": spec.source, "name": spec.name, "objective": spec.objective.value,
                  "constraints": {"zero_refusals": c.constraints.zero_refusals,
                                  "wait_p99_max_s": c.constraints.wait_p99_max_s,
