@@ -127,7 +127,8 @@ def _vllm_usable(c: StageContext) -> Usable:
 
 def _rope_tables(c: StageContext) -> int:
     """Distinct RoPE kinds on the stage: YaRN on compressed layers, plain on sliding-window ones."""
-    assert c.dims is not None
+    if c.dims is None:
+        return 0
     ratios = c.dims.ratios_of(c.layers)
     return int(any(r > 1 for r in ratios)) + int(any(r <= 1 for r in ratios))
 

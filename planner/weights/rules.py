@@ -15,7 +15,8 @@ from csa_plan.planner.weights.tensors import Inventory, Role, StoredDType
 VOCAB_PAD = 64  # DEFAULT_VOCAB_PADDING_SIZE in both engines' vocab_parallel_embedding.py
 
 
-def _ep(placement: Placement, allowed: str) -> int:
+def _ep(placement: Placement) -> int:
+    """--ep as given, else 1: neither engine turns expert parallelism on by default."""
     return placement.ep if placement.ep is not None else 1
 
 
@@ -40,7 +41,7 @@ def _common_checks(engine: str, inv: Inventory, p: Placement, g: Groups, where: 
 
 def _vllm_groups(p: Placement, experts: int) -> Groups:
     world = p.tp * p.dp
-    ep = _ep(p, "1 or tp x dp")
+    ep = _ep(p)
     _need(ep in (1, world), "--ep", f"vllm-0.33: expert parallelism is on or off (--enable-expert-parallel): "
           f"--ep is 1 or tp x dp = {world}, got {ep} (model_executor/layers/fused_moe/config.py:1198-1245)")
     ep_on = ep == world and world > 1
@@ -113,7 +114,7 @@ VLLM = ShardRules(
 
 def _sglang_groups(p: Placement, experts: int) -> Groups:
     world = p.tp * p.dp  # SGLang's tp_size; dp-attention splits it into dp groups of attn_tp = tp
-    ep = _ep(p, "a divisor of tp x dp")
+    ep = _ep(p)
     _need(ep >= 1 and world % ep == 0, "--ep", f"sglang-0.5.23: --ep {ep} does not divide tp x dp = {world} "
           "(moe_ep_setup.py:154, moe_tp = tp / ep)")
     return Groups(attn_tp=p.tp, dense_tp=world, embed=1 if p.dp > 1 else world, head=world,
