@@ -181,3 +181,21 @@ def test_default_length_reaches_multi_chunk_and_k_below_n():
         assert chunks >= 2, d
         if d.compression_ratio == 4:
             assert d.index_topk == 1024 and g.records // 2 > 1024  # k < n from the first decode step
+
+
+def test_plan_check_is_two_checks_with_stated_tolerances():
+    """Pool bookkeeping (0 B beyond the 512-B rounding) and the driver (+-2 MiB per buffer), apart."""
+    import numpy as np
+
+    from csa_plan.kernels.run_checks import DRIVER_PAGE, driver_check, pool_check
+
+    arrays = [np.zeros(1000, np.uint8), np.zeros(3, np.float32)]  # 1,000 B -> 1,024; 12 B -> 512
+    base = {"pool_used": 0, "pool_total": 0, "free": 10 * 2**30}
+    good = {"pool_used": 1536, "pool_total": 1536, "free": base["free"] - 2 * 2**20}
+    ok, detail, used = pool_check(1012, arrays, base, good)
+    assert ok and used == 1536 and "rounding to 512 B (524 B) exactly (tolerance 0 B)" in detail
+    assert not pool_check(1012, arrays, base, dict(good, pool_used=2048))[0]
+    ok, detail, driver = driver_check(arrays, base, good)
+    assert ok and driver == 2 * 2**20 and "tolerance +-4,194,304 B = 2 buffers x 2 MiB" in detail
+    far = dict(good, free=base["free"] - 1536 - 2 * DRIVER_PAGE - 1)
+    assert not driver_check(arrays, base, far)[0]  # another process took memory: the check says so
