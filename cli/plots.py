@@ -118,7 +118,10 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
             ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
                         textcoords="offset points", xytext=(-4, 6), ha="right")
     ax.set_xscale("log", base=2)
-    if feasible or others:
+    devices = [r["devices"] for r in report["results"]]
+    if devices:  # set, not autoscaled: points drawn in axes coordinates alone leave no data limits
+        ax.set_xlim(min(devices) / 1.4, max(devices) * 1.4)
+    if any((r["sustainable_rate_per_s"] or 0) > 0 for r in feasible + others):
         ax.set_yscale("log")  # rates span orders of magnitude across deployments
     ax.set_xlabel("devices (tp x pp x dp)")
     ax.set_ylabel("sustainable rate (requests/s, no refusals; log)")

@@ -66,7 +66,18 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None, engine: str | None,
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
-    through per-device ledgers and report peaks, refusals and waits."""
+    through per-device ledgers and report peaks, refusals and waits.
+
+    \b
+    A JSONL line: {"arrival_s": 0.25, "prompt_tokens": 1200, "output_tokens": 300}
+    A CSV trace: TIMESTAMP, ContextTokens, GeneratedTokens (Azure), or --columns.
+    A YAML mix: model, requests or duration_s, seed, classes (each with rate,
+    prompt and output distributions), and any option below under its own name
+    (README: "csa-plan simulate").
+
+    Token counts everywhere: 128k = 128,000 and 128K = 131,072 (vLLM's
+    convention), 1e6 and 1,000,000 work too.
+    """
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar

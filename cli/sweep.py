@@ -31,7 +31,20 @@ For sweep: 0 some point meets every constraint (the answer is the first ranked),
 def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, as_json: bool,
           plot_path: str | None, deployment, budget_plot: str | None) -> int:
     """Expand the grid of SPEC (YAML), skip the points that cannot work, simulate the rest,
-    and rank those that meet the constraints; also print the Pareto front."""
+    and rank those that meet the constraints; also print the Pareto front.
+
+    \b
+    SPEC keys: name, workload (a trace or mix, relative to SPEC), sort, seed, time
+    (prefill_tok_s, tpot_ms), grid (each axis a
+    value or a list: model, device, reserved, tp, pp, dp, router, reserve, policy,
+    layout, engine, rate_scale, max_seq_len), objective (fewest_devices or
+    rate_per_device), constraints (zero_refusals, wait_p99_max_s,
+    min_mean_utilization), search (rel_tol, min_scale, max_scale).
+    Example: examples/sweeps/small.yaml; README: "csa-plan sweep".
+
+    A point whose rate search reaches its ceiling is "not limited by memory within
+    this trace": listed apart, never ranked or plotted by that ceiling.
+    """
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.plots import plot_sweep, require_plotting, say_written
