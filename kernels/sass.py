@@ -48,6 +48,18 @@ def find_tool(name: str) -> str | None:
     return next((c for c in cands if Path(c).exists()), None)
 
 
+SASS_TOOLS = ("nvcc", "cuobjdump", "nvdisasm")  # cuobjdump -sass runs nvdisasm for sm_90
+
+
+def missing_sass_tools() -> str | None:
+    """Why SASS cannot be read here (each tool and where it was looked for), or None."""
+    found = {name: find_tool(name) for name in SASS_TOOLS}
+    if all(found.values()):
+        return None
+    return "needs " + ", ".join(f"{n}: {p or 'not found'}" for n, p in found.items()) + \
+        " (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, or the CUDA toolkit)"
+
+
 @dataclass(frozen=True)
 class Resources:
     registers: int
@@ -142,7 +154,11 @@ def disassemble(cubin: Path, resources: dict[str, Resources], cuobjdump: str | N
     tool = cuobjdump or find_tool("cuobjdump")
     if tool is None:
         raise FileNotFoundError("cuobjdump not found")
-    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
+    env = dict(os.environ)
+    nvdisasm = find_tool("nvdisasm")
+    if nvdisasm:  # cuobjdump finds it through PATH or NVDISASM_PATH
+        env["NVDISASM_PATH"] = str(Path(nvdisasm).parent)
+    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
     out: dict[str, Kernel] = {}

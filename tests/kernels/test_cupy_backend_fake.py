@@ -30,15 +30,9 @@ import pytest
 
 from csa_plan.kernels.backends import REFERENCE_KERNELS
 
-try:
-    from csa_plan.kernels.backends import build_emulator
+from helpers.emulator import requires_emulator
 
-    build_emulator()
-    SKIP = None
-except Exception as exc:  # no g++
-    SKIP = f"kernel emulator cannot be built: {exc}"
-
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+pytestmark = requires_emulator
 
 
 def _load_fake():

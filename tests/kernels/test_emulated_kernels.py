@@ -15,20 +15,10 @@ from csa_plan.kernels import oracle as O
 ATOL = 1e-5
 SCORE_RTOL = 1e-5  # index scores: relative to the largest |score|
 
-try:
-    from csa_plan.kernels.backends import EmulatedBackend, EmulationError, build_emulator, emulator_library
+from csa_plan.kernels.backends import EmulationError, emulator_library
 
-    build_emulator()
-    SKIP = None
-except Exception as exc:  # no g++: say so
-    SKIP = f"kernel emulator cannot be built: {exc}"
-
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
-
-
-@pytest.fixture(scope="module")
-def be():
-    return EmulatedBackend()
+from helpers.emulator import requires_emulator
+pytestmark = requires_emulator
 
 
 CSA = O.Geometry(ratio=4, num_heads=4, max_seq_len=256, window=16, index_heads=4, index_topk=8)

@@ -9,19 +9,13 @@ group), that src-size zero-fills, and that a misaligned address is an error.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from csa_plan.kernels import oracle as O
 
-try:
-    from csa_plan.kernels.backends import build_emulator, emulator_library
+from csa_plan.kernels.backends import emulator_library
 
-    build_emulator()
-    SKIP = None
-except Exception as exc:  # no g++: say so
-    SKIP = f"kernel emulator cannot be built: {exc}"
-
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+from helpers.emulator import requires_emulator
+pytestmark = requires_emulator
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:

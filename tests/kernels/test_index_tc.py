@@ -14,22 +14,11 @@ import pytest
 
 from csa_plan.kernels import oracle as O
 
+from helpers.emulator import requires_emulator
+
 SCORE_RTOL = 1e-5
 
-try:
-    from csa_plan.kernels.backends import EmulatedBackend, build_emulator
-
-    build_emulator()
-    SKIP = None
-except Exception as exc:  # no g++: say so
-    SKIP = f"kernel emulator cannot be built: {exc}"
-
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
-
-
-@pytest.fixture(scope="module")
-def be():
-    return EmulatedBackend()
+pytestmark = requires_emulator
 
 
 def _keys(rng, n):

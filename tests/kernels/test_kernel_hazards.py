@@ -16,24 +16,14 @@ import pytest
 
 from csa_plan.kernels import oracle as O
 
-try:
-    from csa_plan.kernels.backends import EmulatedBackend, build_emulator, emulator_library
+from csa_plan.kernels.backends import emulator_library
 
-    build_emulator()
-    SKIP = None
-except Exception as exc:  # no g++
-    SKIP = f"kernel emulator cannot be built: {exc}"
-
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+from helpers.emulator import requires_emulator
+pytestmark = requires_emulator
 
 NAN = np.float32(np.nan)
 NEG_NAN = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
 DENORMS = np.array([1, 2, 3, 0x7FFFFF], np.uint32).view(np.float32)  # smallest .. largest positive denormal
-
-
-@pytest.fixture(scope="module")
-def be():
-    return EmulatedBackend()
 
 
 def _topk(be, s, k):

@@ -20,10 +20,8 @@ from csa_plan.kernels import sass as S
 from csa_plan.kernels.backends import INDEX_TC_THREADS
 from csa_plan.kernels.tc_geometry import attn_tc_launch
 
-NVCC, CUOBJDUMP = S.find_tool("nvcc"), S.find_tool("cuobjdump")
-pytestmark = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None,
-                                reason=f"needs nvcc and cuobjdump (nvcc: {NVCC or 'not found'}, cuobjdump: "
-                                       f"{CUOBJDUMP or 'not found; pip install nvidia-cuda-cuobjdump'})")
+MISSING = S.missing_sass_tools()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 @pytest.fixture(scope="module")

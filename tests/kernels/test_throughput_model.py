@@ -23,8 +23,7 @@ sys.modules.setdefault("throughput_model", M)  # dataclasses look their module u
 spec.loader.exec_module(M)
 
 
-@pytest.mark.skipif(S.find_tool("nvcc") is None or S.find_tool("cuobjdump") is None,
-                    reason="needs nvcc and cuobjdump to re-read the SASS (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.skipif(S.missing_sass_tools() is not None, reason=f"re-reading the SASS {S.missing_sass_tools()}")
 def test_recorded_counts_are_the_current_sass():
     fresh = {k: asdict(v) for k, v in M.read_counts().items()}
     recorded = {k: asdict(v) for k, v in M.load_counts().items()}
