@@ -161,8 +161,8 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
     """One row per profile and engine (all registered ones by default), ``exact`` as the reference.
     ``engine_limits`` gives an engine its own KV memory (its device budget) instead of ``limit_bytes``.
 
-    A model with a refused layer gets no 'requests that fit' (None) from a profile: its totals
-    leave the refused layers out, and a count from them would not be an answer.
+    A model with a refused layer gets no 'requests that fit' (None) from a profile or an engine:
+    the totals leave the refused layers out, and a count from them would not be an answer.
     """
     if profiles is None and engines is None:
         names, engine_names = tuple(PROFILES), tuple(ENGINES)
@@ -172,7 +172,8 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
         get_profile(name)
     for name in engine_names:
         get_engine(name)
-    exact_total = plan_model(model, replace(options, layout="exact")).per_request_per_device_bytes
+    exact_plan = plan_model(model, replace(options, layout="exact"))
+    exact_total = exact_plan.per_request_per_device_bytes
     rows = []
     refused: tuple[int, ...] = ()
     for name in names:
@@ -202,7 +203,8 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
     for name in engine_names:
         try:
             limit = engine_limits.get(name, limit_bytes) if engine_limits else limit_bytes
-            rows.append(engine_row(name, model, options, exact_total, limit))
+            # A model the gate refuses gets no count from an engine either (the same rule as the profiles).
+            rows.append(engine_row(name, model, options, exact_total, None if exact_plan.refusals else limit))
         except EngineRefused as exc:
             engine_refusals.append(exc.refusal)
     return Comparison(model=model, options=options, limit_bytes=limit_bytes, rows=tuple(rows),

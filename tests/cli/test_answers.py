@@ -190,3 +190,13 @@ def test_unknown_spec_field_suggests(csa, tmp_path):
     spec.write_text("num_head: 16\nlayers:\n  - compression_ratio: 4\n")
     r = csa("check", str(spec))
     assert r.code == 2 and "did you mean 'num_heads'" in r.err
+
+
+def test_compare_engine_rows_give_no_count_for_a_refused_model(csa):
+    """At 2M tokens every compressed layer is refused: no profile and no engine row may count requests."""
+    r = csa("compare", "deepseek-v4-pro", "--max-seq-len", "2000000", "--device-memory", "h200", "--json")
+    doc = r.json()
+    assert r.code == 3 and doc["refused_layers"]
+    engines = [row for row in doc["profiles"] if row.get("kind") == "engine"]
+    assert engines, "the engine rows are part of the comparison"
+    assert all(row["requests_that_fit"] is None for row in doc["profiles"])
