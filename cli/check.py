@@ -8,7 +8,7 @@ import click
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import CACHE_FORMAT, COUNT, SIZE, TOKENS_HELP, SuggestChoice, bad_input_exits, deployment_options, engine_options, enum_choice
+from csa_plan.cli.options import CACHE_FORMAT, COUNT, SIZE, bad_input_exits, deployment_options, engine_options, enum_choice
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
 

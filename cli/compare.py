@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP, EXIT_BAD_INPUT
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_options
 
 

@@ -10,7 +10,6 @@ index scores, top-k ids and the attention partial states.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np

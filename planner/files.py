@@ -25,8 +25,6 @@ from typing import Callable, Iterator
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.text import excerpt
 
-from csa_plan.planner.limits import MAX_SPEC_BYTES  # noqa: F401  (re-exported: sweep specs)
-
 _READ_CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 

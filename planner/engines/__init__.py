@@ -15,7 +15,6 @@ model replaced them.
 
 from __future__ import annotations
 
-from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import group_bytes, swa_ring_bytes
 from csa_plan.planner.engines.base import LayoutProfile
 from csa_plan.planner.engines.bf16_reference import BF16_REFERENCE
@@ -35,14 +34,6 @@ __all__ = ["EXACT", "PROFILES", "LayoutProfile", "get_profile"]
 
 
 def get_profile(name: str, source: str = "options", field: str = "--layout") -> LayoutProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        from csa_plan.planner.engines.registry import retired_message
+    from csa_plan.planner.engines.registry import lookup
 
-        retired = retired_message(name)
-        if retired:
-            raise BadInput(source, field, retired) from None
-        from csa_plan.planner.suggest import unknown_problem
-
-        raise BadInput(source, field, unknown_problem("layout", name, PROFILES)) from None
+    return lookup("layout", PROFILES, name, source, field)

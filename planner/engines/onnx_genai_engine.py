@@ -22,7 +22,7 @@ from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefu
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
 from csa_plan.planner.engines.onnx_genai import b6_group_bytes
 from csa_plan.planner.engines.settings import EngineSettings, check_accepted
-from csa_plan.planner.layout import GroupBytes, StateClass, swa_ring_bytes
+from csa_plan.planner.layout import GroupBytes, swa_ring_bytes
 
 ENGINE = "onnx-genai"
 SRC = "justinchuby/onnx-genai crates/onnx-runtime-ep-cuda/src/kernels/csa_device_state.rs @2a7703a4"

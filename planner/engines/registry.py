@@ -7,11 +7,15 @@ name is bad input listing the known ones, and the retired per-layer ``--layout v
 
 from __future__ import annotations
 
+from typing import Mapping, TypeVar
+
 from csa_plan.planner.engines.engine import EngineModel
 from csa_plan.planner.engines.onnx_genai_engine import ONNX_GENAI
 from csa_plan.planner.engines.sglang_0_5_23 import SGLANG_0523
 from csa_plan.planner.engines.vllm_0_33 import VLLM_033
 from csa_plan.planner.errors import BadInput
+
+T = TypeVar("T")
 
 ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033, SGLANG_0523, ONNX_GENAI)}
 
@@ -30,13 +34,18 @@ def retired_message(name: str) -> str | None:
             f"use --engine {new}")
 
 
-def get_engine(name: str, source: str = "options", field: str = "--engine") -> EngineModel:
+def lookup(kind: str, registry: Mapping[str, T], name: str, source: str, field: str) -> T:
+    """``registry[name]``, else bad input: the replacement of a retired layout, or the closest name."""
     try:
-        return ENGINES[name]
+        return registry[name]
     except KeyError:
         retired = retired_message(name)
         if retired:
             raise BadInput(source, field, retired) from None
         from csa_plan.planner.suggest import unknown_problem
 
-        raise BadInput(source, field, unknown_problem("engine", name, ENGINES)) from None
+        raise BadInput(source, field, unknown_problem(kind, name, registry)) from None
+
+
+def get_engine(name: str, source: str = "options", field: str = "--engine") -> EngineModel:
+    return lookup("engine", ENGINES, name, source, field)

@@ -42,7 +42,7 @@ from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefu
 from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
 from csa_plan.planner.engines.vllm_kv import KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups
 from csa_plan.planner.layout import FP32_BYTES, StateClass
-from csa_plan.planner.units import GiB, ceil_div
+from csa_plan.planner.units import GiB
 
 ENGINE = "vllm-0.33"
 SRC = "vllm-0.33.0"

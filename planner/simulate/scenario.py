@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.units import NS_PER_S, ceil_div, round_up
+from csa_plan.planner.units import NS_PER_S, round_up
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.placement import Placement, StageSplit, split_stages, stage_bundles

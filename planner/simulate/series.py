@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from csa_plan.planner.simulate.fast import Decisions, group_levels, timeline
-from csa_plan.planner.simulate.scenario import Outcome, Scenario
+from csa_plan.planner.simulate.scenario import Scenario
 
 if TYPE_CHECKING:
     import numpy as np

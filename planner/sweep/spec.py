@@ -21,7 +21,8 @@ from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.units import NS_PER_S, ceil_div
-from csa_plan.planner.files import MAX_SPEC_BYTES, hash_file, path_kind, read_text
+from csa_plan.planner.files import hash_file, path_kind, read_text
+from csa_plan.planner.limits import MAX_SPEC_BYTES
 from csa_plan.planner.limits import (MAX_DEVICES, MAX_DP, MAX_PP, MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TP,
                                      MAX_TPOT_MS, MAX_WAIT_S, MIN_RATE_SCALE, MIN_REL_TOL)
 from csa_plan.planner.values import check_keys, read_bool, read_int, read_mapping, read_number, read_str

@@ -20,7 +20,7 @@ from typing import Callable
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
-from csa_plan.planner.units import ceil_div, round_up
+from csa_plan.planner.units import ceil_div
 from csa_plan.planner.weights.tensors import Inventory, Quant, Role, StoredDType, Weight
 
 

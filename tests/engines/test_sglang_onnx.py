@@ -19,16 +19,6 @@ SGL = get_engine("sglang-0.5.23")
 SWA_PAGE = 149_760  # 256 x 584 -> 260 x 576
 
 
-@pytest.fixture(scope="module")
-def pro():
-    return load_model("deepseek-v4-pro")
-
-
-@pytest.fixture(scope="module")
-def flash():
-    return load_model("deepseek-v4-flash")
-
-
 def plan(model, length=ONE_M, **settings):
     return SGL.configure(model, EngineSettings(**settings), length)
 

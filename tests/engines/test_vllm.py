@@ -19,16 +19,6 @@ ONE_M = 1 << 20
 VLLM = get_engine("vllm-0.33")
 
 
-@pytest.fixture(scope="module")
-def pro():
-    return load_model("deepseek-v4-pro")
-
-
-@pytest.fixture(scope="module")
-def flash():
-    return load_model("deepseek-v4-flash")
-
-
 def plan(model, length=ONE_M, **settings):
     return VLLM.configure(model, EngineSettings(**settings), length)
 
