@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.values import read_int, read_mapping, read_str
-from csa_plan.planner.weights.tensors import Inventory, Quant, Role, StoredDType, Weight, linear, plain
+from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
+                                               plain)
 
 SOURCE = "DeepSeek-V4 reference inference code (inference/model.py)"
 FP8_BLOCK = 128
@@ -186,9 +187,11 @@ def _block(s: V4Shape, prefix: str, layer: int, *, is_mtp: bool) -> list[Weight]
         out.append(plain(f"{f}.gate.tid2eid", Role.TID2EID, (s.vocab, s.experts_per_token), StoredDType.I64, **where))
     else:
         out.append(plain(f"{f}.gate.bias", Role.ROUTER_BIAS, (s.routed_experts,), StoredDType.F32, **where))
-    for e in range(s.routed_experts):
-        x = f"{f}.experts.{e}"
-        ew = {**where, "expert": e}
+    if s.routed_experts:
+        # One entry per linear stands for all routed experts (identical shapes); names use the
+        # checkpoint's pattern with the expert range in brackets.
+        x = f"{f}.experts.{expert_span(0, s.routed_experts)}"
+        ew = {**where, "expert": 0, "copies": s.routed_experts}
         out += [
             linear(f"{x}.w1", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
             linear(f"{x}.w2", Role.EXPERT_W2, s.hidden, s.moe_inter, s.experts, **ew),

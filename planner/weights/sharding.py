@@ -138,10 +138,10 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
     for j in range(inventory.num_mtp_layers):
         stage_of[inventory.num_main_layers + j] = pp - 1  # the drafter runs beside the last stage
     totals = [dict.fromkeys(Part, 0) for _ in range(pp)]
-    for w, count in compact(inventory):
+    for w in inventory.weights:
         if w.is_mtp and not mtp:
             continue
-        n = min(count, g.local_experts) if w.expert is not None else count
+        n = min(w.copies, g.local_experts) if w.expert is not None else w.copies
         if not n:
             continue
         part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
@@ -155,40 +155,6 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
                      devices, sum(totals[s].values()), tuple((p, b) for p, b in totals[s].items() if b))
         for s in range(pp))
     return DeviceWeights(rules.name, placement, g.moe_ep, g.moe_tp, mtp, stages, rules.sources)
-
-
-_COMPACT: dict[int, tuple[Inventory, tuple[tuple[Weight, int], ...]]] = {}
-
-
-def compact(inventory: Inventory) -> tuple[tuple[Weight, int], ...]:
-    """The inventory with each layer's identical routed experts collapsed into one entry and a count
-    (the first expert stands for them). Cached by identity: inventories are immutable, and the
-    cache keeps each one alive so its id is not reused."""
-    hit = _COMPACT.get(id(inventory))
-    if hit is not None and hit[0] is inventory:
-        return hit[1]
-    if len(_COMPACT) >= 8:
-        _COMPACT.clear()
-    result = _compact(inventory)
-    _COMPACT[id(inventory)] = (inventory, result)
-    return result
-
-
-def _compact(inventory: Inventory) -> tuple[tuple[Weight, int], ...]:
-    out: list[tuple[Weight, int]] = []
-    index: dict[tuple[object, ...], int] = {}
-    for w in inventory.weights:
-        if w.expert is None:
-            out.append((w, 1))
-            continue
-        key = (w.layer, w.is_mtp, w.role, w.tensor.name.rsplit(".", 2)[-2], w.logical, w.quant)
-        if key in index:
-            first, count = out[index[key]]
-            out[index[key]] = (first, count + 1)
-        else:
-            index[key] = len(out)
-            out.append((w, 1))
-    return tuple(out)
 
 
 def routed_experts(inventory: Inventory) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
+from typing import Iterator
 
 from csa_plan.planner.units import ceil_div
 
@@ -137,7 +138,9 @@ class Weight:
 
     ``logical`` is the shape before packing (``[out, in]`` for linears); ``layer`` is the
     decoder-layer id (MTP layers continue after the main layers), None at model level;
-    ``expert`` is the routed-expert id, None elsewhere.
+    ``expert`` is the first routed-expert id, None elsewhere. ``copies`` identical weights
+    share one entry (a layer's routed experts ``expert .. expert + copies - 1``), so a model
+    with 256 experts per layer is a few thousand entries, not ~73,000; sizes count every copy.
     """
 
     role: Role
@@ -148,18 +151,46 @@ class Weight:
     layer: int | None = None
     is_mtp: bool = False
     expert: int | None = None
+    copies: int = 1
 
     @property
     def tensors(self) -> tuple[TensorSpec, ...]:
+        """The stored tensors of one copy."""
         return (self.tensor, *self.scales)
 
     @property
-    def nbytes(self) -> int:
+    def tensor_count(self) -> int:
+        return len(self.tensors) * self.copies
+
+    def stored_tensors(self) -> Iterator[TensorSpec]:
+        """Every copy's tensors under the checkpoint's own names (``experts.[0-255].w1`` -> ``experts.7.w1``)."""
+        if self.copies == 1:
+            yield from self.tensors
+            return
+        first = self.expert or 0
+        span = expert_span(first, self.copies)
+        for e in range(first, first + self.copies):
+            for t in self.tensors:
+                yield TensorSpec(t.name.replace(span, str(e)), t.shape, t.dtype)
+
+    @property
+    def copy_nbytes(self) -> int:
         return sum(t.nbytes for t in self.tensors)
 
     @property
+    def nbytes(self) -> int:
+        """Every copy's bytes."""
+        return self.copy_nbytes * self.copies
+
+    @property
     def elements(self) -> int:
-        return sum(t.elements for t in self.tensors)
+        """Every copy's stored elements."""
+        return sum(t.elements for t in self.tensors) * self.copies
+
+
+def expert_span(first: int, copies: int) -> str:
+    """How an entry that stands for several experts writes their ids in its tensor names."""
+    return f"[{first}-{first + copies - 1}]"
 
 
 def linear(name: str, role: Role, out_features: int, in_features: int, quant: Quant,
@@ -193,7 +224,7 @@ class Inventory:
 
     @cached_property
     def tensor_count(self) -> int:
-        return sum(len(w.tensors) for w in self.weights)
+        return sum(w.tensor_count for w in self.weights)
 
     @cached_property
     def element_count(self) -> int:

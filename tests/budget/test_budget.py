@@ -135,7 +135,7 @@ def test_a_checkpoint_directory_is_measured_and_the_gap_is_shown(tmp_path, csa):
     c = read_model_config(FLASH)
     inv = inventory_for(c.data, c.source)
     # a checkpoint that is the inventory plus one extra tensor of 1 MiB
-    tensors = {t.name: (t.dtype.value, t.shape, t.dtype.itemsize) for w in inv.weights for t in w.tensors}
+    tensors = {t.name: (t.dtype.value, t.shape, t.dtype.itemsize) for w in inv.weights for t in w.stored_tensors()}
     tensors["extra.weight"] = ("U8", (1 << 20,), 1)
     write_shard(tmp_path / "model-00001-of-00001.safetensors", tensors)
     doc = csa("check", str(tmp_path), "--device-memory", "h200", "--tp", "8", "--engine", "vllm-0.33",
