@@ -11,6 +11,12 @@ Markup is the other half: renderers print rich markup of their own (``[bold]``,
 in a report document (the values, not the keys) before a renderer sees it (``cli.emit``
 does it for every command), so no renderer has to remember which field came from
 where; ``esc`` does the same for one string.
+
+Both halves are applied twice on purpose: ``escaped`` also runs ``printable`` on every
+value, with public API only, so a report's text is safe before rich sees it even if a
+rich release stopped calling ``Console._render_buffer`` (the private hook SafeConsole
+overrides for text that renderers build themselves); ``tests/cli/test_console.py`` fails
+if that hook is ever bypassed.
 """
 
 from __future__ import annotations
@@ -45,14 +51,14 @@ def make_consoles() -> Consoles:
 
 
 def esc(value: Any) -> str:
-    """``str(value)`` with every ``[`` that could open a rich tag escaped."""
-    return escape(str(value))
+    """``str(value)`` with control characters and every ``[`` that could open a rich tag escaped."""
+    return escape(printable(str(value), keep_newlines=True))
 
 
 def escaped(doc: Any) -> Any:
-    """A copy of a report document with every string value escaped for rich markup."""
+    """A copy of a report document with every string value escaped for the terminal and rich markup."""
     if isinstance(doc, str):
-        return escape(doc)
+        return esc(doc)
     if isinstance(doc, dict):
         return {k: escaped(v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
