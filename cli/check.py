@@ -44,12 +44,10 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
-    from csa_plan.cli.render_check import render_check
-    from csa_plan.cli.render_engine import render_engine
     from csa_plan.planner.commands.check import CheckRequest, run_check
     from csa_plan.planner.plan import PlanOptions
 
-    from csa_plan.cli.render_budget import render_budget, write_budget_plot
+    from csa_plan.cli.plots import write_budget_plot
 
 
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
@@ -59,7 +57,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
                                      kv_memory_bytes=kv_memory, deployment=deployment,
                                      gate_from_spec=gate is None))
 
-    def render(out, report):
+    def render(out, report):  # rich and the renderers are imported for tables only
+        from csa_plan.cli.render_budget import render_budget
+        from csa_plan.cli.render_check import render_check
+        from csa_plan.cli.render_engine import render_engine
+
         budget = report.get("budget")
         if budget is not None and not budget["weights_fit"]:
             render_budget(out, budget)  # first, and alone: there is no pool to lay requests into
@@ -72,6 +74,6 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
             render_budget(out, budget, memory=report.get("memory"), engine=report.get("engine"))
 
     consoles = make_consoles()
-    emit(consoles.out, outcome.report, as_json, render)
+    emit(consoles, outcome.report, as_json, render)
     write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)

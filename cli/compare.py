@@ -42,8 +42,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     one request fits the given memory under some profile."""
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
-    from csa_plan.cli.plots import plot_compare, require_plotting, say_written
-    from csa_plan.cli.render_compare import render_compare
+    from csa_plan.cli.plots import plot_compare, require_plotting, say_written, write_budget_plot
     from csa_plan.planner.commands.compare import CompareRequest, run_compare
     from csa_plan.planner.plan import PlanOptions
 
@@ -52,7 +51,6 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
 
         check_output_path(plot_file, "--plot")
         require_plotting("--plot")
-    from csa_plan.cli.render_budget import render_budget, write_budget_plot
 
     options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len,
                           tp=1 if deployment.tp is None else deployment.tp)
@@ -60,7 +58,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
                                          engines, deployment=deployment))
     consoles = make_consoles()
 
-    def render(out, report):
+    def render(out, report):  # rich and the renderers are imported for tables only
+        from csa_plan.cli.render_budget import render_budget
+        from csa_plan.cli.render_compare import render_compare
+
         budgets = [report["budget"], *(report.get("engine_budgets") or {}).values()] if report.get("budget") else []
         for b in budgets:  # a deployment whose weights do not fit says so first
             if not b["weights_fit"]:
@@ -72,7 +73,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
                           f"(usable {b['usable_bytes']:,} - weights {b['weights_bytes']:,} - reserves "
                           f"{b['reserve_bytes']:,}; check --device-memory ... --engine NAME shows each step)")
 
-    emit(consoles.out, outcome.report, as_json, render)
+    emit(consoles, outcome.report, as_json, render)
     write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     if plot_file is not None:
         plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)

@@ -1,7 +1,7 @@
 """One stdout and one stderr console per invocation, created at the edge.
 
-Both consoles escape control characters and escape sequences in everything they
-print (``planner/text.printable``): text from a file or an option never reaches the
+Both consoles (``cli/safe_console.py``, built on first use) escape control characters
+and escape sequences in everything they print (``planner/text.printable``): text from a file or an option never reaches the
 terminal raw, whatever the rendering code did with it. Rich's own styling and
 cursor control (segments it marks as control) pass through untouched.
 
@@ -21,37 +21,37 @@ if that hook is ever bypassed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
-
-from rich.console import Console
-from rich.markup import escape
-from rich.segment import Segment
+from functools import cached_property
+from typing import Any
 
 from csa_plan.planner.text import printable
 
 
-class SafeConsole(Console):
-    """A rich ``Console`` whose text segments are escaped just before they are written."""
-
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            segment if segment.control else Segment(printable(segment.text, keep_newlines=True), segment.style)
-            for segment in buffer)
-
-
-@dataclass
 class Consoles:
-    out: Console
-    err: Console
+    """stdout and stderr consoles, each built on first use: a ``--json`` run that prints
+    through click alone never imports rich."""
+
+    @cached_property
+    def out(self) -> Any:
+        from csa_plan.cli.safe_console import SafeConsole
+
+        return SafeConsole()
+
+    @cached_property
+    def err(self) -> Any:
+        from csa_plan.cli.safe_console import SafeConsole
+
+        return SafeConsole(stderr=True)
 
 
 def make_consoles() -> Consoles:
-    return Consoles(out=SafeConsole(), err=SafeConsole(stderr=True))
+    return Consoles()
 
 
 def esc(value: Any) -> str:
     """``str(value)`` with control characters and every ``[`` that could open a rich tag escaped."""
+    from rich.markup import escape
+
     return escape(printable(str(value), keep_newlines=True))
 
 

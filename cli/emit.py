@@ -6,19 +6,18 @@ import json
 from typing import Any, Callable
 
 import click
-from rich.console import Console
+
+from csa_plan.cli.console import Consoles, escaped
 
 
-def emit(out: Console, report: dict[str, Any], as_json: bool,
-         render: Callable[[Console, dict[str, Any]], None]) -> None:
-    """Print ``report`` as indented JSON (``--json``) or through ``render``.
+def emit(consoles: Consoles, report: dict[str, Any], as_json: bool, render: Callable[[Any, dict[str, Any]], None]) -> None:
+    """Print ``report`` as indented JSON (``--json``, through click: rich is never imported) or
+    through ``render`` on the stdout console.
 
-    The renderer sees the report with every string escaped for rich markup
-    (``cli.console.escaped``): nothing from a user or a file is read as a tag.
+    The renderer sees the report with every string escaped for the terminal and for rich
+    markup (``cli.console.escaped``): nothing from a user or a file is read as a tag.
     """
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        from csa_plan.cli.console import escaped
-
-        render(out, escaped(report))
+        render(consoles.out, escaped(report))

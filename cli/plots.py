@@ -34,6 +34,20 @@ def say_written(consoles: Any, what: str, path: str, as_json: bool) -> None:
     (consoles.err if as_json else consoles.out).print(f"{what} written to {esc(path)}", highlight=False, soft_wrap=True)
 
 
+def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | None, as_json: bool) -> None:
+    """Draw the waterfall to ``path`` when asked; a missing device or matplotlib is said, not fatal."""
+    if path is None:
+        return
+    from csa_plan.cli.console import esc
+
+    if budget is None:
+        note = "--budget-plot needs a device (--device-memory): no budget was computed"
+    else:
+        note = plot_budget(budget, path)
+    target = consoles.err if as_json else consoles.out
+    target.print(esc(note) if note else f"budget chart written to {esc(path)}")
+
+
 def _save(fig, path: str, **kwargs: Any) -> None:
     """A temporary file in the target's folder renamed into place (``planner/files.write_atomically``):
     a reader never sees half a file and concurrent writers leave one whole one. The path was

@@ -71,16 +71,3 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         else:
             console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {fit['source']}")
 
-
-def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | None, as_json: bool) -> None:
-    """Draw the waterfall to ``path`` when asked; a missing device or matplotlib is said, not fatal."""
-    if path is None:
-        return
-    from csa_plan.cli.plots import plot_budget
-
-    if budget is None:
-        note = "--budget-plot needs a device (--device-memory): no budget was computed"
-    else:
-        note = plot_budget(budget, path)
-    target = consoles.err if as_json else consoles.out
-    target.print(escape(note) if note else f"budget chart written to {escape(path)}")

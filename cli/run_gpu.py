@@ -61,7 +61,11 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
     report["exit_code"] = code
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
-    from csa_plan.cli.render_run_gpu import render_run_gpu
 
-    emit(make_consoles().out, report, as_json, render_run_gpu)
+    def render(out, r):  # rich and the renderer are imported for tables only
+        from csa_plan.cli.render_run_gpu import render_run_gpu
+
+        render_run_gpu(out, r)
+
+    emit(make_consoles(), report, as_json, render)
     return code

@@ -81,8 +81,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar
-    from csa_plan.cli.plots import plot_simulate, require_plotting, say_written
-    from csa_plan.cli.render_simulate import render_simulate
+    from csa_plan.cli.plots import plot_simulate, require_plotting, say_written, write_budget_plot
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.workloads import MixSettings, TraceOptions, parse_columns, parse_where
 
@@ -102,17 +101,18 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
                               max_wait_s=max_wait, verify=verify, trace=trace, engine=engine,
                               engine_settings=engine_settings, kv_memory_bytes=kv_memory)
-    show = consoles.err.is_terminal and not as_json
-    outcome = run_simulate(request, lambda label, total, long_run: progress_bar(consoles.err, show and long_run,
-                                                                                 label, total))
+    show = not as_json and consoles.err.is_terminal
+    outcome = run_simulate(request, lambda label, total, long_run: progress_bar(
+        consoles.err if show else None, show and long_run, label, total))
     report = outcome.report
     plot_note = None
     if plot_path is not None and outcome.series is not None:
         plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
-    from csa_plan.cli.render_budget import render_budget, write_budget_plot
+    def render(out, r):  # rich and the renderers are imported for tables only
+        from csa_plan.cli.render_budget import render_budget
+        from csa_plan.cli.render_simulate import render_simulate
 
-    def render(out, r):
         budget = r.get("budget")
         if budget is not None and not budget["weights_fit"]:
             render_budget(out, budget)  # first: no state pool, nothing was simulated
@@ -122,7 +122,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                       f"{budget['usable_bytes']:,} - weights {budget['weights_bytes']:,} - reserves "
                       f"{budget['reserve_bytes']:,} = {budget['kv_memory_bytes']:,} B (check shows each step)")
 
-    emit(consoles.out, report, as_json, render)
+    emit(consoles, report, as_json, render)
     write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
     if plot_path is not None and plot_note is None and outcome.series is not None:
         say_written(consoles, "plot", plot_path, as_json)

@@ -49,7 +49,6 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.cli.emit import emit
     from csa_plan.cli.plots import plot_sweep, require_plotting, say_written
     from csa_plan.cli.progress import progress_bar
-    from csa_plan.cli.render_sweep import render_sweep
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
 
     from csa_plan.planner.files import check_output_path
@@ -59,13 +58,13 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         check_output_path(plot_path, "--plot")
         require_plotting("--plot")
     consoles = make_consoles()
-    show = consoles.err.is_terminal and not as_json
+    show = not as_json and consoles.err.is_terminal
     if budget_plot is not None:
         from csa_plan.planner.errors import BadInput
 
         raise BadInput("options", "--budget-plot", "a sweep has one budget per point: use check --budget-plot")
     outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path, deployment),
-                        lambda label, total: progress_bar(consoles.err, show, label, total))
+                        lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     if outcome.report is None:
         where = f"; they are kept in {resume_path} (run again with --resume {resume_path})" if resume_path else \
             " (pass --resume FILE to keep finished points)"
@@ -77,7 +76,12 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     if plot_path is not None:
         plot_note = plot_sweep(report, plot_path)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
-    emit(consoles.out, report, as_json, lambda out, r: render_sweep(out, r, top=top, plot_note=plot_note))
+    def render(out, r):  # rich and the renderer are imported for tables only
+        from csa_plan.cli.render_sweep import render_sweep
+
+        render_sweep(out, r, top=top, plot_note=plot_note)
+
+    emit(consoles, report, as_json, render)
     if plot_path is not None and plot_note is None:
         say_written(consoles, "plot", plot_path, as_json)
     return int(outcome.exit_code)

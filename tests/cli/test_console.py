@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 
-from csa_plan.cli.console import SafeConsole, esc, escaped
+from csa_plan.cli.console import esc, escaped
+from csa_plan.cli.safe_console import SafeConsole
 
 HOSTILE = "trace\x1b[31mred\x1b]0;title\x07[bold]x\u009b2J"
 
@@ -35,3 +36,20 @@ def test_escaped_documents_are_terminal_safe_before_rich_sees_them():
     for value in (doc["name"], doc["rows"][0], esc(HOSTILE)):
         assert value.isprintable() and "\\[bold]" in value
     assert doc["rows"][1] == 3 and doc["n"] == 1
+
+
+def test_json_runs_never_import_rich():
+    """``--json`` prints through click: the consoles and renderers (rich) are built for tables only."""
+    import subprocess
+    import sys
+
+    from helpers import EXAMPLES
+
+    code = ("import sys\nfrom csa_plan.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'rich')))\n")
+    for argv in (["check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--json"],
+                 ["simulate", str(EXAMPLES / "traces" / "sample.csv"), "--model", "deepseek-v4-flash", "--json"]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+        assert proc.stdout.lstrip().startswith("{"), proc.stderr
+        assert proc.stderr.endswith("[]"), proc.stderr[-300:]
