@@ -62,14 +62,15 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
         from csa_plan.cli.render_budget import render_budget
         from csa_plan.cli.render_compare import render_compare
 
-        budgets = [report["budget"], *(report.get("engine_budgets") or {}).values()] if report.get("budget") else []
-        for b in budgets:  # a deployment whose weights do not fit says so first
+        budgets = [("layout profiles", report["budget"]), *(report.get("engine_budgets") or {}).items()] \
+            if report.get("budget") else []
+        for _, b in budgets:  # a deployment whose weights do not fit says so first
             if not b["weights_fit"]:
                 render_budget(out, b)
         render_compare(out, report)
-        for b in budgets:
+        for row, b in budgets:  # each row's pool, under the sharding rules it was sized by
             if b["weights_fit"]:
-                out.print(f"state pool per GPU ({b['engine']}): {b['kv_memory_bytes']:,} B "
+                out.print(f"state pool per GPU ({row}, {b['engine']} rules): {b['kv_memory_bytes']:,} B "
                           f"(usable {b['usable_bytes']:,} - weights {b['weights_bytes']:,} - reserves "
                           f"{b['reserve_bytes']:,}; check --device-memory ... --engine NAME shows each step)")
 

@@ -42,9 +42,15 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
     if report["limit_bytes"] is not None:
         console.print(f"device limit: {report['limit_bytes']:,} B")
         for r in rows:
-            if r["requests_that_fit"] == 0:
-                console.print(f"[red]does not fit: {r['profile']} needs {r['per_request_bytes']:,} B per request, "
-                              f"limit {report['limit_bytes']:,} B; lower --max-seq-len or add memory[/]", soft_wrap=True)
+            if r["requests_that_fit"] != 0:
+                continue
+            limit = r["limit_bytes"] if r.get("limit_bytes") is not None else report["limit_bytes"]
+            if r.get("pool_refused"):
+                console.print(f"[red]does not fit: a pool of {limit:,} B is refused at start-up: "
+                              f"{r['pool_refused']}[/]", soft_wrap=True)
+            else:
+                console.print(f"[red]does not fit: {r['profile']} needs {r['per_request_bytes']:,} B per request "
+                              f"and admits none in {limit:,} B; lower --max-seq-len or add memory[/]", soft_wrap=True)
     for r in report.get("engine_refusals", []):
         console.print(f"[red]{r['engine']} refuses this model: {r['message']}[/]", soft_wrap=True)
     if report["refused_layers"]:

@@ -45,6 +45,18 @@ class CsaPlanError(Exception):
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
+    def __reduce__(self) -> tuple:
+        """Pickle by state, not by re-running ``__init__`` on the message: a sweep worker's error
+        must reach the parent process as the same error (else the pool breaks)."""
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls: type, args: tuple, state: dict) -> CsaPlanError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class BadInput(CsaPlanError):
     """An input that does not parse: names the source, the field and the problem."""

@@ -27,7 +27,7 @@ def budget_fit(spec: ModelSpec, plan: ModelPlan, device: Budget, concurrency: in
         layers = set(stage.layers)
         if stage.stage == len(device.stages) - 1:
             layers |= set(range(num_main, len(plan.layers)))  # the contract keeps MTP state on the last stage
-        per = sum(l.bytes.total for i, l in enumerate(plan.layers) if i in layers and l.bytes is not None)
+        per = sum(l.bytes.total_bytes for i, l in enumerate(plan.layers) if i in layers and l.bytes is not None)
         fits.append((stage.kv_memory_bytes // per if per else None, per, stage.kv_memory_bytes))
     n, per, kv = min(fits, key=lambda f: (f[0] is None, f[0] or 0))  # None: a stage with 0 bytes holds any number
     return limit, DeviceFit(limit_bytes=kv, per_request_bytes=per, concurrency=concurrency, requests_that_fit=n,

@@ -24,6 +24,11 @@ class Deployment:
     weights_bytes: int | None = None
     reserved_bytes: int | None = None
 
+    def require_one_stage(self, why: str) -> None:
+        """Bad input when ``--pp`` asks for more than one pipeline stage where only one is modelled."""
+        if self.pp is not None and self.pp > 1:
+            raise BadInput("options", "--pp", f"{self.pp} pipeline stages: {why}")
+
     def placement(self, router: Router = Router.ROUND_ROBIN) -> Placement:
         one = lambda v: 1 if v is None else v  # noqa: E731  (0 stays 0: Placement refuses it)
         return Placement(tp=one(self.tp), pp=one(self.pp), dp=one(self.dp), router=router, ep=self.ep)

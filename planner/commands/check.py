@@ -47,6 +47,9 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         raise BadInput("options", "--concurrency", "must be at least 1")
     o = req.options
     deployment = req.deployment or Deployment(tp=o.tp, reserved_bytes=req.reserved_bytes or None)
+    if req.engine is not None:  # an engine's pool is sized from every layer's specs on one stage
+        deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
+                                     "--engine, check gives the per-stage ledger answer")
     if req.device_memory_bytes is None:
         budget = device_budget(None, deployment.reserved_bytes or 0)
         if deployment.weights_bytes is not None:

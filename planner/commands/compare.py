@@ -48,6 +48,8 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
     from csa_plan.planner.engines.registry import ENGINES
 
     deployment = req.deployment or Deployment(tp=req.options.tp, reserved_bytes=req.reserved_bytes or None)
+    deployment.require_one_stage("compare sizes one stage holding every layer (check --pp N gives the per-stage "
+                                 "answer)")
     if req.device_memory_bytes is None:
         device_budget(None, deployment.reserved_bytes or 0)  # --reserved alone is bad input
     spec = load_model(req.model, max_seq_len=req.options.max_seq_len)

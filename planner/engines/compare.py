@@ -52,6 +52,8 @@ class CompareRow:
     sources: tuple[str, ...] = ()
     slope_layers: tuple[int, ...] = ()  # the admitted layers the slope is measured over
     requests_unbounded: bool = False  # admitted, a limit given, and 0 bytes per request
+    limit_bytes: int | None = None  # the memory this row's count is taken in (an engine: its own pool)
+    pool_refused: str | None = None  # engines: why the engine refuses a pool of ``limit_bytes`` at start-up
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,8 @@ class CompareRow:
             "over_exact_bytes": self.over_exact_bytes,
             "requests_that_fit": self.requests_that_fit,
             "requests_unbounded": self.requests_unbounded,
+            "limit_bytes": self.limit_bytes,
+            "pool_refused": self.pool_refused,
             "sources": list(self.sources),
         }
 
@@ -137,14 +141,15 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
     high = engine.configure(model, EngineSettings(), high_len).footprint(high_len, Phase.DECODE).total_bytes
     low = engine.configure(model, EngineSettings(), low_len).footprint(low_len, Phase.DECODE).total_bytes
     fit = None
+    pool_refused = None
     if limit_bytes is not None:
         try:
             sizing = plan.size_pool(limit_bytes)
             fit = 0
             while fit < sizing.max_running and plan.admits(sizing, fit * plan.admission_units(length), fit, length):
                 fit += 1
-        except EngineRefused:
-            fit = 0
+        except EngineRefused as exc:
+            fit, pool_refused = 0, exc.refusal.message
     by_class = held.by_class()
     return CompareRow(
         profile=name, summary=engine.summary, per_request_bytes=held.total_bytes, by_class=by_class,
@@ -152,7 +157,7 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
         fixed_request_bytes=by_class.carry_bytes + by_class.index_carry_bytes + by_class.dense_ring_bytes,
         padding_bytes=held.padding_bytes, over_exact_bytes=held.total_bytes - exact_total,
         requests_that_fit=fit, kind="engine", startup_budget_bytes=plan.startup_budget().total_bytes,
-        sources=engine.sources)
+        sources=engine.sources, limit_bytes=limit_bytes, pool_refused=pool_refused)
 
 
 def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
@@ -198,6 +203,7 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
             sources=get_profile(name).sources,
             slope_layers=admitted,
             requests_unbounded=limit_bytes is not None and not plan.refusals and total == 0,
+            limit_bytes=limit_bytes,
         ))
     engine_refusals = []
     for name in engine_names:

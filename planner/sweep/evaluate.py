@@ -143,6 +143,9 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
 
+    if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
+                    f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
     try:
         get_engine(point.engine).configure(spec, EngineSettings(), max_seq_len).size_pool(point.limit_bytes)
     except EngineRefused as exc:

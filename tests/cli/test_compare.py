@@ -95,7 +95,7 @@ def test_cli_check_engine_decode_matches_compare_row(csa):
 def test_cli_does_not_fit_exits_3(csa):
     r = csa("compare", "deepseek-v4-pro", "--device-memory", "1GiB", "--weights", "0")
     assert r.code == 3
-    assert "does not fit: exact needs 5,473,376,512 B per request, limit 1,073,741,824 B" in r.out
+    assert "does not fit: exact needs 5,473,376,512 B per request and admits none in 1,073,741,824 B" in r.out
 
 
 @pytest.mark.parametrize("args, needle", [
