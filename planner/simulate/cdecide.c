@@ -8,8 +8,10 @@
  * int64: the caller only calls it when every total it can form stays below 2^63, so the
  * integer semantics are the Python loop's exactly. Built as an optional extension; without
  * it the Python loop runs. As it runs it writes the event timeline the observables are
- * read from (every admission and release in event order, and the end of each instant), so
- * nothing has to be sorted afterwards.
+ * read from: every admission and release in event order, one int32 each (request i's
+ * admission is i, its release ~i), so nothing has to be sorted afterwards and the timeline
+ * costs 8 bytes per admitted request; times, tiers and instant ends are read back from the
+ * request arrays a slice at a time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,19 +64,16 @@ static Ev heap_pop(Heap *h) {
 }
 
 typedef struct {
-    const int64_t *arr, *hold, *tier, *need; /* need[tier * pp + stage] */
+    const int64_t *arr, *hold, *need; /* need[tier * pp + stage] */
+    const int32_t *tier;
     const int8_t *up;
     int8_t *out;
-    int64_t *rep, *adm;
+    int32_t *rep;
+    int64_t *adm;
     int64_t *res; /* res[replica * pp + stage] */
-    /* the event timeline, in event order: signed tier (tier + ntiers for an admission), and
-       the instant ends (index of each instant's last event, and its time); per-event times and
-       replicas only when asked (several replicas) */
-    int32_t *ev_signed, *ev_rep, *ends;
-    int64_t *ev_time, *end_times;
-    Py_ssize_t nev, nends;
-    int64_t ntiers, last_time;
-    int per_event;
+    int32_t *events; /* the event timeline, in event order: i for an admission, ~i for a release */
+    Py_ssize_t nev;
+    int64_t last_time; /* the time of the last event */
     int64_t limit;
     int64_t max_running; /* running requests per replica at most (the engine's cap); 0: none */
     int64_t *running;    /* running[replica] */
@@ -85,24 +84,9 @@ typedef struct {
     Heap heap;
 } Loop;
 
-static void emit(Loop *L, int64_t signed_tier, int64_t t, int64_t r) {
-    if (L->nev && t != L->last_time) {
-        L->ends[L->nends] = (int32_t)(L->nev - 1);
-        L->end_times[L->nends++] = L->last_time;
-    }
-    if (L->per_event) {
-        L->ev_time[L->nev] = t;
-        L->ev_rep[L->nev] = (int32_t)r;
-    }
-    L->ev_signed[L->nev++] = (int32_t)signed_tier;
+static void emit(Loop *L, int32_t code, int64_t t) {
+    L->events[L->nev++] = code;
     L->last_time = t;
-}
-
-static void close_timeline(Loop *L) {
-    if (L->nev) {
-        L->ends[L->nends] = (int32_t)(L->nev - 1);
-        L->end_times[L->nends++] = L->last_time;
-    }
 }
 
 static Py_ssize_t route(Loop *L) {
@@ -131,11 +115,11 @@ static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
         if (mine[s] + needs[s] > L->limit) return 0;
     for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] += needs[s];
     L->running[r]++;
-    L->rep[i] = r;
+    L->rep[i] = (int32_t)r;
     L->adm[i] = t;
-    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, L->tier[i]};
+    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, (int64_t)L->tier[i]};
     if (heap_push(&L->heap, e) < 0) return -1;
-    emit(L, L->tier[i] + L->ntiers, t, (int64_t)r);
+    emit(L, (int32_t)i, t);
     L->pointer = (r + 1) % L->dp;
     return 1;
 }
@@ -144,7 +128,7 @@ static int release_until(Loop *L, int64_t t, int inclusive) {
     int released = 0;
     while (L->heap.n && (inclusive ? L->heap.a[0].t <= t : L->heap.a[0].t == t)) {
         Ev e = heap_pop(&L->heap);
-        emit(L, e.tier, e.t, e.r);
+        emit(L, ~(int32_t)e.i, e.t);
         L->running[e.r]--;
         int64_t *mine = L->res + e.r * L->pp; /* from the entry: no random access to the request arrays */
         const int64_t *needs = L->need + e.tier * L->pp;
@@ -167,9 +151,8 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
         }
         while (L->heap.n) { /* the releases still pending, in order */
             Ev e = heap_pop(&L->heap);
-            emit(L, e.tier, e.t, e.r);
+            emit(L, ~(int32_t)e.i, e.t);
         }
-        close_timeline(L);
         return 0;
     }
     int64_t *queue = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
@@ -196,7 +179,6 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
         }
     }
     free(queue);
-    close_timeline(L);
     return head < tail ? -2 : 0;
 }
 
@@ -213,14 +195,13 @@ static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize
 
 static PyObject *decide(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_evs, *o_ends, *o_endt, *o_evt, *o_evr;
+    PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_ev;
     Py_ssize_t n, ntiers, dp, pp;
     long long limit, max_running;
     int round_robin, queue_policy, oom, capped;
-    int per_event;
-    if (!PyArg_ParseTuple(args, "nOOOOnOnnLLppiiOOOOOOpOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need,
+    if (!PyArg_ParseTuple(args, "nOOOOnOnnLLppiiOOOO", &n, &o_arr, &o_hold, &o_tier, &o_up, &ntiers, &o_need,
                           &dp, &pp, &limit, &max_running, &round_robin, &queue_policy, &oom, &capped, &o_out, &o_rep,
-                          &o_adm, &o_evs, &o_ends, &o_endt, &per_event, &o_evt, &o_evr))
+                          &o_adm, &o_ev))
         return NULL;
     if (n < 0 || ntiers < 1 || dp < 1 || pp < 1) {
         PyErr_SetString(PyExc_ValueError, "bad sizes");
@@ -230,34 +211,26 @@ static PyObject *decide(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "too many requests for int32 event indexes");
         return NULL;
     }
-    Py_buffer b[13];
+    Py_buffer b[9];
     int got = 0;
-    Py_ssize_t ne = per_event ? 2 * n : 0;
-    PyObject *objs[13] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_evs, o_ends, o_endt, o_evt, o_evr};
-    const Py_ssize_t sizes[13] = {8, 8, 8, 1, 8, 1, 8, 8, 4, 4, 8, 8, 4};
-    const Py_ssize_t counts[13] = {n, n, n, n, ntiers * pp, n, n, n, 2 * n, 2 * n, 2 * n, ne, ne};
-    const int writable[13] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    static const char *names[13] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit",
-                                    "event tiers", "instant ends", "end times", "event times", "event replicas"};
-    for (; got < 13; got++)
+    PyObject *objs[9] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_ev};
+    const Py_ssize_t sizes[9] = {8, 8, 4, 1, 8, 1, 4, 8, 4};
+    const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, n, 2 * n};
+    const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+    static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "events"};
+    for (; got < 9; got++)
         if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
     Loop L;
     memset(&L, 0, sizeof L);
     L.arr = (const int64_t *)b[0].buf;
     L.hold = (const int64_t *)b[1].buf;
-    L.tier = (const int64_t *)b[2].buf;
+    L.tier = (const int32_t *)b[2].buf;
     L.up = (const int8_t *)b[3].buf;
     L.need = (const int64_t *)b[4].buf;
     L.out = (int8_t *)b[5].buf;
-    L.rep = (int64_t *)b[6].buf;
+    L.rep = (int32_t *)b[6].buf;
     L.adm = (int64_t *)b[7].buf;
-    L.ev_signed = (int32_t *)b[8].buf;
-    L.ends = (int32_t *)b[9].buf;
-    L.end_times = (int64_t *)b[10].buf;
-    L.ev_time = (int64_t *)b[11].buf;
-    L.ev_rep = (int32_t *)b[12].buf;
-    L.per_event = per_event;
-    L.ntiers = (int64_t)ntiers;
+    L.events = (int32_t *)b[8].buf;
     L.limit = (int64_t)limit;
     L.max_running = max_running > 0 ? (int64_t)max_running : 0;
     L.oom = (int8_t)oom;
@@ -284,7 +257,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     if (rc == -1) { PyErr_NoMemory(); goto fail; }
     if (rc == -2) { PyErr_SetString(PyExc_RuntimeError, "simulation ended with requests still queued"); goto fail; }
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
-    return Py_BuildValue("nn", L.nev, L.nends);
+    return Py_BuildValue("nL", L.nev, (long long)L.last_time);
 fail:
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
     return NULL;
@@ -293,8 +266,7 @@ fail:
 static PyMethodDef methods[] = {
     {"decide", decide, METH_VARARGS,
      "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, max_running, round_robin, queue, oom, capped,"
-     " outcome, replica, admit,"
-     " event_tiers, ends, end_times, per_event, event_times, event_replicas) -> (events, instant ends)"},
+     " outcome, replica, admit, events) -> (events written, time of the last event)"},
     {NULL, NULL, 0, NULL},
 };
 

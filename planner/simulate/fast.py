@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 from csa_plan.planner.simulate.scenario import (REASONS, Outcome, Policy, Scenario)
+from csa_plan.planner.simulate.timeline import (SLICE_REQUESTS, Levels, Timeline, admitted_mask, event_order, scan,
+                                                timeline)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -91,23 +93,47 @@ def nearest_rank(sorted_values: "Sequence[int] | np.ndarray", pct: int) -> int:
 
 
 def summarize(scn: Scenario, d: Decisions) -> dict:
-    """Counts and waits, shared by both implementations (they derive only from decisions)."""
+    """Counts and waits, shared by both implementations (they derive only from decisions).
+
+    Read a slice of requests at a time; only the non-zero waits are kept and sorted (the
+    zeros are counted), so a run in which nobody waits builds no per-request array."""
     import numpy as np
 
-    admitted = d.outcome == Outcome.ADMITTED.value
-    waits = np.sort((d.admit_ns - scn.arrival_ns)[admitted])  # stays an array: no object per request
-    refusals = tuple((REASONS[o], int((d.outcome == o.value).sum())) for o in REASONS
-                     if int((d.outcome == o.value).sum()))
-    by_class = []
-    for k, name in enumerate(scn.class_names):
-        mine = scn.class_ids == k
-        by_class.append((name, int((mine & admitted).sum()), int((mine & ~admitted).sum())))
+    n = scn.requests
+    counts = np.zeros(256, dtype=np.int64)
+    nclass = len(scn.class_names)
+    per_class = np.zeros((2, max(nclass, 1)), dtype=np.int64)  # [admitted, refused] per class
+    zero_waits = 0
+    waiting: list["np.ndarray"] = []
+    for lo in range(0, n, SLICE_REQUESTS):
+        hi = lo + SLICE_REQUESTS
+        out = d.outcome[lo:hi]
+        counts += np.bincount(out.view(np.uint8), minlength=256)
+        admitted = out == Outcome.ADMITTED.value
+        cls = scn.class_ids[lo:hi]
+        per_class[0] += np.bincount(cls[admitted], minlength=per_class.shape[1])[:per_class.shape[1]]
+        per_class[1] += np.bincount(cls[~admitted], minlength=per_class.shape[1])[:per_class.shape[1]]
+        wait = d.admit_ns[lo:hi][admitted] - scn.arrival_ns[lo:hi][admitted]
+        positive = wait[wait > 0]
+        zero_waits += len(wait) - len(positive)
+        if len(positive):
+            waiting.append(positive)
+    waits = np.sort(np.concatenate(waiting)) if waiting else np.zeros(0, dtype=np.int64)
+    total = zero_waits + len(waits)
+
+    def rank(pct: int) -> int | None:
+        if not total:
+            return None
+        r = max(1, -(-pct * total // 100))  # nearest rank: zeros come first in sorted order
+        return 0 if r <= zero_waits else int(waits[r - zero_waits - 1])
+
+    refusals = tuple((REASONS[o], int(counts[o.value])) for o in REASONS if int(counts[o.value]))
+    by_class = tuple((name, int(per_class[0, k]), int(per_class[1, k])) for k, name in enumerate(scn.class_names))
     return dict(
-        requests=scn.requests, admitted=int(admitted.sum()), queued=int(np.count_nonzero(waits > 0)),
-        refusals=refusals, by_class=tuple(by_class),
-        wait_p50_ns=nearest_rank(waits, 50) if len(waits) else None,
-        wait_p99_ns=nearest_rank(waits, 99) if len(waits) else None,
-        wait_max_ns=int(waits[-1]) if len(waits) else None,
+        requests=n, admitted=int(counts[Outcome.ADMITTED.value]), queued=len(waits),
+        refusals=refusals, by_class=by_class,
+        wait_p50_ns=rank(50), wait_p99_ns=rank(99),
+        wait_max_ns=(int(waits[-1]) if len(waits) else 0) if total else None,
     )
 
 
@@ -170,7 +196,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     dp, pp = placement.dp, placement.pp
     limit = config.limit_bytes
     outcome = scn.upfront.copy()
-    replica = np.full(n, -1, dtype=np.int64)
+    replica = np.full(n, -1, dtype=np.int32)
     admit = np.full(n, -1, dtype=np.int64)
     ok = outcome == Outcome.ADMITTED.value
     if not ok.any():
@@ -184,26 +210,18 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         if progress:
             progress(0, n)
         flat = np.array([b for stages in need for b in stages], dtype=np.int64)
-        per_event = dp > 1  # several replicas: each needs its own instant ends, from per-event times
-        ev_signed = np.empty(2 * n, dtype=np.int32)  # pages never written are never resident
-        ends = np.empty(2 * n, dtype=np.int32)
-        end_times = np.empty(2 * n, dtype=np.int64)
-        ev_time = np.empty(2 * n if per_event else 0, dtype=np.int64)
-        ev_rep = np.empty(2 * n if per_event else 0, dtype=np.int32)
-        nev, nends = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
-                      np.ascontiguousarray(scn.hold_ns, dtype=np.int64), np.ascontiguousarray(scn.tier, dtype=np.int64),
-                      ok.view(np.int8), len(need), flat, dp, pp, limit or I64_MAX, cap,
-                      placement.router is Router.ROUND_ROBIN, config.policy is Policy.QUEUE,
-                      Outcome.OUT_OF_MEMORY.value, Outcome.RUNNING_CAP.value, outcome, replica, admit,
-                      ev_signed, ends, end_times, per_event, ev_time, ev_rep)
+        events = np.empty(2 * n, dtype=np.int32)  # pages never written are never resident
+        nev, last = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
+                                  np.ascontiguousarray(scn.hold_ns, dtype=np.int64),
+                                  np.ascontiguousarray(scn.tier, dtype=np.int32), ok.view(np.int8), len(need), flat,
+                                  dp, pp, limit or I64_MAX, cap, placement.router is Router.ROUND_ROBIN,
+                                  config.policy is Policy.QUEUE, Outcome.OUT_OF_MEMORY.value,
+                                  Outcome.RUNNING_CAP.value, outcome, replica, admit, events)
         if progress:
             progress(n, n)
         d = Decisions(outcome, replica, admit)
-        adm = np.flatnonzero(outcome == Outcome.ADMITTED.value)
-        # the loop's own timeline (views: the unwritten tails of the buffers are never resident)
-        d.cache["timeline"] = Timeline(adm, int(end_times[nends - 1]) if nends else 0, ev_signed[:nev], ends[:nends],
-                                       end_times[:nends], ev_time[:nev] if per_event else None,
-                                       ev_rep[:nev] if per_event else None)
+        # the loop's own timeline (a view: the unwritten tail of the buffer is never resident)
+        d.cache["timeline"] = Timeline(events[:nev], int(last) if nev else 0)
         return d
     if compiled:
         raise RuntimeError("byte totals beyond int64: the compiled decision loop cannot take this run")
@@ -307,7 +325,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
             raise RuntimeError("simulation ended with requests still queued")
     if progress:
         progress(n, n)
-    return Decisions(np.array(out_l, dtype=np.int8), np.array(rep_l, dtype=np.int64),
+    return Decisions(np.array(out_l, dtype=np.int8), np.array(rep_l, dtype=np.int32),
                      np.array(adm_l, dtype=np.int64))
 
 
@@ -333,39 +351,6 @@ def _optimistic_fits(scn: Scenario, ok: "np.ndarray") -> bool:
     return True
 
 
-def _merge(t_out: "np.ndarray", t_in: "np.ndarray") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"] | None:
-    """(release order, release slots, admission slots) in the merged event sequence, or None when
-    admissions are not in time order. Admission times are non-decreasing in request order
-    (arrivals are sorted and the queue is FIFO), so only releases are sorted; at one instant
-    every release comes before every admission."""
-    import numpy as np
-
-    k = len(t_in)
-    if not k or not bool(np.all(t_in[1:] >= t_in[:-1])):
-        return None
-    o_out = np.argsort(t_out, kind="stable")
-    slot_in = np.searchsorted(t_out[o_out], t_in, side="right") + np.arange(k)
-    free = np.ones(2 * k, dtype=bool)
-    free[slot_in] = False
-    return o_out, np.flatnonzero(free), slot_in
-
-
-def event_order(t_out: "np.ndarray", t_in: "np.ndarray") -> "np.ndarray":
-    """Event order: by time, releases before admissions at one instant (each kind by index):
-    the stable sort of the keys ``2 t`` (release) and ``2 t + 1`` (admission)."""
-    import numpy as np
-
-    merged = _merge(t_out, t_in)
-    if merged is not None:
-        o_out, slot_out, slot_in = merged
-        order = np.empty(2 * len(t_in), dtype=np.int64)
-        order[slot_out] = o_out
-        order[slot_in] = np.arange(len(t_in), 2 * len(t_in))
-        return order
-    key = np.concatenate([t_out * 2, t_in * 2 + 1])
-    return np.argsort(key, kind="stable")
-
-
 def _levels(t_out: "np.ndarray", t_in: "np.ndarray", b: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
     import numpy as np
 
@@ -374,190 +359,83 @@ def _levels(t_out: "np.ndarray", t_in: "np.ndarray", b: "np.ndarray") -> tuple["
     return order, np.cumsum(delta)
 
 
-def instant_ends(times: "np.ndarray") -> "np.ndarray":
-    """Indices of the last event of each instant: where the state is observed."""
-    import numpy as np
-
-    last = np.ones(len(times), dtype=bool)
-    if len(times) > 1:
-        last[:-1] = times[1:] != times[:-1]
-    return np.flatnonzero(last)
-
-
-@dataclass(frozen=True, eq=False)
-class Timeline:
-    """Every admission and release in event order, shared by the observables and the series.
-
-    ``signed[e]`` indexes a table of ``[-bytes per tier; +bytes per tier]`` (a release
-    subtracts its tier's bytes, an admission adds them). Per-event times and replicas are kept
-    only when there are several replicas (each needs its own instant ends)."""
-
-    adm: "np.ndarray"  # the admitted requests
-    last_release_ns: int
-    signed: "np.ndarray"  # tier + ntiers x (1 if an admission), in order (int32)
-    ends: "np.ndarray"  # instant ends of all events
-    end_times: "np.ndarray"  # the time of each instant end
-    times: "np.ndarray | None"  # event times in order (dp > 1 only)
-    replica: "np.ndarray | None"  # replica per event in order (dp > 1 only)
-
-
-def timeline(scn: Scenario, d: Decisions) -> Timeline:
-    """The events of ``d`` (computed once per Decisions and kept with it)."""
-    import numpy as np
-
-    cached = d.cache.get("timeline")
-    if cached is not None:
-        return cached
-    adm = np.flatnonzero(d.outcome == Outcome.ADMITTED.value)
-    t_in = d.admit_ns[adm]
-    k = len(adm)
-    ntiers = np.int32(len(scn.bundles))
-    t_out = t_in + scn.hold_ns[adm]
-    tiers = scn.tier[adm].astype(np.int32)
-    rep = d.replica[adm].astype(np.int32) if scn.config.placement.dp > 1 else None
-    merged = _merge(t_out, t_in)
-    times = np.empty(2 * k, dtype=np.int64)
-    signed = np.empty(2 * k, dtype=np.int32)
-    replica = np.empty(2 * k, dtype=np.int32) if rep is not None else None
-    if merged is not None:
-        o_out, slot_out, slot_in = merged
-        times[slot_out], times[slot_in] = t_out[o_out], t_in
-        signed[slot_out], signed[slot_in] = tiers[o_out], tiers + ntiers
-        if replica is not None:
-            replica[slot_out], replica[slot_in] = rep[o_out], rep
-        del o_out, slot_out, slot_in
-    else:
-        order = event_order(t_out, t_in)
-        ins = order >= k
-        idx = np.where(ins, order - k, order)
-        times[:] = np.where(ins, t_in[idx], t_out[idx])
-        signed[:] = tiers[idx] + ntiers * ins
-        if replica is not None:
-            replica[:] = rep[idx]
-    last = int(t_out.max()) if k else 0
-    del t_in, t_out, tiers
-    ends = instant_ends(times)
-    tl = Timeline(adm, last, signed, ends, times[ends], times if replica is not None else None, replica)
-    d.cache["timeline"] = tl
-    return tl
-
-
-def _signed_table(per_tier: "np.ndarray") -> "np.ndarray":
-    """[-b; +b]: a release subtracts its tier's bytes, an admission adds them."""
+def signed_table(per_tier: "np.ndarray") -> "np.ndarray":
+    """[-b; +b] (rows: a release subtracts its tier's bytes, an admission adds them)."""
     import numpy as np
 
     return np.concatenate([-per_tier, per_tier])
 
 
-def _running(table: "np.ndarray", signed: "np.ndarray", ends: "np.ndarray") -> "np.ndarray":
-    """The running sum of ``table[signed]`` observed at ``ends`` (one n-sized buffer, summed in place)."""
+def _hold_by_tier(scn: Scenario, d: Decisions) -> "np.ndarray":
+    """Exact integer sums of hold time per (replica, tier) of the admitted requests, a slice at a time."""
     import numpy as np
 
-    level = table[signed]
-    np.cumsum(level, out=level)
-    return level[ends]
-
-
-def _replica_events(tl: Timeline, replica: int | None) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-    """(signed tiers, instant ends, end times) of one replica's events (``None``: all events)."""
-    import numpy as np
-
-    if replica is None or tl.replica is None:
-        return tl.signed, tl.ends, tl.end_times
-    sel = np.flatnonzero(tl.replica == replica)
-    times = tl.times[sel]
-    ends = instant_ends(times)
-    return tl.signed[sel], ends, times[ends]
-
-
-def group_levels(tl: Timeline, replica: int | None, per_tier: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
-    """(times, level) at each instant end of one replica's events (``None``: all events)."""
-    signed, ends, end_times = _replica_events(tl, replica)
-    return end_times, _running(_signed_table(per_tier), signed, ends)
-
-
-def _group_peak(signed: "np.ndarray", ends: "np.ndarray", end_times: "np.ndarray", class_table: "np.ndarray",
-                weight: int, want_max: bool) -> tuple[int, int, GroupBytes, GroupBytes, list[int]]:
-    """(peak, peak_ns, at_peak, final, class maxima) of one set of events. The total level is
-    observed at instant ends; a class's bytes at the peak and at the end come from counting each
-    signed tier's events up to there (no per-class series), and only when ``want_max`` is each
-    class followed over time for its own maximum."""
-    import numpy as np
-
-    nclass = class_table.shape[1]
-    tables = _signed_table(class_table) * weight  # (2 ntiers, classes)
-    if not len(signed):
-        return 0, 0, GroupBytes(), GroupBytes(), [0] * nclass
-    counts = np.bincount(signed, minlength=len(tables))
-    final = GroupBytes(*(counts @ tables).tolist())
-    maxima = [0] * nclass
-    if len(class_table) == 1:  # one tier: every level is the in-flight count times that tier's bytes
-        count = _running(np.array([-1, 1], dtype=np.int64), signed, ends)
-        j = int(count.argmax())
-        most = int(count[j])
-        per_class = [int(v) * weight for v in class_table[0].tolist()]
-        peak = most * sum(per_class)
-        if want_max:
-            maxima = [max(most * v, 0) for v in per_class]
-        if peak <= 0:
-            return 0, 0, GroupBytes(), final, maxima
-        return peak, int(end_times[j]), GroupBytes(*(most * v for v in per_class)), final, maxima
-    level = _running(tables.sum(axis=1), signed, ends)
-    j = int(level.argmax())
-    peak = int(level[j])
-    del level
-    if want_max:
-        for c in range(nclass):
-            if tables[:, c].any():  # a class no tier holds stays at 0
-                maxima[c] = max(int(_running(tables[:, c], signed, ends).max()), 0)
-    if peak <= 0:
-        return 0, 0, GroupBytes(), final, maxima
-    head = np.bincount(signed[:int(ends[j]) + 1], minlength=len(tables))
-    return peak, int(end_times[j]), GroupBytes(*(head @ tables).tolist()), final, maxima
+    dp, ntiers = scn.config.placement.dp, len(scn.bundles)
+    out = np.zeros(dp * ntiers, dtype=np.int64)
+    for lo in range(0, scn.requests, SLICE_REQUESTS):
+        hi = lo + SLICE_REQUESTS
+        ok = admitted_mask(d, lo, hi)
+        key = scn.tier[lo:hi][ok].astype(np.int64)
+        if dp > 1:
+            key += d.replica[lo:hi][ok].astype(np.int64) * ntiers
+        np.add.at(out, key, scn.hold_ns[lo:hi][ok])
+    return out.reshape(dp, ntiers)
 
 
 def observe(scn: Scenario, d: Decisions) -> SimResult:
-    """Every observable from the decisions, vectorized; equal to the ledger replay's."""
+    """Every observable from the decisions, a slice of events at a time; equal to the ledger replay's.
+
+    Per (replica, stage) group: the running level of its total and of each state class over
+    that replica's events, observed at its instant ends (the peak, its first instant, every
+    class there, and after the last event); all devices together over all events, with the
+    requests in flight."""
     import numpy as np
 
     placement = scn.config.placement
     tp, pp, dp = placement.tp, placement.pp, placement.dp
     limit = scn.config.limit_bytes
     tl = timeline(scn, d)
-    adm = tl.adm
     ntiers = len(scn.bundles)
+    nclass = len(STATE_CLASSES)
     class_tables = [np.array([[getattr(stages[s], f"{c.value}_bytes") for c in STATE_CLASSES]
-                              for stages in scn.bundles], dtype=np.int64).reshape(ntiers, len(STATE_CLASSES))
+                              for stages in scn.bundles], dtype=np.int64).reshape(ntiers, nclass)
                     for s in range(pp)]
-    key = scn.tier[adm]  # exact integer sums of hold time per (replica, tier)
-    if dp > 1:
-        key = key + d.replica[adm] * ntiers
-    hold_by_tier = np.zeros(dp * ntiers, dtype=np.int64)
-    np.add.at(hold_by_tier, key, scn.hold_ns[adm])
-    hold_by_tier = hold_by_tier.reshape(dp, ntiers)
-    del key
+    flight = np.ones((ntiers, 1), dtype=np.int64)
+
+    def columns(tables: list["np.ndarray"], weight: int = 1, with_flight: bool = False) -> "np.ndarray":
+        """Per table: its total then its classes; the requests in flight last."""
+        cols = [np.column_stack([t.sum(axis=1), t]) * weight for t in tables] + ([flight] if with_flight else [])
+        return signed_table(np.concatenate(cols, axis=1))
+
+    def peak_of(lv: Levels) -> tuple[int, int, GroupBytes, list[int]]:
+        """(peak, peak_ns, at_peak, class maxima) of a scan whose column 0 is the total."""
+        maxima = [max(int(v), 0) for v in lv.maxima[1:1 + nclass].tolist()]
+        if not lv.observed or int(lv.at_best[0]) <= 0:
+            return 0, 0, GroupBytes(), maxima
+        return int(lv.at_best[0]), lv.best_ns, GroupBytes(*lv.at_best[1:1 + nclass].tolist()), maxima
+
+    hold_by_tier = _hold_by_tier(scn, d)
     devices: list[DevicePeak] = []
-    single = None
+    single = dp == 1 and pp == 1  # the only group is every event: its scan serves the total too
+    whole = None
     for r in range(dp):
-        signed, ends, end_times = _replica_events(tl, r)
         for s in range(pp):
-            one = dp == 1 and pp == 1  # the only group is every event: its class maxima serve the total
-            peak, peak_ns, at_peak, final, maxima = _group_peak(signed, ends, end_times, class_tables[s], 1, one)
-            if one:
-                single = (peak, peak_ns, at_peak, maxima)
+            lv = scan(scn, d, tl, columns([class_tables[s]], with_flight=single), None if dp == 1 else r)
+            peak, peak_ns, at_peak, maxima = peak_of(lv)
+            final = GroupBytes(*lv.level[1:1 + nclass].tolist())
+            if single:
+                whole = lv, (peak, peak_ns, at_peak, maxima)
             byte_ns = sum(int(h) * scn.bundles[k][s].total_bytes for k, h in enumerate(hold_by_tier[r].tolist()))
             for rank in range(tp):
                 devices.append(DevicePeak(placement.device(r, s, rank), limit, peak, peak_ns, at_peak, byte_ns, final))
-    if single is not None:  # one replica, one stage: the total is tp times that group
-        peak, peak_ns, at_peak, maxima = single
+    if whole is not None:  # one replica, one stage: the total is tp times that group
+        lv, (peak, peak_ns, at_peak, maxima) = whole
         peak, at_peak, maxima = peak * tp, GroupBytes(*(v * tp for v in at_peak.by_class().values())), [m * tp for m in maxima]
     else:
-        total_table = sum(class_tables)
-        peak, peak_ns, at_peak, _, maxima = _group_peak(tl.signed, tl.ends, tl.end_times, total_table, tp, True)
+        lv = scan(scn, d, tl, columns([sum(class_tables)], tp, with_flight=True))
+        peak, peak_ns, at_peak, maxima = peak_of(lv)
+    peak_in_flight = max(int(lv.maxima[-1]), 0) if lv.observed else 0
     class_max = GroupBytes(*maxima)
-    k = len(adm)
-    ones = np.concatenate([np.full(ntiers, -1, dtype=np.int64), np.ones(ntiers, dtype=np.int64)])
-    peak_in_flight = int(_running(ones, tl.signed, tl.ends).max()) if k else 0
     last_arrival = int(scn.arrival_ns[-1]) if scn.requests else 0
     span = max(last_arrival, tl.last_release_ns) - (int(scn.arrival_ns[0]) if scn.requests else 0)
     devices.sort(key=lambda x: x.device)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.simulate.fast import Decisions, group_levels, timeline
+from csa_plan.planner.simulate.fast import Decisions, signed_table
+from csa_plan.planner.simulate.timeline import scan, timeline
 from csa_plan.planner.simulate.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -24,40 +25,31 @@ class Series:
     limit_bytes: int
 
 
-def _bucket_max(times: "np.ndarray", levels: "np.ndarray", edges: "np.ndarray") -> "np.ndarray":
-    """Per bucket: the highest level observed in it, or carried into it from before its start.
-    ``times`` are sorted, so each bucket is one slice (no per-observation bucket index)."""
-    import numpy as np
-
-    out = np.zeros(len(edges), dtype=np.int64)
-    if len(times) == 0:
-        return out
-    first = np.searchsorted(times, edges, side="left")  # the first observation at or after each edge
-    before = first - 1  # the level carried into each bucket: the last observation before its start
-    out = np.where(before >= 0, levels[np.maximum(before, 0)], 0)
-    stops = np.append(first[1:], len(times))
-    filled = first < stops
-    if filled.any():
-        out[filled] = np.maximum(out[filled], np.maximum.reduceat(levels, first[filled]))
-    return out
-
-
 def residency_series(scn: Scenario, d: Decisions, buckets: int = 80) -> Series:
+    """Per (replica, stage) group and for the requests in flight: the highest level in each bucket
+    or carried into it, from the same events the observables were taken from (a slice at a time)."""
     import numpy as np
 
     placement = scn.config.placement
-    tl = timeline(scn, d)  # the same events the observables were taken from
+    tl = timeline(scn, d)
     end = int(max(tl.last_release_ns, scn.arrival_ns[-1] if scn.requests else 0, 1))
     edges = np.linspace(0, end, buckets, endpoint=False).astype(np.int64)
+    per_stage = [np.array([stages[s].total_bytes for stages in scn.bundles], dtype=np.int64).reshape(-1, 1)
+                 for s in range(placement.pp)]
+    flight = np.ones((len(scn.bundles), 1), dtype=np.int64)
     groups = []
-    for r in range(placement.dp):
+    if placement.dp == 1:  # every group sees every event: one scan for all of them and the requests in flight
+        top = scan(scn, d, tl, signed_table(np.concatenate(per_stage + [flight], axis=1)), edges=edges).buckets()
+        in_flight = top[:, -1]
         for s in range(placement.pp):
-            per_tier = np.array([stages[s].total_bytes for stages in scn.bundles], dtype=np.int64)
-            times, total = group_levels(tl, r, per_tier)
-            devices = tuple(placement.device(r, s, k) for k in range(placement.tp))
-            groups.append((devices, _bucket_max(times, total, edges)))
-    times, flight = group_levels(tl, None, np.ones(len(scn.bundles), dtype=np.int64))
-    return Series(edges, tuple(groups), _bucket_max(times, flight, edges), scn.config.limit_bytes)
+            groups.append((tuple(placement.device(0, s, k) for k in range(placement.tp)), top[:, s].copy()))
+    else:
+        for r in range(placement.dp):
+            top = scan(scn, d, tl, signed_table(np.concatenate(per_stage, axis=1)), r, edges=edges).buckets()
+            for s in range(placement.pp):
+                groups.append((tuple(placement.device(r, s, k) for k in range(placement.tp)), top[:, s].copy()))
+        in_flight = scan(scn, d, tl, signed_table(flight), edges=edges).buckets()[:, 0]
+    return Series(edges, tuple(groups), in_flight.copy(), scn.config.limit_bytes)
 
 
 SPARK = "▁▂▃▄▅▆▇█"
