@@ -65,10 +65,12 @@ static Ev heap_pop(Heap *h) {
 
 typedef struct {
     const int64_t *arr, *hold, *need; /* need[tier * pp + stage] */
-    const int32_t *tier;
+    const void *tier; /* int8, int16, int32 or int64 (tier_size bytes) */
+    int tier_size;
     const int8_t *up;
     int8_t *out;
-    int32_t *rep;
+    void *rep; /* int16 or int32 (rep_size bytes) */
+    int rep_size;
     int64_t *adm;
     int64_t *res; /* res[replica * pp + stage] */
     int32_t *events; /* the event timeline, in event order: i for an admission, ~i for a release */
@@ -87,6 +89,20 @@ typedef struct {
 static void emit(Loop *L, int32_t code, int64_t t) {
     L->events[L->nev++] = code;
     L->last_time = t;
+}
+
+static int64_t tier_of(const Loop *L, Py_ssize_t i) {
+    switch (L->tier_size) {
+    case 1: return ((const int8_t *)L->tier)[i];
+    case 2: return ((const int16_t *)L->tier)[i];
+    case 4: return ((const int32_t *)L->tier)[i];
+    default: return ((const int64_t *)L->tier)[i];
+    }
+}
+
+static void set_replica(Loop *L, Py_ssize_t i, Py_ssize_t r) {
+    if (L->rep_size == 2) ((int16_t *)L->rep)[i] = (int16_t)r;
+    else ((int32_t *)L->rep)[i] = (int32_t)r;
 }
 
 static Py_ssize_t route(Loop *L) {
@@ -110,14 +126,15 @@ static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
     }
     L->reason = L->oom;
     int64_t *mine = L->res + r * L->pp;
-    const int64_t *needs = L->need + L->tier[i] * L->pp;
+    int64_t tier = tier_of(L, i);
+    const int64_t *needs = L->need + tier * L->pp;
     for (Py_ssize_t s = 0; s < L->pp; s++)
         if (mine[s] + needs[s] > L->limit) return 0;
     for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] += needs[s];
     L->running[r]++;
-    L->rep[i] = (int32_t)r;
+    set_replica(L, i, r);
     L->adm[i] = t;
-    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, (int64_t)L->tier[i]};
+    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, tier};
     if (heap_push(&L->heap, e) < 0) return -1;
     emit(L, (int32_t)i, t);
     L->pointer = (r + 1) % L->dp;
@@ -182,9 +199,13 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
     return head < tail ? -2 : 0;
 }
 
+/* itemsize 0: any of 1, 2, 4 or 8 bytes (an integer array the loop reads through its size) */
 static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count,
                const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (!itemsize && (view->itemsize == 1 || view->itemsize == 2 || view->itemsize == 4 || view->itemsize == 8))
+        itemsize = view->itemsize;
     if (view->itemsize != itemsize || view->len != itemsize * count) {
         PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count, itemsize);
         PyBuffer_Release(view);
@@ -214,7 +235,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     Py_buffer b[9];
     int got = 0;
     PyObject *objs[9] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_ev};
-    const Py_ssize_t sizes[9] = {8, 8, 4, 1, 8, 1, 4, 8, 4};
+    const Py_ssize_t sizes[9] = {8, 8, 0, 1, 8, 1, 0, 8, 4};
     const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, n, 2 * n};
     const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
     static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "events"};
@@ -224,11 +245,21 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     memset(&L, 0, sizeof L);
     L.arr = (const int64_t *)b[0].buf;
     L.hold = (const int64_t *)b[1].buf;
-    L.tier = (const int32_t *)b[2].buf;
+    L.tier = b[2].buf;
+    L.tier_size = (int)b[2].itemsize;
     L.up = (const int8_t *)b[3].buf;
     L.need = (const int64_t *)b[4].buf;
     L.out = (int8_t *)b[5].buf;
-    L.rep = (int32_t *)b[6].buf;
+    L.rep = b[6].buf;
+    L.rep_size = (int)b[6].itemsize;
+    if (L.rep_size != 2 && L.rep_size != 4) {
+        PyErr_SetString(PyExc_ValueError, "replica: expected int16 or int32");
+        goto fail;
+    }
+    if (L.rep_size == 2 && dp > 32767) {
+        PyErr_SetString(PyExc_ValueError, "replica: int16 holds at most 32,767 replicas");
+        goto fail;
+    }
     L.adm = (int64_t *)b[7].buf;
     L.events = (int32_t *)b[8].buf;
     L.limit = (int64_t)limit;
@@ -240,7 +271,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     L.pp = pp;
     L.round_robin = round_robin;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (L.up[i] && (L.tier[i] < 0 || L.tier[i] >= ntiers)) {
+        if (L.up[i] && (tier_of(&L, i) < 0 || tier_of(&L, i) >= ntiers)) {
             PyErr_SetString(PyExc_ValueError, "tier out of range");
             goto fail;
         }

@@ -166,7 +166,10 @@ def _fits_int64(scn: Scenario, ok: "np.ndarray", need: list[tuple[int, ...]]) ->
     if scn.config.limit_bytes:
         cap = [scn.config.limit_bytes] * pp
     else:
-        counts = np.bincount(scn.tier[ok], minlength=len(need)).tolist()
+        total = np.zeros(len(need), dtype=np.int64)
+        for lo in range(0, len(ok), SLICE_REQUESTS):
+            total += np.bincount(scn.tier[lo:lo + SLICE_REQUESTS][ok[lo:lo + SLICE_REQUESTS]], minlength=len(need))
+        counts = total.tolist()
         cap = [sum(c * stages[s] for c, stages in zip(counts, need)) for s in range(pp)]
     return all(c + m <= I64_MAX for c, m in zip(cap, most)) and sum(cap) + sum(most) <= I64_MAX
 
@@ -196,7 +199,8 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
     dp, pp = placement.dp, placement.pp
     limit = config.limit_bytes
     outcome = scn.upfront.copy()
-    replica = np.full(n, -1, dtype=np.int32)
+    rep_dtype = np.int16 if dp <= 32767 else np.int32  # MAX_DP keeps it int16
+    replica = np.full(n, -1, dtype=rep_dtype)
     admit = np.full(n, -1, dtype=np.int64)
     ok = outcome == Outcome.ADMITTED.value
     if not ok.any():
@@ -213,7 +217,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         events = np.empty(2 * n, dtype=np.int32)  # pages never written are never resident
         nev, last = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
                                   np.ascontiguousarray(scn.hold_ns, dtype=np.int64),
-                                  np.ascontiguousarray(scn.tier, dtype=np.int32), ok.view(np.int8), len(need), flat,
+                                  np.ascontiguousarray(scn.tier), ok.view(np.int8), len(need), flat,
                                   dp, pp, limit or I64_MAX, cap, placement.router is Router.ROUND_ROBIN,
                                   config.policy is Policy.QUEUE, Outcome.OUT_OF_MEMORY.value,
                                   Outcome.RUNNING_CAP.value, outcome, replica, admit, events)
@@ -325,7 +329,7 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
             raise RuntimeError("simulation ended with requests still queued")
     if progress:
         progress(n, n)
-    return Decisions(np.array(out_l, dtype=np.int8), np.array(rep_l, dtype=np.int32),
+    return Decisions(np.array(out_l, dtype=np.int8), np.array(rep_l, dtype=rep_dtype),
                      np.array(adm_l, dtype=np.int64))
 
 

@@ -138,6 +138,12 @@ class Scenario:
         return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
 
 
+SLICE = 1 << 20
+"""Requests prepared together (bounds the temporaries)."""
+
+SEEN_TABLE_MAX = 1 << 22
+"""Reserved lengths up to this are collected in a table of flags (else by sorting each slice)."""
+
 MAX_SIM_NS = 1 << 61  # about 73 years: arrival + hold then always fits the int64 clock
 
 
@@ -162,29 +168,11 @@ def _ns(seconds_ns: "np.ndarray", option: str, workload: "Workload | None" = Non
         np.rint(seconds_ns).astype(np.int64)
 
 
-def _tiers(wanted: "np.ndarray", exceeds: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
-    """The distinct reserved lengths of the requests that fit (sorted) and each request's index
-    into them (-1 for one that exceeds): ``np.unique`` by counting when the lengths are few
-    enough to count (no sort, no copy of a million requests), by sorting otherwise."""
+def tier_dtype(ntiers: int) -> "np.dtype":
+    """The narrowest signed integer that holds every tier index and -1."""
     import numpy as np
 
-    n = len(wanted)
-    tier = np.full(n, -1, dtype=np.int64)
-    if not n:
-        return np.zeros(0, dtype=np.int64), tier
-    if 0 <= int(wanted.min()) and int(wanted.max()) <= 4 * n:
-        counts = np.bincount(wanted)
-        if exceeds.any():
-            counts -= np.bincount(wanted[exceeds], minlength=len(counts))
-        tokens = np.flatnonzero(counts)
-        lookup = np.full(len(counts), -1, dtype=np.int64)
-        lookup[tokens] = np.arange(len(tokens))
-        tier = lookup[wanted]
-        tier[exceeds] = -1
-        return tokens, tier
-    tokens, inverse = np.unique(wanted[~exceeds], return_inverse=True)
-    tier[~exceeds] = inverse
-    return tokens, tier
+    return np.dtype(np.int8 if ntiers <= 127 else np.int16 if ntiers <= 32767 else np.int32)
 
 
 def reserved_tokens(total_tokens: int, reserve: Reserve, bucket: int, window: int, max_seq_len: int) -> int:
@@ -207,30 +195,65 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     max_seq_len = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     # Clipping at 2^40 tokens keeps the sums exact; anything that long is refused as too long anyway.
-    # Arrays are reused in place: a request costs a few int64s here, whatever the trace's length.
-    prompt = np.minimum(workload.prompt_tokens, TOKEN_CLIP)
-    output = np.minimum(workload.output_tokens, TOKEN_CLIP)
+    # Requests are prepared a slice at a time into arrays allocated once (hold int64, tier as
+    # narrow as the tier count allows, upfront int8): no temporary grows with the trace.
+    n = len(workload)
     time = config.time
-    with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
-        hold = _ns(prompt * (NS_PER_S / time.prefill_tok_s), "--prefill-tok-s", workload, 1)
-        hold += _ns(output * (time.tpot_ms * 1_000_000.0), "--tpot-ms", workload, 2)
-    np.maximum(hold, 1, out=hold)  # a request holds its groups for at least 1 ns
-    total = prompt
-    total += output
-    del output
-    exceeds = total > max_seq_len
-    if config.reserve is Reserve.MAX:
-        tokens = np.array([max_seq_len] if not exceeds.all() else [], dtype=np.int64)
-        tier = np.where(exceeds, -1, 0).astype(np.int64)
+    per_prompt, per_output = NS_PER_S / time.prefill_tok_s, time.tpot_ms * 1_000_000.0
+    if n:  # the largest time of each kind first (x -> x * f is monotone): refused before any work
+        with np.errstate(over="ignore", invalid="ignore"):
+            for role, tokens, f, option in ((1, workload.prompt_tokens, per_prompt, "--prefill-tok-s"),
+                                            (2, workload.output_tokens, per_output, "--tpot-ms")):
+                _ns(np.array([min(int(tokens.max()), TOKEN_CLIP)], dtype=np.int64) * f, option, workload, role)
+    hold = np.empty(n, dtype=np.int64)
+    fit = config.reserve is Reserve.FIT
+    seen = np.zeros(max_seq_len + 1 if max_seq_len <= SEEN_TABLE_MAX else 0, dtype=bool)
+    seen_sets: list["np.ndarray"] = []
+    any_fits = False
+
+    def lengths(lo: int, hi: int) -> tuple["np.ndarray", "np.ndarray"]:
+        """(reserved tokens, exceeds max_seq_len) of requests lo..hi (``fit``; under ``max`` the totals)."""
+        total = workload.prompt_tokens[lo:hi].astype(np.int64)
+        np.minimum(total, TOKEN_CLIP, out=total)
+        out = workload.output_tokens[lo:hi].astype(np.int64)
+        np.minimum(out, TOKEN_CLIP, out=out)
+        total += out
+        exceeds = total > max_seq_len
+        if fit:  # ceil(total / bucket) x bucket, at least the window, at most max_seq_len, in place
+            np.negative(total, out=total)
+            np.floor_divide(total, config.bucket, out=total)
+            np.negative(total, out=total)
+            total *= config.bucket
+            np.maximum(total, window, out=total)
+            np.minimum(total, max_seq_len, out=total)
+        return total, exceeds
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo in range(0, n, SLICE):
+            hi = min(n, lo + SLICE)
+            h = hold[lo:hi]
+            p = workload.prompt_tokens[lo:hi].astype(np.int64)
+            np.minimum(p, TOKEN_CLIP, out=p)
+            h[:] = np.rint(p * per_prompt)
+            p = workload.output_tokens[lo:hi].astype(np.int64)
+            np.minimum(p, TOKEN_CLIP, out=p)
+            h += np.rint(p * per_output).astype(np.int64)
+            np.maximum(h, 1, out=h)  # a request holds its groups for at least 1 ns
+            wanted, exceeds = lengths(lo, hi)
+            if fit:
+                kept = wanted[~exceeds]
+                if len(seen):
+                    seen[kept] = True
+                elif len(kept):
+                    seen_sets.append(np.unique(kept))
+            any_fits = any_fits or not bool(exceeds.all())
+    if not fit:
+        tokens = np.array([max_seq_len] if any_fits else [], dtype=np.int64)
+    elif len(seen):
+        tokens = np.flatnonzero(seen).astype(np.int64)
     else:
-        wanted = total  # ceil(total / bucket) x bucket, at least the window, at most max_seq_len, in place
-        np.negative(wanted, out=wanted)
-        np.floor_divide(wanted, config.bucket, out=wanted)
-        np.negative(wanted, out=wanted)
-        wanted *= config.bucket
-        np.maximum(wanted, window, out=wanted)
-        np.minimum(wanted, max_seq_len, out=wanted)
-        tokens, tier = _tiers(wanted, exceeds)
+        tokens = np.unique(np.concatenate(seen_sets)) if seen_sets else np.zeros(0, dtype=np.int64)
+    del seen, seen_sets
     bundles = []
     if config.engine is not None:
         config, bundles = config.engine.prepare(spec, config, max_seq_len, [int(t) for t in tokens.tolist()])
@@ -241,10 +264,19 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     never = np.zeros(len(tokens), dtype=bool)
     if limit:
         never = np.array([any(b.total_bytes > limit for b in stages) for stages in bundles], dtype=bool)
-    upfront = np.full(len(total), Outcome.ADMITTED.value, dtype=np.int8)
-    upfront[exceeds] = Outcome.EXCEEDS_CAPACITY.value
-    if never.any():
-        upfront[(tier >= 0) & never[np.maximum(tier, 0)]] = Outcome.NEVER_FITS.value
+    tier = np.empty(n, dtype=tier_dtype(len(tokens)))
+    upfront = np.empty(n, dtype=np.int8)
+    for lo in range(0, n, SLICE):
+        hi = min(n, lo + SLICE)
+        wanted, exceeds = lengths(lo, hi)
+        t = np.searchsorted(tokens, wanted) if fit else np.zeros(hi - lo, dtype=np.int64)
+        t[exceeds] = -1
+        tier[lo:hi] = t
+        u = upfront[lo:hi]
+        u[:] = Outcome.ADMITTED.value
+        u[exceeds] = Outcome.EXCEEDS_CAPACITY.value
+        if never.any():
+            u[(t >= 0) & never[np.maximum(t, 0)]] = Outcome.NEVER_FITS.value
     scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
                    tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,
                    workload.class_ids, workload.class_names)
