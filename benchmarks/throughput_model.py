@@ -91,12 +91,14 @@ def read_counts() -> dict[str, LoopCounts]:
             ops = k.opcodes((a, b))
             inner = {}
             loops = k.inner_loops()
-            for lp in loops:
+            for lp in loops:  # in program order
                 iops = k.opcodes(lp)
                 if any(o.startswith("LDGSTS") for o in iops):
-                    kind = "loader"
-                elif any(o.startswith(("STS.128", "F2FP")) for o in iops):
-                    kind = "dequant"
+                    kind = "loader_tail" if "loader" in inner else "loader"
+                elif any(o.startswith(("HMUL2", "HFMA2")) for o in iops):
+                    kind = "dequant"  # FP8 blocks: packed BF16 scale multiplies
+                elif any(o.startswith("STS.128") for o in iops):
+                    kind = "tail"  # the BF16 RoPE tails, realigned
                 else:
                     kind = f"loop@{lp[0]}"
                 if kind in inner:
@@ -174,9 +176,12 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     blocks = lay.head_groups * chunks * batch
     tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)
     threads = lay.threads
-    # the loader: a tile's 32 x 38 chunks of 16 B over the block's threads; the dequantizer:
-    # 64 eight-dim groups per row, a row per 64 threads
-    trips = {"loader": ATTN_TC_TILE * 38 / threads, "dequant": ATTN_TC_TILE * 64 / threads}
+    # per tile and thread: the loader's row loop (a warp per row, chunks 0..31) and its tail
+    # (chunks 32..37, six per row over the block); the dequantizer's 7 FP8 blocks per row and
+    # the 2 RoPE-tail halves per row, over the block's threads
+    warps = threads // 32
+    trips = {"loader": ATTN_TC_TILE / warps, "loader_tail": ATTN_TC_TILE * 6 / threads,
+             "dequant": ATTN_TC_TILE * 7 / threads, "tail": ATTN_TC_TILE * 2 / threads}
     issue, tensor, smem = _tile_cycles(counts["attn_tc_partial"], threads // 32, trips)
     per_tile = max(issue, tensor, smem)
     busiest = math.ceil(blocks / SMS)

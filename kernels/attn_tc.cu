@@ -30,8 +30,10 @@
 #define CSA_TC_ROW_SMEM 608
 #define CSA_TC_STAGES 3
 #define CSA_TC_KPITCH 520       // bf16 per dequantized row (+8: conflict-free fragment loads)
-#define CSA_TC_SPITCH 33        // floats per partial-S row
+#define CSA_TC_SPITCH 36        // floats per partial-S row (16-byte rows, conflict-free 16-byte access)
 #define CSA_TC_MAX_IDS 2048     // rows per split with an index list
+#define CSA_TC_NOPE 448          // FP8 dims (7 blocks of 64); the last 64 are the BF16 RoPE tail
+#define CSA_TC_NOPE_BLOCKS 7
 #define CSA_TC_TERMS 2          // at most this many BF16 terms of Q and of P (2: 2^-17 relative)
 
 // Shared layout (bytes): stages | K tile | partial S | row offsets | ids
@@ -57,21 +59,19 @@ __device__ __forceinline__ void attn_tc_split2(float x0, float x1, int terms, un
   }
 }
 
-// Eight E4M3 codes (c0: 0..3, c1: 4..7) times 2^(e - 127) to BF16 through fp32 (zero,
-// subnormal and NaN codes, extreme scales). Out of line: the tile loop holds the fast path.
-__device__ __noinline__ uint4 attn_tc_dequant_slow(unsigned c0, unsigned c1, unsigned e) {
+// One FP8 block (64 E4M3 codes at `codes`) times 2^(e - 127) to BF16 through fp32 (NaN codes,
+// extreme scales). Out of line: the tile loop holds the fast path.
+__device__ __noinline__ void attn_tc_dequant_slow(const unsigned char* codes, unsigned e, uint4* dst) {
   const float sc = e ? __uint_as_float(e << 23) : ldexpf(1.0f, -127);
-  float f[8];
-  csa_e4m3x2_to_float2(c0, &f[0], &f[1]);
-  csa_e4m3x2_to_float2(c0 >> 16, &f[2], &f[3]);
-  csa_e4m3x2_to_float2(c1, &f[4], &f[5]);
-  csa_e4m3x2_to_float2(c1 >> 16, &f[6], &f[7]);
-  uint4 v;
-  v.x = csa_pack_bf16x2(f[0] * sc, f[1] * sc);
-  v.y = csa_pack_bf16x2(f[2] * sc, f[3] * sc);
-  v.z = csa_pack_bf16x2(f[4] * sc, f[5] * sc);
-  v.w = csa_pack_bf16x2(f[6] * sc, f[7] * sc);
-  return v;
+  for (int q = 0; q < 8; ++q) {
+    unsigned p[4];
+    for (int i = 0; i < 4; ++i) {
+      float lo, hi;
+      csa_e4m3x2_to_float2((unsigned)codes[8 * q + 2 * i] | ((unsigned)codes[8 * q + 2 * i + 1] << 8), &lo, &hi);
+      p[i] = csa_pack_bf16x2(lo * sc, hi * sc);
+    }
+    dst[q] = make_uint4(p[0], p[1], p[2], p[3]);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
@@ -92,12 +92,21 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
   const unsigned char* rc = records + (long long)req * rec_req_stride;
   unsigned short* kt = (unsigned short*)(attn_tc_smem + CSA_TC_K_OFF);
   float* sp = (float*)(attn_tc_smem + attn_tc_s_off(mt));
-  unsigned char* rowoff = attn_tc_smem + attn_tc_s_off(m_tiles);  // [stages][tile]
-  int* ids = (int*)(rowoff + CSA_TC_STAGES * CSA_TC_TILE);
+  unsigned char* leads = attn_tc_smem + attn_tc_s_off(m_tiles);  // [row of the split]: superset lead
+  int* descs = (int*)(leads + CSA_TC_MAX_IDS);                     // [row]: superset start in its region
 
-  // prefetch the split's record ids (the CSA index list) once
-  for (int r = r0 + tid; r < r1; r += nthreads)
-    if (r >= n_win) ids[r - r0] = use_idx ? idx[(long long)req * idx_req_stride + (r - n_win)] : r - n_win;
+  // once per split: every row's source (the CSA index list read here), as the offset of its
+  // aligned 16-byte superset within its region (ring or records) and the row's lead in it.
+  // Offsets are 32-bit within a request's region (a request's rows span < 2 GB); the superset
+  // is aligned on absolute addresses: mis_* = the region base's offset from 16.
+  const int mis_ring = (int)((unsigned long long)rg & 15ull), mis_rec = (int)((unsigned long long)rc & 15ull);
+  for (int r = r0 + tid; r < r1; r += nthreads) {
+    const bool win = r < n_win;
+    const int id = win ? r : (use_idx ? idx[(long long)req * idx_req_stride + (r - n_win)] : r - n_win);
+    const int off = id * CSA_TC_REC, lead = (off + (win ? mis_ring : mis_rec)) & 15;
+    leads[r - r0] = (unsigned char)lead;
+    descs[r - r0] = off - lead;
+  }
   __syncthreads();
 
   // this warp's Q fragments: heads h0 + (gid, gid+8), dims 128*dq + 16*kk + 2*tg + {0,1} (+8)
@@ -136,25 +145,33 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
   float m_run[2] = {CSA_NEG_INF, CSA_NEG_INF}, l_part[2] = {0.0f, 0.0f};
 
   const int ntiles = (r1 - r0 + CSA_TC_TILE - 1) / CSA_TC_TILE;
+  const float scale_l2 = scale * 1.4426950408889634f;  // logits in log2 units: p = 2^(x - max)
+  // ldmatrix row addresses in the shared window (32-bit), worked out once
+  const int lrow = lane & 7, lmat = lane >> 3;  // ldmatrix: this lane's row of matrix lmat
+  const csa_saddr kt_s = csa_smem_addr(kt);
+  const csa_saddr krow_s = kt_s + 2 * (lrow * CSA_TC_KPITCH + 128 * dq + 8 * lmat);
 
-  // issue the cp.async copies of tile `t` into stage t % STAGES (always one commit). Offsets
-  // are 32-bit within a request's region (a request's records are < 2 GB); the aligned
-  // superset is taken on absolute addresses: mis_* = the region base's offset from 16.
-  const int mis_ring = (int)((unsigned long long)rg & 15ull), mis_rec = (int)((unsigned long long)rc & 15ull);
+  // issue the cp.async copies of tile `t` into stage t % STAGES (always one commit): chunk k
+  // of row j is 16 bytes at descs[j] + 16k of the row's region. Chunks 0..31 of a row: a warp
+  // per row, lane = chunk; chunks 32..37 (those the row reaches): the block's threads in turn.
+  // The buffer's last chunk is clipped with cp.async's src-size.
   const int end_ring = (int)ring_bytes, end_rec = (int)rec_bytes;
+  const int nwarps = nthreads >> 5;
   auto load_tile = [&](int t) {
     if (t < ntiles) {
-      const int base = r0 + t * CSA_TC_TILE, nv = min(CSA_TC_TILE, r1 - base);
+      const int tb = t * CSA_TC_TILE, nv = min(CSA_TC_TILE, r1 - r0 - tb), win_end = n_win - r0 - tb;
       unsigned char* st = attn_tc_smem + (t % CSA_TC_STAGES) * CSA_TC_STAGE_BYTES;
-      for (int c = tid; c < nv * CSA_TC_CHUNKS; c += nthreads) {
-        const int j = c / CSA_TC_CHUNKS, k = c - j * CSA_TC_CHUNKS, r = base + j;
-        const bool win = r < n_win;
-        const int off = (win ? r : ids[r - r0]) * CSA_TC_REC, lead = (off + (win ? mis_ring : mis_rec)) & 15;
-        const int a = off - lead + 16 * k;  // this chunk, relative to the region base
-        if (k == 0) rowoff[(t % CSA_TC_STAGES) * CSA_TC_TILE + j] = (unsigned char)lead;
-        if (a >= off + CSA_TC_REC) continue;  // past this row
-        const int left = (win ? end_ring : end_rec) - a;
-        csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * k, (win ? rg : rc) + a, left >= 16 ? 16 : left);
+      for (int j = warp; j < nv; j += nwarps) {
+        const bool win = j < win_end;
+        const int d = descs[tb + j] + 16 * lane;
+        csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * lane, (win ? rg : rc) + d, min(16, (win ? end_ring : end_rec) - d));
+      }
+      for (int c = tid; c < nv * (CSA_TC_CHUNKS - 32); c += nthreads) {
+        const int j = c / (CSA_TC_CHUNKS - 32), k = 32 + c - j * (CSA_TC_CHUNKS - 32);
+        if (16 * k >= leads[tb + j] + CSA_TC_REC) continue;  // past the row
+        const bool win = j < win_end;
+        const int d = descs[tb + j] + 16 * k;
+        csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * k, (win ? rg : rc) + d, min(16, (win ? end_ring : end_rec) - d));
       }
     }
     csa_cp_async_commit();
@@ -168,72 +185,83 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     __syncthreads();  // tile t landed for every thread; K tile and partial S are free
     load_tile(t + CSA_TC_STAGES - 1);
 
-    // dequantize: a thread keeps one 8-dim group (d0) and walks the tile's rows; 8 codes come
-    // in with three aligned 32-bit loads and two funnel shifts; one 16-byte store of BF16
+    // dequantize. A task is one FP8 block of a row (scale byte + 64 codes) or half of its BF16
+    // RoPE tail (64 bytes). The block's bytes come in as 17 aligned 32-bit words; prmt with a
+    // selector worked out once per block (the codes' offset o from 4) picks each pair of codes
+    // straight out of two words, sign-replicated into the high byte, which two logic ops turn
+    // into BF16 bits of the code's value x 2^-120 (zero and subnormal codes included); one
+    // packed BF16 multiply by 2^(e - 7) applies the E8M0 scale exactly. NaN codes (0x7F/0xFF)
+    // or scales outside [7, 134] send the block to the fp32 path.
     {
-      const unsigned char* offs = rowoff + (t % CSA_TC_STAGES) * CSA_TC_TILE;
-      const int d0 = (tid & 63) * 8, rstep = nthreads >> 6;
-      const bool is_nope = d0 < nope;
-      const int src = is_nope ? (d0 >> 6) * 65 + 1 + (d0 & 63) : (nope >> 6) * 65 + 2 * (d0 - nope);
-      for (int j = tid >> 6; j < CSA_TC_TILE; j += rstep) {
-        uint4 v = {0u, 0u, 0u, 0u};
-        if (j < nv) {
-          // byte offsets within the shared buffer keep the loads in the shared window (LDS)
-          const int rp = (t % CSA_TC_STAGES) * CSA_TC_STAGE_BYTES + j * CSA_TC_ROW_SMEM + offs[j];
-          const int a = rp + src;
-          const unsigned* a4 = (const unsigned*)(attn_tc_smem + (a & ~3));
-          const unsigned sh = 8u * (unsigned)(a & 3);
-          const unsigned w0 = a4[0], w1 = a4[1], w2 = a4[2];
-          const unsigned c0 = __funnelshift_r(w0, w1, sh), c1 = __funnelshift_r(w1, w2, sh);
-          if (is_nope) {
-            const unsigned e = attn_tc_smem[rp + src - 1 - (d0 & 63)];
-            // E4M3 normal codes straight to BF16 bits: exponent + (e - 7), mantissa << 4, the
-            // sign moved up; zero, subnormal and NaN codes (or extreme scales) take the cvt path
-            const unsigned M = 0x78787878u, H = 0x80808080u;
-            const bool normal = (((c0 & M) + M) & H) == H && (((c1 & M) + M) & H) == H &&
-                                ((((c0 & 0x7f7f7f7fu) + 0x01010101u) | ((c1 & 0x7f7f7f7fu) + 0x01010101u)) & H) == 0u &&
-                                e >= 7u && e <= 246u;
-            if (normal) {
-              const unsigned bias = (e - 7u) * 0x00800080u;  // (e - 7) << 7 in both halves
-              unsigned o[4];
+      const int stb = (t % CSA_TC_STAGES) * CSA_TC_STAGE_BYTES;
+      const unsigned char* offs = leads + t * CSA_TC_TILE;
+      for (int task = tid; task < CSA_TC_TILE * CSA_TC_NOPE_BLOCKS; task += nthreads) {
+        const int j = task / CSA_TC_NOPE_BLOCKS, blk = task - j * CSA_TC_NOPE_BLOCKS;
+        uint4* dst = (uint4*)(kt + j * CSA_TC_KPITCH + 64 * blk);
+        if (j >= nv) {  // rows past the split: zeros (their P is 0; 0 x garbage could be NaN)
 #pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const unsigned x = __byte_perm(i < 2 ? c0 : c1, 0u, (i & 1) ? 0x4342u : 0x4140u);
-                o[i] = (((x & 0x007f007fu) << 4) + bias) | ((x & 0x00800080u) << 8);
-              }
-              v.x = o[0];
-              v.y = o[1];
-              v.z = o[2];
-              v.w = o[3];
-            } else {
-              v = attn_tc_dequant_slow(c0, c1, e);
-            }
-          } else {  // the BF16 tail: 16 bytes as they are
-            const unsigned w3 = a4[3], w4 = a4[4];
-            v.x = c0;
-            v.y = c1;
-            v.z = __funnelshift_r(w2, w3, sh);
-            v.w = __funnelshift_r(w3, w4, sh);
-          }
+          for (int i = 0; i < 8; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
+          continue;
         }
-        *(uint4*)(kt + j * CSA_TC_KPITCH + d0) = v;
+        const int bs = stb + j * CSA_TC_ROW_SMEM + offs[j] + 65 * blk;
+        const unsigned e = attn_tc_smem[bs];
+        const int cs = bs + 1, o = cs & 3;
+        const unsigned* w = (const unsigned*)(attn_tc_smem + (cs - o));
+        const unsigned sel0 = (unsigned)o * 0x1111u + 0x9180u, sel1 = sel0 + 0x2222u;
+        const unsigned f = (e + 120u) * 0x00800080u;  // BF16 2^(e - 7) in both halves
+        const unsigned edge0 = 0x80808080u << (8 * o), edge16 = ~(0xffffffffu << (8 * o)) & 0x80808080u;
+        unsigned nan = 0u, wk = w[0];
+        nan |= ((wk & 0x7f7f7f7fu) + 0x01010101u) & edge0;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const unsigned w1 = w[2 * q + 1], w2 = w[2 * q + 2];
+          nan |= ((w1 & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+          nan |= ((w2 & 0x7f7f7f7fu) + 0x01010101u) & (q == 7 ? edge16 : 0x80808080u);
+          uint4 v;
+          v.x = csa_hmul2_bf16((csa_prmt(wk, w1, sel0) & 0x087f087fu) << 4, f);
+          v.y = csa_hmul2_bf16((csa_prmt(wk, w1, sel1) & 0x087f087fu) << 4, f);
+          v.z = csa_hmul2_bf16((csa_prmt(w1, w2, sel0) & 0x087f087fu) << 4, f);
+          v.w = csa_hmul2_bf16((csa_prmt(w1, w2, sel1) & 0x087f087fu) << 4, f);
+          dst[q] = v;
+          wk = w2;
+        }
+        if (nan != 0u || e < 7u || e > 134u) attn_tc_dequant_slow(attn_tc_smem + cs, e, dst);
+      }
+      // the BF16 RoPE tails: 64 bytes per task, realigned with prmt
+      for (int task = tid; task < CSA_TC_TILE * 2; task += nthreads) {
+        const int j = task >> 1, half = task & 1;
+        uint4* dst = (uint4*)(kt + j * CSA_TC_KPITCH + CSA_TC_NOPE + 32 * half);
+        if (j >= nv) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
+          continue;
+        }
+        const int cs = stb + j * CSA_TC_ROW_SMEM + offs[j] + CSA_TC_NOPE_BLOCKS * 65 + 64 * half, o = cs & 3;
+        const unsigned* w = (const unsigned*)(attn_tc_smem + (cs - o));
+        const unsigned sel = (unsigned)o * 0x1111u + 0x3210u;
+        unsigned wk = w[0];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const unsigned w1 = w[4 * q + 1], w2 = w[4 * q + 2], w3 = w[4 * q + 3], w4 = w[4 * q + 4];
+          dst[q] = make_uint4(csa_prmt(wk, w1, sel), csa_prmt(w1, w2, sel), csa_prmt(w2, w3, sel),
+                              csa_prmt(w3, w4, sel));
+          wk = w4;
+        }
       }
     }
     __syncthreads();
 
     // S partial over this warp's 128 dims: 4 n-tiles of 8 rows
     float s[4][4];
-    const int lrow = lane & 7, lmat = lane >> 3;  // ldmatrix: this lane's row of matrix lmat
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
-    const unsigned short* krow = kt + lrow * CSA_TC_KPITCH + 128 * dq + 8 * lmat;
 #pragma unroll
     for (int kk = 0; kk < 8; kk += 2) {
       unsigned b4[4][4];  // n-tile n, k-step kk: {b4[n][0], b4[n][1]}; kk + 1: {b4[n][2], b4[n][3]}
 #pragma unroll
-      for (int n = 0; n < 4; ++n) csa_ldmatrix_x4(b4[n], krow + 8 * n * CSA_TC_KPITCH + 16 * kk);
+      for (int n = 0; n < 4; ++n) csa_ldsm_x4(b4[n], krow_s + 2 * (8 * n * CSA_TC_KPITCH + 16 * kk));
 #pragma unroll
       for (int term = 0; term < CSA_TC_TERMS; ++term)
         if (term < q_terms) {
@@ -243,34 +271,48 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
           for (int n = 0; n < 4; ++n) csa_mma_bf16_16816(s[n], qf[term][kk + 1], b4[n] + 2);
         }
     }
+    // the quarters' partial S meet in shared memory: a lane's 8 values of a head row are
+    // contiguous (column 8n + 2tg + i at 8tg + 2n + i), two 16-byte stores and loads each
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        sp[(dq * 16 + gid + (i >= 2 ? 8 : 0)) * CSA_TC_SPITCH + 8 * n + 2 * tg + (i & 1)] = s[n][i];
+    for (int hi = 0; hi < 2; ++hi) {
+      float4* w4 = (float4*)(sp + (dq * 16 + gid + 8 * hi) * CSA_TC_SPITCH + 8 * tg);
+      w4[0] = make_float4(s[0][2 * hi], s[0][2 * hi + 1], s[1][2 * hi], s[1][2 * hi + 1]);
+      w4[1] = make_float4(s[2][2 * hi], s[2][2 * hi + 1], s[3][2 * hi], s[3][2 * hi + 1]);
+    }
     __syncthreads();
 
-    // full logits at this lane's positions, online softmax for heads gid (hi = 0), gid + 8 (hi = 1)
+    // full logits (log2 units) at this lane's positions, online softmax for heads gid (hi = 0),
+    // gid + 8 (hi = 1)
     float tmax[2] = {CSA_NEG_INF, CSA_NEG_INF};
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (int hi = 0; hi < 2; ++hi) {
+      float v[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int hr = gid + (i >= 2 ? 8 : 0), col = 8 * n + 2 * tg + (i & 1);
-        float v = 0.0f;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) v += sp[(p * 16 + hr) * CSA_TC_SPITCH + col];
-        v = col < nv ? v * scale : CSA_NEG_INF;
-        s[n][i] = v;
-        tmax[i >> 1] = fmaxf(tmax[i >> 1], v);
+      for (int p = 0; p < 4; ++p) {
+        const float4* r4 = (const float4*)(sp + (p * 16 + gid + 8 * hi) * CSA_TC_SPITCH + 8 * tg);
+        const float4 x = r4[0], y = r4[1];
+        if (p == 0) {
+          v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
+        } else {
+          v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w; v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
+        }
       }
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float x = 8 * n + 2 * tg + i < nv ? v[2 * n + i] * scale_l2 : CSA_NEG_INF;
+          s[n][2 * hi + i] = x;
+          tmax[hi] = fmaxf(tmax[hi], x);
+        }
+    }
     float corr[2];
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
       float mx = fmaxf(tmax[hi], __shfl_xor_sync(CSA_FULL_MASK, tmax[hi], 1));
       mx = fmaxf(mx, __shfl_xor_sync(CSA_FULL_MASK, mx, 2));
       const float mn = fmaxf(m_run[hi], mx);
-      corr[hi] = expf(m_run[hi] - mn);
+      corr[hi] = csa_ex2(m_run[hi] - mn);
       m_run[hi] = mn;
       l_part[hi] *= corr[hi];
     }
@@ -278,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     for (int n = 0; n < 4; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float p = expf(s[n][i] - m_run[i >> 1]);
+        const float p = csa_ex2(s[n][i] - m_run[i >> 1]);
         s[n][i] = p;
         l_part[i >> 1] += p;
       }
@@ -302,12 +344,12 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
         for (int term = 0; term < CSA_TC_TERMS; ++term) af[term][r] = t3[term];
       }
       // ldmatrix.trans: matrices (rows 16ks + {0..7 | 8..15}) x (the dims of n-tiles j, j + 1)
-      const unsigned short* v0 =
-          kt + (16 * ks + 8 * (lmat & 1) + lrow) * CSA_TC_KPITCH + 128 * dq + 8 * (lmat >> 1);
+      const csa_saddr v0 =
+          kt_s + 2 * ((16 * ks + 8 * (lmat & 1) + lrow) * CSA_TC_KPITCH + 128 * dq + 8 * (lmat >> 1));
 #pragma unroll
       for (int j = 0; j < 16; j += 2) {
         unsigned b4[4];  // n-tile j: {b4[0], b4[1]}; j + 1: {b4[2], b4[3]}
-        csa_ldmatrix_x4_trans(b4, v0 + 8 * j);
+        csa_ldsm_x4_trans(b4, v0 + 16 * j);
 #pragma unroll
         for (int term = 0; term < CSA_TC_TERMS; ++term)
           if (term < p_terms) {
@@ -331,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     if (h >= heads) continue;
     const long long slot = ((long long)req * nchunks + chunk) * heads + h;
     if (dq == 0 && tg == 0) {
-      part_ml[2 * slot] = m_run[hi];
+      part_ml[2 * slot] = m_run[hi] * 0.6931471805599453f;  // back to natural-log units for the merge
       part_ml[2 * slot + 1] = l_part[hi];
     }
     float* po = part_o + slot * D + 128 * dq + 2 * tg;

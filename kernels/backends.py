@@ -368,7 +368,7 @@ class _Base:
         """Pass 1 on the tensor cores (attn_tc.cu): every head of a block shares each row load."""
         if head_dim != 512:
             raise ValueError(f"attn_tc_partial needs head_dim 512, got {head_dim}")
-        if idx is not None and -(-(n_win + n_sel) // nchunks) > ATTN_TC_MAX_IDS:
+        if -(-(n_win + n_sel) // nchunks) > ATTN_TC_MAX_IDS:  # the kernel's per-split row table
             raise ValueError(f"attn_tc_partial: {nchunks} chunks leave more than {ATTN_TC_MAX_IDS} rows per chunk")
         for name, a in (("ring", ring), ("records", records)):
             if _address(a) % 16:

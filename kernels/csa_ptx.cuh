@@ -42,6 +42,27 @@ __device__ __forceinline__ void csa_ldmatrix_x4_trans(unsigned r[4], const void*
                : "r"(csa_smem_addr(row)));
 }
 
+// The same with the row address as a 32-bit shared-window address (csa_smem_addr of the
+// tile plus a byte offset), so the tile loop does no 64-bit address arithmetic.
+typedef unsigned csa_saddr;
+__device__ __forceinline__ void csa_ldsm_x4(unsigned r[4], csa_saddr a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void csa_ldsm_x4_trans(unsigned r[4], csa_saddr a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// 2^x, ex2.approx.ftz.f32 (one MUFU.EX2; relative error below 2^-22).
+__device__ __forceinline__ float csa_ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // 16 bytes global -> shared, bypassing L1; bytes past src_bytes are zero-filled (not read).
 __device__ __forceinline__ void csa_cp_async16(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(csa_smem_addr(smem)), "l"(gmem),
@@ -72,6 +93,22 @@ __device__ __forceinline__ void csa_e4m3x2_to_float2(unsigned pair, float* lo, f
 __device__ __forceinline__ unsigned csa_pack_bf16x2(float lo, float hi) {
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// prmt.b32 in its default mode: result byte i = byte (sel >> 4i) & 7 of {b:a} (a bytes 0..3),
+// or, when bit 3 of that selector nibble is set, that byte's sign bit replicated over 8 bits.
+__device__ __forceinline__ unsigned csa_prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// Packed BF16 multiply, round to nearest even (mul.rn.bf16x2, sm_90; subnormals kept: there
+// is no .ftz for bf16).
+__device__ __forceinline__ unsigned csa_hmul2_bf16(unsigned a, unsigned b) {
+  unsigned r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 

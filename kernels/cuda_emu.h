@@ -57,6 +57,11 @@
 struct uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3 {
   unsigned x, y, z;
   dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -479,6 +484,12 @@ inline void csa_ldmatrix_x4_trans(unsigned r[4], const void* row) {
   emu::LdmLane L{(const unsigned short*)row, r};
   emu::warp_collective(emu::ldmatrix_run<true>, &L);
 }
+// Shared-window addresses are plain pointers here (csa_saddr arithmetic is in bytes).
+typedef const char* csa_saddr;
+inline csa_saddr csa_smem_addr(const void* p) { return (csa_saddr)p; }
+inline void csa_ldsm_x4(unsigned r[4], csa_saddr a) { csa_ldmatrix_x4(r, a); }
+inline void csa_ldsm_x4_trans(unsigned r[4], csa_saddr a) { csa_ldmatrix_x4_trans(r, a); }
+inline float csa_ex2(float x) { return exp2f(x); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
   return (unsigned)((((uint64_t)hi << 32) | lo) >> (shift & 31u));
 }
@@ -522,6 +533,52 @@ inline unsigned csa_pack_bf16x2(float lo, float hi) {
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   };
   return rn(lo) | (rn(hi) << 16);
+}
+// prmt.b32 (default mode), as csa_prmt in csa_ptx.cuh: selector bit 3 replicates the sign.
+inline unsigned csa_prmt(unsigned a, unsigned b, unsigned sel) {
+  uint64_t v = ((uint64_t)b << 32) | a;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) {
+    unsigned nib = (sel >> (4 * i)) & 15u, byte = (unsigned)(v >> (8 * (nib & 7u))) & 0xffu;
+    if (nib & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+namespace emu {
+// BF16 <-> double by integer arithmetic, so the launch's FTZ/DAZ mode cannot flush a BF16
+// subnormal (every BF16 value is a normal double; a product of two is exact in double).
+inline double bf16_to_double(unsigned h) {
+  unsigned e = (h >> 7) & 0xffu, m = h & 0x7fu;
+  double v = e == 0xffu ? (m ? NAN : INFINITY)
+                        : (e == 0 ? std::ldexp((double)m, -133) : std::ldexp((double)(m | 0x80u), (int)e - 134));
+  return (h & 0x8000u) ? -v : v;
+}
+inline unsigned double_to_bf16(double x) {
+  if (std::isnan(x)) return 0x7fc0u;
+  unsigned sign = std::signbit(x) ? 0x8000u : 0u;
+  double a = std::fabs(x);
+  if (a == 0.0) return sign;
+  if (std::isinf(a)) return sign | 0x7f80u;
+  int e;
+  std::frexp(a, &e);
+  int u = e - 1;  // a = 1.f x 2^u
+  if (u < -126) u = -126;  // subnormal: quantum 2^-133
+  double r = std::nearbyint(std::ldexp(a, 7 - u));  // significand in units of the quantum, ties to even
+  if (r >= 256.0) {
+    r /= 2.0;  // exactly 256 after rounding up: one binade up
+    ++u;
+  }
+  if (u > 127) return sign | 0x7f80u;
+  unsigned bits = r >= 128.0 ? ((unsigned)(u + 127) << 7) | ((unsigned)r - 128u) : (unsigned)r;
+  return sign | bits;
+}
+}  // namespace emu
+// mul.rn.bf16x2, as csa_hmul2_bf16 in csa_ptx.cuh.
+inline unsigned csa_hmul2_bf16(unsigned a, unsigned b) {
+  unsigned lo = emu::double_to_bf16(emu::bf16_to_double(a & 0xffffu) * emu::bf16_to_double(b & 0xffffu));
+  unsigned hi = emu::double_to_bf16(emu::bf16_to_double(a >> 16) * emu::bf16_to_double(b >> 16));
+  return lo | (hi << 16);
 }
 #define CSA_DYN_SMEM(T, name) T* name = (T*)emu::g().dyn_smem.data()
 #define __align__(n) __attribute__((aligned(n)))

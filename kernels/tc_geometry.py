@@ -14,7 +14,7 @@ ATTN_TC_TILE = 32  # rows per pipeline stage
 ATTN_TC_STAGES = 3
 ATTN_TC_ROW_SMEM = 608  # 38 aligned 16-byte chunks: a 583-byte row at any offset
 ATTN_TC_KPITCH = 520  # bf16 per dequantized row
-ATTN_TC_SPITCH = 33
+ATTN_TC_SPITCH = 36
 ATTN_TC_MAX_IDS = 2048  # rows of one split when the rows come from an index list
 ATTN_TC_HEADS_PER_MTILE = 16
 ATTN_TC_MAX_MTILES = 2  # at most 32 heads per block (Q fragments stay in registers)
@@ -34,7 +34,7 @@ def attn_tc_smem_bytes(m_tiles: int) -> int:
     stages = ATTN_TC_STAGES * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
     ktile = ATTN_TC_TILE * ATTN_TC_KPITCH * 2
     partial_s = m_tiles * 4 * 16 * ATTN_TC_SPITCH * 4
-    return stages + ktile + partial_s + ATTN_TC_STAGES * ATTN_TC_TILE + 4 * ATTN_TC_MAX_IDS
+    return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS  # + each row's lead and offset
 
 
 def attn_tc_launch(heads: int) -> AttnTcLaunch:
@@ -48,12 +48,12 @@ def attn_tc_launch(heads: int) -> AttnTcLaunch:
 def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS,
                 blocks_per_sm: int = 2, indexed: bool = False) -> int:
     """Chunks of the row list: enough blocks to fill every SM (blocks_per_sm resident each),
-    at least one 32-row tile per chunk, at most what the planned workspace holds, and with an
-    index list at most ATTN_TC_MAX_IDS rows per chunk."""
+    at least one 32-row tile per chunk, at most what the planned workspace holds, and at most
+    ATTN_TC_MAX_IDS rows per chunk (the kernel keeps a table of every row of its split; the
+    `indexed` flag is kept for callers, both kinds follow the same rule)."""
     want = ceil_div(sm_count * blocks_per_sm, max(1, requests * head_groups))
     n = max(1, min(want, ceil_div(max(rows, 1), ATTN_TC_TILE), max(1, capacity)))
-    if indexed:
-        n = max(n, ceil_div(rows, ATTN_TC_MAX_IDS))
+    return max(n, ceil_div(rows, ATTN_TC_MAX_IDS))  # every split's row table fits shared memory
     return n
 
 

@@ -93,3 +93,59 @@ def test_attn_tc_refuses_a_misaligned_buffer(be):
     with pytest.raises(ValueError, match="16-byte aligned"):
         be.attention(np.zeros((4, 512), np.float32), st.ring, 16, shifted, None, 3, 4, 20, O.INV_FREQ,
                      np.zeros(4, np.float32), np.zeros(8, np.float32), y, y, 1)
+
+
+def _edge_records(rng, n: int) -> np.ndarray:
+    """Packed rows whose FP8 blocks exercise every path of the dequantizer: zero (+-0) and
+    subnormal codes, the largest code, scales at and past both ends of the packed-multiply
+    range (e = 6, 7, 134, 135) and ordinary ones; codes limited so |value| <= 4."""
+    rows = O.pack_fp8_record(rng.standard_normal((n, 512)).astype(np.float32))
+    valid = np.array([c for c in range(256) if (c & 0x7F) != 0x7F])
+    small = np.array([0x00, 0x80, 0x01, 0x81, 0x03, 0x87, 0x08, 0x88])  # zeros, subnormals, 2^-6
+    for r in range(n):
+        for b in range(7):
+            e = int(rng.choice([6, 7, 90, 120, 127, 134, 135, 160]))
+            ok = valid[np.abs(O.E4M3[valid]) * 2.0 ** (e - 127) <= 4.0]
+            codes = rng.choice(ok, 64)
+            codes[rng.integers(0, 64, 8)] = rng.choice(small, 8)
+            if b == 3 and r % 5 == 0:
+                codes[:] = 0  # a block of zeros
+            rows[r, 65 * b] = e
+            rows[r, 65 * b + 1:65 * b + 65] = codes
+    return rows
+
+
+def test_attn_tc_dequantizer_edge_codes_and_scales(be):
+    """Every row offset mod 16 (583-byte stride), both dequantizer paths (packed multiply and
+    the fp32 fallback for scales outside [7, 134]) against the oracle's table."""
+    g = O.Geometry(ratio=128, num_heads=16, max_seq_len=8192, window=16)
+    rng = np.random.default_rng(11)
+    st = O.State.empty(g)
+    st.records[:48] = _edge_records(rng, 48)
+    st.ring[:] = _edge_records(rng, 16)
+    st.tokens = 6200
+    q = rng.standard_normal((16, 512)).astype(np.float32)
+    sink = rng.standard_normal(16).astype(np.float32)
+    sel = rng.permutation(48)[:41].astype(np.int32)
+    ref = O.attend(g, q, O.attention_rows(g, st, sel), sink, 6199)
+    np.testing.assert_allclose(_run(be, g, st, q, sel, 6199, sink, 2, 16), ref, atol=ATOL, rtol=0)
+
+
+def test_attn_tc_nan_code_gives_nan_as_the_oracle(be):
+    g = O.Geometry(ratio=128, num_heads=16, max_seq_len=8192, window=16)
+    rng = np.random.default_rng(12)
+    st = O.State.empty(g)
+    st.records[:8] = O.pack_fp8_record(rng.standard_normal((8, 512)).astype(np.float32))
+    st.ring[:] = O.pack_fp8_record(rng.standard_normal((16, 512)).astype(np.float32))
+    st.records[5, 65 * 2 + 17] = 0xFF  # E4M3FN NaN in a selected record
+    st.records[6, 65 * 4 + 3] = 0x7F  # and in one that is not selected
+    st.tokens = 2000
+    q = rng.standard_normal((16, 512)).astype(np.float32)
+    sink = rng.standard_normal(16).astype(np.float32)
+    sel = np.array([0, 5, 2], np.int32)
+    ref = O.attend(g, q, O.attention_rows(g, st, sel), sink, 1999)
+    y = _run(be, g, st, q, sel, 1999, sink, 1, 16)
+    assert np.isnan(ref).all() and np.isnan(y).all()
+    sel = np.array([0, 6, 2], np.int32)
+    ref = O.attend(g, q, O.attention_rows(g, st, sel), sink, 1999)
+    np.testing.assert_allclose(_run(be, g, st, q, sel, 1999, sink, 1, 16), ref, atol=ATOL, rtol=0)
