@@ -204,10 +204,11 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
 def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64) -> Prediction:
     from csa_plan.kernels.backends import INDEX_TC_THREADS, INDEX_TC_TILE
     from csa_plan.kernels.sass import blocks_per_sm
+    from csa_plan.kernels.tc_geometry import index_tc_blocks
 
     n = context // 4
     tiles = math.ceil(n / INDEX_TC_TILE)
-    gx = max(1, min(tiles, math.ceil(2 * SMS / batch)))
+    gx = index_tc_blocks(n, batch, SMS)  # the launcher's own rule
     blocks = gx * batch
     tiles_per_block = math.ceil(tiles / gx)
     trips = {"loader": (INDEX_TC_TILE * KEY + 16) / 16 / INDEX_TC_THREADS}

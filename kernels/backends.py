@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch
+from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch, index_tc_blocks
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
@@ -311,10 +311,10 @@ class _Base:
             raise ValueError(f"index_scores kernel {kernel!r}: 'tc' or 'simt'")
         if _address(keys) % 16:
             raise ValueError("index_tc_scores(keys): the buffer must be 16-byte aligned (cp.async)")
-        # blocks over 64-key tiles: two resident blocks per SM across all requests, each
+        # blocks over 64-key tiles: at most two resident blocks per SM across all requests
+        # (rounded down, so no SM gets a third block: the busiest SM sets the time), each
         # looping over its tiles so the cp.async pipeline stays full
-        tiles = -(-n // INDEX_TC_TILE)
-        gx = blocks or max(1, min(tiles, -(-2 * self.sm_count // requests)))
+        gx = blocks or index_tc_blocks(n, requests, self.sm_count)
         self._launch("index_tc_scores", (gx, requests, 1), INDEX_TC_THREADS,
                      [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
                       ("l", score_stride)])

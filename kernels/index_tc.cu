@@ -50,8 +50,9 @@ __device__ __forceinline__ void index_tc_quad(unsigned hw, const IndexTcTable& t
 }
 
 // Extreme E8M0 scales (outside the fast table's 2..252): the eight entries through fp32,
-// RNE to BF16 (subnormal products flush under -ftz; infinities and NaN as in fp32).
-__device__ __forceinline__ IndexTcTable index_tc_table_slow(unsigned sc) {
+// RNE to BF16 (subnormal products flush under -ftz; infinities and NaN as in fp32). Out of
+// line: the tile loop holds only the fast table.
+__device__ __noinline__ IndexTcTable index_tc_table_slow(unsigned sc) {
   IndexTcTable t = {0u, 0u, 0u, 0u};
   const float s = ldexpf(1.0f, (int)sc - 127);
 #pragma unroll
@@ -138,13 +139,22 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles
       const int nt = 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
-      const unsigned char* blk = tile + kl * CSA_IX_KEY + 17 * tg;
-      const unsigned sc = blk[0];
+      // the lane's 17-byte block (scale, 32 codes) as five aligned words, realigned by funnel shifts
+      const int a = (int)(tile - &stage[0][0]) + kl * CSA_IX_KEY + 17 * tg, o = a & 3;
+      const unsigned* wp = (const unsigned*)(&stage[0][0] + (a - o));
+      const unsigned sh = 8u * (unsigned)o;
+      unsigned A[5];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) A[i] = __funnelshift_r(wp[i], wp[i + 1], sh);
+      A[4] = wp[4] >> sh;  // byte 16 of the block is in word 4 for every o
+      const unsigned sc = A[0] & 0xffu;
       unsigned b[8][2];
       const IndexTcTable tab = (sc >= 2u && sc <= 252u) ? index_tc_table(sc) : index_tc_table_slow(sc);
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk)
-        index_tc_quad((unsigned)blk[1 + 2 * kk] | ((unsigned)blk[2 + 2 * kk] << 8), tab, &b[kk][0], &b[kk][1]);
+      for (int kk = 0; kk < 8; ++kk) {  // codes 4kk..4kk+3 = block bytes 1 + 2kk, 2 + 2kk
+        const unsigned hw = (kk & 1) ? __funnelshift_r(A[kk >> 1], A[(kk >> 1) + 1], 24u) : A[kk >> 1] >> 8;
+        index_tc_quad(hw, tab, &b[kk][0], &b[kk][1]);
+      }
       float part[2] = {0.0f, 0.0f};  // keys 2*tg, 2*tg + 1 of the n-tile
       float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
 #pragma unroll

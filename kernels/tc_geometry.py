@@ -75,3 +75,13 @@ def partial_capacity(heads: int, attn_floats: int, score_floats: int = 0) -> Par
     same = attn_floats // (heads * PART_FLOATS_PER_HEAD)
     spare = min(attn_floats // (2 * heads), score_floats // (heads * 512)) if score_floats else 0
     return PartialCapacity(same=same, spare=spare)
+
+
+INDEX_TC_KEYS_PER_TILE = 64  # index_tc.cu's CSA_IX_TILE (backends.INDEX_TC_TILE)
+
+
+def index_tc_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: int = 2) -> int:
+    """Blocks per request of index_tc_scores: the resident slots (blocks_per_sm per SM) shared
+    by the requests, rounded down so no SM runs a third block, at most one per key tile."""
+    tiles = ceil_div(max(n, 1), INDEX_TC_KEYS_PER_TILE)
+    return max(1, min(tiles, sm_count * blocks_per_sm // max(1, requests)))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from csa_plan.kernels.tc_geometry import index_tc_blocks
 from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
 from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
@@ -48,7 +49,7 @@ def index_blocks(n: int, requests: int = 1, kernel: str = "tc", sm_count: int = 
     """Blocks per request the launcher gives the index scan."""
     if kernel == "simt":
         return max(1, min(-(-n // (INDEX_THREADS // 32)), 4096))
-    return max(1, min(-(-n // INDEX_TC_TILE), -(-2 * sm_count // requests)))
+    return index_tc_blocks(n, requests, sm_count)
 
 
 def index_scores(requests: int, n: int, heads: int, kernel: str = "tc", sm_count: int = H200_SMS) -> Traffic:
