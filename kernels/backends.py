@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch, index_tc_blocks
+from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch, index_tc_blocks, topk_blocks,
+                                          topk_work_words)
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
@@ -30,7 +31,8 @@ KERNEL_DIR = Path(__file__).resolve().parent
 REFERENCE_KERNELS = ("attn_partial", "index_scores")
 CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu", "index_tc.cu")
 HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
-KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "attn_partial", "attn_merge",
+KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "topk_mb_hist", "topk_mb_count",
+                "topk_mb_write", "attn_partial", "attn_merge",
                 "attn_tc_partial", "index_tc_scores")
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
@@ -82,7 +84,7 @@ def module_source() -> str:
 
 
 _C_TYPES = {"float*": ("p", np.dtype(np.float32)), "unsignedchar*": ("p", np.dtype(np.uint8)),
-            "int*": ("p", np.dtype(np.int32)), "int": ("i", None), "longlong": ("l", None), "float": ("f", None)}
+            "int*": ("p", np.dtype(np.int32)), "unsigned*": ("p", np.dtype(np.uint32)), "int": ("i", None), "longlong": ("l", None), "float": ("f", None)}
 _KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\((\d+)\)\s+)?(\w+)\s*\(([^)]*)\)')
 
 
@@ -203,6 +205,9 @@ _SIGNATURES = {
     "emu_index_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
     "emu_index_tc_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
     "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
+    "emu_topk_mb_hist": _GRID + [_P, _L, _I, _I, _P, _L, _I],
+    "emu_topk_mb_count": _GRID + [_P, _L, _I, _I, _P, _L],
+    "emu_topk_mb_write": _GRID + [_P, _L, _I, _I, _P, _L, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
                                     _P, _P],
@@ -320,12 +325,31 @@ class _Base:
                       ("l", score_stride)])
 
     def topk(self, scores, n: int, k: int, out, *, requests: int = 1, score_stride: int = 0,
-             out_stride: int = 0) -> None:
+             out_stride: int = 0, work=None, blocks: int | None = None) -> None:
+        """Top-k ids of each request's scores, ascending. With `work` (a uint32 scratch the
+        caller lends: the attention workspace is free while top-k runs) and n large enough,
+        the multi-block radix select (topk_mb_*, tc_geometry.topk_blocks blocks per request,
+        or `blocks`); otherwise the single-block topk_radix. Both give oracle.topk_ids."""
         k = min(k, n)
         if k <= 0:
             return
         _need("topk_radix", "scores", scores, (requests - 1) * score_stride + n)
         _need("topk_radix", "out", out, (requests - 1) * out_stride + k)
+        b = blocks or topk_blocks(n, requests, self.sm_count)
+        ws = topk_work_words(b)
+        if b > 1 and work is not None and work.dtype == np.uint32 and work.size >= requests * ws:
+            w = work[:requests * ws].reshape(requests, ws)
+            w[:, :2048] = 0  # hist0; topk_mb_hist's pass 0 zeroes the other two
+            for p in range(3):
+                self._launch("topk_mb_hist", (b, requests, 1), TOPK_THREADS,
+                             [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws),
+                              ("i", p)])
+            self._launch("topk_mb_count", (b, requests, 1), TOPK_THREADS,
+                         [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws)])
+            self._launch("topk_mb_write", (b, requests, 1), TOPK_THREADS,
+                         [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws),
+                          ("p", out), ("l", out_stride)])
+            return
         self._launch("topk_radix", (requests, 1, 1), TOPK_THREADS,
                      [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", out), ("l", out_stride)])
 

@@ -664,5 +664,7 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 #endif  // __CUDACC__

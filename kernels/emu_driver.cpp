@@ -60,6 +60,20 @@ int emu_topk_radix(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const flo
   CSA_EMU_LAUNCH(topk_radix(scores, score_req_stride, n, k, out, out_req_stride));
 }
 
+int emu_topk_mb_hist(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
+                     long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride, int pass) {
+  CSA_EMU_LAUNCH(topk_mb_hist(scores, score_req_stride, n, k, work, work_req_stride, pass));
+}
+int emu_topk_mb_count(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
+                      long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride) {
+  CSA_EMU_LAUNCH(topk_mb_count(scores, score_req_stride, n, k, work, work_req_stride));
+}
+int emu_topk_mb_write(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
+                      long long score_req_stride, int n, int k, const unsigned* work, long long work_req_stride,
+                      int* out, long long out_req_stride) {
+  CSA_EMU_LAUNCH(topk_mb_write(scores, score_req_stride, n, k, work, work_req_stride, out, out_req_stride));
+}
+
 int emu_attn_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* q, const unsigned char* ring,
                      long long ring_req_stride, int n_win, const unsigned char* records, long long rec_req_stride,
                      const int* idx, int use_idx, long long idx_req_stride, int n_sel, int heads, int pos, const float* inv_freq,

@@ -85,3 +85,21 @@ def index_tc_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_
     by the requests, rounded down so no SM runs a third block, at most one per key tile."""
     tiles = ceil_div(max(n, 1), INDEX_TC_KEYS_PER_TILE)
     return max(1, min(tiles, sm_count * blocks_per_sm // max(1, requests)))
+
+
+TOPK_MB_MIN_KEYS = 16384  # below this one 256-thread block per request (topk_radix) is enough
+TOPK_MB_KEYS_PER_BLOCK = 4096  # at least 16 keys per thread of a topk_mb block
+TOPK_MB_HIST_WORDS = 5120  # topk.cu: hist0[2048] hist1[2048] hist2[1024], then the slice counts
+
+
+def topk_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: int = 2) -> int:
+    """Blocks per request of the multi-block radix select (1: the single-block topk_radix):
+    the resident slots shared by the requests, at least TOPK_MB_KEYS_PER_BLOCK keys each."""
+    if n < TOPK_MB_MIN_KEYS:
+        return 1
+    return max(1, min(ceil_div(n, TOPK_MB_KEYS_PER_BLOCK), sm_count * blocks_per_sm // max(1, requests)))
+
+
+def topk_work_words(blocks: int) -> int:
+    """uint32 words of work one request's multi-block select needs (histograms + counts)."""
+    return TOPK_MB_HIST_WORDS + 2 * blocks
