@@ -194,7 +194,9 @@ class DeviceLayer:
             self.be.index_scores(self.buf.index_keys, iq, xp.asarray(wts), g.index_heads, visible, scores)
             n_sel = min(g.index_topk, visible)
             idx = self.ws_topk.view(xp.int32) if self.ws_topk.nbytes >= 4 else None
-            self.be.topk(scores, visible, n_sel, idx)
+            # the attention workspace is free until attention runs: top-k's work buffer
+            work = self.ws_attn.view(xp.uint32) if self.ws_attn.nbytes >= 4 else None
+            self.be.topk(scores, visible, n_sel, idx, work=work)
             self.last_scores = np.array(_host(scores[:visible]))
             self.last_selected = np.array(_host(idx[:n_sel])) if n_sel else np.zeros(0, np.int32)
         else:

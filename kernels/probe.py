@@ -37,6 +37,7 @@ import numpy as np
 
 from csa_plan.kernels import oracle as O
 from csa_plan.kernels import traffic as T
+from csa_plan.kernels.tc_geometry import topk_blocks, topk_work_words
 
 CONTEXT = 1 << 20
 WINDOW = 128
@@ -208,9 +209,10 @@ class Probe:
 
         for k in sorted({GEOMETRIES[gname][1] for gname in a.geometries}):
             ids = [cp.zeros((R, k), dtype=cp.int32) for _ in range(2)]
+            work = cp.zeros(R * topk_work_words(topk_blocks(n_csa, R, be.sm_count)), dtype=cp.uint32)
 
-            def sel(i, k=k, ids=ids):
-                be.topk(scores[0], n_csa, k, ids[i], requests=R, score_stride=n_csa, out_stride=k)
+            def sel(i, k=k, ids=ids, work=work):
+                be.topk(scores[0], n_csa, k, ids[i], requests=R, score_stride=n_csa, out_stride=k, work=work)
 
             sel(0)
             sel(1)
@@ -222,12 +224,12 @@ class Probe:
             self.check(f"top-{k} of {n_csa:,} ({tag})", exact == R and same,
                        f"ids equal the oracle's top-k of the kernel scores in {exact}/{R} requests "
                        f"({ties:,} tied scores to break); second launch bit-identical: {same}", R - exact)
-            self.time(f"topk{k}/{tag}", lambda: sel(1), T.topk(R, n_csa, k), kind="CSA", requests=R, n=n_csa, k=k)
+            self.time(f"topk{k}/{tag}", lambda: sel(1), T.topk(R, n_csa, k, be.sm_count), kind="CSA", requests=R, n=n_csa, k=k)
             for gname in a.geometries:
                 H, gk = GEOMETRIES[gname]
                 if gk == k:
                     self.attention(gname, H, R, "CSA", ring, csa, ids[0], got, k, ring_ids, csa_ids, pos)
-            del ids
+            del ids, work
         for gname in a.geometries:
             H, _ = GEOMETRIES[gname]
             self.attention(gname, H, R, "HCA", ring, hca, None, None, n_hca, ring_ids, hca_ids, pos)
@@ -301,7 +303,7 @@ def plan_bytes(context: int, requests: int, heads: int, index_heads: int, topk: 
     R, n_csa, n_hca, H = requests, context // 4, context // 128, heads
     rec = 583
     data = R * (n_csa * 68 + n_csa * rec + n_hca * rec + window * rec + index_heads * 129 * 4)
-    sel = 2 * R * n_csa * 4 + 2 * R * topk * 4
+    sel = 2 * R * n_csa * 4 + 2 * R * topk * 4 + R * topk_work_words(topk_blocks(n_csa, R)) * 4  # + top-k work
     attn = R * H * 512 * 4 * 3 + 2 * R * chunks * H * 4 + R * chunks * H * 512 * 4 + H * 4
     return data + sel + attn + FLUSH_BYTES
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.kernels.tc_geometry import index_tc_blocks
+from csa_plan.kernels.tc_geometry import index_tc_blocks, topk_blocks, topk_work_words
 from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
 from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
@@ -60,12 +60,16 @@ def index_scores(requests: int, n: int, heads: int, kernel: str = "tc", sm_count
     return Traffic("index_scores", comp, moved)
 
 
-TOPK_SCORE_PASSES = 6
+TOPK_SCORE_PASSES = 6  # topk_radix (one block per request): four histogram passes, count, write
+TOPK_MB_SCORE_PASSES = 5  # topk_mb_*: three histogram passes (11/11/10 bits), count, write
 
 
-def topk(requests: int, n: int, k: int) -> Traffic:
-    return Traffic("topk_radix", requests * (n * F32 + k * I32),
-                   requests * (TOPK_SCORE_PASSES * n * F32 + k * I32))
+def topk(requests: int, n: int, k: int, sm_count: int = H200_SMS) -> Traffic:
+    """The launcher's choice (a work buffer lent): multi-block when topk_blocks > 1."""
+    mb = topk_blocks(n, requests, sm_count) > 1
+    passes = TOPK_MB_SCORE_PASSES if mb else TOPK_SCORE_PASSES
+    work = requests * topk_work_words(topk_blocks(n, requests, sm_count)) * I32 * 2 if mb else 0  # zeroed + read
+    return Traffic("topk_radix", requests * (n * F32 + k * I32), requests * (passes * n * F32 + k * I32) + work)
 
 
 def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: int, rope_dim: int = 64,

@@ -1,7 +1,7 @@
 """A small stand-in for the part of CuPy that CupyBackend, run_checks and run-gpu use.
 
 Only these names exist (anything else the GPU path touches fails with AttributeError,
-which is the point): ``ndarray``, ``zeros``, ``asarray``, ``float32``, ``uint8``,
+which is the point): ``ndarray`` (basic indexing, ``view``, ``reshape``), ``zeros``, ``asarray``, ``float32``, ``uint8``, ``uint32``,
 ``int32``, ``RawModule`` (and its ``get_function`` kernels), ``get_default_memory_pool``
 (``used_bytes``, ``total_bytes``, ``free_all_blocks``), ``cuda.Event``,
 ``cuda.get_elapsed_time``, ``cuda.Device`` and ``cuda.runtime`` (``getDeviceCount``,
@@ -42,7 +42,7 @@ from csa_plan.kernels.backends import DYNAMIC_SHARED, emulator_library, parse_si
 
 ROUND = 512
 CAPACITY = 141 * 10**9
-float32, uint8, int32 = np.float32, np.uint8, np.int32
+float32, uint8, int32, uint32 = np.float32, np.uint8, np.int32, np.uint32
 
 
 class _Pool:
@@ -117,6 +117,12 @@ class ndarray:  # noqa: N801 - the CuPy name
 
     def view(self, dtype) -> "ndarray":
         return ndarray(self._a.view(dtype), self._block)
+
+    def reshape(self, *shape) -> "ndarray":
+        v = self._a.reshape(*shape)
+        if not np.shares_memory(v, self._a):
+            raise NotImplementedError("fake cupy: only a reshape that is a view is modelled")
+        return ndarray(v, self._block)
 
     def copy(self) -> "ndarray":
         return _new(self._a.copy())
@@ -265,7 +271,7 @@ runtime = types.SimpleNamespace(
 cuda = types.SimpleNamespace(Event=_Event, get_elapsed_time=_get_elapsed_time, Device=_Device, runtime=runtime)
 
 # (module path, attribute) pairs this fake provides, for the check against a real CuPy
-PROVIDED = [("cupy", n) for n in ("ndarray", "zeros", "asarray", "float32", "uint8", "int32", "RawModule",
+PROVIDED = [("cupy", n) for n in ("ndarray", "zeros", "asarray", "float32", "uint8", "int32", "uint32", "RawModule",
                                   "get_default_memory_pool")] + \
            [("cupy.cuda", n) for n in ("Event", "get_elapsed_time", "Device")] + \
            [("cupy.cuda.runtime", n) for n in vars(runtime)]

@@ -66,7 +66,11 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
 
     t = T.topk(16, 262144, 1024)
     assert t.compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)  # the scores once, not five times
-    assert t.moved_bytes == 16 * (6 * 262144 * 4 + 1024 * 4)  # six passes as topk.cu makes them
+    # the multi-block select (16 blocks per request): five passes (3 histograms, count, write)
+    # and its work buffer (5,120 + 2 x 16 words, zeroed and read)
+    assert t.moved_bytes == 16 * (5 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32) * 4 * 2
+    small = T.topk(1, 8192, 512)  # below TOPK_MB_MIN_KEYS: topk_radix, six passes
+    assert small.moved_bytes == 6 * 8192 * 4 + 512 * 4
     partial = 16 * 128 * 514 * 4
     a = T.attention(1, 128, 128 + 8192, 0, 16, kernel="simt")  # 16-head groups, 583-byte rows
     assert a.compulsory_bytes == (128 + 8192) * 583 + 2 * 128 * 512 * 4

@@ -68,10 +68,39 @@ def test_run_gpu_cupy_backend_end_to_end_on_fake_cupy(csa, fake):
     (mod,) = fake.RawModule.instances
     assert mod.backend == "nvrtc" and mod.code.startswith("// csa-plan kernels, sources ")
     launched = {name for name, *_ in mod.launches}
-    assert launched == set(mod.signatures) - set(REFERENCE_KERNELS) == {
+    # the multi-block select starts at 16,384 keys (tc_geometry.TOPK_MB_MIN_KEYS), beyond --tiny:
+    # its CuPy launch is the next test
+    assert launched == set(mod.signatures) - set(REFERENCE_KERNELS) - set(MULTI_BLOCK_TOPK) == {
         "emit_records", "emit_index_keys", "index_tc_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
     for name, grid, threads, kinds in mod.launches:
         assert "int" not in kinds and "float" not in kinds, (name, kinds)  # no Python scalars
+
+
+MULTI_BLOCK_TOPK = ("topk_mb_hist", "topk_mb_count", "topk_mb_write")
+
+
+def test_multi_block_topk_through_cupy_backend_on_fake_cupy(fake):
+    """CupyBackend.topk with a work buffer lent: the five topk_mb launches (exact CuPy
+    argument types, the device-side zeroing of hist0), the oracle's ids for two requests."""
+    from csa_plan.kernels import oracle as O
+    from csa_plan.kernels.backends import CupyBackend
+    from csa_plan.kernels.tc_geometry import TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
+
+    be = CupyBackend(fake)
+    n, k, R = TOPK_MB_MIN_KEYS, 600, 2
+    rng = np.random.default_rng(4)
+    host = rng.standard_normal(R * n).astype(np.float32)
+    scores, out = fake.asarray(host), fake.zeros(R * k, fake.int32)
+    b = topk_blocks(n, R, be.sm_count)
+    work = fake.zeros(R * topk_work_words(b), fake.uint32)
+    (mod,) = fake.RawModule.instances
+    before = len(mod.launches)
+    be.topk(scores, n, k, out, requests=R, score_stride=n, out_stride=k, work=work)
+    names = [name for name, *_ in mod.launches[before:]]
+    assert names == ["topk_mb_hist"] * 3 + ["topk_mb_count", "topk_mb_write"] and b > 1
+    got = out.get()
+    for r in range(R):
+        assert np.array_equal(got[r * k:(r + 1) * k], O.topk_ids(host[r * n:(r + 1) * n], k))
 
 
 def test_fake_rejects_what_real_cupy_would_misread(fake):
