@@ -105,6 +105,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                                  exit_code=ExitCode.REFUSED)
         return SimulateOutcome(_with_budget(report, device), ExitCode.REFUSED)
     scn = prepare(spec, wl, config)
+    wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
 
     capacity = None

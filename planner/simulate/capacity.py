@@ -46,7 +46,9 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         ok = result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and result.refusal_count(Outcome.RUNNING_CAP) == 0 and (
             max_wait_ns is None or result.wait_p99_ns is None or result.wait_p99_ns <= max_wait_ns)
         probes.append((scale, ok))
-        results[scale] = result
+        if ok:  # the latest good probe is always the search's lower end: only its result is kept
+            results.clear()
+            results[scale] = result
         if progress:
             progress(len(probes), scale)
         return ok

@@ -133,7 +133,7 @@ static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
     for (Py_ssize_t s = 0; s < L->pp; s++) mine[s] += needs[s];
     L->running[r]++;
     set_replica(L, i, r);
-    L->adm[i] = t;
+    if (L->adm) L->adm[i] = t; /* NULL under the refuse policy: admitted on arrival */
     Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, tier};
     if (heap_push(&L->heap, e) < 0) return -1;
     emit(L, (int32_t)i, t);
@@ -236,7 +236,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     int got = 0;
     PyObject *objs[9] = {o_arr, o_hold, o_tier, o_up, o_need, o_out, o_rep, o_adm, o_ev};
     const Py_ssize_t sizes[9] = {8, 8, 0, 1, 8, 1, 0, 8, 4};
-    const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, n, 2 * n};
+    const Py_ssize_t counts[9] = {n, n, n, n, ntiers * pp, n, n, queue_policy ? n : 0, 2 * n};
     const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
     static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "events"};
     for (; got < 9; got++)
@@ -260,7 +260,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "replica: int16 holds at most 32,767 replicas");
         goto fail;
     }
-    L.adm = (int64_t *)b[7].buf;
+    L.adm = queue_policy ? (int64_t *)b[7].buf : NULL;
     L.events = (int32_t *)b[8].buf;
     L.limit = (int64_t)limit;
     L.max_running = max_running > 0 ? (int64_t)max_running : 0;

@@ -132,9 +132,16 @@ class Scenario:
         time = replace(self.config.time, rate_scale=rate_scale)
         if rate_scale == 1.0 and (not self.requests or int(self.base_arrival_ns[-1]) <= 1 << 53):
             arrival = self.base_arrival_ns  # x / 1.0 rounds back to x exactly below 2^53
-        else:
+        else:  # the latest arrival first (x -> x / scale is monotone), then a slice at a time
+            base = self.base_arrival_ns
             with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
-                arrival = _ns(self.base_arrival_ns / rate_scale, "--rate-scale")
+                if len(base):
+                    _ns(np.array([float(base.max())]) / rate_scale, "--rate-scale")
+                arrival = np.empty(len(base), dtype=np.int64)
+                for lo in range(0, len(base), SLICE):
+                    x = base[lo:lo + SLICE] / rate_scale
+                    np.rint(x, out=x)
+                    arrival[lo:lo + len(x)] = x
         return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
 
 

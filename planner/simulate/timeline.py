@@ -85,7 +85,7 @@ def timeline(scn: Scenario, d: "Decisions") -> Timeline:
     if cached is not None:
         return cached
     adm = np.flatnonzero(admitted_mask(d)).astype(np.int32)
-    t_in = d.admit_ns[adm]
+    t_in = d.admit_of(adm)
     k = len(adm)
     t_out = t_in + scn.hold_ns[adm]
     merged = merge(t_out, t_in)
@@ -120,7 +120,7 @@ def pieces(scn: Scenario, d: "Decisions", tl: Timeline, replica: int | None = No
         if replica is not None:
             mine = d.replica[idx] == replica
             rel, idx = rel[mine], idx[mine]
-        times = d.admit_ns[idx]
+        times = d.admit_of(idx)
         times += np.where(rel, scn.hold_ns[idx], 0)
         signed = scn.tier[idx].astype(np.int64)
         signed += np.where(rel, 0, ntiers)

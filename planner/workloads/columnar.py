@@ -1,9 +1,10 @@
 """Growing request columns and the last step every trace reader shares.
 
-Readers append chunk-sized numpy arrays; a request costs 28 bytes here (arrival,
-prompt and output int64, class int32). A file's columns are reserved once for the
-most rows its size allows (untouched pages are never resident), growing by doubling
-otherwise.
+Readers append chunk-sized numpy arrays. A request costs 18 bytes here: arrival int64,
+prompt and output tokens int32 (widened to int64 once, the first time a count reaches
+2^30, so a sum of two counts stays exact in int32), class id int16. A file's columns are
+reserved once for the most rows its size allows (untouched pages are never resident),
+growing by doubling otherwise.
 """
 
 from __future__ import annotations
@@ -16,20 +17,44 @@ from csa_plan.planner.workloads.workload import MAX_TRACE_REQUESTS, Workload
 if TYPE_CHECKING:
     import numpy as np
 
+NARROW_TOKENS = 1 << 30
+"""Token counts below this are kept as int32 (a sum of two still fits int32)."""
+
+
+def narrow_int_dtype(count: int) -> "np.dtype":
+    """The narrowest signed integer dtype that holds 0..count-1 (class ids)."""
+    import numpy as np
+
+    return np.dtype(np.int8 if count <= 128 else np.int16 if count <= 32768 else np.int32)
+
+
+def store_tokens(column: "np.ndarray", lo: int, values: "np.ndarray") -> "np.ndarray":
+    """Write ``values`` at ``lo``; an int32 column that cannot hold them is widened to int64 first
+    (the returned column replaces the old one)."""
+    import numpy as np
+
+    if column.dtype == np.int32 and len(values) and (int(values.max()) >= NARROW_TOKENS or
+                                                       int(values.min()) < -NARROW_TOKENS):
+        column = column.astype(np.int64)
+    column[lo:lo + len(values)] = values
+    return column
+
 
 class Columns:
-    """Append-only int64/int32 request columns with a capacity."""
+    """Append-only request columns with a capacity (see the module docstring for the dtypes)."""
 
     def __init__(self, source: str, capacity: int = 1 << 16) -> None:
         import numpy as np
+
+        from csa_plan.planner.workloads.workload import MAX_TRACE_CLASSES
 
         self.source = source
         self.n = 0
         cap = max(1, min(capacity, MAX_TRACE_REQUESTS + 1))
         self.arrival = np.empty(cap, dtype=np.int64)
-        self.prompt = np.empty(cap, dtype=np.int64)
-        self.output = np.empty(cap, dtype=np.int64)
-        self.cls = np.empty(cap, dtype=np.int32)
+        self.prompt = np.empty(cap, dtype=np.int32)
+        self.output = np.empty(cap, dtype=np.int32)
+        self.cls = np.empty(cap, dtype=narrow_int_dtype(MAX_TRACE_CLASSES))
 
     def append(self, arrival: "np.ndarray", prompt: "np.ndarray", output: "np.ndarray", cls: "np.ndarray | int") -> None:
         import numpy as np
@@ -46,8 +71,8 @@ class Columns:
                 setattr(self, name, new)
         sl = slice(self.n, self.n + k)
         self.arrival[sl] = arrival
-        self.prompt[sl] = prompt
-        self.output[sl] = output
+        self.prompt = store_tokens(self.prompt, self.n, prompt)
+        self.output = store_tokens(self.output, self.n, output)
         self.cls[sl] = cls
         self.n += k
 

@@ -27,6 +27,7 @@ from csa_plan.planner.workloads.workload import MAX_ARRIVAL_S, MAX_GENERATED_REQ
 MIX_KEYS = {"name", "seed", "requests", "duration_s", "classes", "model", "layout", "max_seq_len", "deployment",
             "memory", "reserve", "bucket", "policy", "time", "rate_scale"}
 CLASS_KEYS = {"name", "rate", "prompt", "output"}
+MIX_SLICE = 1 << 20  # requests drawn together (bounds the temporaries)
 FLOAT_BELOW_2_63 = 9223372036854774784.0  # nextafter(2^63, 0): converts to int64 exactly
 DISTRIBUTIONS = {
     "fixed": ({"value"}, set()),
@@ -211,8 +212,17 @@ def generate_mix(data: Any, source: str) -> Workload:
 
     With ``requests: N`` exactly N requests are drawn; with ``duration_s`` the count
     is Poisson(rate x duration) over that span. The seed fixes everything.
+
+    Drawn a slice at a time into columns allocated once (arrival int64, tokens int32 while
+    every count is below 2^30, class ids as narrow as the class count allows), in the same
+    order as one draw of each kind for all requests (gaps, classes, then each class's prompt
+    and output lengths): numpy's generators fill arrays element by element, so a slice at a
+    time gives the very same numbers, and a mix of 10,000,000 requests never holds a
+    full-size temporary.
     """
     import numpy as np
+
+    from csa_plan.planner.workloads.columnar import NARROW_TOKENS, narrow_int_dtype
 
     classes, seed, requests, duration, settings = parse_mix(data, source)
     rng = np.random.default_rng(seed)
@@ -228,20 +238,42 @@ def generate_mix(data: Any, source: str) -> Workload:
             raise BadInput(source, "duration_s", f"would generate {requests} requests (limit {MAX_GENERATED_REQUESTS})")
         if requests == 0:
             raise BadInput(source, "duration_s", "the mix generates no request in that duration")
-    gaps = rng.exponential(1.0 / total_rate, size=requests)
-    gaps[0] = 0.0
-    seconds = np.cumsum(gaps)
-    if not seconds[-1] <= MAX_ARRIVAL_S:
-        raise BadInput(source, "classes", f"arrivals would span {seconds[-1]:.3g} s, beyond the int64 nanosecond "
+    arrival = np.empty(requests, dtype=np.int64)
+    seconds = 0.0  # the running sum of the gaps (the first gap is 0)
+    with np.errstate(over="ignore", invalid="ignore"):  # a span beyond the clock is refused below
+        for lo in range(0, requests, MIX_SLICE):
+            g = rng.exponential(1.0 / total_rate, size=min(MIX_SLICE, requests - lo))
+            if lo == 0:
+                g[0] = 0.0
+            else:
+                g[0] += seconds  # the carry first: the same additions, in the same order, as one cumsum
+            np.cumsum(g, out=g)
+            seconds = float(g[-1])
+            g *= NS_PER_S
+            np.rint(g, out=g)
+            arrival[lo:lo + len(g)] = g
+    if not seconds <= MAX_ARRIVAL_S:
+        raise BadInput(source, "classes", f"arrivals would span {seconds:.3g} s, beyond the int64 nanosecond "
                        "clock; raise the rates or generate fewer requests")
-    arrival = np.rint(seconds * NS_PER_S).astype(np.int64)
     shares = np.array([c.rate_per_s for c in classes]) / total_rate
-    class_ids = rng.choice(len(classes), size=requests, p=shares).astype(np.int32)
-    prompt = np.empty(requests, dtype=np.int64)
-    output = np.empty(requests, dtype=np.int64)
+    class_ids = np.empty(requests, dtype=narrow_int_dtype(len(classes)))
+    for lo in range(0, requests, MIX_SLICE):
+        class_ids[lo:lo + MIX_SLICE] = rng.choice(len(classes), size=min(MIX_SLICE, requests - lo), p=shares)
+    prompt = np.empty(requests, dtype=np.int32)
+    output = np.empty(requests, dtype=np.int32)
     for k, c in enumerate(classes):
-        mask = class_ids == k
-        n = int(mask.sum())
-        prompt[mask] = c.prompt.sample(rng, n)
-        output[mask] = c.output.sample(rng, n)
+        for which in ("prompt", "output"):
+            dist = c.prompt if which == "prompt" else c.output
+            column = prompt if which == "prompt" else output
+            for lo in range(0, requests, MIX_SLICE):
+                mine = np.flatnonzero(class_ids[lo:lo + MIX_SLICE] == k)
+                values = dist.sample(rng, len(mine))
+                if column.dtype == np.int32 and len(values) and (int(values.max()) >= NARROW_TOKENS or
+                                                                  int(values.min()) < -NARROW_TOKENS):
+                    column = column.astype(np.int64)
+                column[lo + mine] = values
+            if which == "prompt":
+                prompt = column
+            else:
+                output = column
     return Workload(source, arrival, prompt, output, class_ids, tuple(c.name for c in classes), settings=settings)

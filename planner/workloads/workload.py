@@ -93,7 +93,9 @@ class TraceSummary:
 
 @dataclass(frozen=True, eq=False)
 class Workload:
-    """Requests in arrival order; arrays are numpy int64 (class ids int32)."""
+    """Requests in arrival order: arrival_ns int64; token counts int32 while every count is below
+    2^30 (a sum of two stays exact), int64 otherwise; class ids the narrowest signed integer
+    that holds them (int8 up to 128 classes, int16 for traces)."""
 
     source: str
     arrival_ns: "np.ndarray"
@@ -109,5 +111,13 @@ class Workload:
 
     def __len__(self) -> int:
         return int(self.arrival_ns.shape[0])
+
+    def without_tokens(self) -> "Workload":
+        """The same workload without its token columns, for a caller that holds a prepared
+        scenario (its hold times and tiers) and reports only what the workload says about
+        itself (source, count, classes, notes, trace summary): 8-16 bytes per request freed."""
+        from dataclasses import replace
+
+        return replace(self, prompt_tokens=self.prompt_tokens[:0].copy(), output_tokens=self.output_tokens[:0].copy())
 
 

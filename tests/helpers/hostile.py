@@ -326,6 +326,57 @@ def u2028_line(folder: Path, scale: int) -> list[str]:
     return ["check", _w(folder, "l.yaml", "name: 'a\u2028b'\nnum_heads: 64\nmax_seq_len: [\n")]
 
 
+# -- the sizes of issue 18 that must now succeed in bounded memory (exit 0 or 3) ------------------
+
+def short_rows_trace(rows_per_scale: int) -> Callable[[Path, int], list[str]]:
+    """A trace of short rows (``arrival_s,prompt_tokens,output_tokens``, about 18 bytes each;
+    the campaign's 5M rows were 110 MB): every request admitted (no device limit)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        import numpy as np
+
+        n = rows_per_scale * scale
+        rng = np.random.default_rng(7)
+        path = folder / "short.csv"
+        with open(path, "w") as f:
+            f.write("arrival_s,prompt_tokens,output_tokens\n")
+            clock = 0.0
+            for lo in range(0, n, 500_000):
+                m = min(500_000, n - lo)
+                t = clock + np.cumsum(rng.exponential(0.001, m))
+                clock = float(t[-1])
+                p, o = rng.integers(1, 8000, m), rng.integers(1, 1000, m)
+                f.write("".join(f"{a:.3f},{b},{c}\n" for a, b, c in zip(t.tolist(), p.tolist(), o.tolist())))
+        return ["simulate", str(path), "--model", PRO]
+    return build
+
+
+def many_rows_file(rows_per_scale: int) -> Callable[[Path, int], list[str]]:
+    """``1,1,1`` rows (6 bytes each; the campaign's 87M rows were 498 MiB): beyond the trace's
+    row limit at full size, refused from a line count before anything is parsed."""
+    def build(folder: Path, scale: int) -> list[str]:
+        from csa_plan.planner.workloads.workload import MAX_TRACE_REQUESTS
+
+        path = folder / "rows.csv"
+        n = rows_per_scale * scale if scale > 1 else MAX_TRACE_REQUESTS + 2  # just past the limit in the suite
+        with open(path, "wb") as f:
+            f.write(b"arrival_s,prompt_tokens,output_tokens\n")
+            block = b"1,1,1\n" * 1_000_000
+            for lo in range(0, n, 1_000_000):
+                f.write(block[:6 * min(1_000_000, n - lo)])
+        return ["simulate", str(path), "--model", PRO]
+    return build
+
+
+def generated_mix(requests_per_scale: int) -> Callable[[Path, int], list[str]]:
+    """``examples/mixes/million-requests.yaml`` with more requests (the documented maximum,
+    MAX_GENERATED_REQUESTS = 10,000,000, at full size)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        text = (EXAMPLES / "mixes" / "million-requests.yaml").read_text()
+        text = text.replace("requests: 1000000", f"requests: {requests_per_scale * scale}")
+        return ["simulate", _w(folder, "mix.yaml", text), "--json"]
+    return build
+
+
 CASES: tuple[Case, ...] = (
     Case("yaml-alias-num_heads+state_edges+name", alias_model, (2,), "test_reproduction[yaml-alias-num_heads+state_edges+name]"),
     Case("yaml-alias-mix-memory.device", alias_mix("memory.device"), (2,), "test_reproduction[yaml-alias-mix-memory.device]"),
@@ -389,6 +440,9 @@ CASES: tuple[Case, ...] = (
     Case("json-NaN", json_nan, (2,), "test_reproduction[json-NaN]"),
     Case("yaml-U+2028-line-numbers", u2028_line, (2,), "test_reproduction[yaml-U+2028-line-numbers]"),
     Case("yaml-name-ansi-osc", yaml_name_escape, (0, 3), "test_reproduction[yaml-name-ansi-osc]"),
+    Case("trace-5M-short-rows", short_rows_trace(50_000), (0,), "test_reproduction[trace-5M-short-rows]", 100),
+    Case("trace-87M-rows", many_rows_file(870_000), (2,), "test_reproduction[trace-87M-rows]", 100),
+    Case("mix-10M-requests", generated_mix(100_000), (0, 3), "test_reproduction[mix-10M-requests]", 100),
 )
 
 # What the message of some cases must say (beyond exit code and one line).
@@ -404,6 +458,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "onnx-name-layer-2^70": ("MAX_INT_DIGITS",),
     "onnx-100MB-attribute": ("MAX_ONNX_STRING_BYTES",),
     "yaml-10MB-cache_format": ("MAX_STRING_CHARS",),
+    "trace-87M-rows": ("more than 10,000,000 rows",),
     "kv-format-100000-chars": ("--kv-format",),
     "onnx-domain-ansi-osc": ("\\x1b",),
     "onnx-100000-csa-nodes": ("MAX_LAYERS",),
