@@ -93,7 +93,9 @@ def read_counts() -> dict[str, LoopCounts]:
             loops = k.inner_loops()
             for lp in loops:  # in program order
                 iops = k.opcodes(lp)
-                if any(o.startswith("LDGSTS") for o in iops):
+                if any(S.is_bulk_copy(o) for o in iops):
+                    kind = "loader"  # a bulk copy per row: ptxas loops over the warp's issuing lanes
+                elif any(o.startswith("LDGSTS") for o in iops):
                     kind = "loader_tail" if "loader" in inner else "loader"
                 elif any(o.startswith(("HMUL2", "HFMA2")) for o in iops):
                     kind = "dequant"  # FP8 blocks: packed BF16 scale multiplies
@@ -176,12 +178,12 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     blocks = lay.head_groups * chunks * batch
     tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)
     threads = lay.threads
-    # per tile and thread: the loader's row loop (a warp per row, chunks 0..31) and its tail
-    # (chunks 32..37, six per row over the block); the dequantizer's 7 FP8 blocks per row and
-    # the 2 RoPE-tail halves per row, over the block's threads
+    # per tile and warp: the loader's per-lane bulk-copy loop (TILE / warps issuing lanes per
+    # warp, one row each); per thread: the dequantizer's 7 FP8 blocks per row and the 2
+    # RoPE-tail halves per row, over the block's threads
     warps = threads // 32
-    trips = {"loader": ATTN_TC_TILE / warps, "loader_tail": ATTN_TC_TILE * 6 / threads,
-             "dequant": ATTN_TC_TILE * 7 / threads, "tail": ATTN_TC_TILE * 2 / threads}
+    trips = {"loader": ATTN_TC_TILE / warps, "dequant": ATTN_TC_TILE * 7 / threads,
+             "tail": ATTN_TC_TILE * 2 / threads}
     issue, tensor, smem = _tile_cycles(counts["attn_tc_partial"], threads // 32, trips)
     per_tile = max(issue, tensor, smem)
     busiest = math.ceil(blocks / SMS)

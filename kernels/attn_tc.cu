@@ -74,6 +74,24 @@ __device__ __noinline__ void attn_tc_dequant_slow(const unsigned char* codes, un
   }
 }
 
+// The rows of mask m (bit l: row j0 + l of the tile) whose aligned superset would pass their
+// buffer's end: the warp copies each in 16-byte cp.async chunks, the last one clipped with
+// src-size (nothing past the buffer is read). Out of line: at most the buffer's last row.
+__device__ __noinline__ void attn_tc_copy_clipped(unsigned m, int j0, int tb, int win_end, unsigned char* st,
+                                                  const unsigned char* rg, const unsigned char* rc,
+                                                  const int* descs, const unsigned char* leads, int end_ring,
+                                                  int end_rec) {
+  const int lane = threadIdx.x & 31;
+  for (; m; m &= m - 1u) {
+    const int j = j0 + (__ffs(m) - 1), lead = leads[tb + j];
+    const bool win = j < win_end;
+    const int end = win ? end_ring : end_rec;
+    const unsigned char* src = (win ? rg : rc) + descs[tb + j];
+    for (int k = lane; 16 * k < lead + CSA_TC_REC; k += 32)
+      csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * k, src + 16 * k, min(16, end - (descs[tb + j] + 16 * k)));
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     const float* __restrict__ q, const unsigned char* __restrict__ ring, long long ring_req_stride, int n_win,
     long long ring_bytes, const unsigned char* __restrict__ records, long long rec_req_stride, long long rec_bytes,
@@ -94,6 +112,11 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
   float* sp = (float*)(attn_tc_smem + attn_tc_s_off(mt));
   unsigned char* leads = attn_tc_smem + attn_tc_s_off(m_tiles);  // [row of the split]: superset lead
   int* descs = (int*)(leads + CSA_TC_MAX_IDS);                     // [row]: superset start in its region
+  unsigned long long* bars = (unsigned long long*)(descs + CSA_TC_MAX_IDS);  // [stage]: its bulk copies' mbarrier
+  if (tid == 0) {
+    for (int st = 0; st < CSA_TC_STAGES; ++st) csa_mbar_init(&bars[st], CSA_TC_TILE);  // one arrival per row slot
+    csa_fence_mbar_init();
+  }
 
   // once per split: every row's source (the CSA index list read here), as the offset of its
   // aligned 16-byte superset within its region (ring or records) and the row's lead in it.
@@ -151,28 +174,38 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
   const csa_saddr kt_s = csa_smem_addr(kt);
   const csa_saddr krow_s = kt_s + 2 * (lrow * CSA_TC_KPITCH + 128 * dq + 8 * lmat);
 
-  // issue the cp.async copies of tile `t` into stage t % STAGES (always one commit): chunk k
-  // of row j is 16 bytes at descs[j] + 16k of the row's region. Chunks 0..31 of a row: a warp
-  // per row, lane = chunk; chunks 32..37 (those the row reaches): the block's threads in turn.
-  // The buffer's last chunk is clipped with cp.async's src-size.
+  // issue the copies of tile `t` into stage t % STAGES. Row j of the tile belongs to lane
+  // j % (TILE / warps) of warp j / (TILE / warps): it arrives on the stage's mbarrier with the
+  // row's byte count and copies the row's aligned superset (lead + 583 bytes rounded up to
+  // 16) with one bulk copy. A row whose superset would pass its buffer's end (the buffer's
+  // last row, at most) arrives with 0 bytes and is copied by its warp in 16-byte cp.async
+  // chunks, the last one clipped with src-size. Always one cp.async commit per tile.
   const int end_ring = (int)ring_bytes, end_rec = (int)rec_bytes;
-  const int nwarps = nthreads >> 5;
+  const int rows_per_warp = CSA_TC_TILE / (nthreads >> 5);
   auto load_tile = [&](int t) {
     if (t < ntiles) {
       const int tb = t * CSA_TC_TILE, nv = min(CSA_TC_TILE, r1 - r0 - tb), win_end = n_win - r0 - tb;
       unsigned char* st = attn_tc_smem + (t % CSA_TC_STAGES) * CSA_TC_STAGE_BYTES;
-      for (int j = warp; j < nv; j += nwarps) {
-        const bool win = j < win_end;
-        const int d = descs[tb + j] + 16 * lane;
-        csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * lane, (win ? rg : rc) + d, min(16, (win ? end_ring : end_rec) - d));
+      bool clip = false;
+      if (lane < rows_per_warp) {
+        const int j = warp * rows_per_warp + lane;
+        unsigned bytes = 0u;
+        const unsigned char* src = rg;
+        if (j < nv) {
+          const bool win = j < win_end;
+          const int d = descs[tb + j], size = (leads[tb + j] + CSA_TC_REC + 15) & ~15;
+          src = (win ? rg : rc) + d;
+          if (d + size <= (win ? end_ring : end_rec))
+            bytes = (unsigned)size;
+          else
+            clip = true;
+        }
+        csa_fence_proxy_async();  // this stage's earlier reads (a barrier ago) before the async writes
+        csa_mbar_arrive_expect_tx(&bars[t % CSA_TC_STAGES], bytes);
+        if (bytes) csa_bulk_g2s(st + j * CSA_TC_ROW_SMEM, src, bytes, &bars[t % CSA_TC_STAGES]);
       }
-      for (int c = tid; c < nv * (CSA_TC_CHUNKS - 32); c += nthreads) {
-        const int j = c / (CSA_TC_CHUNKS - 32), k = 32 + c - j * (CSA_TC_CHUNKS - 32);
-        if (16 * k >= leads[tb + j] + CSA_TC_REC) continue;  // past the row
-        const bool win = j < win_end;
-        const int d = descs[tb + j] + 16 * k;
-        csa_cp_async16(st + j * CSA_TC_ROW_SMEM + 16 * k, (win ? rg : rc) + d, min(16, (win ? end_ring : end_rec) - d));
-      }
+      const unsigned m = __ballot_sync(CSA_FULL_MASK, clip);
+      if (m) attn_tc_copy_clipped(m, warp * rows_per_warp, tb, win_end, st, rg, rc, descs, leads, end_ring, end_rec);
     }
     csa_cp_async_commit();
   };
@@ -181,7 +214,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
 
   for (int t = 0; t < ntiles; ++t) {
     const int base = r0 + t * CSA_TC_TILE, nv = min(CSA_TC_TILE, r1 - base);
-    csa_cp_async_wait<CSA_TC_STAGES - 2>();
+    csa_cp_async_wait<CSA_TC_STAGES - 2>();                                   // clipped rows
+    csa_mbar_wait(&bars[t % CSA_TC_STAGES], (unsigned)(t / CSA_TC_STAGES) & 1u);  // bulk rows
     __syncthreads();  // tile t landed for every thread; K tile and partial S are free
     load_tile(t + CSA_TC_STAGES - 1);
 

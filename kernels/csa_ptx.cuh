@@ -75,6 +75,38 @@ __device__ __forceinline__ void csa_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// mbarriers (shared::cta, 8 bytes) and bulk copies global -> shared that complete on one.
+__device__ __forceinline__ void csa_mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(csa_smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes initialized barriers visible to the async proxy (before any bulk copy uses them).
+__device__ __forceinline__ void csa_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// Orders this thread's generic-proxy accesses of shared memory before later async-proxy writes.
+__device__ __forceinline__ void csa_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void csa_mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(csa_smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared; the
+// barrier's tx-count drops by `bytes` when they have landed.
+__device__ __forceinline__ void csa_bulk_g2s(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   csa_smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(csa_smem_addr(bar))
+               : "memory");
+}
+// Spins until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void csa_mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{ .reg .pred p;\n"
+      "CSA_MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra CSA_MBAR_WAIT;\n"
+      "}\n" ::"r"(csa_smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 // Two E4M3FN codes (low byte first) to floats through one cvt.rn.f16x2.e4m3x2.
 __device__ __forceinline__ void csa_e4m3x2_to_float2(unsigned pair, float* lo, float* hi) {
   unsigned h2;

@@ -32,6 +32,13 @@
 //   completes all but the newest N committed groups. A read of the destination before the
 //   wait (or, for another thread, before the wait and a barrier) sees the old bytes, so a
 //   missing wait or barrier shows up as a wrong answer. Pending copies complete at exit.
+// - mbarriers and bulk copies (csa_mbar_*, csa_bulk_g2s: mbarrier.init / arrive.expect_tx /
+//   try_wait.parity and cp.async.bulk ... mbarrier::complete_tx::bytes): a bulk copy needs
+//   16-byte aligned addresses and a size that is a multiple of 16, and lands only when its
+//   barrier's phase completes, which happens at a wait once every expected arrival has come
+//   and the bytes issued equal the expected tx-count (a mismatch fails the launch); a thread
+//   waiting on a phase that cannot complete is a deadlock error. A read of the destination
+//   before the wait sees the old bytes.
 // - Dynamic shared memory (CSA_DYN_SMEM) is one buffer of the launch's size, filled with
 //   0xFF bytes (a NaN pattern) before every block.
 #pragma once
@@ -51,6 +58,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -79,7 +87,7 @@ struct dim3 {
 
 namespace emu {
 
-enum class St { Ready, AtBlock, AtWarp, Done };
+enum class St { Ready, AtBlock, AtWarp, AtMbar, Done };
 enum class Xmode { Shfl, Ballot, Coll };
 
 struct AsyncCopy {
@@ -104,6 +112,15 @@ struct Fiber {
   void* coll_arg = nullptr;
   std::vector<AsyncCopy> open_copies;
   std::vector<std::vector<AsyncCopy>> groups;
+  const void* mbar = nullptr;  // the barrier this fiber waits on (St::AtMbar) ...
+  unsigned mbar_parity = 0;    // ... for the phase of this parity to complete
+};
+
+struct Mbar {
+  int count = 0, pending = 0;
+  long long tx = 0, issued = 0;
+  unsigned phase = 0;  // completed phases
+  std::vector<AsyncCopy> copies;
 };
 
 struct Grid {
@@ -119,6 +136,7 @@ struct Grid {
   bool ftz = true;  // emulate -ftz=true (see the header comment)
   std::vector<unsigned char> dyn_smem;
   long long collectives = 0, async_copies = 0;
+  std::map<const void*, Mbar> mbars;  // this block's mbarriers, by address
 };
 
 inline Grid& g() {
@@ -256,8 +274,42 @@ inline void warp_collective(CollectiveFn fn, void* arg) {
   f->mode = Xmode::Shfl;
 }
 
+// Complete the barrier's current phase if every arrival came and every expected byte was
+// issued (its copies land now); true if a phase completed.
+inline bool mbar_try_complete(Grid& G, Mbar& b) {
+  if (b.count == 0 || b.pending > 0 || b.issued < b.tx) return false;
+  if (b.issued > b.tx) {
+    G.error = "mbarrier: bulk copies of more bytes than arrive.expect_tx announced";
+    return false;
+  }
+  for (const AsyncCopy& c : b.copies) std::memcpy(c.dst, c.src, (size_t)c.bytes);
+  b.copies.clear();
+  b.tx = b.issued = 0;
+  b.pending = b.count;
+  ++b.phase;
+  return true;
+}
+
+// Fibers waiting on an mbarrier phase that has completed (or now completes) go on.
+inline bool release_mbar_waiters(Grid& G, int nthreads) {
+  bool progress = false;
+  for (int i = 0; i < nthreads; ++i) {
+    Fiber& f = G.fibers[i];
+    if (f.state != St::AtMbar) continue;
+    Mbar& b = G.mbars[f.mbar];
+    if ((b.phase & 1u) == f.mbar_parity) mbar_try_complete(G, b);
+    if (!G.error.empty()) return false;
+    if ((b.phase & 1u) != f.mbar_parity) {
+      f.state = St::Ready;
+      progress = true;
+    }
+  }
+  return progress;
+}
+
 inline int run_block(Grid& G, int nthreads) {
   if (!G.dyn_smem.empty()) std::memset(G.dyn_smem.data(), 0xFF, G.dyn_smem.size());
+  G.mbars.clear();
   for (int i = 0; i < nthreads; ++i) {
     Fiber& f = G.fibers[i];
     f.open_copies.clear();
@@ -289,6 +341,11 @@ inline int run_block(Grid& G, int nthreads) {
     if (done == nthreads) return 0;
     if (release_warps(G, nthreads)) continue;
     if (!G.error.empty()) return -1;
+    if (release_mbar_waiters(G, nthreads)) continue;
+    if (!G.error.empty()) {
+      G.error += where(G);
+      return -1;
+    }
     if (at_block == nthreads) {
       ++G.barriers;
       for (int i = 0; i < nthreads; ++i) G.fibers[i].state = St::Ready;
@@ -299,7 +356,12 @@ inline int run_block(Grid& G, int nthreads) {
                 std::to_string(nthreads) + " threads wait at __syncthreads, " + std::to_string(done) +
                 " exited" + where(G);
     } else {
-      G.error = "deadlock: threads wait at different barriers (divergent __syncthreads or shuffle)" + where(G);
+      int at_mbar = 0;
+      for (int i = 0; i < nthreads; ++i) at_mbar += G.fibers[i].state == St::AtMbar;
+      G.error = at_mbar ? "deadlock: " + std::to_string(at_mbar) +
+                              " threads wait on an mbarrier phase that cannot complete (arrivals or bytes missing)" +
+                              where(G)
+                        : "deadlock: threads wait at different barriers (divergent __syncthreads or shuffle)" + where(G);
     }
     return -1;
   }
@@ -519,6 +581,42 @@ inline void csa_cp_async_wait() {
     f->groups.erase(f->groups.begin());
   }
 }
+// mbarriers and bulk copies (see the header comment).
+inline void csa_mbar_init(unsigned long long* bar, unsigned count) {
+  emu::Mbar& b = emu::g().mbars[bar];
+  b = emu::Mbar{};
+  b.count = b.pending = (int)count;
+}
+inline void csa_fence_mbar_init() {}
+inline void csa_fence_proxy_async() {}
+inline void csa_mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  auto it = emu::g().mbars.find(bar);
+  if (it == emu::g().mbars.end() || it->second.count == 0) emu::fail("mbarrier arrive on an uninitialized barrier");
+  if (it->second.pending <= 0) emu::fail("mbarrier: more arrivals than its count in one phase");
+  it->second.tx += bytes;
+  --it->second.pending;
+}
+inline void csa_bulk_g2s(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+  if (((uintptr_t)smem & 15u) || ((uintptr_t)gmem & 15u) || (bytes & 15u) || bytes == 0)
+    emu::fail("cp.async.bulk needs 16-byte aligned addresses and a nonzero multiple of 16 bytes");
+  auto it = emu::g().mbars.find(bar);
+  if (it == emu::g().mbars.end() || it->second.count == 0) emu::fail("cp.async.bulk on an uninitialized mbarrier");
+  it->second.copies.push_back(emu::AsyncCopy{smem, gmem, (int)bytes, (int)bytes});
+  it->second.issued += bytes;
+  ++emu::g().async_copies;
+}
+inline void csa_mbar_wait(unsigned long long* bar, unsigned parity) {
+  emu::Grid& G = emu::g();
+  auto it = G.mbars.find(bar);
+  if (it == G.mbars.end() || it->second.count == 0) emu::fail("mbarrier wait on an uninitialized barrier");
+  if ((it->second.phase & 1u) != (parity & 1u)) return;  // that phase completed
+  emu::Fiber* f = G.cur;
+  f->mbar = bar;
+  f->mbar_parity = parity & 1u;
+  f->state = emu::St::AtMbar;
+  swapcontext(&f->ctx, &G.sched);
+}
+
 // E4M3 pair (low byte first) to two floats, as cvt.rn.f16x2.e4m3x2 then f16 -> f32.
 inline void csa_e4m3x2_to_float2(unsigned pair, float* lo, float* hi) {
   *lo = emu::e4m3_value(pair);
@@ -653,6 +751,7 @@ inline unsigned __float_as_uint(float f) { return emu::from_bits<unsigned>(emu::
 inline float __uint_as_float(unsigned u) { return emu::from_bits<float>((uint64_t)u); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 // Byte permute (prmt.b32 without a mode): result byte i = byte ((s >> 4i) & 7) of {y, x}
 // (x bytes 0..3, y bytes 4..7). The selectors' sign-replicate bit is not emulated.
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {

@@ -86,19 +86,23 @@ class Kernel:
         """(first, last) instruction indices of every backward branch's loop."""
         index = {ins.addr: i for i, ins in enumerate(self.instrs)}
         out = []
-        for i, ins in enumerate(self.instrs):
-            if ins.opcode == "BRA" and (m := _TARGET.search(ins.operands)):
+        for i, ins in enumerate(self.instrs):  # BRA, BRA.U, BRA.U.ANY (a bulk copy's per-lane loop) ...
+            if (ins.opcode == "BRA" or ins.opcode.startswith("BRA.")) and (m := _TARGET.search(ins.operands)):
                 t = int(m.group(1), 16)
                 if t <= ins.addr and t in index:
                     out.append((index[t], i))
         return out
 
     def hot_loop(self) -> tuple[int, int]:
-        """The largest loop that issues tensor-core instructions (the tile loop)."""
-        tc = [lp for lp in self.loops() if any(is_tensor(self.instrs[j].opcode) for j in range(lp[0], lp[1] + 1))]
+        """The tile loop: the loop with the most tensor-core instructions, the tightest such
+        span on ties (ptxas may place a wait's retry after the epilogue with a branch back
+        into the loop: that wider span holds the same tensor instructions plus the epilogue)."""
+        def tensor(lp):
+            return sum(is_tensor(self.instrs[j].opcode) for j in range(lp[0], lp[1] + 1))
+        tc = [lp for lp in self.loops() if tensor(lp)]
         if not tc:
             raise ValueError(f"{self.name}: no loop with tensor-core instructions")
-        return max(tc, key=lambda lp: lp[1] - lp[0])
+        return max(tc, key=lambda lp: (tensor(lp), -(lp[1] - lp[0])))
 
     def inner_loops(self) -> list[tuple[int, int]]:
         a, b = self.hot_loop()
@@ -118,8 +122,16 @@ def is_global_load(op: str) -> bool:
     return op.startswith(("LDG", "UBLKCP", "UTMALDG")) and not op.startswith("LDGDEPBAR")
 
 
+def is_bulk_copy(op: str) -> bool:
+    """cp.async.bulk / TMA copies global -> shared (UBLKCP, UTMALDG)."""
+    return op.startswith(("UBLKCP", "UTMALDG"))
+
+
 def load_width_bits(op: str) -> int:
-    """128 for .128 loads, 64 for .64, else 32 or less (LDG.E, .U8, .U16 ...)."""
+    """128 for .128 loads and bulk copies (whole 16-byte multiples), 64 for .64, else 32 or
+    less (LDG.E, .U8, .U16 ...)."""
+    if is_bulk_copy(op):
+        return 128
     for w in (128, 64):
         if f".{w}" in op:
             return w

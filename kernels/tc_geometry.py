@@ -34,7 +34,8 @@ def attn_tc_smem_bytes(m_tiles: int) -> int:
     stages = ATTN_TC_STAGES * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
     ktile = ATTN_TC_TILE * ATTN_TC_KPITCH * 2
     partial_s = m_tiles * 4 * 16 * ATTN_TC_SPITCH * 4
-    return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS  # + each row's lead and offset
+    # + each row's lead and offset, then one 8-byte mbarrier per stage
+    return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS + 8 * ATTN_TC_STAGES
 
 
 def attn_tc_launch(heads: int) -> AttnTcLaunch:
@@ -47,14 +48,23 @@ def attn_tc_launch(heads: int) -> AttnTcLaunch:
 
 def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS,
                 blocks_per_sm: int = 2, indexed: bool = False) -> int:
-    """Chunks of the row list: enough blocks to fill every SM (blocks_per_sm resident each),
-    at least one 32-row tile per chunk, at most what the planned workspace holds, and at most
-    ATTN_TC_MAX_IDS rows per chunk (the kernel keeps a table of every row of its split; the
-    `indexed` flag is kept for callers, both kinds follow the same rule)."""
-    want = ceil_div(sm_count * blocks_per_sm, max(1, requests * head_groups))
-    n = max(1, min(want, ceil_div(max(rows, 1), ATTN_TC_TILE), max(1, capacity)))
-    return max(n, ceil_div(rows, ATTN_TC_MAX_IDS))  # every split's row table fits shared memory
-    return n
+    """Chunks of the row list: the count that gives the busiest SM the fewest 32-row tiles
+    (blocks on one SM share its issue slots, so its time is blocks x tiles per block; the
+    smallest such count on ties, fewer partial states to write and merge), at most what the
+    planned workspace holds, and at most ATTN_TC_MAX_IDS rows per chunk (the kernel keeps a
+    table of every row of its split). blocks_per_sm and indexed are accepted for callers;
+    both kinds of split follow the same rule."""
+    lo = ceil_div(max(rows, 1), ATTN_TC_MAX_IDS)
+    hi = max(1, min(max(1, capacity), ceil_div(max(rows, 1), ATTN_TC_TILE)))
+    if lo >= hi:
+        return lo
+    best, best_cost = lo, None
+    for n in range(lo, hi + 1):
+        per_sm = ceil_div(requests * head_groups * n, sm_count)
+        cost = per_sm * ceil_div(ceil_div(max(rows, 1), n), ATTN_TC_TILE)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = n, cost
+    return best
 
 
 @dataclass(frozen=True)

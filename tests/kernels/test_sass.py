@@ -1,8 +1,9 @@
 """SASS checks of the tensor-core kernels (nvcc 13, sm_90): what their hot loops issue.
 
-For attn_tc_partial and index_tc_scores the tile loop (the largest loop with tensor-core
-instructions) must use mma.sync (HMMA.16816.F32.BF16), bring its rows/keys in with 128-bit
-asynchronous copies (LDGSTS.E.BYPASS.128), issue no narrower global load and no local-memory
+For attn_tc_partial and index_tc_scores the tile loop (the loop with the most tensor-core
+instructions) must use mma.sync (HMMA.16816.F32.BF16), bring its rows/keys in with bulk
+copies (UBLKCP, attention: one per row on an mbarrier) or 128-bit asynchronous copies
+(LDGSTS.E.BYPASS.128, the indexer), issue no narrower global load and no local-memory
 access; ptxas must report no spills and registers/shared memory that give the occupancy the
 design assumes (kernels.tc_geometry / the launchers: attention two 128-thread blocks per SM
 at 16 heads, one 256-thread block at 32 heads per block; the indexer two 128-thread blocks).
@@ -47,8 +48,10 @@ def test_hot_loop_uses_tensor_cores_and_128_bit_async_loads(kernels, name, recor
     ops = Counter(k.opcodes(k.hot_loop()))
     record_property("hot_loop_mix", dict(ops.most_common(12)))
     assert ops["HMMA.16816.F32.BF16"] > 0, ops
-    async128 = [op for op in ops if op.startswith("LDGSTS") and ".128" in op]
-    assert async128, f"{name}: no 128-bit cp.async in the tile loop: {ops}"
+    async128 = [op for op in ops if (op.startswith("LDGSTS") and ".128" in op) or S.is_bulk_copy(op)]
+    assert async128, f"{name}: no 128-bit cp.async or bulk copy in the tile loop: {ops}"
+    if name == "attn_tc_partial":  # rows arrive by cp.async.bulk (one per row, on the stage's mbarrier)
+        assert any(S.is_bulk_copy(op) for op in ops) and any(op.startswith("SYNCS") for op in ops), ops
     narrow = [op for op in ops if S.is_global_load(op) and S.load_width_bits(op) < 128]
     assert not narrow, f"{name}: global loads narrower than 128 bits in the tile loop: {narrow}"
     local = [op for op in ops if op.startswith(("LDL", "STL"))]
@@ -75,3 +78,24 @@ def test_sass_reader_sees_loops_and_widths():
     # 255 registers x 128 threads: 8 warps of 8192 registers -> 2 blocks in 64K
     assert S.blocks_per_sm(255, 128, 0) == 2 and S.blocks_per_sm(128, 512, 0) == 1
     assert S.blocks_per_sm(96, 128, 108 * 1024) == 2  # shared memory decides
+
+
+@pytest.fixture(scope="module")
+def topk_kernels(tmp_path_factory):
+    return S.kernels_of("topk.cu", tmp_path_factory.mktemp("sass_topk"))
+
+
+@pytest.mark.parametrize("name", ["topk_mb_hist", "topk_mb_count", "topk_mb_write"])
+def test_multi_block_topk_scans_with_128_bit_loads_no_spills(topk_kernels, name, record_property):
+    """Each topk_mb kernel's scan over the scores is a loop with 128-bit global loads
+    (LDG.E.128: the float4 path for 16-byte aligned slices); no spills or local memory;
+    two 256-thread blocks fit an SM (the grid is sized for two per SM)."""
+    k = topk_kernels[name]
+    wide = [lp for lp in k.loops() if any(S.is_global_load(o) and S.load_width_bits(o) == 128
+                                          for o in k.opcodes(lp))]
+    assert wide, f"{name}: no loop with a 128-bit global load"
+    assert not [o for o in k.opcodes() if o.startswith(("LDL", "STL"))]
+    r = k.resources
+    record_property("registers", r.registers)
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
+    assert S.blocks_per_sm(r.registers, 256, r.smem_bytes) >= 2
