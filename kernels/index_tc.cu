@@ -40,11 +40,14 @@ __device__ __forceinline__ IndexTcTable index_tc_table(unsigned sc) {
   return t;
 }
 
-// Four FP4 codes (16 bits, element 0 in the low nibble) to two BF16 pairs.
+// Four FP4 codes (16 bits, element 0 in the low nibble) to two BF16 pairs. The signs: code
+// 2i + 1's is the top bit of byte i of hw, code 2i's that of byte i of hw << 4; one prmt in
+// its sign-replicate mode spreads them over the four high bytes.
 __device__ __forceinline__ void index_tc_quad(unsigned hw, const IndexTcTable& t, unsigned* w0, unsigned* w1) {
   const unsigned sel = hw & 0x7777u;
   const unsigned lo = __byte_perm(t.lo0, t.lo1, sel);
-  const unsigned hi = __byte_perm(t.hi0, t.hi1, sel) | __byte_perm(0x8000u, 0u, (hw >> 3) & 0x1111u);
+  const unsigned sg = csa_prmt(hw << 4, hw, 0xD9C8u);  // byte i: 0xff when code i is negative
+  const unsigned hi = __byte_perm(t.hi0, t.hi1, sel) | (sg & 0x80808080u);
   *w0 = __byte_perm(lo, hi, 0x5140u);
   *w1 = __byte_perm(lo, hi, 0x7362u);
 }
