@@ -194,4 +194,44 @@ int emu_cp_async(const unsigned char* src, unsigned char* before, unsigned char*
   return emu::launch(dim3(1, 1, 1), dim3(64, 1, 1), [=] { csa_emu_cp_async(src, before, mid, out, misalign); },
                      2048);
 }
+
+// mul.rn.bf16x2 and prmt (default mode) on n operand triples, one thread.
+__global__ void csa_emu_bf16x2_prmt(const unsigned* a, const unsigned* b, const unsigned* sel, unsigned* mul,
+                                    unsigned* perm, int n) {
+  for (int i = 0; i < n; ++i) {
+    mul[i] = csa_hmul2_bf16(a[i], b[i]);
+    perm[i] = csa_prmt(a[i], b[i], sel[i]);
+  }
+}
+int emu_bf16x2_prmt(const unsigned* a, const unsigned* b, const unsigned* sel, unsigned* mul, unsigned* perm, int n) {
+  return emu::launch(dim3(1, 1, 1), dim3(32, 1, 1), [=] {
+    if (threadIdx.x == 0) csa_emu_bf16x2_prmt(a, b, sel, mul, perm, n);
+  });
+}
+
+// mbarrier + bulk copies: 64 threads; thread 0 arrives expecting `expect` bytes (the count
+// is 2: thread 32 arrives with 0); lanes 0 and 1 each bulk-copy 16 bytes of src into
+// shared memory; `before` is read before the wait, `after` after it. wait_parity 1 waits on
+// a phase that never completes.
+__global__ void csa_emu_bulk(const unsigned char* src, unsigned char* before, unsigned char* after, int expect,
+                             int wait_parity) {
+  CSA_DYN_SMEM(unsigned char, buf);
+  unsigned long long* bar = (unsigned long long*)(buf + 64);
+  const int t = threadIdx.x;
+  if (t == 0) {
+    csa_mbar_init(bar, 2);
+    csa_fence_mbar_init();
+  }
+  __syncthreads();
+  if (t == 0) csa_mbar_arrive_expect_tx(bar, (unsigned)expect);
+  if (t == 32) csa_mbar_arrive_expect_tx(bar, 0u);
+  if (t < 2) csa_bulk_g2s(buf + 16 * t, src + 16 * t, 16u, bar);
+  if (t < 32) before[t] = buf[t];
+  csa_mbar_wait(bar, (unsigned)wait_parity);
+  if (t < 32) after[t] = buf[t];
+}
+int emu_bulk(const unsigned char* src, unsigned char* before, unsigned char* after, int expect, int wait_parity) {
+  return emu::launch(dim3(1, 1, 1), dim3(64, 1, 1), [=] { csa_emu_bulk(src, before, after, expect, wait_parity); },
+                     128);
+}
 }

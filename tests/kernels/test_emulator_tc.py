@@ -3,7 +3,10 @@
 A one-warp kernel assembles mma.sync fragments from row-major A and B exactly as the PTX
 ISA lays them out (m16n8k16 .bf16 and m16n8k32 .e4m3) and the product must equal A @ B;
 the cp.async kernel shows that copies land only at the issuing thread's wait (group by
-group), that src-size zero-fills, and that a misaligned address is an error.
+group), that src-size zero-fills, and that a misaligned address is an error; bulk copies
+land only when their mbarrier phase completes (a byte-count mismatch is an error or a
+deadlock); mul.rn.bf16x2 rounds like the hardware and keeps BF16 subnormals; prmt's default
+mode selects bytes and replicates signs.
 """
 
 from __future__ import annotations
@@ -76,3 +79,84 @@ def test_cp_async_misaligned_address_is_an_error():
     lib = emulator_library()
     assert lib.emu_cp_async(src.ctypes.data, *(a.ctypes.data for a in z), 4) == -1
     assert "misaligned" in lib.csa_emu_last_error().decode()
+
+
+def _bf16_round_bits(x64: np.ndarray) -> np.ndarray:
+    """RNE BF16 bits of float64 values that are exact in float32 (normal range)."""
+    return _bf16_bits(x64.astype(np.float32))
+
+
+def test_mul_bf16x2_rounds_to_nearest_even_and_keeps_subnormals():
+    """csa_hmul2_bf16 (mul.rn.bf16x2) per half against exact products: ordinary values, BF16
+    subnormal inputs times powers of two (the dequantizer's case: exact, never flushed, though
+    the launch runs with FTZ/DAZ), ties, overflow to inf, NaN."""
+    rng = np.random.default_rng(3)
+    n = 512
+    x = _bf16_bits(rng.standard_normal(2 * n).astype(np.float32) * 10.0).astype(np.uint32)
+    y = _bf16_bits(rng.standard_normal(2 * n).astype(np.float32)).astype(np.uint32)
+    x[:64] = rng.integers(1, 0x80, 64)  # BF16 subnormals (exponent field 0) ...
+    y[:64] = (rng.integers(120, 250, 64) << 7)  # ... times 2^(e - 127)
+    x[64], y[64] = 0x7F7F, 0x4000  # max finite x 2: inf
+    x[65], y[65] = 0x7FC1, 0x3F80  # NaN
+    x[66], y[66] = 0x8000 | 0x0005, 0x4B00  # negative subnormal x 2^23
+    a = (x[0::2] | (x[1::2] << 16)).astype(np.uint32)
+    b = (y[0::2] | (y[1::2] << 16)).astype(np.uint32)
+    sel = np.zeros(n, np.uint32)
+    mul, perm = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    lib = emulator_library()
+    assert lib.emu_bf16x2_prmt(a.ctypes.data, b.ctypes.data, sel.ctypes.data, mul.ctypes.data, perm.ctypes.data,
+                               n) == 0, lib.csa_emu_last_error()
+    got = np.stack([mul & 0xFFFF, mul >> 16], axis=1).reshape(-1)
+
+    def val(h):
+        e, m = (h >> 7) & 0xFF, h & 0x7F
+        v = np.where(e == 0, m * 2.0 ** -133, (m | 0x80) * np.exp2(e.astype(np.float64) - 134))
+        return np.where(h & 0x8000, -v, v)
+
+    prod = val(x) * val(y)
+    fin = np.isfinite(prod) & (np.abs(prod) < 3.3e38) & ((np.abs(prod) >= 2.0 ** -126) | (prod == 0))
+    fin[64:67] = False
+    np.testing.assert_array_equal(got[fin], _bf16_round_bits(prod[fin]))
+    assert got[64] == 0x7F80 and (got[65] & 0x7F80) == 0x7F80 and got[65] & 0x7F
+    assert got[66] == _bf16_round_bits(np.array([-5 * 2.0 ** -133 * 2.0 ** 23]))[0]
+    assert fin[:64].sum() >= 40  # most subnormal cases were checked exactly
+
+
+def test_prmt_default_mode_selects_and_replicates_signs():
+    rng = np.random.default_rng(4)
+    n = 256
+    a = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    sel = rng.integers(0, 2 ** 16, n).astype(np.uint32)
+    mul, perm = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    lib = emulator_library()
+    assert lib.emu_bf16x2_prmt(a.ctypes.data, b.ctypes.data, sel.ctypes.data, mul.ctypes.data, perm.ctypes.data,
+                               n) == 0
+    for i in range(n):
+        src = int(a[i]) | (int(b[i]) << 32)
+        want = 0
+        for j in range(4):
+            nib = (int(sel[i]) >> (4 * j)) & 15
+            byte = (src >> (8 * (nib & 7))) & 0xFF
+            if nib & 8:
+                byte = 0xFF if byte & 0x80 else 0
+            want |= byte << (8 * j)
+        assert int(perm[i]) == want
+
+
+def test_bulk_copies_land_when_their_mbarrier_phase_completes():
+    src = np.arange(64, dtype=np.uint8) + 100
+    before, after = np.zeros(32, np.uint8), np.zeros(32, np.uint8)
+    lib = emulator_library()
+    assert lib.emu_bulk(src.ctypes.data, before.ctypes.data, after.ctypes.data, 32, 0) == 0, lib.csa_emu_last_error()
+    assert (before == 0xFF).all()  # not landed before the wait (shared memory is poisoned)
+    np.testing.assert_array_equal(after, src[:32])
+    # fewer bytes expected than copied: an error; more: the phase never completes (deadlock)
+    assert lib.emu_bulk(src.ctypes.data, before.ctypes.data, after.ctypes.data, 16, 0) != 0
+    assert b"more bytes" in lib.csa_emu_last_error()
+    assert lib.emu_bulk(src.ctypes.data, before.ctypes.data, after.ctypes.data, 48, 0) != 0
+    assert b"mbarrier phase that cannot complete" in lib.csa_emu_last_error()
+    # try_wait.parity(1) during phase 0 asks about the phase before it, complete by definition:
+    # it returns at once and the copies have not landed (a wrong parity is a wrong answer)
+    assert lib.emu_bulk(src.ctypes.data, before.ctypes.data, after.ctypes.data, 32, 1) == 0
+    assert (after == 0xFF).all()
