@@ -318,6 +318,8 @@ class _Base:
             raise ValueError(f"index_scores kernel {kernel!r}: 'tc' or 'simt'")
         if _address(keys) % 16:
             raise ValueError("index_tc_scores(keys): the buffer must be 16-byte aligned (cp.async)")
+        if n * INDEX_KEY_BYTES >= 2**31 - 16:
+            raise ValueError("index_tc_scores: a request's keys must span less than 2 GiB (32-bit offsets)")
         # blocks over 64-key tiles: at most two resident blocks per SM across all requests
         # (rounded down, so no SM gets a third block: the busiest SM sets the time), each
         # looping over its tiles so the cp.async pipeline stays full

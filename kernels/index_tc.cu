@@ -11,7 +11,7 @@
 // registers from shared memory with one per-block table of the eight scaled magnitudes
 // (FP4 x E8M0 is exact in BF16). The query's A fragments use the same permutation, so the
 // dot products are unchanged. Epilogue: relu, times w_h, summed over heads in registers and
-// across the quad's groups by shuffles; lanes 0..3 store two scores each.
+// across the 8 head groups by a transposing shuffle butterfly; lanes 0..15 store one score each.
 // Grid: (blocks over key tiles, requests); blockDim.x == 128.
 #include "csa_common.cuh"
 #include "csa_ptx.cuh"
@@ -80,7 +80,6 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tg = lane & 3;
   const int req = blockIdx.y;
   const unsigned char* kr = keys + (long long)req * key_req_stride;
-  const unsigned char* kend = kr + (long long)n * CSA_IX_KEY;
   float* sr = scores + (long long)req * score_req_stride;
 
   // query A fragments: head 16*mt + gid (+8), permuted k: lane tg's block, dims 32*tg + 4*kk + {0,1} (+2)
@@ -111,20 +110,18 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
   }
 
   const int ntiles = (n + CSA_IX_TILE - 1) / CSA_IX_TILE;
+  // 32-bit offsets within the request's keys (n * 68 < 2^31, the launcher checks); the aligned
+  // superset is taken on absolute addresses: mis = the request base's offset from 16
+  const int mis = (int)((unsigned long long)kr & 15ull), kbytes = n * CSA_IX_KEY;
   auto load_tile = [&](int i, int slot) {
     const int t = blockIdx.x + i * gridDim.x;
     if (t < ntiles) {
-      const unsigned char* first = kr + (long long)t * CSA_IX_TILE * CSA_IX_KEY;
-      const long long span = kend - first < CSA_IX_TILE * CSA_IX_KEY ? kend - first : CSA_IX_TILE * CSA_IX_KEY;
-      const unsigned char* last = first + span;
-      const unsigned char* a0 = (const unsigned char*)((unsigned long long)first & ~15ull);
-      if (tid == 0) stage_off[slot] = (int)(first - a0);
-      const int chunks = (int)((last - a0 + 15) / 16);
-      for (int c = tid; c < chunks; c += blockDim.x) {
-        const unsigned char* a = a0 + 16 * c;
-        const long long left = last - a;
-        csa_cp_async16(&stage[slot][16 * c], a, left >= 16 ? 16 : (int)left);
-      }
+      const int first = t * (CSA_IX_TILE * CSA_IX_KEY), last = min(kbytes, first + CSA_IX_TILE * CSA_IX_KEY);
+      const int lead = (mis + first) & 15, a0 = first - lead;
+      if (tid == 0) stage_off[slot] = lead;
+      const int chunks = (last - a0 + 15) >> 4;
+      for (int c = tid; c < chunks; c += blockDim.x)
+        csa_cp_async16(&stage[slot][16 * c], kr + (a0 + 16 * c), min(16, last - (a0 + 16 * c)));
     }
     csa_cp_async_commit();
   };
@@ -139,6 +136,7 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     load_tile(i + CSA_IX_STAGES - 1, (i + CSA_IX_STAGES - 1) % CSA_IX_STAGES);
     const int t = blockIdx.x + i * gridDim.x, key0 = t * CSA_IX_TILE;
     const unsigned char* tile = &stage[slot][stage_off[slot]];
+    float part[2][2];  // [sub][key 2*tg + i of the n-tile]: this lane's heads, summed
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles
       const int nt = 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
@@ -158,7 +156,6 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
         const unsigned hw = (kk & 1) ? __funnelshift_r(A[kk >> 1], A[(kk >> 1) + 1], 24u) : A[kk >> 1] >> 8;
         index_tc_quad(hw, tab, &b[kk][0], &b[kk][1]);
       }
-      float part[2] = {0.0f, 0.0f};  // keys 2*tg, 2*tg + 1 of the n-tile
       float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
@@ -168,21 +165,25 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
       for (int kk = 0; kk < 8; ++kk)
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) csa_mma_bf16_16816(d[mt], qf[mt][kk], b[kk]);
+      part[sub][0] = part[sub][1] = 0.0f;
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
-        part[0] += fmaxf(d[mt][0], 0.0f) * wv[mt][0] + fmaxf(d[mt][2], 0.0f) * wv[mt][1];
-        part[1] += fmaxf(d[mt][1], 0.0f) * wv[mt][0] + fmaxf(d[mt][3], 0.0f) * wv[mt][1];
+        part[sub][0] += fmaxf(d[mt][0], 0.0f) * wv[mt][0] + fmaxf(d[mt][2], 0.0f) * wv[mt][1];
+        part[sub][1] += fmaxf(d[mt][1], 0.0f) * wv[mt][0] + fmaxf(d[mt][3], 0.0f) * wv[mt][1];
       }
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) {
-        part[0] += __shfl_xor_sync(CSA_FULL_MASK, part[0], o);
-        part[1] += __shfl_xor_sync(CSA_FULL_MASK, part[1], o);
-      }
-      const int c0 = key0 + 8 * nt + 2 * tg;
-      if (gid == 0) {
-        if (c0 < n) sr[c0] = part[0];
-        if (c0 + 1 < n) sr[c0 + 1] = part[1];
-      }
+    }
+    // sum the four values over the 8 head groups (lane bits 2..4) by a transposing butterfly:
+    // at xor 4 a lane keeps one sub's pair, at xor 8 one key of it, at xor 16 it completes;
+    // lane bit 2 = sub, bit 3 = key, so lanes 0..15 hold the 16 scores of the warp's two n-tiles
+    {
+      const bool b2 = (lane >> 2) & 1, b3 = (lane >> 3) & 1;
+      const float k0 = b2 ? part[1][0] : part[0][0], k1 = b2 ? part[1][1] : part[0][1];
+      const float s0 = b2 ? part[0][0] : part[1][0], s1 = b2 ? part[0][1] : part[1][1];
+      const float q0 = k0 + __shfl_xor_sync(CSA_FULL_MASK, s0, 4), q1 = k1 + __shfl_xor_sync(CSA_FULL_MASK, s1, 4);
+      float r = (b3 ? q1 : q0) + __shfl_xor_sync(CSA_FULL_MASK, b3 ? q0 : q1, 8);
+      r += __shfl_xor_sync(CSA_FULL_MASK, r, 16);
+      const int c = key0 + 8 * (2 * warp + (int)b2) + 2 * tg + (int)b3;
+      if (lane < 16 && c < n) sr[c] = r;
     }
   }
   csa_cp_async_wait<0>();
