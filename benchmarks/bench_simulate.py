@@ -1,9 +1,12 @@
 """csa-plan simulate as whole processes: wall time (median) and peak RSS of each run.
 
 Cases: the 1,000,000-request mix (examples/mixes/million-requests.yaml), V4-Pro on 8
-devices, refuse and queue; the Azure conversation trace (19,366 requests); and a
+devices, refuse and queue; the Azure conversation trace (19,366 requests); a
 5,000,000-request synthetic trace in BurstGPT's published layout (generated here,
-deterministically, ~200 MB in a temporary folder; 2% failed requests, two models).
+deterministically, ~200 MB in a temporary folder; 2% failed requests, two models); and the
+sizes of issue 18: the same mix with 10,000,000 requests (MAX_GENERATED_REQUESTS, the
+documented maximum) and 5,000,000 short rows of our CSV layout (~88 MB) with no device
+limit, so every request is admitted and the whole event timeline is built.
 
 With ``--base-exe PATH`` (a ``csa-plan`` installed from an older commit, e.g.
 ``git worktree add /tmp/base <commit>`` and a venv with ``pip install -e /tmp/base``) every
@@ -112,6 +115,45 @@ def write_burstgpt(path: Path, rows: int = BURST_ROWS, azure_copy: Path | None =
                 g.write(a[a != 0].tobytes())
 
 
+def _base_reads(base: str, what: str, tmp: str) -> bool:
+    """Does the older ``csa-plan`` read a mix's ``memory.weights`` / a BurstGPT trace? (Older
+    commits get the same work in a form they read: the weights inside ``reserved``, the kept
+    BurstGPT requests in the Azure layout.)"""
+    if what == "weights":
+        probe = Path(tmp) / "probe-weights.yaml"
+        probe.write_text(MIX.read_text().replace("requests: 1000000", "requests: 10"))
+    else:
+        probe = ROOT / "examples" / "traces" / "burstgpt_v1_head42.csv"
+    argv = [base, "simulate", str(probe), "--json"] + ([] if what == "weights" else ["--model", "deepseek-v4-pro"])
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode in (0, 3)
+
+
+def write_short_rows(path: Path, rows: int = BURST_ROWS) -> None:
+    """``arrival_s,prompt_tokens,output_tokens`` rows of about 18 bytes (Poisson arrivals at
+    1,000/s written to the millisecond, uniform token counts), byte-built with numpy."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    dot = np.full((1, 1), 46, dtype=np.uint8)
+    comma = np.full((1, 1), 44, dtype=np.uint8)
+    with path.open("wb") as f:
+        f.write(b"arrival_s,prompt_tokens,output_tokens\n")
+        clock = 0.0
+        for start in range(0, rows, 500_000):
+            n = min(500_000, rows - start)
+            gaps = rng.exponential(0.001, n)
+            ms = np.floor((clock + np.cumsum(gaps)) * 1000).astype(np.int64)
+            clock += float(gaps.sum())
+            prompt, output = rng.integers(1, 8000, n), rng.integers(1, 1000, n)
+            c, d, nl = (np.broadcast_to(comma, (n, 1)), np.broadcast_to(dot, (n, 1)),
+                        np.full((n, 1), 10, dtype=np.uint8))
+            whole = _digits(ms // 1000, 8)
+            whole[:, -1] = (ms // 1000) % 10 + 48  # a 0 second is written "0", not left empty
+            m = np.hstack([whole, d, _digits(ms % 1000 + 1000, 4)[:, 1:], c, _digits(prompt, 4), c,
+                           _digits(output, 3), nl]).ravel()
+            f.write(m[m != 0].tobytes())
+
+
 def bench(name: str, new: list[str], old: list[str] | None, runs: int) -> dict:
     run_once(new)  # warm-up (file cache, bytecode)
     if old:
@@ -149,7 +191,14 @@ def main() -> int:
         azure_form = Path(tmp) / "burstgpt_5m_azure.csv"
         # an older commit knows no ``memory.weights`` (here 0: the weights are inside ``reserved``)
         old_mix = Path(tmp) / "million-requests-before.yaml"
-        old_mix.write_text(MIX.read_text().replace("weights: 0, ", ""))
+        old_mix.write_text(MIX.read_text() if base and _base_reads(base, "weights", tmp)
+                           else MIX.read_text().replace("weights: 0, ", ""))
+        burst_for_base = bool(base) and not _base_reads(base, "burstgpt", tmp)  # else the Azure-layout copy
+        mix10 = Path(tmp) / "ten-million-requests.yaml"
+        mix10.write_text(MIX.read_text().replace("requests: 1000000", "requests: 10000000"))
+        old_mix10 = Path(tmp) / "ten-million-requests-before.yaml"
+        old_mix10.write_text(old_mix.read_text().replace("requests: 1000000", "requests: 10000000"))
+        short = Path(tmp) / "short_rows_5m.csv"
         cases = [
             ("1M-request mix, V4-Pro, tp 8, refuse", [str(MIX), "--json"], [str(old_mix), "--json"]),
             ("1M-request mix, V4-Pro, tp 8, queue", [str(MIX), "--policy", "queue", "--json"],
@@ -159,7 +208,9 @@ def main() -> int:
             ("Azure conv trace (19,366), queue", [str(AZURE), *pro, "--reserved", "20GiB", "--rate-scale", "0.5",
                                                   "--policy", "queue", "--json"], None),
             ("BurstGPT-layout 5M rows, V4-Pro, tp 8, refuse", [str(burst), *pro, "--reserved", "60GiB", "--json"],
-             [str(azure_form), *pro, "--reserved", "60GiB", "--json"]),
+             [str(azure_form if burst_for_base else burst), *pro, "--reserved", "60GiB", "--json"]),
+            ("10M-request mix (the maximum), refuse", [str(mix10), "--json"], [str(old_mix10), "--json"]),
+            ("5M short rows, V4-Pro, no limit", [str(short), "--model", "deepseek-v4-pro", "--json"], None),
         ]
         cases = [c for c in cases if not args.only or args.only.lower() in c[0].lower()]
         if any("BurstGPT" in c[0] for c in cases):
@@ -168,10 +219,12 @@ def main() -> int:
             # RSS only (a forked child's maximum includes the parent's pages until it execs)
             code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
                     f"from pathlib import Path; from bench_simulate import write_burstgpt; "
-                    f"write_burstgpt(Path({str(burst)!r}), azure_copy={f'Path({str(azure_form)!r})' if base else None})")
+                    f"write_burstgpt(Path({str(burst)!r}), azure_copy={f'Path({str(azure_form)!r})' if burst_for_base else None})")
             subprocess.run([sys.executable, "-c", code], check=True)
             print(f"(generated {burst.stat().st_size / 2**20:.0f} MiB, {BURST_ROWS:,} rows, "
                   f"in {time.perf_counter() - start:.1f} s)", flush=True)
+        if any("short rows" in c[0] for c in cases):
+            write_short_rows(short)
         print(f"{'run (median of ' + str(args.runs) + ', whole process)':<46} {'time':>9} {'peak RSS':>11}", flush=True)
         for name, argv, old_argv in cases:
             bench(name, [exe, "simulate", *argv], [base, "simulate", *(old_argv or argv)] if base else None, args.runs)
