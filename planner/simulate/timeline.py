@@ -121,9 +121,10 @@ def pieces(scn: Scenario, d: "Decisions", tl: Timeline, replica: int | None = No
             mine = d.replica[idx] == replica
             rel, idx = rel[mine], idx[mine]
         times = d.admit_of(idx)
-        times += np.where(rel, scn.hold_ns[idx], 0)
+        out = np.flatnonzero(rel)
+        times[out] += scn.hold_ns[idx[out]]  # a release: its admission plus its hold time
         signed = scn.tier[idx].astype(np.int64)
-        signed += np.where(rel, 0, ntiers)
+        signed[~rel] += ntiers
         if held is not None:
             signed = np.concatenate([held[0], signed])
             times = np.concatenate([held[1], times])
