@@ -113,6 +113,11 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
   unsigned char* leads = attn_tc_smem + attn_tc_s_off(m_tiles);  // [row of the split]: superset lead
   int* descs = (int*)(leads + CSA_TC_MAX_IDS);                     // [row]: superset start in its region
   unsigned long long* bars = (unsigned long long*)(descs + CSA_TC_MAX_IDS);  // [stage]: its bulk copies' mbarrier
+  // a zero row (scale bytes 127, codes and tail 0): rows past the split dequantize from it to
+  // exact zeros (their P is 0, and 0 x stale bytes could be NaN)
+  unsigned char* zrow = (unsigned char*)(bars + CSA_TC_STAGES);
+  const int zrow_off = (int)(zrow - attn_tc_smem);
+  for (int i = tid; i < CSA_TC_ROW_SMEM; i += nthreads) zrow[i] = (i < CSA_TC_NOPE_BLOCKS * 65 && i % 65 == 0) ? 127 : 0;
   if (tid == 0) {
     for (int st = 0; st < CSA_TC_STAGES; ++st) csa_mbar_init(&bars[st], CSA_TC_TILE);  // one arrival per row slot
     csa_fence_mbar_init();
@@ -224,53 +229,40 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     // selector worked out once per block (the codes' offset o from 4) picks each pair of codes
     // straight out of two words, sign-replicated into the high byte, which two logic ops turn
     // into BF16 bits of the code's value x 2^-120 (zero and subnormal codes included); one
-    // packed BF16 multiply by 2^(e - 7) applies the E8M0 scale exactly. NaN codes (0x7F/0xFF)
-    // or scales outside [7, 134] send the block to the fp32 path.
+    // packed BF16 multiply by 2^(e - 7) applies the E8M0 scale exactly. A running packed max of
+    // the placed magnitudes finds NaN codes (0x7F/0xFF: placed 0x07f0, above every number);
+    // they, or scales outside [7, 134], send the block to the fp32 path.
     {
       const int stb = (t % CSA_TC_STAGES) * CSA_TC_STAGE_BYTES;
       const unsigned char* offs = leads + t * CSA_TC_TILE;
       for (int task = tid; task < CSA_TC_TILE * CSA_TC_NOPE_BLOCKS; task += nthreads) {
         const int j = task / CSA_TC_NOPE_BLOCKS, blk = task - j * CSA_TC_NOPE_BLOCKS;
         uint4* dst = (uint4*)(kt + j * CSA_TC_KPITCH + 64 * blk);
-        if (j >= nv) {  // rows past the split: zeros (their P is 0; 0 x garbage could be NaN)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
-          continue;
-        }
-        const int bs = stb + j * CSA_TC_ROW_SMEM + offs[j] + 65 * blk;
+        const int bs = (j < nv ? stb + j * CSA_TC_ROW_SMEM + offs[j] : zrow_off) + 65 * blk;
         const unsigned e = attn_tc_smem[bs];
         const int cs = bs + 1, o = cs & 3;
         const unsigned* w = (const unsigned*)(attn_tc_smem + (cs - o));
         const unsigned sel0 = (unsigned)o * 0x1111u + 0x9180u, sel1 = sel0 + 0x2222u;
         const unsigned f = (e + 120u) * 0x00800080u;  // BF16 2^(e - 7) in both halves
-        const unsigned edge0 = 0x80808080u << (8 * o), edge16 = ~(0xffffffffu << (8 * o)) & 0x80808080u;
-        unsigned nan = 0u, wk = w[0];
-        nan |= ((wk & 0x7f7f7f7fu) + 0x01010101u) & edge0;
+        unsigned mx = 0u, wk = w[0];  // the largest |code| placed: 0x07f0 only for a NaN code
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           const unsigned w1 = w[2 * q + 1], w2 = w[2 * q + 2];
-          nan |= ((w1 & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-          nan |= ((w2 & 0x7f7f7f7fu) + 0x01010101u) & (q == 7 ? edge16 : 0x80808080u);
-          uint4 v;
-          v.x = csa_hmul2_bf16((csa_prmt(wk, w1, sel0) & 0x087f087fu) << 4, f);
-          v.y = csa_hmul2_bf16((csa_prmt(wk, w1, sel1) & 0x087f087fu) << 4, f);
-          v.z = csa_hmul2_bf16((csa_prmt(w1, w2, sel0) & 0x087f087fu) << 4, f);
-          v.w = csa_hmul2_bf16((csa_prmt(w1, w2, sel1) & 0x087f087fu) << 4, f);
-          dst[q] = v;
+          const unsigned y0 = (csa_prmt(wk, w1, sel0) & 0x087f087fu) << 4, y1 = (csa_prmt(wk, w1, sel1) & 0x087f087fu) << 4;
+          const unsigned y2 = (csa_prmt(w1, w2, sel0) & 0x087f087fu) << 4, y3 = (csa_prmt(w1, w2, sel1) & 0x087f087fu) << 4;
+          mx = csa_hmax2_abs_bf16(csa_hmax2_abs_bf16(mx, y0), csa_hmax2_abs_bf16(y1, csa_hmax2_abs_bf16(y2, y3)));
+          dst[q] = make_uint4(csa_hmul2_bf16(y0, f), csa_hmul2_bf16(y1, f), csa_hmul2_bf16(y2, f), csa_hmul2_bf16(y3, f));
           wk = w2;
         }
-        if (nan != 0u || e < 7u || e > 134u) attn_tc_dequant_slow(attn_tc_smem + cs, e, dst);
+        const bool nan = (((mx & 0x07ff07ffu) + 0x00100010u) & 0x08000800u) != 0u;  // a half at 0x07f0
+        if (nan || e < 7u || e > 134u) attn_tc_dequant_slow(attn_tc_smem + cs, e, dst);
       }
       // the BF16 RoPE tails: 64 bytes per task, realigned with prmt
       for (int task = tid; task < CSA_TC_TILE * 2; task += nthreads) {
         const int j = task >> 1, half = task & 1;
         uint4* dst = (uint4*)(kt + j * CSA_TC_KPITCH + CSA_TC_NOPE + 32 * half);
-        if (j >= nv) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
-          continue;
-        }
-        const int cs = stb + j * CSA_TC_ROW_SMEM + offs[j] + CSA_TC_NOPE_BLOCKS * 65 + 64 * half, o = cs & 3;
+        const int cs = (j < nv ? stb + j * CSA_TC_ROW_SMEM + offs[j] : zrow_off) + CSA_TC_NOPE_BLOCKS * 65 + 64 * half,
+                  o = cs & 3;
         const unsigned* w = (const unsigned*)(attn_tc_smem + (cs - o));
         const unsigned sel = (unsigned)o * 0x1111u + 0x3210u;
         unsigned wk = w[0];

@@ -219,7 +219,7 @@ _SIGNATURES = {
     "emu_mma_bf16": [_P, _P, _P],
     "emu_mma_e4m3": [_P, _P, _P],
     "emu_cp_async": [_P, _P, _P, _P, _I],
-    "emu_bf16x2_prmt": [_P, _P, _P, _P, _P, _I],
+    "emu_bf16x2_prmt": [_P, _P, _P, _P, _P, _P, _I],
     "emu_bulk": [_P, _P, _P, _I, _I],
 }
 

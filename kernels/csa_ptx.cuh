@@ -75,6 +75,13 @@ __device__ __forceinline__ void csa_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Packed BF16 max of magnitudes (max.xorsign.abs.bf16x2: |d| = max(|a|, |b|), sign a ^ b).
+__device__ __forceinline__ unsigned csa_hmax2_abs_bf16(unsigned a, unsigned b) {
+  unsigned r;
+  asm("max.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // mbarriers (shared::cta, 8 bytes) and bulk copies global -> shared that complete on one.
 __device__ __forceinline__ void csa_mbar_init(unsigned long long* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(csa_smem_addr(bar)), "r"(count) : "memory");

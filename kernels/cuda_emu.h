@@ -672,6 +672,22 @@ inline unsigned double_to_bf16(double x) {
   return sign | bits;
 }
 }  // namespace emu
+// max.xorsign.abs.bf16x2, as csa_hmax2_abs_bf16: per half the larger magnitude (BF16
+// magnitudes order as integers), the sign the XOR of the inputs'; one NaN input gives the
+// other operand, two give the canonical NaN.
+inline unsigned csa_hmax2_abs_bf16(unsigned a, unsigned b) {
+  unsigned out = 0;
+  for (int h = 0; h < 2; ++h) {
+    unsigned x = (a >> (16 * h)) & 0xffffu, y = (b >> (16 * h)) & 0xffffu, r;
+    bool xn = (x & 0x7fffu) > 0x7f80u, yn = (y & 0x7fffu) > 0x7f80u;
+    if (xn && yn) r = 0x7fffu;
+    else if (xn) r = y;
+    else if (yn) r = x;
+    else r = ((x & 0x7fffu) > (y & 0x7fffu) ? (x & 0x7fffu) : (y & 0x7fffu)) | ((x ^ y) & 0x8000u);
+    out |= r << (16 * h);
+  }
+  return out;
+}
 // mul.rn.bf16x2, as csa_hmul2_bf16 in csa_ptx.cuh.
 inline unsigned csa_hmul2_bf16(unsigned a, unsigned b) {
   unsigned lo = emu::double_to_bf16(emu::bf16_to_double(a & 0xffffu) * emu::bf16_to_double(b & 0xffffu));

@@ -195,17 +195,19 @@ int emu_cp_async(const unsigned char* src, unsigned char* before, unsigned char*
                      2048);
 }
 
-// mul.rn.bf16x2 and prmt (default mode) on n operand triples, one thread.
+// mul.rn.bf16x2, max.xorsign.abs.bf16x2 and prmt (default mode) on n operand triples, one thread.
 __global__ void csa_emu_bf16x2_prmt(const unsigned* a, const unsigned* b, const unsigned* sel, unsigned* mul,
-                                    unsigned* perm, int n) {
+                                    unsigned* perm, unsigned* mx, int n) {
   for (int i = 0; i < n; ++i) {
     mul[i] = csa_hmul2_bf16(a[i], b[i]);
     perm[i] = csa_prmt(a[i], b[i], sel[i]);
+    mx[i] = csa_hmax2_abs_bf16(a[i], b[i]);
   }
 }
-int emu_bf16x2_prmt(const unsigned* a, const unsigned* b, const unsigned* sel, unsigned* mul, unsigned* perm, int n) {
+int emu_bf16x2_prmt(const unsigned* a, const unsigned* b, const unsigned* sel, unsigned* mul, unsigned* perm,
+                    unsigned* mx, int n) {
   return emu::launch(dim3(1, 1, 1), dim3(32, 1, 1), [=] {
-    if (threadIdx.x == 0) csa_emu_bf16x2_prmt(a, b, sel, mul, perm, n);
+    if (threadIdx.x == 0) csa_emu_bf16x2_prmt(a, b, sel, mul, perm, mx, n);
   });
 }
 

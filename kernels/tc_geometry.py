@@ -34,8 +34,8 @@ def attn_tc_smem_bytes(m_tiles: int) -> int:
     stages = ATTN_TC_STAGES * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
     ktile = ATTN_TC_TILE * ATTN_TC_KPITCH * 2
     partial_s = m_tiles * 4 * 16 * ATTN_TC_SPITCH * 4
-    # + each row's lead and offset, then one 8-byte mbarrier per stage
-    return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS + 8 * ATTN_TC_STAGES
+    # + each row's lead and offset, one 8-byte mbarrier per stage, and a zero row
+    return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS + 8 * ATTN_TC_STAGES + ATTN_TC_ROW_SMEM
 
 
 def attn_tc_launch(heads: int) -> AttnTcLaunch:

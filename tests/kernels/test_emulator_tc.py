@@ -86,7 +86,7 @@ def _bf16_round_bits(x64: np.ndarray) -> np.ndarray:
     return _bf16_bits(x64.astype(np.float32))
 
 
-def test_mul_bf16x2_rounds_to_nearest_even_and_keeps_subnormals():
+def test_mul_and_max_bf16x2_round_like_the_hardware_and_keep_subnormals():
     """csa_hmul2_bf16 (mul.rn.bf16x2) per half against exact products: ordinary values, BF16
     subnormal inputs times powers of two (the dequantizer's case: exact, never flushed, though
     the launch runs with FTZ/DAZ), ties, overflow to inf, NaN."""
@@ -102,10 +102,24 @@ def test_mul_bf16x2_rounds_to_nearest_even_and_keeps_subnormals():
     a = (x[0::2] | (x[1::2] << 16)).astype(np.uint32)
     b = (y[0::2] | (y[1::2] << 16)).astype(np.uint32)
     sel = np.zeros(n, np.uint32)
-    mul, perm = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    mul, perm, mx = np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32)
     lib = emulator_library()
     assert lib.emu_bf16x2_prmt(a.ctypes.data, b.ctypes.data, sel.ctypes.data, mul.ctypes.data, perm.ctypes.data,
-                               n) == 0, lib.csa_emu_last_error()
+                               mx.ctypes.data, n) == 0, lib.csa_emu_last_error()
+    # max.xorsign.abs.bf16x2: the larger magnitude, the sign the XOR of both (no NaN among these but 65)
+    gm = np.stack([mx & 0xFFFF, mx >> 16], axis=1).reshape(-1)
+    ok = np.ones(2 * n, bool)
+    ok[65] = False
+    def dec(h):
+        return O.bf16_decode(h.astype("<u2").view(np.uint8))
+
+    mag = np.maximum(np.abs(dec(x)), np.abs(dec(y)))
+    want = _bf16_bits(mag.astype(np.float32)).astype(np.uint32) | ((x ^ y) & 0x8000)
+    big = np.maximum(x & 0x7FFF, y & 0x7FFF)
+    np.testing.assert_array_equal(gm[ok & (big >= 0x80)], want[ok & (big >= 0x80)])
+    sub = ok & (big < 0x80)  # subnormal magnitudes: compare bits (no flush)
+    np.testing.assert_array_equal(gm[sub] & 0x7FFF, big[sub])
+    assert gm[65] == y[65]  # NaN and a number: the number
     got = np.stack([mul & 0xFFFF, mul >> 16], axis=1).reshape(-1)
 
     def val(h):
@@ -128,10 +142,10 @@ def test_prmt_default_mode_selects_and_replicates_signs():
     a = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
     b = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
     sel = rng.integers(0, 2 ** 16, n).astype(np.uint32)
-    mul, perm = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    mul, perm, mx = np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32)
     lib = emulator_library()
     assert lib.emu_bf16x2_prmt(a.ctypes.data, b.ctypes.data, sel.ctypes.data, mul.ctypes.data, perm.ctypes.data,
-                               n) == 0
+                               mx.ctypes.data, n) == 0
     for i in range(n):
         src = int(a[i]) | (int(b[i]) << 32)
         want = 0
