@@ -12,11 +12,14 @@ Predicted time = launches x LAUNCH_S + max(memory, SM, latency) + the merge pass
 - SM      = the busiest SM's tiles x cycles per tile / clock, cycles per tile = the largest
             of issue (warp instructions / 4 per clock), tensor (HMMA.16816 / (1 per clock x
             MMA_SYNC_EFFICIENCY)) and shared memory (LDS/STS wavefronts, 1 per clock); the
-            instruction counts are read from the kernel's SASS hot loop (kernels/sass.py,
-            inner loops weighted by their trip counts), or from benchmarks/sass_counts.json
-            recorded from it (python benchmarks/throughput_model.py --record);
+            instruction counts are read from the kernel's SASS hot loop (kernels/sass.py:
+            every instruction of the loop body once per pass, taken branches or not; inner
+            loops — attention's per-lane bulk-copy loop, FP8-block dequantizer and RoPE
+            tails, the indexer's cp.async loop — weighted by their trip counts; out-of-line
+            slow paths count as their CALL), or from benchmarks/sass_counts.json recorded
+            from it (python benchmarks/throughput_model.py --record);
 - latency = the busiest SM's bytes / (resident blocks x bytes in flight per block / LOADED
-            LATENCY) — Little's law for the cp.async pipeline (STAGES - 1 tiles in flight).
+            LATENCY) — Little's law for the copy pipeline (STAGES - 1 tiles in flight).
 Assumptions, not measurements: the clock, MMA_SYNC_EFFICIENCY (legacy mma.sync below wgmma's
 peak on Hopper), the loaded DRAM latency and the per-launch overhead. When a GPU is lent,
 benchmarks/bench_kernels.py measures the kernels and these constants are corrected.
