@@ -118,7 +118,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
             scn = scn.with_rate_scale(capacity.rate_scale)
     else:
         with progress("simulating", len(scn.arrival_ns), long_run) as tick:
-            result = run(scn, progress=lambda done, total: tick(done, total, None))
+            result = run(scn, progress=lambda done, total: tick(done, total, None), series_buckets=SERIES_BUCKETS)
     verified = None
     if req.verify and result is not None:
         reference, ledger = replay(scn)

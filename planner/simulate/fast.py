@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from csa_plan.planner.simulate.scenario import (REASONS, Outcome, Policy, Scenario)
 from csa_plan.planner.simulate.timeline import (SLICE_REQUESTS, Levels, Timeline, admitted_mask, event_order, scan,
-                                                timeline)
+                                                series_edges, timeline)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -409,13 +409,16 @@ def _hold_by_tier(scn: Scenario, d: Decisions) -> "np.ndarray":
     return out.reshape(dp, ntiers)
 
 
-def observe(scn: Scenario, d: Decisions) -> SimResult:
+def observe(scn: Scenario, d: Decisions, series_buckets: int | None = None) -> SimResult:
     """Every observable from the decisions, a slice of events at a time; equal to the ledger replay's.
 
     Per (replica, stage) group: the running level of its total and of each state class over
     that replica's events, observed at its instant ends (the peak, its first instant, every
     class there, and after the last event); all devices together over all events, with the
-    requests in flight."""
+    requests in flight. One pass over the events with one replica (every group, the total and
+    the requests in flight as columns of one scan), else one per replica and one for the total.
+    With ``series_buckets`` the same passes also bucket the residency series (kept with the
+    decisions for ``series.residency_series``)."""
     import numpy as np
 
     placement = scn.config.placement
@@ -424,45 +427,51 @@ def observe(scn: Scenario, d: Decisions) -> SimResult:
     tl = timeline(scn, d)
     ntiers = len(scn.bundles)
     nclass = len(STATE_CLASSES)
+    width = 1 + nclass  # a block of columns: the total, then each class
     class_tables = [np.array([[getattr(stages[s], f"{c.value}_bytes") for c in STATE_CLASSES]
                               for stages in scn.bundles], dtype=np.int64).reshape(ntiers, nclass)
                     for s in range(pp)]
+    blocks = [np.column_stack([t.sum(axis=1), t]) for t in class_tables]
+    every = np.column_stack([sum(class_tables).sum(axis=1), sum(class_tables)]) * tp  # all devices together
     flight = np.ones((ntiers, 1), dtype=np.int64)
+    edges = series_edges(scn, tl, series_buckets) if series_buckets else None
 
-    def columns(tables: list["np.ndarray"], weight: int = 1, with_flight: bool = False) -> "np.ndarray":
-        """Per table: its total then its classes; the requests in flight last."""
-        cols = [np.column_stack([t.sum(axis=1), t]) * weight for t in tables] + ([flight] if with_flight else [])
-        return signed_table(np.concatenate(cols, axis=1))
-
-    def peak_of(lv: Levels) -> tuple[int, int, GroupBytes, list[int]]:
-        """(peak, peak_ns, at_peak, class maxima) of a scan whose column 0 is the total."""
-        maxima = [max(int(v), 0) for v in lv.maxima[1:1 + nclass].tolist()]
-        if not lv.observed or int(lv.at_best[0]) <= 0:
-            return 0, 0, GroupBytes(), maxima
-        return int(lv.at_best[0]), lv.best_ns, GroupBytes(*lv.at_best[1:1 + nclass].tolist()), maxima
+    def at(lv: Levels, first: int) -> tuple[int, int, GroupBytes]:
+        """(peak, peak_ns, at_peak) of the block starting at column ``first``."""
+        peak, peak_ns, row = lv.peak(first)
+        return (peak, peak_ns, GroupBytes(*row[first + 1:first + width].tolist())) if row is not None else \
+            (0, 0, GroupBytes())
 
     hold_by_tier = _hold_by_tier(scn, d)
     devices: list[DevicePeak] = []
-    single = dp == 1 and pp == 1  # the only group is every event: its scan serves the total too
-    whole = None
+    group_series: list["np.ndarray"] = []
+    whole: Levels | None = None
+    single = dp == 1 and pp == 1  # the one group is every event: all devices together are tp times it
     for r in range(dp):
+        cols = blocks + ([flight] if single else [every, flight] if dp == 1 else [])
+        lv = scan(scn, d, tl, signed_table(np.concatenate(cols, axis=1)), None if dp == 1 else r, edges,
+                  keys=tuple(width * k for k in range(pp + (dp == 1 and not single))))
+        top = lv.buckets() if edges is not None else None
         for s in range(pp):
-            lv = scan(scn, d, tl, columns([class_tables[s]], with_flight=single), None if dp == 1 else r)
-            peak, peak_ns, at_peak, maxima = peak_of(lv)
-            final = GroupBytes(*lv.level[1:1 + nclass].tolist())
-            if single:
-                whole = lv, (peak, peak_ns, at_peak, maxima)
+            peak, peak_ns, at_peak = at(lv, width * s)
+            final = GroupBytes(*lv.level[width * s + 1:width * (s + 1)].tolist())
             byte_ns = sum(int(h) * scn.bundles[k][s].total_bytes for k, h in enumerate(hold_by_tier[r].tolist()))
             for rank in range(tp):
                 devices.append(DevicePeak(placement.device(r, s, rank), limit, peak, peak_ns, at_peak, byte_ns, final))
-    if whole is not None:  # one replica, one stage: the total is tp times that group
-        lv, (peak, peak_ns, at_peak, maxima) = whole
-        peak, at_peak, maxima = peak * tp, GroupBytes(*(v * tp for v in at_peak.by_class().values())), [m * tp for m in maxima]
-    else:
-        lv = scan(scn, d, tl, columns([sum(class_tables)], tp, with_flight=True))
-        peak, peak_ns, at_peak, maxima = peak_of(lv)
-    peak_in_flight = max(int(lv.maxima[-1]), 0) if lv.observed else 0
-    class_max = GroupBytes(*maxima)
+            if top is not None:
+                group_series.append(top[:, width * s].copy())
+        if dp == 1:
+            whole = lv
+    first = 0 if single or dp > 1 else width * pp
+    if whole is None:
+        whole = scan(scn, d, tl, signed_table(np.concatenate([every, flight], axis=1)), edges=edges)
+    peak, peak_ns, at_peak = at(whole, first)
+    class_max = GroupBytes(*(max(int(v), 0) for v in whole.maxima[first + 1:first + width].tolist()))
+    if single:  # tp ranks with identical bundles
+        peak, at_peak, class_max = peak * tp, at_peak.scaled(tp), class_max.scaled(tp)
+    peak_in_flight = max(int(whole.maxima[-1]), 0) if whole.observed else 0
+    if edges is not None:
+        d.cache[("series", series_buckets)] = (edges, tuple(group_series), whole.buckets()[:, -1].copy())
     last_arrival = int(scn.arrival_ns[-1]) if scn.requests else 0
     span = max(last_arrival, tl.last_release_ns) - (int(scn.arrival_ns[0]) if scn.requests else 0)
     devices.sort(key=lambda x: x.device)
@@ -470,5 +479,7 @@ def observe(scn: Scenario, d: Decisions) -> SimResult:
                      class_max=class_max, peak_in_flight=peak_in_flight, span_ns=span, decisions=d)
 
 
-def simulate(scn: Scenario, progress: Callable[[int, int], None] | None = None) -> SimResult:
-    return observe(scn, decide(scn, progress))
+def simulate(scn: Scenario, progress: Callable[[int, int], None] | None = None,
+             series_buckets: int | None = None) -> SimResult:
+    """Decide, then observe (``series_buckets``: bucket the residency series in the same passes)."""
+    return observe(scn, decide(scn, progress), series_buckets)

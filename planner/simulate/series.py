@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.simulate.fast import Decisions, signed_table
-from csa_plan.planner.simulate.timeline import scan, timeline
+from csa_plan.planner.simulate.fast import Decisions, observe
 from csa_plan.planner.simulate.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -27,29 +26,20 @@ class Series:
 
 def residency_series(scn: Scenario, d: Decisions, buckets: int = 80) -> Series:
     """Per (replica, stage) group and for the requests in flight: the highest level in each bucket
-    or carried into it, from the same events the observables were taken from (a slice at a time)."""
-    import numpy as np
-
+    or carried into it, from the same events and the same passes as the observables (taken
+    from ``simulate(..., series_buckets=buckets)`` when it ran with them, else observed here)."""
     placement = scn.config.placement
-    tl = timeline(scn, d)
-    end = int(max(tl.last_release_ns, scn.arrival_ns[-1] if scn.requests else 0, 1))
-    edges = np.linspace(0, end, buckets, endpoint=False).astype(np.int64)
-    per_stage = [np.array([stages[s].total_bytes for stages in scn.bundles], dtype=np.int64).reshape(-1, 1)
-                 for s in range(placement.pp)]
-    flight = np.ones((len(scn.bundles), 1), dtype=np.int64)
+    cached = d.cache.get(("series", buckets))
+    if cached is None:
+        observe(scn, d, series_buckets=buckets)
+        cached = d.cache[("series", buckets)]
+    edges, per_group, in_flight = cached
     groups = []
-    if placement.dp == 1:  # every group sees every event: one scan for all of them and the requests in flight
-        top = scan(scn, d, tl, signed_table(np.concatenate(per_stage + [flight], axis=1)), edges=edges).buckets()
-        in_flight = top[:, -1]
+    for r in range(placement.dp):
         for s in range(placement.pp):
-            groups.append((tuple(placement.device(0, s, k) for k in range(placement.tp)), top[:, s].copy()))
-    else:
-        for r in range(placement.dp):
-            top = scan(scn, d, tl, signed_table(np.concatenate(per_stage, axis=1)), r, edges=edges).buckets()
-            for s in range(placement.pp):
-                groups.append((tuple(placement.device(r, s, k) for k in range(placement.tp)), top[:, s].copy()))
-        in_flight = scan(scn, d, tl, signed_table(flight), edges=edges).buckets()[:, 0]
-    return Series(edges, tuple(groups), in_flight.copy(), scn.config.limit_bytes)
+            devices = tuple(placement.device(r, s, k) for k in range(placement.tp))
+            groups.append((devices, per_group[r * placement.pp + s]))
+    return Series(edges, tuple(groups), in_flight, scn.config.limit_bytes)
 
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from csa_plan.planner.simulate.fast import Decisions
 
-SLICE_EVENTS = 1 << 18
+SLICE_EVENTS = 1 << 17
 """Events looked at together: bounds every temporary (a few MiB) whatever the run's length."""
 
 SLICE_REQUESTS = 1 << 20
@@ -141,29 +141,31 @@ def pieces(scn: Scenario, d: "Decisions", tl: Timeline, replica: int | None = No
 
 class Levels:
     """Running levels of the columns of ``table`` (rows: release rows then admission rows, per
-    tier) over the events fed to it, observed at instant ends: each column's maximum, column
-    0's first maximum (its time and every column there), the levels after the last event, and
-    optionally each column's highest level per bucket of time (``edges``: bucket starts),
-    counting the level carried into a bucket from before its start.
+    tier) over the events fed to it, observed at instant ends: each column's maximum, the first
+    maximum of each key column (its time and every column there), the levels after the last
+    event, and optionally each column's highest level per bucket of time (``edges``: bucket
+    starts), counting the level carried into a bucket from before its start.
 
     With one tier every column is the number of requests in flight times that tier's
     (non-negative) value, so only that count is followed and the columns are scaled from it
     at the end (``finish``): the same integers, one running sum instead of one per column."""
 
-    def __init__(self, table: "np.ndarray", edges: "np.ndarray | None" = None) -> None:
+    def __init__(self, table: "np.ndarray", edges: "np.ndarray | None" = None, keys: tuple[int, ...] = (0,)) -> None:
         import numpy as np
 
         self.scale = None
+        self.keys = keys
         if table.shape[0] == 2 and (table[1] >= 0).all() and (table[0] == -table[1]).all():
             self.scale = table[1].copy()
             table = np.array([[-1], [1]], dtype=np.int64)
+            keys = (0,)
+        self.followed_keys = keys
         self.columns = [np.ascontiguousarray(table[:, c]) for c in range(table.shape[1])]
         k = len(self.columns)
         self.level = np.zeros(k, dtype=np.int64)  # after the events fed so far
         self.maxima = np.zeros(k, dtype=np.int64)
         self.observed = False
-        self.best_ns = 0
-        self.at_best = np.zeros(k, dtype=np.int64)
+        self.best: dict[int, tuple[int, "np.ndarray"]] = {}  # key column -> (first time at its maximum, row there)
         self.edges = edges
         if edges is not None:
             self.carried = np.zeros((len(edges), k), dtype=np.int64)
@@ -185,9 +187,10 @@ class Levels:
             lv += self.level[c]
             self.level[c] = lv[-1]
             obs[:, c] = lv[ends]
-        j = int(obs[:, 0].argmax())
-        if not self.observed or obs[j, 0] > self.at_best[0]:
-            self.best_ns, self.at_best = int(at[j]), obs[j].copy()
+        for key in self.followed_keys:
+            j = int(obs[:, key].argmax())
+            if key not in self.best or obs[j, key] > self.best[key][1][key]:
+                self.best[key] = (int(at[j]), obs[j].copy())
         self.maxima = np.maximum(self.maxima, obs.max(axis=0)) if self.observed else obs.max(axis=0)
         self.observed = True
         if self.edges is not None:
@@ -204,11 +207,22 @@ class Levels:
         """Scale the followed count to every column (one tier); nothing to do otherwise."""
         if self.scale is not None:
             v = self.scale
-            self.level, self.maxima, self.at_best = self.level[0] * v, self.maxima[0] * v, self.at_best[0] * v
+            self.level, self.maxima = self.level[0] * v, self.maxima[0] * v
+            if 0 in self.best:
+                t, row = self.best.pop(0)
+                self.best = {key: (t, row[0] * v) for key in self.keys}
             if self.edges is not None:
                 self.carried, self.inside = self.carried[:, :1] * v, self._scaled_inside(v)
             self.scale = None
         return self
+
+    def peak(self, key: int = 0) -> tuple[int, int, "np.ndarray | None"]:
+        """(the key column's first maximum, its time, every column there); (0, 0, None) when no
+        observation was positive."""
+        if not self.observed or key not in self.best or int(self.best[key][1][key]) <= 0:
+            return 0, 0, None
+        t, row = self.best[key]
+        return int(row[key]), t, row
 
     def _scaled_inside(self, v: "np.ndarray") -> "np.ndarray":
         import numpy as np
@@ -225,10 +239,18 @@ class Levels:
         return np.maximum(self.carried, self.inside)
 
 
+def series_edges(scn: Scenario, tl: Timeline, buckets: int) -> "np.ndarray":
+    """Bucket starts for a residency series: ``buckets`` equal spans from 0 to the last event or arrival."""
+    import numpy as np
+
+    end = int(max(tl.last_release_ns, scn.arrival_ns[-1] if scn.requests else 0, 1))
+    return np.linspace(0, end, buckets, endpoint=False).astype(np.int64)
+
+
 def scan(scn: Scenario, d: "Decisions", tl: Timeline, table: "np.ndarray", replica: int | None = None,
-         edges: "np.ndarray | None" = None) -> Levels:
+         edges: "np.ndarray | None" = None, keys: tuple[int, ...] = (0,)) -> Levels:
     """``Levels`` of ``table``'s columns over the events (of one replica, or all)."""
-    levels = Levels(table, edges)
+    levels = Levels(table, edges, keys)
     for signed, times, is_end in pieces(scn, d, tl, replica):
         levels.feed(signed, times, is_end)
     return levels.finish()

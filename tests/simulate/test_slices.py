@@ -100,9 +100,12 @@ def test_sliced_run_equals_the_ledger_replay_and_the_reference_series(mix):
         ref, ledger = replay(scn)
         assert fast_result == ref and fast_result.decisions.same_as(ref.decisions) and ledger.at_baseline
         sliced = residency_series(scn, fast_result.decisions, buckets=7)
-    unsliced = residency_series(scn, fast_result.decisions, buckets=7)
+        together = simulate(scn, series_buckets=7)  # bucketed in the observables' own passes
+        assert together == fast_result
+        joint = residency_series(scn, together.decisions, buckets=7)
+    unsliced = residency_series(scn, simulate(scn).decisions, buckets=7)
     edges, groups, flight = reference_series(scn, fast_result.decisions, 7)
-    for series in (sliced, unsliced):
+    for series in (sliced, joint, unsliced):
         assert series.edges_ns.tolist() == edges
         assert [g.tolist() for _, g in series.groups] == groups
         assert series.in_flight.tolist() == flight
