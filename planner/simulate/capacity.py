@@ -21,6 +21,9 @@ class RateCapacity:
 
 
 SCALE_MIN, SCALE_MAX = 2.0 ** -20, 2.0 ** 20
+KEEP_RESULTS_BELOW = 1_000_000
+"""Below this many requests the best probe's result is kept for the answer; from it on only its
+scale is, and the answer is that probe run once more (one run's arrays in memory at a time)."""
 
 
 def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float = 1e-3,
@@ -40,6 +43,10 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         raise BadInput("options", "rel_tol", f"must be between {MIN_REL_TOL:g} and 1 (MIN_REL_TOL), got {rel_tol!r}")
     probes: list[tuple[float, bool]] = []
     results: dict[float, SimResult] = {}
+    keep = scn.requests < KEEP_RESULTS_BELOW
+
+    def answer(scale: float) -> SimResult:
+        return results[scale] if scale in results else simulate(scn.with_rate_scale(scale))
 
     def good(scale: float) -> bool:
         result = simulate(scn.with_rate_scale(scale))
@@ -48,7 +55,9 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         probes.append((scale, ok))
         if ok:  # the latest good probe is always the search's lower end: only its result is kept
             results.clear()
-            results[scale] = result
+            if keep:
+                results[scale] = result
+        del result
         if progress:
             progress(len(probes), scale)
         return ok
@@ -60,7 +69,7 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         while hi <= scale_max and good(hi):
             lo, hi = hi, hi * 2
         if hi > scale_max:
-            return RateCapacity(lo, results[lo], tuple(probes), True)
+            return RateCapacity(lo, answer(lo), tuple(probes), True)
     else:
         hi = scale
         lo = scale / 2
@@ -74,4 +83,4 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
             lo = mid
         else:
             hi = mid
-    return RateCapacity(lo, results[lo], tuple(probes), False)
+    return RateCapacity(lo, answer(lo), tuple(probes), False)

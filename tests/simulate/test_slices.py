@@ -235,3 +235,20 @@ def test_refuse_policy_keeps_no_admission_times():
     queued = fast.decide(prepare(PRO, wl, SimConfig(placement=Placement(tp=8), limit_bytes=30 << 30,
                                                     policy=Policy.QUEUE)))
     assert queued.stored_admit_ns is not None
+
+
+def test_a_long_capacity_search_runs_its_answer_again_instead_of_keeping_it(monkeypatch):
+    """From KEEP_RESULTS_BELOW requests on, the search keeps only the best scale and runs it once
+    more for the answer: the same result as the kept one."""
+    from csa_plan.planner.simulate import capacity
+
+    wl = load_workload(str(EXAMPLES / "traces" / "azure_conv_sample_200.csv"))
+    scn = prepare(PRO, wl, SimConfig(placement=Placement(tp=8), limit_bytes=(141 * 10 ** 9) - (120 << 30)))
+    kept = capacity.find_capacity(scn, rel_tol=1e-2)
+    calls = []
+    real = capacity.simulate
+    monkeypatch.setattr(capacity, "simulate", lambda s: calls.append(s.config.time.rate_scale) or real(s))
+    monkeypatch.setattr(capacity, "KEEP_RESULTS_BELOW", 0)
+    again = capacity.find_capacity(scn, rel_tol=1e-2)
+    assert again.rate_scale == kept.rate_scale and again.probes == kept.probes and again.result == kept.result
+    assert len(calls) == len(kept.probes) + 1 and calls[-1] == kept.rate_scale
