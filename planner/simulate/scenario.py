@@ -145,7 +145,7 @@ class Scenario:
         return replace(self, config=replace(self.config, time=time), arrival_ns=arrival)
 
 
-SLICE = 1 << 20
+SLICE = 1 << 19
 """Requests prepared together (bounds the temporaries)."""
 
 SEEN_TABLE_MAX = 1 << 22

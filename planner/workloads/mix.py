@@ -27,7 +27,7 @@ from csa_plan.planner.workloads.workload import MAX_ARRIVAL_S, MAX_GENERATED_REQ
 MIX_KEYS = {"name", "seed", "requests", "duration_s", "classes", "model", "layout", "max_seq_len", "deployment",
             "memory", "reserve", "bucket", "policy", "time", "rate_scale"}
 CLASS_KEYS = {"name", "rate", "prompt", "output"}
-MIX_SLICE = 1 << 20  # requests drawn together (bounds the temporaries)
+MIX_SLICE = 1 << 19  # requests drawn together (bounds the temporaries)
 FLOAT_BELOW_2_63 = 9223372036854774784.0  # nextafter(2^63, 0): converts to int64 exactly
 DISTRIBUTIONS = {
     "fixed": ({"value"}, set()),

@@ -252,3 +252,28 @@ def test_a_long_capacity_search_runs_its_answer_again_instead_of_keeping_it(monk
     again = capacity.find_capacity(scn, rel_tol=1e-2)
     assert again.rate_scale == kept.rate_scale and again.probes == kept.probes and again.result == kept.result
     assert len(calls) == len(kept.probes) + 1 and calls[-1] == kept.rate_scale
+
+
+def test_memory_grows_by_a_few_tens_of_bytes_per_request():
+    """A 2,000,000-request mix through generation, prepare, the compiled run and its series:
+    the traced peak (numpy's buffers included) stays under 30 bytes per request plus 64 MiB of
+    slices (51 B per request measured; with every slice as large as the run, 286)."""
+    import tracemalloc
+
+    import yaml
+
+    if fast.compiled_loop() is None:
+        pytest.skip("the compiled decision loop is not built (no C compiler at install)")
+    spec = yaml.safe_load((EXAMPLES / "mixes" / "million-requests.yaml").read_text())
+    spec["requests"] = 2_000_000
+    tracemalloc.start()
+    try:
+        wl = mix.generate_mix(spec, "m")
+        scn = prepare(PRO, wl, SimConfig(placement=Placement(tp=8), reserve=Reserve.FIT))
+        result = simulate(scn, series_buckets=60)
+        residency_series(scn, result.decisions, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.admitted == 2_000_000
+    assert peak < 30 * 2_000_000 + (64 << 20), peak / 2_000_000
