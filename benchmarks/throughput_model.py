@@ -207,7 +207,7 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
 
 
 def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64) -> Prediction:
-    from csa_plan.kernels.backends import INDEX_TC_THREADS, INDEX_TC_TILE
+    from csa_plan.kernels.backends import INDEX_TC_STAGES, INDEX_TC_THREADS, INDEX_TC_TILE
     from csa_plan.kernels.sass import blocks_per_sm
     from csa_plan.kernels.tc_geometry import index_tc_blocks
 
@@ -227,7 +227,7 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
     compulsory = hbm
     c = counts["index_tc_scores"]
     occ = blocks_per_sm(c.registers, INDEX_TC_THREADS, c.static_smem)
-    inflight = 2 * (INDEX_TC_TILE * KEY)
+    inflight = (INDEX_TC_STAGES - 1) * (INDEX_TC_TILE * KEY)
     resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * INDEX_TC_TILE * KEY) / (resident * inflight / LOADED_LATENCY_S)
     return _finish("indexer", batch, index_heads, blocks, gx, compulsory, hbm, sm_s, lat_s, LAUNCH_S)

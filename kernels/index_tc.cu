@@ -18,44 +18,21 @@
 
 #define CSA_IX_TILE 64
 #define CSA_IX_KEY 68
-#define CSA_IX_STAGES 3
+#define CSA_IX_STAGES 4
 #define CSA_IX_STAGE_BYTES (CSA_IX_TILE * CSA_IX_KEY + 16)  // + the superset's leading offset
 #define CSA_IX_MAX_HEADS 64
+#define CSA_IX_THREADS 128  // blockDim.x (the launcher's INDEX_TC_THREADS)
 
-// The block's table: BF16 bits of E2M1 magnitude c (0..7) times 2^(sc - 127), split into
-// low bytes (lo0: c 0..3, lo1: c 4..7) and high bytes (hi0, hi1) for __byte_perm lookups.
-// Exponent field sc + {-, -1, 0, 0, 1, 1, 2, 2}[c] (c = 0 is zero), mantissa 0x40 for
-// 1.5 x 2^k (c = 3, 5, 7). Valid for 2 <= sc <= 252 (no byte borrows or carries).
+// The table of one E8M0 scale sc: BF16 bits of E2M1 magnitude c (0..7) times 2^(sc - 127),
+// split into low bytes (lo0: c 0..3, lo1: c 4..7) and high bytes (hi0, hi1) for prmt lookups.
+// Each entry through fp32, RNE to BF16 (exact for 2 <= sc <= 252; below, subnormal products
+// flush under -ftz; above, infinities and NaN as in fp32). The block builds all 256 tables
+// once into shared memory; a block of codes looks its scale's table up with one 16-byte load.
 struct IndexTcTable {
   unsigned lo0, lo1, hi0, hi1;
 };
 
-__device__ __forceinline__ IndexTcTable index_tc_table(unsigned sc) {
-  const unsigned e0 = sc * 0x01010100u - 0x00000100u, e1 = sc * 0x01010101u + 0x02020101u;
-  IndexTcTable t;
-  t.hi0 = (e0 >> 1) & 0x7f7f7f7fu;
-  t.hi1 = (e1 >> 1) & 0x7f7f7f7fu;
-  t.lo0 = ((e0 << 7) & 0x80808080u) | 0x40000000u;
-  t.lo1 = ((e1 << 7) & 0x80808080u) | 0x40004000u;
-  return t;
-}
-
-// Four FP4 codes (16 bits, element 0 in the low nibble) to two BF16 pairs. The signs: code
-// 2i + 1's is the top bit of byte i of hw, code 2i's that of byte i of hw << 4; one prmt in
-// its sign-replicate mode spreads them over the four high bytes.
-__device__ __forceinline__ void index_tc_quad(unsigned hw, const IndexTcTable& t, unsigned* w0, unsigned* w1) {
-  const unsigned sel = hw & 0x7777u;
-  const unsigned lo = __byte_perm(t.lo0, t.lo1, sel);
-  const unsigned sg = csa_prmt(hw << 4, hw, 0xD9C8u);  // byte i: 0xff when code i is negative
-  const unsigned hi = __byte_perm(t.hi0, t.hi1, sel) | (sg & 0x80808080u);
-  *w0 = __byte_perm(lo, hi, 0x5140u);
-  *w1 = __byte_perm(lo, hi, 0x7362u);
-}
-
-// Extreme E8M0 scales (outside the fast table's 2..252): the eight entries through fp32,
-// RNE to BF16 (subnormal products flush under -ftz; infinities and NaN as in fp32). Out of
-// line: the tile loop holds only the fast table.
-__device__ __noinline__ IndexTcTable index_tc_table_slow(unsigned sc) {
+__device__ __noinline__ IndexTcTable index_tc_table(unsigned sc) {
   IndexTcTable t = {0u, 0u, 0u, 0u};
   const float s = ldexpf(1.0f, (int)sc - 127);
 #pragma unroll
@@ -72,11 +49,27 @@ __device__ __noinline__ IndexTcTable index_tc_table_slow(unsigned sc) {
   return t;
 }
 
+// Eight FP4 codes (one 32-bit word, element 0 in the low nibble) to four BF16 pairs: b[0],
+// b[1] codes 0..3, b[2], b[3] codes 4..7. The magnitudes (m = w & 0x7777_7777; prmt reads
+// the low 16 bits of its selector) index the table; the signs: code 2i + 1's is the top bit
+// of byte i of w, code 2i's that of byte i of w << 4; prmt in its sign-replicate mode
+// spreads them over the bytes, one logic op puts them into the high bytes.
+__device__ __forceinline__ void index_tc_word(unsigned w, const uint4& t, unsigned b[4]) {
+  const unsigned m = w & 0x77777777u, mh = m >> 16, w4 = w << 4;
+  const unsigned s0 = csa_prmt(w4, w, 0xD9C8u), s1 = csa_prmt(w4, w, 0xFBEAu);  // byte i: 0xff if negative
+  const unsigned lo0 = __byte_perm(t.x, t.y, m), hi0 = __byte_perm(t.z, t.w, m) | (s0 & 0x80808080u);
+  const unsigned lo1 = __byte_perm(t.x, t.y, mh), hi1 = __byte_perm(t.z, t.w, mh) | (s1 & 0x80808080u);
+  b[0] = __byte_perm(lo0, hi0, 0x5140u);
+  b[1] = __byte_perm(lo0, hi0, 0x7362u);
+  b[2] = __byte_perm(lo1, hi1, 0x5140u);
+  b[3] = __byte_perm(lo1, hi1, 0x7362u);
+}
+
 extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     const unsigned char* __restrict__ keys, long long key_req_stride, const float* __restrict__ q,
     const float* __restrict__ w, int heads, int n, float* __restrict__ scores, long long score_req_stride) {
   __shared__ __align__(16) unsigned char stage[CSA_IX_STAGES][CSA_IX_STAGE_BYTES];
-  __shared__ int stage_off[CSA_IX_STAGES];
+  __shared__ uint4 tables[256];  // [E8M0 scale]: its IndexTcTable (read after the loop's first barrier)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tg = lane & 3;
   const int req = blockIdx.y;
   const unsigned char* kr = keys + (long long)req * key_req_stride;
@@ -109,18 +102,25 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     }
   }
 
+  for (int sc = tid; sc < 256; sc += blockDim.x) {
+    const IndexTcTable t = index_tc_table((unsigned)sc);
+    tables[sc] = make_uint4(t.lo0, t.lo1, t.hi0, t.hi1);
+  }
+
   const int ntiles = (n + CSA_IX_TILE - 1) / CSA_IX_TILE;
   // 32-bit offsets within the request's keys (n * 68 < 2^31, the launcher checks); the aligned
-  // superset is taken on absolute addresses: mis = the request base's offset from 16
+  // superset is taken on absolute addresses: mis = the request base's offset from 16, the same
+  // for every tile (a tile is 4352 = 272 x 16 bytes), so a tile's key 0 sits at byte mis of its
+  // stage. Its at most 273 16-byte chunks go round the threads, the last one clipped at key n
+  // by src-size (nothing past the last key is read).
   const int mis = (int)((unsigned long long)kr & 15ull), kbytes = n * CSA_IX_KEY;
   auto load_tile = [&](int i, int slot) {
     const int t = blockIdx.x + i * gridDim.x;
     if (t < ntiles) {
       const int first = t * (CSA_IX_TILE * CSA_IX_KEY), last = min(kbytes, first + CSA_IX_TILE * CSA_IX_KEY);
-      const int lead = (mis + first) & 15, a0 = first - lead;
-      if (tid == 0) stage_off[slot] = lead;
-      const int chunks = (last - a0 + 15) >> 4;
-      for (int c = tid; c < chunks; c += blockDim.x)
+      const int a0 = first - mis, chunks = (last - a0 + 15) >> 4;
+#pragma unroll 1
+      for (int c = tid; c < chunks; c += CSA_IX_THREADS)
         csa_cp_async16(&stage[slot][16 * c], kr + (a0 + 16 * c), min(16, last - (a0 + 16 * c)));
     }
     csa_cp_async_commit();
@@ -135,26 +135,26 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     __syncthreads();
     load_tile(i + CSA_IX_STAGES - 1, (i + CSA_IX_STAGES - 1) % CSA_IX_STAGES);
     const int t = blockIdx.x + i * gridDim.x, key0 = t * CSA_IX_TILE;
-    const unsigned char* tile = &stage[slot][stage_off[slot]];
+    const unsigned char* tile = &stage[slot][mis];
     float part[2][2];  // [sub][key 2*tg + i of the n-tile]: this lane's heads, summed
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles
       const int nt = 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
-      // the lane's 17-byte block (scale, 32 codes) as five aligned words, realigned by funnel shifts
-      const int a = (int)(tile - &stage[0][0]) + kl * CSA_IX_KEY + 17 * tg, o = a & 3;
-      const unsigned* wp = (const unsigned*)(&stage[0][0] + (a - o));
+      // the lane's 16 code bytes (its block's bytes 1..16) as four words, realigned by funnel
+      // shifts of five aligned words; the block's scale byte picks its table
+      const int a = (int)(tile - &stage[0][0]) + kl * CSA_IX_KEY + 17 * tg, c0 = a + 1, o = c0 & 3;
+      const unsigned* wp = (const unsigned*)(&stage[0][0] + (c0 - o));
       const unsigned sh = 8u * (unsigned)o;
-      unsigned A[5];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) A[i] = __funnelshift_r(wp[i], wp[i + 1], sh);
-      A[4] = wp[4] >> sh;  // byte 16 of the block is in word 4 for every o
-      const unsigned sc = A[0] & 0xffu;
+      const uint4 tab = tables[(&stage[0][0])[a]];
       unsigned b[8][2];
-      const IndexTcTable tab = (sc >= 2u && sc <= 252u) ? index_tc_table(sc) : index_tc_table_slow(sc);
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {  // codes 4kk..4kk+3 = block bytes 1 + 2kk, 2 + 2kk
-        const unsigned hw = (kk & 1) ? __funnelshift_r(A[kk >> 1], A[(kk >> 1) + 1], 24u) : A[kk >> 1] >> 8;
-        index_tc_quad(hw, tab, &b[kk][0], &b[kk][1]);
+      for (int wi = 0; wi < 4; ++wi) {  // word wi: codes 8wi..8wi+7 = k-steps 2wi, 2wi + 1
+        unsigned bw[4];
+        index_tc_word(__funnelshift_r(wp[wi], wp[wi + 1], sh), tab, bw);
+        b[2 * wi][0] = bw[0];
+        b[2 * wi][1] = bw[1];
+        b[2 * wi + 1][0] = bw[2];
+        b[2 * wi + 1][1] = bw[3];
       }
       float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
 #pragma unroll
@@ -165,11 +165,17 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
       for (int kk = 0; kk < 8; ++kk)
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) csa_mma_bf16_16816(d[mt], qf[mt][kk], b[kk]);
-      part[sub][0] = part[sub][1] = 0.0f;
+      // relu, times w_h, summed over this lane's eight heads in one FMA chain per key
+      part[sub][0] = fmaxf(d[0][0], 0.0f) * wv[0][0];
+      part[sub][1] = fmaxf(d[0][1], 0.0f) * wv[0][0];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
-        part[sub][0] += fmaxf(d[mt][0], 0.0f) * wv[mt][0] + fmaxf(d[mt][2], 0.0f) * wv[mt][1];
-        part[sub][1] += fmaxf(d[mt][1], 0.0f) * wv[mt][0] + fmaxf(d[mt][3], 0.0f) * wv[mt][1];
+        if (mt) {
+          part[sub][0] = fmaf(fmaxf(d[mt][0], 0.0f), wv[mt][0], part[sub][0]);
+          part[sub][1] = fmaf(fmaxf(d[mt][1], 0.0f), wv[mt][0], part[sub][1]);
+        }
+        part[sub][0] = fmaf(fmaxf(d[mt][2], 0.0f), wv[mt][1], part[sub][0]);
+        part[sub][1] = fmaf(fmaxf(d[mt][3], 0.0f), wv[mt][1], part[sub][1]);
       }
     }
     // sum the four values over the 8 head groups (lane bits 2..4) by a transposing butterfly:
