@@ -4,24 +4,27 @@
 //
 // The query is staged once per block, rounded to BF16 (round to nearest even: the
 // oracle's index_query does the same), into registers as A fragments for all heads (up to
-// 64: four 16-head m-tiles). Keys stream through a 3-stage cp.async pipeline of 64-key
-// tiles (an aligned 16-byte superset of the tile's bytes; the last chunk is clipped at key
-// n, so nothing past the last key is read). The K dimension is permuted so that lane t of a
-// quad owns FP4 block t of its key: its B fragments are that block's 16 bytes, decoded in
-// registers from shared memory with one per-block table of the eight scaled magnitudes
-// (FP4 x E8M0 is exact in BF16). The query's A fragments use the same permutation, so the
-// dot products are unchanged. Epilogue: relu, times w_h, summed over heads in registers and
-// across the 8 head groups by a transposing shuffle butterfly; lanes 0..15 store one score each.
+// 64: four 16-head m-tiles). Keys stream through a 4-stage cp.async pipeline of 128-key
+// tiles (three in flight; an aligned 16-byte superset of the tile's bytes; the last chunk is
+// clipped at key n, so nothing past the last key is read). The K dimension is permuted so that
+// lane t of a quad owns FP4 block t of its key: its B fragments are that block's 16 bytes,
+// decoded a 32-bit word (8 codes) at a time by prmt lookups in the block scale's table of the
+// eight scaled magnitudes (FP4 x E8M0 is exact in BF16), one 16-byte shared load from the 256
+// tables the block builds once. The query's A fragments use the same permutation, so the dot
+// products are unchanged. Epilogue: relu, times w_h, summed over heads in one FMA chain per key
+// and across the 8 head groups by a transposing shuffle butterfly; lanes 0..15 store one score
+// each per 64-key half.
 // Grid: (blocks over key tiles, requests); blockDim.x == 128.
 #include "csa_common.cuh"
 #include "csa_ptx.cuh"
 
-#define CSA_IX_TILE 64
+#define CSA_IX_TILE 128  // keys per pipeline stage: 64-key halves, each warp two 8-key n-tiles of each
 #define CSA_IX_KEY 68
 #define CSA_IX_STAGES 4
 #define CSA_IX_STAGE_BYTES (CSA_IX_TILE * CSA_IX_KEY + 16)  // + the superset's leading offset
 #define CSA_IX_MAX_HEADS 64
 #define CSA_IX_THREADS 128  // blockDim.x (the launcher's INDEX_TC_THREADS)
+static_assert(CSA_IX_TILE * CSA_IX_KEY % 16 == 0, "a tile's first key keeps the request's offset from 16");
 
 // The table of one E8M0 scale sc: BF16 bits of E2M1 magnitude c (0..7) times 2^(sc - 127),
 // split into low bytes (lo0: c 0..3, lo1: c 4..7) and high bytes (hi0, hi1) for prmt lookups.
@@ -136,60 +139,63 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     load_tile(i + CSA_IX_STAGES - 1, (i + CSA_IX_STAGES - 1) % CSA_IX_STAGES);
     const int t = blockIdx.x + i * gridDim.x, key0 = t * CSA_IX_TILE;
     const unsigned char* tile = &stage[slot][mis];
-    float part[2][2];  // [sub][key 2*tg + i of the n-tile]: this lane's heads, summed
 #pragma unroll
-    for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles
-      const int nt = 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
-      // the lane's 16 code bytes (its block's bytes 1..16) as four words, realigned by funnel
-      // shifts of five aligned words; the block's scale byte picks its table
-      const int a = (int)(tile - &stage[0][0]) + kl * CSA_IX_KEY + 17 * tg, c0 = a + 1, o = c0 & 3;
-      const unsigned* wp = (const unsigned*)(&stage[0][0] + (c0 - o));
-      const unsigned sh = 8u * (unsigned)o;
-      const uint4 tab = tables[(&stage[0][0])[a]];
-      unsigned b[8][2];
+    for (int half = 0; half < CSA_IX_TILE / 64; ++half) {
+      float part[2][2];  // [sub][key 2*tg + i of the n-tile]: this lane's heads, summed
 #pragma unroll
-      for (int wi = 0; wi < 4; ++wi) {  // word wi: codes 8wi..8wi+7 = k-steps 2wi, 2wi + 1
-        unsigned bw[4];
-        index_tc_word(__funnelshift_r(wp[wi], wp[wi + 1], sh), tab, bw);
-        b[2 * wi][0] = bw[0];
-        b[2 * wi][1] = bw[1];
-        b[2 * wi + 1][0] = bw[2];
-        b[2 * wi + 1][1] = bw[3];
-      }
-      float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
+      for (int sub = 0; sub < 2; ++sub) {  // this warp's two 8-key n-tiles of this half
+        const int nt = 8 * half + 2 * warp + sub, kl = 8 * nt + gid;  // this lane's key within the tile
+        // the lane's 16 code bytes (its block's bytes 1..16) as four words, realigned by funnel
+        // shifts of five aligned words; the block's scale byte picks its table
+        const int a = (int)(tile - &stage[0][0]) + kl * CSA_IX_KEY + 17 * tg, c0 = a + 1, o = c0 & 3;
+        const unsigned* wp = (const unsigned*)(&stage[0][0] + (c0 - o));
+        const unsigned sh = 8u * (unsigned)o;
+        const uint4 tab = tables[(&stage[0][0])[a]];
+        unsigned b[8][2];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[mt][i] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk)
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) csa_mma_bf16_16816(d[mt], qf[mt][kk], b[kk]);
-      // relu, times w_h, summed over this lane's eight heads in one FMA chain per key
-      part[sub][0] = fmaxf(d[0][0], 0.0f) * wv[0][0];
-      part[sub][1] = fmaxf(d[0][1], 0.0f) * wv[0][0];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        if (mt) {
-          part[sub][0] = fmaf(fmaxf(d[mt][0], 0.0f), wv[mt][0], part[sub][0]);
-          part[sub][1] = fmaf(fmaxf(d[mt][1], 0.0f), wv[mt][0], part[sub][1]);
+        for (int wi = 0; wi < 4; ++wi) {  // word wi: codes 8wi..8wi+7 = k-steps 2wi, 2wi + 1
+          unsigned bw[4];
+          index_tc_word(__funnelshift_r(wp[wi], wp[wi + 1], sh), tab, bw);
+          b[2 * wi][0] = bw[0];
+          b[2 * wi][1] = bw[1];
+          b[2 * wi + 1][0] = bw[2];
+          b[2 * wi + 1][1] = bw[3];
         }
-        part[sub][0] = fmaf(fmaxf(d[mt][2], 0.0f), wv[mt][1], part[sub][0]);
-        part[sub][1] = fmaf(fmaxf(d[mt][3], 0.0f), wv[mt][1], part[sub][1]);
+        float d[4][4];  // all four m-tiles (heads past `heads` have q = 0, w = 0): independent chains
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d[mt][i] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) csa_mma_bf16_16816(d[mt], qf[mt][kk], b[kk]);
+        // relu, times w_h, summed over this lane's eight heads in one FMA chain per key
+        part[sub][0] = fmaxf(d[0][0], 0.0f) * wv[0][0];
+        part[sub][1] = fmaxf(d[0][1], 0.0f) * wv[0][0];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          if (mt) {
+            part[sub][0] = fmaf(fmaxf(d[mt][0], 0.0f), wv[mt][0], part[sub][0]);
+            part[sub][1] = fmaf(fmaxf(d[mt][1], 0.0f), wv[mt][0], part[sub][1]);
+          }
+          part[sub][0] = fmaf(fmaxf(d[mt][2], 0.0f), wv[mt][1], part[sub][0]);
+          part[sub][1] = fmaf(fmaxf(d[mt][3], 0.0f), wv[mt][1], part[sub][1]);
+        }
       }
-    }
-    // sum the four values over the 8 head groups (lane bits 2..4) by a transposing butterfly:
-    // at xor 4 a lane keeps one sub's pair, at xor 8 one key of it, at xor 16 it completes;
-    // lane bit 2 = sub, bit 3 = key, so lanes 0..15 hold the 16 scores of the warp's two n-tiles
-    {
-      const bool b2 = (lane >> 2) & 1, b3 = (lane >> 3) & 1;
-      const float k0 = b2 ? part[1][0] : part[0][0], k1 = b2 ? part[1][1] : part[0][1];
-      const float s0 = b2 ? part[0][0] : part[1][0], s1 = b2 ? part[0][1] : part[1][1];
-      const float q0 = k0 + __shfl_xor_sync(CSA_FULL_MASK, s0, 4), q1 = k1 + __shfl_xor_sync(CSA_FULL_MASK, s1, 4);
-      float r = (b3 ? q1 : q0) + __shfl_xor_sync(CSA_FULL_MASK, b3 ? q0 : q1, 8);
-      r += __shfl_xor_sync(CSA_FULL_MASK, r, 16);
-      const int c = key0 + 8 * (2 * warp + (int)b2) + 2 * tg + (int)b3;
-      if (lane < 16 && c < n) sr[c] = r;
+      // sum the four values over the 8 head groups (lane bits 2..4) by a transposing butterfly:
+      // at xor 4 a lane keeps one sub's pair, at xor 8 one key of it, at xor 16 it completes;
+      // lane bit 2 = sub, bit 3 = key, so lanes 0..15 hold the 16 scores of the warp's two n-tiles
+      {
+        const bool b2 = (lane >> 2) & 1, b3 = (lane >> 3) & 1;
+        const float k0 = b2 ? part[1][0] : part[0][0], k1 = b2 ? part[1][1] : part[0][1];
+        const float s0 = b2 ? part[0][0] : part[1][0], s1 = b2 ? part[0][1] : part[1][1];
+        const float q0 = k0 + __shfl_xor_sync(CSA_FULL_MASK, s0, 4), q1 = k1 + __shfl_xor_sync(CSA_FULL_MASK, s1, 4);
+        float r = (b3 ? q1 : q0) + __shfl_xor_sync(CSA_FULL_MASK, b3 ? q0 : q1, 8);
+        r += __shfl_xor_sync(CSA_FULL_MASK, r, 16);
+        const int c = key0 + 64 * half + 8 * (2 * warp + (int)b2) + 2 * tg + (int)b3;
+        if (lane < 16 && c < n) sr[c] = r;
+      }
     }
   }
   csa_cp_async_wait<0>();

@@ -87,7 +87,7 @@ def partial_capacity(heads: int, attn_floats: int, score_floats: int = 0) -> Par
     return PartialCapacity(same=same, spare=spare)
 
 
-INDEX_TC_KEYS_PER_TILE = 64  # index_tc.cu's CSA_IX_TILE (backends.INDEX_TC_TILE)
+INDEX_TC_KEYS_PER_TILE = 128  # index_tc.cu's CSA_IX_TILE (backends.INDEX_TC_TILE)
 
 
 def index_tc_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: int = 2) -> int:

@@ -81,9 +81,10 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
     i = T.index_scores(1, 262144, 64, kernel="simt")
     assert i.compulsory_bytes == 262144 * 68 + 64 * 129 * 4 + 262144 * 4
     assert i.moved_bytes == 262144 * 68 + 4096 * 64 * 129 * 4 + 262144 * 4
-    itc = T.index_scores(16, 262144, 64, sm_count=132)  # 4096 tiles; 2 x 132 // 16 = 16 blocks per request
-    # 16 blocks per request (264 resident slots // 16 requests): each stages the query once
-    assert itc.moved_bytes == 16 * (262144 * 68 + 16 * 4096 + 16 * 64 * 129 * 4 + 262144 * 4)
+    itc = T.index_scores(16, 262144, 64, sm_count=132)  # 2048 tiles of 128 keys; 2 x 132 // 16 = 16 blocks per request
+    # 16 blocks per request (264 resident slots // 16 requests): each stages the query once;
+    # each tile's aligned superset adds at most 16 bytes
+    assert itc.moved_bytes == 16 * (262144 * 68 + 16 * 2048 + 16 * 64 * 129 * 4 + 262144 * 4)
 
 
 @pytest.fixture(scope="module")

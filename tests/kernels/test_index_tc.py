@@ -83,3 +83,19 @@ def test_bf16_query_tolerance_against_fp32_query(be):
     overlap = len(set(O.topk_ids(out, 256)) & set(O.topk_ids(exact, 256))) / 256
     print(f"top-256 overlap {overlap:.4f}")
     assert overlap >= 0.97, overlap
+
+
+def test_index_tc_every_table_scale_in_one_tile(be):
+    """Each FP4 block picks its scale's table (one of the 256 the block builds) by its E8M0
+    byte: 128 keys of one tile whose 512 blocks take scales 60..187 (each many times)."""
+    rng = np.random.default_rng(5)
+    n, heads = 128, 8
+    keys = _keys(rng, n)
+    keys[:, [0, 17, 34, 51]] = (60 + np.arange(n * 4) % 128).reshape(n, 4).astype(np.uint8)
+    q = rng.standard_normal((heads, 128)).astype(np.float32)
+    wts = rng.standard_normal(heads).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    be.index_scores(keys, q, wts, heads, n, out)
+    ref = O.index_scores(keys, O.bf16_round(q), wts)
+    assert np.all(np.isfinite(ref))
+    assert np.abs(out - ref).max() <= SCORE_RTOL * np.abs(ref).max()

@@ -51,3 +51,16 @@ def test_cli_prints_the_table(capsys):
     assert M.main([]) == 0
     out = capsys.readouterr().out
     assert "HCA attention" in out and "indexer" in out and "not measured" in out
+
+
+def test_indexer_geometry_is_the_kernel_s():
+    """The model's indexer tile, stages and threads are index_tc.cu's #defines."""
+    import re
+
+    from csa_plan.kernels import backends as B
+    from csa_plan.kernels.tc_geometry import INDEX_TC_KEYS_PER_TILE
+
+    src = (B.KERNEL_DIR / "index_tc.cu").read_text()
+    got = {k: int(v) for k, v in re.findall(r"^#define CSA_IX_(TILE|STAGES|THREADS) (\d+)", src, re.M)}
+    assert got == {"TILE": B.INDEX_TC_TILE, "STAGES": B.INDEX_TC_STAGES, "THREADS": B.INDEX_TC_THREADS}
+    assert INDEX_TC_KEYS_PER_TILE == B.INDEX_TC_TILE
