@@ -294,6 +294,11 @@ fail:
     return NULL;
 }
 
+/* The calling convention's version: bump it whenever decide()'s arguments or outputs change.
+ * planner/simulate/fast.py (CDECIDE_ABI) accepts only the same number, so an extension built
+ * from an older source (an editable install not rebuilt after a pull) is set aside, not called. */
+#define CDECIDE_ABI 2
+
 static PyMethodDef methods[] = {
     {"decide", decide, METH_VARARGS,
      "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, max_running, round_robin, queue, oom, capped,"
@@ -304,4 +309,11 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cdecide",
                                     "The compiled admission loop of csa_plan.planner.simulate.fast.", -1, methods};
 
-PyMODINIT_FUNC PyInit_cdecide(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_cdecide(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", CDECIDE_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

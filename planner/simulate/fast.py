@@ -162,15 +162,22 @@ def summarize(scn: Scenario, d: Decisions) -> dict:
 
 
 def compiled_loop():
-    """The compiled decision loop (the optional ``cdecide`` extension), or None without it."""
+    """The compiled decision loop (the optional ``cdecide`` extension), or None without it — or
+    when it was built from another version of ``cdecide.c`` (its ``ABI`` differs: an editable
+    install not rebuilt since a pull), which would be called with the wrong arguments."""
     global _COMPILED
     if _COMPILED is False:
         try:
             from csa_plan.planner.simulate import cdecide
         except ImportError:
             cdecide = None
+        if cdecide is not None and getattr(cdecide, "ABI", None) != CDECIDE_ABI:
+            cdecide = None
         _COMPILED = cdecide
     return _COMPILED
+
+
+CDECIDE_ABI = 2  # cdecide.c's CDECIDE_ABI: the calling convention this module's caller uses
 
 
 _COMPILED: object = False

@@ -19,7 +19,7 @@ from csa_plan.planner.simulate import (
 )
 from csa_plan.planner.workloads import Workload, load_workload
 
-from helpers import EXAMPLES
+from helpers import EXAMPLES, ROOT
 
 FLASH = load_model("deepseek-v4-flash")
 PRO = load_model("deepseek-v4-pro")
@@ -299,3 +299,28 @@ def test_totals_beyond_int64_run_in_the_python_loop():
             decide(scn, compiled=True)
     r = both(scn)
     assert r.admitted == 3
+
+
+def test_a_stale_compiled_loop_is_set_aside(monkeypatch):
+    """The extension carries its calling convention's version; the caller takes only its own, so an
+    extension built from an older cdecide.c (an editable install not rebuilt) is never called."""
+    import re
+    import sys
+    import types
+
+    from csa_plan.planner.simulate import fast
+
+    source = (ROOT / "planner" / "simulate" / "cdecide.c").read_text()
+    assert int(re.search(r"#define CDECIDE_ABI (\d+)", source).group(1)) == fast.CDECIDE_ABI
+    try:
+        from csa_plan.planner.simulate import cdecide
+    except ImportError:
+        cdecide = None
+    if cdecide is not None:
+        assert cdecide.ABI == fast.CDECIDE_ABI
+    stale = types.ModuleType("csa_plan.planner.simulate.cdecide")
+    stale.ABI = fast.CDECIDE_ABI - 1
+    monkeypatch.setitem(sys.modules, "csa_plan.planner.simulate.cdecide", stale)
+    monkeypatch.setattr(sys.modules["csa_plan.planner.simulate"], "cdecide", stale, raising=False)
+    monkeypatch.setattr(fast, "_COMPILED", False)
+    assert fast.compiled_loop() is None
