@@ -156,8 +156,12 @@ def write_short_rows(path: Path, rows: int = BURST_ROWS) -> None:
 
 def bench(name: str, new: list[str], old: list[str] | None, runs: int) -> dict:
     run_once(new)  # warm-up (file cache, bytecode)
+    old_note = ""
     if old:
-        run_once(old)
+        try:
+            run_once(old)
+        except SystemExit as exc:  # the older commit cannot read this input: say so, time the new one
+            old, old_note = None, f"   | before: cannot run it ({str(exc).splitlines()[-1][-90:]})"
     times, rss, old_times, old_rss = [], [], [], []
     for _ in range(runs):  # interleaved: both executables see the same load
         seconds, _, maxrss = run_once(new)
@@ -173,6 +177,7 @@ def bench(name: str, new: list[str], old: list[str] | None, runs: int) -> dict:
         row.update(old_median_s=statistics.median(old_times), old_rss_mib=max(old_rss) / 1024)
         row["ratio"] = row["median_s"] / row["old_median_s"]
         line += f"   | before {row['old_median_s']:7.2f} s {row['old_rss_mib']:7.0f} MiB   x{row['ratio']:.2f}"
+    line += old_note
     print(line, flush=True)
     return row
 
