@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.loaders.model_files import load_model
@@ -17,22 +16,15 @@ from csa_plan.planner.simulate.replay import replay
 from csa_plan.planner.simulate import (
     Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
 )
-from csa_plan.planner.workloads import Workload, load_workload
+from csa_plan.planner.workloads import load_workload
 
 from helpers import EXAMPLES, ROOT
+from helpers.sim_mixes import contended, mixes, workload
 
 FLASH = load_model("deepseek-v4-flash")
 PRO = load_model("deepseek-v4-pro")
 H200 = parse_size("h200", "test")
 GIB = 1 << 30
-
-
-def workload(arrival_ns, prompt, output, classes=None) -> Workload:
-    n = len(arrival_ns)
-    return Workload("test", np.array(arrival_ns, dtype=np.int64), np.array(prompt, dtype=np.int64),
-                    np.array(output, dtype=np.int64),
-                    np.zeros(n, dtype=np.int32) if classes is None else np.array(classes, dtype=np.int32),
-                    ("a",) if classes is None else ("a", "b"))
 
 
 def toy(arrival_ns, hold_ns, sizes, limit, policy=Policy.REFUSE, placement=Placement(), upfront=None) -> Scenario:
@@ -195,33 +187,10 @@ def test_find_capacity_bisects_to_the_edge():
 # -- fast path == ledger replay -----------------------------------------------------------
 
 
-@st.composite
-def mixes(draw):
-    n = draw(st.integers(1, 40))
-    gaps = draw(st.lists(st.sampled_from([0, 0, 1, 5, 100, 10_000]), min_size=n, max_size=n))
-    prompt = draw(st.lists(st.integers(0, 40_000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(0, 30_000), min_size=n, max_size=n))
-    classes = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
-    placement = Placement(tp=draw(st.sampled_from([1, 2])), pp=draw(st.sampled_from([1, 2, 3])),
-                          dp=draw(st.sampled_from([1, 2])), router=draw(st.sampled_from(list(Router))))
-    return (np.cumsum(gaps).tolist(), prompt, output, classes, placement,
-            draw(st.sampled_from(list(Policy))), draw(st.sampled_from(list(Reserve))),
-            draw(st.integers(0, 12)), draw(st.sampled_from([1000, 4096, 16_384])),
-            draw(st.sampled_from([1_000, 50_000])), draw(st.sampled_from([0, 0, 0, 1, 3])))
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mixes())
 def test_fast_path_equals_ledger_replay(mix):
-    arrival, prompt, output, classes, placement, policy, reserve, slots, bucket, prefill, max_running = mix
-    wl = workload([a * 1_000_000 for a in arrival], prompt, output, classes)
-    base = SimConfig(placement=placement, reserve=reserve, bucket=bucket, policy=policy, max_seq_len=65_536,
-                     time=TimeModel(prefill_tok_s=prefill, tpot_ms=0.01))
-    probe = prepare(FLASH, wl, base)
-    biggest = max(b.total_bytes for stages in probe.bundles for b in stages) if probe.bundles else 1
-    limit = 0 if slots == 0 else slots * biggest // 3 + 1  # from 'never fits' to roomy
-    scn = prepare(FLASH, wl, SimConfig(placement=placement, limit_bytes=limit, reserve=reserve, bucket=bucket,
-                                       policy=policy, max_seq_len=65_536, time=base.time, max_running=max_running))
+    scn = prepare(FLASH, *contended(FLASH, mix))
     both(scn)
 
 

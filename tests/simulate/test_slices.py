@@ -21,7 +21,7 @@ from csa_plan.planner.workloads.mix import parse_mix
 from csa_plan.planner.workloads.traces import read_trace_csv
 
 from helpers import EXAMPLES
-from test_simulate import mixes, workload
+from helpers.sim_mixes import contended, mixes
 
 FLASH = load_model("deepseek-v4-flash")
 PRO = load_model("deepseek-v4-pro")
@@ -80,15 +80,7 @@ def reference_series(scn, d, buckets: int):
 def test_sliced_run_equals_the_ledger_replay_and_the_reference_series(mix):
     """The hypothesis mixes of test_simulate, with slices of 3 events and 2 requests: the run still
     equals the ledger replay, and the residency series equals the plain reference, sliced or not."""
-    arrival, prompt, output, classes, placement, policy, reserve, slots, bucket, prefill, max_running = mix
-    wl = workload([a * 1_000_000 for a in arrival], prompt, output, classes)
-    base = SimConfig(placement=placement, reserve=reserve, bucket=bucket, policy=policy, max_seq_len=65_536,
-                     time=TimeModel(prefill_tok_s=prefill, tpot_ms=0.01))
-    probe = prepare(FLASH, wl, base)
-    biggest = max(b.total_bytes for stages in probe.bundles for b in stages) if probe.bundles else 1
-    limit = 0 if slots == 0 else slots * biggest // 3 + 1
-    config = SimConfig(placement=placement, limit_bytes=limit, reserve=reserve, bucket=bucket, policy=policy,
-                       max_seq_len=65_536, time=base.time, max_running=max_running)
+    wl, config = contended(FLASH, mix)
     whole = prepare(FLASH, wl, config)
     with tiny_slices():
         scn = prepare(FLASH, wl, config)
