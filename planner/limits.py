@@ -24,8 +24,9 @@ MAX_INT_DIGITS = 19  # decimal digits of an integer (2^63 - 1 has 19), checked b
 MAX_NUMBER_CHARS = 64  # characters of a number written as text
 
 # -- models -----------------------------------------------------------------------------------
-MAX_LAYERS = 1 << 16  # layers in one model (config, spec or ONNX CSA nodes)
+MAX_LAYERS = 1 << 13  # layers in one model (config, spec or ONNX CSA nodes); a capacity search re-plans every one
 MAX_LAYER_ID = 1 << 20  # a layer id (attribute, name or spec) is below this
+MAX_INVENTORY_LAYERS = 4096  # decoder layers (main + MTP) a weight inventory is built for (per-layer entries)
 
 # -- ONNX --------------------------------------------------------------------------------------
 MAX_ONNX_STRING_BYTES = 1 << 16  # one decoded string (a name, a domain, an attribute, a metadata value)

@@ -101,7 +101,9 @@ def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
     mtp = req.mtp if req.mtp is not None else (engine == "reference" or req.settings.speculative_tokens > 0)
     config = read_model_config(req.model)
     dims: ModelDims | None = model_dims(config.data, config.source) if config and config.data else None
-    weights = model_weights(req.model, required=req.weights_bytes is None and req.kv_memory_bytes is None)
+    # --weights replaces the figure: no inventory to build (nor to refuse, past MAX_INVENTORY_LAYERS)
+    weights = None if req.weights_bytes is not None else \
+        model_weights(req.model, required=req.kv_memory_bytes is None)
     device_weights = None
     if weights is not None and weights.inventory is not None:
         device_weights = shard(weights.inventory, rules, req.placement, mtp=mtp)
@@ -189,9 +191,13 @@ def smallest_fitting(req: BudgetRequest) -> tuple[dict[str, int], ...]:
     (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped."""
     found: list[dict[str, int]] = []
     p = req.placement
+    floor_bytes = _weights_floor_bytes(req)
     for full_ep in (False, True):
         tp = 1
         while tp <= MAX_SEARCH_TP:
+            if floor_bytes > req.card_bytes * tp * p.dp * p.pp:  # cannot fit: skip without building it
+                tp += 1
+                continue
             ep = tp * p.dp if full_ep else None
             trial = replace(req, placement=Placement(tp=tp, pp=p.pp, dp=p.dp, router=p.router, ep=ep))
             try:
@@ -210,3 +216,16 @@ def smallest_fitting(req: BudgetRequest) -> tuple[dict[str, int], ...]:
         if f not in unique:
             unique.append(f)
     return tuple(unique)
+
+
+def _weights_floor_bytes(req: BudgetRequest) -> int:
+    """A lower bound on the weights of all ``tp x dp x pp`` devices together: no rule splits a
+    weight over more than a stage's ``tp x dp`` ranks, so some device holds at least this over
+    the device count (the MTP layer left out: it may not be loaded). Lets the search skip the
+    small --tp values of a model far larger than the card without sharding it for each."""
+    weights = model_weights(req.model, required=False)
+    if weights is None:
+        return 0
+    if weights.inventory is not None:
+        return weights.inventory.without_mtp().nbytes
+    return weights.total_bytes

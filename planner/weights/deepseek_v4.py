@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.limits import MAX_INVENTORY_LAYERS
 from csa_plan.planner.values import read_int, read_mapping, read_str
 from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
                                                plain)
@@ -76,6 +77,11 @@ def read_shape(config: Mapping[str, Any], source: str) -> V4Shape:
         values[attr] = read_int(source, key, config[key])
     for attr, (key, default) in OPTIONAL_INT_FIELDS.items():
         values[attr] = read_int(source, key, config.get(key, default))
+    layers = values["num_main"] + values["num_mtp"]
+    if layers > MAX_INVENTORY_LAYERS:
+        raise BadInput(source, "num_hidden_layers", f"{layers:,} layers (main + MTP): the tensor inventory is built "
+                                                    f"for at most {MAX_INVENTORY_LAYERS:,} (limit MAX_INVENTORY_LAYERS); "
+                                                    "give the weights per device with --weights SIZE")
     ratios = config.get("compress_ratios")
     if not isinstance(ratios, list):
         raise BadInput(source, "compress_ratios", "missing or not a list (needed for the tensor inventory)")

@@ -130,14 +130,20 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
     if len(counts) != pp or min(counts) < 1:
         raise BadInput("options", "--pp", f"{pp} stages for {inventory.num_main_layers} layers: every stage needs one")
     stage_of: dict[int, int] = {}
+    stage_layers: list[tuple[int, ...]] = []
     start = 0
     for s, n in enumerate(counts):
+        stage_layers.append(tuple(range(start, start + n)))
         for layer in range(start, start + n):
             stage_of[layer] = s
         start += n
-    for j in range(inventory.num_mtp_layers):
-        stage_of[inventory.num_main_layers + j] = pp - 1  # the drafter runs beside the last stage
+    mtp_layers = tuple(range(inventory.num_main_layers, inventory.num_main_layers + inventory.num_mtp_layers))
+    for layer in mtp_layers:
+        stage_of[layer] = pp - 1  # the drafter runs beside the last stage
+    if mtp:
+        stage_layers[-1] += mtp_layers
     totals = [dict.fromkeys(Part, 0) for _ in range(pp)]
+    each_of: dict[tuple[object, ...], int] = {}  # layers repeat their shapes: one computation per kind
     for w in inventory.weights:
         if w.is_mtp and not mtp:
             continue
@@ -145,15 +151,16 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
         if not n:
             continue
         part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
-        each = local_bytes(w, rules, g)
+        kind = (w.role, w.logical, w.quant, w.tensor.dtype)
+        each = each_of.get(kind)
+        if each is None:
+            each = each_of[kind] = local_bytes(w, rules, g)
         for s in _stages_of(w, rules, stage_of, pp, mtp):
             totals[s][part] += each * n
     devices = placement.tp * placement.dp
-    stages = tuple(
-        StageWeights(s, tuple(sorted(layer for layer, st in stage_of.items()
-                                     if st == s and (mtp or layer < inventory.num_main_layers))),
-                     devices, sum(totals[s].values()), tuple((p, b) for p, b in totals[s].items() if b))
-        for s in range(pp))
+    stages = tuple(StageWeights(s, stage_layers[s], devices, sum(totals[s].values()),
+                                tuple((p, b) for p, b in totals[s].items() if b))
+                   for s in range(pp))
     return DeviceWeights(rules.name, placement, g.moe_ep, g.moe_tp, mtp, stages, rules.sources)
 
 
