@@ -6,6 +6,8 @@ from __future__ import annotations
 import pickle
 import shutil
 
+import pytest
+
 from helpers import EXAMPLES
 
 from csa_plan.planner.errors import BadInput
@@ -66,3 +68,43 @@ def test_sweep_skips_engine_points_with_stages_in_a_worker_pool(csa, tmp_path):
     skipped = [s for s in r.json()["skipped"]["points"] if "pipeline stage" in s["detail"]]
     assert {s["key"].split("engine=")[1] for s in skipped} == {"vllm-0.33", "sglang-0.5.23"}
     assert all(s["reason"] == "BadDeployment" and "pp=2" in s["key"] for s in skipped)
+
+
+def _long_config(tmp_path, layers: int):
+    import json
+
+    from helpers import ROOT
+
+    config = json.loads((ROOT / "planner" / "presets" / "deepseek-v4-flash.json").read_text())
+    mtp = config.get("num_nextn_predict_layers", 0)
+    config["num_hidden_layers"] = layers
+    config["compress_ratios"] = ([4, 128] * (layers + mtp))[: layers + mtp]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_an_inventory_past_its_layer_limit_is_bad_input_and_weights_replace_it(csa, tmp_path):
+    from csa_plan.planner.limits import MAX_INVENTORY_LAYERS
+
+    model = _long_config(tmp_path, MAX_INVENTORY_LAYERS)  # + 1 MTP layer: one past the limit
+    r = csa("check", model, "--device-memory", "h200", "--tp", "8")
+    assert r.code == 2 and "MAX_INVENTORY_LAYERS" in r.err and "--weights" in r.err
+    r = csa("check", model, "--device-memory", "h200", "--tp", "8", "--weights", "20GiB", "--json")
+    assert r.code in (0, 3) and r.json()["budget"]["weights_bytes"] == 20 << 30
+
+
+@pytest.mark.parametrize("card", ["80GiB", "h200", "24GiB"])
+def test_the_search_lower_bound_changes_no_answer(monkeypatch, card):
+    """Skipping --tp values the weights cannot fit gives the same smallest deployments as trying each."""
+    from csa_plan.planner.budget import device
+    from csa_plan.planner.memory import parse_size
+    from csa_plan.planner.placement import Placement
+
+    for model, engine in (("deepseek-v4-pro", None), ("deepseek-v4-pro", "vllm-0.33"), ("deepseek-v4-flash", None)):
+        req = device.BudgetRequest(model, parse_size(card, "test"), 1 << 16, engine, Placement(tp=1))
+        pruned = device.smallest_fitting(req)
+        with monkeypatch.context() as m:
+            m.setattr(device, "_weights_floor_bytes", lambda r: 0)
+            assert device.smallest_fitting(req) == pruned
+        assert pruned or card == "24GiB"
