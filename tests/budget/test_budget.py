@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
-import struct
 
 import pytest
 
@@ -19,6 +17,7 @@ from csa_plan.planner.weights.rules import RULES
 from csa_plan.planner.weights.sharding import shard
 
 from helpers import ROOT
+from helpers.safetensors_files import write_shard
 
 MIB, GIB = 1 << 20, 1 << 30
 H200 = 143771 * MIB
@@ -116,27 +115,13 @@ def test_weights_that_do_not_fit_name_the_smallest_fitting_tp():
         assert not budget(BudgetRequest(PRO, H200, 1 << 20, "vllm-0.33", Placement(tp=tp)), search=False).fits
 
 
-def write_shard(path, tensors):
-    header, offset = {}, 0
-    for name, (dtype, shape, size) in tensors.items():
-        n = size
-        for s in shape:
-            n *= s
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
-
-
 def test_a_checkpoint_directory_is_measured_and_the_gap_is_shown(tmp_path, csa):
     shutil.copy(ROOT / "planner" / "presets" / "deepseek-v4-flash.json", tmp_path / "config.json")
     c = read_model_config(FLASH)
     inv = inventory_for(c.data, c.source)
     # a checkpoint that is the inventory plus one extra tensor of 1 MiB
-    tensors = {t.name: (t.dtype.value, t.shape, t.dtype.itemsize) for w in inv.weights for t in w.stored_tensors()}
-    tensors["extra.weight"] = ("U8", (1 << 20,), 1)
+    tensors = {t.name: (t.dtype.value, t.shape) for w in inv.weights for t in w.stored_tensors()}
+    tensors["extra.weight"] = ("U8", (1 << 20,))
     write_shard(tmp_path / "model-00001-of-00001.safetensors", tensors)
     doc = csa("check", str(tmp_path), "--device-memory", "h200", "--tp", "8", "--engine", "vllm-0.33",
               "--max-seq-len", "65536", "--json").json()

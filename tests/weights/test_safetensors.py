@@ -15,27 +15,7 @@ from csa_plan.planner.weights.safetensors import (MAX_HEADER_BYTES, CheckpointSo
                                                   read_header)
 
 from helpers import ROOT
-
-SIZES = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I64": 8}
-
-
-def write_shard(path, tensors, *, data=True, metadata=True):
-    """tensors: name -> (dtype, shape). Writes header + zeroed data; returns the data byte count."""
-    header, offset = {}, 0
-    if metadata:
-        header["__metadata__"] = {"format": "pt"}
-    for name, (dtype, shape) in tensors.items():
-        n = SIZES[dtype]
-        for s in shape:
-            n *= s
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        if data:
-            f.truncate(8 + len(raw) + offset)  # sparse: the reader must never need these bytes
-    return offset
+from helpers.safetensors_files import write_shard
 
 
 def test_several_shards_are_summed_exactly(tmp_path):
