@@ -51,11 +51,17 @@ def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | 
 def _save(fig, path: str, **kwargs: Any) -> None:
     """A temporary file in the target's folder renamed into place (``planner/files.write_atomically``):
     a reader never sees half a file and concurrent writers leave one whole one. The path was
-    checked (``check_output_path``) before any work, so its extension names the format."""
+    checked (``check_output_path``) before any work, so its extension names the format. The
+    figure is closed whether or not the write succeeds."""
+    import matplotlib.pyplot as plt
+
     from csa_plan.planner.files import write_atomically
 
     fmt = path.rsplit(".", 1)[-1].lower()
-    write_atomically(path, "--plot", lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+    try:
+        write_atomically(path, "--plot", lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+    finally:
+        plt.close(fig)
 
 
 def plot_simulate(series, path: str, title: str) -> str | None:
@@ -88,10 +94,7 @@ def plot_simulate(series, path: str, title: str) -> str | None:
     ax.legend(handles + more, labels + more_labels, loc="upper left", fontsize=8)  # one legend for both axes
     ax.set_title(title)
     fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    _save(fig, path)
     return None
 
 
@@ -148,10 +151,7 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
-    try:
-        _save(fig, path, dpi=110)
-    finally:
-        plt.close(fig)
+    _save(fig, path, dpi=110)
     return None
 
 
@@ -181,10 +181,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    _save(fig, path)
 
 
 def plot_budget(budget: dict[str, Any], path: str) -> str | None:
@@ -222,8 +219,5 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     ax.set_title(f"{budget['engine']}: tp {d['tp']} pp {d['pp']} dp {d['dp']} ep {d['ep']} — state pool "
                  f"{budget['kv_memory_bytes'] / GiB:.2f} GiB")
     fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    _save(fig, path)
     return None
