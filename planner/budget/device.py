@@ -111,7 +111,7 @@ def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
     resolved = startup.resolved(_context(req, 0, _layers(device_weights, 0, dims), dims))
     result = Budget(req, engine, mtp, weights, device_weights, stages, resolved)
     if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
-        result = replace(result, smallest_fitting=smallest_fitting(req), searched=True)
+        result = replace(result, smallest_fitting=smallest_fitting(req, weights), searched=True)
     return result
 
 
@@ -186,12 +186,13 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
     return total, steps
 
 
-def smallest_fitting(req: BudgetRequest) -> tuple[dict[str, int], ...]:
+def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None) -> tuple[dict[str, int], ...]:
     """The smallest --tp that fits with the engine's default EP, and the smallest with full EP
-    (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped."""
+    (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped. ``weights``
+    is the model's figure, already read by the caller."""
     found: list[dict[str, int]] = []
     p = req.placement
-    floor_bytes = _weights_floor_bytes(req)
+    floor_bytes = _weights_floor_bytes(weights)
     for full_ep in (False, True):
         tp = 1
         while tp <= MAX_SEARCH_TP:
@@ -218,12 +219,11 @@ def smallest_fitting(req: BudgetRequest) -> tuple[dict[str, int], ...]:
     return tuple(unique)
 
 
-def _weights_floor_bytes(req: BudgetRequest) -> int:
+def _weights_floor_bytes(weights: ModelWeights | None) -> int:
     """A lower bound on the weights of all ``tp x dp x pp`` devices together: no rule splits a
     weight over more than a stage's ``tp x dp`` ranks, so some device holds at least this over
     the device count (the MTP layer left out: it may not be loaded). Lets the search skip the
     small --tp values of a model far larger than the card without sharding it for each."""
-    weights = model_weights(req.model, required=False)
     if weights is None:
         return 0
     if weights.inventory is not None:

@@ -103,8 +103,9 @@ def test_the_search_lower_bound_changes_no_answer(monkeypatch, card):
 
     for model, engine in (("deepseek-v4-pro", None), ("deepseek-v4-pro", "vllm-0.33"), ("deepseek-v4-flash", None)):
         req = device.BudgetRequest(model, parse_size(card, "test"), 1 << 16, engine, Placement(tp=1))
-        pruned = device.smallest_fitting(req)
+        weights = device.model_weights(model)
+        pruned = device.smallest_fitting(req, weights)
         with monkeypatch.context() as m:
-            m.setattr(device, "_weights_floor_bytes", lambda r: 0)
-            assert device.smallest_fitting(req) == pruned
+            m.setattr(device, "_weights_floor_bytes", lambda w: 0)
+            assert device.smallest_fitting(req, weights) == pruned
         assert pruned or card == "24GiB"
