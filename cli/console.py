@@ -1,9 +1,9 @@
 """One stdout and one stderr console per invocation, created at the edge.
 
 Both consoles (``cli/safe_console.py``, built on first use) escape control characters
-and escape sequences in everything they print (``planner/text.printable``): text from a file or an option never reaches the
-terminal raw, whatever the rendering code did with it. Rich's own styling and
-cursor control (segments it marks as control) pass through untouched.
+and escape sequences in everything they print (``planner/text.printable``): text from a
+file or an option never reaches the terminal raw, whatever the rendering code did with it.
+Rich's own styling and cursor control (segments it marks as control) pass through untouched.
 
 Markup is the other half: renderers print rich markup of their own (``[bold]``,
 ``[red]``), and a workload named ``trace[red].jsonl`` or a hint like ``pip install

@@ -10,7 +10,8 @@ import click
 from csa_plan.cli.console import Consoles, escaped
 
 
-def emit(consoles: Consoles, report: dict[str, Any], as_json: bool, render: Callable[[Any, dict[str, Any]], None]) -> None:
+def emit(consoles: Consoles, report: dict[str, Any], as_json: bool,
+         render: Callable[[Any, dict[str, Any]], None]) -> None:
     """Print ``report`` as indented JSON (``--json``, through click: rich is never imported) or
     through ``render`` on the stdout console.
 
