@@ -9,7 +9,7 @@ replaces all of them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Mapping
 
@@ -292,7 +292,3 @@ STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)
 
 def startup_for(engine: str | None) -> StartupRules:
     return STARTUP.get(engine or "reference", REFERENCE)
-
-
-def with_placement(c: StageContext, placement: Placement) -> StageContext:
-    return replace(c, placement=placement)
