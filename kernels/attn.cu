@@ -106,11 +106,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_merge(
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float v = o[d];
     if (d >= nope) {  // inverse RoPE: rotate by -angle
-      int i = (d - nope) >> 1;
-      float ang = (float)pos * inv_freq[i];
-      float c = cosf(ang), s = sinf(ang);
-      float x0 = o[nope + 2 * i], x1 = o[nope + 2 * i + 1];
-      v = ((d - nope) & 1) ? -x0 * s + x1 * c : x0 * c + x1 * s;
+      const int i = (d - nope) >> 1;
+      float y0, y1;
+      csa_unrope_pair(o[nope + 2 * i], o[nope + 2 * i + 1], (float)pos * inv_freq[i], &y0, &y1);
+      v = ((d - nope) & 1) ? y1 : y0;
     }
     yr[d] = v;
   }

@@ -92,12 +92,93 @@ __device__ __noinline__ void attn_tc_copy_clipped(unsigned m, int j0, int tb, in
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
-    const float* __restrict__ q, const unsigned char* __restrict__ ring, long long ring_req_stride, int n_win,
-    long long ring_bytes, const unsigned char* __restrict__ records, long long rec_req_stride, long long rec_bytes,
-    const int* __restrict__ idx, int use_idx, long long idx_req_stride, int n_sel, int heads, int pos,
-    const float* __restrict__ inv_freq, int rope_dim, float scale, int q_terms, int p_terms, float* part_ml,
-    float* part_o) {
+// The fused merge of a cluster's CLUSTER chunks (as attn_merge, with the same arithmetic in
+// the same order, so both give the same bits). Each block puts its partial state (max in
+// natural-log units, sum, the fp32 output of its heads) in its own shared memory; after the
+// cluster barrier, block `rank` reads every block's (max, sum) for the merge weights and
+// every block's output for its slice of 512 / CLUSTER dims, over distributed shared memory,
+// and writes the final, un-rotated output of that slice; a second cluster barrier keeps every
+// block's shared memory alive until the cluster has read it.
+#define CSA_TC_OPITCH 520  // floats per head row of the output tile (+8: conflict-free float2 stores)
+
+template <int CLUSTER>
+__device__ __forceinline__ void attn_tc_merge_cluster(const float (&acc)[16][4], const float (&m_run)[2],
+                                                      const float (&l_part)[2], int heads_per_block, int hgroup,
+                                                      int heads, int req, int pos, const float* __restrict__ inv_freq,
+                                                      int rope_dim, const float* __restrict__ sink, float* y) {
+  CSA_DYN_SMEM(unsigned char, attn_tc_smem);
+  const int D = CSA_TC_D, nope = D - rope_dim;
+  const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int mt = warp >> 2, dq = warp & 3, gid = lane >> 2, tg = lane & 3;
+  float* ot = (float*)attn_tc_smem;                    // [head of the block][OPITCH]: this chunk's output
+  float* mlt = ot + heads_per_block * CSA_TC_OPITCH;   // [head][2]: its (max, sum)
+  float* wt = mlt + 2 * heads_per_block;               // [chunk][head]: the merge weights
+  float* dent = wt + CLUSTER * heads_per_block;         // [head]: the merged denominator
+  __syncthreads();  // every warp is done with the last tile (stages and K tile are free)
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int hl = mt * 16 + gid + 8 * hi;
+    if (dq == 0 && tg == 0) {
+      mlt[2 * hl] = m_run[hi] * 0.6931471805599453f;  // natural-log units, as the partial state
+      mlt[2 * hl + 1] = l_part[hi];
+    }
+    float* po = ot + hl * CSA_TC_OPITCH + 128 * dq + 2 * tg;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) *(float2*)(po + 8 * j) = make_float2(acc[j][2 * hi], acc[j][2 * hi + 1]);
+  }
+  // one chunk: a plain block (no cluster barrier, its own shared memory)
+  auto sync = [] { if (CLUSTER > 1) csa_cluster_sync(); else __syncthreads(); };
+  auto peer = [](float* p, int c) { return CLUSTER > 1 ? csa_cluster_map(p, (unsigned)c) : p; };
+  sync();
+  const int rank = CLUSTER > 1 ? (int)csa_cluster_rank() : 0;
+  if (tid < heads_per_block && hgroup * heads_per_block + tid < heads) {
+    const int h = hgroup * heads_per_block + tid;
+    float M = sink[h];
+    for (int c = 0; c < CLUSTER; ++c) M = fmaxf(M, peer(mlt, c)[2 * tid]);
+    float den = expf(sink[h] - M);
+    for (int c = 0; c < CLUSTER; ++c) {
+      const float* r = peer(mlt, c);
+      const float w = expf(r[2 * tid] - M);
+      wt[c * heads_per_block + tid] = w;
+      den += r[2 * tid + 1] * w;
+    }
+    dent[tid] = den;
+  }
+  __syncthreads();
+  const int W = D / CLUSTER, d0 = rank * W, pairs = W / 2;
+  for (int item = tid; item < heads_per_block * pairs; item += nthreads) {
+    const int hl = item / pairs, d = d0 + 2 * (item - hl * pairs), h = hgroup * heads_per_block + hl;
+    if (h >= heads) continue;
+    float n0 = 0.0f, n1 = 0.0f;
+    for (int c = 0; c < CLUSTER; ++c) {
+      const float2 o = *(const float2*)(peer(ot, c) + hl * CSA_TC_OPITCH + d);
+      const float w = wt[c * heads_per_block + hl];
+      n0 += o.x * w;
+      n1 += o.y * w;
+    }
+    float v0 = n0 / dent[hl], v1 = n1 / dent[hl];
+    if (d >= nope) csa_unrope_pair(v0, v1, (float)pos * inv_freq[(d - nope) >> 1], &v0, &v1);
+    *(float2*)(y + ((long long)req * heads + h) * D + d) = make_float2(v0, v1);
+  }
+  if (CLUSTER > 1) csa_cluster_sync();
+}
+
+// The parameters every entry point shares, and their names (the entry points forward them).
+#define ATTN_TC_PARAMS                                                                                            \
+  const float *__restrict__ q, const unsigned char *__restrict__ ring, long long ring_req_stride, int n_win,      \
+      long long ring_bytes, const unsigned char *__restrict__ records, long long rec_req_stride, long long rec_bytes, \
+      const int *__restrict__ idx, int use_idx, long long idx_req_stride, int n_sel, int heads, int pos,          \
+      const float *__restrict__ inv_freq, int rope_dim, float scale, int q_terms, int p_terms
+#define ATTN_TC_ARGS                                                                                          \
+  q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride, rec_bytes, idx, use_idx, idx_req_stride, \
+      n_sel, heads, pos, inv_freq, rope_dim, scale, q_terms, p_terms
+
+// CLUSTER 0: write the partial state (pass 1 of two; attn_merge is pass 2). CLUSTER >= 1: the
+// launch's gridDim.y == CLUSTER chunks of a (request, head group) are one thread block cluster,
+// and merge in it (attn_tc_merge_cluster): one launch, no partial state in global memory.
+template <int CLUSTER>
+__device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, float* part_o,
+                                             const float* __restrict__ sink, float* y) {
   CSA_DYN_SMEM(unsigned char, attn_tc_smem);
   const int D = CSA_TC_D, nope = D - rope_dim;
   const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
@@ -393,20 +474,47 @@ extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(
     l_part[hi] += __shfl_xor_sync(CSA_FULL_MASK, l_part[hi], 1);
     l_part[hi] += __shfl_xor_sync(CSA_FULL_MASK, l_part[hi], 2);
   }
+  if constexpr (CLUSTER > 0) {
+    attn_tc_merge_cluster<CLUSTER>(acc, m_run, l_part, heads_per_block, hgroup, heads, req, pos, inv_freq, rope_dim,
+                                   sink, y);
+  } else {
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int h = h0 + gid + 8 * hi;
-    if (h >= heads) continue;
-    const long long slot = ((long long)req * nchunks + chunk) * heads + h;
-    if (dq == 0 && tg == 0) {
-      part_ml[2 * slot] = m_run[hi] * 0.6931471805599453f;  // back to natural-log units for the merge
-      part_ml[2 * slot + 1] = l_part[hi];
-    }
-    float* po = part_o + slot * D + 128 * dq + 2 * tg;
+    for (int hi = 0; hi < 2; ++hi) {
+      const int h = h0 + gid + 8 * hi;
+      if (h >= heads) continue;
+      const long long slot = ((long long)req * nchunks + chunk) * heads + h;
+      if (dq == 0 && tg == 0) {
+        part_ml[2 * slot] = m_run[hi] * 0.6931471805599453f;  // back to natural-log units for the merge
+        part_ml[2 * slot + 1] = l_part[hi];
+      }
+      float* po = part_o + slot * D + 128 * dq + 2 * tg;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      po[8 * j] = acc[j][2 * hi];
-      po[8 * j + 1] = acc[j][2 * hi + 1];
+      for (int j = 0; j < 16; ++j) {
+        po[8 * j] = acc[j][2 * hi];
+        po[8 * j + 1] = acc[j][2 * hi + 1];
+      }
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_tc_partial(ATTN_TC_PARAMS, float* part_ml, float* part_o) {
+  attn_tc_body<0>(ATTN_TC_ARGS, part_ml, part_o, nullptr, nullptr);
+}
+
+// Fused: one chunk (no cluster), or clusters of 2, 4 or 8 chunks (gridDim.y == the cluster).
+extern "C" __global__ void __launch_bounds__(256) attn_tc_fused1(ATTN_TC_PARAMS, const float* __restrict__ sink,
+                                                                 float* y) {
+  attn_tc_body<1>(ATTN_TC_ARGS, nullptr, nullptr, sink, y);
+}
+extern "C" __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(256)
+    attn_tc_fused2(ATTN_TC_PARAMS, const float* __restrict__ sink, float* y) {
+  attn_tc_body<2>(ATTN_TC_ARGS, nullptr, nullptr, sink, y);
+}
+extern "C" __global__ void __cluster_dims__(1, 4, 1) __launch_bounds__(256)
+    attn_tc_fused4(ATTN_TC_PARAMS, const float* __restrict__ sink, float* y) {
+  attn_tc_body<4>(ATTN_TC_ARGS, nullptr, nullptr, sink, y);
+}
+extern "C" __global__ void __cluster_dims__(1, 8, 1) __launch_bounds__(256)
+    attn_tc_fused8(ATTN_TC_PARAMS, const float* __restrict__ sink, float* y) {
+  attn_tc_body<8>(ATTN_TC_ARGS, nullptr, nullptr, sink, y);
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, H200_SMS, attn_tc_launch, index_tc_blocks, topk_blocks,
+from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, FUSED_CLUSTERS, H200_SMS, attn_tc_launch, index_tc_blocks, topk_blocks,
                                           topk_work_words)
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
@@ -33,7 +33,7 @@ CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu", "index_tc
 HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
 KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "topk_mb_hist", "topk_mb_count",
                 "topk_mb_write", "attn_partial", "attn_merge",
-                "attn_tc_partial", "index_tc_scores")
+                "attn_tc_partial", "index_tc_scores") + tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
 INDEX_THREADS = 256
@@ -49,7 +49,7 @@ MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 STATIC_SHARED_LIMIT = 48 * 1024
 # Kernels launched with dynamic shared memory (size per launch; sm_90 opts in up to 227 KB).
-DYNAMIC_SHARED = ("attn_tc_partial",)
+DYNAMIC_SHARED = ("attn_tc_partial",) + tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
 DYNAMIC_SHARED_LIMIT = 227 * 1024
 ATTN_Q_TERMS = 2  # BF16 terms of the query in attn_tc (1 or 2 = CSA_TC_TERMS: 2^-17 relative)
 ATTN_P_TERMS = 2  # BF16 terms of the softmax weights (2: 2^-17 relative)
@@ -86,7 +86,9 @@ def module_source() -> str:
 
 _C_TYPES = {"float*": ("p", np.dtype(np.float32)), "unsignedchar*": ("p", np.dtype(np.uint8)),
             "int*": ("p", np.dtype(np.int32)), "unsigned*": ("p", np.dtype(np.uint32)), "int": ("i", None), "longlong": ("l", None), "float": ("f", None)}
-_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\((\d+)\)\s+)?(\w+)\s*\(([^)]*)\)')
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__cluster_dims__\(([\d,\s]+)\)\s+)?'
+                        r'(?:__launch_bounds__\((\d+)\)\s+)?(\w+)\s*\(([^)]*)\)')
+_MACRO_RE = re.compile(r"^#define\s+(\w+)[ \t]+((?:[^\n]*\\\n)*[^\n]*)", re.M)
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,17 @@ class KernelSignature:
     name: str
     launch_bounds: int
     params: tuple[tuple[str, str, np.dtype | None], ...]  # (C name, kind p/i/l/f, pointee dtype)
+    cluster: tuple[int, int, int] = (1, 1, 1)  # __cluster_dims__: blocks per thread block cluster
 
 
 def parse_signatures(code: str) -> dict[str, KernelSignature]:
-    """The extern "C" __global__ signatures in CUDA C text, as launch-argument kinds."""
+    """The extern "C" __global__ signatures in CUDA C text, as launch-argument kinds (a
+    parameter list may use object-like macros defined in the text)."""
+    macros = {m.group(1): m.group(2).replace("\\\n", " ") for m in _MACRO_RE.finditer(code)}
     out = {}
-    for bounds, name, params in _KERNEL_RE.findall(code):
+    for cluster, bounds, name, params in _KERNEL_RE.findall(code):
+        for _ in range(4):  # macros that name macros
+            params = re.sub(r"\b\w+\b", lambda m: macros.get(m.group(0), m.group(0)), params)
         ps = []
         for p in params.split(","):
             p = " ".join(p.replace("__restrict__", " ").replace("const", " ").split())
@@ -108,7 +115,8 @@ def parse_signatures(code: str) -> dict[str, KernelSignature]:
             if ctype not in _C_TYPES:
                 raise ValueError(f"{name}: parameter {p!r} has a type the launchers do not handle")
             ps.append((m.group(2),) + _C_TYPES[ctype])
-        out[name] = KernelSignature(name, int(bounds) if bounds else 1024, tuple(ps))
+        dims = tuple(int(x) for x in cluster.split(",")) if cluster else (1, 1, 1)
+        out[name] = KernelSignature(name, int(bounds) if bounds else 1024, tuple(ps), dims)
     return out
 
 
@@ -145,6 +153,8 @@ def check_launch(kernel: str, grid, block: int, args: list, sig: dict[str, Kerne
         raise ValueError(f"{kernel}: grid {grid} exceeds the CUDA limits")
     if not (isinstance(block, int) and 32 <= block <= min(1024, s.launch_bounds) and block % 32 == 0):
         raise ValueError(f"{kernel}: block {block} must be a multiple of 32 within __launch_bounds__({s.launch_bounds})")
+    if any(g % c for g, c in zip(grid, s.cluster)):
+        raise ValueError(f"{kernel}: grid {grid} is not a whole number of its {s.cluster} clusters")
     if kernel in FIXED_BLOCK and block != FIXED_BLOCK[kernel]:
         raise ValueError(f"{kernel} needs blockDim.x == {FIXED_BLOCK[kernel]}, got {block}")
 
@@ -188,6 +198,19 @@ def build_emulator() -> Path:
     return lib
 
 
+def run_emulated(lib, kernel: str, grid, block: int, conv: list, smem: int = 0) -> int:
+    """Launch `kernel` in the emulator library with its converted arguments; 0 or -1. The
+    fused attention kernels share one entry, told the cluster size (their __cluster_dims__)."""
+    conv = list(conv)
+    entry = kernel
+    if kernel in DYNAMIC_SHARED:
+        conv.insert(0, smem)
+    if kernel.startswith("attn_tc_fused"):
+        conv.insert(1, kernel_signatures()[kernel].cluster[1])
+        entry = "attn_tc_fused"
+    return getattr(lib, "emu_" + entry)(grid[0], grid[1], grid[2], block, *conv)
+
+
 class EmulationError(CsaPlanError, RuntimeError):
     """A kernel misbehaved under emulation (for example a barrier reached by part of a block)."""
 
@@ -212,6 +235,8 @@ _SIGNATURES = {
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
                                     _P, _P],
+    "emu_attn_tc_fused": _GRID + [_U, _U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I,
+                                  _I, _P, _P],
     "emu_attn_merge": _GRID + [_P, _P, _I, _I, _P, _I, _P, _I, _P],
     "emu_partial_barrier": [_U, _P],
     "emu_shuffle": [_U, _P, _P],
@@ -222,6 +247,7 @@ _SIGNATURES = {
     "emu_cp_async": [_P, _P, _P, _P, _I],
     "emu_bf16x2_prmt": [_P, _P, _P, _P, _P, _P, _I],
     "emu_bulk": [_P, _P, _P, _I, _I],
+    "emu_cluster": [_U, _U, _P, _I, _I],
 }
 
 
@@ -361,7 +387,11 @@ class _Base:
     def attention(self, q, ring, n_win: int, records, idx, n_sel: int, heads: int, pos: int, inv_freq, sink,
                   part_ml, part_o, y, nchunks: int, *, requests: int = 1, ring_stride: int = 0,
                   rec_stride: int = 0, idx_stride: int = 0, rope_dim: int = 64, head_dim: int = HEAD_DIM,
-                  kernel: str = "tc") -> None:
+                  kernel: str = "tc", fused: bool = False) -> None:
+        """y = attention of every request's query over [ring rows, selected records]: pass 1 over
+        nchunks chunks into part_ml/part_o, then attn_merge; or, fused (kernel "tc", nchunks in
+        FUSED_CLUSTERS), one launch whose clusters of nchunks blocks merge in shared memory
+        (part_ml and part_o are not touched and may be None)."""
         check_launch_geometry("attention", head_dim=head_dim, rope_dim=rope_dim, num_heads=heads,
                               max_seq_len=pos + 1)
         rec = record_bytes(rope_dim)
@@ -373,9 +403,17 @@ class _Base:
             _need("attention", "idx", idx, (requests - 1) * idx_stride + n_sel)
         _need("attention", "inv_freq", inv_freq, rope_dim // 2)
         _need("attention", "sink", sink, heads)
+        _need("attention", "y", y, requests * heads * head_dim)
+        if fused:
+            if kernel != "tc" or nchunks not in FUSED_CLUSTERS:
+                raise ValueError(f"attention: a fused launch is the tc kernel over {FUSED_CLUSTERS} chunks, "
+                                 f"got {kernel!r} over {nchunks}")
+            self._attention_tc(q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, nchunks, requests,
+                               ring_stride, rec_stride, idx_stride, rope_dim, head_dim,
+                               f"attn_tc_fused{nchunks}", [("p", sink), ("p", y)])
+            return
         _need("attention", "part_ml", part_ml, 2 * requests * nchunks * heads)
         _need("attention", "part_o", part_o, requests * nchunks * heads * head_dim)
-        _need("attention", "y", y, requests * heads * head_dim)
         if kernel == "simt":
             warps = attn_warps(heads)
             self._launch("attn_partial", (nchunks, -(-heads // warps), requests), warps * 32,
@@ -384,37 +422,39 @@ class _Base:
                           ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
                           ("f", 1.0 / float(np.sqrt(head_dim))), ("p", part_ml), ("p", part_o)])
         elif kernel == "tc":
-            self._attention_tc(q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, part_ml, part_o, nchunks,
-                               requests, ring_stride, rec_stride, idx_stride, rope_dim, head_dim)
+            self._attention_tc(q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, nchunks, requests,
+                               ring_stride, rec_stride, idx_stride, rope_dim, head_dim, "attn_tc_partial",
+                               [("p", part_ml), ("p", part_o)])
         else:
             raise ValueError(f"attention kernel {kernel!r}: 'tc' or 'simt'")
         self._launch("attn_merge", (heads, requests, 1), MERGE_THREADS,
                      [("p", part_ml), ("p", part_o), ("i", nchunks), ("i", heads), ("p", sink), ("i", pos),
                       ("p", inv_freq), ("i", rope_dim), ("p", y)])
 
-    def _attention_tc(self, q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, part_ml, part_o, nchunks,
-                      requests, ring_stride, rec_stride, idx_stride, rope_dim, head_dim) -> None:
-        """Pass 1 on the tensor cores (attn_tc.cu): every head of a block shares each row load."""
+    def _attention_tc(self, q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, nchunks, requests,
+                      ring_stride, rec_stride, idx_stride, rope_dim, head_dim, kernel: str, outputs: list) -> None:
+        """The tensor-core kernel (attn_tc.cu; every head of a block shares each row load):
+        pass 1 (outputs: the partial states) or fused (outputs: the sinks and y)."""
         if head_dim != 512:
-            raise ValueError(f"attn_tc_partial needs head_dim 512, got {head_dim}")
+            raise ValueError(f"{kernel} needs head_dim 512, got {head_dim}")
         if -(-(n_win + n_sel) // nchunks) > ATTN_TC_MAX_IDS:  # the kernel's per-split row table
-            raise ValueError(f"attn_tc_partial: {nchunks} chunks leave more than {ATTN_TC_MAX_IDS} rows per chunk")
+            raise ValueError(f"{kernel}: {nchunks} chunks leave more than {ATTN_TC_MAX_IDS} rows per chunk")
         for name, a in (("ring", ring), ("records", records)):
             if _address(a) % 16:
-                raise ValueError(f"attn_tc_partial({name}): the buffer must be 16-byte aligned (cp.async)")
+                raise ValueError(f"{kernel}({name}): the buffer must be 16-byte aligned (cp.async)")
         if not (1 <= ATTN_Q_TERMS <= 2 and 1 <= ATTN_P_TERMS <= 2):
-            raise ValueError(f"attn_tc_partial: q/p terms {ATTN_Q_TERMS}/{ATTN_P_TERMS}, each 1 or 2 (CSA_TC_TERMS)")
+            raise ValueError(f"{kernel}: q/p terms {ATTN_Q_TERMS}/{ATTN_P_TERMS}, each 1 or 2 (CSA_TC_TERMS)")
         lay = attn_tc_launch(heads)
         ring_bytes = int(ring_stride) if ring_stride else int(ring.nbytes)
         rec_bytes = int(rec_stride) if rec_stride else int(records.nbytes)
         if max(ring_bytes, rec_bytes) >= 2**31 - 16:
-            raise ValueError("attn_tc_partial: a request's rows must span less than 2 GiB (32-bit offsets)")
-        self._launch("attn_tc_partial", (lay.head_groups, nchunks, requests), lay.threads,
+            raise ValueError(f"{kernel}: a request's rows must span less than 2 GiB (32-bit offsets)")
+        self._launch(kernel, (lay.head_groups, nchunks, requests), lay.threads,
                      [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("l", ring_bytes), ("p", records),
                       ("l", rec_stride), ("l", rec_bytes), ("p", idx), ("i", int(idx is not None)),
                       ("l", idx_stride), ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
-                      ("f", 1.0 / float(np.sqrt(head_dim))), ("i", ATTN_Q_TERMS), ("i", ATTN_P_TERMS),
-                      ("p", part_ml), ("p", part_o)], smem=lay.smem_bytes)
+                      ("f", 1.0 / float(np.sqrt(head_dim))), ("i", ATTN_Q_TERMS), ("i", ATTN_P_TERMS)] + outputs,
+                     smem=lay.smem_bytes)
 
     def synchronize(self) -> None:
         pass
@@ -453,9 +493,7 @@ class EmulatedBackend(_Base):
         conv = []
         for kind, v in args:
             conv.append(self._ptr(v) if kind == "p" else (float(v) if kind == "f" else int(v)))
-        if kernel in DYNAMIC_SHARED:
-            conv.insert(0, smem)
-        rc = getattr(self.lib, "emu_" + kernel)(grid[0], grid[1], grid[2], block, *conv)
+        rc = run_emulated(self.lib, kernel, grid, block, conv, smem)
         if rc != 0:
             raise EmulationError(f"{kernel}: {self.lib.csa_emu_last_error().decode()}")
 

@@ -89,6 +89,14 @@ __device__ __forceinline__ float csa_block_sum(float v, float* red /* >= 33 floa
   return red[32];
 }
 
+// The inverse RoPE of one interleaved pair (rotate by -angle): how both merges (attn_merge,
+// attn_tc's fused cluster merge) write the rotated dims, with the same bits.
+__device__ __forceinline__ void csa_unrope_pair(float x0, float x1, float ang, float* y0, float* y1) {
+  const float c = cosf(ang), s = sinf(ang);
+  *y0 = x0 * c + x1 * s;
+  *y1 = -x0 * s + x1 * c;
+}
+
 // Dequantize element d (< nope) or RoPE element of one packed FP8 record.
 __device__ __forceinline__ float csa_record_value(const unsigned char* rec, int d, int nope) {
   if (d < nope) {

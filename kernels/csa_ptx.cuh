@@ -151,5 +151,23 @@ __device__ __forceinline__ unsigned csa_hmul2_bf16(unsigned a, unsigned b) {
   return r;
 }
 
+// Thread block clusters (sm_90; the kernel declares __cluster_dims__): the cluster barrier
+// (every thread of every block arrives, release/acquire: shared-memory writes before it are
+// seen by the cluster after it), the block's rank in its cluster, and mapa: the address in
+// block `rank`'s shared memory of what `p` points to in this block's (generic loads reach it).
+__device__ __forceinline__ void csa_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned csa_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+template <class T>
+__device__ __forceinline__ T* csa_cluster_map(T* p, unsigned rank) {
+  unsigned long long a;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(a) : "l"(p), "r"(rank));
+  return (T*)a;
+}
 #define CSA_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
 #endif  // __CUDACC__

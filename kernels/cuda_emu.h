@@ -39,11 +39,19 @@
 //   and the bytes issued equal the expected tx-count (a mismatch fails the launch); a thread
 //   waiting on a phase that cannot complete is a deadlock error. A read of the destination
 //   before the wait sees the old bytes.
-// - Dynamic shared memory (CSA_DYN_SMEM) is one buffer of the launch's size, filled with
-//   0xFF bytes (a NaN pattern) before every block.
+// - Dynamic shared memory (CSA_DYN_SMEM) is one buffer of the launch's size per block, filled
+//   with 0xFF bytes (a NaN pattern) before every block (or cluster).
+// - Thread block clusters (launch(..., cluster)): the blocks of one cluster run together, every
+//   thread of every block a fiber; __syncthreads releases a block, csa_cluster_sync (barrier.
+//   cluster arrive + wait) releases the cluster once every thread of every block has reached it
+//   (a thread that exited instead is an error); csa_cluster_map(p, rank) turns a pointer into
+//   this block's dynamic shared memory into the same offset in block `rank`'s (mapa), any other
+//   pointer is an error. A kernel launched in clusters keeps all its shared memory dynamic: a
+//   static __shared__ array would be one copy for the whole cluster.
 #pragma once
 #ifndef __CUDACC__
 
+#include <sys/mman.h>
 #include <ucontext.h>
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
@@ -69,6 +77,10 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(8) float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3 {
   unsigned x, y, z;
@@ -87,7 +99,7 @@ struct dim3 {
 
 namespace emu {
 
-enum class St { Ready, AtBlock, AtWarp, AtMbar, Done };
+enum class St { Ready, AtBlock, AtWarp, AtMbar, AtCluster, Done };
 enum class Xmode { Shfl, Ballot, Coll };
 
 struct AsyncCopy {
@@ -101,8 +113,8 @@ typedef void (*CollectiveFn)(void* const* lanes);
 
 struct Fiber {
   ucontext_t ctx;
-  dim3 tid;
-  int linear = 0, lane = 0, warp = 0;
+  dim3 tid, bidx;  // threadIdx, blockIdx
+  int linear = 0, lane = 0, warp = 0, rank = 0;  // rank: the block's place in its cluster
   St state = St::Ready;
   Xmode mode = Xmode::Shfl;
   uint64_t xval = 0, result = 0;
@@ -124,9 +136,12 @@ struct Mbar {
 };
 
 struct Grid {
-  dim3 grid, block, block_idx;
-  std::vector<Fiber> fibers;
-  std::vector<char> stacks;
+  dim3 grid, block, block_idx;  // block_idx: the running cluster's first block (for messages)
+  dim3 cluster;                  // blocks per cluster (1, 1, 1 without clusters)
+  int csize = 1;
+  std::vector<Fiber> fibers;     // csize x threads per block, block by block
+  char* stacks = nullptr;        // anonymous mapping: a fiber's untouched stack costs nothing
+  size_t stacks_bytes = 0;
   size_t stack_bytes = 256 * 1024;
   ucontext_t sched;
   Fiber* cur = nullptr;
@@ -134,7 +149,8 @@ struct Grid {
   std::string error;
   long long barriers = 0;
   bool ftz = true;  // emulate -ftz=true (see the header comment)
-  std::vector<unsigned char> dyn_smem;
+  std::vector<unsigned char> dyn_smem;  // csize x dyn_stride: block `rank`'s dyn_bytes at rank x dyn_stride
+  size_t dyn_bytes = 0, dyn_stride = 0;  // the stride keeps every block's buffer 128-byte aligned
   long long collectives = 0, async_copies = 0;
   std::map<const void*, Mbar> mbars;  // this block's mbarriers, by address
 };
@@ -199,15 +215,18 @@ inline void trampoline() {
 
 inline std::string where(const Grid& G) {
   char b[96];
-  std::snprintf(b, sizeof b, " (block %u,%u,%u)", G.block_idx.x, G.block_idx.y, G.block_idx.z);
+  std::snprintf(b, sizeof b, G.csize > 1 ? " (cluster at block %u,%u,%u)" : " (block %u,%u,%u)", G.block_idx.x,
+                G.block_idx.y, G.block_idx.z);
   return b;
 }
 
 // Release the warps whose live lanes all wait at a warp barrier; false if none could go.
+// Block b of the cluster holds fibers [b * nthreads, (b + 1) * nthreads).
 inline bool release_warps(Grid& G, int nthreads) {
   bool progress = false;
-  for (int w0 = 0; w0 < nthreads; w0 += 32) {
-    int w1 = w0 + 32 < nthreads ? w0 + 32 : nthreads;
+  for (int b0 = 0; b0 < G.csize * nthreads; b0 += nthreads)
+  for (int w0 = b0; w0 < b0 + nthreads; w0 += 32) {
+    int w1 = w0 + 32 < b0 + nthreads ? w0 + 32 : b0 + nthreads;
     int at = 0, done = 0;
     for (int i = w0; i < w1; ++i) {
       at += G.fibers[i].state == St::AtWarp;
@@ -291,9 +310,9 @@ inline bool mbar_try_complete(Grid& G, Mbar& b) {
 }
 
 // Fibers waiting on an mbarrier phase that has completed (or now completes) go on.
-inline bool release_mbar_waiters(Grid& G, int nthreads) {
+inline bool release_mbar_waiters(Grid& G, int nfibers) {
   bool progress = false;
-  for (int i = 0; i < nthreads; ++i) {
+  for (int i = 0; i < nfibers; ++i) {
     Fiber& f = G.fibers[i];
     if (f.state != St::AtMbar) continue;
     Mbar& b = G.mbars[f.mbar];
@@ -307,74 +326,105 @@ inline bool release_mbar_waiters(Grid& G, int nthreads) {
   return progress;
 }
 
-inline int run_block(Grid& G, int nthreads) {
+// Run the blocks of one cluster (one block without clusters) from `base`, together.
+inline int run_cluster(Grid& G, int nthreads, dim3 base) {
+  const int nf = G.csize * nthreads;
   if (!G.dyn_smem.empty()) std::memset(G.dyn_smem.data(), 0xFF, G.dyn_smem.size());
   G.mbars.clear();
-  for (int i = 0; i < nthreads; ++i) {
+  for (int i = 0; i < nf; ++i) {
     Fiber& f = G.fibers[i];
+    const int r = i / nthreads, t = i % nthreads;
     f.open_copies.clear();
     f.groups.clear();
-    f.linear = i;
-    f.tid = dim3(i % G.block.x, (i / G.block.x) % G.block.y, i / (G.block.x * G.block.y));
-    f.lane = i % 32;
-    f.warp = i / 32;
+    f.rank = r;
+    f.bidx = dim3(base.x + r % G.cluster.x, base.y + (r / G.cluster.x) % G.cluster.y,
+                  base.z + r / (G.cluster.x * G.cluster.y));
+    f.linear = t;
+    f.tid = dim3(t % G.block.x, (t / G.block.x) % G.block.y, t / (G.block.x * G.block.y));
+    f.lane = t % 32;
+    f.warp = t / 32;
     f.state = St::Ready;
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = G.stacks.data() + (size_t)i * G.stack_bytes;
+    f.ctx.uc_stack.ss_sp = G.stacks + (size_t)i * G.stack_bytes;
     f.ctx.uc_stack.ss_size = G.stack_bytes;
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, (void (*)())trampoline, 0);
   }
+  auto count = [&](int lo, int hi, St st) {
+    int n = 0;
+    for (int i = lo; i < hi; ++i) n += G.fibers[i].state == st;
+    return n;
+  };
   for (;;) {
-    for (int i = 0; i < nthreads; ++i) {
+    for (int i = 0; i < nf; ++i) {
       Fiber& f = G.fibers[i];
       if (f.state != St::Ready) continue;
       G.cur = &f;
       swapcontext(&G.sched, &f.ctx);
       if (!G.error.empty()) return -1;
     }
-    int done = 0, at_block = 0;
-    for (int i = 0; i < nthreads; ++i) {
-      done += G.fibers[i].state == St::Done;
-      at_block += G.fibers[i].state == St::AtBlock;
-    }
-    if (done == nthreads) return 0;
+    const int done = count(0, nf, St::Done);
+    if (done == nf) return 0;
     if (release_warps(G, nthreads)) continue;
     if (!G.error.empty()) return -1;
-    if (release_mbar_waiters(G, nthreads)) continue;
+    if (release_mbar_waiters(G, nf)) continue;
     if (!G.error.empty()) {
       G.error += where(G);
       return -1;
     }
-    if (at_block == nthreads) {
+    bool released = false;
+    for (int b0 = 0; b0 < nf; b0 += nthreads) {
+      const int at_block = count(b0, b0 + nthreads, St::AtBlock), done_b = count(b0, b0 + nthreads, St::Done);
+      if (at_block == nthreads) {
+        ++G.barriers;
+        for (int i = b0; i < b0 + nthreads; ++i) G.fibers[i].state = St::Ready;
+        released = true;
+      } else if (at_block > 0 && at_block + done_b == nthreads) {
+        G.error = "barrier reached by only part of a block: " + std::to_string(at_block) + " of " +
+                  std::to_string(nthreads) + " threads wait at __syncthreads, " + std::to_string(done_b) +
+                  " exited" + where(G);
+        return -1;
+      }
+    }
+    if (released) continue;
+    const int at_cluster = count(0, nf, St::AtCluster);
+    if (at_cluster == nf) {
       ++G.barriers;
-      for (int i = 0; i < nthreads; ++i) G.fibers[i].state = St::Ready;
+      for (int i = 0; i < nf; ++i) G.fibers[i].state = St::Ready;
       continue;
     }
-    if (at_block > 0 && at_block + done == nthreads) {
-      G.error = "barrier reached by only part of a block: " + std::to_string(at_block) + " of " +
-                std::to_string(nthreads) + " threads wait at __syncthreads, " + std::to_string(done) +
-                " exited" + where(G);
+    if (at_cluster > 0 && at_cluster + done == nf) {
+      G.error = "cluster barrier reached by only part of a cluster: " + std::to_string(at_cluster) + " of " +
+                std::to_string(nf) + " threads wait, " + std::to_string(done) + " exited" + where(G);
     } else {
-      int at_mbar = 0;
-      for (int i = 0; i < nthreads; ++i) at_mbar += G.fibers[i].state == St::AtMbar;
+      const int at_mbar = count(0, nf, St::AtMbar);
       G.error = at_mbar ? "deadlock: " + std::to_string(at_mbar) +
                               " threads wait on an mbarrier phase that cannot complete (arrivals or bytes missing)" +
                               where(G)
-                        : "deadlock: threads wait at different barriers (divergent __syncthreads or shuffle)" + where(G);
+                        : "deadlock: threads wait at different barriers (divergent __syncthreads, cluster barrier "
+                          "or shuffle)" + where(G);
     }
     return -1;
   }
 }
 
-// Run body() as a grid; returns 0, or -1 with last_error() set.
-inline int launch(dim3 grid, dim3 block, std::function<void()> body, size_t dyn_smem_bytes = 0) {
+// Run body() as a grid (of clusters of `cluster` blocks); returns 0, or -1 with last_error() set.
+inline int launch(dim3 grid, dim3 block, std::function<void()> body, size_t dyn_smem_bytes = 0,
+                  dim3 cluster = dim3(1, 1, 1)) {
   Grid& G = g();
+  const int csize = (int)(cluster.x * cluster.y * cluster.z);
+  if (csize < 1 || csize > 8 || grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z) {
+    last_error() = "invalid cluster " + std::to_string(cluster.x) + "x" + std::to_string(cluster.y) + "x" +
+                   std::to_string(cluster.z) + " for the grid (at most 8 blocks, each grid dimension a multiple)";
+    return -1;
+  }
   if (dyn_smem_bytes > 227 * 1024) {
     last_error() = "dynamic shared memory " + std::to_string(dyn_smem_bytes) + " B exceeds sm_90's 227 KB";
     return -1;
   }
-  G.dyn_smem.assign(dyn_smem_bytes, 0xFF);
+  G.dyn_bytes = dyn_smem_bytes;
+  G.dyn_stride = (dyn_smem_bytes + 127) & ~(size_t)127;
+  G.dyn_smem.assign(G.dyn_stride * (size_t)csize, 0xFF);
   int nthreads = (int)(block.x * block.y * block.z);
   if (nthreads <= 0 || nthreads > 1024) {
     last_error() = "invalid block size " + std::to_string(nthreads);
@@ -382,6 +432,8 @@ inline int launch(dim3 grid, dim3 block, std::function<void()> body, size_t dyn_
   }
   G.grid = grid;
   G.block = block;
+  G.cluster = cluster;
+  G.csize = csize;
   G.body = std::move(body);
 #ifdef CSA_EMU_HAVE_MXCSR
   struct Csr {  // FTZ (bit 15) and DAZ (bit 6) for the launch; fibers inherit it via getcontext
@@ -393,13 +445,25 @@ inline int launch(dim3 grid, dim3 block, std::function<void()> body, size_t dyn_
   } csr(G.ftz);
 #endif
   G.error.clear();
-  G.fibers.assign(nthreads, Fiber());
-  if (G.stacks.size() < (size_t)nthreads * G.stack_bytes) G.stacks.resize((size_t)nthreads * G.stack_bytes);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+  G.fibers.assign((size_t)csize * nthreads, Fiber());
+  const size_t need = (size_t)csize * nthreads * G.stack_bytes;
+  if (G.stacks_bytes < need) {
+    if (G.stacks) munmap(G.stacks, G.stacks_bytes);
+    void* m = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      G.stacks = nullptr;
+      G.stacks_bytes = 0;
+      last_error() = "cannot map " + std::to_string(need) + " B of fiber stacks";
+      return -1;
+    }
+    G.stacks = (char*)m;
+    G.stacks_bytes = need;
+  }
+  for (unsigned z = 0; z < grid.z; z += cluster.z)
+    for (unsigned y = 0; y < grid.y; y += cluster.y)
+      for (unsigned x = 0; x < grid.x; x += cluster.x) {
         G.block_idx = dim3(x, y, z);
-        if (run_block(G, nthreads) != 0) {
+        if (run_cluster(G, nthreads, dim3(x, y, z)) != 0) {
           last_error() = G.error;
           G.cur = nullptr;
           return -1;
@@ -617,6 +681,25 @@ inline void csa_mbar_wait(unsigned long long* bar, unsigned parity) {
   swapcontext(&f->ctx, &G.sched);
 }
 
+// Thread block clusters (see the header comment): barrier.cluster arrive + wait, the block's
+// rank (%cluster_ctarank) and mapa of a pointer into this block's dynamic shared memory.
+inline void csa_cluster_sync() {
+  emu::Grid& G = emu::g();
+  emu::Fiber* f = G.cur;
+  f->state = emu::St::AtCluster;
+  swapcontext(&f->ctx, &G.sched);
+}
+inline unsigned csa_cluster_rank() { return (unsigned)emu::cur()->rank; }
+template <class T>
+inline T* csa_cluster_map(T* p, unsigned rank) {
+  emu::Grid& G = emu::g();
+  unsigned char* own = G.dyn_smem.data() + (size_t)emu::cur()->rank * G.dyn_stride;
+  const unsigned char* c = (const unsigned char*)p;
+  if (c < own || c >= own + G.dyn_bytes) emu::fail("mapa: the pointer is not in this block's dynamic shared memory");
+  if ((int)rank >= G.csize) emu::fail("mapa: rank " + std::to_string(rank) + " is outside the cluster");
+  return (T*)(G.dyn_smem.data() + (size_t)rank * G.dyn_stride + (c - own));
+}
+
 // E4M3 pair (low byte first) to two floats, as cvt.rn.f16x2.e4m3x2 then f16 -> f32.
 inline void csa_e4m3x2_to_float2(unsigned pair, float* lo, float* hi) {
   *lo = emu::e4m3_value(pair);
@@ -694,11 +777,13 @@ inline unsigned csa_hmul2_bf16(unsigned a, unsigned b) {
   unsigned hi = emu::double_to_bf16(emu::bf16_to_double(a >> 16) * emu::bf16_to_double(b >> 16));
   return lo | (hi << 16);
 }
-#define CSA_DYN_SMEM(T, name) T* name = (T*)emu::g().dyn_smem.data()
+#define CSA_DYN_SMEM(T, name) \
+  T* name = (T*)(emu::g().dyn_smem.data() + (size_t)emu::cur()->rank * emu::g().dyn_stride)
+#define __cluster_dims__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
 #define threadIdx (emu::cur()->tid)
-#define blockIdx (emu::g().block_idx)
+#define blockIdx (emu::cur()->bidx)
 #define blockDim (emu::g().block)
 #define gridDim (emu::g().grid)
 

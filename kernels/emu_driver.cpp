@@ -92,6 +92,32 @@ int emu_attn_tc_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
                                       scale, q_terms, p_terms, part_ml, part_o));
 }
 
+// The fused attention (attn_tc_fused1/2/4/8): `cluster` chunks per thread block cluster, gy == cluster.
+int emu_attn_tc_fused(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, unsigned cluster,
+                      const float* q, const unsigned char* ring, long long ring_req_stride, int n_win,
+                      long long ring_bytes, const unsigned char* records, long long rec_req_stride,
+                      long long rec_bytes, const int* idx, int use_idx, long long idx_req_stride, int n_sel, int heads,
+                      int pos, const float* inv_freq, int rope_dim, float scale, int q_terms, int p_terms,
+                      const float* sink, float* y) {
+#define CSA_EMU_FUSED(k, c)                                                                                     \
+  return emu::launch(                                                                                           \
+      dim3(gx, gy, gz), dim3(bx, 1, 1),                                                                         \
+      [=] {                                                                                                     \
+        k(q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride, rec_bytes, idx, use_idx,        \
+          idx_req_stride, n_sel, heads, pos, inv_freq, rope_dim, scale, q_terms, p_terms, sink, y);             \
+      },                                                                                                        \
+      smem, dim3(1, c, 1))
+  switch (cluster) {
+    case 1: CSA_EMU_FUSED(attn_tc_fused1, 1);
+    case 2: CSA_EMU_FUSED(attn_tc_fused2, 2);
+    case 4: CSA_EMU_FUSED(attn_tc_fused4, 4);
+    case 8: CSA_EMU_FUSED(attn_tc_fused8, 8);
+  }
+#undef CSA_EMU_FUSED
+  emu::last_error() = "attn_tc_fused: no kernel for a cluster of " + std::to_string(cluster);
+  return -1;
+}
+
 int emu_attn_merge(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* part_ml, const float* part_o,
                    int nchunks, int heads, const float* sink, int pos, const float* inv_freq, int rope_dim,
                    float* y) {
@@ -235,5 +261,26 @@ __global__ void csa_emu_bulk(const unsigned char* src, unsigned char* before, un
 int emu_bulk(const unsigned char* src, unsigned char* before, unsigned char* after, int expect, int wait_parity) {
   return emu::launch(dim3(1, 1, 1), dim3(64, 1, 1), [=] { csa_emu_bulk(src, before, after, expect, wait_parity); },
                      128);
+}
+
+// Thread block cluster self-test: grid (gx) in clusters of csize along x, 64 threads each. Every
+// thread writes (block x 100 + thread) into its block's shared memory, passes the cluster barrier
+// (unless barrier == 0), then reads the same slot of the next block of its cluster (mapa) into
+// out[block x 64 + thread]. mode 1: thread 0 of the cluster's last block exits before the barrier;
+// mode 2: thread 0 maps a pointer that is not shared memory.
+__global__ void csa_emu_cluster(int* out, unsigned n, int barrier, int mode) {
+  CSA_DYN_SMEM(int, slot);
+  const int t = threadIdx.x, b = blockIdx.x;
+  const unsigned rank = csa_cluster_rank();
+  slot[t] = b * 100 + t;
+  if (mode == 1 && t == 0 && rank == n - 1) return;
+  if (barrier) csa_cluster_sync();
+  const int* peer = csa_cluster_map(mode == 2 && t == 0 ? out : slot, (rank + 1) % n);
+  out[b * 64 + t] = peer[t];
+  if (barrier) csa_cluster_sync();
+}
+int emu_cluster(unsigned gx, unsigned csize, int* out, int barrier, int mode) {
+  return emu::launch(dim3(gx, 1, 1), dim3(64, 1, 1), [=] { csa_emu_cluster(out, csize, barrier, mode); }, 256,
+                     dim3(csize, 1, 1));
 }
 }

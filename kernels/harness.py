@@ -16,7 +16,7 @@ import numpy as np
 
 from csa_plan.planner.layout import GroupBytes, StateClass, group_bytes, scratch_workspaces
 from csa_plan.kernels import oracle as O
-from csa_plan.kernels.tc_geometry import H200_SMS, attn_splits, attn_tc_launch, partial_capacity
+from csa_plan.kernels.tc_geometry import H200_SMS, attn_split, attn_tc_launch, partial_capacity
 
 D_PLUS_2 = 514
 
@@ -120,6 +120,7 @@ class DeviceLayer:
             (self.ws_attn,) = s
         self.last_selected: np.ndarray | None = None
         self.last_nchunks = 0
+        self.last_fused = False
         self.sm_count = int(getattr(backend, "sm_count", H200_SMS))
         self.last_scores: np.ndarray | None = None
 
@@ -203,19 +204,22 @@ class DeviceLayer:
             self.last_selected = np.arange(visible, dtype=np.int32)
         n_win = min(g.window, self.tokens)
         ws = self.ws_attn.view(xp.float32) if self.ws_attn.nbytes >= 4 else None
-        nchunks, part_ml, part_o = self._partials(ws, n_win + n_sel)
-        self.last_nchunks = nchunks
+        nchunks, fused, part_ml, part_o = self._partials(ws, n_win + n_sel)
+        self.last_nchunks, self.last_fused = nchunks, fused
         self.be.attention(xp.asarray(self.inp.q[p]), self.buf.ring, n_win, self.buf.records,
                           idx if n_sel else None, n_sel, g.num_heads, p, self.inv_freq, self.sink,
-                          part_ml, part_o, self.y, nchunks, rope_dim=g.rope_dim, head_dim=g.head_dim)
+                          part_ml, part_o, self.y, nchunks, rope_dim=g.rope_dim, head_dim=g.head_dim,
+                          fused=fused)
         return np.array(_host(self.y))
 
     def _partials(self, ws, rows: int):
-        """Partial softmax states live in planned scratch: (max, sum) in the attention workspace,
-        the partial outputs there too or, for ratio 4, in the index-scores workspace, whose
-        scores are dead once top-k has read them (same stream, so the order holds). The chunk
-        count fills the SMs (tc_geometry.attn_splits) within what those bytes hold; with one
-        chunk the partial output goes straight to the output buffer (merged in place)."""
+        """The split (tc_geometry.attn_split): fused, its chunks merge inside the launch and need
+        no scratch (chunks, True, None, None). Otherwise the partial softmax states live in
+        planned scratch: (max, sum) in the attention workspace, the partial outputs there too
+        or, for ratio 4, in the index-scores workspace, whose scores are dead once top-k has
+        read them (same stream, so the order holds); the chunk count fills the SMs within what
+        those bytes hold; with one chunk the partial output goes straight to the output buffer
+        (merged in place)."""
         H = self.g.num_heads
         xp = self.xp
         floats = 0 if ws is None else int(ws.size)
@@ -225,13 +229,15 @@ class DeviceLayer:
         pc = partial_capacity(H, floats, int(spare.size) if spare is not None else 0)
         cap_same, cap_spare, cap = pc.same, pc.spare, pc.chunks
         lay = attn_tc_launch(H)
-        nchunks = attn_splits(rows, 1, lay.head_groups, cap, sm_count=self.sm_count,
-                              blocks_per_sm=2 if lay.m_tiles == 1 else 1, indexed=self.g.ratio == 4)
+        split = attn_split(rows, 1, lay.head_groups, cap, sm_count=self.sm_count)
+        nchunks = split.chunks
+        if split.fused:
+            return nchunks, True, None, None
         if cap >= 2 and nchunks >= 2:
             if cap_spare >= nchunks and cap_spare >= cap_same:
-                return nchunks, ws[: 2 * H * nchunks], spare[: H * nchunks * 512]
-            return nchunks, ws[: 2 * H * nchunks], ws[2 * H * nchunks: 2 * H * nchunks + H * nchunks * 512]
-        return 1, ws[: 2 * H], self.y
+                return nchunks, False, ws[: 2 * H * nchunks], spare[: H * nchunks * 512]
+            return nchunks, False, ws[: 2 * H * nchunks], ws[2 * H * nchunks: 2 * H * nchunks + H * nchunks * 512]
+        return 1, False, ws[: 2 * H], self.y
 
     def decode(self) -> np.ndarray:
         self.append()

@@ -60,11 +60,46 @@ def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm
         return lo
     best, best_cost = lo, None
     for n in range(lo, hi + 1):
-        per_sm = ceil_div(requests * head_groups * n, sm_count)
-        cost = per_sm * ceil_div(ceil_div(max(rows, 1), n), ATTN_TC_TILE)
+        cost = _busiest_sm_tiles(rows, requests, head_groups, n, sm_count)
         if best_cost is None or cost < best_cost:
             best, best_cost = n, cost
     return best
+
+
+FUSED_CLUSTERS = (1, 2, 4, 8)  # attn_tc_fused1/2/4/8: a cluster of that many chunks merges in the launch
+# A fused split is taken when its busiest SM runs at most this much more tile time than the best
+# two-pass split: the two-pass path also pays a second launch and writes and reads back its
+# partial states, which the throughput model puts at an eighth or more of the pass-1 time
+# wherever the two are this close (benchmarks/throughput_model.py).
+FUSE_TILE_SLACK = 9 / 8
+
+
+@dataclass(frozen=True)
+class AttnSplit:
+    """The row list's chunks, and whether they merge inside the launch (attn_tc_fused<chunks>:
+    one thread block cluster per request and head group, no partial states in memory) or in
+    attn_merge, a second launch over partial states in the planned scratch."""
+
+    chunks: int
+    fused: bool
+
+
+def _busiest_sm_tiles(rows: int, requests: int, head_groups: int, n: int, sm_count: int) -> int:
+    return ceil_div(requests * head_groups * n, sm_count) * ceil_div(ceil_div(max(rows, 1), n), ATTN_TC_TILE)
+
+
+def attn_split(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS) -> AttnSplit:
+    """The fused split with the fewest busiest-SM tiles (chunks in FUSED_CLUSTERS, at most
+    ATTN_TC_MAX_IDS rows each; no scratch needed) when it is within FUSE_TILE_SLACK of the
+    best two-pass split (attn_splits, within the planned scratch), else that two-pass split."""
+    two = attn_splits(rows, requests, head_groups, capacity, sm_count=sm_count)
+    fits = [n for n in FUSED_CLUSTERS if ceil_div(max(rows, 1), n) <= ATTN_TC_MAX_IDS]
+    if fits:
+        cost = {n: _busiest_sm_tiles(rows, requests, head_groups, n, sm_count) for n in fits}
+        best = min(fits, key=lambda n: (cost[n], n))
+        if cost[best] <= FUSE_TILE_SLACK * _busiest_sm_tiles(rows, requests, head_groups, two, sm_count):
+            return AttnSplit(best, True)
+    return AttnSplit(two, False)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import weakref
 
 import numpy as np
 
-from csa_plan.kernels.backends import DYNAMIC_SHARED, emulator_library, parse_signatures
+from csa_plan.kernels.backends import DYNAMIC_SHARED, emulator_library, parse_signatures, run_emulated
 
 ROUND = 512
 CAPACITY = 141 * 10**9
@@ -196,10 +196,9 @@ class _RawKernel:
         self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
         if os.environ.get("FAKE_CUPY_KERNELS") == "skip":
             return
-        lib = emulator_library()
-        if name in DYNAMIC_SHARED:
-            conv.insert(0, shared_mem)
-        rc = getattr(lib, "emu_" + name)(g[0], g[1], g[2], threads, *conv)
+        if any(x % c for x, c in zip(g, self.sig.cluster)):
+            raise ValueError(f"{name}: grid {g} is not a whole number of its {self.sig.cluster} clusters")
+        rc = run_emulated(emulator_library(), name, g, threads, conv, shared_mem)
         if rc != 0:
             raise RuntimeError(f"{name}: {lib.csa_emu_last_error().decode()}")
 

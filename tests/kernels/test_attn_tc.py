@@ -84,6 +84,46 @@ def test_attn_tc_batched_requests_with_strides(be):
         np.testing.assert_allclose(y[r], O.attend(g, q[r], rows, sink, 77), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("heads,chunks,n_rec,n_sel", [(16, 1, 40, 33), (20, 2, 40, 33), (16, 4, 70, 50),
+                                                     (16, 8, 200, 150), (128, 2, 40, 33), (8, 8, 6, 4)])
+def test_attn_tc_fused_clusters_equal_the_two_pass_bits(be, heads, chunks, n_rec, n_sel):
+    """attn_tc_fused<chunks> (one launch; the cluster merges in distributed shared memory)
+    gives the same bits as attn_tc_partial + attn_merge over the same chunks, and the oracle's
+    output: two requests with strides, selected ids in any order (k < n), 128 heads (four
+    32-head groups), and 8 chunks over 10 rows (most chunks empty)."""
+    rng = np.random.default_rng(heads * chunks + n_rec)
+    g = O.Geometry(ratio=4, num_heads=heads, max_seq_len=4096, window=16, index_heads=4, index_topk=n_sel)
+    R, W = 2, 16
+    n_win = 6 if n_rec < 10 else W
+    recs = O.pack_fp8_record(rng.standard_normal((R, n_rec, 512)).astype(np.float32))
+    ring = O.pack_fp8_record(rng.standard_normal((R, W, 512)).astype(np.float32))
+    ids = np.stack([rng.permutation(n_rec)[:n_sel] for _ in range(R)]).astype(np.int32)
+    q = rng.standard_normal((R, heads, 512)).astype(np.float32)
+    sink = rng.standard_normal(heads).astype(np.float32)
+    pos = 3000
+    kw = dict(requests=R, ring_stride=W * 583, rec_stride=n_rec * 583, idx_stride=n_sel)
+    y2 = np.zeros((R, heads, 512), np.float32)
+    ml = np.zeros(2 * R * heads * chunks, np.float32)
+    po = np.zeros(R * heads * chunks * 512, np.float32)
+    be.attention(q, ring, n_win, recs, ids, n_sel, heads, pos, O.INV_FREQ, sink, ml, po, y2, chunks, **kw)
+    y1 = np.full((R, heads, 512), np.nan, np.float32)
+    be.attention(q, ring, n_win, recs, ids, n_sel, heads, pos, O.INV_FREQ, sink, None, None, y1, chunks, fused=True,
+                 **kw)
+    np.testing.assert_array_equal(y1.view(np.uint32), y2.view(np.uint32))
+    for r in range(R):
+        rows = np.concatenate([ring[r, :n_win], recs[r, ids[r]]])
+        np.testing.assert_allclose(y1[r], O.attend(g, q[r], rows, sink, pos), atol=ATOL, rtol=0)
+
+
+def test_attn_tc_fused_needs_a_cluster_size(be):
+    g = O.Geometry(ratio=128, num_heads=4, max_seq_len=1024, window=16)
+    st = O.State.empty(g)
+    y = np.zeros((4, 512), np.float32)
+    with pytest.raises(ValueError, match="fused launch"):
+        be.attention(np.zeros((4, 512), np.float32), st.ring, 16, st.records, None, 3, 4, 20, O.INV_FREQ,
+                     np.zeros(4, np.float32), None, None, y, 3, fused=True)
+
+
 def test_attn_tc_refuses_a_misaligned_buffer(be):
     g = O.Geometry(ratio=128, num_heads=4, max_seq_len=1024, window=16)
     st = O.State.empty(g)

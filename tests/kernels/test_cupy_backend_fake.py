@@ -62,21 +62,58 @@ def test_run_gpu_cupy_backend_end_to_end_on_fake_cupy(csa, fake):
     assert "pool used back to baseline (+0 B)" in status[("teardown back to baseline", None)]["detail"]
     # timing: CUDA events around each launch, one row per (layer, kernel)
     timed = {(t["layer"], t["kernel"]) for t in doc["timings"]}
-    assert {k for _, k in timed} == {"index_tc_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
+    # --tiny's row lists are a few tiles: one chunk per layer, merged inside the launch
+    assert {k for _, k in timed} == {"index_tc_scores", "topk_radix", "attn_tc_fused1"}
     assert all(t["ms"] >= 0 for t in doc["timings"])
     # one module, compiled once, every kernel launched with exact NumPy scalar types
     (mod,) = fake.RawModule.instances
     assert mod.backend == "nvrtc" and mod.code.startswith("// csa-plan kernels, sources ")
     launched = {name for name, *_ in mod.launches}
-    # the multi-block select starts at 16,384 keys (tc_geometry.TOPK_MB_MIN_KEYS), beyond --tiny:
-    # its CuPy launch is the next test
-    assert launched == set(mod.signatures) - set(REFERENCE_KERNELS) - set(MULTI_BLOCK_TOPK) == {
-        "emit_records", "emit_index_keys", "index_tc_scores", "topk_radix", "attn_tc_partial", "attn_merge"}
+    # the multi-block select starts at 16,384 keys (tc_geometry.TOPK_MB_MIN_KEYS), beyond --tiny,
+    # and so do the two-pass and clustered attention launches: their CuPy launches are the next tests
+    assert launched == set(mod.signatures) - set(REFERENCE_KERNELS) - set(MULTI_BLOCK_TOPK) - set(LONG_ATTENTION) == {
+        "emit_records", "emit_index_keys", "index_tc_scores", "topk_radix", "attn_tc_fused1"}
     for name, grid, threads, kinds in mod.launches:
         assert "int" not in kinds and "float" not in kinds, (name, kinds)  # no Python scalars
 
 
 MULTI_BLOCK_TOPK = ("topk_mb_hist", "topk_mb_count", "topk_mb_write")
+LONG_ATTENTION = ("attn_tc_partial", "attn_merge", "attn_tc_fused2", "attn_tc_fused4", "attn_tc_fused8")
+
+
+@pytest.mark.parametrize("chunks,fused", [(3, False), (2, True), (4, True), (8, True)])
+def test_attention_through_cupy_backend_on_fake_cupy(fake, chunks, fused):
+    """CupyBackend.attention over two requests: two passes (attn_tc_partial + attn_merge) or
+    one clustered launch (grid.y = the cluster); exact CuPy argument types; the oracle's output."""
+    from csa_plan.kernels import oracle as O
+    from csa_plan.kernels.backends import CupyBackend
+
+    be = CupyBackend(fake)
+    g = O.Geometry(ratio=128, num_heads=16, max_seq_len=8192, window=16)
+    w, inp = O.make_layer(g, 16, seed=chunks)
+    rng = np.random.default_rng(chunks)
+    R, n_rec, W = 2, 40, 16
+    rows = [O.pack_fp8_record(rng.standard_normal((W + n_rec, 512)).astype(np.float32)) for _ in range(R)]
+    ring = fake.asarray(np.concatenate([r[:W] for r in rows]))
+    recs = fake.asarray(np.concatenate([r[W:] for r in rows]))
+    q_h = rng.standard_normal((R, 16, 512)).astype(np.float32)
+    y = fake.zeros((R, 16, 512), fake.float32)
+    ml = None if fused else fake.zeros(2 * R * chunks * 16, fake.float32)
+    po = None if fused else fake.zeros(R * chunks * 16 * 512, fake.float32)
+    (mod,) = fake.RawModule.instances
+    before = len(mod.launches)
+    rec = rows[0].shape[1]
+    be.attention(fake.asarray(q_h), ring, W, recs, None, n_rec, 16, 4999, fake.asarray(O.INV_FREQ),
+                 fake.asarray(w.sink), ml, po, y, chunks, requests=R, ring_stride=W * rec, rec_stride=n_rec * rec,
+                 fused=fused)
+    launches = mod.launches[before:]
+    names = [name for name, *_ in launches]
+    assert names == ([f"attn_tc_fused{chunks}"] if fused else ["attn_tc_partial", "attn_merge"])
+    assert launches[0][1] == (1, chunks, R)
+    got = y.get()
+    for r in range(R):
+        ref = O.attend(g, q_h[r], np.asarray(rows[r]), w.sink, 4999)
+        np.testing.assert_allclose(got[r], ref, atol=1e-5, rtol=0)
 
 
 def test_multi_block_topk_through_cupy_backend_on_fake_cupy(fake):

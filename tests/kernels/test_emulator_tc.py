@@ -174,3 +174,25 @@ def test_bulk_copies_land_when_their_mbarrier_phase_completes():
     # it returns at once and the copies have not landed (a wrong parity is a wrong answer)
     assert lib.emu_bulk(src.ctypes.data, before.ctypes.data, after.ctypes.data, 32, 1) == 0
     assert (after == 0xFF).all()
+
+
+def test_clusters_run_together_and_read_each_others_shared_memory():
+    """Clusters of 4 over a grid of 8: after the cluster barrier every block reads the next
+    block's shared memory (mapa) within its own cluster; without the barrier the later blocks
+    have not written yet (poisoned bytes), a thread that exits before the barrier and a
+    pointer outside shared memory are errors, and a grid that is not whole clusters too."""
+    lib = emulator_library()
+    out = np.zeros(8 * 64, np.int32)
+    assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 0) == 0, lib.csa_emu_last_error()
+    b = np.arange(8)
+    want = ((b // 4) * 4 + (b % 4 + 1) % 4)[:, None] * 100 + np.arange(64)[None, :]
+    np.testing.assert_array_equal(out.reshape(8, 64), want)
+    assert lib.emu_cluster(8, 4, out.ctypes.data, 0, 0) == 0
+    assert (out.reshape(8, 64)[[0, 4]] == -1).all()  # the next block had not run: 0xFF bytes
+    assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 1) != 0
+    assert b"cluster barrier reached by only part of a cluster" in lib.csa_emu_last_error()
+    assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 2) != 0
+    assert b"mapa: the pointer is not in this block's dynamic shared memory" in lib.csa_emu_last_error()
+    assert lib.emu_cluster(6, 4, out.ctypes.data, 1, 0) != 0
+    assert b"invalid cluster" in lib.csa_emu_last_error()
+

@@ -19,7 +19,7 @@ import pytest
 
 from csa_plan.kernels import sass as S
 from csa_plan.kernels.backends import INDEX_TC_THREADS
-from csa_plan.kernels.tc_geometry import attn_tc_launch
+from csa_plan.kernels.tc_geometry import FUSED_CLUSTERS, attn_tc_launch
 
 MISSING = S.missing_sass_tools()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -35,11 +35,10 @@ def kernels(tmp_path_factory):
 
 
 # kernel -> [(threads, dynamic shared bytes, blocks per SM the design needs)]
-DESIGN = {
-    "attn_tc_partial": [(attn_tc_launch(16).threads, attn_tc_launch(16).smem_bytes, 2),
-                        (attn_tc_launch(128).threads, attn_tc_launch(128).smem_bytes, 1)],
-    "index_tc_scores": [(INDEX_TC_THREADS, 0, 2)],
-}
+ATTN_DESIGN = [(attn_tc_launch(16).threads, attn_tc_launch(16).smem_bytes, 2),
+               (attn_tc_launch(128).threads, attn_tc_launch(128).smem_bytes, 1)]
+FUSED = tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
+DESIGN = {"attn_tc_partial": ATTN_DESIGN, "index_tc_scores": [(INDEX_TC_THREADS, 0, 2)]} | {k: ATTN_DESIGN for k in FUSED}
 
 
 @pytest.mark.parametrize("name", sorted(DESIGN))
@@ -50,7 +49,7 @@ def test_hot_loop_uses_tensor_cores_and_128_bit_async_loads(kernels, name, recor
     assert ops["HMMA.16816.F32.BF16"] > 0, ops
     async128 = [op for op in ops if (op.startswith("LDGSTS") and ".128" in op) or S.is_bulk_copy(op)]
     assert async128, f"{name}: no 128-bit cp.async or bulk copy in the tile loop: {ops}"
-    if name == "attn_tc_partial":  # rows arrive by cp.async.bulk (one per row, on the stage's mbarrier)
+    if name.startswith("attn_tc"):  # rows arrive by cp.async.bulk (one per row, on the stage's mbarrier)
         assert any(S.is_bulk_copy(op) for op in ops) and any(op.startswith("SYNCS") for op in ops), ops
     narrow = [op for op in ops if S.is_global_load(op) and S.load_width_bits(op) < 128]
     assert not narrow, f"{name}: global loads narrower than 128 bits in the tile loop: {narrow}"
@@ -69,6 +68,20 @@ def test_no_spills_and_occupancy_as_designed(kernels, name, record_property):
         assert smem <= 227 * 1024, (name, smem)
         got = S.blocks_per_sm(r.registers, threads, smem)
         assert got >= need, f"{name}: {got} blocks/SM at {threads} threads, {smem} B shared; the design needs {need}"
+
+
+@pytest.mark.parametrize("name", FUSED[1:])
+def test_fused_clusters_merge_over_the_cluster_barrier_and_distributed_shared_memory(kernels, name):
+    """attn_tc_fused2/4/8: the merge's cluster barrier (UCGABAR arrive and wait, twice) and
+    generic loads of the other blocks' shared memory (LD.E after mapa); the tile loop is the
+    same as attn_tc_partial's."""
+    k = kernels[name]
+    ops = Counter(k.opcodes())
+    assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2, ops
+    assert any(o.startswith("LD.E") for o in ops), ops
+    part = kernels["attn_tc_partial"]
+    assert Counter(k.opcodes(k.hot_loop()))["HMMA.16816.F32.BF16"] == Counter(
+        part.opcodes(part.hot_loop()))["HMMA.16816.F32.BF16"]
 
 
 def test_sass_reader_sees_loops_and_widths():
