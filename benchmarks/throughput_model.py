@@ -19,10 +19,25 @@ Predicted time = launches x LAUNCH_S + max(memory, SM, latency) + the merge pass
             slow paths count as their CALL), or from benchmarks/sass_counts.json recorded
             from it (python benchmarks/throughput_model.py --record);
 - latency = the busiest SM's bytes / (resident blocks x bytes in flight per block / LOADED
-            LATENCY) — Little's law for the copy pipeline (STAGES - 1 tiles in flight).
+            LATENCY) — Little's law for the copy pipeline (STAGES - 1 tiles in flight);
+- the merge: two-pass (attn_tc_partial + attn_merge), a second launch and the partial states
+            written to and read back from HBM; fused (attn_tc_fused<C>, the split
+            tc_geometry.attn_split picks), one launch, and per block its output tile written to
+            its own shared memory, the other blocks' slices read over distributed shared memory
+            (DSMEM_BYTES_PER_S_PER_SM) and two cluster barriers (CLUSTER_BARRIER_S).
 Assumptions, not measurements: the clock, MMA_SYNC_EFFICIENCY (legacy mma.sync below wgmma's
-peak on Hopper), the loaded DRAM latency and the per-launch overhead. When a GPU is lent,
-benchmarks/bench_kernels.py measures the kernels and these constants are corrected.
+peak on Hopper), the loaded DRAM latency, the per-launch overhead and the cluster's costs.
+When a GPU is lent, benchmarks/bench_kernels.py measures the kernels and these constants are
+corrected.
+
+Each row also gives the ceiling of any design under the same constants: the compulsory bytes
+over the time of one launch plus the larger of moving them at the HBM peak and doing the
+useful tensor work (one BF16 term per operand: 2 x 2 x 512 FLOP per row and head for
+attention, 2 x 128 per key and index head for the indexer) at the full dense BF16 peak. It
+says where a target is out of reach whatever the kernel: 128 query heads do about 450 FLOP
+per 583-byte row, above the H200's ridge of about 206, so attention there is compute-bound
+(report FLOP/s, as the spec says), and one step at batch 16 of CSA's 1,152 rows per request
+(11.8 MB) is shorter than the launch.
 
     python benchmarks/throughput_model.py            # the table (1M tokens, batch 1/16, 16/128 heads)
     python benchmarks/throughput_model.py --json
@@ -52,6 +67,12 @@ MMA_SYNC_EFFICIENCY = 0.6  # assumed share of that peak legacy mma.sync reaches 
 LSU_WAVEFRONTS_PER_CLK = 1  # shared-memory requests per SM per clock
 LOADED_LATENCY_S = 1.0e-6  # DRAM latency under load (assumed)
 LAUNCH_S = 2.0e-6  # per kernel launch in a decode step (assumed; less inside a CUDA graph)
+# SM-to-SM (distributed shared memory) throughput: Luo et al., "Benchmarking and Dissecting the
+# Nvidia Hopper GPU Architecture" (2024), about 3.3 TB/s for the whole GPU, taken as each SM's
+# share (assumed); one cluster barrier (arrive + wait) about two SM-to-SM latencies (assumed).
+DSMEM_BYTES_PER_S_PER_SM = 3.3e12 / SMS
+CLUSTER_BARRIER_S = 0.25e-6
+LSU_BYTES_PER_CLK = 128  # one shared-memory wavefront
 L2_BYTES = 50 * 2**20
 
 REC = 583
@@ -136,6 +157,9 @@ class Prediction:
     total_us: float
     bound: str
     share_of_peak: float
+    path: str  # attention: "two-pass" or "fused<C>"; the indexer: "one pass"
+    ceiling: float  # the share any one-launch design could reach (see the docstring)
+    tensor_share: float  # useful tensor FLOP/s (one BF16 term per operand) over the dense BF16 peak
 
 
 def _tile_cycles(c: LoopCounts, warps: int, trips: dict[str, float]) -> tuple[float, float, float]:
@@ -153,18 +177,41 @@ def _tile_cycles(c: LoopCounts, warps: int, trips: dict[str, float]) -> tuple[fl
     return issue, tensor, smem
 
 
-def _finish(kernel, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, fixed_s) -> Prediction:
+PEAK_FLOP_S = SMS * CLOCK_HZ * HMMA_PER_CLK * 4096  # dense BF16, about 989 TFLOP/s
+
+
+def ceiling_share(compulsory: int, useful_flop: float) -> float:
+    """The share of the HBM peak any one-launch design reaches: one launch, then the larger of
+    moving the compulsory bytes at the peak and the useful tensor work at the dense peak."""
+    return compulsory / (HBM_BYTES_PER_S * (LAUNCH_S + max(compulsory / HBM_BYTES_PER_S, useful_flop / PEAK_FLOP_S)))
+
+
+def _finish(kernel, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, fixed_s, path,
+            useful_flop) -> Prediction:
     mem_s = hbm / HBM_BYTES_PER_S
     core = max(mem_s, sm_s, lat_s)
     bound = ("memory", "SM", "latency")[[mem_s, sm_s, lat_s].index(core)]
     total = fixed_s + core
     return Prediction(kernel, batch, heads, blocks, chunks, compulsory, hbm, mem_s * 1e6, sm_s * 1e6, lat_s * 1e6,
-                      fixed_s * 1e6, total * 1e6, bound, compulsory / (HBM_BYTES_PER_S * total))
+                      fixed_s * 1e6, total * 1e6, bound, compulsory / (HBM_BYTES_PER_S * total), path,
+                      ceiling_share(compulsory, useful_flop), useful_flop / (PEAK_FLOP_S * total))
+
+
+def cluster_merge_s(heads_per_block: int, chunks: int, blocks_per_sm: int) -> float:
+    """The fused merge on the busiest SM: each of its blocks writes its fp32 output tile to its
+    own shared memory and reads 1/chunks of every block's (the others' over DSMEM); two
+    cluster barriers when the chunks form a cluster."""
+    tile = heads_per_block * D * 4
+    local_s = blocks_per_sm * (tile + tile / chunks) / LSU_BYTES_PER_CLK / CLOCK_HZ
+    if chunks == 1:
+        return local_s
+    remote_s = blocks_per_sm * tile * (chunks - 1) / chunks / DSMEM_BYTES_PER_S_PER_SM
+    return 2 * CLUSTER_BARRIER_S + local_s + remote_s
 
 
 def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: int, heads: int) -> Prediction:
     from csa_plan.kernels.sass import blocks_per_sm
-    from csa_plan.kernels.tc_geometry import (ATTN_TC_ROW_SMEM, ATTN_TC_STAGES, ATTN_TC_TILE, attn_splits,
+    from csa_plan.kernels.tc_geometry import (ATTN_TC_ROW_SMEM, ATTN_TC_STAGES, ATTN_TC_TILE, attn_split,
                                               attn_tc_launch, partial_capacity)
 
     records = context // ratio
@@ -177,7 +224,8 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     cap = partial_capacity(heads, attn_floats, records if ratio == 4 else 0).chunks
     c = counts["attn_tc_partial"]
     occ = blocks_per_sm(c.registers, lay.threads, c.static_smem + lay.smem_bytes)
-    chunks = attn_splits(rows, batch, lay.head_groups, cap, blocks_per_sm=occ, indexed=ratio == 4)
+    split = attn_split(rows, batch, lay.head_groups, cap)
+    chunks = split.chunks
     blocks = lay.head_groups * chunks * batch
     tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)
     threads = lay.threads
@@ -193,7 +241,7 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     sm_s = busiest * tiles_per_block * per_tile / CLOCK_HZ
     row_hbm = REC if ratio == 128 else (REC - 1) / 32 * 32 + 32  # 32-byte sectors touched
     rows_bytes = batch * rows * row_hbm
-    part = batch * chunks * heads * (2 + D) * 4 * 2  # written by pass 1, read by the merge
+    part = 0 if split.fused else batch * chunks * heads * (2 + D) * 4 * 2  # written by pass 1, read by the merge
     qy = batch * heads * D * 4 * 2
     hbm = int(rows_bytes + part + qy)
     compulsory = batch * (rows * REC + heads * D * 4 * 2)
@@ -201,9 +249,15 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * ATTN_TC_TILE * row_hbm / lay.head_groups) / (
         resident * inflight / LOADED_LATENCY_S)
-    merge_s = part / 2 / HBM_BYTES_PER_S
+    if split.fused:
+        fixed = LAUNCH_S + cluster_merge_s(16 * lay.m_tiles, chunks, resident)
+        path = f"fused{chunks}"
+    else:
+        fixed = 2 * LAUNCH_S + part / 2 / HBM_BYTES_PER_S
+        path = "two-pass"
     name = "HCA attention" if ratio == 128 else "CSA attention"
-    return _finish(name, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, 2 * LAUNCH_S + merge_s)
+    useful = batch * rows * heads * 2 * 2 * D  # S = QK^T and O = PV, one BF16 term each
+    return _finish(name, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, fixed, path, useful)
 
 
 def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64) -> Prediction:
@@ -230,7 +284,8 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
     inflight = (INDEX_TC_STAGES - 1) * (INDEX_TC_TILE * KEY)
     resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * INDEX_TC_TILE * KEY) / (resident * inflight / LOADED_LATENCY_S)
-    return _finish("indexer", batch, index_heads, blocks, gx, compulsory, hbm, sm_s, lat_s, LAUNCH_S)
+    return _finish("indexer", batch, index_heads, blocks, gx, compulsory, hbm, sm_s, lat_s, LAUNCH_S, "one pass",
+                   batch * n * index_heads * 2 * 128)
 
 
 def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Prediction]:
@@ -268,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
     print(f"Modelled share of the H200's 4.8 TB/s at {args.context:,} tokens (not measured; see the docstring)")
-    print(f"{'kernel':<14} {'batch':>5} {'heads':>5} {'blocks':>6} {'chunks':>6} {'MB':>8} {'us':>7} "
-          f"{'bound':>8} {'share':>6}")
+    print(f"{'kernel':<14} {'batch':>5} {'heads':>5} {'path':>8} {'blocks':>6} {'chunks':>6} {'MB':>8} {'us':>7} "
+          f"{'bound':>8} {'share':>6} {'ceiling':>7} {'TFLOP/s':>8} {'of peak':>7}")
     for r in rows:
-        print(f"{r.kernel:<14} {r.batch:>5} {r.heads:>5} {r.blocks:>6} {r.chunks:>6} "
-              f"{r.compulsory_bytes / 1e6:>8.2f} {r.total_us:>7.2f} {r.bound:>8} {r.share_of_peak:>6.1%}")
+        print(f"{r.kernel:<14} {r.batch:>5} {r.heads:>5} {r.path:>8} {r.blocks:>6} {r.chunks:>6} "
+              f"{r.compulsory_bytes / 1e6:>8.2f} {r.total_us:>7.2f} {r.bound:>8} {r.share_of_peak:>6.1%} "
+              f"{r.ceiling:>7.1%} {r.tensor_share * PEAK_FLOP_S / 1e12:>8.0f} {r.tensor_share:>7.1%}")
     return 0
 
 

@@ -9,8 +9,10 @@ At ``--context`` tokens (default 1,048,576) and for each batch in ``--batches`` 
   (512 for V4-Flash, 1024 for V4-Pro);
 * CSA attention over the 128-row window plus the k selected records, and HCA attention
   over the window plus all 8,192 records, for 16 heads (V4-Pro at --tp 8), 64 (V4-Flash)
-  and 128 (V4-Pro), split over ``--chunks`` row ranges (multi-chunk merges), query RoPE at
-  position context - 1 (the large-angle path).
+  and 128 (V4-Pro), split over ``--chunks`` row ranges (multi-chunk merges by attn_merge),
+  then fused (attn_tc_fused: the split tc_geometry.attn_split picks when it is fused, else
+  clusters of 8 chunks merged in distributed shared memory), query RoPE at position
+  context - 1 (the large-angle path).
 
 Records and keys are gathered (per request, at random) from a pool of 65,536 distinct
 random ones, so about 4 copies of each key sit in a request: top-k meets exact ties and
@@ -37,7 +39,7 @@ import numpy as np
 
 from csa_plan.kernels import oracle as O
 from csa_plan.kernels import traffic as T
-from csa_plan.kernels.tc_geometry import topk_blocks, topk_work_words
+from csa_plan.kernels.tc_geometry import FUSED_CLUSTERS, attn_split, attn_tc_launch, topk_blocks, topk_work_words
 
 CONTEXT = 1 << 20
 WINDOW = 128
@@ -235,19 +237,33 @@ class Probe:
             self.attention(gname, H, R, "HCA", ring, hca, None, None, n_hca, ring_ids, hca_ids, pos)
 
     def attention(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos) -> None:
-        cp, be, a, rng = self.cp, self.be, self.a, self.rng
-        W, C, rec = WINDOW, a.chunks, self.g.record_bytes
-        n_rec = records.shape[1]
+        """Two passes over --chunks (attn_tc_partial + attn_merge), then the fused launch: the
+        split attn_split picks when it is fused, else clusters of the largest size."""
+        cp, rng = self.cp, self.rng
+        W, C = WINDOW, self.a.chunks
         q_h = rng.standard_normal((R, H, 512), dtype=np.float32)
         sink_h = rng.standard_normal(H, dtype=np.float32)
         q, sink = cp.asarray(q_h), cp.asarray(sink_h)
-        ml = cp.zeros(2 * R * C * H, dtype=cp.float32)
-        po = cp.zeros(R * C * H * 512, dtype=cp.float32)
+        rows = W + n_sel
+        split = attn_split(rows, R, attn_tc_launch(H).head_groups, C, sm_count=self.be.sm_count)
+        fused_chunks = split.chunks if split.fused else FUSED_CLUSTERS[-1]
+        for chunks, fused in ((C, False), (fused_chunks, True)):
+            self._attend(gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos, q_h,
+                         sink_h, q, sink, chunks, fused)
+
+    def _attend(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos, q_h, sink_h,
+                q, sink, C, fused) -> None:
+        cp, be, a = self.cp, self.be, self.a
+        W, rec = WINDOW, self.g.record_bytes
+        n_rec = records.shape[1]
+        ml = None if fused else cp.zeros(2 * R * C * H, dtype=cp.float32)
+        po = None if fused else cp.zeros(R * C * H * 512, dtype=cp.float32)
         ys = [cp.zeros((R, H, 512), dtype=cp.float32) for _ in range(2)]
 
         def attend(i):
             be.attention(q, ring, W, records, ids_dev, n_sel, H, pos, self.inv, sink, ml, po, ys[i], C, requests=R,
-                         ring_stride=W * rec, rec_stride=n_rec * rec, idx_stride=n_sel if ids_dev is not None else 0)
+                         ring_stride=W * rec, rec_stride=n_rec * rec, idx_stride=n_sel if ids_dev is not None else 0,
+                         fused=fused)
 
         attend(0)
         attend(1)
@@ -261,14 +277,15 @@ class Probe:
             rows = np.concatenate([self.rec_pool[ring_ids[r]], self.rec_pool[rec_ids[r][sel]]], axis=0)
             ref = O.attend(g, q_h[r], rows, sink_h, pos)
             worst = max(worst, float(np.abs(ref - y[r]).max()))
+        path = "fused" if fused else "two-pass"
         tag = f"{gname} {kind} H={H} R={R}"
-        self.check(f"attention vs oracle ({tag})", worst <= ATTN_ATOL and same,
-                   f"{W} window + {n_sel:,} {'selected' if ids_dev is not None else 'all'} rows, {C} chunks merged, "
-                   f"position {pos:,}; max |err| {worst:.2e} over all {R} requests (tol {ATTN_ATOL:g}); "
-                   f"second launch bit-identical: {same}", worst)
-        self.time(f"attention/{tag}", lambda: attend(1),
-                  T.attention(R, H, W + n_sel, n_sel if ids_dev is not None else 0, C), kind=kind, requests=R,
-                  heads=H, rows=W + n_sel, chunks=C, geometry=gname)
+        self.check(f"attention {path} vs oracle ({tag})", worst <= ATTN_ATOL and same,
+                   f"{W} window + {n_sel:,} {'selected' if ids_dev is not None else 'all'} rows, {C} chunks merged "
+                   f"{'in the cluster' if fused else 'by attn_merge'}, position {pos:,}; max |err| {worst:.2e} over "
+                   f"all {R} requests (tol {ATTN_ATOL:g}); second launch bit-identical: {same}", worst)
+        self.time(f"attention{'-fused' if fused else ''}/{tag}", lambda: attend(1),
+                  T.attention(R, H, W + n_sel, n_sel if ids_dev is not None else 0, C, fused=fused), kind=kind,
+                  requests=R, heads=H, rows=W + n_sel, chunks=C, fused=fused, geometry=gname)
 
 
 def run(argv=None, cupy_module=None) -> tuple[int, dict | None]:

@@ -14,9 +14,11 @@ launch shapes of kernels/backends.py), counting a re-read even when L2 would ser
 * attention pass 1 (attn_tc_partial, the launched kernel): each head group (up to 32 heads,
   one block; tc_geometry.attn_tc_launch) re-reads the rows, as 16-byte aligned supersets
   (up to 608 bytes per 583-byte row: an upper bound), and the ids; every chunk re-reads its
-  heads' queries (kernel="simt": 16-head groups, 583 bytes per row); every chunk writes a partial (max, sum, 512 outputs) per head and the
-  merge reads them back (the partial round trip), then writes the output. Compulsory:
-  rows, ids, query and output once.
+  heads' queries (kernel="simt": 16-head groups, 583 bytes per row); every chunk writes a
+  partial (max, sum, 512 outputs) per head and the merge reads them back (the partial round
+  trip), then writes the output. Fused (attn_tc_fused<chunks>): the same pass-1 reads, and the
+  partial states stay in the cluster's shared memory: no round trip, each block writes its
+  slice of the output. Compulsory: rows, ids, query and output once.
 
 Byte counts are exact integers for a given geometry; rates divide them by measured time.
 """
@@ -73,7 +75,7 @@ def topk(requests: int, n: int, k: int, sm_count: int = H200_SMS) -> Traffic:
 
 
 def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: int, rope_dim: int = 64,
-              kernel: str = "tc") -> Traffic:
+              kernel: str = "tc", fused: bool = False) -> Traffic:
     """rows = window rows + selected records; selected_ids = ids read (0 when all records are taken in order)."""
     rec = record_bytes(rope_dim)
     qy = heads * HEAD_DIM * F32
@@ -82,9 +84,10 @@ def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: i
         groups, row_bytes = -(-heads // attn_warps(heads)), rec
     else:
         groups, row_bytes = attn_tc_launch(heads).head_groups, ATTN_TC_ROW_SMEM
-    partial = chunks * heads * PARTIAL_FLOATS * F32
+    partial = 0 if fused else chunks * heads * PARTIAL_FLOATS * F32
+    sinks = heads * F32 * (chunks if fused else 1)  # fused: each block of a cluster reads its heads' sinks
     moved = requests * (groups * (rows * row_bytes + selected_ids * I32) + chunks * qy  # pass 1: every chunk reads q
                         + partial  # pass 1 writes the partials
-                        + partial + qy  # pass 2 reads them back and writes y
-                        + heads * F32)  # the sinks
-    return Traffic("attn_partial+attn_merge", comp, moved)
+                        + partial + qy  # pass 2 (or the cluster) reads them back and writes y
+                        + sinks)
+    return Traffic(f"attn_tc_fused{chunks}" if fused else "attn_partial+attn_merge", comp, moved)

@@ -112,10 +112,14 @@ def test_bench_body_on_fake_cupy_checks_pass_and_report_both_byte_counts(fake_do
     code, doc = fake_doc
     assert code == 0 and doc["failed"] == 0, [c for c in doc["checks"] if c["status"] != "pass"]
     names = {c["name"] for c in doc["checks"]}
-    assert {"top-1024 of 1,024 (R=1)", "attention vs oracle (v4-pro-tp8 CSA H=16 R=1)",
-            "attention vs oracle (v4-pro-tp8 HCA H=16 R=1)", "indexer scan vs oracle (R=1)"} <= names
+    assert {"top-1024 of 1,024 (R=1)", "attention two-pass vs oracle (v4-pro-tp8 CSA H=16 R=1)",
+            "attention two-pass vs oracle (v4-pro-tp8 HCA H=16 R=1)",
+            "attention fused vs oracle (v4-pro-tp8 CSA H=16 R=1)",
+            "attention fused vs oracle (v4-pro-tp8 HCA H=16 R=1)", "indexer scan vs oracle (R=1)"} <= names
     kernels = {t["kernel"] for t in doc["timings"]}
-    assert kernels == {"index_scores", "topk_radix", "attn_partial+attn_merge"}
+    fused = {t["kernel"] for t in doc["timings"] if t.get("fused")}
+    assert kernels - fused == {"index_scores", "topk_radix", "attn_partial+attn_merge"}
+    assert fused and all(k.startswith("attn_tc_fused") for k in fused)
     assert all(t["moved_bytes"] >= t["compulsory_bytes"] > 0 for t in doc["timings"])
     assert doc["copy_ceiling"]["bytes_per_s"] > 0
     b = _load_bench()

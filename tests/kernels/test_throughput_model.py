@@ -64,3 +64,19 @@ def test_indexer_geometry_is_the_kernel_s():
     got = {k: int(v) for k, v in re.findall(r"^#define CSA_IX_(TILE|STAGES|THREADS) (\d+)", src, re.M)}
     assert got == {"TILE": B.INDEX_TC_TILE, "STAGES": B.INDEX_TC_STAGES, "THREADS": B.INDEX_TC_THREADS}
     assert INDEX_TC_KEYS_PER_TILE == B.INDEX_TC_TILE
+
+
+def test_fused_split_and_the_ceiling_of_any_design():
+    """At batch 16 the 16-head cases take the fused split (one launch, no partial states in
+    HBM); no row beats the ceiling of any one-launch design under the same constants, and
+    128-head HCA attention's ceiling is under half the HBM peak (compute-bound)."""
+    by = {(r.kernel, r.batch, r.heads): r for r in M.table(M.load_counts())}
+    for kind in ("HCA attention", "CSA attention"):
+        r = by[(kind, 16, 16)]
+        assert r.path == f"fused{r.chunks}" and r.chunks in (1, 2, 4, 8)
+        assert r.hbm_bytes < r.compulsory_bytes * 1.1  # no partial round trip
+    for r in by.values():
+        assert 0 < r.share_of_peak <= r.ceiling <= 1, r
+    assert by[("HCA attention", 16, 128)].ceiling < 0.5
+    # the fused merge: one launch plus the cluster's costs, more with more chunks
+    assert M.cluster_merge_s(16, 1, 1) < M.cluster_merge_s(16, 2, 1) < M.cluster_merge_s(16, 8, 1)
