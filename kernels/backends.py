@@ -14,14 +14,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, FUSED_CLUSTERS, H200_SMS, attn_tc_launch, index_tc_blocks, topk_blocks,
-                                          topk_work_words)
+from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, FUSED_CLUSTERS, H200_SMS, TopkLayout, attn_tc_launch,
+                                          index_tc_blocks, topk_layout)
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
@@ -45,6 +45,9 @@ MERGE_THREADS = 128
 ATTN_MAX_WARPS = 16
 # Kernels that read their vector width from blockDim.x (one channel per thread).
 FIXED_BLOCK = {"emit_records": 512, "emit_index_keys": 128}
+# Pointer parameters a launch may pass as null: attn_partial's idx (use_idx == 0: never read),
+# index_tc_scores' hist (no fused top-k histogram).
+NULLABLE = ("idx", "hist")
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -136,7 +139,7 @@ def check_launch(kernel: str, grid, block: int, args: list, sig: dict[str, Kerne
             raise TypeError(f"{kernel}({cname}): kernel expects kind {kind!r}, launcher passes {k!r}")
         if kind == "p":
             if v is None:
-                if cname != "idx":  # only attn_partial's idx may be null (use_idx == 0: never read)
+                if cname not in NULLABLE:
                     raise TypeError(f"{kernel}({cname}): null pointer")
                 continue
             if getattr(v, "dtype", None) != dtype:
@@ -227,10 +230,10 @@ _SIGNATURES = {
     "emu_emit_records": _GRID + [_P, _I, _I, _I, _P, _I, _P, _I, _I, _P, _I],
     "emu_emit_index_keys": _GRID + [_P, _I, _P, _I, _P],
     "emu_index_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
-    "emu_index_tc_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L],
+    "emu_index_tc_scores": _GRID + [_P, _L, _P, _P, _I, _I, _P, _L, _P, _L],
     "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
-    "emu_topk_mb_hist": _GRID + [_P, _L, _I, _I, _P, _L, _I],
-    "emu_topk_mb_count": _GRID + [_P, _L, _I, _I, _P, _L],
+    "emu_topk_mb_hist": _GRID + [_P, _L, _I, _I, _P, _L, _I, _I],
+    "emu_topk_mb_count": _GRID + [_P, _L, _I, _I, _P, _L, _I],
     "emu_topk_mb_write": _GRID + [_P, _L, _I, _I, _P, _L, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
@@ -284,6 +287,20 @@ def _address(a) -> int:
     return int(a.ctypes.data) if isinstance(a, np.ndarray) else int(a.data.ptr)
 
 
+@dataclass(frozen=True)
+class TopkWork:
+    """A lent uint32 work buffer laid out for the multi-block top-k of `requests` requests of
+    n scores each (``layout.words`` per request: tc_geometry.TopkLayout). hist0_filled: the
+    buffer came back from index_scores(topk_work=...), whose epilogue accumulated each
+    request's first histogram (and zeroed the rest of the header), so topk skips that pass."""
+
+    buf: object
+    n: int
+    requests: int
+    layout: TopkLayout
+    hist0_filled: bool = False
+
+
 def attn_warps(heads: int) -> int:
     return max(1, min(heads, ATTN_MAX_WARPS))
 
@@ -324,10 +341,43 @@ class _Base:
         self._launch("emit_index_keys", (n_records, 1, 1), EMIT_INDEX_THREADS,
                      [("p", tok), ("i", cur0), ("p", norm), ("i", first_record), ("p", out)])
 
+    def topk_work(self, work, n: int, requests: int = 1, *, blocks: int | None = None,
+                  compact: bool = True) -> TopkWork | None:
+        """`work` (a uint32 scratch the caller lends) laid out for the multi-block top-k of n
+        scores per request (tc_geometry.topk_layout: its blocks, and candidate slots in what
+        the buffer holds past the header; compact=False: none), or None when the single-block
+        topk_radix applies (too few keys, no buffer, or too small a one)."""
+        if work is None or getattr(work, "dtype", None) != np.uint32:
+            return None
+        lay = topk_layout(n, requests, int(work.size), self.sm_count, blocks)
+        if lay is None:
+            return None
+        if not compact:
+            lay = TopkLayout(blocks=lay.blocks, cand_capacity=0)
+        if _address(work) % 16:
+            raise ValueError("topk(work): the buffer must be 16-byte aligned (16-byte candidate loads)")
+        return TopkWork(buf=work, n=n, requests=requests, layout=lay)
+
+    def _zero_topk_header(self, tw: TopkWork) -> None:
+        w = tw.buf[:tw.requests * tw.layout.words].reshape(tw.requests, tw.layout.words)
+        w[:, :tw.layout.header_words] = 0  # histograms, slice counts, candidate count
+
     def index_scores(self, keys, q, w, heads: int, n: int, scores, *, requests: int = 1, key_stride: int = 0,
-                     score_stride: int = 0, blocks: int | None = None, kernel: str = "tc") -> None:
+                     score_stride: int = 0, blocks: int | None = None, kernel: str = "tc",
+                     topk_work: TopkWork | None = None) -> TopkWork | None:
+        """The index scores of each request's n keys. With topk_work (from topk_work(), for
+        these n and requests; the tensor-core kernel only) the epilogue also accumulates each
+        request's first top-k histogram: the returned TopkWork, handed to topk(), skips top-k's
+        first pass over the scores. Without it (or with kernel="simt": no fusion, the plain
+        TopkWork back) nothing but the scores is written."""
         if n <= 0:
-            return
+            return None
+        if topk_work is not None:
+            if not isinstance(topk_work, TopkWork) or topk_work.hist0_filled:
+                raise ValueError("index_scores(topk_work): a fresh TopkWork from topk_work()")
+            if (topk_work.n, topk_work.requests) != (n, requests):
+                raise ValueError(f"index_scores(topk_work): laid out for {topk_work.requests} x {topk_work.n} "
+                                 f"scores, launched for {requests} x {n}")
         check_launch_geometry("index_scores", head_dim=HEAD_DIM, rope_dim=64, ratio=4, index_heads=heads,
                               index_dim=INDEX_DIM)
         _need("index_scores", "keys", keys, (requests - 1) * key_stride + n * INDEX_KEY_BYTES)
@@ -340,7 +390,7 @@ class _Base:
             self._launch("index_scores", (gx, requests, 1), INDEX_THREADS,
                          [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
                           ("l", score_stride)])
-            return
+            return topk_work
         if kernel != "tc":
             raise ValueError(f"index_scores kernel {kernel!r}: 'tc' or 'simt'")
         if _address(keys) % 16:
@@ -351,35 +401,42 @@ class _Base:
         # (rounded down, so no SM gets a third block: the busiest SM sets the time), each
         # looping over its tiles so the cp.async pipeline stays full
         gx = blocks or index_tc_blocks(n, requests, self.sm_count)
+        hist = None
+        if topk_work is not None:
+            self._zero_topk_header(topk_work)
+            hist = topk_work.buf
         self._launch("index_tc_scores", (gx, requests, 1), INDEX_TC_THREADS,
                      [("p", keys), ("l", key_stride), ("p", q), ("p", w), ("i", heads), ("i", n), ("p", scores),
-                      ("l", score_stride)])
+                      ("l", score_stride), ("p", hist), ("l", topk_work.layout.words if topk_work else 0)])
+        return None if topk_work is None else replace(topk_work, hist0_filled=True)
 
     def topk(self, scores, n: int, k: int, out, *, requests: int = 1, score_stride: int = 0,
              out_stride: int = 0, work=None, blocks: int | None = None) -> None:
-        """Top-k ids of each request's scores, ascending. With `work` (a uint32 scratch the
-        caller lends: the attention workspace is free while top-k runs) and n large enough,
-        the multi-block radix select (topk_mb_*, tc_geometry.topk_blocks blocks per request,
-        or `blocks`); otherwise the single-block topk_radix. Both give oracle.topk_ids."""
+        """Top-k ids of each request's scores, ascending. With `work` — a uint32 scratch the
+        caller lends (the attention workspace is free while top-k runs), or the TopkWork that
+        topk_work() laid out or index_scores(topk_work=...) returned with its first histogram
+        filled — and n large enough, the multi-block radix select (topk_mb_*,
+        tc_geometry.topk_blocks blocks per request, or `blocks`), compacting the threshold
+        bin's candidates where the buffer has room for them; otherwise the single-block
+        topk_radix. All give oracle.topk_ids."""
         k = min(k, n)
         if k <= 0:
             return
         _need("topk_radix", "scores", scores, (requests - 1) * score_stride + n)
         _need("topk_radix", "out", out, (requests - 1) * out_stride + k)
-        b = blocks or topk_blocks(n, requests, self.sm_count)
-        ws = topk_work_words(b)
-        if b > 1 and work is not None and work.dtype == np.uint32 and work.size >= requests * ws:
-            w = work[:requests * ws].reshape(requests, ws)
-            w[:, :2048] = 0  # hist0; topk_mb_hist's pass 0 zeroes the other two
-            for p in range(3):
-                self._launch("topk_mb_hist", (b, requests, 1), TOPK_THREADS,
-                             [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws),
-                              ("i", p)])
-            self._launch("topk_mb_count", (b, requests, 1), TOPK_THREADS,
-                         [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws)])
-            self._launch("topk_mb_write", (b, requests, 1), TOPK_THREADS,
-                         [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", work), ("l", ws),
-                          ("p", out), ("l", out_stride)])
+        tw = work if isinstance(work, TopkWork) else self.topk_work(work, n, requests, blocks=blocks)
+        if tw is not None:
+            if (tw.n, tw.requests) != (n, requests) or (blocks and blocks != tw.layout.blocks):
+                raise ValueError(f"topk(work): laid out for {tw.requests} x {tw.n} scores"
+                                 f" ({tw.layout.blocks} blocks), launched for {requests} x {n}")
+            b, ws, cap = tw.layout.blocks, tw.layout.words, tw.layout.cand_capacity
+            args = [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", tw.buf), ("l", ws)]
+            if not tw.hist0_filled:
+                self._zero_topk_header(tw)
+            for p in range(1 if tw.hist0_filled else 0, 3):
+                self._launch("topk_mb_hist", (b, requests, 1), TOPK_THREADS, args + [("i", p), ("i", cap)])
+            self._launch("topk_mb_count", (b, requests, 1), TOPK_THREADS, args + [("i", cap)])
+            self._launch("topk_mb_write", (b, requests, 1), TOPK_THREADS, args + [("p", out), ("l", out_stride)])
             return
         self._launch("topk_radix", (requests, 1, 1), TOPK_THREADS,
                      [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", out), ("l", out_stride)])

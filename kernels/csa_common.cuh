@@ -9,6 +9,24 @@
 #define CSA_RMS_EPS 1e-6f
 #define CSA_NEG_INF __uint_as_float(0xff800000u)
 
+// The order key top-k ranks by (topk.cu, and index_tc.cu's fused first histogram), from the
+// bits alone, never with float arithmetic: under -ftz=true (CuPy always passes it)
+// `s + 0.0f` would flush a denormal score to zero before ranking. -0 ranks as +0; every NaN
+// (either sign, any payload) gets key 0, below -inf (key 0x007fffff), so NaN ranks lowest and
+// ties among NaNs go to the lower id — the order oracle.order_keys() defines for the oracle.
+__device__ __forceinline__ unsigned csa_order_key(float s) {
+  unsigned u = __float_as_uint(s);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN
+  if (u == 0x80000000u) u = 0u;                    // -0 -> +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The multi-block select's first radix digit: the top 11 bits of the order key (2048 bins,
+// the request's hist0 in the top-k work buffer, topk.cu), accumulated either by topk_mb_hist's
+// pass 0 or by index_tc_scores' epilogue as it writes the scores.
+#define CSA_TK_BINS0 2048
+#define CSA_TK_SHIFT0 21
+
 // ceil(log2(r)) for positive float r, exactly (frexp: r = m * 2^e, m in [0.5, 1)).
 __device__ __forceinline__ int csa_pow2_exp(float r) {
   int e;

@@ -51,8 +51,9 @@ int emu_index_scores(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const u
 
 int emu_index_tc_scores(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const unsigned char* keys,
                         long long key_req_stride, const float* q, const float* w, int heads, int n, float* scores,
-                        long long score_req_stride) {
-  CSA_EMU_LAUNCH(index_tc_scores(keys, key_req_stride, q, w, heads, n, scores, score_req_stride));
+                        long long score_req_stride, unsigned* hist, long long hist_req_stride) {
+  CSA_EMU_LAUNCH(index_tc_scores(keys, key_req_stride, q, w, heads, n, scores, score_req_stride, hist,
+                                 hist_req_stride));
 }
 
 int emu_topk_radix(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
@@ -61,12 +62,14 @@ int emu_topk_radix(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const flo
 }
 
 int emu_topk_mb_hist(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
-                     long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride, int pass) {
-  CSA_EMU_LAUNCH(topk_mb_hist(scores, score_req_stride, n, k, work, work_req_stride, pass));
+                     long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride, int pass,
+                     int cand_cap) {
+  CSA_EMU_LAUNCH(topk_mb_hist(scores, score_req_stride, n, k, work, work_req_stride, pass, cand_cap));
 }
 int emu_topk_mb_count(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
-                      long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride) {
-  CSA_EMU_LAUNCH(topk_mb_count(scores, score_req_stride, n, k, work, work_req_stride));
+                      long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride,
+                      int cand_cap) {
+  CSA_EMU_LAUNCH(topk_mb_count(scores, score_req_stride, n, k, work, work_req_stride, cand_cap));
 }
 int emu_topk_mb_write(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
                       long long score_req_stride, int n, int k, const unsigned* work, long long work_req_stride,

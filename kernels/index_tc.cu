@@ -14,6 +14,11 @@
 // products are unchanged. Epilogue: relu, times w_h, summed over heads in one FMA chain per key
 // and across the 8 head groups by a transposing shuffle butterfly; lanes 0..15 store one score
 // each per 64-key half.
+// Fused top-k histogram (hist != null: the caller lends the multi-block top-k's work buffer,
+// hist = each request's hist0, zeroed by the launcher): each stored score's first radix digit
+// (the top 11 bits of csa_order_key, the key topk.cu ranks by) is counted in a shared
+// histogram, merged into hist0 with one global atomic per non-empty bin when the block ends,
+// so top-k skips its first pass over the scores. The scores are the same bits either way.
 // Grid: (blocks over key tiles, requests); blockDim.x == 128.
 #include "csa_common.cuh"
 #include "csa_ptx.cuh"
@@ -70,9 +75,11 @@ __device__ __forceinline__ void index_tc_word(unsigned w, const uint4& t, unsign
 
 extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     const unsigned char* __restrict__ keys, long long key_req_stride, const float* __restrict__ q,
-    const float* __restrict__ w, int heads, int n, float* __restrict__ scores, long long score_req_stride) {
+    const float* __restrict__ w, int heads, int n, float* __restrict__ scores, long long score_req_stride,
+    unsigned* __restrict__ hist, long long hist_req_stride) {
   __shared__ __align__(16) unsigned char stage[CSA_IX_STAGES][CSA_IX_STAGE_BYTES];
   __shared__ uint4 tables[256];  // [E8M0 scale]: its IndexTcTable (read after the loop's first barrier)
+  __shared__ unsigned khist[CSA_TK_BINS0];  // the fused histogram (hist != null)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tg = lane & 3;
   const int req = blockIdx.y;
   const unsigned char* kr = keys + (long long)req * key_req_stride;
@@ -109,6 +116,9 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
     const IndexTcTable t = index_tc_table((unsigned)sc);
     tables[sc] = make_uint4(t.lo0, t.lo1, t.hi0, t.hi1);
   }
+  const bool fuse = hist != nullptr;  // uniform
+  if (fuse)  // ordered before the first count by the loop's first barrier (or the final one)
+    for (int i = tid; i < CSA_TK_BINS0; i += CSA_IX_THREADS) khist[i] = 0u;
 
   const int ntiles = (n + CSA_IX_TILE - 1) / CSA_IX_TILE;
   // 32-bit offsets within the request's keys (n * 68 < 2^31, the launcher checks); the aligned
@@ -194,9 +204,20 @@ extern "C" __global__ void __launch_bounds__(128) index_tc_scores(
         float r = (b3 ? q1 : q0) + __shfl_xor_sync(CSA_FULL_MASK, b3 ? q0 : q1, 8);
         r += __shfl_xor_sync(CSA_FULL_MASK, r, 16);
         const int c = key0 + 64 * half + 8 * (2 * warp + (int)b2) + 2 * tg + (int)b3;
-        if (lane < 16 && c < n) sr[c] = r;
+        if (lane < 16 && c < n) {
+          sr[c] = r;
+          if (fuse) atomicAdd(&khist[csa_order_key(r) >> CSA_TK_SHIFT0], 1u);
+        }
       }
     }
   }
   csa_cp_async_wait<0>();
+  if (fuse) {
+    __syncthreads();
+    unsigned* gh = hist + (long long)req * hist_req_stride;
+    for (int i = tid; i < CSA_TK_BINS0; i += CSA_IX_THREADS) {
+      const unsigned v = khist[i];
+      if (v) atomicAdd(&gh[i], v);
+    }
+  }
 }

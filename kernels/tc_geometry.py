@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.planner.units import ceil_div
+from csa_plan.planner.units import ceil_div, round_up
 
 ATTN_TC_TILE = 32  # rows per pipeline stage
 ATTN_TC_STAGES = 3
@@ -135,6 +135,9 @@ def index_tc_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_
 TOPK_MB_MIN_KEYS = 16384  # below this one 256-thread block per request (topk_radix) is enough
 TOPK_MB_KEYS_PER_BLOCK = 4096  # at least 16 keys per thread of a topk_mb block
 TOPK_MB_HIST_WORDS = 5120  # topk.cu: hist0[2048] hist1[2048] hist2[1024], then the slice counts
+TOPK_MB_HIST0_BINS = 2048  # csa_common.cuh's CSA_TK_BINS0: the first digit, 11 bits
+TOPK_MB_MAX_BLOCKS = 1024  # topk_mb_count's shared per-slice counters (topk.cu's CSA_TK_MAX_BLOCKS)
+TOPK_MB_CAND_SHARE = 16  # callers that allocate the work (the probe) give it room for n / 16 candidates
 
 
 def topk_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: int = 2) -> int:
@@ -142,9 +145,51 @@ def topk_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: 
     the resident slots shared by the requests, at least TOPK_MB_KEYS_PER_BLOCK keys each."""
     if n < TOPK_MB_MIN_KEYS:
         return 1
-    return max(1, min(ceil_div(n, TOPK_MB_KEYS_PER_BLOCK), sm_count * blocks_per_sm // max(1, requests)))
+    return max(1, min(ceil_div(n, TOPK_MB_KEYS_PER_BLOCK), sm_count * blocks_per_sm // max(1, requests),
+                      TOPK_MB_MAX_BLOCKS))
 
 
-def topk_work_words(blocks: int) -> int:
-    """uint32 words of work one request's multi-block select needs (histograms + counts)."""
-    return TOPK_MB_HIST_WORDS + 2 * blocks
+def topk_header_words(blocks: int) -> int:
+    """uint32 words before the candidates: the histograms, two counts per slice and the
+    candidate count, rounded up to 4 words (the candidates start 16-byte aligned)."""
+    return round_up(TOPK_MB_HIST_WORDS + 2 * blocks + 1, 4)
+
+
+def topk_work_words(blocks: int, cand_capacity: int = 0) -> int:
+    """uint32 words of work one request's multi-block select needs: the header and room for
+    cand_capacity (id, key) candidates (an even count: every request's slice stays 16-byte aligned)."""
+    return topk_header_words(blocks) + 2 * round_up(cand_capacity, 2)
+
+
+@dataclass(frozen=True)
+class TopkLayout:
+    """One request's slice of a lent top-k work buffer (topk.cu): `words` per request, the
+    header (histograms, slice counts, candidate count) then cand_capacity candidates. With
+    cand_capacity 0 no candidates are compacted (every pass reads the scores)."""
+
+    blocks: int
+    cand_capacity: int
+
+    @property
+    def header_words(self) -> int:
+        return topk_header_words(self.blocks)
+
+    @property
+    def words(self) -> int:
+        return topk_work_words(self.blocks, self.cand_capacity)
+
+
+def topk_layout(n: int, requests: int, work_words: int, sm_count: int = H200_SMS,
+                blocks: int | None = None) -> TopkLayout | None:
+    """How a lent buffer of work_words uint32 words serves `requests` multi-block selects of n
+    scores (None: the single-block topk_radix, too few keys or too small a buffer): the blocks
+    topk_blocks gives (or `blocks`), and as many candidate slots as the rest holds, at most n
+    (all keys in one bin: then nothing overflows), an even count."""
+    b = blocks or topk_blocks(n, requests, sm_count)
+    per = work_words // max(1, requests)
+    if b <= 1 or per < topk_header_words(b):
+        return None
+    if b > TOPK_MB_MAX_BLOCKS:
+        raise ValueError(f"topk: {b} blocks per request, at most {TOPK_MB_MAX_BLOCKS}")
+    cap = min(round_up(n, 2), (per - topk_header_words(b)) // 2 // 2 * 2)
+    return TopkLayout(blocks=b, cand_capacity=cap)

@@ -5,18 +5,7 @@
 // Read passes over the scores: four histogram passes, the count pass and the write pass (6).
 #include "csa_common.cuh"
 
-//
-// The order key is computed from the bits alone, never with float arithmetic: under
-// -ftz=true (CuPy always passes it) `s + 0.0f` would flush a denormal score to zero
-// before ranking. -0 ranks as +0; every NaN (either sign, any payload) gets key 0, below
-// -inf (key 0x007fffff), so NaN ranks lowest and ties among NaNs go to the lower id —
-// the order oracle.order_keys() defines for the oracle.
-__device__ __forceinline__ unsigned csa_order_key(float s) {
-  unsigned u = __float_as_uint(s);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN
-  if (u == 0x80000000u) u = 0u;                    // -0 -> +0
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// The order key: csa_order_key (csa_common.cuh; the indexer's fused histogram uses it too).
 
 extern "C" __global__ void __launch_bounds__(256) topk_radix(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, int* __restrict__ out,
@@ -96,25 +85,38 @@ extern "C" __global__ void __launch_bounds__(256) topk_radix(
 // ---------------------------------------------------------------------------------------
 // Multi-block radix select (topk_mb_*): B blocks per request (sized from the SM count by
 // the launcher, tc_geometry.topk_blocks), each over a contiguous slice of the scores read
-// with 16-byte loads where the slice start is 16-byte aligned. Three launches of
-// topk_mb_hist histogram 11, 11 and 10 bits of the order keys (shared-memory histograms,
-// merged into the request's global histogram with one atomic per non-empty bin); every
-// block re-derives the selection so far (desired prefix, mask, keys still to take) from
-// the earlier passes' histograms, so no launch is spent on a scan. topk_mb_count counts
-// each slice's keys > T and == T (T the k-th largest key); topk_mb_write gives each block
-// its output base from the earlier slices' counts and writes its chosen ids in ascending
-// order: keys > T, and keys == T while fewer than `take` equal keys precede them (ties to
-// the lower id), ranked within a block by warp ballots. The result equals topk_radix's
-// (and oracle.topk_ids) for every input, NaN and -0 included (csa_order_key).
-// Work (unsigned, per request; the launcher zeroes hist0, pass 0 zeroes hist1 and hist2):
-// hist0[2048] hist1[2048] hist2[1024] counts[2 * B].
+// with 16-byte loads where the slice start is 16-byte aligned. Three radix digits of the
+// order keys, 11, 11 and 10 bits, each histogrammed in shared memory and merged into the
+// request's global histogram with one atomic per non-empty bin; every block re-derives the
+// selection so far (desired prefix, mask, keys still to take) from the earlier histograms,
+// so no launch is spent on a scan. The first digit's histogram (hist0) comes from
+// topk_mb_hist pass 0, or from the indexer's epilogue as it writes the scores
+// (index_tc_scores with hist: then pass 0 is not launched).
+// Candidate compaction (cand_cap > 0, room for cand_cap (id, key) pairs in the work): pass 1
+// also appends every key of the threshold bin of hist0 — the only keys the later digits can
+// still split — to the request's candidate list (warp-aggregated slots from one global
+// count), and counts per slice the keys of higher bins (all chosen). When the count fits
+// cand_cap, pass 2 and topk_mb_count read the candidates instead of the scores; when it does
+// not (more keys share the threshold bin than the work holds), they read the scores as
+// without compaction, so every input gets the same answer.
+// topk_mb_count gives each slice's keys > T and == T (T the k-th largest key); topk_mb_write
+// gives each block its output base from the earlier slices' counts and writes its chosen
+// ids in ascending order: keys > T, and keys == T while fewer than `take` equal keys precede
+// them (ties to the lower id), ranked within a block by warp ballots. The result equals
+// topk_radix's (and oracle.topk_ids) for every input, NaN and -0 included (csa_order_key).
+// Work (unsigned, per request, zeroed up to the candidates by the launcher): hist0[2048]
+// hist1[2048] hist2[1024] counts[2 * B] the candidate count, then from the next multiple of
+// 4 words the candidates, 64 bits each (id low, key high): tc_geometry.TopkLayout.
 #define CSA_TK_H1 2048
 #define CSA_TK_H2 4096
 #define CSA_TK_COUNTS 5120
+#define CSA_TK_MAX_BLOCKS 1024  // topk_mb_count's shared slice counters (tc_geometry.TOPK_MB_MAX_BLOCKS)
 
 __device__ __forceinline__ int topk_mb_bits(int pass) { return pass < 2 ? 11 : 10; }
-__device__ __forceinline__ int topk_mb_shift(int pass) { return pass == 0 ? 21 : (pass == 1 ? 10 : 0); }
+__device__ __forceinline__ int topk_mb_shift(int pass) { return pass == 0 ? CSA_TK_SHIFT0 : (pass == 1 ? 10 : 0); }
 __device__ __forceinline__ int topk_mb_hoff(int pass) { return pass == 0 ? 0 : (pass == 1 ? CSA_TK_H1 : CSA_TK_H2); }
+__device__ __forceinline__ int topk_mb_ccount() { return CSA_TK_COUNTS + 2 * (int)gridDim.x; }
+__device__ __forceinline__ int topk_mb_coff() { return (CSA_TK_COUNTS + 2 * (int)gridDim.x + 1 + 3) & ~3; }
 
 // The selection after `passes` histogram passes, for every thread of the (256-thread) block:
 // sel[0] desired prefix, sel[1] mask, sel[2] keys still to take among those matching.
@@ -155,9 +157,10 @@ __device__ void topk_mb_state(const unsigned* wk, int passes, unsigned k, unsign
   }
 }
 
-// The block's slice of the request's scores: [lo, hi), lo a multiple of 4.
+// The block's slice of the request's scores: [lo, hi), lo a multiple of 4, `per` ids each.
+__device__ __forceinline__ int topk_mb_per(int n) { return ((n + (int)gridDim.x - 1) / (int)gridDim.x + 3) & ~3; }
 __device__ __forceinline__ void topk_mb_slice(int n, int* lo, int* hi) {
-  const int per = ((n + (int)gridDim.x - 1) / (int)gridDim.x + 3) & ~3;
+  const int per = topk_mb_per(n);
   *lo = min(n, (int)blockIdx.x * per);
   *hi = min(n, *lo + per);
 }
@@ -183,27 +186,129 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
   for (int i = i0 + t; i < hi; i += nt) f(i, csa_order_key(s[i]));
 }
 
+// f(i0, key[4]) in rounds of 4 * nt ids over [lo, hi): thread t holds ids i0 = r + 4t ..
+// i0 + 3 (id order is thread-major; keys of ids past hi are 0, the caller tests i0 + j < hi).
+// Every thread runs every round, so f may use warp ballots and block barriers.
+template <class F>
+__device__ __forceinline__ void topk_mb_rounds(const float* s, int lo, int hi, F f) {
+  const int t = threadIdx.x, nt = blockDim.x;
+  const bool vec = (((unsigned long long)(s + lo)) & 15ull) == 0ull;
+  for (int r = lo; r < hi; r += 4 * nt) {
+    const int i0 = r + 4 * t;
+    unsigned key[4];
+    if (vec && i0 + 3 < hi) {
+      const float4 x = *(const float4*)(s + i0);
+      key[0] = csa_order_key(x.x);
+      key[1] = csa_order_key(x.y);
+      key[2] = csa_order_key(x.z);
+      key[3] = csa_order_key(x.w);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) key[j] = i0 + j < hi ? csa_order_key(s[i0 + j]) : 0u;
+    }
+    f(i0, key);
+  }
+}
+
+// The compacted candidates: how many the request has, or -1 when they overflowed cand_cap
+// (or none were compacted); the block's share [lo, hi) of them (lo even).
+__device__ __forceinline__ int topk_mb_cands(const unsigned* wk, int cand_cap) {
+  if (cand_cap <= 0) return -1;
+  const unsigned c = wk[topk_mb_ccount()];
+  return c <= (unsigned)cand_cap ? (int)c : -1;
+}
+__device__ __forceinline__ void topk_mb_cand_share(int c, int* lo, int* hi) {
+  const int per = ((c + (int)gridDim.x - 1) / (int)gridDim.x + 1) & ~1;
+  *lo = min(c, (int)blockIdx.x * per);
+  *hi = min(c, *lo + per);
+}
+
+// f(id, key) for every candidate of [lo, hi), two per 16-byte load.
+template <class F>
+__device__ __forceinline__ void topk_mb_cand_scan(const unsigned* wk, int lo, int hi, F f) {
+  const int t = threadIdx.x, nt = blockDim.x;
+  const unsigned* c = wk + topk_mb_coff();
+  const int n2 = (hi - lo) >> 1;
+  const uint4* c4 = (const uint4*)(c + 2 * lo);
+  for (int v = t; v < n2; v += nt) {
+    const uint4 x = c4[v];
+    f(x.x, x.y);
+    f(x.z, x.w);
+  }
+  if (((hi - lo) & 1) && t == 0) f(c[2 * (hi - 1)], c[2 * (hi - 1) + 1]);
+}
+
+// Sum of v over the (256-thread) block, for thread 0.
+__device__ __forceinline__ unsigned topk_mb_block_sum(unsigned v, unsigned* red /* [8] */) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(CSA_FULL_MASK, v, o);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  unsigned a = 0u;
+  if (t == 0)
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) a += red[w];
+  return a;
+}
+
 extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
-    long long work_req_stride, int pass) {
+    long long work_req_stride, int pass, int cand_cap) {
   __shared__ unsigned hist[2048];
   __shared__ unsigned sel[3];
   __shared__ unsigned part[256];
+  __shared__ unsigned red[8];
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
-  const int t = threadIdx.x, nt = blockDim.x;
+  const int t = threadIdx.x, nt = blockDim.x, lane = t & 31;
   const int nb = 1 << topk_mb_bits(pass), shift = topk_mb_shift(pass);
   for (int i = t; i < nb; i += nt) hist[i] = 0u;
-  if (pass == 0)  // the next passes' histograms, zeroed here for the later launches
-    for (int i = (int)blockIdx.x * nt + t; i < CSA_TK_COUNTS - CSA_TK_H1; i += (int)gridDim.x * nt)
-      wk[CSA_TK_H1 + i] = 0u;
   topk_mb_state(wk, pass, (unsigned)k, sel, part);  // its barriers also order the zeroing of hist
   const unsigned desired = sel[0], mask = sel[1], dmask = (unsigned)(nb - 1);
-  int lo, hi;
-  topk_mb_slice(n, &lo, &hi);
-  topk_mb_scan(s, lo, hi, [&](int, unsigned key) {
-    if ((key & mask) == desired) atomicAdd(&hist[(key >> shift) & dmask], 1u);
-  });
+  const int cands = pass == 2 ? topk_mb_cands(wk, cand_cap) : -1;
+  if (cands >= 0) {  // pass 2 over the candidates
+    int lo, hi;
+    topk_mb_cand_share(cands, &lo, &hi);
+    topk_mb_cand_scan(wk, lo, hi, [&](unsigned, unsigned key) {
+      if ((key & mask) == desired) atomicAdd(&hist[(key >> shift) & dmask], 1u);
+    });
+  } else if (pass == 1 && cand_cap > 0) {  // pass 1, compacting the threshold bin's keys
+    int lo, hi;
+    topk_mb_slice(n, &lo, &hi);
+    unsigned* count = wk + topk_mb_ccount();
+    unsigned long long* cand = (unsigned long long*)(wk + topk_mb_coff());
+    const unsigned above = desired | ~mask, below = (1u << lane) - 1u;  // keys past `above`: a higher bin
+    unsigned gt = 0u;
+    topk_mb_rounds(s, lo, hi, [&](int i0, const unsigned* key) {
+      unsigned bm[4], tot = 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool in = i0 + j < hi, m = in && (key[j] & mask) == desired;
+        gt += in && key[j] > above;
+        if (m) atomicAdd(&hist[(key[j] >> shift) & dmask], 1u);
+        bm[j] = __ballot_sync(CSA_FULL_MASK, m);
+        tot += __popc(bm[j]);
+      }
+      if (tot == 0u) return;  // warp-uniform
+      unsigned base = 0u;
+      if (lane == 0) base = atomicAdd(count, tot);
+      base = __shfl_sync(CSA_FULL_MASK, base, 0);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned pos = base + __popc(bm[j] & below);
+        if (((bm[j] >> lane) & 1u) && pos < (unsigned)cand_cap)
+          cand[pos] = ((unsigned long long)key[j] << 32) | (unsigned)(i0 + j);
+        base += __popc(bm[j]);
+      }
+    });
+    gt = topk_mb_block_sum(gt, red);
+    if (t == 0) wk[CSA_TK_COUNTS + 2 * blockIdx.x] = gt;  // topk_mb_count adds the candidates'
+  } else {
+    int lo, hi;
+    topk_mb_slice(n, &lo, &hi);
+    topk_mb_scan(s, lo, hi, [&](int, unsigned key) {
+      if ((key & mask) == desired) atomicAdd(&hist[(key >> shift) & dmask], 1u);
+    });
+  }
   __syncthreads();
   unsigned* gh = wk + topk_mb_hoff(pass);
   for (int i = t; i < nb; i += nt)
@@ -212,15 +317,32 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
 
 extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
-    long long work_req_stride) {
+    long long work_req_stride, int cand_cap) {
   __shared__ unsigned sel[3];
   __shared__ unsigned part[256];
   __shared__ unsigned red[2][8];
+  __shared__ unsigned sc[2 * CSA_TK_MAX_BLOCKS];  // candidates > T and == T per slice
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int t = threadIdx.x, nt = blockDim.x;
   topk_mb_state(wk, 3, (unsigned)k, sel, part);
   const unsigned T = sel[0];
+  const int cands = topk_mb_cands(wk, cand_cap);
+  if (cands >= 0) {  // the candidates' counts, added to pass 1's per-slice counts of higher bins
+    const int nsl = 2 * (int)gridDim.x;
+    for (int i = t; i < nsl; i += nt) sc[i] = 0u;
+    __syncthreads();
+    const unsigned per = (unsigned)topk_mb_per(n);
+    int lo, hi;
+    topk_mb_cand_share(cands, &lo, &hi);
+    topk_mb_cand_scan(wk, lo, hi, [&](unsigned id, unsigned key) {
+      if (key >= T) atomicAdd(&sc[2 * (id / per) + (key == T ? 1u : 0u)], 1u);
+    });
+    __syncthreads();
+    for (int i = t; i < nsl; i += nt)
+      if (sc[i]) atomicAdd(&wk[CSA_TK_COUNTS + i], sc[i]);
+    return;
+  }
   int lo, hi;
   topk_mb_slice(n, &lo, &hi);
   unsigned gt = 0u, eq = 0u;
@@ -228,23 +350,11 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
     gt += key > T;
     eq += key == T;
   });
-  for (int o = 16; o > 0; o >>= 1) {
-    gt += __shfl_xor_sync(CSA_FULL_MASK, gt, o);
-    eq += __shfl_xor_sync(CSA_FULL_MASK, eq, o);
-  }
-  if (lane == 0) {
-    red[0][warp] = gt;
-    red[1][warp] = eq;
-  }
-  __syncthreads();
+  gt = topk_mb_block_sum(gt, red[0]);
+  eq = topk_mb_block_sum(eq, red[1]);
   if (t == 0) {
-    unsigned a = 0u, b = 0u;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
-      a += red[0][w];
-      b += red[1][w];
-    }
-    wk[CSA_TK_COUNTS + 2 * blockIdx.x] = a;
-    wk[CSA_TK_COUNTS + 2 * blockIdx.x + 1] = b;
+    wk[CSA_TK_COUNTS + 2 * blockIdx.x] = gt;
+    wk[CSA_TK_COUNTS + 2 * blockIdx.x + 1] = eq;
   }
 }
 
@@ -258,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   const unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
   int* o = out + (long long)blockIdx.y * out_req_stride;
-  const int t = threadIdx.x, nt = blockDim.x, lane = t & 31, warp = t >> 5, nw = nt >> 5;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = (int)blockDim.x >> 5;
   topk_mb_state(wk, 3, (unsigned)k, sel, part);
   const unsigned T = sel[0], take = sel[2];
   if (t == 0) {
@@ -276,21 +386,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
   int lo, hi;
   topk_mb_slice(n, &lo, &hi);
   const unsigned below = (1u << lane) - 1u;
-  const bool vec = (((unsigned long long)(s + lo)) & 15ull) == 0ull;
-  // rounds of 4 * nt ids: thread t holds ids r + 4t .. r + 4t + 3 (id order is thread-major)
-  for (int r = lo; r < hi; r += 4 * nt) {
-    const int i0 = r + 4 * t;
-    unsigned key[4];
-    if (vec && i0 + 3 < hi) {
-      const float4 x = *(const float4*)(s + i0);
-      key[0] = csa_order_key(x.x);
-      key[1] = csa_order_key(x.y);
-      key[2] = csa_order_key(x.z);
-      key[3] = csa_order_key(x.w);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) key[j] = i0 + j < hi ? csa_order_key(s[i0 + j]) : 0u;
-    }
+  topk_mb_rounds(s, lo, hi, [&](int i0, const unsigned* key) {
     unsigned bg[4], be[4], gw = 0u, ew = 0u;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -333,5 +429,5 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
     pos += gall + min(eqb + eall, take) - min(eqb, take);
     eqb += eall;
     __syncthreads();  // wsum is rewritten next round
-  }
+  });
 }

@@ -99,3 +99,37 @@ def test_index_tc_every_table_scale_in_one_tile(be):
     ref = O.index_scores(keys, O.bf16_round(q), wts)
     assert np.all(np.isfinite(ref))
     assert np.abs(out - ref).max() <= SCORE_RTOL * np.abs(ref).max()
+
+
+def test_index_tc_fused_topk_histogram_is_numpy_histogram_of_order_keys(be):
+    """With a top-k work buffer lent, the epilogue's hist0 (per request, over the scores it
+    writes) equals np.bincount of the order keys' top 11 bits — +-inf and NaN scores (weights
+    of +-3e38 overflow the head sum), zeros and a partial last tile included — every other
+    header word is zeroed and nothing past the header is touched; the scores are the same
+    bits as without the fusion."""
+    from csa_plan.kernels.tc_geometry import TOPK_MB_HIST0_BINS, topk_work_words
+
+    rng = np.random.default_rng(21)
+    R, n, heads, blocks = 2, 333, 8, 2  # blocks over tiles: the tile loop; 333 = 2 tiles + 77
+    keys = _keys(rng, R * n).reshape(R, n, 68)
+    keys[1, 9, 1:] = 0  # an all-zero key: score 0
+    q = rng.standard_normal((R, heads, 128)).astype(np.float32)
+    wts = rng.standard_normal((R, heads)).astype(np.float32)
+    wts[0, :2] = [3e38, -3e38]  # relu(d) x w overflows: +inf, -inf, and NaN where both do
+    plain = np.zeros((R, n), np.float32)
+    be.index_scores(keys, q, wts, heads, n, plain, requests=R, key_stride=n * 68, score_stride=n, blocks=blocks)
+    words = topk_work_words(3, 40)
+    work = np.full(R * words, 0xDEADBEEF, np.uint32)
+    tw = be.topk_work(work, n, R, blocks=3)
+    scores = np.zeros((R, n), np.float32)
+    filled = be.index_scores(keys, q, wts, heads, n, scores, requests=R, key_stride=n * 68, score_stride=n,
+                             blocks=blocks, topk_work=tw)
+    assert filled.hist0_filled and not tw.hist0_filled
+    assert np.array_equal(scores.view(np.uint32), plain.view(np.uint32))
+    w = work.reshape(R, words)
+    hdr = tw.layout.header_words
+    for r in range(R):
+        want = np.bincount(O.order_keys(scores[r]) >> 21, minlength=TOPK_MB_HIST0_BINS)
+        assert np.array_equal(w[r, :TOPK_MB_HIST0_BINS], want), r
+        assert not w[r, TOPK_MB_HIST0_BINS:hdr].any() and np.all(w[r, hdr:] == 0xDEADBEEF)
+    assert np.isnan(scores[0]).any() and np.isposinf(scores[0]).any() and np.isneginf(scores[0]).any()

@@ -112,3 +112,15 @@ def test_multi_block_topk_scans_with_128_bit_loads_no_spills(topk_kernels, name,
     record_property("registers", r.registers)
     assert r.spill_stores == 0 and r.spill_loads == 0, r
     assert S.blocks_per_sm(r.registers, 256, r.smem_bytes) >= 2
+
+
+def test_index_tc_fused_histogram_counts_in_shared_memory_inside_the_tile_loop(kernels):
+    """The fused top-k histogram (hist != null) adds shared-memory atomics to the tile loop
+    (one per stored score, ATOMS) and merges into the request's hist0 with global reductions
+    only after it (RED/ATOMG outside the loop: one per non-empty bin per block)."""
+    k = kernels["index_tc_scores"]
+    a, b = k.hot_loop()
+    ops = k.opcodes((a, b))
+    assert any(op.startswith("ATOMS") for op in ops), ops
+    assert not [op for op in ops if op.startswith(("RED", "ATOMG"))]
+    assert any(op.startswith(("RED", "ATOMG")) for op in k.opcodes()[b + 1:])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from csa_plan.kernels import oracle as O
-from csa_plan.kernels.tc_geometry import TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
+from csa_plan.kernels.tc_geometry import TOPK_MB_HIST_WORDS, TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
 
 from helpers.emulator import requires_emulator
 
@@ -73,3 +73,134 @@ def test_topk_blocks_from_the_sm_count_and_the_single_block_fallback(be):
     a = np.full(256, -1, np.int32)
     be.topk(s, len(s), 256, a, work=small)
     assert np.array_equal(a, O.topk_ids(s, 256))
+
+
+def _threshold_bin(s, k):
+    """The first radix digit (top 11 bits of the order key) the k-th largest key lies in."""
+    return int(O.order_keys(s)[O.topk_ids(s, k)].min()) >> 21
+
+
+def _compacted(be, s, k, blocks, cap, requests=1, n=None, stride=0):
+    """topk with room for `cap` candidates per request; returns (ids, work, layout)."""
+    n = s.shape[-1] if n is None else n
+    ks = min(k, n)
+    words = topk_work_words(blocks, cap)
+    work = np.full(requests * words, 0xDEADBEEF, np.uint32)
+    tw = be.topk_work(work, n, requests, blocks=blocks)
+    assert tw is not None and tw.layout.cand_capacity == cap and tw.layout.words == words
+    out = np.full(requests * ks, -7, np.int32)
+    be.topk(s, n, k, out, requests=requests, score_stride=stride, out_stride=ks, work=tw)
+    return out, work.reshape(requests, words), tw.layout
+
+
+def _candidates(wrow, lay):
+    """(count, the stored candidates as (id, key) rows) of one request's work row."""
+    count = int(wrow[lay.header_words - 4:lay.header_words][(TOPK_MB_HIST_WORDS + 2 * lay.blocks) % 4])
+    c = wrow[lay.header_words:lay.header_words + 2 * min(count, lay.cand_capacity)].reshape(-1, 2)
+    return count, c
+
+
+@pytest.mark.parametrize("n,k,blocks", [(20000, 1024, 5), (9000, 64, 3), (4099, 4099, 2), (3000, 5000, 4),
+                                        (20000, 1, 7), (16384, 512, 64)])
+def test_topk_mb_compacted_candidates_exact(be, n, k, blocks):
+    """Room for every key: pass 1 compacts exactly the keys of hist0's threshold bin (ids and
+    order keys, each once), the later passes read them, and the ids are oracle.topk_ids."""
+    rng = np.random.default_rng(n + 3 * k)
+    s = rng.standard_normal(n).astype(np.float32)
+    out, w, lay = _compacted(be, s, k, blocks, n + n % 2)
+    assert np.array_equal(out, O.topk_ids(s, k))
+    count, c = _candidates(w[0], lay)
+    keys = O.order_keys(s)
+    want = np.flatnonzero((keys >> 21) == _threshold_bin(s, min(k, n)))
+    assert count == len(want) and 0 < count < n or min(k, n) == n
+    order = np.argsort(c[:, 0])
+    assert np.array_equal(c[order, 0], want) and np.array_equal(c[order, 1], keys[want])
+
+
+def test_topk_mb_compacted_ties_special_values_and_unaligned_requests(be):
+    rng = np.random.default_rng(6)
+    n = 12000
+    s = rng.choice(np.float32([0.5, 0.25, -1.0]), n).astype(np.float32)
+    s[rng.integers(0, n, 40)] = np.nan
+    s[rng.integers(0, n, 40)] = -0.0
+    s[rng.integers(0, n, 40)] = 0.0
+    s[rng.integers(0, n, 20)] = np.float32(1e-40)
+    s[rng.integers(0, n, 5)] = np.inf
+    for k in (1, 3000, 5000, 11900, n):  # each cut inside a run of thousands of equal keys
+        out, _, _ = _compacted(be, s, k, 6, n)
+        assert np.array_equal(out, O.topk_ids(s, k)), k
+    allnan = np.full(5000, np.nan, np.float32)
+    out, w, lay = _compacted(be, allnan, 700, 3, 5000)
+    assert np.array_equal(out, np.arange(700, dtype=np.int32)) and _candidates(w[0], lay)[0] == 5000
+    R, n, stride, k = 3, 6001, 6003, 500  # request 1 starts 12 bytes past 16: scalar loads there
+    s = rng.standard_normal(R * stride).astype(np.float32)
+    out, _, _ = _compacted(be, s, k, 4, 3000, requests=R, n=n, stride=stride)
+    for r in range(R):
+        assert np.array_equal(out[r * k:(r + 1) * k], O.topk_ids(s[r * stride: r * stride + n], k)), r
+
+
+def test_topk_mb_candidate_overflow_falls_back_to_the_scores(be):
+    """More keys in the threshold bin than the work holds: the count says so, at most
+    cand_capacity are stored (nothing past the buffer), and passes 2, count and write read the
+    scores instead — the same ids."""
+    rng = np.random.default_rng(9)
+    n = 20000
+    s = (1.0 + rng.random(n) * 0.2).astype(np.float32)  # [1, 1.2): all in one 11-bit bin
+    s[rng.integers(0, n, 300)] = 1.0  # and ties
+    for k in (1, 700, 19000):
+        cap = 64
+        out, w, lay = _compacted(be, s, k, 5, cap)
+        assert np.array_equal(out, O.topk_ids(s, k)), k
+        count, c = _candidates(w[0], lay)
+        assert count == n and len(c) == cap
+    # the words after the candidate room (as many as every key would take) stay untouched
+    words = topk_work_words(5, 64)
+    work = np.full(words + 2 * n, 0xABCD1234, np.uint32)
+    tw = be.topk_work(work[:words], n, 1, blocks=5)
+    out = np.zeros(700, np.int32)
+    be.topk(s, n, 700, out, work=tw)
+    assert np.array_equal(out, O.topk_ids(s, 700)) and np.all(work[words:] == 0xABCD1234)
+
+
+def _launches(be, monkeypatch):
+    names = []
+    orig = be._launch
+
+    def rec(kernel, grid, block, args, smem=0):
+        names.append((kernel, args[-2][1] if kernel == "topk_mb_hist" else None))  # (pass, cand_cap)
+        return orig(kernel, grid, block, args, smem)
+
+    monkeypatch.setattr(be, "_launch", rec)
+    return names
+
+
+def test_topk_mb_fused_histogram_skips_pass_0_and_matches_the_oracle(be, monkeypatch):
+    """index_scores(topk_work=...) fills hist0 in its epilogue: topk launches passes 1 and 2
+    only, with and without candidate room, and the ids are oracle.topk_ids of the scores;
+    the scores are the same bits as an unfused launch."""
+    rng = np.random.default_rng(12)
+    n, heads, R = 1200, 4, 2
+    keys = O.pack_fp4_key(rng.standard_normal((R * n, 128)).astype(np.float32))
+    q = rng.standard_normal((R, heads, 128)).astype(np.float32)
+    wts = rng.standard_normal((R, heads)).astype(np.float32)
+    plain = np.zeros((R, n), np.float32)
+    be.index_scores(keys, q, wts, heads, n, plain, requests=R, key_stride=n * 68, score_stride=n)
+    for cap in (0, 64, n):
+        k = 100
+        work = np.full(R * topk_work_words(3, cap), 0xDEADBEEF, np.uint32)
+        tw = be.topk_work(work, n, R, blocks=3)
+        scores = np.zeros((R, n), np.float32)
+        names = _launches(be, monkeypatch)
+        filled = be.index_scores(keys, q, wts, heads, n, scores, requests=R, key_stride=n * 68, score_stride=n,
+                                 topk_work=tw)
+        out = np.full(R * k, -1, np.int32)
+        be.topk(scores, n, k, out, requests=R, score_stride=n, out_stride=k, work=filled)
+        monkeypatch.undo()
+        assert np.array_equal(scores.view(np.uint32), plain.view(np.uint32))
+        assert [x for x in names if x[0] == "topk_mb_hist"] == [("topk_mb_hist", 1), ("topk_mb_hist", 2)]
+        assert ("topk_mb_hist", 0) not in names
+        for r in range(R):
+            assert np.array_equal(out[r * k:(r + 1) * k], O.topk_ids(scores[r], k)), (cap, r)
+    with pytest.raises(ValueError):  # a TopkWork laid out for other scores is refused
+        be.index_scores(keys, q, wts, heads, n - 1, scores, requests=R, key_stride=n * 68, score_stride=n,
+                        topk_work=tw)
