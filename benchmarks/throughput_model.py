@@ -52,7 +52,7 @@ import math
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 COUNTS_FILE = Path(__file__).resolve().parent / "sass_counts.json"
@@ -65,6 +65,7 @@ ISSUE_PER_CLK = 4  # warp instructions per SM per clock (4 schedulers)
 HMMA_PER_CLK = 1.0  # HMMA.16816 (4096 FLOP) per SM per clock at the dense peak
 MMA_SYNC_EFFICIENCY = 0.6  # assumed share of that peak legacy mma.sync reaches on Hopper
 LSU_WAVEFRONTS_PER_CLK = 1  # shared-memory requests per SM per clock
+ATOMS_WAVEFRONTS = 16  # a shared atomic (ATOMS) as its worst case: the indexer's 16 storing lanes on one bin
 LOADED_LATENCY_S = 1.0e-6  # DRAM latency under load (assumed)
 LAUNCH_S = 2.0e-6  # per kernel launch in a decode step (assumed; less inside a CUDA graph)
 # SM-to-SM (distributed shared memory) throughput: Luo et al., "Benchmarking and Dissecting the
@@ -93,6 +94,9 @@ class LoopCounts:
     inner: dict  # name -> {"total": n, "lsu_wavefronts": n}
     registers: int  # ptxas, per thread
     static_smem: int
+    # the indexer's fused top-k histogram merge after the tile loop: the largest loop with global
+    # reductions, {"total": instructions, "bins_per_trip": its REDs} (empty: no such loop)
+    flush: dict = field(default_factory=dict)
 
 
 def _lsu_wavefronts(ops) -> int:
@@ -100,6 +104,8 @@ def _lsu_wavefronts(ops) -> int:
     for op in ops:
         if op.startswith(("LDS", "STS")) and not op.startswith("LDSM"):
             n += 4 if ".128" in op else 2 if ".64" in op else 1
+        elif op.startswith("ATOMS"):
+            n += ATOMS_WAVEFRONTS
     return n
 
 
@@ -130,9 +136,14 @@ def read_counts() -> dict[str, LoopCounts]:
                 if kind in inner:
                     raise ValueError(f"{name}: two inner loops of kind {kind}; the model needs their trip counts")
                 inner[kind] = {"total": len(iops), "lsu_wavefronts": _lsu_wavefronts(iops)}
+            flush = {}
+            for lp in k.loops():
+                reds = sum(o.startswith(("RED", "ATOMG")) for o in k.opcodes(lp))
+                if lp[0] > b and reds and len(k.opcodes(lp)) > flush.get("total", 0):
+                    flush = {"total": len(k.opcodes(lp)), "bins_per_trip": reds}
             out[name] = LoopCounts(total=len(ops), hmma=sum(S.is_tensor(o) for o in ops),
                                    lsu_wavefronts=_lsu_wavefronts(ops), inner=inner,
-                                   registers=k.resources.registers, static_smem=k.resources.smem_bytes)
+                                   registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush)
     return out
 
 
@@ -260,10 +271,13 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     return _finish(name, batch, heads, blocks, chunks, compulsory, hbm, sm_s, lat_s, fixed, path, useful)
 
 
-def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64) -> Prediction:
+def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads: int = 64,
+            hist0_fused: bool = True) -> Prediction:
+    """index_tc_scores as the harness launches it: with top-k's first histogram fused into its
+    epilogue (hist0_fused=False: the same kernel without the per-block histogram merge)."""
     from csa_plan.kernels.backends import INDEX_TC_STAGES, INDEX_TC_THREADS, INDEX_TC_TILE
     from csa_plan.kernels.sass import blocks_per_sm
-    from csa_plan.kernels.tc_geometry import index_tc_blocks
+    from csa_plan.kernels.tc_geometry import TOPK_MB_HIST0_BINS, index_tc_blocks
 
     n = context // 4
     tiles = math.ceil(n / INDEX_TC_TILE)
@@ -271,21 +285,31 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
     blocks = gx * batch
     tiles_per_block = math.ceil(tiles / gx)
     trips = {"loader": (INDEX_TC_TILE * KEY + 16) / 16 / INDEX_TC_THREADS}
-    issue, tensor, smem = _tile_cycles(counts["index_tc_scores"], INDEX_TC_THREADS // 32, trips)
+    c = counts["index_tc_scores"]
+    issue, tensor, smem = _tile_cycles(c, INDEX_TC_THREADS // 32, trips)
     per_tile = max(issue, tensor, smem)
     busiest = math.ceil(blocks / SMS)
-    sm_s = busiest * tiles_per_block * per_tile / CLOCK_HZ
+    # the fused top-k histogram (hist0_fused): its shared atomics are in the tile loop's counts
+    # (a runtime branch: counted taken or not); per block, zeroing the 2048 shared bins (one
+    # store each) and the merge loop (its SASS body per bins_per_trip bins), on every thread
+    bins_per_thread = TOPK_MB_HIST0_BINS / INDEX_TC_THREADS
+    flush = 0.0
+    if hist0_fused and c.flush:
+        flush = (INDEX_TC_THREADS // 32) * bins_per_thread * (c.flush["total"] / c.flush["bins_per_trip"] + 1) \
+            / ISSUE_PER_CLK
+    sm_s = busiest * (tiles_per_block * per_tile + flush) / CLOCK_HZ
     keys_bytes = batch * n * KEY
     qw = batch * index_heads * (128 + 1) * 4
     hbm = keys_bytes + qw + batch * n * 4  # keys, query and weights, scores written
     compulsory = hbm
-    c = counts["index_tc_scores"]
+    if hist0_fused:
+        hbm += batch * TOPK_MB_HIST0_BINS * 4  # hist0 (merged in L2; written back once)
     occ = blocks_per_sm(c.registers, INDEX_TC_THREADS, c.static_smem)
     inflight = (INDEX_TC_STAGES - 1) * (INDEX_TC_TILE * KEY)
     resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * INDEX_TC_TILE * KEY) / (resident * inflight / LOADED_LATENCY_S)
-    return _finish("indexer", batch, index_heads, blocks, gx, compulsory, hbm, sm_s, lat_s, LAUNCH_S, "one pass",
-                   batch * n * index_heads * 2 * 128)
+    return _finish("indexer+hist" if hist0_fused else "indexer", batch, index_heads, blocks, gx, compulsory, hbm,
+                   sm_s, lat_s, LAUNCH_S, "one pass", batch * n * index_heads * 2 * 128)
 
 
 def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Prediction]:
@@ -294,6 +318,7 @@ def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Predict
         for heads in (16, 128):
             out.append(attention(counts, 128, context, batch, heads))
             out.append(attention(counts, 4, context, batch, heads))
+        out.append(indexer(counts, context, batch, hist0_fused=False))
         out.append(indexer(counts, context, batch))
     return out
 

@@ -192,12 +192,16 @@ class DeviceLayer:
             iq = self.ws_iq.view(xp.float32)
             iq[: q.size] = xp.asarray(q.reshape(-1))
             scores = self.ws_scores.view(xp.float32)
-            self.be.index_scores(self.buf.index_keys, iq, xp.asarray(wts), g.index_heads, visible, scores)
+            # the attention workspace is free until attention runs: top-k's work buffer, laid
+            # out before the indexer so its epilogue fills top-k's first histogram (None: the
+            # single-block top-k, nothing fused)
+            work = self.ws_attn.view(xp.uint32) if self.ws_attn.nbytes >= 4 else None
+            tw = self.be.topk_work(work, visible) if visible > 0 else None
+            tw = self.be.index_scores(self.buf.index_keys, iq, xp.asarray(wts), g.index_heads, visible, scores,
+                                      topk_work=tw)
             n_sel = min(g.index_topk, visible)
             idx = self.ws_topk.view(xp.int32) if self.ws_topk.nbytes >= 4 else None
-            # the attention workspace is free until attention runs: top-k's work buffer
-            work = self.ws_attn.view(xp.uint32) if self.ws_attn.nbytes >= 4 else None
-            self.be.topk(scores, visible, n_sel, idx, work=work)
+            self.be.topk(scores, visible, n_sel, idx, work=tw if tw is not None else work)
             self.last_scores = np.array(_host(scores[:visible]))
             self.last_selected = np.array(_host(idx[:n_sel])) if n_sel else np.zeros(0, np.int32)
         else:

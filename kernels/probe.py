@@ -39,7 +39,8 @@ import numpy as np
 
 from csa_plan.kernels import oracle as O
 from csa_plan.kernels import traffic as T
-from csa_plan.kernels.tc_geometry import FUSED_CLUSTERS, attn_split, attn_tc_launch, topk_blocks, topk_work_words
+from csa_plan.kernels.tc_geometry import (FUSED_CLUSTERS, TOPK_MB_CAND_SHARE, attn_split, attn_tc_launch, topk_blocks,
+                                          topk_work_words)
 
 CONTEXT = 1 << 20
 WINDOW = 128
@@ -211,7 +212,9 @@ class Probe:
 
         for k in sorted({GEOMETRIES[gname][1] for gname in a.geometries}):
             ids = [cp.zeros((R, k), dtype=cp.int32) for _ in range(2)]
-            work = cp.zeros(R * topk_work_words(topk_blocks(n_csa, R, be.sm_count)), dtype=cp.uint32)
+            # room for n / 16 candidates (the threshold bin's keys) past the header
+            work = cp.zeros(R * topk_work_words(topk_blocks(n_csa, R, be.sm_count), n_csa // TOPK_MB_CAND_SHARE),
+                            dtype=cp.uint32)
 
             def sel(i, k=k, ids=ids, work=work):
                 be.topk(scores[0], n_csa, k, ids[i], requests=R, score_stride=n_csa, out_stride=k, work=work)
@@ -220,13 +223,22 @@ class Probe:
             sel(1)
             be.synchronize()
             got = ids[0].get()
+            tw = be.topk_work(work, n_csa, R)
+            cands = 0
+            if tw is not None:  # the threshold bin's keys (request 0): compacted when they fit
+                cands = int(work[tw.layout.cand_count_word: tw.layout.cand_count_word + 1].get()[0])
             exact = sum(np.array_equal(O.topk_ids(s_host[r], k), got[r]) for r in range(R))
             same = np.array_equal(_bits(ids[0]), _bits(ids[1]))
             ties = int(sum(len(s_host[r]) - len(np.unique(s_host[r])) for r in range(R)))
             self.check(f"top-{k} of {n_csa:,} ({tag})", exact == R and same,
                        f"ids equal the oracle's top-k of the kernel scores in {exact}/{R} requests "
                        f"({ties:,} tied scores to break); second launch bit-identical: {same}", R - exact)
-            self.time(f"topk{k}/{tag}", lambda: sel(1), T.topk(R, n_csa, k, be.sm_count), kind="CSA", requests=R, n=n_csa, k=k)
+            cap = tw.layout.cand_capacity if tw is not None else 0
+            self.time(f"topk{k}/{tag}", lambda: sel(1),
+                      T.topk(R, n_csa, k, be.sm_count, cand_capacity=cap, candidates=cands), kind="CSA",
+                      requests=R, n=n_csa, k=k, candidates=cands, cand_capacity=cap)
+            if tw is not None:
+                self.fused(keys, iq, iw, I, n_csa, R, k, work, scores, s_host, got, cands, tag)
             for gname in a.geometries:
                 H, gk = GEOMETRIES[gname]
                 if gk == k:
@@ -235,6 +247,37 @@ class Probe:
         for gname in a.geometries:
             H, _ = GEOMETRIES[gname]
             self.attention(gname, H, R, "HCA", ring, hca, None, None, n_hca, ring_ids, hca_ids, pos)
+
+    def fused(self, keys, iq, iw, I, n, R, k, work, scores, s_host, got, cands, tag) -> None:
+        """The indexer with top-k's first histogram in its epilogue, then top-k from it (four
+        launches fewer over the scores than unfused: hist0 fused, pass 2 and the count on the
+        candidates): the same score bits and ids as the separate launches, and both pairs timed."""
+        be = self.be
+        ids = self.cp.zeros((R, k), dtype=self.cp.int32)
+
+        def both(fuse):
+            tw = be.topk_work(work, n, R)
+            f = be.index_scores(keys, iq, iw, I, n, scores[1], requests=R, key_stride=n * 68, score_stride=n,
+                                topk_work=tw if fuse else None)
+            be.topk(scores[1], n, k, ids, requests=R, score_stride=n, out_stride=k, work=f if fuse else tw)
+            return f is not None and f.hist0_filled
+
+        filled = both(True)
+        be.synchronize()
+        same = np.array_equal(_bits(scores[1]), np.ascontiguousarray(s_host).view(np.uint8))
+        ok = np.array_equal(ids.get(), got) and filled
+        self.check(f"indexer+top-{k} fused ({tag})", same and ok,
+                   f"hist0 from the indexer's epilogue: {filled}; scores bit-identical to the unfused indexer: "
+                   f"{same}; ids equal the unfused top-k's: {ok}", int(not (same and ok)))
+        cap = be.topk_work(work, n, R).layout.cand_capacity
+        for fuse in (False, True):
+            ti = T.index_scores(R, n, I, sm_count=be.sm_count, hist0_fused=fuse)
+            tk = T.topk(R, n, k, be.sm_count, hist0_fused=fuse, cand_capacity=cap, candidates=cands)
+            pair = T.Traffic("index_scores+topk_radix", ti.compulsory_bytes + tk.compulsory_bytes - R * n * 4 * 2,
+                             ti.moved_bytes + tk.moved_bytes)  # the scores are an intermediate: not compulsory
+            self.time(f"indexer+topk{k}{' fused' if fuse else ''}/{tag}", lambda fuse=fuse: both(fuse), pair,
+                      kind="CSA", requests=R, n=n, k=k, fused=fuse, candidates=cands)
+        del ids
 
     def attention(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos) -> None:
         """Two passes over --chunks (attn_tc_partial + attn_merge), then the fused launch: the
@@ -320,7 +363,8 @@ def plan_bytes(context: int, requests: int, heads: int, index_heads: int, topk: 
     R, n_csa, n_hca, H = requests, context // 4, context // 128, heads
     rec = 583
     data = R * (n_csa * 68 + n_csa * rec + n_hca * rec + window * rec + index_heads * 129 * 4)
-    sel = 2 * R * n_csa * 4 + 2 * R * topk * 4 + R * topk_work_words(topk_blocks(n_csa, R)) * 4  # + top-k work
+    sel = 2 * R * n_csa * 4 + 3 * R * topk * 4 \
+        + R * topk_work_words(topk_blocks(n_csa, R), n_csa // TOPK_MB_CAND_SHARE) * 4  # + top-k work, the fused ids
     attn = R * H * 512 * 4 * 3 + 2 * R * chunks * H * 4 + R * chunks * H * 512 * 4 + H * 4
     return data + sel + attn + FLUSH_BYTES
 

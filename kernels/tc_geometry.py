@@ -175,6 +175,11 @@ class TopkLayout:
         return topk_header_words(self.blocks)
 
     @property
+    def cand_count_word(self) -> int:
+        """Where the threshold bin's key count is (pass 1 counts them all, stored or not)."""
+        return TOPK_MB_HIST_WORDS + 2 * self.blocks
+
+    @property
     def words(self) -> int:
         return topk_work_words(self.blocks, self.cand_capacity)
 

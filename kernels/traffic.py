@@ -10,7 +10,12 @@ launch shapes of kernels/backends.py), counting a re-read even when L2 would ser
   launcher sizes them for ``sm_count`` SMs); scores written once. kernel="simt" models the
   reference index_scores (4,096-block grid-stride scan).
 * topk_radix: six passes over the scores (four 8-bit histogram passes, the count pass and
-  the write pass, topk.cu), ids written once. Compulsory: the scores once.
+  the write pass, topk.cu), ids written once. Compulsory: the scores once. The multi-block
+  select (topk_mb_*): five passes (three histograms, count, write); one less when the indexer
+  filled hist0 (hist0_fused); with candidates compacted (a capacity given and the threshold
+  bin's count within it) pass 2 and the count read the candidates (8 bytes each, written once
+  by pass 1) instead of the scores: two passes over the scores when fused. Its work header
+  (histograms, slice counts, candidate count) is zeroed and read.
 * attention pass 1 (attn_tc_partial, the launched kernel): each head group (up to 32 heads,
   one block; tc_geometry.attn_tc_launch) re-reads the rows, as 16-byte aligned supersets
   (up to 608 bytes per 583-byte row: an upper bound), and the ids; every chunk re-reads its
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.kernels.tc_geometry import index_tc_blocks, topk_blocks, topk_work_words
+from csa_plan.kernels.tc_geometry import TOPK_MB_HIST0_BINS, index_tc_blocks, topk_blocks, topk_header_words
 from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
 from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
@@ -54,11 +59,14 @@ def index_blocks(n: int, requests: int = 1, kernel: str = "tc", sm_count: int = 
     return index_tc_blocks(n, requests, sm_count)
 
 
-def index_scores(requests: int, n: int, heads: int, kernel: str = "tc", sm_count: int = H200_SMS) -> Traffic:
+def index_scores(requests: int, n: int, heads: int, kernel: str = "tc", sm_count: int = H200_SMS,
+                 hist0_fused: bool = False) -> Traffic:
     q = heads * (INDEX_DIM + 1) * F32
     comp = requests * (n * INDEX_KEY_BYTES + q + n * F32)
     keys = n * INDEX_KEY_BYTES + (0 if kernel == "simt" else 16 * -(-n // INDEX_TC_TILE))
     moved = requests * (keys + index_blocks(n, requests, kernel, sm_count) * q + n * F32)
+    if hist0_fused:
+        moved += requests * TOPK_MB_HIST0_BINS * I32  # top-k's hist0, merged by atomics
     return Traffic("index_scores", comp, moved)
 
 
@@ -66,11 +74,27 @@ TOPK_SCORE_PASSES = 6  # topk_radix (one block per request): four histogram pass
 TOPK_MB_SCORE_PASSES = 5  # topk_mb_*: three histogram passes (11/11/10 bits), count, write
 
 
-def topk(requests: int, n: int, k: int, sm_count: int = H200_SMS) -> Traffic:
-    """The launcher's choice (a work buffer lent): multi-block when topk_blocks > 1."""
-    mb = topk_blocks(n, requests, sm_count) > 1
-    passes = TOPK_MB_SCORE_PASSES if mb else TOPK_SCORE_PASSES
-    work = requests * topk_work_words(topk_blocks(n, requests, sm_count)) * I32 * 2 if mb else 0  # zeroed + read
+def topk_score_passes(multi_block: bool, hist0_fused: bool = False, compacted: bool = False) -> int:
+    """Reads of the whole scores: topk_radix 6; topk_mb 5, less the fused first histogram,
+    less pass 2 and the count when they read compacted candidates."""
+    if not multi_block:
+        return TOPK_SCORE_PASSES
+    return TOPK_MB_SCORE_PASSES - int(hist0_fused) - 2 * int(compacted)
+
+
+def topk(requests: int, n: int, k: int, sm_count: int = H200_SMS, *, hist0_fused: bool = False,
+         cand_capacity: int = 0, candidates: int = 0) -> Traffic:
+    """The launcher's choice (a work buffer lent): multi-block when topk_blocks > 1; candidates
+    is the threshold bin's key count (per request; data-dependent), compacted when it fits
+    cand_capacity."""
+    b = topk_blocks(n, requests, sm_count)
+    mb = b > 1
+    compacted = mb and 0 < candidates <= cand_capacity
+    passes = topk_score_passes(mb, hist0_fused, compacted)
+    work = requests * topk_header_words(b) * I32 * 2 if mb else 0  # zeroed + read
+    if mb and cand_capacity:
+        stored = candidates if compacted else min(candidates, cand_capacity)
+        work += requests * stored * 8 * (3 if compacted else 1)  # written by pass 1, read by pass 2 and the count
     return Traffic("topk_radix", requests * (n * F32 + k * I32), requests * (passes * n * F32 + k * I32) + work)
 
 

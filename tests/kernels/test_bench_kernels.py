@@ -67,8 +67,16 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
     t = T.topk(16, 262144, 1024)
     assert t.compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)  # the scores once, not five times
     # the multi-block select (16 blocks per request): five passes (3 histograms, count, write)
-    # and its work buffer (5,120 + 2 x 16 words, zeroed and read)
-    assert t.moved_bytes == 16 * (5 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32) * 4 * 2
+    # and its work header (5,120 + 2 x 16 words + the candidate count, to a multiple of 4; zeroed and read)
+    assert t.moved_bytes == 16 * (5 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2
+    # hist0 from the indexer's epilogue, 3,000 candidates compacted (room for 4,096): two passes over
+    # the scores, the candidates written once and read twice
+    f = T.topk(16, 262144, 1024, hist0_fused=True, cand_capacity=4096, candidates=3000)
+    assert f.moved_bytes == 16 * (2 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2 + 16 * 3000 * 8 * 3
+    over = T.topk(16, 262144, 1024, hist0_fused=True, cand_capacity=4096, candidates=5000)  # overflow: 4 passes
+    assert over.moved_bytes == 16 * (4 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2 + 16 * 4096 * 8
+    assert T.index_scores(16, 262144, 64, hist0_fused=True).moved_bytes == \
+        T.index_scores(16, 262144, 64).moved_bytes + 16 * 2048 * 4
     small = T.topk(1, 8192, 512)  # below TOPK_MB_MIN_KEYS: topk_radix, six passes
     assert small.moved_bytes == 6 * 8192 * 4 + 512 * 4
     partial = 16 * 128 * 514 * 4
@@ -140,3 +148,35 @@ def test_bench_exits_4_when_a_correctness_check_fails(fake_doc, capsys):
                                                       window=128, chunks=4, json=False)
     assert b.report(args, bad) == 4
     assert "correctness check(s) FAILED" in capsys.readouterr().err
+
+
+def test_bench_body_fuses_the_indexer_and_top_k_from_16384_keys(capsys):
+    """At 65,536 tokens (16,384 index keys: the multi-block top-k) the probe also runs the
+    indexer with top-k's first histogram in its epilogue and top-k from it: the same score
+    bits and ids as the separate launches, both pairs timed, the fused pair moving fewer bytes
+    (one pass over the scores less, two more when the candidates fit: as here)."""
+    import importlib.util
+
+    try:
+        from csa_plan.kernels.backends import build_emulator
+
+        build_emulator()
+    except Exception as exc:
+        pytest.skip(f"kernel emulator cannot be built: {exc}")
+    spec = importlib.util.spec_from_file_location("fake_cupy", Path(__file__).with_name("fake_cupy.py"))
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    from csa_plan.kernels import probe
+
+    code, doc = probe.run(["--context", "65536", "--batches", "1", "--geometries", "v4-pro-tp8", "--hot", "1",
+                           "--index-heads", "4", "--chunks", "4"], cupy_module=fake)
+    assert code == 0 and doc["failed"] == 0, [c for c in doc["checks"] if c["status"] != "pass"]
+    assert "indexer+top-1024 fused (R=1)" in {c["name"] for c in doc["checks"]}
+    rows = {t["case"]: t for t in doc["timings"]}
+    plain, fused = rows["indexer+topk1024/R=1"], rows["indexer+topk1024 fused/R=1"]
+    assert 0 < fused["candidates"] <= rows["topk1024/R=1"]["cand_capacity"]
+    assert plain["moved_bytes"] - fused["moved_bytes"] == 16384 * 4 - 2048 * 4
+    b = _load_bench()
+    args = b.main.__globals__["argparse"].Namespace(context=65536, requests=1, heads=16, index_heads=4, topk=1024,
+                                                      window=128, chunks=4, json=True)
+    assert b.report(args, doc) == 0

@@ -140,6 +140,39 @@ def test_multi_block_topk_through_cupy_backend_on_fake_cupy(fake):
         assert np.array_equal(got[r * k:(r + 1) * k], O.topk_ids(host[r * n:(r + 1) * n], k))
 
 
+def test_fused_histogram_and_compaction_through_cupy_backend_on_fake_cupy(fake):
+    """CupyBackend: index_scores(topk_work=...) passes the work as index_tc_scores' hist (and a
+    null pointer, np.uint64(0), without it), topk then launches passes 1 and 2 only and reads
+    the compacted candidates; the ids are the oracle's for two requests."""
+    from csa_plan.kernels import oracle as O
+    from csa_plan.kernels.backends import CupyBackend
+    from csa_plan.kernels.tc_geometry import TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
+
+    be = CupyBackend(fake)
+    n, k, R, heads = TOPK_MB_MIN_KEYS, 300, 2, 4
+    rng = np.random.default_rng(5)
+    keys = fake.asarray(O.pack_fp4_key(rng.standard_normal((R * n, 128)).astype(np.float32)))
+    q = fake.asarray(rng.standard_normal((R, heads, 128)).astype(np.float32))
+    w = fake.asarray(rng.standard_normal((R, heads)).astype(np.float32))
+    scores, out = fake.zeros((R, n), fake.float32), fake.zeros(R * k, fake.int32)
+    work = fake.zeros(R * topk_work_words(topk_blocks(n, R, be.sm_count), n), fake.uint32)
+    (mod,) = fake.RawModule.instances
+    before = len(mod.launches)
+    tw = be.topk_work(work, n, R)
+    filled = be.index_scores(keys, q, w, heads, n, scores, requests=R, key_stride=n * 68, score_stride=n,
+                             topk_work=tw)
+    be.topk(scores, n, k, out, requests=R, score_stride=n, out_stride=k, work=filled)
+    names = [name for name, *_ in mod.launches[before:]]
+    assert names == ["index_tc_scores", "topk_mb_hist", "topk_mb_hist", "topk_mb_count", "topk_mb_write"]
+    got, sh = out.get(), scores.get()
+    assert tw.layout.cand_capacity == n and 0 < int(work.get()[tw.layout.cand_count_word]) < n
+    for r in range(R):
+        assert np.array_equal(got[r * k:(r + 1) * k], O.topk_ids(sh[r], k))
+    plain = fake.zeros((R, n), fake.float32)
+    be.index_scores(keys, q, w, heads, n, plain, requests=R, key_stride=n * 68, score_stride=n)  # hist null
+    assert np.array_equal(plain.get().view(np.uint32), sh.view(np.uint32))
+
+
 def test_fake_rejects_what_real_cupy_would_misread(fake):
     """The fake can fail: Python ints, wrong dtypes, host arrays, strided views, big blocks."""
     from csa_plan.kernels.backends import CupyBackend

@@ -80,3 +80,18 @@ def test_fused_split_and_the_ceiling_of_any_design():
     assert by[("HCA attention", 16, 128)].ceiling < 0.5
     # the fused merge: one launch plus the cluster's costs, more with more chunks
     assert M.cluster_merge_s(16, 1, 1) < M.cluster_merge_s(16, 2, 1) < M.cluster_merge_s(16, 8, 1)
+
+
+def test_fused_top_k_histogram_keeps_the_indexer_at_half_of_peak():
+    """index_tc_scores with top-k's first histogram in its epilogue (the harness's launch):
+    the merge loop is read from the SASS and charged per block, hist0's bytes are counted,
+    and at batch 16 the modelled share stays at least 50 % (never above the unfused row)."""
+    counts = M.load_counts()
+    assert counts["index_tc_scores"].flush["bins_per_trip"] >= 1
+    for batch in (1, 16):
+        fused = M.indexer(counts, 1 << 20, batch)
+        plain = M.indexer(counts, 1 << 20, batch, hist0_fused=False)
+        assert fused.kernel == "indexer+hist" and fused.sm_us > plain.sm_us
+        assert fused.hbm_bytes == plain.hbm_bytes + batch * 2048 * 4
+        assert fused.share_of_peak <= plain.share_of_peak
+    assert M.indexer(counts, 1 << 20, 16).share_of_peak >= 0.5

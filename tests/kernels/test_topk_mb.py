@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from csa_plan.kernels import oracle as O
-from csa_plan.kernels.tc_geometry import TOPK_MB_HIST_WORDS, TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
+from csa_plan.kernels.tc_geometry import TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
 
 from helpers.emulator import requires_emulator
 
@@ -95,7 +95,7 @@ def _compacted(be, s, k, blocks, cap, requests=1, n=None, stride=0):
 
 def _candidates(wrow, lay):
     """(count, the stored candidates as (id, key) rows) of one request's work row."""
-    count = int(wrow[lay.header_words - 4:lay.header_words][(TOPK_MB_HIST_WORDS + 2 * lay.blocks) % 4])
+    count = int(wrow[lay.cand_count_word])
     c = wrow[lay.header_words:lay.header_words + 2 * min(count, lay.cand_capacity)].reshape(-1, 2)
     return count, c
 
@@ -204,3 +204,22 @@ def test_topk_mb_fused_histogram_skips_pass_0_and_matches_the_oracle(be, monkeyp
     with pytest.raises(ValueError):  # a TopkWork laid out for other scores is refused
         be.index_scores(keys, q, wts, heads, n - 1, scores, requests=R, key_stride=n * 68, score_stride=n,
                         topk_work=tw)
+
+
+def test_topk_work_layout_is_the_kernels():
+    """tc_geometry's layout constants are topk.cu's and csa_common.cuh's #defines; the candidate
+    room is what the lent buffer holds past the header, at most n, 16-byte aligned per request."""
+    import re
+
+    from csa_plan.kernels import backends as B
+    from csa_plan.kernels import tc_geometry as G
+
+    src = (B.KERNEL_DIR / "topk.cu").read_text() + (B.KERNEL_DIR / "csa_common.cuh").read_text()
+    got = {k: int(v) for k, v in re.findall(r"^#define CSA_TK_(COUNTS|MAX_BLOCKS|BINS0|SHIFT0) (\d+)", src, re.M)}
+    assert got == {"COUNTS": G.TOPK_MB_HIST_WORDS, "MAX_BLOCKS": G.TOPK_MB_MAX_BLOCKS,
+                   "BINS0": G.TOPK_MB_HIST0_BINS, "SHIFT0": 32 - 11}
+    lay = G.topk_layout(262144, 16, 16 * topk_work_words(16, 5000))
+    assert (lay.blocks, lay.cand_capacity, lay.header_words) == (16, 5000, 5156) and lay.words % 4 == 0
+    assert G.topk_layout(1000, 1, 10**6, blocks=2).cand_capacity == 1000  # never more than n
+    assert G.topk_layout(262144, 16, 16 * 5155) is None  # no room for the header: topk_radix
+    assert G.topk_layout(262144, 16, 16 * 5157).cand_capacity == 0  # header only: no compaction
