@@ -167,7 +167,7 @@ def _launches(be, monkeypatch):
     orig = be._launch
 
     def rec(kernel, grid, block, args, smem=0):
-        names.append((kernel, args[-2][1] if kernel == "topk_mb_hist" else None))  # (pass, cand_cap)
+        names.append((kernel, args[-2][1] if kernel == "topk_mb_hist" else None))  # pass
         return orig(kernel, grid, block, args, smem)
 
     monkeypatch.setattr(be, "_launch", rec)
@@ -223,3 +223,40 @@ def test_topk_work_layout_is_the_kernels():
     assert G.topk_layout(1000, 1, 10**6, blocks=2).cand_capacity == 1000  # never more than n
     assert G.topk_layout(262144, 16, 16 * 5155) is None  # no room for the header: topk_radix
     assert G.topk_layout(262144, 16, 16 * 5157).cand_capacity == 0  # header only: no compaction
+
+
+def test_harness_decode_lends_the_work_to_the_indexer_and_selects_the_oracle_set(be, monkeypatch):
+    """DeviceLayer.attend lays top-k's work (the attention workspace) out before the indexer,
+    so the indexer fills hist0 and top-k runs passes 1 and 2 only, compacting candidates;
+    the selected set is the oracle's at every step. The multi-block thresholds are lowered
+    so a small layer (128 heads: a workspace that holds the header) takes that path."""
+    from csa_plan.kernels import tc_geometry as G
+    from csa_plan.kernels.harness import DeviceLayer, Group
+    from csa_plan.planner.descriptor import Descriptor
+    from csa_plan.planner.ledger import Ledger
+
+    monkeypatch.setattr(G, "TOPK_MB_MIN_KEYS", 16)
+    monkeypatch.setattr(G, "TOPK_MB_KEYS_PER_BLOCK", 16)
+    g = O.Geometry(ratio=4, num_heads=128, max_seq_len=256, window=16, index_heads=4, index_topk=32)
+    d = Descriptor(layer_id=0, compression_ratio=4, num_heads=g.num_heads, window=g.window,
+                   max_seq_len=g.max_seq_len, index_num_heads=g.index_heads, index_head_dim=128,
+                   index_topk=g.index_topk)
+    led = Ledger()
+    prefill = 160
+    with Group(led, led.next_request_id(), 0, d, np) as grp:
+        w, inp = O.make_layer(g, prefill + 3, seed=3)
+        dl = DeviceLayer(be, grp, w, inp)
+        dl.prefill(prefill)
+        st = O.prefill(g, w, inp, prefill)
+        for _ in range(3):
+            names = _launches(be, monkeypatch)
+            dl.decode()
+            monkeypatch.setattr(be, "_launch", type(be)._launch.__get__(be))
+            _, so = O.decode_step(g, w, inp, st)
+            assert np.array_equal(dl.last_selected, so)
+            hist = [p for kname, p in names if kname == "topk_mb_hist"]
+            assert hist == [1, 2] and ("index_tc_scores", None) in names, names
+            visible = dl.tokens // 4
+            lay = G.topk_layout(visible, 1, dl.ws_attn.size // 4)
+            count = int(dl.ws_attn.view(np.uint32)[lay.cand_count_word])
+            assert len(so) == 32 < visible and lay.blocks == 3 and 0 < count <= lay.cand_capacity, (lay, count)
