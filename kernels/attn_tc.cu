@@ -12,7 +12,7 @@
 //  3. S = Q K^T with mma.sync m16n8k16: warp (m-tile, quarter) multiplies its 16 heads by
 //     its 128 dims; the four quarters' partial S meet in shared memory;
 //  4. online softmax in registers, then O += P V with mma.sync (each warp its 128 dims).
-// Q (RoPE at pos applied once) is split into q_terms BF16 terms and P into p_terms (1 or 2;
+// Q (RoPE at pos applied once) and P are split into CSA_TC_TERMS BF16 terms each (1 or 2;
 // 2 leave 2^-17 relative, measured 2e-6 absolute on the outputs against the fp32 oracle;
 // 1 term: 1e-3). Products of BF16 terms are exact in fp32; the running max's rescale of the
 // accumulators is skipped in tiles where the max did not move. The split's index list is prefetched into
@@ -30,32 +30,28 @@
 #define CSA_TC_ROW_SMEM 608
 #define CSA_TC_STAGES 3
 #define CSA_TC_KPITCH 520       // bf16 per dequantized row (+8: conflict-free fragment loads)
-#define CSA_TC_SPITCH 36        // floats per partial-S row (16-byte rows, conflict-free 16-byte access)
 #define CSA_TC_MAX_IDS 2048     // rows per split with an index list
 #define CSA_TC_NOPE 448          // FP8 dims (7 blocks of 64); the last 64 are the BF16 RoPE tail
 #define CSA_TC_NOPE_BLOCKS 7
-#define CSA_TC_TERMS 2          // at most this many BF16 terms of Q and of P (2: 2^-17 relative)
+#define CSA_TC_TERMS 2          // BF16 terms of Q and of P (2: 2^-17 relative; 1: 1.1e-3 on the outputs)
 
 // Shared layout (bytes): stages | K tile | partial S | row offsets | ids
 #define CSA_TC_STAGE_BYTES (CSA_TC_TILE * CSA_TC_ROW_SMEM)
 #define CSA_TC_K_OFF (CSA_TC_STAGES * CSA_TC_STAGE_BYTES)
 #define CSA_TC_S_OFF (CSA_TC_K_OFF + CSA_TC_TILE * CSA_TC_KPITCH * 2)
-#define CSA_TC_S_BYTES_PER_MT (4 * 16 * CSA_TC_SPITCH * 4)
+#define CSA_TC_S_BYTES_PER_MT (4 * 4 * 32 * 16 + 4 * 16 * 4)  // partial S (then P) | row maxima
+#define CSA_TC_PPITCH 40        // bf16 per P-tile row (80 B: conflict-free ldmatrix)
 
 __device__ __forceinline__ int attn_tc_s_off(int mt) { return CSA_TC_S_OFF + mt * CSA_TC_S_BYTES_PER_MT; }
 
-// Split (x0, x1) into `terms` (<= CSA_TC_TERMS) packed BF16 pairs (low half x0) whose sums are
+// Split (x0, x1) into CSA_TC_TERMS packed BF16 pairs (low half x0) whose sums are
 // x0 and x1 to 2^-17 relative: each term is the RNE BF16 of what the earlier terms left.
-__device__ __forceinline__ void attn_tc_split2(float x0, float x1, int terms, unsigned* out) {
+__device__ __forceinline__ void attn_tc_split2(float x0, float x1, unsigned* out) {
 #pragma unroll
   for (int i = 0; i < CSA_TC_TERMS; ++i) {
-    unsigned p = 0u;
-    if (i < terms) {
-      p = csa_pack_bf16x2(x0, x1);
-      x0 -= __uint_as_float(p << 16);
-      x1 -= __uint_as_float(p & 0xffff0000u);
-    }
-    out[i] = p;
+    out[i] = csa_pack_bf16x2(x0, x1);
+    x0 -= __uint_as_float(out[i] << 16);
+    x1 -= __uint_as_float(out[i] & 0xffff0000u);
   }
 }
 
@@ -168,10 +164,10 @@ __device__ __forceinline__ void attn_tc_merge_cluster(const float (&acc)[16][4],
   const float *__restrict__ q, const unsigned char *__restrict__ ring, long long ring_req_stride, int n_win,      \
       long long ring_bytes, const unsigned char *__restrict__ records, long long rec_req_stride, long long rec_bytes, \
       const int *__restrict__ idx, int use_idx, long long idx_req_stride, int n_sel, int heads, int pos,          \
-      const float *__restrict__ inv_freq, int rope_dim, float scale, int q_terms, int p_terms
+      const float *__restrict__ inv_freq, int rope_dim, float scale
 #define ATTN_TC_ARGS                                                                                          \
   q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride, rec_bytes, idx, use_idx, idx_req_stride, \
-      n_sel, heads, pos, inv_freq, rope_dim, scale, q_terms, p_terms
+      n_sel, heads, pos, inv_freq, rope_dim, scale
 
 // CLUSTER 0: write the partial state (pass 1 of two; attn_merge is pass 2). CLUSTER >= 1: the
 // launch's gridDim.y == CLUSTER chunks of a (request, head group) are one thread block cluster,
@@ -190,7 +186,9 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
   const unsigned char* rg = ring + (long long)req * ring_req_stride;
   const unsigned char* rc = records + (long long)req * rec_req_stride;
   unsigned short* kt = (unsigned short*)(attn_tc_smem + CSA_TC_K_OFF);
-  float* sp = (float*)(attn_tc_smem + attn_tc_s_off(mt));
+  float4* sp = (float4*)(attn_tc_smem + attn_tc_s_off(mt));  // [quarter][n-tile][lane]: partial S; then P
+  float* smax = (float*)(sp + 4 * 4 * 32);                    // [warp][head]: row maxima; at the end, sums
+  unsigned* ptile = (unsigned*)sp;                          // [term][head][PPITCH bf16]: P (after the max)
   unsigned char* leads = attn_tc_smem + attn_tc_s_off(m_tiles);  // [row of the split]: superset lead
   int* descs = (int*)(leads + CSA_TC_MAX_IDS);                     // [row]: superset start in its region
   unsigned long long* bars = (unsigned long long*)(descs + CSA_TC_MAX_IDS);  // [stage]: its bulk copies' mbarrier
@@ -198,6 +196,7 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
   // exact zeros (their P is 0, and 0 x stale bytes could be NaN)
   unsigned char* zrow = (unsigned char*)(bars + CSA_TC_STAGES);
   const int zrow_off = (int)(zrow - attn_tc_smem);
+  if (csa_dynamic_smem_bytes() < (unsigned)(zrow_off + CSA_TC_ROW_SMEM)) __trap();  // the launcher's size is short
   for (int i = tid; i < CSA_TC_ROW_SMEM; i += nthreads) zrow[i] = (i < CSA_TC_NOPE_BLOCKS * 65 && i % 65 == 0) ? 127 : 0;
   if (tid == 0) {
     for (int st = 0; st < CSA_TC_STAGES; ++st) csa_mbar_init(&bars[st], CSA_TC_TILE);  // one arrival per row slot
@@ -240,7 +239,7 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
           }
         }
         unsigned t3[CSA_TC_TERMS];
-        attn_tc_split2(x0, x1, q_terms, t3);
+        attn_tc_split2(x0, x1, t3);
 #pragma unroll
         for (int i = 0; i < CSA_TC_TERMS; ++i) qf[i][kk][r] = t3[i];
       }
@@ -259,6 +258,8 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
   const int lrow = lane & 7, lmat = lane >> 3;  // ldmatrix: this lane's row of matrix lmat
   const csa_saddr kt_s = csa_smem_addr(kt);
   const csa_saddr krow_s = kt_s + 2 * (lrow * CSA_TC_KPITCH + 128 * dq + 8 * lmat);
+  // P's A fragments: lane l gives row (l & 7) + 8 ((l >> 3) & 1), column 8 (l >> 4) of a k-step
+  const csa_saddr prow_s = csa_smem_addr(ptile) + 2 * ((lrow + 8 * (lmat & 1)) * CSA_TC_PPITCH + 8 * (lmat >> 1));
 
   // issue the copies of tile `t` into stage t % STAGES. Row j of the tile belongs to lane
   // j % (TILE / warps) of warp j / (TILE / warps): it arrives on the stage's mbarrier with the
@@ -370,86 +371,79 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
 #pragma unroll
       for (int n = 0; n < 4; ++n) csa_ldsm_x4(b4[n], krow_s + 2 * (8 * n * CSA_TC_KPITCH + 16 * kk));
 #pragma unroll
-      for (int term = 0; term < CSA_TC_TERMS; ++term)
-        if (term < q_terms) {
+      for (int term = 0; term < CSA_TC_TERMS; ++term) {
 #pragma unroll
-          for (int n = 0; n < 4; ++n) csa_mma_bf16_16816(s[n], qf[term][kk], b4[n]);  // 4 independent chains
+        for (int n = 0; n < 4; ++n) csa_mma_bf16_16816(s[n], qf[term][kk], b4[n]);  // 4 independent chains
 #pragma unroll
-          for (int n = 0; n < 4; ++n) csa_mma_bf16_16816(s[n], qf[term][kk + 1], b4[n] + 2);
-        }
+        for (int n = 0; n < 4; ++n) csa_mma_bf16_16816(s[n], qf[term][kk + 1], b4[n] + 2);
+      }
     }
-    // the quarters' partial S meet in shared memory: a lane's 8 values of a head row are
-    // contiguous (column 8n + 2tg + i at 8tg + 2n + i), two 16-byte stores and loads each
+    // the quarters' partial S meet in shared memory: each n-tile's D fragment as the lane's
+    // 16 bytes (every warp's lane l holds the same heads and columns of an n-tile)
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      float4* w4 = (float4*)(sp + (dq * 16 + gid + 8 * hi) * CSA_TC_SPITCH + 8 * tg);
-      w4[0] = make_float4(s[0][2 * hi], s[0][2 * hi + 1], s[1][2 * hi], s[1][2 * hi + 1]);
-      w4[1] = make_float4(s[2][2 * hi], s[2][2 * hi + 1], s[3][2 * hi], s[3][2 * hi + 1]);
-    }
+    for (int n = 0; n < 4; ++n) sp[(dq * 4 + n) * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
     __syncthreads();
 
-    // full logits (log2 units) at this lane's positions, online softmax for heads gid (hi = 0),
-    // gid + 8 (hi = 1)
-    float tmax[2] = {CSA_NEG_INF, CSA_NEG_INF};
+    // warp dq takes the softmax of n-tile dq (rows 8dq..8dq+7) for its 16 heads: full logits
+    // (log2 units) of heads gid (hi = 0) and gid + 8 (hi = 1) at columns 8dq + 2tg + {0, 1},
+    // summed over the quarters in order; the tile's max per head meets across the 4 warps
+    float x[2][2], tmax[2];
+    float4 v = sp[dq * 32 + lane];
+#pragma unroll
+    for (int p = 1; p < 4; ++p) {
+      const float4 w4 = sp[(p * 4 + dq) * 32 + lane];
+      v.x += w4.x;
+      v.y += w4.y;
+      v.z += w4.z;
+      v.w += w4.w;
+    }
+    const int col = 8 * dq + 2 * tg;
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
-      float v[8];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const float4* r4 = (const float4*)(sp + (p * 16 + gid + 8 * hi) * CSA_TC_SPITCH + 8 * tg);
-        const float4 x = r4[0], y = r4[1];
-        if (p == 0) {
-          v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
-        } else {
-          v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w; v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float x = 8 * n + 2 * tg + i < nv ? v[2 * n + i] * scale_l2 : CSA_NEG_INF;
-          s[n][2 * hi + i] = x;
-          tmax[hi] = fmaxf(tmax[hi], x);
-        }
+      x[hi][0] = col < nv ? (hi ? v.z : v.x) * scale_l2 : CSA_NEG_INF;
+      x[hi][1] = col + 1 < nv ? (hi ? v.w : v.y) * scale_l2 : CSA_NEG_INF;
+      float mx = fmaxf(x[hi][0], x[hi][1]);
+      mx = fmaxf(mx, __shfl_xor_sync(CSA_FULL_MASK, mx, 1));
+      tmax[hi] = fmaxf(mx, __shfl_xor_sync(CSA_FULL_MASK, mx, 2));
+      if (tg == 0) smax[dq * 16 + gid + 8 * hi] = tmax[hi];
     }
+    __syncthreads();  // every warp's row max is in; the partial S is read (its space takes P)
     float corr[2];
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
-      float mx = fmaxf(tmax[hi], __shfl_xor_sync(CSA_FULL_MASK, tmax[hi], 1));
-      mx = fmaxf(mx, __shfl_xor_sync(CSA_FULL_MASK, mx, 2));
+      const int h = gid + 8 * hi;
+      const float mx = fmaxf(fmaxf(smax[h], smax[16 + h]), fmaxf(smax[32 + h], smax[48 + h]));
       const float mn = fmaxf(m_run[hi], mx);
       corr[hi] = csa_ex2(m_run[hi] - mn);
       m_run[hi] = mn;
       l_part[hi] *= corr[hi];
     }
+    // P of this warp's rows, split into BF16 terms, to the P tile: [term][head][PPITCH]
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (int hi = 0; hi < 2; ++hi) {
+      const float p0 = csa_ex2(x[hi][0] - m_run[hi]), p1 = csa_ex2(x[hi][1] - m_run[hi]);
+      l_part[hi] += p0 + p1;
+      unsigned t3[CSA_TC_TERMS];
+      attn_tc_split2(p0, p1, t3);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p = csa_ex2(s[n][i] - m_run[i >> 1]);
-        s[n][i] = p;
-        l_part[i >> 1] += p;
-      }
+      for (int term = 0; term < CSA_TC_TERMS; ++term)
+        ptile[(term * 16 + gid + 8 * hi) * (CSA_TC_PPITCH / 2) + 4 * dq + tg] = t3[term];
+    }
     if (corr[0] != 1.0f || corr[1] != 1.0f) {  // the running max moved: rescale (skipped once it settles)
 #pragma unroll
       for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] *= corr[i >> 1];
     }
+    __syncthreads();  // the P tile is whole
 
-    // O += P V: k-step ks covers rows 16ks..16ks+15 = n-tiles 2ks, 2ks+1 of S
+    // O += P V: k-step ks covers rows 16ks..16ks+15; P's A fragments by ldmatrix from the P tile
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
-      unsigned af[CSA_TC_TERMS][4];  // per A register: the split terms of its two elements
+      unsigned af[CSA_TC_TERMS][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int n = 2 * ks + (r >> 1), i0 = (r & 1) ? 2 : 0;  // a0:(g,lo) a1:(g+8,lo) a2:(g,hi) a3:(g+8,hi)
-        unsigned t3[CSA_TC_TERMS];
-        attn_tc_split2(s[n][i0], s[n][i0 + 1], p_terms, t3);
-#pragma unroll
-        for (int term = 0; term < CSA_TC_TERMS; ++term) af[term][r] = t3[term];
-      }
+      for (int term = 0; term < CSA_TC_TERMS; ++term)
+        csa_ldsm_x4(af[term], prow_s + 2 * (term * 16 * CSA_TC_PPITCH + 16 * ks));
       // ldmatrix.trans: matrices (rows 16ks + {0..7 | 8..15}) x (the dims of n-tiles j, j + 1)
       const csa_saddr v0 =
           kt_s + 2 * ((16 * ks + 8 * (lmat & 1) + lrow) * CSA_TC_KPITCH + 128 * dq + 8 * (lmat >> 1));
@@ -458,22 +452,30 @@ __device__ __forceinline__ void attn_tc_body(ATTN_TC_PARAMS, float* part_ml, flo
         unsigned b4[4];  // n-tile j: {b4[0], b4[1]}; j + 1: {b4[2], b4[3]}
         csa_ldsm_x4_trans(b4, v0 + 16 * j);
 #pragma unroll
-        for (int term = 0; term < CSA_TC_TERMS; ++term)
-          if (term < p_terms) {
-            csa_mma_bf16_16816(acc[j], af[term], b4);
-            csa_mma_bf16_16816(acc[j + 1], af[term], b4 + 2);
-          }
+        for (int term = 0; term < CSA_TC_TERMS; ++term) {
+          csa_mma_bf16_16816(acc[j], af[term], b4);
+          csa_mma_bf16_16816(acc[j + 1], af[term], b4 + 2);
+        }
       }
     }
   }
   csa_cp_async_wait<0>();
 
-  // partial state: l summed over the 4 lanes of a group; heads beyond `heads` are padding
+  // partial state: l summed over the 4 lanes of a group, then over the 4 warps of the m-tile
+  // (each summed its own rows); heads beyond `heads` are padding
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     l_part[hi] += __shfl_xor_sync(CSA_FULL_MASK, l_part[hi], 1);
     l_part[hi] += __shfl_xor_sync(CSA_FULL_MASK, l_part[hi], 2);
+    if (tg == 0) smax[dq * 16 + gid + 8 * hi] = l_part[hi];
   }
+  __syncthreads();
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int h = gid + 8 * hi;
+    l_part[hi] = ((smax[h] + smax[16 + h]) + smax[32 + h]) + smax[48 + h];
+  }
+
   if constexpr (CLUSTER > 0) {
     attn_tc_merge_cluster<CLUSTER>(acc, m_run, l_part, heads_per_block, hgroup, heads, req, pos, inv_freq, rope_dim,
                                    sink, y);

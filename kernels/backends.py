@@ -54,8 +54,6 @@ STATIC_SHARED_LIMIT = 48 * 1024
 # Kernels launched with dynamic shared memory (size per launch; sm_90 opts in up to 227 KB).
 DYNAMIC_SHARED = ("attn_tc_partial",) + tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
 DYNAMIC_SHARED_LIMIT = 227 * 1024
-ATTN_Q_TERMS = 2  # BF16 terms of the query in attn_tc (1 or 2 = CSA_TC_TERMS: 2^-17 relative)
-ATTN_P_TERMS = 2  # BF16 terms of the softmax weights (2: 2^-17 relative)
 
 # The options CupyBackend gives cupy.RawModule (NVRTC). CuPy 13/14 appends its own:
 # "-ftz=true" and "--device-as-default-execution-space" always, and "-arch=sm_XX" for the
@@ -236,10 +234,8 @@ _SIGNATURES = {
     "emu_topk_mb_count": _GRID + [_P, _L, _I, _I, _P, _L, _I],
     "emu_topk_mb_write": _GRID + [_P, _L, _I, _I, _P, _L, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
-    "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I, _I,
-                                    _P, _P],
-    "emu_attn_tc_fused": _GRID + [_U, _U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _I,
-                                  _I, _P, _P],
+    "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
+    "emu_attn_tc_fused": _GRID + [_U, _U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_merge": _GRID + [_P, _P, _I, _I, _P, _I, _P, _I, _P],
     "emu_partial_barrier": [_U, _P],
     "emu_shuffle": [_U, _P, _P],
@@ -499,8 +495,6 @@ class _Base:
         for name, a in (("ring", ring), ("records", records)):
             if _address(a) % 16:
                 raise ValueError(f"{kernel}({name}): the buffer must be 16-byte aligned (cp.async)")
-        if not (1 <= ATTN_Q_TERMS <= 2 and 1 <= ATTN_P_TERMS <= 2):
-            raise ValueError(f"{kernel}: q/p terms {ATTN_Q_TERMS}/{ATTN_P_TERMS}, each 1 or 2 (CSA_TC_TERMS)")
         lay = attn_tc_launch(heads)
         ring_bytes = int(ring_stride) if ring_stride else int(ring.nbytes)
         rec_bytes = int(rec_stride) if rec_stride else int(records.nbytes)
@@ -510,7 +504,7 @@ class _Base:
                      [("p", q), ("p", ring), ("l", ring_stride), ("i", n_win), ("l", ring_bytes), ("p", records),
                       ("l", rec_stride), ("l", rec_bytes), ("p", idx), ("i", int(idx is not None)),
                       ("l", idx_stride), ("i", n_sel), ("i", heads), ("i", pos), ("p", inv_freq), ("i", rope_dim),
-                      ("f", 1.0 / float(np.sqrt(head_dim))), ("i", ATTN_Q_TERMS), ("i", ATTN_P_TERMS)] + outputs,
+                      ("f", 1.0 / float(np.sqrt(head_dim)))] + outputs,
                      smem=lay.smem_bytes)
 
     def synchronize(self) -> None:

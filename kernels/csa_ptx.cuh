@@ -169,5 +169,11 @@ __device__ __forceinline__ T* csa_cluster_map(T* p, unsigned rank) {
   asm volatile("mapa.u64 %0, %1, %2;" : "=l"(a) : "l"(p), "r"(rank));
   return (T*)a;
 }
+// The launch's dynamic shared memory in bytes (%dynamic_smem_size).
+__device__ __forceinline__ unsigned csa_dynamic_smem_bytes() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
 #define CSA_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
 #endif  // __CUDACC__

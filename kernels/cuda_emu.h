@@ -690,6 +690,7 @@ inline void csa_cluster_sync() {
   swapcontext(&f->ctx, &G.sched);
 }
 inline unsigned csa_cluster_rank() { return (unsigned)emu::cur()->rank; }
+inline unsigned csa_dynamic_smem_bytes() { return (unsigned)emu::g().dyn_bytes; }
 template <class T>
 inline T* csa_cluster_map(T* p, unsigned rank) {
   emu::Grid& G = emu::g();

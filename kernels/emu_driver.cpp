@@ -89,10 +89,10 @@ int emu_attn_tc_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
                         const unsigned char* ring, long long ring_req_stride, int n_win, long long ring_bytes,
                         const unsigned char* records, long long rec_req_stride, long long rec_bytes, const int* idx,
                         int use_idx, long long idx_req_stride, int n_sel, int heads, int pos, const float* inv_freq,
-                        int rope_dim, float scale, int q_terms, int p_terms, float* part_ml, float* part_o) {
+                        int rope_dim, float scale, float* part_ml, float* part_o) {
   CSA_EMU_LAUNCH_SMEM(attn_tc_partial(q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride,
                                       rec_bytes, idx, use_idx, idx_req_stride, n_sel, heads, pos, inv_freq, rope_dim,
-                                      scale, q_terms, p_terms, part_ml, part_o));
+                                      scale, part_ml, part_o));
 }
 
 // The fused attention (attn_tc_fused1/2/4/8): `cluster` chunks per thread block cluster, gy == cluster.
@@ -100,14 +100,14 @@ int emu_attn_tc_fused(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsign
                       const float* q, const unsigned char* ring, long long ring_req_stride, int n_win,
                       long long ring_bytes, const unsigned char* records, long long rec_req_stride,
                       long long rec_bytes, const int* idx, int use_idx, long long idx_req_stride, int n_sel, int heads,
-                      int pos, const float* inv_freq, int rope_dim, float scale, int q_terms, int p_terms,
+                      int pos, const float* inv_freq, int rope_dim, float scale,
                       const float* sink, float* y) {
 #define CSA_EMU_FUSED(k, c)                                                                                     \
   return emu::launch(                                                                                           \
       dim3(gx, gy, gz), dim3(bx, 1, 1),                                                                         \
       [=] {                                                                                                     \
         k(q, ring, ring_req_stride, n_win, ring_bytes, records, rec_req_stride, rec_bytes, idx, use_idx,        \
-          idx_req_stride, n_sel, heads, pos, inv_freq, rope_dim, scale, q_terms, p_terms, sink, y);             \
+          idx_req_stride, n_sel, heads, pos, inv_freq, rope_dim, scale, sink, y);             \
       },                                                                                                        \
       smem, dim3(1, c, 1))
   switch (cluster) {

@@ -14,7 +14,6 @@ ATTN_TC_TILE = 32  # rows per pipeline stage
 ATTN_TC_STAGES = 3
 ATTN_TC_ROW_SMEM = 608  # 38 aligned 16-byte chunks: a 583-byte row at any offset
 ATTN_TC_KPITCH = 520  # bf16 per dequantized row
-ATTN_TC_SPITCH = 36
 ATTN_TC_MAX_IDS = 2048  # rows of one split when the rows come from an index list
 ATTN_TC_HEADS_PER_MTILE = 16
 ATTN_TC_MAX_MTILES = 2  # at most 32 heads per block (Q fragments stay in registers)
@@ -33,7 +32,7 @@ class AttnTcLaunch:
 def attn_tc_smem_bytes(m_tiles: int) -> int:
     stages = ATTN_TC_STAGES * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
     ktile = ATTN_TC_TILE * ATTN_TC_KPITCH * 2
-    partial_s = m_tiles * 4 * 16 * ATTN_TC_SPITCH * 4
+    partial_s = m_tiles * (4 * 4 * 32 * 16 + 4 * 16 * 4)  # partial S by lane (then the P tile), row maxima
     # + each row's lead and offset, one 8-byte mbarrier per stage, and a zero row
     return stages + ktile + partial_s + ATTN_TC_MAX_IDS + 4 * ATTN_TC_MAX_IDS + 8 * ATTN_TC_STAGES + ATTN_TC_ROW_SMEM
 

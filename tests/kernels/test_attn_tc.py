@@ -124,6 +124,28 @@ def test_attn_tc_fused_needs_a_cluster_size(be):
                      np.zeros(4, np.float32), None, None, y, 3, fused=True)
 
 
+def test_attn_tc_traps_when_the_launch_gives_too_little_shared_memory(be, monkeypatch):
+    """The kernel checks %dynamic_smem_size against its own layout: a launcher whose size
+    (tc_geometry.attn_tc_smem_bytes) fell short of the .cu's would fail, not overrun."""
+    from csa_plan.kernels import backends
+    from csa_plan.kernels.backends import EmulationError
+    from csa_plan.kernels.tc_geometry import AttnTcLaunch, attn_tc_launch
+
+    if be.name != "emulate":
+        pytest.skip("emulator only")
+    g = O.Geometry(ratio=128, num_heads=16, max_seq_len=1024, window=16)
+    st = O.State.empty(g)
+    y = np.zeros((16, 512), np.float32)
+    args = (np.zeros((16, 512), np.float32), st.ring, 16, st.records, None, 3, 16, 20, O.INV_FREQ,
+            np.zeros(16, np.float32), None, None, y, 1)
+    be.attention(*args, fused=True)  # the real size: fine
+    lay = attn_tc_launch(16)
+    short = AttnTcLaunch(lay.head_groups, lay.m_tiles, lay.threads, lay.smem_bytes - 16)
+    monkeypatch.setattr(backends, "attn_tc_launch", lambda heads: short)
+    with pytest.raises(EmulationError, match="__trap"):
+        be.attention(*args, fused=True)
+
+
 def test_attn_tc_refuses_a_misaligned_buffer(be):
     g = O.Geometry(ratio=128, num_heads=4, max_seq_len=1024, window=16)
     st = O.State.empty(g)
