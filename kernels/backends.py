@@ -232,7 +232,7 @@ _SIGNATURES = {
     "emu_topk_radix": _GRID + [_P, _L, _I, _I, _P, _L],
     "emu_topk_mb_hist": _GRID + [_P, _L, _I, _I, _P, _L, _I, _I],
     "emu_topk_mb_count": _GRID + [_P, _L, _I, _I, _P, _L, _I],
-    "emu_topk_mb_write": _GRID + [_P, _L, _I, _I, _P, _L, _P, _L],
+    "emu_topk_mb_write": _GRID + [_P, _L, _I, _I, _P, _L, _I, _P, _L],
     "emu_attn_partial": _GRID + [_P, _P, _L, _I, _P, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_partial": _GRID + [_U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
     "emu_attn_tc_fused": _GRID + [_U, _U, _P, _P, _L, _I, _L, _P, _L, _L, _P, _I, _L, _I, _I, _I, _P, _I, _F, _P, _P],
@@ -340,18 +340,18 @@ class _Base:
     def topk_work(self, work, n: int, requests: int = 1, *, blocks: int | None = None,
                   compact: bool = True) -> TopkWork | None:
         """`work` (a uint32 scratch the caller lends) laid out for the multi-block top-k of n
-        scores per request (tc_geometry.topk_layout: its blocks, and candidate slots in what
-        the buffer holds past the header; compact=False: none), or None when the single-block
-        topk_radix applies (too few keys, no buffer, or too small a one)."""
+        scores per request (tc_geometry.topk_layout: its blocks, and one segment per block of
+        (id, key) entries in what the buffer holds past the header; compact=False: none), or
+        None when the single-block topk_radix applies (too few keys, no buffer, or too small a one)."""
         if work is None or getattr(work, "dtype", None) != np.uint32:
             return None
         lay = topk_layout(n, requests, int(work.size), self.sm_count, blocks)
         if lay is None:
             return None
         if not compact:
-            lay = TopkLayout(blocks=lay.blocks, cand_capacity=0)
+            lay = TopkLayout(blocks=lay.blocks, seg_capacity=0)
         if _address(work) % 16:
-            raise ValueError("topk(work): the buffer must be 16-byte aligned (16-byte candidate loads)")
+            raise ValueError("topk(work): the buffer must be 16-byte aligned (16-byte segment loads)")
         return TopkWork(buf=work, n=n, requests=requests, layout=lay)
 
     def _zero_topk_header(self, tw: TopkWork) -> None:
@@ -412,9 +412,9 @@ class _Base:
         caller lends (the attention workspace is free while top-k runs), or the TopkWork that
         topk_work() laid out or index_scores(topk_work=...) returned with its first histogram
         filled — and n large enough, the multi-block radix select (topk_mb_*,
-        tc_geometry.topk_blocks blocks per request, or `blocks`), compacting the threshold
-        bin's candidates where the buffer has room for them; otherwise the single-block
-        topk_radix. All give oracle.topk_ids."""
+        tc_geometry.topk_blocks blocks per request, or `blocks`), each block compacting its
+        slice's keys of the threshold bin and above into its segment where the buffer has room
+        for one; otherwise the single-block topk_radix. All give oracle.topk_ids."""
         k = min(k, n)
         if k <= 0:
             return
@@ -425,14 +425,15 @@ class _Base:
             if (tw.n, tw.requests) != (n, requests) or (blocks and blocks != tw.layout.blocks):
                 raise ValueError(f"topk(work): laid out for {tw.requests} x {tw.n} scores"
                                  f" ({tw.layout.blocks} blocks), launched for {requests} x {n}")
-            b, ws, cap = tw.layout.blocks, tw.layout.words, tw.layout.cand_capacity
+            b, ws, seg = tw.layout.blocks, tw.layout.words, tw.layout.seg_capacity
             args = [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", tw.buf), ("l", ws)]
             if not tw.hist0_filled:
                 self._zero_topk_header(tw)
             for p in range(1 if tw.hist0_filled else 0, 3):
-                self._launch("topk_mb_hist", (b, requests, 1), TOPK_THREADS, args + [("i", p), ("i", cap)])
-            self._launch("topk_mb_count", (b, requests, 1), TOPK_THREADS, args + [("i", cap)])
-            self._launch("topk_mb_write", (b, requests, 1), TOPK_THREADS, args + [("p", out), ("l", out_stride)])
+                self._launch("topk_mb_hist", (b, requests, 1), TOPK_THREADS, args + [("i", p), ("i", seg)])
+            self._launch("topk_mb_count", (b, requests, 1), TOPK_THREADS, args + [("i", seg)])
+            self._launch("topk_mb_write", (b, requests, 1), TOPK_THREADS,
+                         args + [("i", seg), ("p", out), ("l", out_stride)])
             return
         self._launch("topk_radix", (requests, 1, 1), TOPK_THREADS,
                      [("p", scores), ("l", score_stride), ("i", n), ("i", k), ("p", out), ("l", out_stride)])

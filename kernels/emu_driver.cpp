@@ -63,18 +63,18 @@ int emu_topk_radix(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const flo
 
 int emu_topk_mb_hist(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
                      long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride, int pass,
-                     int cand_cap) {
-  CSA_EMU_LAUNCH(topk_mb_hist(scores, score_req_stride, n, k, work, work_req_stride, pass, cand_cap));
+                     int seg_cap) {
+  CSA_EMU_LAUNCH(topk_mb_hist(scores, score_req_stride, n, k, work, work_req_stride, pass, seg_cap));
 }
 int emu_topk_mb_count(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
                       long long score_req_stride, int n, int k, unsigned* work, long long work_req_stride,
-                      int cand_cap) {
-  CSA_EMU_LAUNCH(topk_mb_count(scores, score_req_stride, n, k, work, work_req_stride, cand_cap));
+                      int seg_cap) {
+  CSA_EMU_LAUNCH(topk_mb_count(scores, score_req_stride, n, k, work, work_req_stride, seg_cap));
 }
 int emu_topk_mb_write(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* scores,
                       long long score_req_stride, int n, int k, const unsigned* work, long long work_req_stride,
-                      int* out, long long out_req_stride) {
-  CSA_EMU_LAUNCH(topk_mb_write(scores, score_req_stride, n, k, work, work_req_stride, out, out_req_stride));
+                      int seg_cap, int* out, long long out_req_stride) {
+  CSA_EMU_LAUNCH(topk_mb_write(scores, score_req_stride, n, k, work, work_req_stride, seg_cap, out, out_req_stride));
 }
 
 int emu_attn_partial(unsigned gx, unsigned gy, unsigned gz, unsigned bx, const float* q, const unsigned char* ring,

@@ -39,8 +39,8 @@ import numpy as np
 
 from csa_plan.kernels import oracle as O
 from csa_plan.kernels import traffic as T
-from csa_plan.kernels.tc_geometry import (FUSED_CLUSTERS, TOPK_MB_CAND_SHARE, attn_split, attn_tc_launch, topk_blocks,
-                                          topk_work_words)
+from csa_plan.kernels.tc_geometry import (FUSED_CLUSTERS, attn_split, attn_tc_launch, topk_blocks,
+                                          topk_entry_room, topk_work_words)
 
 CONTEXT = 1 << 20
 WINDOW = 128
@@ -212,8 +212,8 @@ class Probe:
 
         for k in sorted({GEOMETRIES[gname][1] for gname in a.geometries}):
             ids = [cp.zeros((R, k), dtype=cp.int32) for _ in range(2)]
-            # room for n / 16 candidates (the threshold bin's keys) past the header
-            work = cp.zeros(R * topk_work_words(topk_blocks(n_csa, R, be.sm_count), n_csa // TOPK_MB_CAND_SHARE),
+            # room for n / 16 entries, at least 4 k (keys of the threshold bin and above) past the header
+            work = cp.zeros(R * topk_work_words(topk_blocks(n_csa, R, be.sm_count), topk_entry_room(n_csa, k)),
                             dtype=cp.uint32)
 
             def sel(i, k=k, ids=ids, work=work):
@@ -224,21 +224,18 @@ class Probe:
             be.synchronize()
             got = ids[0].get()
             tw = be.topk_work(work, n_csa, R)
-            cands = 0
-            if tw is not None:  # the threshold bin's keys (request 0): compacted when they fit
-                cands = int(work[tw.layout.cand_count_word: tw.layout.cand_count_word + 1].get()[0])
+            seg = segment_use(work, tw)
             exact = sum(np.array_equal(O.topk_ids(s_host[r], k), got[r]) for r in range(R))
             same = np.array_equal(_bits(ids[0]), _bits(ids[1]))
             ties = int(sum(len(s_host[r]) - len(np.unique(s_host[r])) for r in range(R)))
             self.check(f"top-{k} of {n_csa:,} ({tag})", exact == R and same,
                        f"ids equal the oracle's top-k of the kernel scores in {exact}/{R} requests "
                        f"({ties:,} tied scores to break); second launch bit-identical: {same}", R - exact)
-            cap = tw.layout.cand_capacity if tw is not None else 0
-            self.time(f"topk{k}/{tag}", lambda: sel(1),
-                      T.topk(R, n_csa, k, be.sm_count, cand_capacity=cap, candidates=cands), kind="CSA",
-                      requests=R, n=n_csa, k=k, candidates=cands, cand_capacity=cap)
+            self.time(f"topk{k}/{tag}", lambda: sel(1), T.topk(R, n_csa, k, be.sm_count, **seg), kind="CSA",
+                      requests=R, n=n_csa, k=k, entries=seg["fitting_entries"],
+                      overflowing_blocks=seg["overflowing_blocks"], seg_capacity=seg["seg_capacity"])
             if tw is not None:
-                self.fused(keys, iq, iw, I, n_csa, R, k, work, scores, s_host, got, cands, tag)
+                self.fused(keys, iq, iw, I, n_csa, R, k, work, scores, s_host, got, seg, tag)
             for gname in a.geometries:
                 H, gk = GEOMETRIES[gname]
                 if gk == k:
@@ -248,10 +245,11 @@ class Probe:
             H, _ = GEOMETRIES[gname]
             self.attention(gname, H, R, "HCA", ring, hca, None, None, n_hca, ring_ids, hca_ids, pos)
 
-    def fused(self, keys, iq, iw, I, n, R, k, work, scores, s_host, got, cands, tag) -> None:
+    def fused(self, keys, iq, iw, I, n, R, k, work, scores, s_host, got, seg, tag) -> None:
         """The indexer with top-k's first histogram in its epilogue, then top-k from it (four
-        launches fewer over the scores than unfused: hist0 fused, pass 2 and the count on the
-        candidates): the same score bits and ids as the separate launches, and both pairs timed."""
+        reads fewer of the scores than unfused and uncompacted: hist0 fused; pass 2, the count and
+        the write on the segments): the same score bits and ids as the separate launches, and
+        both pairs timed."""
         be = self.be
         ids = self.cp.zeros((R, k), dtype=self.cp.int32)
 
@@ -269,14 +267,14 @@ class Probe:
         self.check(f"indexer+top-{k} fused ({tag})", same and ok,
                    f"hist0 from the indexer's epilogue: {filled}; scores bit-identical to the unfused indexer: "
                    f"{same}; ids equal the unfused top-k's: {ok}", int(not (same and ok)))
-        cap = be.topk_work(work, n, R).layout.cand_capacity
         for fuse in (False, True):
             ti = T.index_scores(R, n, I, sm_count=be.sm_count, hist0_fused=fuse)
-            tk = T.topk(R, n, k, be.sm_count, hist0_fused=fuse, cand_capacity=cap, candidates=cands)
+            tk = T.topk(R, n, k, be.sm_count, hist0_fused=fuse, **seg)
             pair = T.Traffic("index_scores+topk_radix", ti.compulsory_bytes + tk.compulsory_bytes - R * n * 4 * 2,
                              ti.moved_bytes + tk.moved_bytes)  # the scores are an intermediate: not compulsory
             self.time(f"indexer+topk{k}{' fused' if fuse else ''}/{tag}", lambda fuse=fuse: both(fuse), pair,
-                      kind="CSA", requests=R, n=n, k=k, fused=fuse, candidates=cands)
+                      kind="CSA", requests=R, n=n, k=k, fused=fuse, entries=seg["fitting_entries"],
+                      overflowing_blocks=seg["overflowing_blocks"])
         del ids
 
     def attention(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos) -> None:
@@ -357,6 +355,19 @@ def run(argv=None, cupy_module=None) -> tuple[int, dict | None]:
     return (EXIT_FAILED if failed else EXIT_OK), doc
 
 
+def segment_use(work, tw) -> dict:
+    """What the last top-k left in its segments, summed over the requests (traffic.topk's
+    arguments): the entries of the segments that fit them, the blocks that overflowed."""
+    if tw is None or tw.layout.seg_capacity == 0:
+        return {"seg_capacity": 0, "fitting_entries": 0, "overflowing_blocks": 0}
+    lay = tw.layout
+    rows = work[:tw.requests * lay.words].get().reshape(tw.requests, lay.words)
+    counts = rows[:, lay.entries_word(0): lay.entries_word(0) + lay.blocks].astype(np.int64)
+    fits = counts <= lay.seg_capacity
+    return {"seg_capacity": lay.seg_capacity, "fitting_entries": int(counts[fits].sum()),
+            "overflowing_blocks": int((~fits).sum())}
+
+
 def plan_bytes(context: int, requests: int, heads: int, index_heads: int, topk: int, window: int,
                chunks: int) -> int:
     """Device bytes the probe holds at once for its largest batch (kernel buffers, L2 flush buffer)."""
@@ -364,7 +375,7 @@ def plan_bytes(context: int, requests: int, heads: int, index_heads: int, topk: 
     rec = 583
     data = R * (n_csa * 68 + n_csa * rec + n_hca * rec + window * rec + index_heads * 129 * 4)
     sel = 2 * R * n_csa * 4 + 3 * R * topk * 4 \
-        + R * topk_work_words(topk_blocks(n_csa, R), n_csa // TOPK_MB_CAND_SHARE) * 4  # + top-k work, the fused ids
+        + R * topk_work_words(topk_blocks(n_csa, R), topk_entry_room(n_csa, topk)) * 4  # + top-k work, the fused ids
     attn = R * H * 512 * 4 * 3 + 2 * R * chunks * H * 4 + R * chunks * H * 512 * 4 + H * 4
     return data + sel + attn + FLUSH_BYTES
 

@@ -135,8 +135,7 @@ TOPK_MB_MIN_KEYS = 16384  # below this one 256-thread block per request (topk_ra
 TOPK_MB_KEYS_PER_BLOCK = 4096  # at least 16 keys per thread of a topk_mb block
 TOPK_MB_HIST_WORDS = 5120  # topk.cu: hist0[2048] hist1[2048] hist2[1024], then the slice counts
 TOPK_MB_HIST0_BINS = 2048  # csa_common.cuh's CSA_TK_BINS0: the first digit, 11 bits
-TOPK_MB_MAX_BLOCKS = 1024  # topk_mb_count's shared per-slice counters (topk.cu's CSA_TK_MAX_BLOCKS)
-TOPK_MB_CAND_SHARE = 16  # callers that allocate the work (the probe) give it room for n / 16 candidates
+TOPK_MB_CAND_SHARE = 16  # callers that allocate the work (the probe): room for n / 16 entries, at least 4 k
 
 
 def topk_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: int = 2) -> int:
@@ -144,56 +143,72 @@ def topk_blocks(n: int, requests: int, sm_count: int = H200_SMS, blocks_per_sm: 
     the resident slots shared by the requests, at least TOPK_MB_KEYS_PER_BLOCK keys each."""
     if n < TOPK_MB_MIN_KEYS:
         return 1
-    return max(1, min(ceil_div(n, TOPK_MB_KEYS_PER_BLOCK), sm_count * blocks_per_sm // max(1, requests),
-                      TOPK_MB_MAX_BLOCKS))
+    return max(1, min(ceil_div(n, TOPK_MB_KEYS_PER_BLOCK), sm_count * blocks_per_sm // max(1, requests)))
+
+
+def topk_slice_ids(n: int, blocks: int) -> int:
+    """Ids per block's slice (topk.cu's topk_mb_slice: a multiple of 4)."""
+    return round_up(ceil_div(n, blocks), 4)
 
 
 def topk_header_words(blocks: int) -> int:
-    """uint32 words before the candidates: the histograms, two counts per slice and the
-    candidate count, rounded up to 4 words (the candidates start 16-byte aligned)."""
-    return round_up(TOPK_MB_HIST_WORDS + 2 * blocks + 1, 4)
+    """uint32 words before the segments: the histograms, two counts and one entry count per
+    slice, rounded up to 4 words (the segments start 16-byte aligned)."""
+    return round_up(TOPK_MB_HIST_WORDS + 3 * blocks, 4)
 
 
 def topk_work_words(blocks: int, cand_capacity: int = 0) -> int:
     """uint32 words of work one request's multi-block select needs: the header and room for
-    cand_capacity (id, key) candidates (an even count: every request's slice stays 16-byte aligned)."""
-    return topk_header_words(blocks) + 2 * round_up(cand_capacity, 2)
+    about cand_capacity (id, key) entries in all, as one segment per block of an even count
+    (every segment and every request's slice stays 16-byte aligned)."""
+    return topk_header_words(blocks) + 2 * blocks * round_up(ceil_div(cand_capacity, blocks), 2)
+
+
+def topk_entry_room(n: int, k: int) -> int:
+    """Entries a caller that allocates the work gives all segments together: n / 16, at least
+    4 k (a segment holds its slice's keys of the threshold bin and above: k - 1 chosen keys at
+    most above the bin, plus the bin's own), at most n."""
+    return min(n, max(n // TOPK_MB_CAND_SHARE, 4 * k))
 
 
 @dataclass(frozen=True)
 class TopkLayout:
     """One request's slice of a lent top-k work buffer (topk.cu): `words` per request, the
-    header (histograms, slice counts, candidate count) then cand_capacity candidates. With
-    cand_capacity 0 no candidates are compacted (every pass reads the scores)."""
+    header (histograms, slice counts, entry counts) then one segment of seg_capacity (id, key)
+    entries per block. With seg_capacity 0 nothing is compacted (every pass reads the scores)."""
 
     blocks: int
-    cand_capacity: int
+    seg_capacity: int
 
     @property
     def header_words(self) -> int:
         return topk_header_words(self.blocks)
 
     @property
-    def cand_count_word(self) -> int:
-        """Where the threshold bin's key count is (pass 1 counts them all, stored or not)."""
-        return TOPK_MB_HIST_WORDS + 2 * self.blocks
+    def words(self) -> int:
+        return self.header_words + 2 * self.blocks * self.seg_capacity
 
     @property
-    def words(self) -> int:
-        return topk_work_words(self.blocks, self.cand_capacity)
+    def cand_capacity(self) -> int:
+        return self.blocks * self.seg_capacity
+
+    def entries_word(self, block: int) -> int:
+        """How many keys block `block`'s pass 1 found for its segment (stored or not)."""
+        return TOPK_MB_HIST_WORDS + 2 * self.blocks + block
+
+    def segment_word(self, block: int) -> int:
+        return self.header_words + 2 * self.seg_capacity * block
 
 
 def topk_layout(n: int, requests: int, work_words: int, sm_count: int = H200_SMS,
                 blocks: int | None = None) -> TopkLayout | None:
     """How a lent buffer of work_words uint32 words serves `requests` multi-block selects of n
     scores (None: the single-block topk_radix, too few keys or too small a buffer): the blocks
-    topk_blocks gives (or `blocks`), and as many candidate slots as the rest holds, at most n
-    (all keys in one bin: then nothing overflows), an even count."""
+    topk_blocks gives (or `blocks`), and per block a segment of as many entries as the rest
+    holds, at most its slice's ids (all of them in one bin: then nothing overflows), even."""
     b = blocks or topk_blocks(n, requests, sm_count)
     per = work_words // max(1, requests)
     if b <= 1 or per < topk_header_words(b):
         return None
-    if b > TOPK_MB_MAX_BLOCKS:
-        raise ValueError(f"topk: {b} blocks per request, at most {TOPK_MB_MAX_BLOCKS}")
-    cap = min(round_up(n, 2), (per - topk_header_words(b)) // 2 // 2 * 2)
-    return TopkLayout(blocks=b, cand_capacity=cap)
+    room = (per - topk_header_words(b)) // (2 * b)
+    return TopkLayout(blocks=b, seg_capacity=min(round_up(topk_slice_ids(n, b), 2), room) // 2 * 2)

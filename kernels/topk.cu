@@ -92,31 +92,32 @@ extern "C" __global__ void __launch_bounds__(256) topk_radix(
 // so no launch is spent on a scan. The first digit's histogram (hist0) comes from
 // topk_mb_hist pass 0, or from the indexer's epilogue as it writes the scores
 // (index_tc_scores with hist: then pass 0 is not launched).
-// Candidate compaction (cand_cap > 0, room for cand_cap (id, key) pairs in the work): pass 1
-// also appends every key of the threshold bin of hist0 — the only keys the later digits can
-// still split — to the request's candidate list (warp-aggregated slots from one global
-// count), and counts per slice the keys of higher bins (all chosen). When the count fits
-// cand_cap, pass 2 and topk_mb_count read the candidates instead of the scores; when it does
-// not (more keys share the threshold bin than the work holds), they read the scores as
-// without compaction, so every input gets the same answer.
+// Candidate compaction (seg_cap > 0: a segment of seg_cap (id, key) entries per block in the
+// work): pass 1 also appends, in ascending id order (ranked by warp ballots), every key of
+// its slice in hist0's threshold bin or above — every key the later passes can still split
+// or will choose — to the block's segment, and records how many there were. A block whose
+// entries fit its segment reads the segment in pass 2, topk_mb_count and topk_mb_write
+// instead of its slice of the scores; a block whose entries did not fit (a slice with more
+// such keys than seg_cap) reads its slice as without compaction, so every input gets the
+// same answer.
 // topk_mb_count gives each slice's keys > T and == T (T the k-th largest key); topk_mb_write
 // gives each block its output base from the earlier slices' counts and writes its chosen
 // ids in ascending order: keys > T, and keys == T while fewer than `take` equal keys precede
 // them (ties to the lower id), ranked within a block by warp ballots. The result equals
 // topk_radix's (and oracle.topk_ids) for every input, NaN and -0 included (csa_order_key).
-// Work (unsigned, per request, zeroed up to the candidates by the launcher): hist0[2048]
-// hist1[2048] hist2[1024] counts[2 * B] the candidate count, then from the next multiple of
-// 4 words the candidates, 64 bits each (id low, key high): tc_geometry.TopkLayout.
+// Work (unsigned, per request, its header zeroed by the launcher): hist0[2048] hist1[2048]
+// hist2[1024] counts[2 * B] entries[B] (how many keys each block's pass 1 found for its
+// segment, stored or not), then from the next multiple of 4 words B segments of seg_cap
+// entries, 64 bits each (id low, key high): tc_geometry.TopkLayout.
 #define CSA_TK_H1 2048
 #define CSA_TK_H2 4096
 #define CSA_TK_COUNTS 5120
-#define CSA_TK_MAX_BLOCKS 1024  // topk_mb_count's shared slice counters (tc_geometry.TOPK_MB_MAX_BLOCKS)
 
 __device__ __forceinline__ int topk_mb_bits(int pass) { return pass < 2 ? 11 : 10; }
 __device__ __forceinline__ int topk_mb_shift(int pass) { return pass == 0 ? CSA_TK_SHIFT0 : (pass == 1 ? 10 : 0); }
 __device__ __forceinline__ int topk_mb_hoff(int pass) { return pass == 0 ? 0 : (pass == 1 ? CSA_TK_H1 : CSA_TK_H2); }
-__device__ __forceinline__ int topk_mb_ccount() { return CSA_TK_COUNTS + 2 * (int)gridDim.x; }
-__device__ __forceinline__ int topk_mb_coff() { return (CSA_TK_COUNTS + 2 * (int)gridDim.x + 1 + 3) & ~3; }
+__device__ __forceinline__ int topk_mb_entries_off() { return CSA_TK_COUNTS + 2 * (int)gridDim.x; }
+__device__ __forceinline__ int topk_mb_seg_off() { return (CSA_TK_COUNTS + 3 * (int)gridDim.x + 3) & ~3; }
 
 // The selection after `passes` histogram passes, for every thread of the (256-thread) block:
 // sel[0] desired prefix, sel[1] mask, sel[2] keys still to take among those matching.
@@ -157,12 +158,22 @@ __device__ void topk_mb_state(const unsigned* wk, int passes, unsigned k, unsign
   }
 }
 
-// The block's slice of the request's scores: [lo, hi), lo a multiple of 4, `per` ids each.
-__device__ __forceinline__ int topk_mb_per(int n) { return ((n + (int)gridDim.x - 1) / (int)gridDim.x + 3) & ~3; }
+// The block's slice of the request's scores: [lo, hi), lo a multiple of 4.
 __device__ __forceinline__ void topk_mb_slice(int n, int* lo, int* hi) {
-  const int per = topk_mb_per(n);
+  const int per = ((n + (int)gridDim.x - 1) / (int)gridDim.x + 3) & ~3;
   *lo = min(n, (int)blockIdx.x * per);
   *hi = min(n, *lo + per);
+}
+
+// The block's segment (its entries ascending by id) and how many entries it holds, or -1
+// when the block reads its slice of the scores instead (no compaction, or they did not fit).
+__device__ __forceinline__ const unsigned* topk_mb_segment(const unsigned* wk, int seg_cap) {
+  return wk + topk_mb_seg_off() + 2LL * seg_cap * blockIdx.x;
+}
+__device__ __forceinline__ int topk_mb_seg_entries(const unsigned* wk, int seg_cap) {
+  if (seg_cap <= 0) return -1;
+  const unsigned c = wk[topk_mb_entries_off() + blockIdx.x];
+  return c <= (unsigned)seg_cap ? (int)c : -1;
 }
 
 // f(i, key) for every i of [lo, hi), 16-byte loads when the slice start is aligned.
@@ -186,16 +197,17 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
   for (int i = i0 + t; i < hi; i += nt) f(i, csa_order_key(s[i]));
 }
 
-// f(i0, key[4]) in rounds of 4 * nt ids over [lo, hi): thread t holds ids i0 = r + 4t ..
-// i0 + 3 (id order is thread-major; keys of ids past hi are 0, the caller tests i0 + j < hi).
-// Every thread runs every round, so f may use warp ballots and block barriers.
+// f(id[4], key[4], in[4]) in rounds of 4 * nt ids over [lo, hi) of the scores: thread t holds
+// ids r + 4t .. r + 4t + 3 (id order is thread-major; in[j] false past hi, key 0). Every
+// thread runs every round, so f may use warp ballots and block barriers.
 template <class F>
 __device__ __forceinline__ void topk_mb_rounds(const float* s, int lo, int hi, F f) {
   const int t = threadIdx.x, nt = blockDim.x;
   const bool vec = (((unsigned long long)(s + lo)) & 15ull) == 0ull;
   for (int r = lo; r < hi; r += 4 * nt) {
     const int i0 = r + 4 * t;
-    unsigned key[4];
+    unsigned id[4], key[4];
+    bool in[4];
     if (vec && i0 + 3 < hi) {
       const float4 x = *(const float4*)(s + i0);
       key[0] = csa_order_key(x.x);
@@ -206,36 +218,39 @@ __device__ __forceinline__ void topk_mb_rounds(const float* s, int lo, int hi, F
 #pragma unroll
       for (int j = 0; j < 4; ++j) key[j] = i0 + j < hi ? csa_order_key(s[i0 + j]) : 0u;
     }
-    f(i0, key);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      id[j] = (unsigned)(i0 + j);
+      in[j] = i0 + j < hi;
+    }
+    f(id, key, in);
   }
 }
 
-// The compacted candidates: how many the request has, or -1 when they overflowed cand_cap
-// (or none were compacted); the block's share [lo, hi) of them (lo even).
-__device__ __forceinline__ int topk_mb_cands(const unsigned* wk, int cand_cap) {
-  if (cand_cap <= 0) return -1;
-  const unsigned c = wk[topk_mb_ccount()];
-  return c <= (unsigned)cand_cap ? (int)c : -1;
-}
-__device__ __forceinline__ void topk_mb_cand_share(int c, int* lo, int* hi) {
-  const int per = ((c + (int)gridDim.x - 1) / (int)gridDim.x + 1) & ~1;
-  *lo = min(c, (int)blockIdx.x * per);
-  *hi = min(c, *lo + per);
-}
-
-// f(id, key) for every candidate of [lo, hi), two per 16-byte load.
+// The same rounds over the c entries of a segment (entry e = words 2e, 2e + 1: id, key):
+// thread t holds entries r + 4t .. r + 4t + 3, two 16-byte loads when all four are there.
 template <class F>
-__device__ __forceinline__ void topk_mb_cand_scan(const unsigned* wk, int lo, int hi, F f) {
+__device__ __forceinline__ void topk_mb_seg_rounds(const unsigned* seg, int c, F f) {
   const int t = threadIdx.x, nt = blockDim.x;
-  const unsigned* c = wk + topk_mb_coff();
-  const int n2 = (hi - lo) >> 1;
-  const uint4* c4 = (const uint4*)(c + 2 * lo);
-  for (int v = t; v < n2; v += nt) {
-    const uint4 x = c4[v];
-    f(x.x, x.y);
-    f(x.z, x.w);
+  for (int r = 0; r < c; r += 4 * nt) {
+    const int e0 = r + 4 * t;
+    unsigned id[4], key[4];
+    bool in[4];
+    if (e0 + 3 < c) {
+      const uint4 a = ((const uint4*)seg)[e0 >> 1], b = ((const uint4*)seg)[(e0 >> 1) + 1];
+      id[0] = a.x, key[0] = a.y, id[1] = a.z, key[1] = a.w;
+      id[2] = b.x, key[2] = b.y, id[3] = b.z, key[3] = b.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        id[j] = e0 + j < c ? seg[2 * (e0 + j)] : 0u;
+        key[j] = e0 + j < c ? seg[2 * (e0 + j) + 1] : 0u;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) in[j] = e0 + j < c;
+    f(id, key, in);
   }
-  if (((hi - lo) & 1) && t == 0) f(c[2 * (hi - 1)], c[2 * (hi - 1) + 1]);
 }
 
 // Sum of v over the (256-thread) block, for thread 0.
@@ -250,13 +265,37 @@ __device__ __forceinline__ unsigned topk_mb_block_sum(unsigned v, unsigned* red 
   return a;
 }
 
+// Per round: this thread's rank among the block's flagged items (bm[j]: the warp's ballot
+// of item j; id order is warp, lane, then j) and the round's total, via wsum[8] (two barriers).
+__device__ __forceinline__ unsigned topk_mb_rank(const unsigned* bm, unsigned* wsum, unsigned* all) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
+  unsigned before = 0u, w = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    before += __popc(bm[j] & below);
+    w += __popc(bm[j]);
+  }
+  if (lane == 0) wsum[warp] = w;
+  __syncthreads();
+  unsigned tot = 0u;
+  for (int i = 0; i < nw; ++i) {
+    const unsigned v = wsum[i];
+    if (i < warp) before += v;
+    tot += v;
+  }
+  __syncthreads();  // wsum is rewritten next round
+  *all = tot;
+  return before;
+}
+
 extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
-    long long work_req_stride, int pass, int cand_cap) {
+    long long work_req_stride, int pass, int seg_cap) {
   __shared__ unsigned hist[2048];
   __shared__ unsigned sel[3];
   __shared__ unsigned part[256];
-  __shared__ unsigned red[8];
+  __shared__ unsigned wsum[8];
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
   const int t = threadIdx.x, nt = blockDim.x, lane = t & 31;
@@ -264,47 +303,37 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
   for (int i = t; i < nb; i += nt) hist[i] = 0u;
   topk_mb_state(wk, pass, (unsigned)k, sel, part);  // its barriers also order the zeroing of hist
   const unsigned desired = sel[0], mask = sel[1], dmask = (unsigned)(nb - 1);
-  const int cands = pass == 2 ? topk_mb_cands(wk, cand_cap) : -1;
-  if (cands >= 0) {  // pass 2 over the candidates
-    int lo, hi;
-    topk_mb_cand_share(cands, &lo, &hi);
-    topk_mb_cand_scan(wk, lo, hi, [&](unsigned, unsigned key) {
-      if ((key & mask) == desired) atomicAdd(&hist[(key >> shift) & dmask], 1u);
+  int lo, hi;
+  topk_mb_slice(n, &lo, &hi);
+  const int c = pass == 2 ? topk_mb_seg_entries(wk, seg_cap) : -1;
+  if (c >= 0) {  // pass 2 over the block's segment
+    topk_mb_seg_rounds(topk_mb_segment(wk, seg_cap), c, [&](const unsigned*, const unsigned* key, const bool* in) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (in[j] && (key[j] & mask) == desired) atomicAdd(&hist[(key[j] >> shift) & dmask], 1u);
     });
-  } else if (pass == 1 && cand_cap > 0) {  // pass 1, compacting the threshold bin's keys
-    int lo, hi;
-    topk_mb_slice(n, &lo, &hi);
-    unsigned* count = wk + topk_mb_ccount();
-    unsigned long long* cand = (unsigned long long*)(wk + topk_mb_coff());
-    const unsigned above = desired | ~mask, below = (1u << lane) - 1u;  // keys past `above`: a higher bin
-    unsigned gt = 0u;
-    topk_mb_rounds(s, lo, hi, [&](int i0, const unsigned* key) {
-      unsigned bm[4], tot = 0u;
+  } else if (pass == 1 && seg_cap > 0) {  // pass 1, compacting the keys of the threshold bin and above
+    unsigned long long* seg = (unsigned long long*)topk_mb_segment(wk, seg_cap);
+    unsigned total = 0u;  // entries found so far (the same in every thread)
+    topk_mb_rounds(s, lo, hi, [&](const unsigned* id, const unsigned* key, const bool* in) {
+      unsigned bm[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const bool in = i0 + j < hi, m = in && (key[j] & mask) == desired;
-        gt += in && key[j] > above;
-        if (m) atomicAdd(&hist[(key[j] >> shift) & dmask], 1u);
-        bm[j] = __ballot_sync(CSA_FULL_MASK, m);
-        tot += __popc(bm[j]);
+        if (in[j] && (key[j] & mask) == desired) atomicAdd(&hist[(key[j] >> shift) & dmask], 1u);
+        bm[j] = __ballot_sync(CSA_FULL_MASK, in[j] && key[j] >= desired);  // top digit >= the threshold bin
       }
-      if (tot == 0u) return;  // warp-uniform
-      unsigned base = 0u;
-      if (lane == 0) base = atomicAdd(count, tot);
-      base = __shfl_sync(CSA_FULL_MASK, base, 0);
+      unsigned all;
+      unsigned pos = total + topk_mb_rank(bm, wsum, &all);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned pos = base + __popc(bm[j] & below);
-        if (((bm[j] >> lane) & 1u) && pos < (unsigned)cand_cap)
-          cand[pos] = ((unsigned long long)key[j] << 32) | (unsigned)(i0 + j);
-        base += __popc(bm[j]);
-      }
+      for (int j = 0; j < 4; ++j)
+        if ((bm[j] >> lane) & 1u) {
+          if (pos < (unsigned)seg_cap) seg[pos] = ((unsigned long long)key[j] << 32) | id[j];
+          ++pos;
+        }
+      total += all;
     });
-    gt = topk_mb_block_sum(gt, red);
-    if (t == 0) wk[CSA_TK_COUNTS + 2 * blockIdx.x] = gt;  // topk_mb_count adds the candidates'
+    if (t == 0) wk[topk_mb_entries_off() + blockIdx.x] = total;
   } else {
-    int lo, hi;
-    topk_mb_slice(n, &lo, &hi);
     topk_mb_scan(s, lo, hi, [&](int, unsigned key) {
       if ((key & mask) == desired) atomicAdd(&hist[(key >> shift) & dmask], 1u);
     });
@@ -317,39 +346,33 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
 
 extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
-    long long work_req_stride, int cand_cap) {
+    long long work_req_stride, int seg_cap) {
   __shared__ unsigned sel[3];
   __shared__ unsigned part[256];
   __shared__ unsigned red[2][8];
-  __shared__ unsigned sc[2 * CSA_TK_MAX_BLOCKS];  // candidates > T and == T per slice
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
-  const int t = threadIdx.x, nt = blockDim.x;
+  const int t = threadIdx.x;
   topk_mb_state(wk, 3, (unsigned)k, sel, part);
   const unsigned T = sel[0];
-  const int cands = topk_mb_cands(wk, cand_cap);
-  if (cands >= 0) {  // the candidates' counts, added to pass 1's per-slice counts of higher bins
-    const int nsl = 2 * (int)gridDim.x;
-    for (int i = t; i < nsl; i += nt) sc[i] = 0u;
-    __syncthreads();
-    const unsigned per = (unsigned)topk_mb_per(n);
-    int lo, hi;
-    topk_mb_cand_share(cands, &lo, &hi);
-    topk_mb_cand_scan(wk, lo, hi, [&](unsigned id, unsigned key) {
-      if (key >= T) atomicAdd(&sc[2 * (id / per) + (key == T ? 1u : 0u)], 1u);
-    });
-    __syncthreads();
-    for (int i = t; i < nsl; i += nt)
-      if (sc[i]) atomicAdd(&wk[CSA_TK_COUNTS + i], sc[i]);
-    return;
-  }
-  int lo, hi;
-  topk_mb_slice(n, &lo, &hi);
   unsigned gt = 0u, eq = 0u;
-  topk_mb_scan(s, lo, hi, [&](int, unsigned key) {
-    gt += key > T;
-    eq += key == T;
-  });
+  const int c = topk_mb_seg_entries(wk, seg_cap);
+  if (c >= 0) {  // every key >= T of the slice is in its segment
+    topk_mb_seg_rounds(topk_mb_segment(wk, seg_cap), c, [&](const unsigned*, const unsigned* key, const bool* in) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        gt += in[j] && key[j] > T;
+        eq += in[j] && key[j] == T;
+      }
+    });
+  } else {
+    int lo, hi;
+    topk_mb_slice(n, &lo, &hi);
+    topk_mb_scan(s, lo, hi, [&](int, unsigned key) {
+      gt += key > T;
+      eq += key == T;
+    });
+  }
   gt = topk_mb_block_sum(gt, red[0]);
   eq = topk_mb_block_sum(eq, red[1]);
   if (t == 0) {
@@ -360,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
 
 extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, const unsigned* work,
-    long long work_req_stride, int* __restrict__ out, long long out_req_stride) {
+    long long work_req_stride, int seg_cap, int* __restrict__ out, long long out_req_stride) {
   __shared__ unsigned sel[3];
   __shared__ unsigned part[256];
   __shared__ unsigned base[2];  // ids chosen before this slice, equal keys before it
@@ -383,16 +406,14 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
   }
   __syncthreads();
   unsigned pos = base[0], eqb = base[1];
-  int lo, hi;
-  topk_mb_slice(n, &lo, &hi);
   const unsigned below = (1u << lane) - 1u;
-  topk_mb_rounds(s, lo, hi, [&](int i0, const unsigned* key) {
+  // one round of ids in ascending order (warp, lane, then j), from the slice or the segment
+  auto round = [&](const unsigned* id, const unsigned* key, const bool* in) {
     unsigned bg[4], be[4], gw = 0u, ew = 0u;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const bool in = i0 + j < hi;
-      bg[j] = __ballot_sync(CSA_FULL_MASK, in && key[j] > T);
-      be[j] = __ballot_sync(CSA_FULL_MASK, in && key[j] == T);
+      bg[j] = __ballot_sync(CSA_FULL_MASK, in[j] && key[j] > T);
+      be[j] = __ballot_sync(CSA_FULL_MASK, in[j] && key[j] == T);
       gw += __popc(bg[j]);
       ew += __popc(be[j]);
     }
@@ -422,12 +443,20 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
       const unsigned eq_rank = eqb + ebefore;  // equal keys before this id in the request
       // position: everything chosen before this round, the greater keys before this id in
       // the round, and the equal keys before it in the round that were taken
-      if (g || (e && eq_rank < take)) o[pos + gbefore + min(eq_rank, take) - min(eqb, take)] = i0 + j;
+      if (g || (e && eq_rank < take)) o[pos + gbefore + min(eq_rank, take) - min(eqb, take)] = (int)id[j];
       gbefore += g;
       ebefore += e;
     }
     pos += gall + min(eqb + eall, take) - min(eqb, take);
     eqb += eall;
     __syncthreads();  // wsum is rewritten next round
-  });
+  };
+  const int c = topk_mb_seg_entries(wk, seg_cap);
+  if (c >= 0) {
+    topk_mb_seg_rounds(topk_mb_segment(wk, seg_cap), c, round);
+  } else {
+    int lo, hi;
+    topk_mb_slice(n, &lo, &hi);
+    topk_mb_rounds(s, lo, hi, round);
+  }
 }

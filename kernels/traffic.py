@@ -12,10 +12,10 @@ launch shapes of kernels/backends.py), counting a re-read even when L2 would ser
 * topk_radix: six passes over the scores (four 8-bit histogram passes, the count pass and
   the write pass, topk.cu), ids written once. Compulsory: the scores once. The multi-block
   select (topk_mb_*): five passes (three histograms, count, write); one less when the indexer
-  filled hist0 (hist0_fused); with candidates compacted (a capacity given and the threshold
-  bin's count within it) pass 2 and the count read the candidates (8 bytes each, written once
-  by pass 1) instead of the scores: two passes over the scores when fused. Its work header
-  (histograms, slice counts, candidate count) is zeroed and read.
+  filled hist0 (hist0_fused); with segments (each block's keys of the threshold bin and
+  above, 8 bytes each, written by pass 1) pass 2, the count and the write read a block's
+  segment instead of its slice where it fit: one pass over the scores when fused and every
+  segment fits. Its work header (histograms, slice counts, entry counts) is zeroed and read.
 * attention pass 1 (attn_tc_partial, the launched kernel): each head group (up to 32 heads,
   one block; tc_geometry.attn_tc_launch) re-reads the rows, as 16-byte aligned supersets
   (up to 608 bytes per 583-byte row: an upper bound), and the ids; every chunk re-reads its
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.kernels.tc_geometry import TOPK_MB_HIST0_BINS, index_tc_blocks, topk_blocks, topk_header_words
+from csa_plan.kernels.tc_geometry import (TOPK_MB_HIST0_BINS, index_tc_blocks, topk_blocks, topk_header_words,
+                                          topk_slice_ids)
 from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
 from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
@@ -75,26 +76,29 @@ TOPK_MB_SCORE_PASSES = 5  # topk_mb_*: three histogram passes (11/11/10 bits), c
 
 
 def topk_score_passes(multi_block: bool, hist0_fused: bool = False, compacted: bool = False) -> int:
-    """Reads of the whole scores: topk_radix 6; topk_mb 5, less the fused first histogram,
-    less pass 2 and the count when they read compacted candidates."""
+    """Reads of the whole scores: topk_radix 6; topk_mb 5, less the fused first histogram, less
+    pass 2, the count and the write when every block reads its compacted segment instead."""
     if not multi_block:
         return TOPK_SCORE_PASSES
-    return TOPK_MB_SCORE_PASSES - int(hist0_fused) - 2 * int(compacted)
+    return TOPK_MB_SCORE_PASSES - int(hist0_fused) - 3 * int(compacted)
 
 
 def topk(requests: int, n: int, k: int, sm_count: int = H200_SMS, *, hist0_fused: bool = False,
-         cand_capacity: int = 0, candidates: int = 0) -> Traffic:
-    """The launcher's choice (a work buffer lent): multi-block when topk_blocks > 1; candidates
-    is the threshold bin's key count (per request; data-dependent), compacted when it fits
-    cand_capacity."""
+         seg_capacity: int = 0, fitting_entries: int = 0, overflowing_blocks: int = 0) -> Traffic:
+    """The launcher's choice (a work buffer lent): multi-block when topk_blocks > 1. With
+    segments of seg_capacity entries (data-dependent, summed over the requests:
+    fitting_entries, the entries of the segments that fit; overflowing_blocks, the blocks
+    whose keys of the threshold bin and above did not fit theirs), pass 1 writes the
+    segments (8 bytes an entry), and pass 2, the count and the write read a fitting segment
+    or, for an overflowing block, its slice of the scores."""
     b = topk_blocks(n, requests, sm_count)
     mb = b > 1
-    compacted = mb and 0 < candidates <= cand_capacity
-    passes = topk_score_passes(mb, hist0_fused, compacted)
+    compact = mb and seg_capacity > 0
+    passes = topk_score_passes(mb, hist0_fused, compact)
     work = requests * topk_header_words(b) * I32 * 2 if mb else 0  # zeroed + read
-    if mb and cand_capacity:
-        stored = candidates if compacted else min(candidates, cand_capacity)
-        work += requests * stored * 8 * (3 if compacted else 1)  # written by pass 1, read by pass 2 and the count
+    if compact:
+        work += fitting_entries * 8 * 4 + overflowing_blocks * seg_capacity * 8  # written, then read 3 times
+        work += 3 * min(requests * n, overflowing_blocks * topk_slice_ids(n, b)) * F32  # the overflowing slices
     return Traffic("topk_radix", requests * (n * F32 + k * I32), requests * (passes * n * F32 + k * I32) + work)
 
 

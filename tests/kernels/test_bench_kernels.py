@@ -67,14 +67,17 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
     t = T.topk(16, 262144, 1024)
     assert t.compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)  # the scores once, not five times
     # the multi-block select (16 blocks per request): five passes (3 histograms, count, write)
-    # and its work header (5,120 + 2 x 16 words + the candidate count, to a multiple of 4; zeroed and read)
-    assert t.moved_bytes == 16 * (5 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2
-    # hist0 from the indexer's epilogue, 3,000 candidates compacted (room for 4,096): two passes over
-    # the scores, the candidates written once and read twice
-    f = T.topk(16, 262144, 1024, hist0_fused=True, cand_capacity=4096, candidates=3000)
-    assert f.moved_bytes == 16 * (2 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2 + 16 * 3000 * 8 * 3
-    over = T.topk(16, 262144, 1024, hist0_fused=True, cand_capacity=4096, candidates=5000)  # overflow: 4 passes
-    assert over.moved_bytes == 16 * (4 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 32 + 4) * 4 * 2 + 16 * 4096 * 8
+    # and its work header (5,120 + 3 x 16 words: histograms, slice counts, entry counts; zeroed and read)
+    assert t.moved_bytes == 16 * (5 * 262144 * 4 + 1024 * 4) + 16 * (5120 + 48) * 4 * 2
+    # hist0 from the indexer's epilogue, every segment fitting (3,000 entries per request): one
+    # pass over the scores, the entries written once and read three times
+    f = T.topk(16, 262144, 1024, hist0_fused=True, seg_capacity=256, fitting_entries=16 * 3000)
+    assert f.moved_bytes == 16 * (262144 * 4 + 1024 * 4) + 16 * (5120 + 48) * 4 * 2 + 16 * 3000 * 8 * 4
+    # one block per request overflowing its 256 entries: its 16,384-id slice read three times more
+    over = T.topk(16, 262144, 1024, hist0_fused=True, seg_capacity=256, fitting_entries=16 * 2000,
+                  overflowing_blocks=16)
+    assert over.moved_bytes == 16 * (262144 * 4 + 1024 * 4) + 16 * (5120 + 48) * 4 * 2 + 16 * 2000 * 8 * 4 \
+        + 16 * 256 * 8 + 3 * 16 * 16384 * 4
     assert T.index_scores(16, 262144, 64, hist0_fused=True).moved_bytes == \
         T.index_scores(16, 262144, 64).moved_bytes + 16 * 2048 * 4
     small = T.topk(1, 8192, 512)  # below TOPK_MB_MIN_KEYS: topk_radix, six passes
@@ -153,8 +156,8 @@ def test_bench_exits_4_when_a_correctness_check_fails(fake_doc, capsys):
 def test_bench_body_fuses_the_indexer_and_top_k_from_16384_keys(capsys):
     """At 65,536 tokens (16,384 index keys: the multi-block top-k) the probe also runs the
     indexer with top-k's first histogram in its epilogue and top-k from it: the same score
-    bits and ids as the separate launches, both pairs timed, the fused pair moving fewer bytes
-    (one pass over the scores less, two more when the candidates fit: as here)."""
+    bits and ids as the separate launches, both pairs timed, the fused pair moving one pass over
+    the scores less (less hist0's bytes), every segment fitting here."""
     import importlib.util
 
     try:
@@ -174,7 +177,7 @@ def test_bench_body_fuses_the_indexer_and_top_k_from_16384_keys(capsys):
     assert "indexer+top-1024 fused (R=1)" in {c["name"] for c in doc["checks"]}
     rows = {t["case"]: t for t in doc["timings"]}
     plain, fused = rows["indexer+topk1024/R=1"], rows["indexer+topk1024 fused/R=1"]
-    assert 0 < fused["candidates"] <= rows["topk1024/R=1"]["cand_capacity"]
+    assert fused["overflowing_blocks"] == 0 and 0 < fused["entries"] <= 4 * rows["topk1024/R=1"]["seg_capacity"]
     assert plain["moved_bytes"] - fused["moved_bytes"] == 16384 * 4 - 2048 * 4
     b = _load_bench()
     args = b.main.__globals__["argparse"].Namespace(context=65536, requests=1, heads=16, index_heads=4, topk=1024,

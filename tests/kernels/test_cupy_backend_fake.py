@@ -143,7 +143,7 @@ def test_multi_block_topk_through_cupy_backend_on_fake_cupy(fake):
 def test_fused_histogram_and_compaction_through_cupy_backend_on_fake_cupy(fake):
     """CupyBackend: index_scores(topk_work=...) passes the work as index_tc_scores' hist (and a
     null pointer, np.uint64(0), without it), topk then launches passes 1 and 2 only and reads
-    the compacted candidates; the ids are the oracle's for two requests."""
+    the compacted segments; the ids are the oracle's for two requests."""
     from csa_plan.kernels import oracle as O
     from csa_plan.kernels.backends import CupyBackend
     from csa_plan.kernels.tc_geometry import TOPK_MB_MIN_KEYS, topk_blocks, topk_work_words
@@ -165,7 +165,9 @@ def test_fused_histogram_and_compaction_through_cupy_backend_on_fake_cupy(fake):
     names = [name for name, *_ in mod.launches[before:]]
     assert names == ["index_tc_scores", "topk_mb_hist", "topk_mb_hist", "topk_mb_count", "topk_mb_write"]
     got, sh = out.get(), scores.get()
-    assert tw.layout.cand_capacity == n and 0 < int(work.get()[tw.layout.cand_count_word]) < n
+    per = work.get()[:tw.layout.words]
+    entries = [int(per[tw.layout.entries_word(b)]) for b in range(tw.layout.blocks)]
+    assert tw.layout.seg_capacity > 0 and 0 < sum(entries) < n and max(entries) <= tw.layout.seg_capacity
     for r in range(R):
         assert np.array_equal(got[r * k:(r + 1) * k], O.topk_ids(sh[r], k))
     plain = fake.zeros((R, n), fake.float32)

@@ -80,41 +80,58 @@ def _threshold_bin(s, k):
     return int(O.order_keys(s)[O.topk_ids(s, k)].min()) >> 21
 
 
-def _compacted(be, s, k, blocks, cap, requests=1, n=None, stride=0):
-    """topk with room for `cap` candidates per request; returns (ids, work, layout)."""
+def _compacted(be, s, k, blocks, seg, requests=1, n=None, stride=0):
+    """topk with a segment of `seg` entries per block; returns (ids, work rows, layout)."""
+    from csa_plan.kernels.tc_geometry import topk_header_words
+
     n = s.shape[-1] if n is None else n
     ks = min(k, n)
-    words = topk_work_words(blocks, cap)
+    words = topk_header_words(blocks) + 2 * blocks * seg
     work = np.full(requests * words, 0xDEADBEEF, np.uint32)
     tw = be.topk_work(work, n, requests, blocks=blocks)
-    assert tw is not None and tw.layout.cand_capacity == cap and tw.layout.words == words
+    assert tw is not None and tw.layout.seg_capacity == seg and tw.layout.words == words
     out = np.full(requests * ks, -7, np.int32)
     be.topk(s, n, k, out, requests=requests, score_stride=stride, out_stride=ks, work=tw)
     return out, work.reshape(requests, words), tw.layout
 
 
-def _candidates(wrow, lay):
-    """(count, the stored candidates as (id, key) rows) of one request's work row."""
-    count = int(wrow[lay.cand_count_word])
-    c = wrow[lay.header_words:lay.header_words + 2 * min(count, lay.cand_capacity)].reshape(-1, 2)
-    return count, c
+def _segments(wrow, lay):
+    """Per block: (the entries its pass 1 found, the stored (id, key) rows) of one request."""
+    out = []
+    for b in range(lay.blocks):
+        count = int(wrow[lay.entries_word(b)])
+        a = lay.segment_word(b)
+        out.append((count, wrow[a:a + 2 * min(count, lay.seg_capacity)].reshape(-1, 2)))
+    return out
+
+
+def _want_segments(s, k, blocks):
+    """Per slice, the ids of keys in the threshold bin or above, ascending."""
+    from csa_plan.kernels.tc_geometry import topk_slice_ids
+
+    keys, per = O.order_keys(s), topk_slice_ids(len(s), blocks)
+    ids = np.flatnonzero((keys >> 21) >= _threshold_bin(s, min(k, len(s))))
+    return [ids[(ids >= b * per) & (ids < (b + 1) * per)] for b in range(blocks)], keys
 
 
 @pytest.mark.parametrize("n,k,blocks", [(20000, 1024, 5), (9000, 64, 3), (4099, 4099, 2), (3000, 5000, 4),
                                         (20000, 1, 7), (16384, 512, 64)])
-def test_topk_mb_compacted_candidates_exact(be, n, k, blocks):
-    """Room for every key: pass 1 compacts exactly the keys of hist0's threshold bin (ids and
-    order keys, each once), the later passes read them, and the ids are oracle.topk_ids."""
+def test_topk_mb_compacted_segments_exact(be, n, k, blocks):
+    """Room for every key: each block's segment holds exactly its slice's keys of hist0's
+    threshold bin and above (ids ascending, their order keys), the later passes read the
+    segments, and the ids are oracle.topk_ids."""
+    from csa_plan.kernels.tc_geometry import topk_slice_ids
+
     rng = np.random.default_rng(n + 3 * k)
     s = rng.standard_normal(n).astype(np.float32)
-    out, w, lay = _compacted(be, s, k, blocks, n + n % 2)
+    seg = topk_slice_ids(n, blocks)
+    out, w, lay = _compacted(be, s, k, blocks, seg + seg % 2)
     assert np.array_equal(out, O.topk_ids(s, k))
-    count, c = _candidates(w[0], lay)
-    keys = O.order_keys(s)
-    want = np.flatnonzero((keys >> 21) == _threshold_bin(s, min(k, n)))
-    assert count == len(want) and 0 < count < n or min(k, n) == n
-    order = np.argsort(c[:, 0])
-    assert np.array_equal(c[order, 0], want) and np.array_equal(c[order, 1], keys[want])
+    want, keys = _want_segments(s, k, blocks)
+    got = _segments(w[0], lay)
+    assert sum(c for c, _ in got) < n or min(k, n) == n
+    for (count, rows), ids in zip(got, want):
+        assert count == len(ids) and np.array_equal(rows[:, 0], ids) and np.array_equal(rows[:, 1], keys[ids])
 
 
 def test_topk_mb_compacted_ties_special_values_and_unaligned_requests(be):
@@ -127,39 +144,51 @@ def test_topk_mb_compacted_ties_special_values_and_unaligned_requests(be):
     s[rng.integers(0, n, 20)] = np.float32(1e-40)
     s[rng.integers(0, n, 5)] = np.inf
     for k in (1, 3000, 5000, 11900, n):  # each cut inside a run of thousands of equal keys
-        out, _, _ = _compacted(be, s, k, 6, n)
+        out, _, _ = _compacted(be, s, k, 6, 2000)
         assert np.array_equal(out, O.topk_ids(s, k)), k
     allnan = np.full(5000, np.nan, np.float32)
-    out, w, lay = _compacted(be, allnan, 700, 3, 5000)
-    assert np.array_equal(out, np.arange(700, dtype=np.int32)) and _candidates(w[0], lay)[0] == 5000
+    out, w, lay = _compacted(be, allnan, 700, 3, 1668)
+    assert np.array_equal(out, np.arange(700, dtype=np.int32))
+    assert [c for c, _ in _segments(w[0], lay)] == [1668, 1668, 1664]
     R, n, stride, k = 3, 6001, 6003, 500  # request 1 starts 12 bytes past 16: scalar loads there
     s = rng.standard_normal(R * stride).astype(np.float32)
-    out, _, _ = _compacted(be, s, k, 4, 3000, requests=R, n=n, stride=stride)
+    out, _, _ = _compacted(be, s, k, 4, 1000, requests=R, n=n, stride=stride)
     for r in range(R):
         assert np.array_equal(out[r * k:(r + 1) * k], O.topk_ids(s[r * stride: r * stride + n], k)), r
 
 
-def test_topk_mb_candidate_overflow_falls_back_to_the_scores(be):
-    """More keys in the threshold bin than the work holds: the count says so, at most
-    cand_capacity are stored (nothing past the buffer), and passes 2, count and write read the
-    scores instead — the same ids."""
+def test_topk_mb_segment_overflow_falls_back_to_the_slice(be):
+    """A slice with more keys of the threshold bin and above than its segment holds: its count
+    says so, at most seg_capacity are stored (nothing past the segment), and that block reads
+    its slice of the scores in pass 2, the count and the write while the others read their
+    segments — the same ids; with every segment overflowing, all read the scores."""
     rng = np.random.default_rng(9)
     n = 20000
     s = (1.0 + rng.random(n) * 0.2).astype(np.float32)  # [1, 1.2): all in one 11-bit bin
     s[rng.integers(0, n, 300)] = 1.0  # and ties
-    for k in (1, 700, 19000):
-        cap = 64
-        out, w, lay = _compacted(be, s, k, 5, cap)
-        assert np.array_equal(out, O.topk_ids(s, k)), k
-        count, c = _candidates(w[0], lay)
-        assert count == n and len(c) == cap
-    # the words after the candidate room (as many as every key would take) stay untouched
-    words = topk_work_words(5, 64)
+    # the words after the last segment (as many as every key would take) stay untouched
+    from csa_plan.kernels.tc_geometry import topk_header_words
+
+    words = topk_header_words(5) + 2 * 5 * 64
     work = np.full(words + 2 * n, 0xABCD1234, np.uint32)
     tw = be.topk_work(work[:words], n, 1, blocks=5)
     out = np.zeros(700, np.int32)
     be.topk(s, n, 700, out, work=tw)
     assert np.array_equal(out, O.topk_ids(s, 700)) and np.all(work[words:] == 0xABCD1234)
+    for k in (1, 700, 19000):
+        out, w, lay = _compacted(be, s, k, 5, 64)
+        assert np.array_equal(out, O.topk_ids(s, k)), k
+        assert [(c, len(r)) for c, r in _segments(w[0], lay)] == [(4000, 64)] * 5
+    # skewed: slices 0..3 below 0.5 but for ten keys in slice 1; slice 4 all in [1, 1.2)
+    s2 = (rng.random(n) * 0.5).astype(np.float32)
+    s2[16000:] = s[16000:]
+    s2[4100:4110] = np.float32(1.1)
+    for k in (5, 700, 3900):
+        out, w, lay = _compacted(be, s2, k, 5, 64)
+        assert np.array_equal(out, O.topk_ids(s2, k)), k
+        got = _segments(w[0], lay)
+        assert [c for c, _ in got] == [0, 10, 0, 0, 4000]
+        assert np.array_equal(got[1][1][:, 0], np.arange(4100, 4110))
 
 
 def _launches(be, monkeypatch):
@@ -207,22 +236,23 @@ def test_topk_mb_fused_histogram_skips_pass_0_and_matches_the_oracle(be, monkeyp
 
 
 def test_topk_work_layout_is_the_kernels():
-    """tc_geometry's layout constants are topk.cu's and csa_common.cuh's #defines; the candidate
-    room is what the lent buffer holds past the header, at most n, 16-byte aligned per request."""
+    """tc_geometry's layout constants are topk.cu's and csa_common.cuh's #defines; each
+    block's segment is what the lent buffer holds past the header, at most its slice's ids,
+    16-byte aligned per block and per request."""
     import re
 
     from csa_plan.kernels import backends as B
     from csa_plan.kernels import tc_geometry as G
 
     src = (B.KERNEL_DIR / "topk.cu").read_text() + (B.KERNEL_DIR / "csa_common.cuh").read_text()
-    got = {k: int(v) for k, v in re.findall(r"^#define CSA_TK_(COUNTS|MAX_BLOCKS|BINS0|SHIFT0) (\d+)", src, re.M)}
-    assert got == {"COUNTS": G.TOPK_MB_HIST_WORDS, "MAX_BLOCKS": G.TOPK_MB_MAX_BLOCKS,
-                   "BINS0": G.TOPK_MB_HIST0_BINS, "SHIFT0": 32 - 11}
+    got = {k: int(v) for k, v in re.findall(r"^#define CSA_TK_(COUNTS|BINS0|SHIFT0) (\d+)", src, re.M)}
+    assert got == {"COUNTS": G.TOPK_MB_HIST_WORDS, "BINS0": G.TOPK_MB_HIST0_BINS, "SHIFT0": 32 - 11}
     lay = G.topk_layout(262144, 16, 16 * topk_work_words(16, 5000))
-    assert (lay.blocks, lay.cand_capacity, lay.header_words) == (16, 5000, 5156) and lay.words % 4 == 0
-    assert G.topk_layout(1000, 1, 10**6, blocks=2).cand_capacity == 1000  # never more than n
-    assert G.topk_layout(262144, 16, 16 * 5155) is None  # no room for the header: topk_radix
-    assert G.topk_layout(262144, 16, 16 * 5157).cand_capacity == 0  # header only: no compaction
+    assert (lay.blocks, lay.seg_capacity, lay.header_words) == (16, 314, 5168) and lay.words % 4 == 0
+    assert lay.segment_word(1) - lay.segment_word(0) == 628 and lay.entries_word(0) == 5120 + 32
+    assert G.topk_layout(1000, 1, 10**6, blocks=2).seg_capacity == 500  # never more than the slice
+    assert G.topk_layout(262144, 16, 16 * 5167) is None  # no room for the header: topk_radix
+    assert G.topk_layout(262144, 16, 16 * 5199).seg_capacity == 0  # one entry per block is not even: none
 
 
 def test_harness_decode_lends_the_work_to_the_indexer_and_selects_the_oracle_set(be, monkeypatch):
@@ -258,5 +288,19 @@ def test_harness_decode_lends_the_work_to_the_indexer_and_selects_the_oracle_set
             assert hist == [1, 2] and ("index_tc_scores", None) in names, names
             visible = dl.tokens // 4
             lay = G.topk_layout(visible, 1, dl.ws_attn.size // 4)
-            count = int(dl.ws_attn.view(np.uint32)[lay.cand_count_word])
-            assert len(so) == 32 < visible and lay.blocks == 3 and 0 < count <= lay.cand_capacity, (lay, count)
+            counts = [int(dl.ws_attn.view(np.uint32)[lay.entries_word(b)]) for b in range(3)]
+            assert len(so) == 32 < visible and lay.blocks == 3 and lay.seg_capacity > 0, lay
+            assert all(c <= lay.seg_capacity for c in counts) and sum(counts) >= 32, counts
+
+
+@pytest.mark.parametrize("kernel", ["topk_mb_hist", "topk_mb_count", "topk_mb_write", "topk_radix", "index_tc_scores"])
+def test_emulator_entry_takes_the_kernel_s_arguments(kernel):
+    """The ctypes argument types of each emulator entry (grid, block, then the kernel's own)
+    are the kernel's parameters kind by kind (a missing int would shift every later argument)."""
+    import ctypes
+
+    from csa_plan.kernels.backends import emulator_library, kernel_signatures
+
+    kinds = {"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_longlong, "f": ctypes.c_float}
+    got = list(getattr(emulator_library(), "emu_" + kernel).argtypes)[4:]
+    assert got == [kinds[kind] for _, kind, _ in kernel_signatures()[kernel].params]
