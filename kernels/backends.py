@@ -356,7 +356,7 @@ class _Base:
 
     def _zero_topk_header(self, tw: TopkWork) -> None:
         w = tw.buf[:tw.requests * tw.layout.words].reshape(tw.requests, tw.layout.words)
-        w[:, :tw.layout.header_words] = 0  # histograms, slice counts, candidate count
+        w[:, :tw.layout.header_words] = 0  # histograms, slice counts, entry counts
 
     def index_scores(self, keys, q, w, heads: int, n: int, scores, *, requests: int = 1, key_stride: int = 0,
                      score_stride: int = 0, blocks: int | None = None, kernel: str = "tc",
