@@ -129,14 +129,18 @@ __device__ __forceinline__ void attn_tc_merge_cluster(const float (&acc)[16][4],
   const int rank = CLUSTER > 1 ? (int)csa_cluster_rank() : 0;
   if (tid < heads_per_block && hgroup * heads_per_block + tid < heads) {
     const int h = hgroup * heads_per_block + tid;
+    float2 ml[CLUSTER];  // every block's (max, sum) of this head, all loads in flight at once
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) ml[c] = *(const float2*)(peer(mlt, c) + 2 * tid);
     float M = sink[h];
-    for (int c = 0; c < CLUSTER; ++c) M = fmaxf(M, peer(mlt, c)[2 * tid]);
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) M = fmaxf(M, ml[c].x);
     float den = expf(sink[h] - M);
+#pragma unroll
     for (int c = 0; c < CLUSTER; ++c) {
-      const float* r = peer(mlt, c);
-      const float w = expf(r[2 * tid] - M);
+      const float w = expf(ml[c].x - M);
       wt[c * heads_per_block + tid] = w;
-      den += r[2 * tid + 1] * w;
+      den += ml[c].y * w;
     }
     dent[tid] = den;
   }
@@ -145,12 +149,15 @@ __device__ __forceinline__ void attn_tc_merge_cluster(const float (&acc)[16][4],
   for (int item = tid; item < heads_per_block * pairs; item += nthreads) {
     const int hl = item / pairs, d = d0 + 2 * (item - hl * pairs), h = hgroup * heads_per_block + hl;
     if (h >= heads) continue;
+    float2 o[CLUSTER];
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) o[c] = *(const float2*)(peer(ot, c) + hl * CSA_TC_OPITCH + d);
     float n0 = 0.0f, n1 = 0.0f;
+#pragma unroll
     for (int c = 0; c < CLUSTER; ++c) {
-      const float2 o = *(const float2*)(peer(ot, c) + hl * CSA_TC_OPITCH + d);
       const float w = wt[c * heads_per_block + hl];
-      n0 += o.x * w;
-      n1 += o.y * w;
+      n0 += o[c].x * w;
+      n1 += o[c].y * w;
     }
     float v0 = n0 / dent[hl], v1 = n1 / dent[hl];
     if (d >= nope) csa_unrope_pair(v0, v1, (float)pos * inv_freq[(d - nope) >> 1], &v0, &v1);
