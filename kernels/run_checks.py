@@ -298,7 +298,7 @@ def _run_layer(run: Run, backend, d, groups, rids, recompute_rid, prefill: int, 
     total = prefill + steps
     rsteps = set(recompute_steps(total, steps))
     rc_err, rc_same, rc_n = 0.0, True, 0
-    chunks_used: set[int] = set()
+    chunks_used: set[tuple[int, bool]] = set()  # (chunks, fused) of each step's attention
     sel_sizes: list[tuple[int, int]] = []
     boundaries = sorted({(p + 1) // g.ratio for p in range(prefill, total)})
     for r, rid in enumerate(rids):
@@ -343,7 +343,7 @@ def _run_layer(run: Run, backend, d, groups, rids, recompute_rid, prefill: int, 
                 if not np.array_equal(O.topk_ids(dl.last_scores, len(dl.last_selected)), dl.last_selected):
                     lock_fail += 1
                 sel_sizes.append((len(dl.last_selected), vis))
-            chunks_used.add(dl.last_nchunks)
+            chunks_used.add((dl.last_nchunks, dl.last_fused))
             ylock = O.attend(g, inp.q[p], O.attention_rows(g, ds, dl.last_selected), w.sink, p)
             worst_rec = max(worst_rec, float(np.abs(y - ylock).max()))
             if not np.array_equal(np.sort(dl.last_selected), so):
@@ -363,7 +363,8 @@ def _run_layer(run: Run, backend, d, groups, rids, recompute_rid, prefill: int, 
     if sel_sizes:
         k, n = sel_sizes[-1]
         k_of_n = f"; top-{k} of {n:,} records ({'k < n' if k < n else 'k = n: every record'})"
-    merge = f"; attention merged over {'/'.join(str(c) for c in sorted(chunks_used))} chunk(s)"
+    merge = "; attention merged over " + "/".join(
+        f"{c} chunk(s) {'in the launch (attn_tc_fused)' if f else 'by attn_merge'}" for c, f in sorted(chunks_used))
     steps_txt = f"{len(rids)} request(s) x {steps} steps from position {prefill} (records {boundaries[0]}..{boundaries[-1]})"
     run.add("output vs oracle", worst_out <= OUTPUT_ATOL,
             f"{kind}: max |err| {worst_out:.2e} over all {g.num_heads} heads (tol {OUTPUT_ATOL:g}); {steps_txt}"
@@ -386,7 +387,9 @@ def _run_layer(run: Run, backend, d, groups, rids, recompute_rid, prefill: int, 
             f"{steps} steps", L)
     _time_layer(run, backend, dl, g, L)
     k, n = sel_sizes[-1] if sel_sizes else (len(dl.last_selected), len(dl.last_selected))
-    return {"layer": L, "ratio": g.ratio, "prefill": prefill, "steps": steps, "attention_chunks": sorted(chunks_used),
+    return {"layer": L, "ratio": g.ratio, "prefill": prefill, "steps": steps,
+            "attention_chunks": sorted({c for c, _ in chunks_used}),
+            "attention_fused": sorted({f for _, f in chunks_used}),
             "selected": k, "visible_records": n, "recompute_steps": rc_n}
 
 
