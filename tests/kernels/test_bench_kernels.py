@@ -98,9 +98,9 @@ def test_traffic_counts_compulsory_and_moved_bytes_apart():
     assert itc.moved_bytes == 16 * (262144 * 68 + 16 * 2048 + 16 * 64 * 129 * 4 + 262144 * 4)
 
 
-@pytest.fixture(scope="module")
-def fake_doc():
-    """The probe on the fake CuPy at 4,096 tokens (4 index heads, 16 query heads): the benchmark's body."""
+def _probe_on_fake_cupy(context: int):
+    """The probe (the benchmark's body) on the fake CuPy at `context` tokens: 4 index heads,
+    16 query heads, one request; (exit code, document)."""
     import importlib.util
 
     try:
@@ -114,9 +114,14 @@ def fake_doc():
     spec.loader.exec_module(fake)
     from csa_plan.kernels import probe
 
-    code, doc = probe.run(["--context", "4096", "--batches", "1", "--geometries", "v4-pro-tp8", "--hot", "1",
-                           "--index-heads", "4", "--chunks", "4"], cupy_module=fake)
-    return code, doc
+    return probe.run(["--context", str(context), "--batches", "1", "--geometries", "v4-pro-tp8", "--hot", "1",
+                      "--index-heads", "4", "--chunks", "4"], cupy_module=fake)
+
+
+@pytest.fixture(scope="module")
+def fake_doc():
+    """The probe on the fake CuPy at 4,096 tokens."""
+    return _probe_on_fake_cupy(4096)
 
 
 def test_bench_body_on_fake_cupy_checks_pass_and_report_both_byte_counts(fake_doc, capsys):
@@ -158,21 +163,7 @@ def test_bench_body_fuses_the_indexer_and_top_k_from_16384_keys(capsys):
     indexer with top-k's first histogram in its epilogue and top-k from it: the same score
     bits and ids as the separate launches, both pairs timed, the fused pair moving one pass over
     the scores less (less hist0's bytes), every segment fitting here."""
-    import importlib.util
-
-    try:
-        from csa_plan.kernels.backends import build_emulator
-
-        build_emulator()
-    except Exception as exc:
-        pytest.skip(f"kernel emulator cannot be built: {exc}")
-    spec = importlib.util.spec_from_file_location("fake_cupy", Path(__file__).with_name("fake_cupy.py"))
-    fake = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fake)
-    from csa_plan.kernels import probe
-
-    code, doc = probe.run(["--context", "65536", "--batches", "1", "--geometries", "v4-pro-tp8", "--hot", "1",
-                           "--index-heads", "4", "--chunks", "4"], cupy_module=fake)
+    code, doc = _probe_on_fake_cupy(65536)
     assert code == 0 and doc["failed"] == 0, [c for c in doc["checks"] if c["status"] != "pass"]
     assert "indexer+top-1024 fused (R=1)" in {c["name"] for c in doc["checks"]}
     rows = {t["case"]: t for t in doc["timings"]}
