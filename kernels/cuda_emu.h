@@ -46,7 +46,9 @@
 //   cluster arrive + wait) releases the cluster once every thread of every block has reached it
 //   (a thread that exited instead is an error); csa_cluster_map(p, rank) turns a pointer into
 //   this block's dynamic shared memory into the same offset in block `rank`'s (mapa), any other
-//   pointer is an error. A kernel launched in clusters keeps all its shared memory dynamic: a
+//   pointer is an error; a block whose threads have all exited has its shared memory poisoned
+//   again, so a peer reading it without a cluster barrier before that exit reads 0xFF bytes.
+//   A kernel launched in clusters keeps all its shared memory dynamic: a
 //   static __shared__ array would be one copy for the whole cluster.
 #pragma once
 #ifndef __CUDACC__
@@ -355,6 +357,7 @@ inline int run_cluster(Grid& G, int nthreads, dim3 base) {
     for (int i = lo; i < hi; ++i) n += G.fibers[i].state == st;
     return n;
   };
+  std::vector<int> exited(G.csize, 0);  // threads of each block that have exited
   for (;;) {
     for (int i = 0; i < nf; ++i) {
       Fiber& f = G.fibers[i];
@@ -362,6 +365,10 @@ inline int run_cluster(Grid& G, int nthreads, dim3 base) {
       G.cur = &f;
       swapcontext(&G.sched, &f.ctx);
       if (!G.error.empty()) return -1;
+      // a block whose threads have all exited loses its shared memory at once: a cluster peer
+      // that still reads it (no cluster barrier before the exit) reads 0xFF bytes
+      if (f.state == St::Done && ++exited[f.rank] == nthreads && G.csize > 1)
+        std::memset(G.dyn_smem.data() + (size_t)f.rank * G.dyn_stride, 0xFF, G.dyn_bytes);
     }
     const int done = count(0, nf, St::Done);
     if (done == nf) return 0;

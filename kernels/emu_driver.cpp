@@ -270,7 +270,8 @@ int emu_bulk(const unsigned char* src, unsigned char* before, unsigned char* aft
 // thread writes (block x 100 + thread) into its block's shared memory, passes the cluster barrier
 // (unless barrier == 0), then reads the same slot of the next block of its cluster (mapa) into
 // out[block x 64 + thread]. mode 1: thread 0 of the cluster's last block exits before the barrier;
-// mode 2: thread 0 maps a pointer that is not shared memory.
+// mode 2: thread 0 maps a pointer that is not shared memory; mode 3: no second cluster barrier
+// (a block may exit while a peer still has to read its shared memory).
 __global__ void csa_emu_cluster(int* out, unsigned n, int barrier, int mode) {
   CSA_DYN_SMEM(int, slot);
   const int t = threadIdx.x, b = blockIdx.x;
@@ -280,7 +281,7 @@ __global__ void csa_emu_cluster(int* out, unsigned n, int barrier, int mode) {
   if (barrier) csa_cluster_sync();
   const int* peer = csa_cluster_map(mode == 2 && t == 0 ? out : slot, (rank + 1) % n);
   out[b * 64 + t] = peer[t];
-  if (barrier) csa_cluster_sync();
+  if (barrier && mode != 3) csa_cluster_sync();
 }
 int emu_cluster(unsigned gx, unsigned csize, int* out, int barrier, int mode) {
   return emu::launch(dim3(gx, 1, 1), dim3(64, 1, 1), [=] { csa_emu_cluster(out, csize, barrier, mode); }, 256,

@@ -179,8 +179,9 @@ def test_bulk_copies_land_when_their_mbarrier_phase_completes():
 def test_clusters_run_together_and_read_each_others_shared_memory():
     """Clusters of 4 over a grid of 8: after the cluster barrier every block reads the next
     block's shared memory (mapa) within its own cluster; without the barrier the later blocks
-    have not written yet (poisoned bytes), a thread that exits before the barrier and a
-    pointer outside shared memory are errors, and a grid that is not whole clusters too."""
+    have not written yet (poisoned bytes), and without the second barrier a block exits (its
+    shared memory poisoned) before its peer reads it; a thread that exits before the barrier
+    and a pointer outside shared memory are errors, and a grid that is not whole clusters too."""
     lib = emulator_library()
     out = np.zeros(8 * 64, np.int32)
     assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 0) == 0, lib.csa_emu_last_error()
@@ -193,6 +194,10 @@ def test_clusters_run_together_and_read_each_others_shared_memory():
     assert b"cluster barrier reached by only part of a cluster" in lib.csa_emu_last_error()
     assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 2) != 0
     assert b"mapa: the pointer is not in this block's dynamic shared memory" in lib.csa_emu_last_error()
+    # no barrier before the exit: the first block of each cluster runs to its end before the
+    # last block reads it, and reads its poisoned shared memory
+    assert lib.emu_cluster(8, 4, out.ctypes.data, 1, 3) == 0
+    assert (out.reshape(8, 64)[[3, 7]] == -1).all() and (out.reshape(8, 64)[[0, 1, 2]] == want[[0, 1, 2]]).all()
     assert lib.emu_cluster(6, 4, out.ctypes.data, 1, 0) != 0
     assert b"invalid cluster" in lib.csa_emu_last_error()
 
