@@ -557,8 +557,10 @@ class CupyBackend(_Base):
     data pointer is passed, so they must be C-contiguous: checked before every launch),
     scalars as NumPy scalars of the exact C type (np.int32 for int, np.int64 for long
     long, np.float32 for float; a Python int would go in as 8 bytes), a null pointer as
-    np.uint64(0). grid and block are 3-tuples of Python ints; no kernel uses dynamic
-    shared memory (all __shared__ arrays are static and under 48 KB).
+    np.uint64(0). grid and block are 3-tuples of Python ints. The kernels in DYNAMIC_SHARED
+    take their shared memory at launch (opted in above 48 KB once per size); every other
+    kernel's __shared__ arrays are static and under 48 KB. The fused attention kernels carry
+    their cluster shape in the binary (__cluster_dims__), so a plain launch forms the clusters.
     """
 
     name = "cupy"
