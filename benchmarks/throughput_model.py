@@ -1,7 +1,8 @@
 """Throughput model of the tensor-core decode kernels on an H200, before a GPU measures them.
 
-For HCA attention, CSA attention and the indexer at a given context, batch and head count
-it predicts the share of the 4.8 TB/s HBM peak the kernel reaches:
+For HCA attention, CSA attention and the indexer at a given context, batch and head count,
+and for the multi-block top-k (below), it predicts the share of the 4.8 TB/s HBM peak the
+kernel reaches:
 
     share = compulsory bytes / (4.8e12 B/s x predicted time)
 
@@ -30,6 +31,43 @@ peak on Hopper), the loaded DRAM latency, the per-launch overhead and the cluste
 When a GPU is lent, benchmarks/bench_kernels.py measures the kernels and these constants are
 corrected.
 
+Top-k (topk_mb_hist / topk_mb_count / topk_mb_write over the context / 4 index scores of each
+request, B = tc_geometry.topk_blocks blocks per request) has two rows per batch and k: unfused
+(hist passes 0, 1, 2, count and write, each over the scores: 5 launches, 5 reads) and
+hist+seg (hist0 from the indexer's epilogue — its cost is in the indexer+hist row — and
+segments that fit: pass 1 over the scores, compacting, then pass 2, count and write over the
+segments: 4 launches, one read; the launch run-gpu makes). Predicted time = launches x
+LAUNCH_S + the sum over launches of max(memory, SM, latency), where
+- memory  = the launch's HBM bytes / 4.8e12; the launches' bytes add up to traffic.topk's moved
+            bytes exactly (the work header's zeroing and reading charged to the first launch,
+            the segment entries, 8 bytes each, written by pass 1 and read by the three others,
+            counted although L2 would serve them, as traffic.topk counts them);
+- SM      = the busiest SM's blocks x trips x the larger of issue (8 warps x the loop's SASS
+            instructions / 4) and shared-memory wavefronts (ATOMS as ATOMS_WAVEFRONTS), plus for
+            topk_mb_hist zeroing and merging its 2,048 (pass 2: 1,024) shared bins as the
+            indexer's flush is charged (its SASS loop with global reductions);
+- latency = per block, every trip of the per-key loop waits a whole loaded DRAM latency: the
+            loops issue their loads at the top of each trip and nothing prefetches the next
+            trip (one 16-byte load per thread in flight, two for topk_mb_count's scan, which
+            ptxas unrolls by two; 32 bytes of entries for a segment round); the busiest SM's
+            resident blocks overlap. This is Little's law with one trip in flight, rounded up
+            to whole trips (a segment of fewer entries than a round still waits one latency).
+The per-key loop of each pass is read from topk.cu's SASS (_topk_loop_counts says how each is
+recognised); trips = the block's slice (tc_geometry.topk_slice_ids) / (256 threads x 4 keys per
+128-bit load), or for a segment ceil(entries per block / (256 x 4)).
+Approximations, stated: the segments' entry count is the probe's draw (TOPK_SEG_ENTRIES, from
+the README; data-dependent), spread evenly over the blocks, none overflowing; every instruction
+of a loop counts once per trip, taken or not — the unaligned scalar fallbacks inside the round
+loops, the atomics of passes 1 and 2, which only keys matching the prefix so far take (in pass 0
+every key does), and the per-warp-sum inner loops of the compaction and the write, which ptxas
+unrolls for 16 and 4 warps and which do not run at 8 (so the SM term is an upper bound: at
+batch 16 it makes the unfused write SM-bound, 18.8 us, against 16 us of latency); ATOMS
+(ATOMS.POPC.INC, which merges lanes on one address) as the indexer's worst case of 16
+wavefronts. Not modelled (so the time is a lower bound there): each block's re-derivation of
+the selection so far before its loop (topk_mb_state: thread 0 walks the earlier histograms'
+groups, data-dependent, through shared memory and L2), the write's prefix over the earlier
+slices' counts, topk_mb_count's block sums, and the launch that zeroes the work header.
+
 Each row also gives the ceiling of any design under the same constants: the compulsory bytes
 over the time of one launch plus the larger of moving them at the HBM peak and doing the
 useful tensor work (one BF16 term per operand: 2 x 2 x 512 FLOP per row and head for
@@ -39,7 +77,7 @@ per 583-byte row, above the H200's ridge of about 206, so attention there is com
 (report FLOP/s, as the spec says), and one step at batch 16 of CSA's 1,152 rows per request
 (11.8 MB) is shorter than the launch.
 
-    python benchmarks/throughput_model.py            # the table (1M tokens, batch 1/16, 16/128 heads)
+    python benchmarks/throughput_model.py            # the table (1M tokens, batch 1/16, 16/128 heads, top-k)
     python benchmarks/throughput_model.py --json
     python benchmarks/throughput_model.py --record   # re-read the SASS into sass_counts.json (needs nvcc)
 """
@@ -49,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -97,6 +136,9 @@ class LoopCounts:
     # the indexer's fused top-k histogram merge after the tile loop: the largest loop with global
     # reductions, {"total": instructions, "bins_per_trip": its REDs} (empty: no such loop)
     flush: dict = field(default_factory=dict)
+    # top-k's per-key loops: the loop's global loads, {"wide": 128-bit loads, "key_words": 32-bit
+    # loads of segment keys} (empty for the tensor-core kernels)
+    loads: dict = field(default_factory=dict)
 
 
 def _lsu_wavefronts(ops) -> int:
@@ -144,6 +186,72 @@ def read_counts() -> dict[str, LoopCounts]:
             out[name] = LoopCounts(total=len(ops), hmma=sum(S.is_tensor(o) for o in ops),
                                    lsu_wavefronts=_lsu_wavefronts(ops), inner=inner,
                                    registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush)
+        out.update(_topk_loop_counts(S, S.kernels_of("topk.cu", Path(tmp))))
+    return out
+
+
+# A segment entry is 64 bits, id low and key high: the keys of a round's four entries are the
+# words at byte offsets 4, 12, 20 and 28 of its 32 bytes.
+_KEY_WORD = re.compile(r"\[[^\]]*\+0x(4|c|14|1c)\]")
+
+# topk.cu's per-key loops the model charges (read_counts: which SASS loop each is, by what it holds)
+TOPK_LOOPS = ("topk_mb_hist/scan", "topk_mb_hist/compact", "topk_mb_hist/segment", "topk_mb_count/scan",
+              "topk_mb_count/segment", "topk_mb_write/scan", "topk_mb_write/segment")
+
+
+def _topk_loop_counts(S, kernels) -> dict[str, LoopCounts]:
+    """The per-key loop of each top-k pass, told apart by what its SASS holds (topk.cu):
+    - topk_mb_hist/scan: topk_mb_scan's float4 loop (pass 0; pass 1 and 2 without segments): a
+      128-bit load, shared atomics, no ballot;
+    - topk_mb_hist/compact: pass 1 with segments (topk_mb_rounds + topk_mb_rank): a 128-bit load,
+      warp ballots (VOTE) and the segment's global stores;
+    - topk_mb_hist/segment, topk_mb_count/segment: topk_mb_seg_rounds, no 128-bit load — every
+      global load a 32-bit load of a key word (the ids are not used, so ptxas loads only the keys);
+    - topk_mb_count/scan: topk_mb_scan's float4 loop (ptxas unrolls it by two: two 128-bit loads);
+    - topk_mb_write/scan: topk_mb_rounds over the slice: one 128-bit load and ballots;
+    - topk_mb_write/segment: topk_mb_seg_rounds: two 128-bit loads (ids and keys) and ballots.
+    Each must be exactly one loop; inner loops (the write's and the compaction's per-warp sums)
+    count once inside it. topk_mb_hist's flush: its loop with global reductions (the merge of
+    the shared histogram into the request's)."""
+
+    def facts(k, lp):
+        ins = k.instrs[lp[0]:lp[1] + 1]
+        gl = [i for i in ins if S.is_global_load(i.opcode)]
+        return {"wide": sum(S.load_width_bits(i.opcode) == 128 for i in gl),
+                "key_words": sum(S.load_width_bits(i.opcode) == 32 and bool(_KEY_WORD.search(i.operands)) for i in gl),
+                "loads": len(gl), "atoms": sum(i.opcode.startswith("ATOMS") for i in ins),
+                "ballots": sum(i.opcode.startswith("VOTE") for i in ins),
+                "stores": sum(i.opcode.startswith("STG") for i in ins),
+                "reds": sum(i.opcode.startswith(("RED", "ATOMG")) for i in ins)}
+
+    rules = {
+        "topk_mb_hist/scan": lambda f: f["wide"] == 1 and f["atoms"] and not f["ballots"],
+        "topk_mb_hist/compact": lambda f: f["wide"] and f["ballots"] and f["stores"],
+        "topk_mb_hist/segment": lambda f: f["atoms"] and not f["wide"] and f["loads"] and f["key_words"] == f["loads"],
+        "topk_mb_count/scan": lambda f: f["wide"] and not f["ballots"],
+        "topk_mb_count/segment": lambda f: not f["wide"] and f["loads"] and f["key_words"] == f["loads"],
+        "topk_mb_write/scan": lambda f: f["wide"] == 1 and f["ballots"],
+        "topk_mb_write/segment": lambda f: f["wide"] == 2 and f["ballots"],
+    }
+    out = {}
+    for key in TOPK_LOOPS:
+        kname = key.split("/")[0]
+        k = kernels[kname]
+        found = [lp for lp in k.loops() if rules[key](facts(k, lp))]
+        if len(found) != 1:
+            raise ValueError(f"{key}: {len(found)} SASS loops match (want one): {found}")
+        lp = found[0]
+        f = facts(k, lp)
+        flush = {}
+        if kname == "topk_mb_hist":
+            merges = [m for m in k.loops() if facts(k, m)["reds"]]
+            if len(merges) != 1:
+                raise ValueError(f"{kname}: {len(merges)} loops with global reductions (want one)")
+            flush = {"total": len(k.opcodes(merges[0])), "bins_per_trip": facts(k, merges[0])["reds"]}
+        ops = k.opcodes(lp)
+        out[key] = LoopCounts(total=len(ops), hmma=0, lsu_wavefronts=_lsu_wavefronts(ops), inner={},
+                              registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush,
+                              loads={"wide": f["wide"], "key_words": f["key_words"]})
     return out
 
 
@@ -312,6 +420,120 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
                    sm_s, lat_s, LAUNCH_S, "one pass", batch * n * index_heads * 2 * 128)
 
 
+# Keys per request in the top-k segments (hist0's threshold bin and above) for 262,144 scores
+# drawn as the probe draws them (README, "Top-k": 1,534 for top-1024, 540 for top-512; at most
+# 109 in one of 16 segments of 1,024 and 38 in one of 64 of 256, so none overflows). Data-
+# dependent: an assumption of the model, not a property of the kernel.
+TOPK_SEG_ENTRIES = {1024: 1534, 512: 540}
+TOPK_SEG_ROUND = 4  # entries per thread per round of topk_mb_seg_rounds (topk.cu)
+
+
+@dataclass(frozen=True)
+class TopkLaunch:
+    """One launch of the multi-block top-k: which loop its blocks run, and its times."""
+
+    kernel: str  # e.g. "topk_mb_hist pass 1"
+    loop: str  # its TOPK_LOOPS entry
+    blocks: int
+    trips: int  # of its per-key loop, per block
+    hbm_bytes: int
+    memory_us: float
+    sm_us: float
+    latency_us: float
+
+    @property
+    def core_us(self) -> float:
+        return max(self.memory_us, self.sm_us, self.latency_us)
+
+    @property
+    def bound(self) -> str:
+        return ("memory", "SM", "latency")[[self.memory_us, self.sm_us, self.latency_us].index(self.core_us)]
+
+
+def topk_launches(counts: dict[str, LoopCounts], n: int, batch: int, k: int, fused: bool) -> list[TopkLaunch]:
+    """topk_mb_* as the launcher runs them (backends.topk): unfused, hist passes 0-2, count and
+    write over the scores (no segments: 5 reads); fused, hist0 from the indexer's epilogue and
+    segments that fit (the launch run-gpu makes): pass 1 over the scores (compacting), pass 2,
+    count and write over the segments. Their HBM bytes add up to traffic.topk's moved bytes."""
+    from csa_plan.kernels import traffic as T
+    from csa_plan.kernels.backends import TOPK_THREADS
+    from csa_plan.kernels.sass import blocks_per_sm
+    from csa_plan.kernels.tc_geometry import (topk_blocks, topk_entry_room, topk_header_words, topk_layout,
+                                              topk_slice_ids, topk_work_words)
+
+    b = topk_blocks(n, batch, SMS)
+    entries = TOPK_SEG_ENTRIES[k] if fused else 0
+    seg_cap = 0
+    if fused:  # the probe's room: n / 16 entries, at least 4 k
+        lay = topk_layout(n, batch, batch * topk_work_words(b, topk_entry_room(n, k)), SMS)
+        seg_cap = lay.seg_capacity
+        if -(-entries // b) > seg_cap:
+            raise ValueError("the model assumes every segment fits")
+    moved = T.topk(batch, n, k, SMS, hist0_fused=fused, seg_capacity=seg_cap, fitting_entries=batch * entries,
+                   overflowing_blocks=0).moved_bytes
+    scores = batch * n * 4
+    segs = batch * entries * 8
+    header = batch * topk_header_words(b) * 4 * 2  # zeroed and read: charged to the first launch
+    ids = batch * k * 4
+    if fused:
+        plan = [("topk_mb_hist pass 1", "topk_mb_hist/compact", scores + segs + header),
+                ("topk_mb_hist pass 2", "topk_mb_hist/segment", segs),
+                ("topk_mb_count", "topk_mb_count/segment", segs),
+                ("topk_mb_write", "topk_mb_write/segment", segs + ids)]
+    else:
+        plan = [("topk_mb_hist pass 0", "topk_mb_hist/scan", scores + header),
+                ("topk_mb_hist pass 1", "topk_mb_hist/scan", scores),
+                ("topk_mb_hist pass 2", "topk_mb_hist/scan", scores),
+                ("topk_mb_count", "topk_mb_count/scan", scores),
+                ("topk_mb_write", "topk_mb_write/scan", scores + ids)]
+    assert sum(p[2] for p in plan) == moved, "the launches' bytes are traffic.topk's"
+    blocks = b * batch
+    busiest = math.ceil(blocks / SMS)
+    warps = TOPK_THREADS // 32
+    slice_ids = topk_slice_ids(n, b)
+    out = []
+    for name, loop, hbm in plan:
+        c = counts[loop]
+        if loop.endswith("/segment"):  # one round: TOPK_SEG_ROUND entries per thread, 32 bytes in flight
+            trips = math.ceil(math.ceil(entries / b) / (TOPK_SEG_ROUND * TOPK_THREADS))
+        else:  # 4 keys per 128-bit load per trip
+            trips = math.ceil(slice_ids / (4 * c.loads["wide"] * TOPK_THREADS))
+        issue = warps * c.total / ISSUE_PER_CLK
+        smem = warps * c.lsu_wavefronts / LSU_WAVEFRONTS_PER_CLK
+        per_block = trips * max(issue, smem)
+        if c.flush:  # zeroing the shared histogram and merging it into the request's (as the indexer's)
+            bins = (1 << (11 if "pass 2" not in name else 10)) / TOPK_THREADS
+            per_block += warps * bins * (c.flush["total"] / c.flush["bins_per_trip"] + 1) / ISSUE_PER_CLK
+        sm_s = busiest * per_block / CLOCK_HZ
+        occ = blocks_per_sm(c.registers, TOPK_THREADS, c.static_smem)
+        resident = max(1, min(occ, busiest))
+        lat_s = math.ceil(busiest / resident) * trips * LOADED_LATENCY_S  # one trip's loads in flight
+        out.append(TopkLaunch(name, loop, blocks, trips, hbm, hbm / HBM_BYTES_PER_S * 1e6, sm_s * 1e6, lat_s * 1e6))
+    return out
+
+
+def topk(counts: dict[str, LoopCounts], context: int, batch: int, k: int = TOPK, fused: bool = True) -> Prediction:
+    """The multi-block top-k over the ratio-4 index scores (context / 4 keys per request):
+    launches x LAUNCH_S plus, per launch, the largest of memory, SM and latency."""
+    from csa_plan.kernels import traffic as T
+    from csa_plan.kernels.tc_geometry import topk_blocks
+
+    n = context // 4
+    launches = topk_launches(counts, n, batch, k, fused)
+    compulsory = T.topk(batch, n, k, SMS).compulsory_bytes
+    hbm = sum(x.hbm_bytes for x in launches)
+    fixed = len(launches) * LAUNCH_S * 1e6
+    core = sum(x.core_us for x in launches)
+    total = fixed + core
+    by_bound = {bd: sum(x.core_us for x in launches if x.bound == bd) for bd in ("memory", "SM", "latency")}
+    bound = max(by_bound, key=by_bound.get)
+    return Prediction(f"top-{k}", batch, 0, launches[0].blocks, topk_blocks(n, batch, SMS), compulsory, hbm,
+                      sum(x.memory_us for x in launches), sum(x.sm_us for x in launches),
+                      sum(x.latency_us for x in launches), fixed, total, bound,
+                      compulsory / (HBM_BYTES_PER_S * total * 1e-6), "hist+seg" if fused else "unfused",
+                      ceiling_share(compulsory, 0), 0.0)
+
+
 def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Prediction]:
     out = []
     for batch in (1, 16):
@@ -320,6 +542,10 @@ def table(counts: dict[str, LoopCounts], context: int = 1 << 20) -> list[Predict
             out.append(attention(counts, 4, context, batch, heads))
         out.append(indexer(counts, context, batch, hist0_fused=False))
         out.append(indexer(counts, context, batch))
+    for batch in (1, 16):
+        for k in (TOPK, 512):
+            for fused in (False, True):
+                out.append(topk(counts, context, batch, k, fused))
     return out
 
 
@@ -351,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'kernel':<14} {'batch':>5} {'heads':>5} {'path':>8} {'blocks':>6} {'chunks':>6} {'MB':>8} {'us':>7} "
           f"{'bound':>8} {'share':>6} {'ceiling':>7} {'TFLOP/s':>8} {'of peak':>7}")
     for r in rows:
-        print(f"{r.kernel:<14} {r.batch:>5} {r.heads:>5} {r.path:>8} {r.blocks:>6} {r.chunks:>6} "
+        print(f"{r.kernel:<14} {r.batch:>5} {r.heads or '-':>5} {r.path:>8} {r.blocks:>6} {r.chunks:>6} "
               f"{r.compulsory_bytes / 1e6:>8.2f} {r.total_us:>7.2f} {r.bound:>8} {r.share_of_peak:>6.1%} "
               f"{r.ceiling:>7.1%} {r.tensor_share * PEAK_FLOP_S / 1e12:>8.0f} {r.tensor_share:>7.1%}")
     return 0

@@ -95,3 +95,74 @@ def test_fused_top_k_histogram_keeps_the_indexer_at_half_of_peak():
         assert fused.hbm_bytes == plain.hbm_bytes + batch * 2048 * 4
         assert fused.share_of_peak <= plain.share_of_peak
     assert M.indexer(counts, 1 << 20, 16).share_of_peak >= 0.5
+
+
+def test_topk_rows_exist_with_exact_bytes_and_below_their_ceiling():
+    """Top-k at 1M tokens (262,144 scores per request), batch 1 and 16, k 1024 and 512,
+    unfused and with the fused histogram and fitting segments: compulsory bytes are the scores
+    and the ids once, the modelled bytes are traffic.topk's, and no share beats its ceiling."""
+    from csa_plan.kernels import traffic as T
+
+    rows = M.table(M.load_counts())
+    by = {(r.kernel, r.batch, r.path): r for r in rows}
+    n = 262144
+    for b in (1, 16):
+        for k in (1024, 512):
+            un, fu = by[(f"top-{k}", b, "unfused")], by[(f"top-{k}", b, "hist+seg")]
+            for r in (un, fu):
+                assert r.compulsory_bytes == b * (n * 4 + k * 4)
+                assert 0 < r.share_of_peak <= r.ceiling <= 1, r
+                assert r.ceiling == M.ceiling_share(r.compulsory_bytes, 0)
+                assert r.total_us >= r.fixed_us
+            assert un.hbm_bytes == T.topk(b, n, k, M.SMS).moved_bytes
+            assert un.hbm_bytes == b * (5 * n * 4 + k * 4 + T.topk_header_words(un.chunks) * 8)
+            entries = M.TOPK_SEG_ENTRIES[k]
+            assert fu.hbm_bytes == b * (n * 4 + k * 4 + T.topk_header_words(fu.chunks) * 8 + entries * 8 * 4)
+    assert by[("top-1024", 16, "unfused")].compulsory_bytes == 16 * (262144 * 4 + 1024 * 4)
+
+
+def test_topk_fused_path_makes_fewer_launches_and_moves_fewer_bytes():
+    """hist+seg: 4 launches, one of them over the scores; unfused: 5, each over the scores;
+    the per-key trips are the slices' (16 blocks of 16,384 keys at batch 16: 16 trips of
+    1,024 keys, 8 for topk_mb_count's scan, unrolled by two) and a segment's one round."""
+    counts = M.load_counts()
+    assert set(M.TOPK_LOOPS) <= set(counts)
+    n = 262144
+    for b in (1, 16):
+        for k in (1024, 512):
+            un = M.topk_launches(counts, n, b, k, fused=False)
+            fu = M.topk_launches(counts, n, b, k, fused=True)
+            assert len(fu) == 4 < len(un) == 5
+            assert sum(x.hbm_bytes >= b * n * 4 for x in un) == 5
+            assert sum(x.hbm_bytes >= b * n * 4 for x in fu) == 1
+            assert sum(x.hbm_bytes for x in fu) < sum(x.hbm_bytes for x in un)
+            pu, pf = M.topk(counts, 1 << 20, b, k, fused=False), M.topk(counts, 1 << 20, b, k, fused=True)
+            assert pf.hbm_bytes < pu.hbm_bytes and pf.total_us < pu.total_us
+            assert pf.fixed_us == 4 * M.LAUNCH_S * 1e6 and pu.fixed_us == 5 * M.LAUNCH_S * 1e6
+    trips = {x.kernel: x.trips for x in M.topk_launches(counts, n, 16, 1024, fused=False)}
+    assert trips == {"topk_mb_hist pass 0": 16, "topk_mb_hist pass 1": 16, "topk_mb_hist pass 2": 16,
+                     "topk_mb_count": 8, "topk_mb_write": 16}
+    assert all(x.trips == 1 for x in M.topk_launches(counts, n, 16, 1024, fused=True)[1:])
+
+
+def test_topk_loops_are_the_passes_per_key_loops():
+    """The recorded top-k loops hold what their passes do: the scans of the scores a 128-bit
+    load per 4 keys (two in topk_mb_count's unrolled scan), the hist and count segment rounds
+    only 32-bit key-word loads, the write's segment round two 128-bit loads (ids and keys);
+    the histogram passes their shared atomics and the merge of their bins."""
+    c = M.load_counts()
+    assert c["topk_mb_hist/scan"].loads["wide"] == 1 and c["topk_mb_write/scan"].loads["wide"] == 1
+    assert c["topk_mb_hist/compact"].loads["wide"] == 1 and c["topk_mb_count/scan"].loads["wide"] == 2
+    for seg in ("topk_mb_hist/segment", "topk_mb_count/segment"):
+        assert c[seg].loads["wide"] == 0 and c[seg].loads["key_words"] >= 4
+    assert c["topk_mb_write/segment"].loads["wide"] == 2
+    for h in ("topk_mb_hist/scan", "topk_mb_hist/compact", "topk_mb_hist/segment"):
+        assert c[h].lsu_wavefronts >= 4 * M.ATOMS_WAVEFRONTS and c[h].flush["bins_per_trip"] >= 1
+    # the compaction's ballot-ranked append is the longest hist loop
+    assert c["topk_mb_hist/compact"].total > c["topk_mb_hist/scan"].total
+
+
+def test_cli_prints_the_topk_rows(capsys):
+    assert M.main([]) == 0
+    out = capsys.readouterr().out
+    assert "top-1024" in out and "top-512" in out and "hist+seg" in out and "unfused" in out
