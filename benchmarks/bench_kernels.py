@@ -19,6 +19,12 @@ and read back), the hot rate of each against the device-to-device copy rate meas
 same GPU (the achievable ceiling) and against the H200's 4.8 TB/s nominal peak, and cold
 and hot times.
 
+Beside each attention and indexer timing it prints the throughput model's prediction for the
+same configuration (benchmarks/throughput_model.py: the same context, batch, heads and
+attention split) and measured / model, so a GPU run says at once which of the model's
+assumed constants to correct. Top-k rows have no prediction (the probe's top-k runs are
+compacted without the fused histogram, a configuration the model does not price).
+
 It gates on correctness: every probe check (indexer scores against the oracle, top-k ids
 equal to the oracle's top-k of the kernel scores, attention against the oracle, a second
 launch bit-identical) must pass, or it exits 4 after printing the figures. Before
@@ -98,15 +104,48 @@ def run(args, cp) -> int:
     return report(args, doc)
 
 
+def _model():
+    """benchmarks/throughput_model.py and its recorded SASS counts, or (None, None)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().with_name("throughput_model.py")
+    spec = importlib.util.spec_from_file_location("throughput_model", path)
+    if spec is None or spec.loader is None:
+        return None, None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("throughput_model", mod)  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod, mod.load_counts()
+
+
+def model_us(model, counts, context: int, index_heads: int, t: dict) -> float | None:
+    """The model's time for a probe timing row's own configuration, or None (no such model)."""
+    from csa_plan.kernels.tc_geometry import AttnSplit
+
+    case = t["case"]
+    if case.startswith("attention"):
+        ratio = 4 if t["kind"] == "CSA" else 128
+        split = AttnSplit(int(t["chunks"]), bool(t.get("fused")))
+        return model.attention(counts, ratio, context, t["requests"], t["heads"], split=split).total_us
+    if case.startswith("indexer/"):
+        return model.indexer(counts, context, t["requests"], index_heads, hist0_fused=False).total_us
+    return None
+
+
 def report(args, doc: dict) -> int:
     """Print the figures of a probe document; exit 4 when any correctness check failed."""
     ceiling = doc["copy_ceiling"]["bytes_per_s"]
+    model, counts = _model()
     results = []
     for t in doc["timings"]:
         hot_s = t["hot_ms"] * 1e-3
         r = dict(t)
         r["fraction_of_peak"] = t["compulsory_bytes"] / hot_s / PEAK_BYTES_PER_S if hot_s > 0 else None
         r["moved_over_compulsory"] = t["moved_bytes"] / t["compulsory_bytes"]
+        m = model_us(model, counts, args.context, args.index_heads, t) if model else None
+        r["model_us"] = m
+        r["measured_over_model"] = (t["hot_ms"] * 1e3 / m) if m and t["hot_ms"] > 0 else None
         results.append(r)
     out = {"schema": "csa-plan/bench-kernels/v2", "context": args.context, "batches": doc["batches"],
            "machine": doc["machine"], "copy_ceiling": doc["copy_ceiling"], "peak_bytes_per_s": PEAK_BYTES_PER_S,
@@ -121,7 +160,9 @@ def report(args, doc: dict) -> int:
             print(f"  {r['case']:<36} hot {r['hot_ms']:9.3f} ms  cold {r['cold_ms']:9.3f} ms  compulsory "
                   f"{r['compulsory_bytes'] / 1e9:7.3f} GB ({rate / 1e9:7.1f} GB/s, "
                   f"{(r['hot_fraction_of_copy_ceiling'] or 0):6.1%} of copy)  moved {r['moved_bytes'] / 1e9:7.3f} GB "
-                  f"(x{r['moved_over_compulsory']:.2f})")
+                  f"(x{r['moved_over_compulsory']:.2f})"
+                  + (f"  model {r['model_us']:8.2f} us (measured/model {r['measured_over_model']:.2f})"
+                     if r["model_us"] and r["measured_over_model"] else ""))
         for c in doc["checks"]:
             print(f"  {c['status'].upper():4} {c['name']}: {c['detail']}")
     if doc["failed"]:

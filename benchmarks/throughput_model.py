@@ -328,7 +328,10 @@ def cluster_merge_s(heads_per_block: int, chunks: int, blocks_per_sm: int) -> fl
     return 2 * CLUSTER_BARRIER_S + local_s + remote_s
 
 
-def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: int, heads: int) -> Prediction:
+def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: int, heads: int,
+              split=None) -> Prediction:
+    """attn_tc at the split tc_geometry.attn_split picks, or at a given AttnSplit (the one a
+    benchmark ran, so its measurement and the model compare like for like)."""
     from csa_plan.kernels.sass import blocks_per_sm
     from csa_plan.kernels.tc_geometry import (ATTN_TC_ROW_SMEM, ATTN_TC_STAGES, ATTN_TC_TILE, attn_split,
                                               attn_tc_launch, partial_capacity)
@@ -343,7 +346,7 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     cap = partial_capacity(heads, attn_floats, records if ratio == 4 else 0).chunks
     c = counts["attn_tc_partial"]
     occ = blocks_per_sm(c.registers, lay.threads, c.static_smem + lay.smem_bytes)
-    split = attn_split(rows, batch, lay.head_groups, cap)
+    split = split or attn_split(rows, batch, lay.head_groups, cap)
     chunks = split.chunks
     blocks = lay.head_groups * chunks * batch
     tiles_per_block = math.ceil(math.ceil(rows / chunks) / ATTN_TC_TILE)

@@ -144,6 +144,19 @@ def test_bench_body_on_fake_cupy_checks_pass_and_report_both_byte_counts(fake_do
     assert b.report(args, doc) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] == 0 and all("moved_over_compulsory" in r for r in out["results"])
+    # the model's time for each attention and indexer row's own configuration (split included)
+    by = {r["case"]: r for r in out["results"]}
+    for case, r in by.items():
+        priced = case.startswith(("attention", "indexer/"))
+        assert (r["model_us"] is not None and r["model_us"] > 0) == priced, (case, r["model_us"])
+    from csa_plan.kernels.tc_geometry import AttnSplit
+
+    model, counts = b._model()
+    for kind, ratio in (("CSA", 4), ("HCA", 128)):
+        for prefix, fused in (("attention/", False), ("attention-fused/", True)):
+            r = next(r for c, r in by.items() if c.startswith(prefix) and r["kind"] == kind)
+            want = model.attention(counts, ratio, 4096, 1, 16, split=AttnSplit(r["chunks"], fused)).total_us
+            assert r["model_us"] == want and r["measured_over_model"] > 0, (kind, prefix)
 
 
 def test_bench_exits_4_when_a_correctness_check_fails(fake_doc, capsys):
