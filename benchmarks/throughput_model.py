@@ -46,15 +46,17 @@ LAUNCH_S + the sum over launches of max(memory, SM, latency), where
             instructions / 4) and shared-memory wavefronts (ATOMS as ATOMS_WAVEFRONTS), plus for
             topk_mb_hist zeroing and merging its 2,048 (pass 2: 1,024) shared bins as the
             indexer's flush is charged (its SASS loop with global reductions);
-- latency = per block, every trip of the per-key loop waits a whole loaded DRAM latency: the
-            loops issue their loads at the top of each trip and nothing prefetches the next
-            trip (one 16-byte load per thread in flight, two for topk_mb_count's scan, which
-            ptxas unrolls by two; 32 bytes of entries for a segment round); the busiest SM's
-            resident blocks overlap. This is Little's law with one trip in flight, rounded up
-            to whole trips (a segment of fewer entries than a round still waits one latency).
+- latency = per block, trips x the loaded DRAM latencies each trip waits: a scan trip issues
+            CSA_TK_INFLIGHT 16-byte loads per thread (topk.cu) and waits once for all the
+            loads issued before the first use of any of them, again for loads issued after a
+            use — _load_waits counts these waits in the loop's SASS (so the loads in flight
+            per thread are the 128-bit loads per trip / waits, what ptxas's schedule gives,
+            not what the source asks for); a segment round (32 bytes of entries) waits one;
+            the busiest SM's resident blocks overlap. Little's law, rounded up to whole trips
+            (a segment of fewer entries than a round still waits one latency).
 The per-key loop of each pass is read from topk.cu's SASS (_topk_loop_counts says how each is
-recognised); trips = the block's slice (tc_geometry.topk_slice_ids) / (256 threads x 4 keys per
-128-bit load), or for a segment ceil(entries per block / (256 x 4)).
+recognised); trips = the block's slice (tc_geometry.topk_slice_ids) / (256 threads x 4 keys x
+the loop's 128-bit loads per trip), or for a segment ceil(entries per block / (256 x 4)).
 Approximations, stated: the segments' entry count is the probe's draw (TOPK_SEG_ENTRIES, from
 the README; data-dependent), spread evenly over the blocks, none overflowing; every instruction
 of a loop counts once per trip, taken or not — the unaligned scalar fallbacks inside the round
@@ -137,7 +139,8 @@ class LoopCounts:
     # reductions, {"total": instructions, "bins_per_trip": its REDs} (empty: no such loop)
     flush: dict = field(default_factory=dict)
     # top-k's per-key loops: the loop's global loads, {"wide": 128-bit loads, "key_words": 32-bit
-    # loads of segment keys} (empty for the tensor-core kernels)
+    # loads of segment keys, "waits": loaded latencies a trip waits (_load_waits)} (empty for
+    # the tensor-core kernels)
     loads: dict = field(default_factory=dict)
 
 
@@ -193,6 +196,38 @@ def read_counts() -> dict[str, LoopCounts]:
 # A segment entry is 64 bits, id low and key high: the keys of a round's four entries are the
 # words at byte offsets 4, 12, 20 and 28 of its 32 bytes.
 _KEY_WORD = re.compile(r"\[[^\]]*\+0x(4|c|14|1c)\]")
+_REG = re.compile(r"\bR(\d+)(\.64)?\b")
+
+
+def _load_waits(S, ins) -> int:
+    """How many times one trip through a loop body ins waits for its global loads: walking the
+    SASS in order, a load adds its destination registers (one per 32 bits) to the pending set;
+    the first instruction that reads a pending register waits (one loaded DRAM latency) for
+    every load issued so far, and the set empties. So the loads a body issues before its first
+    use share one latency; a load issued after a use waits again. The body is walked twice and
+    the second walk counted, so a load whose use is in the next trip (a prefetch) is seen.
+    Straight-line: both sides of a branch count, as the instruction counts do."""
+    def regs(text):
+        out = set()
+        for m in _REG.finditer(text):
+            r = int(m.group(1))
+            out |= {r, r + 1} if m.group(2) else {r}
+        return out
+
+    pending, waits = set(), 0
+    for walk in range(2):
+        for i in ins:
+            ops = i.operands.split(",")
+            no_dest = i.opcode.startswith(("ST", "RED", "BAR"))  # every register operand a source
+            srcs = regs(i.operands if no_dest else ",".join(ops[1:]))
+            if srcs & pending:
+                waits += walk
+                pending.clear()
+            if S.is_global_load(i.opcode) and (m := _REG.match(ops[0].strip())):
+                r = int(m.group(1))
+                pending |= set(range(r, r + max(1, S.load_width_bits(i.opcode) // 32)))
+    return waits
+
 
 # topk.cu's per-key loops the model charges (read_counts: which SASS loop each is, by what it holds)
 TOPK_LOOPS = ("topk_mb_hist/scan", "topk_mb_hist/compact", "topk_mb_hist/segment", "topk_mb_count/scan",
@@ -201,18 +236,24 @@ TOPK_LOOPS = ("topk_mb_hist/scan", "topk_mb_hist/compact", "topk_mb_hist/segment
 
 def _topk_loop_counts(S, kernels) -> dict[str, LoopCounts]:
     """The per-key loop of each top-k pass, told apart by what its SASS holds (topk.cu):
-    - topk_mb_hist/scan: topk_mb_scan's float4 loop (pass 0; pass 1 and 2 without segments): a
-      128-bit load, shared atomics, no ballot;
-    - topk_mb_hist/compact: pass 1 with segments (topk_mb_rounds + topk_mb_rank): a 128-bit load,
-      warp ballots (VOTE) and the segment's global stores;
+    - topk_mb_hist/scan: topk_mb_scan's main float4 loop (pass 0; pass 1 and 2 without
+      segments): CSA_TK_INFLIGHT (>= 2) 128-bit loads a trip, shared atomics, no ballot;
+    - topk_mb_hist/compact: pass 1 with segments, topk_mb_rounds' main loop (CSA_TK_INFLIGHT
+      rounds a trip) + topk_mb_rank: >= 2 128-bit loads, warp ballots (VOTE) and the segment's
+      global stores;
     - topk_mb_hist/segment, topk_mb_count/segment: topk_mb_seg_rounds, no 128-bit load — every
       global load a 32-bit load of a key word (the ids are not used, so ptxas loads only the keys);
-    - topk_mb_count/scan: topk_mb_scan's float4 loop (ptxas unrolls it by two: two 128-bit loads);
-    - topk_mb_write/scan: topk_mb_rounds over the slice: one 128-bit load and ballots;
-    - topk_mb_write/segment: topk_mb_seg_rounds: two 128-bit loads (ids and keys) and ballots.
-    Each must be exactly one loop; inner loops (the write's and the compaction's per-warp sums)
-    count once inside it. topk_mb_hist's flush: its loop with global reductions (the merge of
-    the shared histogram into the request's)."""
+    - topk_mb_count/scan: topk_mb_scan's main float4 loop: >= 2 128-bit loads, no ballot;
+    - topk_mb_write/scan: topk_mb_rounds' main loop over the slice: >= 2 128-bit loads, ballots,
+      no other global load (its scalar fallback is in the one-round loop after it);
+    - topk_mb_write/segment: topk_mb_seg_rounds: two 128-bit loads (ids and keys), ballots and
+      the 32-bit loads of its partial-round fallback.
+    The one-round (one 128-bit load) loops after the main loops, for the last rounds and
+    unaligned slices, are not charged (a partial trip is charged as a whole main trip; the
+    modelled slices are whole trips). Each must be exactly one loop; inner loops count once
+    inside it. loads["waits"]: _load_waits of the loop body (how many loaded latencies a trip
+    waits). topk_mb_hist's flush: its loop with global reductions (the merge of the shared
+    histogram into the request's)."""
 
     def facts(k, lp):
         ins = k.instrs[lp[0]:lp[1] + 1]
@@ -222,16 +263,17 @@ def _topk_loop_counts(S, kernels) -> dict[str, LoopCounts]:
                 "loads": len(gl), "atoms": sum(i.opcode.startswith("ATOMS") for i in ins),
                 "ballots": sum(i.opcode.startswith("VOTE") for i in ins),
                 "stores": sum(i.opcode.startswith("STG") for i in ins),
-                "reds": sum(i.opcode.startswith(("RED", "ATOMG")) for i in ins)}
+                "reds": sum(i.opcode.startswith(("RED", "ATOMG")) for i in ins),
+                "waits": _load_waits(S, ins)}
 
     rules = {
-        "topk_mb_hist/scan": lambda f: f["wide"] == 1 and f["atoms"] and not f["ballots"],
-        "topk_mb_hist/compact": lambda f: f["wide"] and f["ballots"] and f["stores"],
+        "topk_mb_hist/scan": lambda f: f["wide"] >= 2 and f["atoms"] and not f["ballots"],
+        "topk_mb_hist/compact": lambda f: f["wide"] >= 2 and f["ballots"] and f["stores"],
         "topk_mb_hist/segment": lambda f: f["atoms"] and not f["wide"] and f["loads"] and f["key_words"] == f["loads"],
-        "topk_mb_count/scan": lambda f: f["wide"] and not f["ballots"],
+        "topk_mb_count/scan": lambda f: f["wide"] >= 2 and not f["ballots"],
         "topk_mb_count/segment": lambda f: not f["wide"] and f["loads"] and f["key_words"] == f["loads"],
-        "topk_mb_write/scan": lambda f: f["wide"] == 1 and f["ballots"],
-        "topk_mb_write/segment": lambda f: f["wide"] == 2 and f["ballots"],
+        "topk_mb_write/scan": lambda f: f["wide"] >= 2 and f["ballots"] and f["loads"] == f["wide"],
+        "topk_mb_write/segment": lambda f: f["wide"] == 2 and f["ballots"] and f["loads"] > f["wide"],
     }
     out = {}
     for key in TOPK_LOOPS:
@@ -251,7 +293,7 @@ def _topk_loop_counts(S, kernels) -> dict[str, LoopCounts]:
         ops = k.opcodes(lp)
         out[key] = LoopCounts(total=len(ops), hmma=0, lsu_wavefronts=_lsu_wavefronts(ops), inner={},
                               registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush,
-                              loads={"wide": f["wide"], "key_words": f["key_words"]})
+                              loads={"wide": f["wide"], "key_words": f["key_words"], "waits": f["waits"]})
     return out
 
 
@@ -510,7 +552,10 @@ def topk_launches(counts: dict[str, LoopCounts], n: int, batch: int, k: int, fus
         sm_s = busiest * per_block / CLOCK_HZ
         occ = blocks_per_sm(c.registers, TOPK_THREADS, c.static_smem)
         resident = max(1, min(occ, busiest))
-        lat_s = math.ceil(busiest / resident) * trips * LOADED_LATENCY_S  # one trip's loads in flight
+        # a scan trip waits loads["waits"] latencies (its 128-bit loads issued before their first
+        # use share one: _load_waits, from the SASS); a segment round one
+        waits = 1 if loop.endswith("/segment") else c.loads["waits"]
+        lat_s = math.ceil(busiest / resident) * trips * waits * LOADED_LATENCY_S
         out.append(TopkLaunch(name, loop, blocks, trips, hbm, hbm / HBM_BYTES_PER_S * 1e6, sm_s * 1e6, lat_s * 1e6))
     return out
 

@@ -176,7 +176,20 @@ __device__ __forceinline__ int topk_mb_seg_entries(const unsigned* wk, int seg_c
   return c <= (unsigned)seg_cap ? (int)c : -1;
 }
 
-// f(i, key) for every i of [lo, hi), 16-byte loads when the slice start is aligned.
+// Loads a scan keeps in flight per thread: the scans below issue CSA_TK_INFLIGHT 16-byte loads
+// (of the next CSA_TK_INFLIGHT trips' worth of keys) before they use the first, so a thread
+// waits one DRAM latency per CSA_TK_INFLIGHT loads, not per load (the throughput model reads
+// this from the SASS: benchmarks/throughput_model.py, _load_waits).
+#define CSA_TK_INFLIGHT 4
+// Warps of a topk_mb block (256 threads, as the launcher runs them: backends.TOPK_THREADS);
+// the per-round warp sums loop over a compile-time count, fully unrolled. The kernels that
+// rely on it trap on any other block size rather than answer wrongly.
+#define CSA_TK_WARPS 8
+
+// f(i, key) for every i of [lo, hi), 16-byte loads when the slice start is aligned: a main
+// loop of CSA_TK_INFLIGHT float4 per thread per trip (all loaded, then used), then the rest
+// of the float4 one at a time, then the scalar tail. The order f sees the keys in is not the
+// id order (f only counts).
 template <class F>
 __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f) {
   const int t = threadIdx.x, nt = blockDim.x;
@@ -184,7 +197,29 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
   if ((((unsigned long long)(s + lo)) & 15ull) == 0ull) {
     const int n4 = (hi - lo) >> 2;
     const float4* s4 = (const float4*)(s + lo);
-    for (int v = t; v < n4; v += nt) {
+    int v = t;
+#pragma unroll 1
+    for (; v + (CSA_TK_INFLIGHT - 1) * nt < n4; v += CSA_TK_INFLIGHT * nt) {
+      float4 x[CSA_TK_INFLIGHT];
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) x[u] = s4[v + u * nt];
+      unsigned key[CSA_TK_INFLIGHT][4];  // every load's keys before the first is used
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+        key[u][0] = csa_order_key(x[u].x);
+        key[u][1] = csa_order_key(x[u].y);
+        key[u][2] = csa_order_key(x[u].z);
+        key[u][3] = csa_order_key(x[u].w);
+      }
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+        const int i = lo + 4 * (v + u * nt);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) f(i + j, key[u][j]);
+      }
+    }
+#pragma unroll 1
+    for (; v < n4; v += nt) {
       const float4 x = s4[v];
       const int i = lo + 4 * v;
       f(i, csa_order_key(x.x));
@@ -194,35 +229,70 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
     }
     i0 = lo + 4 * n4;
   }
+#pragma unroll 1
   for (int i = i0 + t; i < hi; i += nt) f(i, csa_order_key(s[i]));
 }
 
-// f(id[4], key[4], in[4]) in rounds of 4 * nt ids over [lo, hi) of the scores: thread t holds
-// ids r + 4t .. r + 4t + 3 (id order is thread-major; in[j] false past hi, key 0). Every
-// thread runs every round, so f may use warp ballots and block barriers.
+// One round of topk_mb_rounds at r: this thread's ids r + 4t .. r + 4t + 3 and their keys.
+__device__ __forceinline__ void topk_mb_round_keys(const float* s, int hi, bool vec, int r, unsigned* id,
+                                                   unsigned* key, bool* in) {
+  const int i0 = r + 4 * (int)threadIdx.x;
+  if (vec && i0 + 3 < hi) {
+    const float4 x = *(const float4*)(s + i0);
+    key[0] = csa_order_key(x.x);
+    key[1] = csa_order_key(x.y);
+    key[2] = csa_order_key(x.z);
+    key[3] = csa_order_key(x.w);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) key[j] = i0 + j < hi ? csa_order_key(s[i0 + j]) : 0u;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    id[j] = (unsigned)(i0 + j);
+    in[j] = i0 + j < hi;
+  }
+}
+
+// f(id[4], key[4], in[4]) in rounds of 4 * nt ids over [lo, hi) of the scores, in ascending
+// round order: thread t holds ids r + 4t .. r + 4t + 3 (id order is thread-major; in[j] false
+// past hi, key 0). Every thread runs every round, so f may use warp ballots and block
+// barriers. While CSA_TK_INFLIGHT whole rounds remain and the slice is 16-byte aligned, a trip
+// loads CSA_TK_INFLIGHT rounds' float4 first and then runs f on each round in order; the rest
+// (and unaligned slices) one round at a time.
 template <class F>
 __device__ __forceinline__ void topk_mb_rounds(const float* s, int lo, int hi, F f) {
   const int t = threadIdx.x, nt = blockDim.x;
   const bool vec = (((unsigned long long)(s + lo)) & 15ull) == 0ull;
-  for (int r = lo; r < hi; r += 4 * nt) {
-    const int i0 = r + 4 * t;
+  int r = lo;
+  if (vec) {
+#pragma unroll 1
+    for (; r + CSA_TK_INFLIGHT * 4 * nt <= hi; r += CSA_TK_INFLIGHT * 4 * nt) {
+      float4 x[CSA_TK_INFLIGHT];
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) x[u] = *(const float4*)(s + r + 4 * (u * nt + t));
+      unsigned key[CSA_TK_INFLIGHT][4];  // every load's keys before the first round runs
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+        key[u][0] = csa_order_key(x[u].x);
+        key[u][1] = csa_order_key(x[u].y);
+        key[u][2] = csa_order_key(x[u].z);
+        key[u][3] = csa_order_key(x[u].w);
+      }
+#pragma unroll
+      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+        const unsigned i0 = (unsigned)(r + 4 * (u * nt + t));
+        const unsigned id[4] = {i0, i0 + 1u, i0 + 2u, i0 + 3u};
+        const bool in[4] = {true, true, true, true};
+        f(id, key[u], in);
+      }
+    }
+  }
+#pragma unroll 1
+  for (; r < hi; r += 4 * nt) {
     unsigned id[4], key[4];
     bool in[4];
-    if (vec && i0 + 3 < hi) {
-      const float4 x = *(const float4*)(s + i0);
-      key[0] = csa_order_key(x.x);
-      key[1] = csa_order_key(x.y);
-      key[2] = csa_order_key(x.z);
-      key[3] = csa_order_key(x.w);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) key[j] = i0 + j < hi ? csa_order_key(s[i0 + j]) : 0u;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      id[j] = (unsigned)(i0 + j);
-      in[j] = i0 + j < hi;
-    }
+    topk_mb_round_keys(s, hi, vec, r, id, key, in);
     f(id, key, in);
   }
 }
@@ -268,7 +338,7 @@ __device__ __forceinline__ unsigned topk_mb_block_sum(unsigned v, unsigned* red 
 // Per round: this thread's rank among the block's flagged items (bm[j]: the warp's ballot
 // of item j; id order is warp, lane, then j) and the round's total, via wsum[8] (two barriers).
 __device__ __forceinline__ unsigned topk_mb_rank(const unsigned* bm, unsigned* wsum, unsigned* all) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned below = (1u << lane) - 1u;
   unsigned before = 0u, w = 0u;
 #pragma unroll
@@ -279,7 +349,8 @@ __device__ __forceinline__ unsigned topk_mb_rank(const unsigned* bm, unsigned* w
   if (lane == 0) wsum[warp] = w;
   __syncthreads();
   unsigned tot = 0u;
-  for (int i = 0; i < nw; ++i) {
+#pragma unroll
+  for (int i = 0; i < CSA_TK_WARPS; ++i) {
     const unsigned v = wsum[i];
     if (i < warp) before += v;
     tot += v;
@@ -299,6 +370,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
   const int t = threadIdx.x, nt = blockDim.x, lane = t & 31;
+  if (nt != CSA_TK_WARPS * 32) __trap();  // topk_mb_rank's warp count
   const int nb = 1 << topk_mb_bits(pass), shift = topk_mb_shift(pass);
   for (int i = t; i < nb; i += nt) hist[i] = 0u;
   topk_mb_state(wk, pass, (unsigned)k, sel, part);  // its barriers also order the zeroing of hist
@@ -391,7 +463,8 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
   const float* s = scores + (long long)blockIdx.y * score_req_stride;
   const unsigned* wk = work + (long long)blockIdx.y * work_req_stride;
   int* o = out + (long long)blockIdx.y * out_req_stride;
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = (int)blockDim.x >> 5;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  if ((int)blockDim.x != CSA_TK_WARPS * 32) __trap();  // the rounds' warp count
   topk_mb_state(wk, 3, (unsigned)k, sel, part);
   const unsigned T = sel[0], take = sel[2];
   if (t == 0) {
@@ -423,7 +496,8 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
     }
     __syncthreads();
     unsigned gbefore = 0u, ebefore = 0u, gall = 0u, eall = 0u;
-    for (int w = 0; w < nw; ++w) {
+#pragma unroll
+    for (int w = 0; w < CSA_TK_WARPS; ++w) {
       const unsigned a = wsum[0][w], b = wsum[1][w];
       if (w < warp) {
         gbefore += a;

@@ -114,6 +114,47 @@ def test_multi_block_topk_scans_with_128_bit_loads_no_spills(topk_kernels, name,
     assert S.blocks_per_sm(r.registers, 256, r.smem_bytes) >= 2
 
 
+def _wide_loads_before_first_use(k, lp) -> int:
+    """128-bit global loads a loop body issues before any instruction reads a register one of
+    them writes (walking the SASS in order from the loop's top)."""
+    import re
+
+    reg = re.compile(r"\bR(\d+)\b")
+    pending, n = set(), 0
+    for ins in k.instrs[lp[0]:lp[1] + 1]:
+        ops = ins.operands.split(",")
+        srcs = ins.operands if ins.opcode.startswith(("ST", "RED", "BAR")) else ",".join(ops[1:])
+        if {int(m.group(1)) for m in reg.finditer(srcs)} & pending:
+            break
+        if S.is_global_load(ins.opcode) and S.load_width_bits(ins.opcode) == 128:
+            r = int(reg.match(ops[0].strip()).group(1))
+            pending |= set(range(r, r + 4))
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("name", ["topk_mb_hist", "topk_mb_count", "topk_mb_write"])
+def test_multi_block_topk_scans_keep_several_16_byte_loads_in_flight(topk_kernels, name, record_property):
+    """Each topk_mb kernel's main scan over the scores (topk_mb_scan / topk_mb_rounds: 4
+    float4 per thread per trip, CSA_TK_INFLIGHT) issues at least two LDG.E.128 before the
+    first instruction that uses any of them, so a thread has >= 2 16-byte loads in flight; the
+    compaction's loop (topk_mb_hist, with ballots) too. Scan loops: every global load 128-bit
+    (the scalar and partial-round fallbacks are in the one-round loops after them)."""
+    k = topk_kernels[name]
+    best = {}
+    for lp in k.loops():
+        ops = k.opcodes(lp)
+        wide = sum(S.is_global_load(o) and S.load_width_bits(o) == 128 for o in ops)
+        if wide < 2 or wide != sum(S.is_global_load(o) for o in ops):
+            continue  # not a scan of the scores (a segment round also loads 32-bit words)
+        kind = "ballots" if any(o.startswith("VOTE") for o in ops) else "plain"
+        best[kind] = max(best.get(kind, 0), _wide_loads_before_first_use(k, lp))
+    record_property("in_flight", best)
+    want = {"topk_mb_hist": ("plain", "ballots"), "topk_mb_count": ("plain",), "topk_mb_write": ("ballots",)}[name]
+    for kind in want:
+        assert best.get(kind, 0) >= 2, (name, kind, best)
+
+
 def test_index_tc_fused_histogram_counts_in_shared_memory_inside_the_tile_loop(kernels):
     """The fused top-k histogram (hist != null) adds shared-memory atomics to the tile loop
     (one per stored score, ATOMS) and merges into the request's hist0 with global reductions

@@ -123,8 +123,8 @@ def test_topk_rows_exist_with_exact_bytes_and_below_their_ceiling():
 
 def test_topk_fused_path_makes_fewer_launches_and_moves_fewer_bytes():
     """hist+seg: 4 launches, one of them over the scores; unfused: 5, each over the scores;
-    the per-key trips are the slices' (16 blocks of 16,384 keys at batch 16: 16 trips of
-    1,024 keys, 8 for topk_mb_count's scan, unrolled by two) and a segment's one round."""
+    the per-key trips are the slices' (16 blocks of 16,384 keys at batch 16: 4 trips of
+    4,096 keys, four 128-bit loads per thread per trip) and a segment's one round."""
     counts = M.load_counts()
     assert set(M.TOPK_LOOPS) <= set(counts)
     n = 262144
@@ -140,19 +140,25 @@ def test_topk_fused_path_makes_fewer_launches_and_moves_fewer_bytes():
             assert pf.hbm_bytes < pu.hbm_bytes and pf.total_us < pu.total_us
             assert pf.fixed_us == 4 * M.LAUNCH_S * 1e6 and pu.fixed_us == 5 * M.LAUNCH_S * 1e6
     trips = {x.kernel: x.trips for x in M.topk_launches(counts, n, 16, 1024, fused=False)}
-    assert trips == {"topk_mb_hist pass 0": 16, "topk_mb_hist pass 1": 16, "topk_mb_hist pass 2": 16,
-                     "topk_mb_count": 8, "topk_mb_write": 16}
+    assert trips == {"topk_mb_hist pass 0": 4, "topk_mb_hist pass 1": 4, "topk_mb_hist pass 2": 4,
+                     "topk_mb_count": 4, "topk_mb_write": 4}
+    for x in M.topk_launches(counts, n, 16, 1024, fused=False):  # latency: trips x the SASS's waits
+        assert x.latency_us == pytest.approx(x.trips * counts[x.loop].loads["waits"] * M.LOADED_LATENCY_S * 1e6)
     assert all(x.trips == 1 for x in M.topk_launches(counts, n, 16, 1024, fused=True)[1:])
 
 
 def test_topk_loops_are_the_passes_per_key_loops():
-    """The recorded top-k loops hold what their passes do: the scans of the scores a 128-bit
-    load per 4 keys (two in topk_mb_count's unrolled scan), the hist and count segment rounds
-    only 32-bit key-word loads, the write's segment round two 128-bit loads (ids and keys);
-    the histogram passes their shared atomics and the merge of their bins."""
+    """The recorded top-k loops hold what their passes do: the scans of the scores four
+    128-bit loads per trip (CSA_TK_INFLIGHT), issued before their first use — one wait a trip,
+    two for topk_mb_count's scan, where ptxas issues the last two after the first uses —, the
+    hist and count segment rounds only 32-bit key-word loads, the write's segment round two
+    128-bit loads (ids and keys); the histogram passes their shared atomics and the merge of
+    their bins."""
     c = M.load_counts()
-    assert c["topk_mb_hist/scan"].loads["wide"] == 1 and c["topk_mb_write/scan"].loads["wide"] == 1
-    assert c["topk_mb_hist/compact"].loads["wide"] == 1 and c["topk_mb_count/scan"].loads["wide"] == 2
+    for scan in ("topk_mb_hist/scan", "topk_mb_hist/compact", "topk_mb_count/scan", "topk_mb_write/scan"):
+        assert c[scan].loads["wide"] == 4, scan
+        assert 1 <= c[scan].loads["waits"] <= 2 and c[scan].loads["wide"] // c[scan].loads["waits"] >= 2, scan
+    assert c["topk_mb_hist/scan"].loads["waits"] == 1 and c["topk_mb_hist/compact"].loads["waits"] == 1
     for seg in ("topk_mb_hist/segment", "topk_mb_count/segment"):
         assert c[seg].loads["wide"] == 0 and c[seg].loads["key_words"] >= 4
     assert c["topk_mb_write/segment"].loads["wide"] == 2

@@ -304,3 +304,37 @@ def test_emulator_entry_takes_the_kernel_s_arguments(kernel):
     kinds = {"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_longlong, "f": ctypes.c_float}
     got = list(getattr(emulator_library(), "emu_" + kernel).argtypes)[4:]
     assert got == [kinds[kind] for _, kind, _ in kernel_signatures()[kernel].params]
+
+
+def test_topk_mb_slices_of_several_in_flight_trips_with_ties_and_fallbacks(be):
+    """Slices of several CSA_TK_INFLIGHT trips (4 float4 per thread: 4,096 keys a trip of the
+    scans, 4 rounds of 1,024 ids a trip of the round loops) plus a partial trip and a scalar
+    tail: unfused, compacted with room, compacted overflowing (every block falls back to its
+    slice) and unaligned batched requests — exactly oracle.topk_ids, ties cut inside runs."""
+    from csa_plan.kernels.tc_geometry import topk_slice_ids
+
+    rng = np.random.default_rng(11)
+    n = 3 * 3 * 4096 + 777  # 3 blocks: 3 whole trips each, then a partial one and the tail
+    s = rng.choice(np.float32([0.5, 0.25, -1.0, 2.0]), n).astype(np.float32)
+    s[rng.integers(0, n, 60)] = np.nan
+    s[rng.integers(0, n, 60)] = -0.0
+    s[rng.integers(0, n, 60)] = 0.0
+    s[rng.integers(0, n, 30)] = np.float32(1e-40)
+    s[rng.integers(0, n, 5)] = np.inf
+    for k in (1, 7000, 20000, 30000, n - 5, n + 3):
+        want = O.topk_ids(s, k)
+        assert np.array_equal(_topk(be, s, k, 3)[:min(k, n)], want), k
+        seg = topk_slice_ids(n, 3)
+        for cap in (seg + seg % 2, 900):  # every entry fits; no block's fit (the slice is read again)
+            out, _, _ = _compacted(be, s, k, 3, cap)
+            assert np.array_equal(out[:min(k, n)], want), (k, cap)
+    g = rng.standard_normal(n).astype(np.float32)
+    assert np.array_equal(_topk(be, g, 2048, 3), O.topk_ids(g, 2048))
+    R, m, stride, k = 2, 2 * 4 * 4096 + 13, 2 * 4 * 4096 + 19, 3000  # request 1 unaligned
+    x = rng.standard_normal(R * stride).astype(np.float32)
+    out = _topk(be, x, k, 2, requests=R, n=m, stride=stride, out_stride=k)
+    got, _, _ = _compacted(be, x, k, 2, 9000, requests=R, n=m, stride=stride)
+    for r in range(R):
+        want = O.topk_ids(x[r * stride: r * stride + m], k)
+        assert np.array_equal(out[r * k:(r + 1) * k], want), r
+        assert np.array_equal(got[r * k:(r + 1) * k], want), r
