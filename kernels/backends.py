@@ -88,7 +88,7 @@ def module_source() -> str:
 _C_TYPES = {"float*": ("p", np.dtype(np.float32)), "unsignedchar*": ("p", np.dtype(np.uint8)),
             "int*": ("p", np.dtype(np.int32)), "unsigned*": ("p", np.dtype(np.uint32)), "int": ("i", None), "longlong": ("l", None), "float": ("f", None)}
 _KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__cluster_dims__\(([\d,\s]+)\)\s+)?'
-                        r'(?:__launch_bounds__\((\d+)\)\s+)?(\w+)\s*\(([^)]*)\)')
+                        r'(?:__launch_bounds__\((\d+)(?:\s*,\s*\d+)?\)\s+)?(\w+)\s*\(([^)]*)\)')
 _MACRO_RE = re.compile(r"^#define\s+(\w+)[ \t]+((?:[^\n]*\\\n)*[^\n]*)", re.M)
 
 

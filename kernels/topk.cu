@@ -180,6 +180,9 @@ __device__ __forceinline__ int topk_mb_seg_entries(const unsigned* wk, int seg_c
 // (of the next CSA_TK_INFLIGHT trips' worth of keys) before they use the first, so a thread
 // waits one DRAM latency per CSA_TK_INFLIGHT loads, not per load (the throughput model reads
 // this from the SASS: benchmarks/throughput_model.py, _load_waits).
+// The topk_mb kernels are __launch_bounds__(256, 2): the grid is sized for two resident
+// blocks per SM (tc_geometry.topk_blocks), and without that minimum ptxas held topk_mb_count
+// to 32 registers (eight blocks per SM) and issued its last two loads after the first uses.
 #define CSA_TK_INFLIGHT 4
 // Warps of a topk_mb block (256 threads, as the launcher runs them: backends.TOPK_THREADS);
 // the per-round warp sums loop over a compile-time count, fully unrolled. The kernels that
@@ -212,7 +215,7 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
         key[u][3] = csa_order_key(x[u].w);
       }
 #pragma unroll
-      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+      for (int u = CSA_TK_INFLIGHT - 1; u >= 0; --u) {  // the last load's keys first
         const int i = lo + 4 * (v + u * nt);
 #pragma unroll
         for (int j = 0; j < 4; ++j) f(i + j, key[u][j]);
@@ -360,7 +363,7 @@ __device__ __forceinline__ unsigned topk_mb_rank(const unsigned* bm, unsigned* w
   return before;
 }
 
-extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
+extern "C" __global__ void __launch_bounds__(256, 2) topk_mb_hist(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
     long long work_req_stride, int pass, int seg_cap) {
   __shared__ unsigned hist[2048];
@@ -416,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_hist(
     if (hist[i]) atomicAdd(&gh[i], hist[i]);
 }
 
-extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
+extern "C" __global__ void __launch_bounds__(256, 2) topk_mb_count(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, unsigned* work,
     long long work_req_stride, int seg_cap) {
   __shared__ unsigned sel[3];
@@ -453,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_mb_count(
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) topk_mb_write(
+extern "C" __global__ void __launch_bounds__(256, 2) topk_mb_write(
     const float* __restrict__ scores, long long score_req_stride, int n, int k, const unsigned* work,
     long long work_req_stride, int seg_cap, int* __restrict__ out, long long out_req_stride) {
   __shared__ unsigned sel[3];

@@ -81,7 +81,7 @@ def test_every_kernel_is_compiled():
     """Every extern "C" kernel in the sources is listed, and the launchers' parser reads each."""
     text = "\n".join((KERNEL_DIR / cu).read_text() for cu in CU_FILES)
     found = set(re.findall(r'extern "C" __global__ void\s+(?:__cluster_dims__\([^)]*\)\s+)?'
-                           r'(?:__launch_bounds__\(\d+\)\s+)?(\w+)\(', text))
+                           r'(?:__launch_bounds__\(\d+(?:,\s*\d+)?\)\s+)?(\w+)\(', text))
     assert len(found) == text.count('extern "C" __global__') and found == set(KERNEL_NAMES)
     assert set(parse_signatures(text)) == found
 
