@@ -59,16 +59,17 @@ recognised); trips = the block's slice (tc_geometry.topk_slice_ids) / (256 threa
 the loop's 128-bit loads per trip), or for a segment ceil(entries per block / (256 x 4)).
 Approximations, stated: the segments' entry count is the probe's draw (TOPK_SEG_ENTRIES, from
 the README; data-dependent), spread evenly over the blocks, none overflowing; every instruction
-of a loop counts once per trip, taken or not — the unaligned scalar fallbacks inside the round
-loops, the atomics of passes 1 and 2, which only keys matching the prefix so far take (in pass 0
-every key does), and the per-warp-sum inner loops of the compaction and the write, which ptxas
-unrolls for 16 and 4 warps and which do not run at 8 (so the SM term is an upper bound: at
-batch 16 it makes the unfused write SM-bound, 18.8 us, against 16 us of latency); ATOMS
-(ATOMS.POPC.INC, which merges lanes on one address) as the indexer's worst case of 16
-wavefronts. Not modelled (so the time is a lower bound there): each block's re-derivation of
-the selection so far before its loop (topk_mb_state: thread 0 walks the earlier histograms'
-groups, data-dependent, through shared memory and L2), the write's prefix over the earlier
-slices' counts, topk_mb_count's block sums, and the launch that zeroes the work header.
+of a loop counts once per trip, taken or not — the atomics of passes 1 and 2, which only keys
+matching the prefix so far take (in pass 0 every key does), and the segment rounds' scalar
+fallbacks (so the SM term is an upper bound: the worst-case atomics make the histogram passes,
+pass 1's compaction included, SM-bound at batch 16); ATOMS (ATOMS.POPC.INC, which merges lanes
+on one address) as the indexer's worst case of 16 wavefronts. Not modelled (so the time is a
+lower bound there): each block's re-derivation of the selection so far before its loop
+(topk_mb_state: thread 0 walks the earlier histograms' groups, data-dependent, through shared
+memory and L2), the write's prefix over the earlier slices' counts, topk_mb_count's block sums,
+the launch that zeroes the work header, and a slice's last partial trip, run one float4 or one
+round at a time (each waiting a latency) but charged as one main trip — the modelled slices
+(4,096 and 16,384 keys) are whole trips, so no row has one.
 
 Each row also gives the ceiling of any design under the same constants: the compulsory bytes
 over the time of one launch plus the larger of moving them at the HBM peak and doing the
