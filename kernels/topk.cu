@@ -189,6 +189,21 @@ __device__ __forceinline__ int topk_mb_seg_entries(const unsigned* wk, int seg_c
 // rely on it trap on any other block size rather than answer wrongly.
 #define CSA_TK_WARPS 8
 
+// CSA_TK_INFLIGHT 16-byte loads (s4[0], s4[step], s4[2 step] ...) issued together, then every
+// load's order keys: all loads are in flight before the first key is used.
+__device__ __forceinline__ void topk_mb_load_inflight(const float4* s4, int step, unsigned (&key)[CSA_TK_INFLIGHT][4]) {
+  float4 x[CSA_TK_INFLIGHT];
+#pragma unroll
+  for (int u = 0; u < CSA_TK_INFLIGHT; ++u) x[u] = s4[u * step];
+#pragma unroll
+  for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
+    key[u][0] = csa_order_key(x[u].x);
+    key[u][1] = csa_order_key(x[u].y);
+    key[u][2] = csa_order_key(x[u].z);
+    key[u][3] = csa_order_key(x[u].w);
+  }
+}
+
 // f(i, key) for every i of [lo, hi), 16-byte loads when the slice start is aligned: a main
 // loop of CSA_TK_INFLIGHT float4 per thread per trip (all loaded, then used), then the rest
 // of the float4 one at a time, then the scalar tail. The order f sees the keys in is not the
@@ -203,17 +218,8 @@ __device__ __forceinline__ void topk_mb_scan(const float* s, int lo, int hi, F f
     int v = t;
 #pragma unroll 1
     for (; v + (CSA_TK_INFLIGHT - 1) * nt < n4; v += CSA_TK_INFLIGHT * nt) {
-      float4 x[CSA_TK_INFLIGHT];
-#pragma unroll
-      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) x[u] = s4[v + u * nt];
-      unsigned key[CSA_TK_INFLIGHT][4];  // every load's keys before the first is used
-#pragma unroll
-      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
-        key[u][0] = csa_order_key(x[u].x);
-        key[u][1] = csa_order_key(x[u].y);
-        key[u][2] = csa_order_key(x[u].z);
-        key[u][3] = csa_order_key(x[u].w);
-      }
+      unsigned key[CSA_TK_INFLIGHT][4];
+      topk_mb_load_inflight(s4 + v, nt, key);
 #pragma unroll
       for (int u = CSA_TK_INFLIGHT - 1; u >= 0; --u) {  // the last load's keys first
         const int i = lo + 4 * (v + u * nt);
@@ -271,17 +277,8 @@ __device__ __forceinline__ void topk_mb_rounds(const float* s, int lo, int hi, F
   if (vec) {
 #pragma unroll 1
     for (; r + CSA_TK_INFLIGHT * 4 * nt <= hi; r += CSA_TK_INFLIGHT * 4 * nt) {
-      float4 x[CSA_TK_INFLIGHT];
-#pragma unroll
-      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) x[u] = *(const float4*)(s + r + 4 * (u * nt + t));
-      unsigned key[CSA_TK_INFLIGHT][4];  // every load's keys before the first round runs
-#pragma unroll
-      for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
-        key[u][0] = csa_order_key(x[u].x);
-        key[u][1] = csa_order_key(x[u].y);
-        key[u][2] = csa_order_key(x[u].z);
-        key[u][3] = csa_order_key(x[u].w);
-      }
+      unsigned key[CSA_TK_INFLIGHT][4];
+      topk_mb_load_inflight((const float4*)(s + r) + t, nt, key);
 #pragma unroll
       for (int u = 0; u < CSA_TK_INFLIGHT; ++u) {
         const unsigned i0 = (unsigned)(r + 4 * (u * nt + t));
