@@ -1,4 +1,5 @@
-"""Suite-wide setup: the Hypothesis profile and the ``csa`` fixture (the real CLI, in-process)."""
+"""Suite-wide setup: the Hypothesis profile, the ``csa`` fixture (the real CLI, in-process) and the
+two bundled models (``pro``, ``flash``, loaded once per test module)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,17 @@ def csa(capsys):
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def pro():
+    from csa_plan.planner.loaders.model_files import load_model
+
+    return load_model("deepseek-v4-pro")
+
+
+@pytest.fixture(scope="module")
+def flash():
+    from csa_plan.planner.loaders.model_files import load_model
+
+    return load_model("deepseek-v4-flash")

@@ -8,17 +8,12 @@ from fractions import Fraction
 import pytest
 
 from csa_plan.planner.engines.compare import compare, context_lengths, curves
-from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.plan import PlanOptions
 from csa_plan.planner.engines import PROFILES
 from csa_plan.planner.engines.registry import ENGINES
 
 H200 = 143771 << 20
 
-
-@pytest.fixture(scope="module")
-def pro():
-    return load_model("deepseek-v4-pro")
 
 
 def test_slopes_are_exact_rationals_from_first_principles(pro):

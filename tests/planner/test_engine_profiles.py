@@ -22,14 +22,6 @@ GIB = 1 << 30
 ONE_M = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def pro():
-    return load_model("deepseek-v4-pro")
-
-
-@pytest.fixture(scope="module")
-def flash():
-    return load_model("deepseek-v4-flash")
 
 
 def total(model, layout: str, length: int) -> int:
