@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from csa_plan.kernels.tc_geometry import (ATTN_TC_MAX_IDS, FUSED_CLUSTERS, H200_SMS, TopkLayout, attn_tc_launch,
-                                          index_tc_blocks, topk_layout)
+from csa_plan.kernels.tc_geometry import (ATTN_TC_FUSED_KERNELS, ATTN_TC_MAX_IDS, FUSED_CLUSTERS, H200_SMS,
+                                          TopkLayout, attn_tc_fused_kernel, attn_tc_launch, index_tc_blocks,
+                                          topk_layout)
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM, KernelGeometryError, check_launch_geometry
 
@@ -33,7 +34,7 @@ CU_FILES = ("emit.cu", "index.cu", "topk.cu", "attn.cu", "attn_tc.cu", "index_tc
 HEADERS = ("csa_common.cuh", "csa_ptx.cuh", "cuda_emu.h")
 KERNEL_NAMES = ("emit_records", "emit_index_keys", "index_scores", "topk_radix", "topk_mb_hist", "topk_mb_count",
                 "topk_mb_write", "attn_partial", "attn_merge",
-                "attn_tc_partial", "index_tc_scores") + tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
+                "attn_tc_partial", "index_tc_scores") + ATTN_TC_FUSED_KERNELS
 EMIT_RECORD_THREADS = 512
 EMIT_INDEX_THREADS = 128
 INDEX_THREADS = 256
@@ -52,7 +53,7 @@ MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 STATIC_SHARED_LIMIT = 48 * 1024
 # Kernels launched with dynamic shared memory (size per launch; sm_90 opts in up to 227 KB).
-DYNAMIC_SHARED = ("attn_tc_partial",) + tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
+DYNAMIC_SHARED = ("attn_tc_partial",) + ATTN_TC_FUSED_KERNELS
 DYNAMIC_SHARED_LIMIT = 227 * 1024
 
 # The options CupyBackend gives cupy.RawModule (NVRTC). CuPy 13/14 appends its own:
@@ -206,7 +207,7 @@ def run_emulated(lib, kernel: str, grid, block: int, conv: list, smem: int = 0) 
     entry = kernel
     if kernel in DYNAMIC_SHARED:
         conv.insert(0, smem)
-    if kernel.startswith("attn_tc_fused"):
+    if kernel in ATTN_TC_FUSED_KERNELS:
         conv.insert(1, kernel_signatures()[kernel].cluster[1])
         entry = "attn_tc_fused"
     return getattr(lib, "emu_" + entry)(grid[0], grid[1], grid[2], block, *conv)
@@ -464,7 +465,7 @@ class _Base:
                                  f"got {kernel!r} over {nchunks}")
             self._attention_tc(q, ring, n_win, records, idx, n_sel, heads, pos, inv_freq, nchunks, requests,
                                ring_stride, rec_stride, idx_stride, rope_dim, head_dim,
-                               f"attn_tc_fused{nchunks}", [("p", sink), ("p", y)])
+                               attn_tc_fused_kernel(nchunks), [("p", sink), ("p", y)])
             return
         _need("attention", "part_ml", part_ml, 2 * requests * nchunks * heads)
         _need("attention", "part_o", part_o, requests * nchunks * heads * head_dim)

@@ -45,14 +45,13 @@ def attn_tc_launch(heads: int) -> AttnTcLaunch:
                         smem_bytes=attn_tc_smem_bytes(m_tiles))
 
 
-def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS,
-                blocks_per_sm: int = 2, indexed: bool = False) -> int:
-    """Chunks of the row list: the count that gives the busiest SM the fewest 32-row tiles
-    (blocks on one SM share its issue slots, so its time is blocks x tiles per block; the
-    smallest such count on ties, fewer partial states to write and merge), at most what the
-    planned workspace holds, and at most ATTN_TC_MAX_IDS rows per chunk (the kernel keeps a
-    table of every row of its split). blocks_per_sm and indexed are accepted for callers;
-    both kinds of split follow the same rule."""
+def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm_count: int = H200_SMS) -> int:
+    """Chunks of the row list for the two-pass path: the count that gives the busiest SM the
+    fewest 32-row tiles (blocks on one SM share its issue slots, so its time is blocks x tiles
+    per block; the smallest such count on ties, fewer partial states to write and merge), at
+    most what the planned workspace holds, and at most ATTN_TC_MAX_IDS rows per chunk (the
+    kernel keeps a table of every row of its split). Indexed (CSA) and contiguous (HCA) row
+    lists follow the same rule."""
     lo = ceil_div(max(rows, 1), ATTN_TC_MAX_IDS)
     hi = max(1, min(max(1, capacity), ceil_div(max(rows, 1), ATTN_TC_TILE)))
     if lo >= hi:
@@ -66,6 +65,14 @@ def attn_splits(rows: int, requests: int, head_groups: int, capacity: int, *, sm
 
 
 FUSED_CLUSTERS = (1, 2, 4, 8)  # attn_tc_fused1/2/4/8: a cluster of that many chunks merges in the launch
+
+
+def attn_tc_fused_kernel(chunks: int) -> str:
+    """The fused attention kernel whose thread block cluster is `chunks` blocks (attn_tc.cu)."""
+    return f"attn_tc_fused{chunks}"
+
+
+ATTN_TC_FUSED_KERNELS = tuple(attn_tc_fused_kernel(c) for c in FUSED_CLUSTERS)
 # A fused split is taken when its busiest SM runs at most this much more tile time than the best
 # two-pass split: the two-pass path also pays a second launch and writes and reads back its
 # partial states, which the throughput model puts at an eighth or more of the pass-1 time

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.kernels.tc_geometry import (TOPK_MB_HIST0_BINS, index_tc_blocks, topk_blocks, topk_header_words,
-                                          topk_slice_ids)
 from csa_plan.kernels.backends import INDEX_KEY_BYTES, INDEX_TC_TILE, INDEX_THREADS, attn_warps, record_bytes
 from csa_plan.kernels.kernel_limits import HEAD_DIM, INDEX_DIM
-from csa_plan.kernels.tc_geometry import ATTN_TC_ROW_SMEM, H200_SMS, attn_tc_launch
+from csa_plan.kernels.tc_geometry import (ATTN_TC_ROW_SMEM, H200_SMS, TOPK_MB_HIST0_BINS, attn_tc_fused_kernel,
+                                          attn_tc_launch, index_tc_blocks, topk_blocks, topk_header_words,
+                                          topk_slice_ids)
 
 F32 = 4
 I32 = 4
@@ -118,4 +118,4 @@ def attention(requests: int, heads: int, rows: int, selected_ids: int, chunks: i
                         + partial  # pass 1 writes the partials
                         + partial + qy  # pass 2 (or the cluster) reads them back and writes y
                         + sinks)
-    return Traffic(f"attn_tc_fused{chunks}" if fused else "attn_partial+attn_merge", comp, moved)
+    return Traffic(attn_tc_fused_kernel(chunks) if fused else "attn_partial+attn_merge", comp, moved)

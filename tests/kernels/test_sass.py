@@ -19,7 +19,7 @@ import pytest
 
 from csa_plan.kernels import sass as S
 from csa_plan.kernels.backends import INDEX_TC_THREADS
-from csa_plan.kernels.tc_geometry import FUSED_CLUSTERS, attn_tc_launch
+from csa_plan.kernels.tc_geometry import ATTN_TC_FUSED_KERNELS, attn_tc_launch
 
 MISSING = S.missing_sass_tools()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -37,7 +37,7 @@ def kernels(tmp_path_factory):
 # kernel -> [(threads, dynamic shared bytes, blocks per SM the design needs)]
 ATTN_DESIGN = [(attn_tc_launch(16).threads, attn_tc_launch(16).smem_bytes, 2),
                (attn_tc_launch(128).threads, attn_tc_launch(128).smem_bytes, 1)]
-FUSED = tuple(f"attn_tc_fused{c}" for c in FUSED_CLUSTERS)
+FUSED = ATTN_TC_FUSED_KERNELS
 DESIGN = {"attn_tc_partial": ATTN_DESIGN, "index_tc_scores": [(INDEX_TC_THREADS, 0, 2)]} | {k: ATTN_DESIGN for k in FUSED}
 
 
