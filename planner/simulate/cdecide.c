@@ -6,7 +6,11 @@
  * first on ties), the same running-request cap per replica (an engine's), the same
  * all-or-nothing admission across pipeline stages. Byte totals are
  * int64: the caller only calls it when every total it can form stays below 2^63, so the
- * integer semantics are the Python loop's exactly. Built as an optional extension; without
+ * integer semantics are the Python loop's exactly. Times are int64 nanoseconds: a release
+ * time (admission + hold) is the one sum whose range the caller cannot bound cheaply (a
+ * queued request is admitted at an earlier release, so release times add up along a queue),
+ * so it is added with an overflow check; the first request whose release would pass 2^63 - 1
+ * stops the loop and is returned (the Python loop stops at the same request). Built as an optional extension; without
  * it the Python loop runs. As it runs it writes the event timeline the observables are
  * read from: every admission and release in event order, one int32 each (request i's
  * admission is i, its release ~i), so nothing has to be sorted afterwards and the timeline
@@ -80,6 +84,7 @@ typedef struct {
     int64_t max_running; /* running requests per replica at most (the engine's cap); 0: none */
     int64_t *running;    /* running[replica] */
     int8_t oom, capped, reason; /* why the last try_admit failed */
+    Py_ssize_t overflow; /* the request whose release time would pass int64 (-1: none) */
     Py_ssize_t dp, pp;
     int round_robin;
     Py_ssize_t pointer;
@@ -117,8 +122,14 @@ static Py_ssize_t route(Loop *L) {
     return best;
 }
 
-/* 1 admitted, 0 did not fit, -1 out of memory (of this process) */
+/* 1 admitted, 0 did not fit, -1 out of memory (of this process), -3 its release time passes int64 */
 static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
+    int64_t release;
+    if (__builtin_add_overflow(t, L->hold[i], &release)) {
+        L->overflow = i;
+        if (L->adm) L->adm[i] = t; /* the admission time the message names */
+        return -3;
+    }
     Py_ssize_t r = route(L);
     if (L->max_running && L->running[r] >= L->max_running) {
         L->reason = L->capped;
@@ -134,7 +145,7 @@ static int try_admit(Loop *L, Py_ssize_t i, int64_t t) {
     L->running[r]++;
     set_replica(L, i, r);
     if (L->adm) L->adm[i] = t; /* NULL under the refuse policy: admitted on arrival */
-    Ev e = {t + L->hold[i], (int64_t)i, (int64_t)r, tier};
+    Ev e = {release, (int64_t)i, (int64_t)r, tier};
     if (heap_push(&L->heap, e) < 0) return -1;
     emit(L, (int32_t)i, t);
     L->pointer = (r + 1) % L->dp;
@@ -162,7 +173,7 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
             if (L->heap.n && L->heap.a[0].t <= t) release_until(L, t, 1);
             if (L->up[i]) {
                 int got = try_admit(L, i, t);
-                if (got < 0) return -1;
+                if (got < 0) return got;
                 if (!got) L->out[i] = L->reason;
             }
         }
@@ -181,7 +192,7 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
         if (release_until(L, t, 0) && head < tail) {
             while (head < tail) {
                 int got = try_admit(L, (Py_ssize_t)queue[head], t);
-                if (got < 0) { free(queue); return -1; }
+                if (got < 0) { free(queue); return got; }
                 if (!got) break;
                 head++;
             }
@@ -189,7 +200,7 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
         while (i < n && L->arr[i] == t) {
             if (L->up[i]) {
                 int got = head < tail ? 0 : try_admit(L, i, t);
-                if (got < 0) { free(queue); return -1; }
+                if (got < 0) { free(queue); return got; }
                 if (!got) queue[tail++] = (int64_t)i;
             }
             i++;
@@ -226,6 +237,10 @@ static PyObject *decide(PyObject *self, PyObject *args) {
         return NULL;
     if (n < 0 || ntiers < 1 || dp < 1 || pp < 1) {
         PyErr_SetString(PyExc_ValueError, "bad sizes");
+        return NULL;
+    }
+    if (dp > 65536 || pp > 65536 || ntiers > ((Py_ssize_t)1 << 30) / pp) { /* every size product below stays small */
+        PyErr_SetString(PyExc_ValueError, "sizes out of range (dp, pp at most 65,536; ntiers x pp below 2^30)");
         return NULL;
     }
     if (n > (Py_ssize_t)0x3FFFFFFF) {
@@ -270,6 +285,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     L.dp = dp;
     L.pp = pp;
     L.round_robin = round_robin;
+    L.overflow = -1;
     for (Py_ssize_t i = 0; i < n; i++)
         if (L.up[i] && (tier_of(&L, i) < 0 || tier_of(&L, i) >= ntiers)) {
             PyErr_SetString(PyExc_ValueError, "tier out of range");
@@ -288,7 +304,8 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     if (rc == -1) { PyErr_NoMemory(); goto fail; }
     if (rc == -2) { PyErr_SetString(PyExc_RuntimeError, "simulation ended with requests still queued"); goto fail; }
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
-    return Py_BuildValue("nL", L.nev, (long long)L.last_time);
+    /* rc -3: stopped at request L.overflow, whose release time would pass int64 (outputs partial) */
+    return Py_BuildValue("nLn", L.nev, (long long)L.last_time, L.overflow);
 fail:
     for (int k = 0; k < got; k++) PyBuffer_Release(&b[k]);
     return NULL;
@@ -297,12 +314,13 @@ fail:
 /* The calling convention's version: bump it whenever decide()'s arguments or outputs change.
  * planner/simulate/fast.py (CDECIDE_ABI) accepts only the same number, so an extension built
  * from an older source (an editable install not rebuilt after a pull) is set aside, not called. */
-#define CDECIDE_ABI 2
+#define CDECIDE_ABI 3
 
 static PyMethodDef methods[] = {
     {"decide", decide, METH_VARARGS,
      "decide(n, arrival, hold, tier, up, ntiers, need, dp, pp, limit, max_running, round_robin, queue, oom, capped,"
-     " outcome, replica, admit, events) -> (events written, time of the last event)"},
+     " outcome, replica, admit, events) -> (events written, time of the last event, request whose release time"
+     " would pass int64 or -1)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-from csa_plan.planner.simulate.scenario import (REASONS, Outcome, Policy, Scenario)
+from csa_plan.planner.simulate.scenario import (MAX_CLOCK_NS, REASONS, Outcome, Policy, Scenario, clock_overflow)
 from csa_plan.planner.simulate.timeline import (SLICE_REQUESTS, Levels, Timeline, admitted_mask, event_order, scan,
                                                 series_edges, timeline)
 
@@ -177,11 +177,11 @@ def compiled_loop():
     return _COMPILED
 
 
-CDECIDE_ABI = 2  # cdecide.c's CDECIDE_ABI: the calling convention this module's caller uses
+CDECIDE_ABI = 3  # cdecide.c's CDECIDE_ABI: the calling convention this module's caller uses
 
 
 _COMPILED: object = False
-I64_MAX = (1 << 63) - 1
+I64_MAX = MAX_CLOCK_NS  # int64 (byte totals and nanosecond times alike)
 
 
 def _fits_int64(scn: Scenario, ok: "np.ndarray", need: list[tuple[int, ...]]) -> bool:
@@ -245,12 +245,14 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
         events = np.empty(2 * n, dtype=np.int32)  # pages never written are never resident
         queue = config.policy is Policy.QUEUE
         admit = admit if queue else np.zeros(0, dtype=np.int64)  # refuse: admitted on arrival, not stored
-        nev, last = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
+        nev, last, overflow = kernel.decide(n, np.ascontiguousarray(scn.arrival_ns, dtype=np.int64),
                                   np.ascontiguousarray(scn.hold_ns, dtype=np.int64),
                                   np.ascontiguousarray(scn.tier), ok.view(np.int8), len(need), flat,
                                   dp, pp, limit or I64_MAX, cap, placement.router is Router.ROUND_ROBIN,
                                   queue, Outcome.OUT_OF_MEMORY.value,
                                   Outcome.RUNNING_CAP.value, outcome, replica, admit, events)
+        if overflow >= 0:
+            raise clock_overflow(scn, overflow, int(admit[overflow]) if queue else int(scn.arrival_ns[overflow]))
         if progress:
             progress(n, n)
         d = Decisions(outcome, replica, admit if queue else None, scn.arrival_ns)
@@ -296,6 +298,8 @@ def decide(scn: Scenario, progress: Callable[[int, int], None] | None = None, sh
 
     def try_admit(i: int, t: int) -> bool:
         nonlocal pointer
+        if t + hold[i] > I64_MAX:
+            raise clock_overflow(scn, i, t)
         r = route()
         if cap and running[r] >= cap:
             last_reason[0] = capped

@@ -13,7 +13,7 @@ from csa_plan.planner.layout import STATE_CLASSES, GroupBytes
 from csa_plan.planner.ledger import Ledger, OutOfMemoryError
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.fast import Decisions, DevicePeak, SimResult, summarize
-from csa_plan.planner.simulate.scenario import Outcome, Policy, Scenario
+from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS, Outcome, Policy, Scenario, clock_overflow
 
 def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
     """Event by event through a real Ledger: one bundle charge per (request, device).
@@ -63,6 +63,8 @@ def replay(scn: Scenario) -> tuple[SimResult, Ledger]:
 
     def admit_request(i: int, t: int) -> bool:
         nonlocal pointer, in_flight
+        if t + hold[i] > MAX_CLOCK_NS:  # the same stop as the decision loops'
+            raise clock_overflow(scn, i, t)
         r = route()
         if config.max_running and running[r] >= config.max_running:  # the engine's running-request cap
             last_reason[0] = Outcome.RUNNING_CAP.value

@@ -121,6 +121,7 @@ class Scenario:
     upfront: "np.ndarray"  # Outcome per request: ADMITTED (= not refused up front) or a refusal
     class_ids: "np.ndarray"
     class_names: tuple[str, ...]
+    source: str = "workload"  # the workload's file (messages name it)
 
     @property
     def requests(self) -> int:
@@ -151,7 +152,22 @@ SLICE = 1 << 19
 SEEN_TABLE_MAX = 1 << 22
 """Reserved lengths up to this are collected in a table of flags (else by sorting each slice)."""
 
-MAX_SIM_NS = 1 << 61  # about 73 years: arrival + hold then always fits the int64 clock
+MAX_SIM_NS = 1 << 61  # about 73 years: an arrival, and each of a request's prefill and decode times
+MAX_CLOCK_NS = (1 << 63) - 1  # the int64 nanosecond clock (about 292 years): every event time stays at or below
+
+
+def clock_overflow(scn: Scenario, request: int, admit_ns: int) -> BadInput:
+    """Request ``request``'s release (admission + hold) would pass the int64 clock.
+
+    Under the refuse policy that cannot happen (an arrival and each part of a hold are at most
+    MAX_SIM_NS); under queue a request is admitted at an earlier release, so release times add
+    up along the queue. Both decision loops (and the ledger replay) stop at the first such
+    request: bad input, never a wrapped time."""
+    hold = int(scn.hold_ns[request])
+    return BadInput(scn.source, f"request {request + 1:,}",
+                    f"admitted at {admit_ns / NS_PER_S:,.0f} s (after queueing), it would be released "
+                    f"{hold / NS_PER_S:,.0f} s later, past the int64 nanosecond clock (about 292 years, "
+                    "MAX_CLOCK_NS): shorten the trace, its token counts or --tpot-ms / --prefill-tok-s")
 
 
 def _ns(seconds_ns: "np.ndarray", option: str, workload: "Workload | None" = None, role: int = 0) -> "np.ndarray":
@@ -286,6 +302,6 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
             u[(t >= 0) & never[np.maximum(t, 0)]] = Outcome.NEVER_FITS.value
     scn = Scenario(config, split, max_seq_len, window, tuple(int(t) for t in tokens.tolist()),
                    tuple(bundles), workload.arrival_ns, workload.arrival_ns, hold, tier, upfront,
-                   workload.class_ids, workload.class_names)
+                   workload.class_ids, workload.class_names, workload.source)
     return scn.with_rate_scale(time.rate_scale)
 
