@@ -48,3 +48,10 @@ MIN_REL_TOL = 1e-6  # the capacity search's relative tolerance: every bisection 
 MAX_PREFILL_TOK_S = 1e12  # --prefill-tok-s
 MAX_TPOT_MS = 1e9  # --tpot-ms
 MIN_RATE_SCALE, MAX_RATE_SCALE = 2.0 ** -20, 2.0 ** 20  # --rate-scale (the capacity search's own range)
+
+# -- engine settings (issue 24): the range of every engine option; outside it is bad input -----------
+# (inside it, a value the engine itself accepts but will not serve stays the engine model's typed refusal)
+MAX_BLOCK_TOKENS = 1 << 20  # --block-size, --page-size: tokens per KV block (one block past the longest context)
+MAX_BATCH_TOKENS = 1 << 24  # --max-num-batched-tokens, --chunked-prefill-size: tokens per scheduler step
+MAX_RUNNING_REQUESTS = 1 << 20  # --max-num-seqs, --max-running-requests
+MAX_SPECULATIVE_TOKENS = 256  # --num-speculative-tokens (MTP drafts 1-4 in practice; a block's worth at most)

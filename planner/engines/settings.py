@@ -12,9 +12,13 @@ defaults (vLLM's max_num_batched_tokens for ``vllm serve``: 8192 on 70-160 GiB c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.limits import (MAX_BATCH_TOKENS, MAX_BLOCK_TOKENS, MAX_NAME_CHARS, MAX_RUNNING_REQUESTS,
+                                     MAX_SPECULATIVE_TOKENS)
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.memory import GPU_MEMORY_MIB, MIB
 
 # Compute capability (major, minor) of each card csa-plan names (NVIDIA's CUDA GPU table).
@@ -67,9 +71,41 @@ class EngineSettings:
     mem_fraction_static: float | None = None  # SGLang (the device budget's step)
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
 
+    def __post_init__(self) -> None:
+        for name, (low, high, limit) in SETTING_RANGES.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:
+                shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+                raise BadInput("options", OPTION_SPELLING[name], f"{shown} is outside its range {low:,}..{high:,} "
+                                                                 f"({limit})")
+        for name in ("gpu_memory_utilization", "mem_fraction_static"):  # the engines' own (0, 1] checks
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and 0 < value <= 1):
+                raise BadInput("options", OPTION_SPELLING[name], f"{value:g} is outside its range 0 < x <= 1 "
+                                                                 "(a fraction of the card)")
+        for name in ("kv_cache_dtype", "indexer_kv_dtype"):
+            value = getattr(self, name)
+            if value is not None and not (0 < len(value) <= MAX_NAME_CHARS):
+                raise BadInput("options", OPTION_SPELLING[name], f"{excerpt(value)} is not a dtype name")
+
     def given(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) is not None)
 
+
+# The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd
+# values are bad input naming the option and its range. The fractions are the engines' own
+# (0, 1] checks; a count of 0 is never a setting (csa-plan has no "0 = default" spelling).
+SETTING_RANGES: dict[str, tuple[float, float, str]] = {
+    "block_size": (1, MAX_BLOCK_TOKENS, "MAX_BLOCK_TOKENS"),
+    "page_size": (1, MAX_BLOCK_TOKENS, "MAX_BLOCK_TOKENS"),
+    "max_num_batched_tokens": (1, MAX_BATCH_TOKENS, "MAX_BATCH_TOKENS"),
+    "chunked_prefill_size": (1, MAX_BATCH_TOKENS, "MAX_BATCH_TOKENS"),
+    "max_num_seqs": (1, MAX_RUNNING_REQUESTS, "MAX_RUNNING_REQUESTS"),
+    "max_running_requests": (1, MAX_RUNNING_REQUESTS, "MAX_RUNNING_REQUESTS"),
+    "num_speculative_tokens": (0, MAX_SPECULATIVE_TOKENS, "MAX_SPECULATIVE_TOKENS; 0 = no speculative decoding"),
+}
 
 # How each engine spells each setting (for messages: "vLLM has no --page-size; use --block-size").
 OPTION_SPELLING: dict[str, str] = {
@@ -96,6 +132,14 @@ COUNTERPART: dict[str, str] = {
     "max_num_seqs": "max_running_requests", "max_running_requests": "max_num_seqs",
     "gpu_memory_utilization": "mem_fraction_static", "mem_fraction_static": "gpu_memory_utilization",
 }
+
+
+def known(option: str, value: str, choices: tuple[str, ...], where: str) -> None:
+    """Bad input for a value the engine's own argument parser would reject (``where`` names its list)."""
+    if value not in choices:
+        from csa_plan.planner.suggest import unknown_problem
+
+        raise BadInput("options", option, f"{unknown_problem('value', value, choices)} ({where})")
 
 
 def check_accepted(settings: EngineSettings, engine: str, accepted: tuple[str, ...], source: str = "options") -> None:

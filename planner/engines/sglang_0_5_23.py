@@ -38,13 +38,16 @@ from typing import Any
 
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
-from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target, known
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import MiB, ceil_div, round_up
 
 ENGINE = "sglang-0.5.23"
 SRC = "sglang-0.5.23 sglang/srt"
 
+# arg_groups/fields/model.py kv_cache_dtype choices: anything else is bad input (a known value the V4
+# pools do not hold is the typed refusal)
+CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
 KV_BYTES_PER_TOKEN = 448 + 64 * 2 + 448 // 64 + 1  # deepseek_v4_memory_pool.py get_bytes_per_token (V4 layout): 584
 PAGE_ALIGN = 576  # kernels/ops/attention/dsv4/kv_layout.py KVLayout.V4 page_align
 PAGE_TOKENS = 256  # arg_groups/model_overrides/deepseek_v4.py: page_size 256 on CUDA
@@ -126,6 +129,7 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     out.append(Resolved("--page-size", page, "given" if settings.page_size else
                         f"{SRC}/arg_groups/model_overrides/deepseek_v4.py (256 on CUDA)"))
     kv = settings.kv_cache_dtype or "auto"
+    known("--kv-cache-dtype", kv, CACHE_DTYPES, f"{SRC}/arg_groups/fields/model.py kv_cache_dtype choices")
     if kv not in ("auto", "fp8_e4m3"):
         raise _refuse(f"{SRC}/arg_groups/overrides.py _deepseek_v4_kv_cache_dtype", "--kv-cache-dtype",
                       "auto | fp8_e4m3", kv, f"the V4 paged layout stores fp8 latents; --kv-cache-dtype {kv} is not "
@@ -133,6 +137,7 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     out.append(Resolved("--kv-cache-dtype", "fp8_e4m3", "given" if settings.kv_cache_dtype else
                         f"auto -> fp8_e4m3 ({SRC}/arg_groups/overrides.py), KVLayout.V4 584 B/token"))
     idx = settings.indexer_kv_dtype or "fp8"
+    known("--indexer-kv-dtype", idx, ("fp8", "fp4"), "csa-plan's spelling of --enable-deepseek-v4-fp4-indexer")
     if idx not in ("fp8", "fp4"):
         raise _refuse(f"{SRC}/arg_groups/fields/exec_.py enable_deepseek_v4_fp4_indexer", "--indexer-kv-dtype",
                       "fp8 | fp4", idx, f"unknown indexer dtype {idx!r}")

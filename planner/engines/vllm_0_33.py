@@ -39,7 +39,7 @@ from typing import Any
 from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
-from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target, known
 from csa_plan.planner.engines.vllm_kv import KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import GiB
@@ -56,6 +56,13 @@ INDEX_SCALE_BLOCK = 128  # attention.py DeepseekV4Indexer.quant_block_size
 MXFP4_BLOCK = 32  # models/deepseek_v4/common/ops/fused_indexer_q.py MXFP4_BLOCK_SIZE
 KV_DTYPES_FP8 = ("auto", "fp8", "fp8_ds_mla", "fp8_e4m3")  # _resolve_dsv4_kv_cache_dtype: startswith("fp8")
 INDEXER_DTYPES = ("auto", "fp8", "mxfp4")  # indexer.py DSA_INDEXER_KV_DTYPES (+ "auto" -> fp8)
+# Every value vLLM's own argument types take (anything else is bad input; a known value the V4 paths
+# do not serve is the typed refusal): config/cache.py CacheDType, config/attention.py IndexerKVDType.
+CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+                "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+                "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+                "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
 USAGES = ("serve", "llm")
 
 ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_batched_tokens", "max_num_seqs",
@@ -135,6 +142,7 @@ def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...
         out.append(Resolved("--block-size", block, "given"))
 
     kv_dtype = settings.kv_cache_dtype or "auto"
+    known("--kv-cache-dtype", kv_dtype, CACHE_DTYPES, f"{SRC} config/cache.py CacheDType")
     if kv_dtype not in KV_DTYPES_FP8 and not kv_dtype.startswith("fp8"):
         raise _refuse(f"{SRC} models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype", "--kv-cache-dtype",
                       "auto | fp8 | fp8_ds_mla", kv_dtype,
@@ -144,6 +152,7 @@ def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...
                         f"({SRC} attention.py _resolve_dsv4_kv_cache_dtype)"))
 
     idx = settings.indexer_kv_dtype or "auto"
+    known("--indexer-kv-dtype", idx, INDEXER_KV_DTYPES, f"{SRC} config/attention.py IndexerKVDType")
     if idx not in INDEXER_DTYPES:
         raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
                       "auto | fp8 | mxfp4", idx, f"indexer_kv_dtype={idx!r} is not supported by the sparse indexer")

@@ -8,21 +8,26 @@ shard files present, ``model.safetensors.index.json`` gives the total (its
 
 from __future__ import annotations
 
-import json
-import stat
+import os
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.files import path_kind, read_text
+from csa_plan.planner.files import decode_utf8, open_regular, path_kind, read_text
+from csa_plan.planner.loaders.safe_json import load_json
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.weights.tensors import StoredDType, TensorSpec
 
 MAX_HEADER_BYTES = 100_000_000   # the safetensors library's own MAX_HEADER_SIZE
 MAX_SHARDS = 10_000
-MAX_INDEX_BYTES = 256 << 20
+MAX_SHARD_BYTES = 1 << 44  # 16 TiB: one shard file (only its header is read)
+MAX_INDEX_BYTES = 64 << 20  # an index file (a 91,280-tensor index is about 8 MB)
+MAX_CHECKPOINT_HEADER_BYTES = 64 << 20  # every shard's JSON header together (a 163-shard checkpoint: ~16 MB)
+MAX_CHECKPOINT_TENSORS = 1_000_000  # tensors in every header together (DeepSeek-V3: 91,280)
 INDEX_NAME = "model.safetensors.index.json"
 
 
@@ -57,48 +62,75 @@ class Checkpoint:
     shards: tuple[ShardHeader, ...] = ()
 
 
-def read_header(path: Path, max_header_bytes: int = MAX_HEADER_BYTES) -> ShardHeader:
-    """One shard's header; a header that is truncated, oversized, not JSON or inconsistent is bad input."""
-    name = str(path)
+def _pread_exactly(fd: int, count: int, offset: int, source: str, field: str) -> bytes:
+    """``count`` bytes at ``offset`` (bounded reads; a file that shrinks meanwhile is truncated input)."""
+    chunks: list[bytes] = []
+    got = 0
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(name, None, "not a regular file")
-        size = info.st_size
-        with path.open("rb") as f:
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise BadInput(name, "header length", f"truncated: {len(prefix)} of 8 bytes")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > max_header_bytes:
-                raise BadInput(name, "header length", f"{length} bytes is over the {max_header_bytes}-byte cap")
-            if length > size - 8:
-                raise BadInput(name, "header", f"truncated: the length says {length} bytes, "
-                               f"the file has {size - 8} after it")
-            raw = f.read(length)
+        while got < count:
+            chunk = os.pread(fd, min(count - got, 1 << 20), offset + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
     except OSError as exc:
-        raise BadInput(name, None, f"cannot read: {exc.strerror or exc}") from None
-    if len(raw) < length:
-        raise BadInput(name, "header", f"truncated: {len(raw)} of {length} bytes")
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
-        raise BadInput(name, "header", f"not JSON: {str(exc).splitlines()[0][:120]}") from None
+        raise BadInput(source, None, f"cannot read: {exc.strerror or exc}") from None
+    if got < count:
+        raise BadInput(source, field, f"truncated: {got:,} of {count:,} bytes")
+    return b"".join(chunks)
+
+
+def read_header(path: Path, max_header_bytes: int = MAX_HEADER_BYTES,
+                limit_name: str = "MAX_HEADER_BYTES") -> ShardHeader:
+    """One shard's header, read through the input boundary (one non-blocking open, ``fstat`` of the
+    descriptor, reads capped at the header length); a header that is truncated, oversized, not
+    strict JSON (a duplicate tensor name is one) or inconsistent is bad input naming the file."""
+    name = str(path)
+    with open_regular(path, MAX_SHARD_BYTES, "MAX_SHARD_BYTES") as (fd, size):
+        prefix = _pread_exactly(fd, 8, 0, name, "header length")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > max_header_bytes:
+            raise BadInput(name, "header length", f"{length:,} bytes is over the {max_header_bytes:,}-byte cap "
+                                                  f"({limit_name})")
+        if length > size - 8:
+            raise BadInput(name, "header", f"truncated: the length says {length:,} bytes, "
+                           f"the file has {size - 8:,} after it")
+        raw = _pread_exactly(fd, length, 8, name, "header")
+    header = load_json(decode_utf8(raw, name), name)  # a tensor named twice is a duplicate key: bad input
     if not isinstance(header, dict):
         raise BadInput(name, "header", f"expected a JSON object, got {type(header).__name__}")
     data_size = size - 8 - length
-    tensors = tuple(_tensor(name, key, value, data_size) for key, value in header.items() if key != "__metadata__")
-    return ShardHeader(name, size, length, tensors)
+    entries = [(key, value) for key, value in header.items() if key != "__metadata__"]
+    spans = [_tensor(name, key, value, data_size) for key, value in entries]
+    _check_tiling(name, spans, data_size)
+    return ShardHeader(name, size, length, tuple(spec for spec, _, _ in spans))
 
 
-def _tensor(source: str, key: str, entry: Any, data_size: int) -> TensorSpec:
-    field = f"header[{key[:80]!r}]"
+def _check_tiling(source: str, spans: list[tuple[TensorSpec, int, int]], data_size: int) -> None:
+    """The tensors' byte ranges tile the data area exactly, as the safetensors format requires
+    (sorted, contiguous, no overlap, no gap, ending at the file's end): overlapping ranges
+    would count the same bytes twice as "measured" weights."""
+    at = 0
+    for spec, begin, end in sorted(spans, key=lambda s: (s[1], s[2])):
+        if begin != at:
+            what = "overlaps the tensor before it" if begin < at else f"leaves a gap of {begin - at:,} bytes"
+            raise BadInput(source, f"header[{excerpt(spec.name, 80)}].data_offsets",
+                           f"[{begin:,}, {end:,}] {what} (the tensors must tile the data area exactly; the previous "
+                           f"one ends at {at:,})")
+        at = end
+    if at != data_size:
+        raise BadInput(source, "header", f"the tensors cover {at:,} of the {data_size:,} data bytes after the header "
+                                         "(they must tile the data area exactly)")
+
+
+def _tensor(source: str, key: str, entry: Any, data_size: int) -> tuple[TensorSpec, int, int]:
+    field = f"header[{excerpt(key, 80)}]"
     if not isinstance(entry, dict):
         raise BadInput(source, field, "expected an object with dtype, shape and data_offsets")
     try:
         dtype = StoredDType(entry.get("dtype"))
     except ValueError:
-        raise BadInput(source, f"{field}.dtype", f"unknown dtype {str(entry.get('dtype'))[:20]!r}") from None
+        raise BadInput(source, f"{field}.dtype", f"unknown dtype {excerpt(str(entry.get('dtype')), 20)}") from None
     shape = entry.get("shape")
     if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                               for s in shape):
@@ -114,44 +146,82 @@ def _tensor(source: str, key: str, entry: Any, data_size: int) -> TensorSpec:
     if end - begin != spec.nbytes:
         raise BadInput(source, f"{field}.data_offsets",
                        f"{end - begin} bytes for a {dtype.value} {list(shape)} tensor of {spec.nbytes} bytes")
-    return spec
+    return spec, begin, end
+
+
+_CACHE: "OrderedDict[tuple, Checkpoint | None]" = OrderedDict()
+_CACHE_ENTRIES = 4
 
 
 def read_checkpoint(directory: Path) -> Checkpoint | None:
-    """The weight files of ``directory``: every ``*.safetensors`` header, else the index total, else None."""
+    """The weight files of ``directory``: every ``*.safetensors`` header, else the index total, else None.
+
+    Read once per process: a device budget's smallest-TP search asks for the same directory once
+    per candidate (up to 512 times), and a 163-shard checkpoint's headers are tens of megabytes of
+    JSON. The cache key is the directory's identity and modification time (adding, removing or
+    renaming a shard changes it)."""
     if path_kind(directory) != "dir":
         return None
+    try:
+        info = os.stat(directory)
+    except OSError as exc:
+        raise BadInput(str(directory), None, f"cannot access: {exc.strerror or exc}") from None
+    key = (os.path.realpath(directory), info.st_dev, info.st_ino, info.st_mtime_ns)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    checkpoint = _read_checkpoint(directory)
+    _CACHE[key] = checkpoint
+    while len(_CACHE) > _CACHE_ENTRIES:
+        _CACHE.popitem(last=False)
+    return checkpoint
+
+
+def _read_checkpoint(directory: Path) -> Checkpoint | None:
     try:
         shards = sorted(p for p in directory.iterdir() if p.name.endswith(".safetensors"))
     except OSError as exc:
         raise BadInput(str(directory), None, f"cannot list: {exc.strerror or exc}") from None
     if len(shards) > MAX_SHARDS:
-        raise BadInput(str(directory), None, f"{len(shards)} safetensors files (at most {MAX_SHARDS} are read)")
+        raise BadInput(str(directory), None, f"{len(shards):,} safetensors files (at most {MAX_SHARDS:,} are read, "
+                                             "MAX_SHARDS)")
     if shards:
-        headers = tuple(read_header(p) for p in shards)
+        headers: list[ShardHeader] = []
+        header_bytes = tensors = 0
+        for p in shards:
+            left = MAX_CHECKPOINT_HEADER_BYTES - header_bytes
+            h = read_header(p, *((MAX_HEADER_BYTES, "MAX_HEADER_BYTES") if left >= MAX_HEADER_BYTES else
+                                 (left, f"MAX_CHECKPOINT_HEADER_BYTES = {MAX_CHECKPOINT_HEADER_BYTES:,} for every "
+                                        "header together")))
+            header_bytes += h.header_bytes
+            tensors += len(h.tensors)
+            if tensors > MAX_CHECKPOINT_TENSORS:
+                raise BadInput(str(directory), None, f"more than {MAX_CHECKPOINT_TENSORS:,} tensors in its headers "
+                                                     "(MAX_CHECKPOINT_TENSORS)")
+            headers.append(h)
         seen: dict[str, str] = {}
         for h in headers:
             for t in h.tensors:
                 if t.name in seen:
-                    raise BadInput(h.path, f"header[{t.name[:80]!r}]", f"tensor also in {seen[t.name]}")
+                    raise BadInput(h.path, f"header[{excerpt(t.name, 80)}]", f"tensor also in {seen[t.name]}")
                 seen[t.name] = h.path
         return Checkpoint(CheckpointSource.HEADERS, str(directory), len(headers),
                           sum(len(h.tensors) for h in headers), sum(h.data_bytes for h in headers),
                           sum(t.elements for h in headers for t in h.tensors),
-                          sum(h.file_bytes for h in headers), headers)
+                          sum(h.file_bytes for h in headers), tuple(headers))
     index = directory / INDEX_NAME
-    if path_kind(index) == "file":
+    kind = path_kind(index)
+    if kind == "file":
         return read_index(index)
+    if kind is not None:  # a directory, FIFO or device named like the index: read_text says which
+        read_text(index, MAX_INDEX_BYTES, "MAX_INDEX_BYTES")
     return None
 
 
 def read_index(path: Path) -> Checkpoint:
     """``metadata.total_size`` (bytes of tensor data) and the ``weight_map`` of an index file."""
     name = str(path)
-    try:
-        data = json.loads(read_text(path, MAX_INDEX_BYTES))
-    except (RecursionError, ValueError) as exc:
-        raise BadInput(name, None, f"not JSON: {str(exc).splitlines()[0][:120]}") from None
+    data = load_json(read_text(path, MAX_INDEX_BYTES, "MAX_INDEX_BYTES"), name)
     if not isinstance(data, dict):
         raise BadInput(name, None, "expected a JSON object")
     meta = data.get("metadata")
