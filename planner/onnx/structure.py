@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from csa_plan.planner.errors import CsaPlanError
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.limits import (MAX_LAYERS, MAX_NAME_CHARS, MAX_ONNX_DIMS, MAX_ONNX_METADATA, MAX_ONNX_NODE_FIELDS,
                                      MAX_ONNX_NODES, MAX_ONNX_STRING_BYTES, MAX_ONNX_VALUES)
 from csa_plan.planner.onnx.wire import (FIXED32, LENGTH, VARINT, Buffer, Field, LimitError, WireError, as_int64,
@@ -120,6 +121,8 @@ def read_structure(buf: Buffer) -> GraphStructure:
                 graph_spans.append((f.start, f.end))
             elif f.number == _MODEL_METADATA and f.wire_type == LENGTH:
                 key, value = _string_pair(buf, f)
+                if key in metadata:  # a second value would silently win (onnx.checker refuses it too)
+                    raise StructureError(f"metadata_props: the key {excerpt(key)} is given twice")
                 metadata[key] = value
         if ir_version is None or not graph_spans:
             missing = "ir_version" if ir_version is None else "graph"
@@ -251,6 +254,9 @@ def _decode_csa(buf: Buffer, f: Field, position: int, budget: list[int]) -> CsaN
             decoded(attr_name)
             if isinstance(value.value, str):
                 decoded(value.value)
+            if attr_name in attributes:  # a second value would silently win (onnx.checker refuses it too)
+                raise StructureError(f"node {excerpt(name or '#' + str(position))}: the attribute {excerpt(attr_name)} "
+                                     "is given twice")
             attributes[attr_name] = value
     if max(len(inputs), len(outputs), len(attributes)) > MAX_ONNX_NODE_FIELDS:
         raise LimitError(f"node {name or '#' + str(position)!r} has more than {MAX_ONNX_NODE_FIELDS:,} inputs, "

@@ -86,6 +86,12 @@ class _CsvReader:
         self.source, self.fmt, self.options, self.sort = source, fmt, options, sort
         self.header = header
         folded = [fold(h) for h in header]
+        seen: dict[str, int] = {}
+        for k, name in enumerate(folded):  # which of two same-named columns holds a role is ambiguous
+            if name and name in seen:
+                raise BadInput(f"{source}:1", None, f"the header names the column {printable(header[k], 40)!r} twice "
+                                                    f"(columns {seen[name] + 1} and {k + 1})")
+            seen[name] = k
         missing = [c for c in fmt.required if fold(c) not in folded]
         if missing:
             raise BadInput(f"{source}:1", None, f"header lacks {', '.join(missing)} (got {_names(header)})")

@@ -127,6 +127,10 @@ def parse_columns(text: str | None) -> tuple[tuple[str, str], ...]:
                            f"got {part.strip()[:40]!r}")
         if role in out:
             raise BadInput("options", "--columns", f"{role} is named twice")
+        for other, taken in out.items():  # one column cannot hold two roles (arrival=a,prompt=a,output=a)
+            if fold(taken) == fold(name.strip()):
+                raise BadInput("options", "--columns", f"the column {printable(name.strip(), 40)!r} is named for "
+                                                       f"both {other} and {role}: each role needs its own column")
         out[role] = name.strip()
     return tuple(out.items())
 
