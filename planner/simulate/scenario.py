@@ -149,6 +149,10 @@ class Scenario:
 SLICE = 1 << 19
 """Requests prepared together (bounds the temporaries)."""
 
+MAX_RESERVE_TIERS = 2048
+"""Distinct reserved lengths (tiers) of one run: each is planned over every layer (a few ms each), so
+this keeps preparing a run within seconds; the default bucket gives at most 256 at a 1M context."""
+
 SEEN_TABLE_MAX = 1 << 22
 """Reserved lengths up to this are collected in a table of flags (else by sorting each slice)."""
 
@@ -277,6 +281,10 @@ def prepare(spec: "ModelSpec", workload: "Workload", config: SimConfig) -> Scena
     else:
         tokens = np.unique(np.concatenate(seen_sets)) if seen_sets else np.zeros(0, dtype=np.int64)
     del seen, seen_sets
+    if len(tokens) > MAX_RESERVE_TIERS:  # each tier is a plan of every layer: bounded before any is made
+        raise BadInput("options", "--bucket", f"{len(tokens):,} distinct reserved lengths under --reserve fit "
+                       f"--bucket {config.bucket:,} (at most {MAX_RESERVE_TIERS:,}, MAX_RESERVE_TIERS): use a larger "
+                       "--bucket")
     bundles = []
     if config.engine is not None:
         config, bundles = config.engine.prepare(spec, config, max_seq_len, [int(t) for t in tokens.tolist()])

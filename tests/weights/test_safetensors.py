@@ -65,7 +65,7 @@ def raw_file(path, payload: bytes):
 @pytest.mark.parametrize("payload, needle", [
     (b"\x10\x00\x00", "truncated: 3 of 8 bytes"),
     (struct.pack("<Q", 500) + b"{}", "truncated: the length says 500 bytes"),
-    (struct.pack("<Q", MAX_HEADER_BYTES + 1) + b"{}", "100,000,001 bytes is over the 67,108,864-byte cap .MAX_CHECKPOINT_HEADER_BYTES"),
+    (struct.pack("<Q", MAX_HEADER_BYTES + 1) + b"{}", "100,000,001 bytes is over the 33,554,432-byte cap .MAX_CHECKPOINT_HEADER_BYTES"),
     (struct.pack("<Q", 1 << 63) + b"{}", "cap"),
     (struct.pack("<Q", 9) + b"not json!", "malformed JSON"),
     (struct.pack("<Q", 2) + b"[]", "expected a JSON object"),
