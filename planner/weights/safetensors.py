@@ -27,7 +27,7 @@ MAX_SHARDS = 10_000
 MAX_SHARD_BYTES = 1 << 44  # 16 TiB: one shard file (only its header is read)
 MAX_INDEX_BYTES = 64 << 20  # an index file (a 91,280-tensor index is about 8 MB)
 MAX_CHECKPOINT_HEADER_BYTES = 32 << 20  # every shard's JSON header together (a 163-shard checkpoint: ~16 MB)
-MAX_CHECKPOINT_TENSORS = 1 << 18  # tensors in every header together (DeepSeek-V3: 91,280)
+MAX_CHECKPOINT_TENSORS = 200_000  # tensors in every header together (DeepSeek-V3: 91,280)
 INDEX_NAME = "model.safetensors.index.json"
 
 
