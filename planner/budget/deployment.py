@@ -48,7 +48,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
                       engine: str | None = None, engine_settings: Any = None,
-                      kv_memory_bytes: int | None = None, placement: Placement | None = None) -> Budget | None:
+                      kv_memory_bytes: int | None = None, placement: Placement | None = None,
+                      search: bool = True) -> Budget | None:
     """The device budget, or None when no device is named (then nothing changes: everything is
     accounted, nothing refused)."""
     if device_memory_bytes is None:
@@ -69,7 +70,32 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                         placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
                         kv_memory_bytes=kv_memory_bytes)
-    return budget(req)
+    return budget(req, search=search)
+
+
+def reserve_warnings(b: Budget, model: str, deployment: Deployment, engine: str | None = None,
+                     engine_settings: Any = None) -> tuple[str, ...]:
+    """A warning when ``--weights`` / ``--reserved`` set aside less than the model's own weights per
+    GPU (the tensor inventory's figure for this deployment): the state pool is then overstated."""
+    if deployment.weights_bytes is None or b.request.kv_memory_bytes is not None:
+        return ()
+    try:
+        own = budget(BudgetRequest(model=model, card_bytes=b.card_bytes, max_seq_len=b.request.max_seq_len,
+                                   engine=engine, placement=b.request.placement,
+                                   settings=startup_settings(engine_settings)), search=False)
+    except BadInput:
+        return ()
+    if own.weights is None:
+        return ()
+    set_aside = deployment.weights_bytes + (deployment.reserved_bytes or 0)
+    weights = own.binding.weights_bytes
+    if set_aside >= weights:
+        return ()
+    gib = 1 << 30
+    return (f"--weights {deployment.weights_bytes / gib:.2f} GiB + --reserved {(deployment.reserved_bytes or 0) / gib:.2f} GiB "
+            f"per GPU is less than the model's own weights per GPU, {weights / gib:.2f} GiB "
+            f"({own.weights.source.value}, tp {b.request.placement.tp}): the state pool is overstated by at least "
+            f"{(weights - set_aside) / gib:.2f} GiB; drop --weights to count them",)
 
 
 def ledger_budget(b: Budget) -> DeviceBudget | None:
