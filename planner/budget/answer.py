@@ -158,3 +158,29 @@ def longest_length(count_at: Callable[[int], int], concurrency: int, upper: int,
         else:
             high = mid
     return low
+
+
+def point_answer(spec: ModelSpec, engine: str | None, settings: Any, length: int, kv_memory_bytes: int | None,
+                 tp: int = 1, layout: str = "exact") -> CapacityAnswer:
+    """The answer at one point (one request of ``length``; no longest-context search): what simulate,
+    sweep and compare report beside check. The same count as check's, from the same functions."""
+    from csa_plan.planner.capacity import capacity
+    from csa_plan.planner.plan import PlanOptions, plan_model
+
+    if engine is not None:
+        if kv_memory_bytes is None or kv_memory_bytes <= 0:
+            return no_answer(engine_authority(engine), length, 1, "no state pool", kv_memory_bytes)
+        here = engine_count(spec, engine, settings, length, kv_memory_bytes)
+        if here.check.refusal is not None:
+            return no_answer(engine_authority(engine), length, 1,
+                             f"{engine} refuses this configuration ({here.check.refusal.setting})", kv_memory_bytes)
+        return CapacityAnswer(engine_authority(engine), length, 1, kv_memory_bytes, here.charge_bytes, here.count,
+                              None, source=here.source)
+    if kv_memory_bytes is None or kv_memory_bytes <= 0:
+        return no_answer(layout_authority(layout), length, 1, "no state pool", kv_memory_bytes)
+    plan = plan_model(spec, PlanOptions(max_seq_len=length, tp=tp, layout=layout))
+    cap = capacity(spec, plan, kv_memory_bytes, 1)
+    answer = layout_answer(cap, length, 1, kv_memory_bytes, layout)
+    from dataclasses import replace
+
+    return replace(answer, longest_context=None)

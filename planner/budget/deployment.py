@@ -106,17 +106,37 @@ def ledger_budget(b: Budget) -> DeviceBudget | None:
     return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)
 
 
+def card_settings(engine_settings: Any, device_memory_bytes: int | None) -> Any:
+    """Engine settings whose target GPU is the card the device memory names (``--device-memory h100``,
+    a mix's ``memory.device: h100``), with the budgeted memory for size tiers."""
+    from dataclasses import replace
+
+    from csa_plan.planner.cards import card_of
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    settings = engine_settings or EngineSettings()
+    card = card_of(device_memory_bytes)
+    if card is not None and settings.gpu is None:
+        settings = replace(settings, gpu=card.name)
+    if device_memory_bytes is not None and settings.gpu_memory_bytes is None:
+        settings = replace(settings, gpu_memory_bytes=int(device_memory_bytes))
+    return settings
+
+
 @lru_cache(maxsize=1024)
-def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None) -> int:
-    """What a no-engine device budget sets aside on each device (card minus the state pool of the
-    tightest stage): a sweep point's ``reserved: budget``. A deployment the rules refuse, or whose
-    weights do not fit, sets aside the whole card (the point is skipped: no memory left)."""
+def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
+                          engine: str | None = None) -> int:
+    """What the device budget sets aside on each device (card minus the state pool of the tightest
+    stage): a sweep point's ``reserved: budget``. The same budget as check and simulate: with an
+    engine, its usable share (gpu_memory_utilization / mem_fraction_static), its weight sharding and
+    start-up reserves, at this tp x dp. A deployment the rules refuse, or whose weights do not fit,
+    sets aside the whole card (the point is skipped: no memory left)."""
     from csa_plan.planner.loaders.model_files import load_model
 
     length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
     try:
-        b = budget(BudgetRequest(model=model, card_bytes=memory_bytes, max_seq_len=length,
-                                 placement=Placement(tp=tp, pp=pp, dp=dp)), search=False)
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp), length, engine,
+                              card_settings(None, memory_bytes), search=False)
     except BadInput:
         return memory_bytes
-    return memory_bytes - b.kv_memory_bytes if b.fits else memory_bytes
+    return memory_bytes - b.kv_memory_bytes if b is not None and b.fits else memory_bytes
