@@ -202,9 +202,13 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
         if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
             from csa_plan.planner.cards import resolve_target
 
+            given_gpu = gpu
             kwargs["device_memory"], card = resolve_target(kwargs["device_memory"], gpu)
-            if card is not None:
-                gpu = card.name
+            if card is not None and given_gpu is None and engine is not None:
+                from csa_plan.planner.engines.registry import get_engine
+
+                if "gpu" in get_engine(engine).options:  # an engine with no --gpu is not given one
+                    gpu = card.name
             if kwargs["device_memory"] is not None:
                 values["gpu_memory_bytes"] = int(kwargs["device_memory"])
         settings = EngineSettings(gpu=gpu, **values)

@@ -157,7 +157,7 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
     prints only this."""
     from csa_plan.cli.format import fmt_size
 
-    v, cap, head = doc["verdict"], doc["capacity"], doc["head"]
+    v, cap, head = doc["verdict"], doc["fit"], doc["head"]
     style = {"admitted": "green", "refused": "red", "does_not_fit": "red"}[v]
     word = {"admitted": "ADMITTED", "refused": "REFUSED", "does_not_fit": "DOES NOT FIT"}[v]
     who = head["engine"] or f"layout {doc['options'].get('layout', 'exact')} (no engine named)"

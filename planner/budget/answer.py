@@ -1,4 +1,4 @@
-"""The capacity answer every command gives: requests of max_seq_len that fit, and the longest
+"""The capacity answer (the ``fit`` key of every --json) every command gives: requests of max_seq_len that fit, and the longest
 max_seq_len at which ``concurrency`` requests fit, each with the authority that produced it.
 
 With an engine named, the engine decides (``engine: vllm-0.33``): the count is what its own
@@ -30,7 +30,7 @@ def layout_authority(name: str = "exact") -> str:
 
 @dataclass(frozen=True)
 class CapacityAnswer:
-    """One command's capacity answer (the ``capacity`` key of every ``--json``)."""
+    """One command's capacity answer (the ``fit`` key of every ``--json``)."""
 
     authority: str                    # "engine: vllm-0.33" | "layout: exact"
     max_seq_len: int

@@ -106,7 +106,7 @@ def ledger_budget(b: Budget) -> DeviceBudget | None:
     return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)
 
 
-def card_settings(engine_settings: Any, device_memory_bytes: int | None) -> Any:
+def card_settings(engine_settings: Any, device_memory_bytes: int | None, engine: str | None = None) -> Any:
     """Engine settings whose target GPU is the card the device memory names (``--device-memory h100``,
     a mix's ``memory.device: h100``), with the budgeted memory for size tiers."""
     from dataclasses import replace
@@ -116,7 +116,12 @@ def card_settings(engine_settings: Any, device_memory_bytes: int | None) -> Any:
 
     settings = engine_settings or EngineSettings()
     card = card_of(device_memory_bytes)
-    if card is not None and settings.gpu is None:
+    accepts = True
+    if engine is not None:
+        from csa_plan.planner.engines.registry import get_engine
+
+        accepts = "gpu" in get_engine(engine).options
+    if card is not None and settings.gpu is None and accepts:
         settings = replace(settings, gpu=card.name)
     if device_memory_bytes is not None and settings.gpu_memory_bytes is None:
         settings = replace(settings, gpu_memory_bytes=int(device_memory_bytes))

@@ -84,7 +84,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.budget.deployment import card_settings
 
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
-    engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes) if req.engine else None
+    engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
+        else None
     device = _device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
@@ -165,7 +166,7 @@ def _with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> d
     from csa_plan.planner.budget.document import budget_document
 
     report["budget"] = None if device is None else budget_document(device)
-    report["capacity"] = None if capacity is None else capacity.as_dict()
+    report["fit"] = None if capacity is None else capacity.as_dict()  # "capacity" is the rate search
     return report
 
 

@@ -138,6 +138,10 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
     """A decoding request of max_seq_len in the engine, at the engine's defaults (on ``settings``' GPU)."""
     engine = get_engine(name)
     defaults = settings or EngineSettings()
+    if defaults.gpu is not None and "gpu" not in engine.options:  # an engine with no --gpu is not given one
+        from dataclasses import replace as with_
+
+        defaults = with_(defaults, gpu=None)
     length = options.max_seq_len or max(d.max_seq_len for d in model.layers)
     plan = engine.configure(model, defaults, length)  # EngineRefused: the caller records it
     held = plan.footprint(length, Phase.DECODE)

@@ -1,6 +1,6 @@
 """The versioned machine-readable form of a check (``--json``), built from plan objects.
 
-Schema ``csa-plan/check/v2`` (docs/answers.md): the capacity answer is one ``capacity`` object
+Schema ``csa-plan/check/v2`` (docs/answers.md): the capacity answer is one ``fit`` object
 with its authority (``engine: vllm-0.33`` or ``layout: exact``); v1's ``memory`` and
 ``budget.requests_that_fit`` (two counts that could disagree) are gone. Every refusal, of the
 configuration (gate, engine rules) and of the fit (weights, state pool), is in ``all_refusals``.
@@ -162,7 +162,7 @@ class CheckHead:
     warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "capacity": self.capacity.as_dict(),
+        return {"verdict": self.verdict, "exit_code": self.exit_code, "fit": self.capacity.as_dict(),
                 "all_refusals": [r.as_dict() for r in self.refusals],
                 "head": {"model": self.model, "engine": self.engine, "deployment": self.deployment,
                          "log_lines": list(self.log_lines), "kv_memory_bytes": self.kv_memory_bytes,

@@ -50,7 +50,7 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
     varying = _varying(list(points.values()))
     c = spec.context
     results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict(),
-                **_shared(points[r.key], r), "capacity": point_capacity(by_key[r.key]).as_dict()}
+                **_shared(points[r.key], r), "fit": point_capacity(by_key[r.key]).as_dict()}
                for r in ans.results]
     models = sorted({p.model for p in spec.points})
     by_key = {r["key"]: r for r in results}

@@ -149,7 +149,7 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip
     from csa_plan.planner.budget.deployment import card_settings
 
     try:
-        get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes),
+        get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes, point.engine),
                                            max_seq_len).size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
@@ -231,7 +231,7 @@ def evaluate(task: Task) -> PointResult:
                        reserve=p.reserve, bucket=p.bucket, policy=p.policy,
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
                        layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes)))
+                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
     scn = prepare(spec, wl, config)
     result = simulate(scn)
     cons = ctx.constraints
@@ -272,15 +272,15 @@ def point_capacity(p: SweepPoint):
 
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    return point_answer(spec, p.engine, _card_settings(p.memory_bytes), length,
+    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine), length,
                         p.limit_bytes if p.limit_bytes > 0 else None, tp=p.tp, layout=p.layout)
 
 
-def _card_settings(memory_bytes: int):
+def _card_settings(memory_bytes: int, engine: str | None):
     """An engine point's settings: the engine's defaults on the card the point's device names."""
     from csa_plan.planner.budget.deployment import card_settings
 
-    return card_settings(None, memory_bytes)
+    return card_settings(None, memory_bytes, engine)
 
 
 # -- the answer ---------------------------------------------------------------------------

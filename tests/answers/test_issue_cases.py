@@ -9,7 +9,7 @@ H200_8 = ("--device-memory", "h200", "--tp", "8")
 def test_engine_decides_count_and_exit_code_with_concurrency(csa):
     r = csa("check", PRO, *H200_8, "--concurrency", "10", "--engine", "vllm-0.33", "--json")
     assert r.code == 3  # was ADMITTED (exit 0) with "1 fits"
-    cap = r.json()["capacity"]
+    cap = r.json()["fit"]
     assert cap["authority"] == "engine: vllm-0.33" and cap["requests_that_fit"] == 1 and cap["fits"] is False
     assert cap["concurrency"] == 10 and cap["longest_context"] is not None
     assert any(x["type"] == "StatePoolTooSmall" for x in r.json()["all_refusals"])
@@ -17,11 +17,11 @@ def test_engine_decides_count_and_exit_code_with_concurrency(csa):
 
 def test_longest_context_for_16_flash_requests_is_vllms(csa):
     r = csa("check", FLASH, *H200_8, "--engine", "vllm-0.33", "--concurrency", "16", "--json")
-    n = r.json()["capacity"]["longest_context"]
+    n = r.json()["fit"]["longest_context"]
     assert n == 116_953  # found by the engine's own admission (the hand bisection over ~20 runs)
     at = csa("check", FLASH, *H200_8, "--engine", "vllm-0.33", "--max-seq-len", str(n), "--json").json()
     over = csa("check", FLASH, *H200_8, "--engine", "vllm-0.33", "--max-seq-len", str(n + 1), "--json").json()
-    assert at["capacity"]["requests_that_fit"] >= 16 > over["capacity"]["requests_that_fit"]
+    assert at["fit"]["requests_that_fit"] >= 16 > over["fit"]["requests_that_fit"]
     text = csa("check", FLASH, *H200_8, "--engine", "vllm-0.33", "--concurrency", "16")
     assert "Longest max_seq_len for 16 concurrent requests: 116,953 tokens" in " ".join(text.out.split())
 
@@ -30,15 +30,15 @@ def test_one_count_in_the_json(csa):
     doc = csa("check", PRO, *H200_8, "--concurrency", "10", "--engine", "vllm-0.33", "--json").json()
     assert doc["schema"] == "csa-plan/check/v2"
     assert "memory" not in doc and "requests_that_fit" not in doc["budget"]
-    assert doc["capacity"]["requests_that_fit"] == 1
-    layout = csa("check", PRO, *H200_8, "--json").json()["capacity"]
+    assert doc["fit"]["requests_that_fit"] == 1
+    layout = csa("check", PRO, *H200_8, "--json").json()["fit"]
     assert layout["authority"] == "layout: exact" and layout["requests_that_fit"] == 6
 
 
 def test_a_refusing_engine_gives_no_count(csa):
     r = csa("check", PRO, *H200_8, "--engine", "sglang-0.5.23", "--json")
     assert r.code == 3 and r.json()["verdict"] == "refused"
-    assert r.json()["capacity"]["requests_that_fit"] is None and r.json()["capacity"]["answered"] is False
+    assert r.json()["fit"]["requests_that_fit"] is None and r.json()["fit"]["answered"] is False
     text = csa("check", PRO, *H200_8, "--engine", "sglang-0.5.23").out
     assert "that fit: no answer" in text and "that fit: 4" not in text
 
@@ -59,7 +59,7 @@ def test_every_refusal_at_once_and_no_suggestion_that_fails_a_check(csa):
 
 def test_kv_memory_alone_gives_the_engine_count(csa):
     r = csa("check", PRO, "--kv-memory", "40GiB", "--engine", "vllm-0.33", "--json")
-    cap = r.json()["capacity"]
+    cap = r.json()["fit"]
     assert cap["requests_that_fit"] == 2 and cap["kv_memory_bytes"] == 40 << 30
     assert "2.78x" in r.json()["head"]["log_lines"][0]
 

@@ -38,7 +38,7 @@ def _triple(cap):
 def _check(csa, model, engine, device, tp, dp, length):
     args = ["check", model, "--device-memory", device, "--tp", str(tp), "--dp", str(dp), "--max-seq-len",
             str(length), "--json"] + (["--engine", engine] if engine else [])
-    return csa(*args).json()["capacity"]
+    return csa(*args).json()["fit"]
 
 
 def _simulate(csa, tmp_path, model, engine, device, tp, dp, length):
@@ -47,7 +47,7 @@ def _simulate(csa, tmp_path, model, engine, device, tp, dp, length):
     args = ["simulate", str(trace), "--model", model, "--device-memory", device, "--tp", str(tp), "--dp", str(dp),
             "--max-seq-len", str(length), "--json"] + (["--engine", engine] if engine else [])
     r = csa(*args)
-    return r.json() if r.out.strip() else {"exit_code": r.code, "capacity": None, "error": r.err}
+    return r.json() if r.out.strip() else {"exit_code": r.code, "fit": None, "error": r.err}
 
 
 def _sweep(csa, tmp_path, model, engine, device, tp, dp, length):
@@ -77,15 +77,15 @@ def test_four_commands_give_one_answer(csa, tmp_path, point):
     kv, per, count = _triple(check)
     sim = _simulate(csa, tmp_path, *point)
     if not check["answered"]:  # the engine refuses, or no pool: nobody gives a count
-        assert sim["capacity"] is None or sim["capacity"]["requests_that_fit"] is None
+        assert sim["fit"] is None or sim["fit"]["requests_that_fit"] is None
         assert sim["exit_code"] == 3
         return
     sweep = _sweep(csa, tmp_path, *point)
     comp = _compare(csa, *point)
-    assert _triple(sim["capacity"]) == (kv, per, count)
+    assert _triple(sim["fit"]) == (kv, per, count)
     assert sim["budget"]["kv_memory_bytes"] == kv
     results = sweep["results"]
-    assert len(results) == 1 and _triple(results[0]["capacity"]) == (kv, per, count)
+    assert len(results) == 1 and _triple(results[0]["fit"]) == (kv, per, count)
     assert results[0]["point"]["limit_bytes"] == kv
     assert comp == (kv, per, count)
 

@@ -16,10 +16,10 @@ PRO = ["deepseek-v4-pro", "--device-memory", "h200"]
 
 
 def test_check_with_stages_gives_the_tightest_stage_answer(csa):
-    one = csa("check", *PRO, "--tp", "8", "--json").json()["capacity"]  # v2: the one capacity answer
+    one = csa("check", *PRO, "--tp", "8", "--json").json()["fit"]  # v2: the one capacity answer
     two = csa("check", *PRO, "--tp", "4", "--pp", "2", "--json")
     assert two.code == 0, two.err
-    fit = two.json()["capacity"]
+    fit = two.json()["fit"]
     stages = two.json()["budget"]["stages"]
     assert len(stages) == 2 and fit["requests_that_fit"] >= 1
     # each stage holds about half the layers' state: a request costs less per device than at pp 1

@@ -49,7 +49,7 @@ def test_tp_and_batch_in_json(csa):
 def test_memory_fit_and_longest_context(csa):
     doc = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--weights", "0", "--reserved", "100GiB",
               "--json").json()
-    mem = doc["capacity"]  # v2: one capacity answer (v1's "memory" is gone, issue 23)
+    mem = doc["fit"]  # v2: one capacity answer (v1's "memory" is gone, issue 23)
     limit = H200 - 100 * (1 << 30)
     assert mem["kv_memory_bytes"] == limit and mem["authority"] == "layout: exact"
     assert mem["requests_that_fit"] == limit // 5_473_376_512
@@ -59,7 +59,7 @@ def test_memory_fit_and_longest_context(csa):
 def test_does_not_fit_says_what_would(csa):
     r = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--weights", "0", "--reserved", "78GiB", "--json")
     assert r.code == 3
-    mem = r.json()["capacity"]
+    mem = r.json()["fit"]
     assert mem["fits"] is False and mem["requests_that_fit"] == 0
     limit = 2 * (1 << 30)
     longest = mem["longest_context"]
@@ -76,7 +76,7 @@ def test_does_not_fit_says_what_would(csa):
 def test_concurrency_inverse_question(csa):
     doc = csa("check", "deepseek-v4-flash", "--device-memory", "141GB", "--weights", "0", "--concurrency", "64",
               "--json").json()
-    n = doc["capacity"]["longest_context"]
+    n = doc["fit"]["longest_context"]
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.plan import PlanOptions, plan_model
 
