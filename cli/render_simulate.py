@@ -16,14 +16,15 @@ from csa_plan.planner.reports.text import id_runs
 
 
 MAX_DEVICE_ROWS = 64
-"""Rows of the per-device table (and residency lines) on the terminal: the text stays bounded at any
-deployment size (44,032 devices printed 12.5 MB in 80 s); --json carries every device."""
+"""Rows of the per-device table, residency lines and request-class lines on the terminal: the text
+stays bounded at any deployment or mix size (44,032 devices printed 12.5 MB in 80 s); --json
+carries every device and class."""
 
 
-def _more(out: Console, count: int, what: str) -> None:
+def _more(out: Console, count: int, what: str, each: str = "device") -> None:
     if count > MAX_DEVICE_ROWS:
         out.print(f"  ... {count - MAX_DEVICE_ROWS:,} more {what} (MAX_DEVICE_ROWS = {MAX_DEVICE_ROWS}; --json has "
-                  "every device)")
+                  f"every {each})")
 
 
 def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note: str | None = None) -> None:
@@ -72,8 +73,9 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     for reason, count in req["refusals"].items():
         out.print(f"    refused {reason}: {count:,}")
     if len(req["by_class"]) > 1:
-        for c in req["by_class"]:
+        for c in req["by_class"][:MAX_DEVICE_ROWS]:
             out.print(f"    class {c['class']}: {c['admitted']:,} admitted, {c['refused']:,} refused")
+        _more(out, len(req["by_class"]), "request classes", "class")
     w = report["wait_s"]
     if w["p50"] is not None:
         out.print(f"  wait: p50 {w['p50']:,.3f} s, p99 {w['p99']:,.3f} s, max {w['max']:,.3f} s")

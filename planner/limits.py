@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # -- files ------------------------------------------------------------------------------------
 MAX_FILE_BYTES = 64 << 20  # model configs, YAML model specs, mix specs
-MAX_SPEC_BYTES = 16 << 20  # sweep specs
+MAX_SPEC_BYTES = 4 << 20  # sweep specs (YAML: MAX_YAML_BYTES and MAX_YAML_NODES apply too)
 MAX_RESUME_BYTES = 256 << 20  # a sweep --resume file
 MAX_ONNX_BYTES = 1 << 38  # 256 GiB: embedded payloads are skipped by offset, never read
 
@@ -20,6 +20,12 @@ MAX_NAME_CHARS = 256  # a name csa-plan looks up (cache format, layout, edge): l
 MAX_COLLECTION_ITEMS = 1_000_000  # entries of any one mapping or list
 MAX_YAML_ALIASES = 100  # alias uses in a YAML document
 MAX_YAML_EXPANDED = 64 << 20  # a YAML document's size with every alias expanded (nodes + characters)
+# Any YAML document (model spec, mix, sweep spec): PyYAML composes ~10 us a node (and ~400 B of
+# memory), so these keep every YAML reader within 10 s and 500 MB (issue 24: 20 MB of unknown-key
+# lists took 285 s and 3 GB). They bound what a YAML file can hold: about 5,800 mix classes, an
+# empirical distribution of about 99,000 values, 8,192 layers written as repeat groups.
+MAX_YAML_BYTES = 4 << 20  # one YAML document (a mix is read with this cap; any YAML text is refused past it)
+MAX_YAML_NODES = 100_000  # scalars, lists and mappings of one YAML document (before aliases)
 MAX_INT_DIGITS = 19  # decimal digits of an integer (2^63 - 1 has 19), checked before conversion
 MAX_NUMBER_CHARS = 64  # characters of a number written as text
 

@@ -27,7 +27,8 @@ import yaml
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.loaders.safe_json import Oversized, check_tree
 from csa_plan.planner.limits import (MAX_COLLECTION_ITEMS, MAX_DEPTH, MAX_INT_DIGITS, MAX_NUMBER_CHARS,
-                                     MAX_STRING_CHARS, MAX_YAML_ALIASES, MAX_YAML_EXPANDED)
+                                     MAX_STRING_CHARS, MAX_YAML_ALIASES, MAX_YAML_BYTES, MAX_YAML_EXPANDED,
+                                     MAX_YAML_NODES)
 from csa_plan.planner.text import excerpt
 
 MAX_ALIASES = MAX_YAML_ALIASES  # the old name
@@ -131,8 +132,14 @@ def _prescan(text: str, source: str) -> None:
     expanded = 0
     sizes: dict[str, int] = {}  # anchor -> its node's expanded size
     open_nodes: list[tuple[str | None, int]] = []  # (anchor, expanded size when it opened)
+    nodes = 0
     for event in yaml.parse(text, Loader=_Base):
         kind = type(event)
+        if kind is yaml.ScalarEvent or kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            nodes += 1
+            if nodes > MAX_YAML_NODES:  # composing is ~10 us a node: bounded before any is composed
+                raise BadInput(source, None, f"more than {MAX_YAML_NODES:,} YAML nodes (values, lists and mappings) "
+                                             f"by line {_line(text, event.start_mark.index)} (limit MAX_YAML_NODES)")
         if kind is yaml.ScalarEvent:
             if len(event.value) > MAX_STRING_CHARS:
                 raise BadInput(source, None, f"a value of {len(event.value):,} characters at line "
@@ -169,6 +176,8 @@ def _prescan(text: str, source: str) -> None:
 
 def load_yaml(text: str, source: str) -> Any:
     """Parse with the core-schema safe loader; refuse over-large, deep or alias-heavy documents first."""
+    if len(text) > MAX_YAML_BYTES:  # characters, at most the bytes they came from
+        raise BadInput(source, None, f"{len(text):,} characters of YAML (limit MAX_YAML_BYTES = {MAX_YAML_BYTES:,})")
     try:
         _prescan(text, source)
         loader = CoreLoader(text)

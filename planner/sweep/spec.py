@@ -384,6 +384,6 @@ def load_spec(path: str) -> SweepSpec:
     p = Path(path)
     if path_kind(p) is None:
         raise BadInput(path, None, "no such sweep spec")
-    return parse_spec(load_yaml(read_text(p, MAX_SPEC_BYTES), path), path)
+    return parse_spec(load_yaml(read_text(p, MAX_SPEC_BYTES, "MAX_SPEC_BYTES"), path), path)
 
 

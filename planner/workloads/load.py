@@ -8,7 +8,7 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import path_kind, read_text
 from csa_plan.planner.workloads.mix import generate_mix
 from csa_plan.planner.workloads.traces import container_of, read_trace_file
-from csa_plan.planner.workloads.workload import MAX_TRACE_BYTES, TraceOptions, Workload
+from csa_plan.planner.workloads.workload import TraceOptions, Workload
 
 
 def load_workload(ref: str, *, sort: bool = False, options: TraceOptions | None = None) -> Workload:
@@ -20,9 +20,10 @@ def load_workload(ref: str, *, sort: bool = False, options: TraceOptions | None 
         raise BadInput(ref, None, "no such workload file" if kind is None else "not a regular file")
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml") and not options.format:
+        from csa_plan.planner.limits import MAX_YAML_BYTES
         from csa_plan.planner.loaders.safe_yaml import load_yaml
 
-        return generate_mix(load_yaml(read_text(path, MAX_TRACE_BYTES), ref), ref)
+        return generate_mix(load_yaml(read_text(path, MAX_YAML_BYTES, "MAX_YAML_BYTES"), ref), ref)
     container = container_of(path, options)
     if container is None:
         raise BadInput(ref, None, "unknown workload type (use a .yaml mix, a .csv trace or .jsonl records, "
