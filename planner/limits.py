@@ -41,6 +41,8 @@ MAX_ONNX_VALUES = 1 << 20  # graph inputs + outputs + value_info entries
 MAX_ONNX_NODE_FIELDS = 1 << 12  # inputs, outputs or attributes of one CSA node
 MAX_ONNX_METADATA = 1 << 12  # metadata_props and opset_import entries
 MAX_ONNX_DIMS = 64  # dimensions of one declared shape
+MAX_ONNX_MODEL_FIELDS = 1 << 14  # top-level fields of the ModelProto (opsets + metadata + a few: 10M took 86 s)
+MAX_ONNX_GRAPH_FIELDS = 1 << 20  # fields of the main graph, every kind (10M empty initializers took 97 s)
 
 # -- deployments --------------------------------------------------------------------------------
 MAX_TP = 1024  # tensor-parallel ranks

@@ -19,8 +19,9 @@ from typing import Iterable, Union
 
 from csa_plan.planner.errors import CsaPlanError
 from csa_plan.planner.text import excerpt
-from csa_plan.planner.limits import (MAX_LAYERS, MAX_NAME_CHARS, MAX_ONNX_DIMS, MAX_ONNX_METADATA, MAX_ONNX_NODE_FIELDS,
-                                     MAX_ONNX_NODES, MAX_ONNX_STRING_BYTES, MAX_ONNX_VALUES)
+from csa_plan.planner.limits import (MAX_LAYERS, MAX_NAME_CHARS, MAX_ONNX_DIMS, MAX_ONNX_GRAPH_FIELDS, MAX_ONNX_METADATA,
+                                     MAX_ONNX_MODEL_FIELDS, MAX_ONNX_NODE_FIELDS, MAX_ONNX_NODES, MAX_ONNX_STRING_BYTES,
+                                     MAX_ONNX_VALUES)
 from csa_plan.planner.onnx.wire import (FIXED32, LENGTH, VARINT, Buffer, Field, LimitError, WireError, as_int64,
                                         iter_fields, text)
 
@@ -99,8 +100,13 @@ def read_structure(buf: Buffer) -> GraphStructure:
     metadata: dict[str, str | None] = {}
     graph_spans: list[tuple[int, int]] = []
     entries = 0
+    fields = 0
     try:
         for f in iter_fields(buf, 0, size):
+            fields += 1
+            if fields > MAX_ONNX_MODEL_FIELDS:  # each costs a Python step: bounded before the graph is read
+                raise LimitError(f"the model has more than {MAX_ONNX_MODEL_FIELDS:,} top-level fields "
+                                 "(limit MAX_ONNX_MODEL_FIELDS)")
             if f.number in (_MODEL_OPSET, _MODEL_METADATA):
                 entries += 1
                 if entries > MAX_ONNX_METADATA:
@@ -167,8 +173,13 @@ def _read_graph(buf: Buffer, spans: list[tuple[int, int]], ir_version: int, opse
     budget = [MAX_ONNX_DECODED_BYTES]
     position = 0
     values = 0
+    fields = 0
     for start, end in spans:  # pass 1: the nodes
         for f in iter_fields(buf, start, end):
+            fields += 1
+            if fields > MAX_ONNX_GRAPH_FIELDS:  # initializers, empty fields ...: every field is a step
+                raise LimitError(f"the graph has more than {MAX_ONNX_GRAPH_FIELDS:,} fields (nodes, values, "
+                                 "initializers and the rest; limit MAX_ONNX_GRAPH_FIELDS)")
             if f.wire_type != LENGTH:
                 continue
             if f.number == _GRAPH_NODE:

@@ -181,6 +181,83 @@ def layers_spec(folder: Path, scale: int) -> list[str]:
     return ["check", _w(folder, "layers.yaml", text), "--device-memory", "h200"]
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _onnx_graph(graph_tail: bytes) -> bytes:
+    node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
+    opsets = _field(8, _field(1, b"") + _varint(2 << 3) + _varint(17)) + _field(8, _field(1, b"pkg.nxrt")
+                                                                               + _varint(2 << 3) + _varint(1))
+    return _varint(1 << 3) + _varint(8) + opsets + _field(7, _field(1, node) + graph_tail)
+
+
+def onnx_fields(where: str) -> Callable[[Path, int], list[str]]:
+    """10M empty fields (campaign size) at the top level, as initializers or as value_info entries; the
+    suite writes just past the limit (MAX_ONNX_MODEL_FIELDS, MAX_ONNX_GRAPH_FIELDS)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        if where == "top":
+            n = 10_000_000 if scale > 1 else 20_000
+            data = onnx_bytes([csa_node(attrs={"compression_ratio": 128, "num_heads": 64})]) + b"\x12\x00" * n
+        else:
+            n = 10_000_000 if scale > 1 else 1_100_000
+            data = _onnx_graph((b"\x2a\x00" if where == "initializer" else b"\x6a\x00") * n)
+        return ["check", _w(folder, f"{where}.onnx", data)]
+    return build
+
+
+def onnx_docstring(where: str) -> Callable[[Path, int], list[str]]:
+    """A 10M-byte doc_string on the model or on the CSA node (skipped by its length, never decoded)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        doc = _field(6, b"d" * (10_000_000 if scale > 1 else 1_000_000))
+        node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
+        data = onnx_bytes([node]) + doc if where == "model" else onnx_bytes([node + doc])
+        return ["check", _w(folder, f"doc-{where}.onnx", data), "--max-seq-len", "4096"]
+    return build
+
+
+def yaml_unknown_lists(lines_full: int, lines_suite: int) -> Callable[[Path, int], list[str]]:
+    """A model spec followed by ``u<i>: [a, ..., h]`` unknown keys (10 nodes a line; 700,000 lines are
+    the campaign's 20 MB, which took 285 s and 3 GB; 9,900 lines are just inside MAX_YAML_NODES)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        from helpers.hostile import MODEL_YAML
+
+        n = lines_full if scale > 1 else lines_suite
+        return ["check", _w(folder, "unknown.yaml", MODEL_YAML + "".join(f"u{i}: [a, b, c, d, e, f, g, h]\n"
+                                                                         for i in range(n)))]
+    return build
+
+
+def mix_classes(classes_full: int, classes_suite: int) -> Callable[[Path, int], list[str]]:
+    """A mix of many classes (40,000 in 4 MB: the campaign; 5,800 fit MAX_YAML_NODES at 17 nodes each)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        k = classes_full if scale > 1 else classes_suite
+        text = f"model: {FLASH}\nrequests: 1000\nseed: 1\nclasses:\n" + "".join(
+            f"  - {{name: c{i}, rate: 1, prompt: {{dist: fixed, value: 8}}, output: {{dist: fixed, value: 8}}}}\n"
+            for i in range(k))
+        return ["simulate", _w(folder, "classes.yaml", text)]
+    return build
+
+
+def empirical(values_full: int, values_suite: int) -> Callable[[Path, int], list[str]]:
+    """An empirical prompt distribution of many values (1M: the campaign; 99,000 fit MAX_YAML_NODES)."""
+    def build(folder: Path, scale: int) -> list[str]:
+        k = values_full if scale > 1 else values_suite
+        text = (f"model: {FLASH}\nrequests: 1000\nseed: 1\nclasses:\n  - {{name: c, rate: 1, prompt: "
+                "{dist: empirical, values: [" + ", ".join(str(1 + i % 5000) for i in range(k))
+                + "]}, output: {dist: fixed, value: 8}}\n")
+        return ["simulate", _w(folder, "empirical.yaml", text)]
+    return build
+
+
+def sweep_spec_size(folder: Path, scale: int) -> list[str]:
+    """A 16 MB sweep spec (the campaign's; the limit is now MAX_SPEC_BYTES = 4 MiB)."""
+    body = "grid: {model: deepseek-v4-pro, device: h200}\n" + "".join(f"x{i}: [1, 2, 3]\n" for i in range(1_000_000))
+    trace = folder / "trace.csv"
+    trace.write_bytes((EXAMPLES / "traces" / "azure_conv_sample_200.csv").read_bytes())
+    return ["sweep", _w(folder, "s.yaml", "workload: trace.csv\n" + body), "-j", "1"]
+
+
 # -- bad input called a refusal -----------------------------------------------------------------
 
 def _varint(n: int) -> bytes:
@@ -256,6 +333,18 @@ CASES: tuple[Case, ...] = (
     _case("pp-43-dp-1024-one-request", wide_deployment, (0,)),
     _case("reserve-fit-200000-lengths", reserve_fit_lengths, (2,)),
     _case("spec-8192-layers-device", layers_spec, (0, 3)),
+    _case("onnx-10M-top-level-fields", onnx_fields("top"), (2,), 2),
+    _case("onnx-10M-initializers", onnx_fields("initializer"), (2,), 2),
+    _case("onnx-10M-value-info", onnx_fields("value_info"), (2,), 2),
+    _case("onnx-10MB-model-docstring", onnx_docstring("model"), (0, 3), 2),
+    _case("onnx-10MB-node-docstring", onnx_docstring("node"), (0, 3), 2),
+    _case("yaml-20MB-unknown-key-lists", yaml_unknown_lists(700_000, 450_000), (2,), 2),
+    _case("yaml-unknown-key-lists-at-node-limit", yaml_unknown_lists(9_900, 9_900), (2,)),
+    _case("mix-40000-classes", mix_classes(40_000, 40_000), (2,)),
+    _case("mix-5800-classes", mix_classes(5_800, 5_800), (0,)),
+    _case("empirical-1M-values", empirical(1_000_000, 1_000_000), (2,)),
+    _case("empirical-99000-values", empirical(99_000, 99_000), (0,)),
+    _case("sweep-16MB-spec", sweep_spec_size, (2,)),
     _case("onnx-duplicate-attribute", onnx_duplicate_attribute, (2,)),
     _case("onnx-duplicate-metadata-key", onnx_duplicate_metadata, (2,)),
     _case("columns-one-column-two-roles", columns("a,b,c,d", "arrival=a,prompt=b,output=b"), (2,)),
@@ -290,6 +379,14 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "indexer-kv-dtype-unknown-vllm": ("--indexer-kv-dtype", "'int3'", "IndexerKVDType"),
     "indexer-kv-dtype-unknown-sglang": ("--indexer-kv-dtype", "'int3'"),
     "reserve-fit-200000-lengths": ("--bucket", "MAX_RESERVE_TIERS"),
+    "onnx-10M-top-level-fields": ("top.onnx", "MAX_ONNX_MODEL_FIELDS"),
+    "onnx-10M-initializers": ("initializer.onnx", "MAX_ONNX_GRAPH_FIELDS"),
+    "onnx-10M-value-info": ("value_info.onnx", "MAX_ONNX_"),
+    "yaml-20MB-unknown-key-lists": ("unknown.yaml", "MAX_YAML_BYTES"),
+    "yaml-unknown-key-lists-at-node-limit": ("unknown.yaml", "u0", "unknown"),
+    "mix-40000-classes": ("classes.yaml", "MAX_YAML_NODES"),
+    "empirical-1M-values": ("empirical.yaml", "MAX_YAML_BYTES"),
+    "sweep-16MB-spec": ("s.yaml", "MAX_SPEC_BYTES"),
     "onnx-duplicate-attribute": ("dupattr.onnx", "compression_ratio", "given twice"),
     "onnx-duplicate-metadata-key": ("dupmeta.onnx", "metadata_props", "max_seq_len", "given twice"),
     "columns-one-column-two-roles": ("--columns", "'b'", "prompt and output"),
