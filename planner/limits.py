@@ -1,4 +1,5 @@
-"""Every bound csa-plan puts on an input, in one place (README: "Security and limits").
+"""Every bound csa-plan puts on an input, in one place (README: "Security and limits"; the second
+campaign's bounds: docs/limits.md).
 
 Each limit has a name; a message that enforces one names it, so a user who hits a
 limit can find it here and in the README. They are far beyond any real model, trace
@@ -8,7 +9,7 @@ or spec, and small enough that a hostile input is refused in bounded time and me
 from __future__ import annotations
 
 # -- files ------------------------------------------------------------------------------------
-MAX_FILE_BYTES = 64 << 20  # model configs, YAML model specs, mix specs
+MAX_FILE_BYTES = 64 << 20  # model configs (YAML documents: MAX_YAML_BYTES below)
 MAX_SPEC_BYTES = 4 << 20  # sweep specs (YAML: MAX_YAML_BYTES and MAX_YAML_NODES apply too)
 MAX_RESUME_BYTES = 256 << 20  # a sweep --resume file
 MAX_ONNX_BYTES = 1 << 38  # 256 GiB: embedded payloads are skipped by offset, never read
