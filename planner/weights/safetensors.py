@@ -112,23 +112,26 @@ class _Duplicate(Exception):
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
-    if len(out) != len(pairs):
+    if len(out) != len(pairs):  # rare: find the key given twice, for the message
         seen: set[str] = set()
-        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
     return out
 
 
-def _strict_json(text: str, source: str) -> Any:
+def _strict_json(text: str, source: str, what: str = "header") -> Any:
     """A header's JSON at the C parser's speed (a header holds up to a few hundred thousand objects):
     a key given twice in any object is bad input (it would silently take the last value); the
     entries are then checked field by field, so no tree walk is needed."""
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except _Duplicate as exc:
-        raise BadInput(source, f"header[{excerpt(str(exc.args[0]), 80)}]",
-                       "duplicate key (the header names it twice)") from None
+        raise BadInput(source, f"{what}[{excerpt(str(exc.args[0]), 80)}]",
+                       f"duplicate key (the {what} names it twice)") from None
     except (RecursionError, ValueError) as exc:
-        raise BadInput(source, "header", f"malformed JSON: {str(exc).splitlines()[0][:120]}") from None
+        raise BadInput(source, what, f"malformed JSON: {str(exc).splitlines()[0][:120]}") from None
 
 
 def _check_tiling(source: str, spans: list[tuple[TensorSpec, int, int]], data_size: int) -> None:
@@ -248,7 +251,7 @@ def _read_checkpoint(directory: Path) -> Checkpoint | None:
 def read_index(path: Path) -> Checkpoint:
     """``metadata.total_size`` (bytes of tensor data) and the ``weight_map`` of an index file."""
     name = str(path)
-    data = _strict_json(read_text(path, MAX_INDEX_BYTES, "MAX_INDEX_BYTES"), name)
+    data = _strict_json(read_text(path, MAX_INDEX_BYTES, "MAX_INDEX_BYTES"), name, "index")
     if not isinstance(data, dict):
         raise BadInput(name, None, "expected a JSON object")
     meta = data.get("metadata")

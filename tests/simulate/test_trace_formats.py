@@ -313,3 +313,26 @@ def test_a_file_with_too_many_rows_is_refused_before_parsing(tmp_path, monkeypat
     blank = tmp_path / "blank.csv"  # many newlines, few rows: read as usual
     blank.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n" + b"1,1,1\n" * 5 + b"\n\r\n" * 2000)
     assert len(load_workload(str(blank))) == 5
+
+
+# -- issue 24: one column, one role ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mapping, needle", [
+    ("arrival=a,prompt=b,output=b", "'b' is named for both prompt and output"),
+    ("arrival=a,prompt=a,output=a", "'a' is named for both arrival and prompt"),
+    ("arrival=A,prompt=a,output=c", "'a' is named for both arrival and prompt"),  # names are matched case-folded
+])
+def test_one_column_cannot_hold_two_roles(mapping, needle):
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.workloads.formats import parse_columns
+
+    with pytest.raises(BadInput, match=needle):
+        parse_columns(mapping)
+
+
+def test_a_header_naming_a_column_twice_is_bad_input(csa, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,contexttokens\n2023-11-16 18:15:46,1,1,5\n")
+    r = csa("simulate", str(trace), "--model", "deepseek-v4-flash")
+    assert r.code == 2 and "t.csv:1" in r.err and "'contexttokens' twice (columns 2 and 4)" in r.err

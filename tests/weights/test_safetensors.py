@@ -136,3 +136,91 @@ def test_checkpoint_of_an_unknown_architecture_still_measures(tmp_path):
     with pytest.raises(BadInput, match="no tensor inventory for 'SomethingNew'"):
         model_weights(str(tmp_path))
     assert model_weights(str(tmp_path), required=False) is None
+
+
+# -- issue 24: the tensors tile the data area; duplicates; the input boundary; read once --------------
+
+
+def _raw_header(entries: dict, data: int) -> bytes:
+    raw = json.dumps(entries).encode()
+    return struct.pack("<Q", len(raw)) + raw + bytes(data)
+
+
+@pytest.mark.parametrize("entries, data, needle", [
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 8, "overlaps the tensor before it"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12, "overlaps"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}}, 24, "leaves a gap of 8 bytes"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, 16, "leaves a gap of 8 bytes"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 12, "cover 8 of the 12 data bytes"),
+])
+def test_offsets_must_tile_the_data_area(tmp_path, entries, data, needle):
+    """Overlapping ranges counted the same bytes twice (200 x 1 GiB of 'measured' weights from 1 GiB)."""
+    raw_file(tmp_path / "x.safetensors", _raw_header(entries, data))
+    with pytest.raises(BadInput, match=needle):
+        read_checkpoint(tmp_path)
+
+
+def test_out_of_order_ranges_that_tile_are_accepted(tmp_path):
+    entries = {"b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},
+               "a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+               "empty": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]}}
+    raw_file(tmp_path / "x.safetensors", _raw_header(entries, 16))
+    assert read_checkpoint(tmp_path).data_bytes == 16
+
+
+def test_a_tensor_named_twice_in_one_header_is_bad_input(tmp_path):
+    entry = '{"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}'
+    raw = ('{"w": ' + entry + ', "w": ' + entry + '}').encode()
+    raw_file(tmp_path / "x.safetensors", struct.pack("<Q", len(raw)) + raw + bytes(8))
+    with pytest.raises(BadInput, match=r"header\['w'\]: duplicate key"):
+        read_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("kind, needle", [("fifo", "FIFO"), ("dir", "a directory"), ("zero", "character device")])
+@pytest.mark.parametrize("name", ["model-00001-of-00001.safetensors", "model.safetensors.index.json"])
+def test_a_shard_or_index_that_is_not_a_file_is_bad_input(tmp_path, kind, needle, name):
+    """Opened once, non-blocking, the descriptor fstat-ed: a FIFO never blocks (the index was ignored
+    before, leaving a refusal, exit 3)."""
+    import os
+
+    target = tmp_path / name
+    {"fifo": lambda: os.mkfifo(target), "dir": target.mkdir,
+     "zero": lambda: os.symlink("/dev/zero", target)}[kind]()
+    with pytest.raises(BadInput, match=needle) as err:
+        read_checkpoint(tmp_path)
+    assert err.value.source == str(target)
+
+
+def test_headers_are_read_once_per_process(tmp_path, monkeypatch):
+    """The smallest-TP search asks for the same directory once per candidate: one read of each header.
+    A change to the directory (a shard added) is seen."""
+    from csa_plan.planner.weights import safetensors
+
+    write_shard(tmp_path / "a.safetensors", {"w": ("F32", (4,))})
+    reads = []
+    real = safetensors.read_header
+    monkeypatch.setattr(safetensors, "read_header", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    first = read_checkpoint(tmp_path)
+    for _ in range(50):
+        assert read_checkpoint(tmp_path) is first
+    assert len(reads) == 1
+    import os
+    import time
+
+    time.sleep(0.01)
+    write_shard(tmp_path / "b.safetensors", {"v": ("F32", (1,))})
+    os.utime(tmp_path, ns=(time.time_ns(), time.time_ns()))
+    assert read_checkpoint(tmp_path).data_bytes == 20 and len(reads) == 3
+
+
+def test_the_checkpoint_caps_bound_the_headers_read_together(tmp_path, monkeypatch):
+    from csa_plan.planner.weights import safetensors
+
+    for i in range(3):
+        write_shard(tmp_path / f"s{i}.safetensors", {f"t{i}.{k}": ("F32", (1,)) for k in range(10)})
+    monkeypatch.setattr(safetensors, "MAX_CHECKPOINT_TENSORS", 25)
+    with pytest.raises(BadInput, match="more than 25 tensors .*MAX_CHECKPOINT_TENSORS"):
+        read_checkpoint(tmp_path)
