@@ -50,7 +50,7 @@ class BlockPool:
         self.ref = [0] * num_blocks
         self.hash: list[object | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
-        self.cached: dict[object, int] = {}  # (hash, group) -> block (one block per key, as get_one_block)
+        self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
     def num_free(self) -> int:
@@ -69,11 +69,26 @@ class BlockPool:
         return out
 
     def _evict(self, b: int) -> None:
-        """_maybe_evict_cached_block (block_pool.py:769-790): forget the block's hash."""
+        """_maybe_evict_cached_block / _remove_cached_block_hashes (block_pool.py:630-650, 769-790)."""
         key = self.hash[b]
-        if self.cached.get(key) == b:
-            del self.cached[key]
+        blocks = self.cached.get(key)
+        if blocks is not None and b in blocks:
+            blocks.remove(b)
+            if not blocks:
+                del self.cached[key]
         self.hash[b] = None
+
+    def get_one(self, key: object) -> int | None:
+        """BlockHashToBlockMap.get_one_block (block_pool.py:63-72): the first block cached under the key."""
+        blocks = self.cached.get(key)
+        return blocks[0] if blocks else None
+
+    def insert(self, key: object, b: int) -> None:
+        """_insert_block_hash (block_pool.py:666-686) for a block with no hash yet (a fresh full block)."""
+        if self.hash[b] == key:
+            return
+        self.hash[b] = key
+        self.cached.setdefault(key, []).append(b)
 
     def touch(self, blocks: list[int]) -> None:
         """block_pool.py:792-810."""

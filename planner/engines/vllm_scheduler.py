@@ -55,7 +55,7 @@ class Req:
     """The fields of ``v1/request.py`` Request the scheduler reads."""
 
     __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
-                 "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes")
+                 "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb")
 
     def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
         self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
@@ -66,7 +66,8 @@ class Req:
         self.stale = 0  # num_stale_output_tokens
         self.prefill_chunk = True
         self.ever_computed = 0  # tokens computed before the last preemption (for recomputation counts)
-        self.hashes = None  # vllm_prefix: this request's block hashes, built on first lookup
+        self.hashes = None  # vllm_prefix: this request's token identity, built on first lookup
+        self.spb = 0  # shared_prefix_boundary (kv_cache_manager.py get_computed_blocks)
 
     @property
     def num_tokens(self) -> int:
@@ -266,6 +267,8 @@ class VllmRuntime(EngineRuntime):
                 continue
             tokens = 1 + spec
             stopped = False
+            had_placeholders = req.placeholders > 0
+            running_before = req.status == RUNNING
             if req.num_output == 0:
                 c.first_token.append(req.rid)
             for k in range(1, tokens + 1):
@@ -277,6 +280,8 @@ class VllmRuntime(EngineRuntime):
                     break
             if not stale and req.placeholders > 0:
                 req.placeholders -= tokens
+            if self.prefix is not None and not stale and running_before and (had_placeholders or self.num_spec):
+                self.prefix.cache_blocks(self.kv, req, req.num_computed - req.num_in_flight)  # :2418-2425
             if stopped:
                 req.status = FINISHED
                 if req in self.run_q:
