@@ -337,30 +337,47 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     return ok, line
 
 
+TIGHT_GIB = {"deepseek-v4-flash": 8, "deepseek-v4-pro": 10}  # vLLM preempts here (Mooncake, caching on)
+ROOMY_GIB = 40
+
+
+def cases(n: int):
+    """(label, model, trace loader, kv GiB, max_num_batched_tokens, max_num_seqs, caching, async)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "traces")
+    conv = os.path.join(root, "azure_llm_inference_2023_conv.csv")
+    mooncake = os.environ.get("CSA_MOONCAKE", os.path.join(root, "mooncake_conversation_head200.jsonl"))
+    burst = os.path.join(root, "burstgpt_v1_head42.csv")
+    traces = {
+        "azure-conv@1000": lambda: load_trace(conv, n, 1000),
+        "azure-conv@12000": lambda: load_trace(conv, n, 12000),
+        "mooncake-head": lambda: load_trace(mooncake, n),
+        "mix": lambda: mix_trace([load_trace(conv, n // 2, 5000), load_trace(mooncake, n // 2, 0),
+                                  load_trace(burst, 40, 0)]),
+    }
+    out = []
+    for model in ("deepseek-v4-flash", "deepseek-v4-pro"):
+        tight = TIGHT_GIB[model]
+        for label, load in traces.items():
+            settings = [(tight, 8192, 1024, True, True), (ROOMY_GIB, 2048, 8, True, True),
+                        (tight, 2048, 1024, True, False)]
+            if label == "mooncake-head":
+                settings += [(tight, 8192, 1024, False, True), (ROOMY_GIB, 8192, 1024, False, False)]
+            for kv, mnbt, seqs, caching, async_on in settings:
+                out.append((label, model, load, kv, mnbt, seqs, caching, async_on))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--requests", type=int, default=100, help="requests per trace slice [default: 100]")
     p.add_argument("--only", default=None, help="run the cases whose label contains this")
     args = p.parse_args(argv)
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "traces")
-    shared = os.environ.get("CSA_TRACES", os.path.join(root, ".."))
-    conv = os.path.join(root, "azure_llm_inference_2023_conv.csv")
-    code = os.path.join(root, "azure_llm_inference_2023_code.csv")
-    mooncake = os.environ.get("CSA_MOONCAKE", os.path.join(root, "mooncake_conversation_trace.jsonl"))
-    n = 150 if args.quick else 400
-    cases = []
-    for model in ("deepseek-v4-flash", "deepseek-v4-pro"):
-        for label, tr in (("azure-conv", lambda: load_trace(conv, n, 1000)), ("azure-code", lambda: load_trace(code, n, 500)),
-                          ("mooncake", lambda: load_trace(mooncake, n))):
-            for kv, mnbt, seqs, caching in ((4, 8192, 1024, True), (40, 2048, 8, True), (4, 2048, 1024, False),
-                                            (40, 8192, 1024, False)):
-                cases.append((label, model, tr, kv, mnbt, seqs, caching))
     results = []
-    for label, model, tr, kv, mnbt, seqs, caching in cases:
-        if args.only and args.only not in label:
+    for label, model, load, kv, mnbt, seqs, caching, async_on in cases(args.requests):
+        if args.only and args.only not in f"{label} {model}":
             continue
         try:
-            ok, line = run_case(label, model, tr(), kv, mnbt, seqs, caching)
+            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on)
         except Exception as exc:  # a case that cannot run is a failure, named
             ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
         print(line, flush=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
@@ -45,6 +45,7 @@ class SimulateRequest:
     engine: str | None = None  # an engine model's name: charge what that engine charges
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
+    enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,10 +101,23 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     spec = load_model(settings.model, max_seq_len=config.max_seq_len)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
+    runtime_plan = _runtime_plan(req, spec, config)
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import refuse_reservation_options
+
+        refuse_reservation_options(req, runtime_plan)
+    elif req.enable_prefix_caching is not None:
+        raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
+                       "--no-enable-prefix-caching", "applies to an engine whose runtime is replayed step by step "
+                       "(--engine vllm-0.33)")
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
         return SimulateOutcome(_with_budget(report, device), ExitCode.REFUSED)
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
+
+        return run_runtime_simulate(req, wl, spec, config, device, progress)
     scn = prepare(spec, wl, config)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
@@ -132,6 +146,20 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
     return SimulateOutcome(_with_budget(report, device), code, series, title=f"{spec.name} — {wl.source}")
+
+
+def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
+    """The engine plan when the engine's runtime is replayed step by step, else None."""
+    if req.engine is None:
+        return None
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    try:
+        plan = config.engine.sized(spec, replace(config, limit_bytes=0), config.max_seq_len or
+                                   max(d.max_seq_len for d in spec.layers))[0]
+    except EngineRefused:
+        return None
+    return plan if plan.runtime_modelled else None
 
 
 def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,

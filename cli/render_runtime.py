@@ -1,0 +1,100 @@
+"""Render the runtime replay (``simulate --engine vllm-0.33``): the ``runtime`` section of the document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from csa_plan.cli.format import plural
+from csa_plan.cli.tables import KEY, Col, print_table
+
+
+def _q(q: dict[str, Any]) -> list[str]:
+    f = lambda v: "-" if v is None else f"{v:,.3f}"
+    return [f(q["p50_s"]), f(q["p99_s"]), f(q["max_s"])]
+
+
+def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None) -> None:
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
+    dep, engine = report["deployment"], report.get("engine")
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')})")
+    for note in report["workload"]["notes"]:
+        out.print(f"  note: {note}")
+    refusal = report.get("engine_refusal")
+    if refusal is not None:
+        out.print(f"  refused: {refusal['message']}", highlight=False)
+        return
+    rt = report["runtime"]
+    out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
+    pool = engine["pool"]
+    out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}), its scheduler and KV cache "
+              f"manager replayed step by step: {pool['usable_units']:,} {pool['unit']}s of {pool['unit_bytes']:,} B "
+              f"usable, tp {dep['tp']}", highlight=False)
+    settings = ", ".join(f"{s['option']} {s['value']}" for s in engine["settings"]
+                         if s["option"] in ("--max-num-batched-tokens", "--max-num-seqs", "--async-scheduling",
+                                            "--num-speculative-tokens"))
+    pc = rt["prefix_cache"]
+    out.print(f"  settings: {settings}; prefix caching {'on' if pc['enabled'] else 'off'}", highlight=False)
+    t = report["time"]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s",
+              highlight=False)
+    out.print(f"  served {rt['served']:,} of {rt['requests']:,}"
+              + "".join(f"; refused {n:,}: {r}" for r, n in ((x['reason'], x['requests']) for x in rt["refused"])),
+              highlight=False)
+    if pc["enabled"]:
+        out.print(f"  prefix cache: {pc['hit_tokens']:,} of {pc['queried_tokens']:,} prompt tokens looked up were "
+                  f"hits ({pc['hit_rate']:.1%})")
+    occ = rt["occupancy"]
+    out.print(f"  {occ['unit']}s in use: peak {occ['peak_units']:,} of {occ['usable_units']:,}, mean "
+              f"{occ['mean_units']:,.0f} over steps; running peak {occ['peak_running']:,} (mean "
+              f"{occ['mean_running']:,.1f}); waiting peak {occ['peak_waiting']:,} (mean {occ['mean_waiting']:,.1f})")
+    print_table(out, f"{occ['unit']}s per KV cache group", [Col("group", KEY), Col("at the peak", "right"),
+                                                             Col("own peak", "right")],
+                [[p["name"], f"{p['at_peak']:,}", f"{p['peak']:,}"] for p in occ["pools"]])
+    print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
+                [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
+                 ["end to end", *_q(rt["e2e"])]])
+    for note in rt["modelled"]:
+        out.print(f"  modelled: {note}", highlight=False)
+    cap = report.get("capacity")
+    if cap:
+        out.print(f"  capacity: x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= {cap['max_wait_s']:g} s "
+                  f"({cap['probes']} probes)")
+    if plot_note:
+        out.print(f"  plot: {plot_note}")
+
+
+def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Blocks in use against the pool, with running and waiting; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
+    from csa_plan.cli.plots import _save
+
+    rt = report["runtime"]
+    s, occ = rt["series"], rt["occupancy"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.step(s["t_s"], s["units"], where="post", label=f"{occ['unit']}s in use (max per point)")
+    ax.axhline(occ["usable_units"], color="red", linestyle="--", label="pool (usable)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"{occ['unit']}s")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.step(s["t_s"], s["running"], where="post", color="grey", alpha=0.6, label="running")
+    ax2.step(s["t_s"], s["waiting"], where="post", color="orange", alpha=0.6, label="waiting")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    h, l = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h + h2, l + l2, loc="upper left", fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    _save(fig, path)
+    return None
