@@ -211,8 +211,7 @@ class VllmReference:
 
     def used_units(self):
         mgrs = self.sched.kv_cache_manager.coordinator.single_type_managers
-        return tuple(sum(1 for b in blocks for _ in [0] if not b.is_null) if False else
-                     sum(sum(1 for b in blocks if not b.is_null) for blocks in m.req_to_blocks.values())
+        return tuple(len({b.block_id for blocks in m.req_to_blocks.values() for b in blocks if not b.is_null})
                      for m in mgrs)
 
     def running(self):
@@ -250,23 +249,11 @@ class Recorder:
 
 
 def load_trace(path: str, n: int, skip: int = 0):
-    import numpy as np
-
-    from csa_plan.planner.runtime.protocol import RuntimeTrace
+    """Requests skip .. skip + n of a trace, as csa-plan's tests slice it (planner/runtime/trace.py)."""
+    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
     from csa_plan.planner.workloads import load_workload
 
-    wl = load_workload(path)
-    sl = slice(skip, skip + n)
-    arr = wl.arrival_ns[sl].astype(np.int64)
-    arr = arr - arr[0]
-    ids = offs = None
-    if getattr(wl, "hash_ids", None) is not None:
-        o = wl.hash_offsets
-        lo, hi = int(o[skip]), int(o[min(skip + n, len(o) - 1)])
-        ids = np.asarray(wl.hash_ids[lo:hi], dtype=np.int64)
-        offs = (np.asarray(o[skip:skip + n + 1], dtype=np.int64) - lo)
-    return RuntimeTrace(arr, wl.prompt_tokens[sl].astype(np.int64), np.maximum(wl.output_tokens[sl], 1).astype(np.int64),
-                        ids, offs)
+    return slice_trace(runtime_trace(load_workload(path)), skip, n)
 
 
 def mix_trace(traces):

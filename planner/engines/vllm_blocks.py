@@ -43,10 +43,11 @@ def cdiv(a: int, b: int) -> int:
 class BlockPool:
     """block_pool.py BlockPool: reference counts, cached hashes and the free queue."""
 
-    __slots__ = ("num_blocks", "ref", "hash", "free", "cached", "caching")
+    __slots__ = ("num_blocks", "ref", "hash", "free", "cached", "caching", "in_use")
 
-    def __init__(self, num_blocks: int, caching: bool) -> None:
+    def __init__(self, num_blocks: int, caching: bool, groups: int = 1) -> None:
         self.num_blocks = num_blocks
+        self.in_use = [0] * groups  # distinct blocks with a reference, per group (a shared hit counts once)
         self.ref = [0] * num_blocks
         self.hash: list[object | None] = [None] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
@@ -56,8 +57,9 @@ class BlockPool:
     def num_free(self) -> int:
         return len(self.free)
 
-    def get_new_blocks(self, n: int) -> list[int]:
+    def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
+        self.in_use[gid] += n
         out = []
         free, ref = self.free, self.ref
         for _ in range(n):
@@ -90,16 +92,17 @@ class BlockPool:
         self.hash[b] = key
         self.cached.setdefault(key, []).append(b)
 
-    def touch(self, blocks: list[int]) -> None:
+    def touch(self, blocks: list[int], gid: int) -> None:
         """block_pool.py:792-810."""
         for b in blocks:
             if b == NULL:
                 continue
             if self.ref[b] == 0:
                 del self.free[b]
+                self.in_use[gid] += 1
             self.ref[b] += 1
 
-    def free_blocks(self, ordered: list[int]) -> None:
+    def free_blocks(self, ordered: list[int], gid: int) -> None:
         """block_pool.py:816-850: first to be evicted first; unhashed to the front, hashed to the back."""
         first: list[int] = []
         ref, free = self.ref, self.free
@@ -108,6 +111,7 @@ class BlockPool:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
+                self.in_use[gid] -= 1
                 if self.hash[b] is None or not self.caching:
                     first.append(b)
                 else:
@@ -136,13 +140,13 @@ class GroupSpec:
 class GroupManager:
     """single_type_kv_cache_manager.py SingleTypeKVCacheManager for one group."""
 
-    __slots__ = ("spec", "pool", "gid", "tables", "num_cached", "held")
+    __slots__ = ("spec", "pool", "gid", "tables", "num_cached", "nulls")
 
     def __init__(self, spec: GroupSpec, pool: BlockPool, gid: int) -> None:
         self.spec, self.pool, self.gid = spec, pool, gid
         self.tables: dict[int, list[int]] = {}
+        self.nulls: dict[int, int] = {}  # leading null blocks of each table (everything below is null)
         self.num_cached: dict[int, int] = {}  # num_cached_block: running requests once cached
-        self.held = 0  # non-null blocks in this group's tables (units in use)
 
     def num_blocks_to_allocate(self, r: int, num_tokens: int, new_computed: list[int], total_computed: int,
                                cap: bool) -> int:
@@ -168,10 +172,13 @@ class GroupManager:
         skipped_blocks = s.skipped_tokens(total_computed) // s.block_size
         hit = new_computed[skipped_blocks:] if skipped_blocks > 0 else new_computed
         if self.pool.caching:
-            self.pool.touch(hit)
+            self.pool.touch(hit, self.gid)
         table = [NULL] * skipped_blocks + list(hit)
         self.tables[r] = table
-        self.held += sum(1 for b in hit if b != NULL)
+        lead = 0
+        while lead < len(table) and table[lead] == NULL:
+            lead += 1
+        self.nulls[r] = lead
         self.num_cached[r] = len(table)
 
     def allocate_new(self, r: int, num_tokens: int) -> None:
@@ -179,8 +186,7 @@ class GroupManager:
         table = self.tables.setdefault(r, [])
         n = cdiv(num_tokens, self.spec.block_size) - len(table)
         if n > 0:
-            table.extend(self.pool.get_new_blocks(n))
-            self.held += n
+            table.extend(self.pool.get_new_blocks(n, self.gid))
 
     def remove_skipped(self, r: int, processed: int) -> None:
         """remove_skipped_blocks + _remove_blocks_in_range (single_type_kv_cache_manager.py:655-720)."""
@@ -191,6 +197,9 @@ class GroupManager:
         if table is None:
             return
         last = min(skipped // self.spec.block_size, len(table))
+        if last <= self.nulls.get(r, 0):
+            return
+        self.nulls[r] = last
         freed = []
         for i in range(last - 1, -1, -1):
             b = table[i]
@@ -199,22 +208,21 @@ class GroupManager:
             freed.append(b)
             table[i] = NULL
         if freed:
-            self.held -= len(freed)
-            self.pool.free_blocks(freed)
+            self.pool.free_blocks(freed, self.gid)
 
     def free(self, r: int) -> None:
         """free / pop_blocks_for_free (single_type_kv_cache_manager.py:571-601): reverse order, null head trimmed."""
         table = self.tables.pop(r, None)
         self.num_cached.pop(r, None)
+        self.nulls.pop(r, None)
         if not table:
             return
         start = 0
         while start < len(table) and table[start] == NULL:
             start += 1
         blocks = table[start:]
-        self.held -= sum(1 for b in blocks if b != NULL)
         blocks.reverse()
-        self.pool.free_blocks(blocks)
+        self.pool.free_blocks(blocks, self.gid)
 
 
 class KvCacheManager:
@@ -223,13 +231,14 @@ class KvCacheManager:
     __slots__ = ("pool", "groups", "max_model_len", "prefix")
 
     def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None) -> None:
-        self.pool = BlockPool(num_blocks, prefix is not None)
+        self.pool = BlockPool(num_blocks, prefix is not None, len(specs))
         self.groups = tuple(GroupManager(s, self.pool, i) for i, s in enumerate(specs))
         self.max_model_len = max_model_len
         self.prefix = prefix  # a vllm_prefix.PrefixCache when prefix caching is on
 
     def held(self) -> tuple[int, ...]:
-        return tuple(g.held for g in self.groups)
+        """Distinct blocks in use per group (a block shared by prefix-cache hits counts once)."""
+        return tuple(self.pool.in_use)
 
     def allocate_slots(self, req, num_new: int, num_new_computed: int = 0, new_computed=None,
                        lookahead: int = 0, full_sequence_must_fit: bool = False) -> bool:
@@ -238,6 +247,36 @@ class KvCacheManager:
         empty = new_computed is None
         local = req.num_computed + num_new_computed
         total = min(local, self.max_model_len)
+        if empty and not full_sequence_must_fit and req.next_slot >= 0:
+            # Nothing to free, nothing to allocate: every group's table already covers the slots and no
+            # window edge crossed a block since the last full pass (the same outcome, computed in O(1)).
+            need_slot = min(total + num_new + lookahead, self.max_model_len)
+            if need_slot <= req.next_slot and max(0, total - req.num_in_flight) < req.next_free:
+                if self.prefix is not None:
+                    self.prefix.cache_blocks(self, req, min(total + num_new, req.num_prompt + req.num_output))
+                return True
+        ok = self._allocate(req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
+                            empty, local, total)
+        self._thresholds(req)
+        return ok
+
+    def _thresholds(self, req) -> None:
+        """The slot count and processed-token count up to which ``allocate_slots`` changes nothing."""
+        slot = free = 1 << 62
+        for g in self.groups:
+            table = g.tables.get(req.rid)
+            if table is None:
+                req.next_slot = -1
+                return
+            s = g.spec
+            slot = min(slot, len(table) * s.block_size)
+            if s.window is not None:
+                free = min(free, (g.nulls.get(req.rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained)
+        req.next_slot, req.next_free = slot, free
+
+    def _allocate(self, req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
+                  empty, local, total) -> bool:
+        groups = self.groups
         free = self.pool.num_free()
         if full_sequence_must_fit:  # kv_cache_manager.py:537-553, apply_admission_cap=True
             full = min(req.num_prompt + req.num_output, self.max_model_len)
@@ -269,3 +308,5 @@ class KvCacheManager:
         """KVCacheManager.free -> coordinator.free: group by group (kv_cache_coordinator.py:404-412)."""
         for g in self.groups:
             g.free(req.rid)
+        req.next_slot = -1
+        req.cache_n = -1

@@ -55,7 +55,8 @@ class Req:
     """The fields of ``v1/request.py`` Request the scheduler reads."""
 
     __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
-                 "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb")
+                 "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb",
+                 "next_slot", "next_free", "cache_n")
 
     def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
         self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
@@ -68,6 +69,9 @@ class Req:
         self.ever_computed = 0  # tokens computed before the last preemption (for recomputation counts)
         self.hashes = None  # vllm_prefix: this request's token identity, built on first lookup
         self.spb = 0  # shared_prefix_boundary (kv_cache_manager.py get_computed_blocks)
+        self.next_slot = -1  # vllm_blocks fast path: -1 = no tables yet
+        self.next_free = 0
+        self.cache_n = -1  # vllm_prefix: the tokens last cached (rounded), -1 = none since the last free
 
     @property
     def num_tokens(self) -> int:

@@ -23,3 +23,19 @@ def runtime_trace(wl: "Workload", rate_scale: float = 1.0) -> RuntimeTrace:
         block = getattr(wl.trace.prefix, "block_tokens", block) or block
     return RuntimeTrace(arrival, wl.prompt_tokens.astype(np.int64), np.maximum(wl.output_tokens, 1).astype(np.int64),
                         wl.hash_ids, wl.hash_offsets, block)
+
+
+def slice_trace(trace: RuntimeTrace, skip: int, n: int) -> RuntimeTrace:
+    """Requests ``skip .. skip + n`` with arrivals from the first of them (cross-checks and tests)."""
+    import numpy as np
+
+    sl = slice(skip, skip + n)
+    arrival = trace.arrival_ns[sl]
+    arrival = arrival - arrival[0] if len(arrival) else arrival
+    ids = offs = None
+    if trace.block_ids is not None and trace.block_offsets is not None:
+        o = trace.block_offsets
+        lo, hi = int(o[skip]), int(o[min(skip + n, len(o) - 1)])
+        ids = np.asarray(trace.block_ids[lo:hi], dtype=np.int64)
+        offs = np.asarray(o[skip:skip + n + 1], dtype=np.int64) - lo
+    return RuntimeTrace(arrival, trace.prompt_tokens[sl], trace.output_tokens[sl], ids, offs, trace.id_block_tokens)
