@@ -307,5 +307,16 @@ class VllmRuntime(EngineRuntime):
     def waiting(self) -> int:
         return len(self.wait_q)
 
+    def notes(self) -> tuple[str, ...]:
+        out = ["vLLM 0.33.0's Scheduler + KVCacheManager step by step: FCFS, chunked prefill, max_num_seqs, "
+               "allocate_slots per KV cache group with window frees, preemption by recompute, "
+               + ("async scheduling (2 batches in flight), " if self.async_on else "")
+               + ("prefix caching (LRU)" if self.prefix is not None else "no prefix caching"),
+               "model output fabricated: one token per step per request past its prompt"
+               + (" plus every draft, all accepted" if self.num_spec else "")]
+        if self.num_spec:
+            out.append("MTP speculative decoding is modelled but not cross-checked against vLLM's scheduler")
+        return tuple(out)
+
     def stranded(self) -> tuple[int, ...]:
         return tuple(r.rid for r in self.wait_q) + tuple(r.rid for r in self.run_q)
