@@ -20,14 +20,14 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     dep, engine = report["deployment"], report.get("engine")
     out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
               f"({plural(report['workload']['requests'], 'request')})")
-    for note in report["workload"]["notes"]:
-        out.print(f"  note: {note}")
     refusal = report.get("engine_refusal")
     if refusal is not None:
         out.print(f"  refused: {refusal['message']}", highlight=False)
         return
     rt = report["runtime"]
     out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
+    for note in report["workload"]["notes"]:
+        out.print(f"  note: {note}")
     pool = engine["pool"]
     out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}), its scheduler and KV cache "
               f"manager replayed step by step: {pool['usable_units']:,} {pool['unit']}s of {pool['unit_bytes']:,} B "
