@@ -51,9 +51,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     out.print(f"  {occ['unit']}s in use: peak {occ['peak_units']:,} of {occ['usable_units']:,}, mean "
               f"{occ['mean_units']:,.0f} over steps; running peak {occ['peak_running']:,} (mean "
               f"{occ['mean_running']:,.1f}); waiting peak {occ['peak_waiting']:,} (mean {occ['mean_waiting']:,.1f})")
-    print_table(out, f"{occ['unit']}s per KV cache group", [Col("group", KEY), Col("at the peak", "right"),
-                                                             Col("own peak", "right")],
-                [[p["name"], f"{p['at_peak']:,}", f"{p['peak']:,}"] for p in occ["pools"]])
+    for p in occ["pools"]:
+        out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,})", highlight=False)
     print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
                 [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
                  ["end to end", *_q(rt["e2e"])]])
