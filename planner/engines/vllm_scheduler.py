@@ -259,6 +259,7 @@ class VllmRuntime(EngineRuntime):
     def complete(self, step: Step) -> Completion:
         """update_from_output (:2259-2540): one sampled token per request past its prompt."""
         c = Completion()
+        sync_drafts = self.num_spec and not self.async_on
         for req, n, samples, spec in step.payload:
             req.num_in_flight -= n
             stale = False
@@ -294,6 +295,10 @@ class VllmRuntime(EngineRuntime):
                     self.wait_q.remove(req)
                 self.kv.free(req)
                 c.finished.append(req.rid)
+        if sync_drafts:  # the engine core's update_draft_token_ids after the step (:2862-2881)
+            for req, *_ in step.payload:
+                if req.status != FINISHED:
+                    req.spec = 0 if req.prefill_chunk else self.num_spec
         return c
 
     # -- observables -----------------------------------------------------------------------------
@@ -314,8 +319,6 @@ class VllmRuntime(EngineRuntime):
                + ("prefix caching (LRU)" if self.prefix is not None else "no prefix caching"),
                "model output fabricated: one token per step per request past its prompt"
                + (" plus every draft, all accepted" if self.num_spec else "")]
-        if self.num_spec:
-            out.append("MTP speculative decoding is modelled but not cross-checked against vLLM's scheduler")
         return tuple(out)
 
     def stranded(self) -> tuple[int, ...]:
