@@ -280,7 +280,7 @@ def load_trace(path: str, n: int, skip: int = 0):
 
 
 def mix_trace(traces):
-    """Interleave traces by arrival (ids kept only where all have them)."""
+    """Interleave traces by arrival; a request keeps its prefix ids (none for a trace without them)."""
     import numpy as np
 
     from csa_plan.planner.runtime.protocol import RuntimeTrace
@@ -288,7 +288,13 @@ def mix_trace(traces):
     arr = np.concatenate([t.arrival_ns for t in traces])
     order = np.argsort(arr, kind="stable")
     cat = lambda f: np.concatenate([getattr(t, f) for t in traces])[order]
-    return RuntimeTrace(arr[order], cat("prompt_tokens"), cat("output_tokens"))
+    per = [list(t.ids_of(i)) if t.block_ids is not None else [] for t in traces for i in range(len(t))]
+    ids, offs = [], [0]
+    for k in order:
+        ids.extend(int(x) for x in per[k])
+        offs.append(len(ids))
+    return RuntimeTrace(arr[order], cat("prompt_tokens"), cat("output_tokens"), np.array(ids, dtype=np.int64),
+                        np.array(offs, dtype=np.int64))
 
 
 def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
