@@ -56,7 +56,7 @@ class Req:
 
     __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
                  "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb",
-                 "next_slot", "next_free", "cache_n")
+                 "next_slot", "next_free", "slot_th", "free_th", "cache_n")
 
     def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
         self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
@@ -71,6 +71,8 @@ class Req:
         self.spb = 0  # shared_prefix_boundary (kv_cache_manager.py get_computed_blocks)
         self.next_slot = -1  # vllm_blocks fast path: -1 = no tables yet
         self.next_free = 0
+        self.slot_th: list[int] = []
+        self.free_th: list[int] = []
         self.cache_n = -1  # vllm_prefix: the tokens last cached (rounded), -1 = none since the last free
 
     @property
