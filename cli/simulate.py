@@ -113,7 +113,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     elif plot_path is not None and report.get("runtime") is not None:
-        from csa_plan.cli.render_runtime import plot_runtime
+        from csa_plan.cli.plots import plot_runtime
 
         plot_note = plot_runtime(report, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}

@@ -37,8 +37,9 @@ def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
                                               "(tools/crosscheck_vllm_runtime.py)")
 
 
-def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progress, fit=None) -> "SimulateOutcome":
-    from csa_plan.planner.commands.simulate import SimulateOutcome, _with_budget
+def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
+    """The outcome without the budget sections (the caller adds them, as for every simulate)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.reports.runtime import runtime_report
     from csa_plan.planner.runtime.protocol import RuntimeOptions
@@ -55,7 +56,7 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progr
     except EngineRefused as exc:
         doc = _document(wl, spec, config, None, None, ExitCode.REFUSED)
         doc["engine_refusal"] = exc.refusal.as_dict()
-        return SimulateOutcome(_with_budget(doc, device, fit), ExitCode.REFUSED)
+        return SimulateOutcome(doc, ExitCode.REFUSED)
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
@@ -75,7 +76,7 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progr
     doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
     doc["runtime"] = report.as_dict()
     doc["capacity"] = capacity
-    return SimulateOutcome(_with_budget(doc, device, fit), code, None, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
 
 
 def _replay(plan, sizing, trace, time, options, progress, n):
