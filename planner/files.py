@@ -136,12 +136,16 @@ PLOT_EXTENSIONS = (".png", ".svg", ".pdf")
 
 
 def check_output_path(path: str, option: str, extensions: tuple[str, ...] = PLOT_EXTENSIONS) -> Path:
-    """A path a file can be written to: a known extension, an existing writable folder, and
-    either nothing there yet or a regular file (a directory or a device is refused)."""
+    """A path a file can be written to: a file name (not ending in ``/``) with a known extension,
+    an existing writable folder, and either nothing there yet or a regular file (a directory or
+    a device is refused)."""
     if not path:
         raise BadInput("options", option, "the path is empty")
     if "\0" in path:
         raise BadInput("options", option, f"the path {excerpt(path)} contains a NUL character")
+    name = os.path.basename(path)
+    if name in ("", ".", ".."):  # "x.png/" or "x.png/.": pathlib would drop the slash and call it x.png
+        raise BadInput("options", option, f"{excerpt(path)} names a folder, not a file (use e.g. plot.png)")
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in extensions:
