@@ -37,8 +37,9 @@ def run_sweep(req: SweepRequest,
               progress: Callable[[str, int], ContextManager[Tick]] = lambda label, total: nullcontext(
                   lambda *a: None)) -> SweepOutcome:
     from csa_plan.planner.reports.sweep import sweep_report
-    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, resume_line, triage
-    from csa_plan.planner.sweep.resume import ResumeFile
+    from csa_plan.planner.sweep.evaluate import (Task, WorkloadBounds, answer, evaluate, load_context_workload,
+                                                 resume_line, triage)
+    from csa_plan.planner.sweep.resume import ResumeFile, ResumeIdentity
     from csa_plan.planner.sweep.executors import make_executor
     from csa_plan.planner.sweep.spec import load_spec
 
@@ -46,10 +47,11 @@ def run_sweep(req: SweepRequest,
     digest = spec.digest
     resume_path = req.resume_path
     sink = None
-    if resume_path is not None:  # opened once: validated record by record, a torn tail repaired
-        if not resume_path:
-            raise BadInput("options", "--resume", "the path is empty")
-        sink = ResumeFile(resume_path, digest, {p.key: p for p in spec.points})
+    if resume_path is not None:  # opened once: its header and every record checked, a torn tail repaired
+        ctx = spec.context
+        bounds = WorkloadBounds.of(load_context_workload(ctx.workload, ctx.sort, ctx.seed))
+        identity = ResumeIdentity.of(spec, bounds.requests, bounds.base_rate_per_s)
+        sink = ResumeFile(resume_path, identity, {p.key: p for p in spec.points})
     try:
         plan = triage(spec, sink.done if sink else {})
         executor = make_executor(req.jobs, req.ray_address)
