@@ -51,11 +51,12 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.cli.progress import progress_bar
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
 
-    from csa_plan.planner.files import check_output_path
+    from csa_plan.planner.files import check_distinct_outputs, check_output_path
     from csa_plan.planner.text import printable
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole sweep
         check_output_path(plot_path, "--plot")
+        check_distinct_outputs(("--resume", resume_path), ("--plot", plot_path))
         require_plotting("--plot")
     consoles = make_consoles()
     show = not as_json and consoles.err.is_terminal

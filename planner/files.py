@@ -169,6 +169,21 @@ def check_output_path(path: str, option: str, extensions: tuple[str, ...] = PLOT
     return p
 
 
+def check_distinct_outputs(first: tuple[str, str | None], second: tuple[str, str | None]) -> None:
+    """Two output options (``(option, path)``) must not name one file: ``--plot`` written at the end
+    would replace a ``--resume`` file and every finished point in it. Compared after resolving
+    links and ``..``, and by device and inode when both exist (a hard link is the same file)."""
+    (option_a, a), (option_b, b) = first, second
+    if not a or not b:
+        return
+    same = os.path.realpath(a) == os.path.realpath(b)
+    if not same:
+        with contextlib.suppress(OSError, ValueError):
+            same = os.path.samefile(a, b)
+    if same:
+        raise BadInput("options", option_b, f"{excerpt(b)} is the {option_a} file {excerpt(a)}: name another file")
+
+
 def write_atomically(path: Path | str, option: str, write: Callable[[str], None]) -> None:
     """``write(temporary_path)`` in the target's folder, then rename it onto ``path``."""
     target = Path(path)
