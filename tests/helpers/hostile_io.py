@@ -34,11 +34,19 @@ TRACE = EXAMPLES / "traces" / "sample.jsonl"
 HIDDEN = "\u200b\u00ad\u034f\U000e0041\u180e\u202e\u2066\ufe0f\u3164\u2800"  # invisible, format, bidi, fillers
 
 
-def hidden_chars(text: str) -> list[str]:
-    """Characters a reader cannot see or that reorder the line (newline and tab aside)."""
-    from csa_plan.planner.text import is_hidden
+# Default-ignorable code points Python calls printable (combining grapheme joiner, Hangul fillers,
+# variation selectors), and the blank braille pattern: each renders as nothing or a blank.
+_INVISIBLE_PRINTABLE = frozenset([0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800,
+                                  0x3164, 0xFFA0, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)])
 
-    return sorted({f"U+{ord(c):04X}" for c in text if c not in "\n\t" and is_hidden(c)})
+
+def hidden_chars(text: str) -> list[str]:
+    """Characters a reader cannot see or that reorder the line (newline and tab aside): what
+    Python does not call printable (controls, format and bidirectional characters, separators,
+    surrogates, private use, unassigned, spaces but U+0020) and the invisible printable ones.
+    Written apart from ``planner/text.py``: the oracle is not the code under test."""
+    return sorted({f"U+{ord(c):04X}" for c in text
+                   if c not in "\n\t" and (not c.isprintable() or ord(c) in _INVISIBLE_PRINTABLE)})
 
 
 # -- resume files ---------------------------------------------------------------------------------
