@@ -100,7 +100,7 @@ def raw_resume(data: Callable[[], bytes], name: str = "notes.txt") -> Callable[[
 
 def symlink_to_victim(folder: Path, scale: int) -> list[str]:
     (folder / "run").mkdir()
-    victim = _w(folder, "victim.txt", "the only copy of my notes\n")
+    victim = _w(folder, "victim.txt", "the only copy of my notes")  # no final newline: read as a torn line
     os.symlink("../victim.txt", folder / "run" / "r.jsonl")
     assert Path(victim).exists()
     return ["sweep", str(SMALL_SWEEP), "-j", "1", "--resume", str(folder / "run" / "r.jsonl")]
@@ -119,9 +119,9 @@ def plot_is_resume_by_another_name(folder: Path, scale: int) -> list[str]:
 RESUME_CASES: tuple[Case, ...] = (
     Case("resume-notes-no-final-newline", raw_resume(lambda: b"meeting notes: ask about the H200 quota"), (2,),
          "test_resume_reproduction[resume-notes-no-final-newline]"),
-    Case("resume-one-line-json-config", raw_resume(lambda: b'{"model": "deepseek-v4-pro", "tp": 8}\n', "cfg.json"),
+    Case("resume-one-line-json-config", raw_resume(lambda: b'{"model": "deepseek-v4-pro", "tp": 8}', "cfg.json"),
          (2,), "test_resume_reproduction[resume-one-line-json-config]"),
-    Case("resume-99580-byte-binary", raw_resume(lambda: random.Random(24).randbytes(99_580), "blob.bin"), (2,),
+    Case("resume-99580-byte-binary", raw_resume(lambda: random.Random(24).randbytes(99_580).replace(b"\n", b" "), "blob.bin"), (2,),
          "test_resume_reproduction[resume-99580-byte-binary]"),
     Case("resume-empty-file", raw_resume(lambda: b"", "r.jsonl"), (2,), "test_resume_reproduction[resume-empty-file]"),
     Case("resume-symlink-to-victim", symlink_to_victim, (2,), "test_resume_reproduction[resume-symlink-to-victim]"),
