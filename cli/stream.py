@@ -74,6 +74,8 @@ class GuardedStream:
             return False
 
     def fileno(self) -> int:
+        if self._raw is None:
+            raise OSError("stream is closed")
         return self._raw.fileno()
 
     def writable(self) -> bool:
@@ -89,21 +91,31 @@ class GuardedStream:
     def write(self, text: str) -> int:
         if self.broken:
             return len(text)
+        if self._raw is None:  # the descriptor was closed before Python started (``>&-``)
+            self.broken = True
+            raise OutputFailed(self.name, "it is closed")
         try:
             try:
                 self._raw.write(text)
-            except UnicodeEncodeError:  # nothing was written: the whole string is encoded first
-                self._raw.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding, "replace"))
+            except UnicodeError:  # nothing was written: the whole string is encoded first
+                self._raw.write(self._escaped(text))
         except OSError as exc:
             self._fail(exc)
         return len(text)
+
+    def _escaped(self, text: str) -> str:
+        """``text`` with what the stream's encoding cannot carry as ``\\u2603``-style escapes."""
+        try:
+            return text.encode(self.encoding, "backslashreplace").decode(self.encoding, "replace")
+        except (UnicodeError, LookupError):  # an encoding that cannot carry even escapes
+            return text.encode("ascii", "backslashreplace").decode("ascii")
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        if self.broken:
+        if self.broken or self._raw is None:
             return
         try:
             self._raw.flush()
@@ -210,4 +222,5 @@ def console_settings(stream: Any) -> dict[str, Any]:
         system = "auto" if terminal else "standard"
     else:
         system = "auto" if terminal and not os.environ.get("NO_COLOR") else None
-    return {"force_terminal": terminal, "color_system": system, "no_color": mode == "never" or None}
+    no_color = {"never": True, "always": False}.get(mode)  # asked for: NO_COLOR does not override the option
+    return {"force_terminal": terminal, "color_system": system, "no_color": no_color}

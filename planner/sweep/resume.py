@@ -39,6 +39,7 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import I63_LIMIT, U64_LIMIT, BadInput
@@ -165,6 +166,16 @@ def _refusals(r: _Record) -> tuple[tuple[str, int], ...]:
     return tuple((reason, raw[reason]) for reason in known if reason in raw)
 
 
+@lru_cache(maxsize=1)
+def _record_keys() -> frozenset[str]:
+    """Exactly the keys ``evaluate.resume_line`` writes."""
+    from dataclasses import fields
+
+    from csa_plan.planner.sweep.evaluate import PointResult
+
+    return frozenset({"schema", "spec_digest"} | {f.name for f in fields(PointResult)})
+
+
 def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str],
                  identity: ResumeIdentity | None = None):
     """One resume record as a PointResult, validated for consistency and for belonging to
@@ -176,6 +187,9 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
     if data.get("spec_digest") != digest:
         raise BadInput(where, "spec_digest", "written by a different sweep spec or workload (use another --resume file)")
     r = _Record(data, where)
+    unknown = sorted(set(data) - _record_keys())
+    if unknown:
+        raise r.fail(excerpt(unknown[0]), "unknown key (a record has exactly the keys csa-plan writes)")
     key = r.text(r.get("key"), "key")
     if key not in points:
         raise r.fail("key", f"{excerpt(key)} is no point of this sweep's grid")
@@ -206,7 +220,7 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
     probes = r.count("probes", low=1, below=MAX_RESUME_PROBES)
     rate = r.number("sustainable_rate_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True)
     per_device = r.number("rate_per_device_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True)
-    _check_rates(r, devices, scale, at_least, rate, per_device, identity)
+    _check_rates(r, devices, scale, at_least, rate, per_device, identity, point)
     raw_violations = r.get("violations")
     if not isinstance(raw_violations, list) or len(raw_violations) > MAX_RESUME_LIST:
         raise r.fail("violations", f"expected a list of at most {MAX_RESUME_LIST} strings")
@@ -227,7 +241,7 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
 
 
 def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, rate: float | None,
-                 per_device: float | None, identity: ResumeIdentity | None) -> None:
+                 per_device: float | None, identity: ResumeIdentity | None, point: SweepPoint | None) -> None:
     if scale is None:
         if at_least or rate is not None or per_device is not None:
             raise r.fail("sustainable_rate_scale", "null, but the record has a rate or says at_least")
@@ -241,9 +255,11 @@ def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, 
     if identity.base_rate_per_s is not None and not _close(scale * identity.base_rate_per_s, rate):
         raise r.fail("sustainable_rate_per_s", f"{rate!r} is not the rate scale {scale!r} x the workload's "
                                                f"{identity.base_rate_per_s!r} requests/s")
-    if identity.search is not None and scale > identity.search.max_scale:
-        raise r.fail("sustainable_rate_scale", f"{scale!r} is above the search's max_scale "
-                                               f"{identity.search.max_scale!r}")
+    if identity.search is not None and point is not None:  # the search starts at the point's own rate scale
+        low = min(identity.search.min_scale, point.rate_scale)
+        high = max(identity.search.max_scale, point.rate_scale)
+        if not low <= scale <= high:
+            raise r.fail("sustainable_rate_scale", f"{scale!r} is outside the search's {low!r}..{high!r}")
 
 
 def parse_resume(text: str, source: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str],

@@ -180,6 +180,22 @@ def test_colour_when_asked_and_only_then(tmp_path):
     assert "\x1b" not in run_stream_case(plain, tmp_path)[1]
     assert "\x1b[" in run_stream_case(asked, tmp_path)[1] and "\x1b[" in run_stream_case(by_env, tmp_path)[1]
     assert "\x1b" not in run_stream_case(never, tmp_path)[1]
+    over_no_color = StreamCase("x", args("--color", "always", "check", "deepseek-v4-pro"), (0,), "",
+                               env=(("NO_COLOR", "1"),))
+    no_color = StreamCase("x", args("check", "deepseek-v4-pro"), (0,), "", env=(("NO_COLOR", "1"),))
+    assert "\x1b[" in run_stream_case(over_no_color, tmp_path)[1]
+    assert "\x1b" not in run_stream_case(no_color, tmp_path)[1]
+
+
+def test_a_failing_stderr_still_ends_with_the_exit_code(monkeypatch):
+    """Bad input with stderr on a full disk: the message cannot be said, the exit code still is."""
+    failing = _Failing(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    monkeypatch.setattr(sys, "stderr", failing)
+    from csa_plan.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["check", "/nonexistent/model.yaml"])
+    assert info.value.code == 2 and sys.stderr is failing
 
 
 class _Failing(io.StringIO):

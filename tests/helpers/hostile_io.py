@@ -156,6 +156,17 @@ RESUME_CASES: tuple[Case, ...] = (
     Case("resume-wait-with-nothing-admitted",
          forged(admitted=0, refused=200, refusals={"OutOfMemory": 200}, wait_p99_ns=5), (2,),
          "test_resume_reproduction[resume-wait-with-nothing-admitted]"),
+    Case("resume-unknown-key", forged(note="\x1b]0;pwned\x07"), (2,), "test_resume_reproduction[resume-unknown-key]"),
+    Case("resume-rate-scale-outside-search", resume_file(lambda h, r: [h, {
+        **r, "sustainable_rate_scale": 2.0 ** -30, "sustainable_rate_per_s": r["sustainable_rate_per_s"] / 2 ** 31,
+        "rate_per_device_per_s": r["rate_per_device_per_s"] / 2 ** 31}]), (2,),
+         "test_resume_reproduction[resume-rate-scale-outside-search]"),
+    Case("resume-is-the-spec-file", lambda folder, scale: ["sweep", _w(folder, "s.yaml", SMALL_SWEEP.read_text().replace(
+        "../traces/", str(EXAMPLES / "traces") + "/")), "-j", "1", "--resume", str(folder / "s.yaml")], (2,),
+         "test_resume_reproduction[resume-is-the-spec-file]"),
+    Case("resume-trailing-slash", lambda folder, scale: ["sweep", str(SMALL_SWEEP), "-j", "1", "--resume",
+                                                         str(folder / "r.jsonl") + "/"], (2,),
+         "test_resume_reproduction[resume-trailing-slash]"),
     Case("resume-conflicting-duplicate", resume_file(lambda h, r: [h, r, {**r, "probes": 4}]), (2,),
          "test_resume_reproduction[resume-conflicting-duplicate]"),
 )
@@ -182,6 +193,10 @@ RESUME_EXPECT: dict[str, tuple[str, ...]] = {
     "resume-rate-not-scale-x-base": ("done.jsonl:2", "sustainable_rate_per_s"),
     "resume-wait-with-nothing-admitted": ("done.jsonl:2", "wait_p99_ns"),
     "resume-conflicting-duplicate": ("done.jsonl:3", "differs"),
+    "resume-unknown-key": ("done.jsonl:2", "note", "unknown key"),
+    "resume-rate-scale-outside-search": ("done.jsonl:2", "sustainable_rate_scale", "outside the search"),
+    "resume-is-the-spec-file": ("s.yaml", "not a csa-plan resume file"),
+    "resume-trailing-slash": ("--resume", "names a folder"),
 }
 
 
@@ -196,7 +211,7 @@ class StreamCase:
     build: Callable[[Path, int], list[str]]
     codes: tuple[int, ...]
     test: str
-    stdout: str = "file"  # "file" (read back), "/dev/full", or "head" (a pipe closed after one line)
+    stdout: str = "file"  # "file" (read back), "/dev/full", "head" (a pipe closed after one line), "closed" (>&-)
     env: tuple[tuple[str, str], ...] = ()
     expect_err: tuple[str, ...] = ()  # what the one stderr line must say (exit 2)
     expect_out: tuple[str, ...] = ()  # what stdout must contain
@@ -263,6 +278,8 @@ STREAM_CASES: tuple[StreamCase, ...] = (
     StreamCase("stdout-/dev/full-sweep", args("sweep", SMALL_SWEEP, "-j", "1"), (2,),
                "test_stream_reproduction[stdout-/dev/full-sweep]", stdout="/dev/full",
                expect_err=("cannot write to stdout",)),
+    StreamCase("stdout-closed", args("check", PRO), (2,), "test_stream_reproduction[stdout-closed]",
+               stdout="closed", expect_err=("cannot write to stdout", "closed")),
     StreamCase("check-pipe-head-1", args("check", PRO), (0, 141), "test_stream_reproduction[check-pipe-head-1]",
                stdout="head", quiet=True),
     StreamCase("check-json-pipe-head-1", args("check", PRO, "--json"), (0, 141),
@@ -333,6 +350,10 @@ def run_stream_case(case: StreamCase, folder: Path, prefix: tuple[str, ...] = ()
     if case.stdout == "/dev/full":
         with open("/dev/full", "wb") as full:
             proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, env=env, cwd=folder, timeout=timeout)
+        return proc.returncode, "", proc.stderr.decode(encoding, "surrogateescape"), time.perf_counter() - started
+    if case.stdout == "closed":
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=folder,
+                              timeout=timeout, preexec_fn=lambda: os.close(1))
         return proc.returncode, "", proc.stderr.decode(encoding, "surrogateescape"), time.perf_counter() - started
     proc = subprocess.run(cmd, capture_output=True, env=env, cwd=folder, timeout=timeout)
     return (proc.returncode, proc.stdout.decode(encoding, "surrogateescape"),
