@@ -322,6 +322,10 @@ STREAM_CASES: tuple[StreamCase, ...] = (
                env=(("TTY_COMPATIBLE", "1"), ("FORCE_COLOR", "3"))),
     StreamCase("plot-trailing-slash", trailing_slash_plot, (2,), "test_stream_reproduction[plot-trailing-slash]",
                expect_err=("--plot", "names a folder")),
+    StreamCase("plot-same-file-as-budget-plot", lambda folder, scale: [
+        "simulate", str(TRACE), "--model", PRO, "--plot", str(folder / "a.png"), "--budget-plot",
+        str(folder / "." / "a.png")], (2,), "test_stream_reproduction[plot-same-file-as-budget-plot]",
+        expect_err=("--budget-plot", "is the --plot file")),
     StreamCase("plot-mathtext-trace-path", dollar_trace, (0,), "test_stream_reproduction[plot-mathtext-trace-path]"),
     StreamCase("plot-rich-markup-path", markup_plot, (0,), "test_stream_reproduction[plot-rich-markup-path]",
                expect_out=("[bold red]p[link=x].png",)),
