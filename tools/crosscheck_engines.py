@@ -277,6 +277,169 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
     return out
 
 
+# -- vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release) ----------------------------
+
+
+def installed_vllm_release() -> str:
+    """The registry name of the installed vLLM release (``vllm-0.26`` for 0.26.0)."""
+    import vllm
+
+    major, minor = vllm.__version__.split(".")[:2]
+    return f"vllm-{major}.{minor}"
+
+
+def legacy_config_stub(max_model_len: int, mnbt: int, async_on: bool, spec_tokens: int, block_size: int):
+    """The attributes 0.25/0.26's planning reads, with that release's own VllmConfig properties."""
+    from vllm.config import CacheConfig, VllmConfig
+
+    cache = CacheConfig(block_size=block_size, cache_dtype="fp8_ds_mla")
+    speculative = None
+    if spec_tokens:
+        speculative = _Stub(method="mtp", num_speculative_tokens=spec_tokens, use_eagle=lambda: True)
+    cfg = _Stub(
+        cache_config=cache,
+        scheduler_config=_Stub(max_num_batched_tokens=mnbt, max_num_seqs=1024, async_scheduling=async_on,
+                               disable_hybrid_kv_cache_manager=False),
+        parallel_config=_Stub(pipeline_parallel_size=1, tensor_parallel_size=1, decode_context_parallel_size=1,
+                              prefill_context_parallel_size=1),
+        model_config=_Stub(max_model_len=max_model_len, original_max_model_len=max_model_len),
+        speculative_config=speculative, kv_transfer_config=None, use_v2_model_runner=True,
+    )
+    for name in ("max_concurrent_batches", "max_in_flight_tokens"):
+        prop = VllmConfig.__dict__.get(name)
+        if prop is not None:
+            setattr(cfg, name, prop.fget(cfg))
+    return cfg
+
+
+def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
+    """DeepSeek-V4's specs as 0.25/0.26's model code registers them (models/deepseek_v4/attention.py,
+    compressor.py, v1/attention/backends/mla/sparse_swa.py), built with that release's classes."""
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec, get_kv_quant_mode
+
+    specs: dict = {}
+
+    def state(prefix, ratio, head_dim):
+        coff = 1 + (ratio == 4)
+        specs[prefix] = SlidingWindowMLASpec(block_size=4 if ratio == 4 else 8, num_kv_heads=1,
+                                             head_size=2 * coff * head_dim, dtype=torch.float32,
+                                             sliding_window=coff * ratio, alignment=576)
+
+    def swa(prefix, window):
+        specs[prefix] = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                             sliding_window=window, cache_dtype_str="fp8_ds_mla", alignment=576,
+                                             model_version="deepseek_v4",
+                                             kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+
+    for d in model.layers:
+        if d.is_mtp:
+            continue
+        p = f"model.layers.{d.layer_id}.self_attn"
+        r = d.compression_ratio
+        if r == 4:
+            specs[f"{p}.indexer.k_cache"] = MLAAttentionSpec(
+                block_size=block_size, num_kv_heads=1, head_size=d.index_head_dim + d.index_head_dim // 128 * 4,
+                dtype=torch.uint8, compress_ratio=4, alignment=576)
+            state(f"{p}.indexer.compressor.state_cache", 4, d.index_head_dim)
+        swa(f"{p}.swa_cache", d.window)
+        if r in (4, 128):
+            specs[p] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=d.head_dim,
+                                        dtype=torch.uint8, compress_ratio=r, cache_dtype_str="fp8_ds_mla",
+                                        alignment=576, model_version="deepseek_v4",
+                                        kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+            state(f"{p}.compressor.state_cache", r, d.head_dim)
+    if spec_tokens:
+        for d in model.layers:
+            if d.is_mtp:
+                swa(f"model.layers.{d.layer_id}.self_attn.swa_cache", d.window)
+    return specs
+
+
+def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool,
+                spec_tokens: int, block_size: int = 256) -> tuple[bool, str]:
+    import copy
+
+    import vllm.v1.core.kv_cache_utils as kcu
+
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    label = (f"{release} {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} spec={spec_tokens} block={block_size}")
+    cfg = legacy_config_stub(max_model_len, mnbt, async_on, spec_tokens, block_size)
+    lines: list[str] = []
+    kcu.logger.info_once = lambda msg, *a, **k: lines.append(msg % a)
+    v_error = v_exc = None
+    try:
+        specs = legacy_specs(model, block_size, spec_tokens)
+        groups = kcu.get_kv_cache_groups(cfg, copy.deepcopy(specs))
+        v_bpb = sum(ps * len(slots) for ps, slots in kcu._bucket_layers_by_page_size(groups).items())
+        v_needed = kcu._max_memory_usage_bytes_from_groups(cfg, groups)
+        configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
+        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, configs[0])
+        v_num_blocks = configs[0].num_blocks
+    except ValueError as exc:
+        v_error = str(exc)
+    except (ZeroDivisionError, AssertionError) as exc:
+        v_exc = f"{type(exc).__name__}: {exc}"
+    settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
+                              num_speculative_tokens=spec_tokens or None, block_size=block_size)
+    problems: list[str] = []
+    try:
+        plan = get_engine(release).configure(model, settings, max_model_len)
+    except EngineRefused as exc:
+        if v_exc is None and v_error is None:
+            return False, f"FAIL {label}: csa-plan refuses ({exc.refusal.message}) but {release} plans it"
+        return True, f"OK   {label}: refused as {release} fails ({(v_exc or v_error)[:60]})"
+    if v_exc is not None:
+        return False, f"FAIL {label}: {release} fails ({v_exc}) but csa-plan plans it"
+    if v_error is None:
+        if plan.block_bytes != v_bpb:
+            problems.append(f"bytes_per_block {plan.block_bytes} != {v_bpb}")
+        if plan.needed_bytes(max_model_len) != v_needed:
+            problems.append(f"needed bytes {plan.needed_bytes(max_model_len)} != {v_needed}")
+    try:
+        sizing = plan.size_pool(kv_memory)
+        ours_error = None
+    except EngineRefused as exc:
+        ours_error = exc.refusal.message
+    if v_error is not None or ours_error is not None:
+        if (v_error is None) != (ours_error is None):
+            problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs {release} {v_error!r}")
+        elif v_error.split(" See https")[0].split(" Try increasing")[0] not in ours_error:
+            problems.append(f"refusal text: csa-plan {ours_error!r} vs {release} {v_error!r}")
+        summary = f"refused as {release} does: {v_error.split('. ')[0][:90]}"
+    else:
+        if sizing.total_units != v_num_blocks:
+            problems.append(f"num_blocks {sizing.total_units} != {v_num_blocks}")
+        if (sizing.tokens, sizing.concurrency) != (v_tokens, v_conc):
+            problems.append(f"capacity ({sizing.tokens}, {sizing.concurrency}) != ({v_tokens}, {v_conc})")
+        if list(sizing.log_lines) != lines:
+            problems.append(f"log lines {sizing.log_lines} != {lines}")
+        summary = f"{len(groups)} groups, {v_bpb:,} B/block, {v_num_blocks:,} blocks: {' / '.join(lines)}"
+    ok = not problems
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: " + (summary if ok else "; ".join(problems))
+
+
+def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
+    from csa_plan.planner.loaders.model_files import load_model
+
+    lengths = (1_048_576, 121_344, 30_000, 4_096, 200) if not quick else (1_048_576, 121_344)
+    budgets = (40 * GiB, 7 * GiB, 300 * (1 << 20)) if not quick else (40 * GiB,)
+    out = []
+    for name in MODELS:
+        model = load_model(name)
+        for length, kv, mnbt, async_on, spec in itertools.product(
+                lengths, budgets, (8192, 2048, 16384) if not quick else (8192,), (True, False),
+                (0, 1, 2) if not quick else (0, 1)):
+            out.append(legacy_case(release, model, length, kv, mnbt, async_on, spec))
+        for block in (64, 128, 512):
+            out.append(legacy_case(release, model, 65_536, 40 * GiB, 8192, True, 1, block))
+    return out
+
+
 # -- SGLang -----------------------------------------------------------------------------------
 
 
@@ -408,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: list[tuple[bool, str]] = []
     if args.engine in ("vllm", "all"):
-        results += run_vllm(args.quick)
+        release = installed_vllm_release()
+        results += run_vllm(args.quick) if release == "vllm-0.33" else run_vllm_legacy(release, args.quick)
     if args.engine in ("sglang", "all"):
         results += run_sglang(args.quick)
     for _, line in results:

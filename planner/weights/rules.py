@@ -6,6 +6,8 @@ File:line pointers are into the release wheels (vLLM 0.33.0: ``vllm/...``; SGLan
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement, split_stages
 from csa_plan.planner.units import round_up
@@ -198,7 +200,12 @@ REFERENCE = ShardRules(
     ),
 )
 
-RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)}
+# 0.25.0 / 0.26.0 shard DeepSeek-V4's weights as 0.33.0 does (the same rules, read against those wheels'
+# models/deepseek_v4; what differs between the releases is the KV cache planning, planner/engines).
+VLLM_026 = replace(VLLM, name="vllm-0.26", description="vLLM 0.26.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+VLLM_025 = replace(VLLM, name="vllm-0.25", description="vLLM 0.25.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+
+RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_026, VLLM_025, SGLANG)}
 
 
 def rules_for(engine: str | None) -> ShardRules:
