@@ -196,6 +196,12 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
+        if engine is not None:
+            from csa_plan.planner.engines.registry import resolve_engine_name
+
+            engine, note = resolve_engine_name(engine)
+            if note:
+                click.echo(f"note: {note}", err=True)
         settings = EngineSettings(**values)
         if engine is None and (kv_memory is not None or settings.given()):
             from csa_plan.planner.errors import BadInput

@@ -172,7 +172,7 @@ def vllm_defaults(gpu: str) -> tuple[int, int]:
 
 
 def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool, spec_tokens: int,
-              fp4: bool = False, gpu: str = "h200") -> tuple[bool, str]:
+              fp4: bool = False, gpu: str = "h200", block_size: int = 256) -> tuple[bool, str]:
     import vllm.v1.core.kv_cache_utils as kcu
     from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
@@ -182,9 +182,32 @@ def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bo
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
 
-    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, spec_tokens, model.num_mtp_layers, 256)
+    from csa_plan.planner.engines.engine import EngineRefused as _Refused
+
+    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, spec_tokens, model.num_mtp_layers, block_size)
     extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
-    specs = vllm_specs(model, 256, fp4, spec_tokens, extra)
+    specs = vllm_specs(model, block_size, fp4, spec_tokens, extra)
+    if block_size != 256:
+        label = f"vllm-0.33 {model.name} L={max_model_len} block={block_size}"
+        try:
+            groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+            kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+            failure = None
+        except (ZeroDivisionError, AssertionError) as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        try:
+            from csa_plan.planner.engines.registry import get_engine as _get
+            from csa_plan.planner.engines.settings import EngineSettings as _S
+
+            _get("vllm-0.33").configure(model, _S(block_size=block_size), max_model_len)
+            ours = None
+        except _Refused as exc:
+            ours = exc.refusal.message
+        if failure is not None:
+            ok = ours is not None
+            return ok, f"{'OK  ' if ok else 'FAIL'} {label}: vLLM fails ({failure[:50]}); csa-plan {ours or 'plans it'}"
+        if ours is not None:
+            return False, f"FAIL {label}: vLLM plans it, csa-plan refuses: {ours}"
     groups = kcp.get_global_kv_cache_groups(cfg, [specs])
     builder = get_kv_cache_config_builder(cfg)
     bpb = kcp._pool_bytes_per_block_from_builder(builder, cfg, groups)
@@ -214,10 +237,11 @@ def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bo
     settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
                               num_speculative_tokens=spec_tokens or None, indexer_kv_dtype="mxfp4" if fp4 else None,
                               gpu=gpu)
+    settings = replace(settings, block_size=block_size if block_size != 256 else None)
     plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
     ours_pages = sorted(g.page_sum_bytes for g in plan.groups)
-    label = (f"vllm {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} async={'on' if async_on else 'off'} "
-             f"spec={spec_tokens}{' mxfp4' if fp4 else ''}")
+    label = (f"vllm-0.33 {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} spec={spec_tokens}{' mxfp4' if fp4 else ''} block={block_size}")
     problems = []
     if plan.block_bytes != bpb:
         problems.append(f"bytes_per_block {plan.block_bytes} != vLLM {bpb}")
@@ -274,6 +298,8 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
                 (0, 1, 3) if not quick else (0, 1)):
             out.append(vllm_case(model, length, kv, mnbt, async_on, spec))
         out.append(vllm_case(model, 1_048_576, 40 * GiB, 16384, True, 0, fp4=True, gpu="b200"))
+        for block in (64, 128, 512):
+            out.append(vllm_case(model, 65_536, 40 * GiB, 8192, True, 1, block_size=block))
     return out
 
 

@@ -157,7 +157,7 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
         out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends"
                                                    " (FLASHMLA_SPARSE_DSV4 [256], DEEPSEEK_V4_INDEXER [256])"))
     else:
-        _check_block_size(block, _refuse, SRC)
+        _check_block_size(block, _refuse, rel)
         out.append(Resolved("--block-size", block, "given"))
 
     kv_dtype = settings.kv_cache_dtype or "auto"
@@ -213,20 +213,22 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
 C128 = 128  # the largest compress ratio: a block must hold one compressed C128 record
 
 
-def _check_block_size(block: int, refuse, src: str) -> None:
+def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
     """Block sizes as vLLM decides them: every block size its planning can size is planned (the worker
     then picks a kernel block size that divides it); one below 128 tokens leaves a C128 layer's page
     empty (``block_size // compress_ratio`` = 0 records) and vLLM's own start-up fails dividing by that
-    zero page (``ZeroDivisionError``)."""
+    zero page (``ZeroDivisionError``). 0.25/0.26 fail earlier on a small block: its sliding-window page
+    outgrows every full-attention page and their grouping's assertion fails (``vllm_kv.tuple_groups``)."""
+    src = rel.src
     if block < 1:
         raise refuse(f"{src} config/cache.py CacheConfig.block_size", "--block-size", ">= 1", str(block),
                      "--block-size must be positive")
-    if block < C128:
+    if block < C128 and not rel.layer_tuples:
         raise refuse(f"{src} v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes", "--block-size",
                      f">= {C128} (one C128 record per block)", str(block),
                      f"--block-size {block} gives the compress-ratio-128 layers block_size // 128 = 0 records per "
                      "page: a 0-byte page, and vLLM's start-up fails with ZeroDivisionError dividing by it")
-    if block % C128:
+    if block > C128 and block % C128:
         raise refuse("csa-plan (not modelled)", "--block-size", f"a multiple of {C128}", str(block),
                      f"--block-size {block} is not a multiple of 128: a block would hold a partial C128 record, "
                      "which csa-plan does not model")
@@ -282,13 +284,13 @@ def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers:
                               block_size=s.block_size, tokens_per_state=4, num_heads=1,
                               state_content_bytes=index_key_bytes(d.index_head_dim,
                                                                   s.indexer_fp4 and not rel.fp4_keys_fp8_sized),
-                              alignment=FP8_DS_MLA_ALIGNMENT))
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
             out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim))
         out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
         if r in (4, 128):
             out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,
                               tokens_per_state=r, num_heads=1, state_content_bytes=RECORD_BYTES,
-                              alignment=FP8_DS_MLA_ALIGNMENT))
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
             out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim))
     if spec_tokens:
         mtp = [d for d in layers if d.is_mtp]

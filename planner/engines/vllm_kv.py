@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
-from math import lcm
+from math import gcd, lcm
 
 from csa_plan.planner.units import ceil_div, round_up
 
@@ -71,6 +71,17 @@ class KvSpec:
         if self.alignment is None:
             return self.unpadded_page_bytes
         return round_up(self.unpadded_page_bytes, self.alignment)
+
+    def with_kernel_stride(self, kernel_block_tokens: int = 256) -> "KvSpec":
+        """0.33 v1/worker/utils.py customize_attention_spec: a backend declaring only fixed kernel block
+        sizes ([256]: FLASHMLA_SPARSE_DSV4, DEEPSEEK_V4_INDEXER) gets ``MultipleOf(256)``, and
+        ``get_block_stride_alignment`` (v1/kv_cache_interface.py ~224-233) makes the block stride a
+        multiple of the page at kernel block gcd(256, block_size) when that splits the block (512: 256);
+        1 when the block is whole (128, 256). 0.25/0.26's packed layout sums pages and ignores it."""
+        kernel = gcd(kernel_block_tokens, self.block_size)
+        if kernel == self.block_size:
+            return self
+        return replace(self, stride_alignment=replace(self, block_size=kernel).page_bytes)
 
     @property
     def aligned_page_bytes(self) -> int:
