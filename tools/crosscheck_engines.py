@@ -524,7 +524,7 @@ def sglang_case(model, length: int, kv_memory: int, mrr: int, chunk: int, drafts
               cfg.c128_max_total_num_tokens, cfg.c4_state_pool_size, cfg.c128_state_pool_size)
     plan = get_engine("sglang-0.5.23").configure(
         model, EngineSettings(max_running_requests=mrr, chunked_prefill_size=chunk,
-                              num_speculative_tokens=drafts or None), length)
+                              speculative_num_steps=drafts - 1 if drafts else None), length)
     ours_cfg = plan.pool_config(kv_memory)
     ours = (ours_cfg["full"], ours_cfg["swa"], ours_cfg["c4"], ours_cfg["c128"], ours_cfg["c4_state"],
             ours_cfg["c128_state"])
