@@ -31,6 +31,8 @@ class StartupSettings:
     mem_fraction_static: float | None = None      # SGLang
     cuda_graph_max_bs: int | None = None          # SGLang
     speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
+    moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
+    gpu: str | None = None                        # the engine's target card (rules needing a capability)
 
 
 @dataclass(frozen=True)

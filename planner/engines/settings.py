@@ -68,6 +68,7 @@ class EngineSettings:
     speculative_num_draft_tokens: int | None = None  # SGLang: tokens verified a step (steps + 1 at top-k 1)
     gpu_memory_utilization: float | None = None  # vLLM (the device budget's step)
     mem_fraction_static: float | None = None  # SGLang (the device budget's step)
+    moe_runner_backend: str | None = None  # SGLang --moe-runner-backend (auto | flashinfer_mxfp4 | marlin)
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
 
     def given(self) -> tuple[str, ...]:
@@ -92,6 +93,7 @@ OPTION_SPELLING: dict[str, str] = {
     "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "mem_fraction_static": "--mem-fraction-static",
+    "moe_runner_backend": "--moe-runner-backend",
     "usage": "--usage",
 }
 

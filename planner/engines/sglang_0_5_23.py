@@ -52,7 +52,8 @@ DEFAULT_MAX_RUNNING = 256  # arg_groups/deepseek_v4_hook.py
 EVICTION_INTERVAL = 128  # environ.py SGLANG_SWA_EVICTION_INTERVAL
 MAX_PREFILL_TOKENS = 16384  # server args default max_prefill_tokens
 ACCEPTS = ("gpu", "page_size", "kv_cache_dtype", "indexer_kv_dtype", "chunked_prefill_size", "max_running_requests",
-           "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static")
+           "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
+           "moe_runner_backend")
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
@@ -72,6 +73,27 @@ def physical_pages(size: int, page: int, logical_page: int = PAGE_TOKENS) -> int
 def indexer_key_bytes(index_head_dim: int, fp4: bool) -> int:
     """get_dsv4_indexer_bytes_per_token."""
     return index_head_dim // 2 + index_head_dim // 32 if fp4 else index_head_dim + index_head_dim // 128 * 4
+
+
+def moe_runner(runner: str | None, gpu: GpuTarget) -> Resolved:
+    """--moe-runner-backend: the runner decides how the FP4 experts are sharded and padded
+    (planner/weights/rules.py sglang_runner_rules); Marlin's MXFP4 path needs sm_90 or sm_120
+    (layers/quantization/mxfp4_marlin_moe.py process_weights_after_loading)."""
+    from csa_plan.planner.weights.rules import SGLANG_MOE_RUNNERS
+
+    name = runner or "auto"
+    if name not in SGLANG_MOE_RUNNERS:
+        raise _refuse(f"{SRC}/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES (modelled: "
+                      f"{', '.join(SGLANG_MOE_RUNNERS)})", "--moe-runner-backend", " | ".join(SGLANG_MOE_RUNNERS),
+                      name, f"--moe-runner-backend {name!r} is not a runner csa-plan models for DeepSeek-V4")
+    if name == "marlin" and gpu.capability not in ((9, 0), (12, 0)):
+        raise _refuse(f"{SRC}/layers/quantization/mxfp4_marlin_moe.py process_weights_after_loading",
+                      "--moe-runner-backend", "marlin on sm_90 or sm_120", f"marlin on {gpu.sm} ({gpu.name})",
+                      f"MXFP4 Marlin requires SM90 or SM120; {gpu.name} is {gpu.sm}")
+    if runner is None:
+        return Resolved("--moe-runner-backend", "flashinfer_mxfp4", f"auto -> flashinfer_mxfp4 for FP4 experts on "
+                        f"sm_90/sm_100/sm_120 ({SRC}/arg_groups/model_overrides/deepseek_v4.py:66-88)")
+    return Resolved("--moe-runner-backend", name, "given")
 
 
 def speculative_draft_tokens(settings: EngineSettings) -> tuple[int, list[Resolved]]:
@@ -192,6 +214,7 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
                               "--speculative-num-steps", f"<= {pad - 1}", str(drafts - 1),
                               f"speculative_num_draft_tokens={drafts} exceeds what the c{ratio} compress state ring "
                               f"can keep resident (ring_size={ring} serves at most {pad} draft tokens)")
+    out.append(moe_runner(settings.moe_runner_backend, gpu))
     frac = settings.mem_fraction_static
     out.append(Resolved("--mem-fraction-static", frac, "given" if frac is not None else
                         f"{SRC}/arg_groups/memory_hook.py (from the card; the device budget's step)"))

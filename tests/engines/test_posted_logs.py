@@ -9,6 +9,8 @@ the test states the difference.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from csa_plan.planner.budget.device import BudgetRequest, budget
@@ -126,3 +128,62 @@ def test_every_output_names_its_release(csa):
         assert e["name"] == engine and e["structures"]["release"] == engine
         assert e["structures"]["startup_note"].startswith(f"{engine}: ")
         assert e["pool"]["release"] == engine
+
+
+H20_MIB = 97871  # nvidia-smi memory.total of an H20 (96 GB HBM3) in public logs; sm_90 like the H100
+
+
+def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
+    """sgl-project/sglang#23933 (SGLang ~0.5.10 with PR #23911): Pro on 16x H20, ``--tp 16 --dp-size 2
+    --enable-dp-attention`` (csa-plan: --tp 8 --dp 2), ``--moe-runner-backend marlin``,
+    ``--mem-fraction-static 0.9``, ``--max-running-requests 16``: "max_total_num_tokens=1059584".
+    The default runner (flashinfer_mxfp4) needs 128-column multiples per rank and refuses 3072 / 16 = 192;
+    Marlin takes whole groups of 32 and pads to 64 on sm_90, so the deployment is planned. Its pool is
+    sized by SGLang 0.5.23's rules (the log's release is not modelled): 3,332,864 tokens, 3.1x the log."""
+    def request(runner):
+        return BudgetRequest(model="deepseek-v4-pro", card_bytes=H20_MIB * MIB, max_seq_len=ONE_M,
+                             engine="sglang-0.5.23", placement=Placement(tp=8, dp=2),
+                             settings=StartupSettings(mem_fraction_static=0.9, moe_runner_backend=runner, gpu="h100"))
+
+    from csa_plan.planner.errors import BadInput
+
+    with pytest.raises(BadInput, match="flashinfer_mxfp4 MoE runner needs a multiple of 128 .* got 192"):
+        budget(request(None))
+    b = budget(request("marlin"))
+    assert b.fits
+    default_ep = budget(replace(request(None), placement=Placement(tp=8, dp=2, ep=16)))
+    assert b.binding.weights_bytes > default_ep.binding.weights_bytes  # every expert on every rank, split over TP
+    settings = EngineSettings(gpu="h100", mem_fraction_static=0.9, max_running_requests=16,
+                              moe_runner_backend="marlin")
+    sizing = get_engine("sglang-0.5.23").configure(pro, settings, ONE_M).size_pool(b.kv_memory_bytes)
+    assert sizing.tokens == 3_332_864 and "max_running_requests=16" in sizing.log_lines[-1]
+
+
+def test_marlin_pads_a_ranks_expert_width():
+    """Marlin pads a rank's intermediate width to 64 on sm_90 (marlin_utils_fp4.py:366-374) and to 128
+    elsewhere (mxfp4_marlin_moe.py:83-89): at moe tp 32 Pro's 96 columns become 128 on an H20 (4/3 of the
+    bytes of an unpadded split) and stay 128 on an RTX PRO 6000 (sm_120)."""
+    from csa_plan.planner.weights.measured import model_weights
+    from csa_plan.planner.weights.rules import sglang_runner_rules
+    from csa_plan.planner.weights.sharding import _expert_bytes
+    from csa_plan.planner.weights.tensors import Role
+
+    inv = model_weights("deepseek-v4-pro").inventory
+    w2 = next(w for w in inv.weights if w.role is Role.EXPERT_W2)
+    w13 = next(w for w in inv.weights if w.role is Role.EXPERT_W13)
+    sm90 = sglang_runner_rules("marlin", (9, 0)).groups(Placement(tp=16, dp=2), 384)
+    assert (sm90.moe_tp, sm90.expert_inter_multiple) == (32, 64)
+    unpadded = replace(sm90, expert_inter_multiple=1)
+    for w in (w2, w13):
+        assert 3 * _expert_bytes(w, sm90) == 4 * _expert_bytes(w, unpadded)
+    assert sglang_runner_rules("marlin", (12, 0)).groups(Placement(tp=16, dp=2), 384).expert_inter_multiple == 128
+
+
+def test_marlin_needs_sm90_or_sm120(pro):
+    """mxfp4_marlin_moe.py process_weights_after_loading: "MXFP4 Marlin requires SM90 or SM120" — a typed
+    refusal naming the card and the capability."""
+    with pytest.raises(EngineRefused) as exc:
+        get_engine("sglang-0.5.23").configure(pro, EngineSettings(gpu="b200", moe_runner_backend="marlin"), ONE_M)
+    r = exc.value.refusal
+    assert r.setting == "--moe-runner-backend" and "sm_100" in r.actual and "b200" in r.actual
+    assert "sm_90 or sm_120" in r.expected
