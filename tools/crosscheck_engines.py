@@ -450,11 +450,20 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
 
 
 def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import gpu_target
+    from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
     from csa_plan.planner.loaders.model_files import load_model
 
+    out = []
+    for gpu in ("h200", "b200", "l40s"):
+        vt, vs = vllm_defaults(gpu)
+        ct, cs, _ = default_batched_tokens(gpu_target(gpu), "serve", get_engine(release).release)
+        good = (vt, vs) == (ct, cs)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} {release} defaults on {gpu}: max_num_batched_tokens {ct} / "
+                          f"max_num_seqs {cs} ({release} get_batch_defaults: {vt} / {vs})"))
     lengths = (1_048_576, 121_344, 30_000, 4_096, 200) if not quick else (1_048_576, 121_344)
     budgets = (40 * GiB, 7 * GiB, 300 * (1 << 20)) if not quick else (40 * GiB,)
-    out = []
     for name in MODELS:
         model = load_model(name)
         for length, kv, mnbt, async_on, spec in itertools.product(
