@@ -18,7 +18,7 @@ from csa_plan.planner.budget.startup import StartupSettings
 from csa_plan.planner.engines.engine import EngineRefused
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
-from csa_plan.planner.memory import GPU_MEMORY_MIB, MIB
+from csa_plan.planner.cards import card
 from csa_plan.planner.placement import Placement
 from csa_plan.planner.units import GiB
 
@@ -43,7 +43,7 @@ def test_vllm_51041_flash_0731_h20_tp2(flash):
     """vllm-project/vllm#51041 ("0731"): vLLM 0.26.0, 2x H20, TP 2, MTP, --max-num-batched-tokens 8192,
     --max-num-seqs 32, max_model_len 121,344, a 7.71 GiB KV pool: "GPU KV cache size: 150,992 tokens",
     "Maximum concurrency for 121,344 tokens per request: 1.24x". vLLM 0.33's rules give 140,064 / 1.15x."""
-    settings = EngineSettings(max_num_batched_tokens=8192, max_num_seqs=32, num_speculative_tokens=1)
+    settings = EngineSettings(gpu="h20", max_num_batched_tokens=8192, max_num_seqs=32, num_speculative_tokens=1)
     lines = printed("vllm-0.26", flash, settings, 121_344, 7.71)
     assert "GPU KV cache size: 150,992 tokens" in lines
     assert "Maximum concurrency for 121,344 tokens per request: 1.24x" in lines
@@ -58,7 +58,8 @@ def test_vllm_44376_flash_gh200_llm_class(flash):
     batched tokens on a 96 GB card), max_model_len 30,000, block 256: "(6.66 GiB KV cache is needed,
     which is larger than the available KV cache memory (5.44 GiB). Based on the available memory, the
     estimated maximum model length is 13528." vLLM 0.33's rules need 11.49 GiB."""
-    settings = EngineSettings(usage="llm", block_size=256)
+    settings = EngineSettings(gpu="gh200", usage="llm", block_size=256)
+    assert get_engine("vllm-0.25").configure(flash, settings, 30_000).resolved.max_num_batched_tokens == 16_384
     lines = printed("vllm-0.25", flash, settings, 30_000, 5.44)
     want = ("To serve at least one request with the model's max seq len (30000), (6.66 GiB KV cache is needed, "
             "which is larger than the available KV cache memory (5.44 GiB). Based on the available memory, the "
@@ -73,7 +74,8 @@ def test_rtx_pro_6000_flash_v0250_full_startup_log(flash):
     --max-num-batched-tokens 4096, MTP 2, "Available KV cache memory: 10.29 GiB":
     "GPU KV cache size: 1,993,100 tokens", "Maximum concurrency for 1,048,576 tokens per request: 1.90x".
     vLLM 0.33's rules at the same 10.29 GiB: 1,551,610 tokens / 1.48x."""
-    settings = EngineSettings(max_num_batched_tokens=4096, max_num_seqs=64, num_speculative_tokens=2)
+    settings = EngineSettings(gpu="rtx-pro-6000", max_num_batched_tokens=4096, max_num_seqs=64,
+                              num_speculative_tokens=2)
     lines = printed("vllm-0.25", flash, settings, ONE_M, 10.29)
     assert "GPU KV cache size: 1,993,100 tokens" in lines
     assert "Maximum concurrency for 1,048,576 tokens per request: 1.90x" in lines
@@ -91,7 +93,7 @@ def test_vllm_51454_flash_0731_b200_from_the_device_budget(flash, placement, log
     not shown, so the pool comes from csa-plan's device budget (weights, vLLM's buffers, a 2 GiB estimate
     for activations and CUDA graphs): 21.39x / 20.49x a rank, 4.7 % / 4.5 % above the log — the budget's
     estimate, not the release's rules (vLLM 0.33's rules on the same budgets: 14.54x / 13.93x)."""
-    b = budget(BudgetRequest(model="deepseek-v4-flash", card_bytes=GPU_MEMORY_MIB["b200"] * MIB, max_seq_len=ONE_M,
+    b = budget(BudgetRequest(model="deepseek-v4-flash", card_bytes=card("b200").memory_bytes, max_seq_len=ONE_M,
                              engine="vllm-0.25", placement=placement,
                              settings=StartupSettings(max_num_batched_tokens=8192, gpu_memory_utilization=0.95)))
     settings = EngineSettings(gpu="b200", max_num_batched_tokens=8192, max_num_seqs=256, gpu_memory_utilization=0.95)
@@ -130,9 +132,6 @@ def test_every_output_names_its_release(csa):
         assert e["pool"]["release"] == engine
 
 
-H20_MIB = 97871  # nvidia-smi memory.total of an H20 (96 GB HBM3) in public logs; sm_90 like the H100
-
-
 def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
     """sgl-project/sglang#23933 (SGLang ~0.5.10 with PR #23911): Pro on 16x H20, ``--tp 16 --dp-size 2
     --enable-dp-attention`` (csa-plan: --tp 8 --dp 2), ``--moe-runner-backend marlin``,
@@ -141,9 +140,9 @@ def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
     Marlin takes whole groups of 32 and pads to 64 on sm_90, so the deployment is planned. Its pool is
     sized by SGLang 0.5.23's rules (the log's release is not modelled): 3,332,864 tokens, 3.1x the log."""
     def request(runner):
-        return BudgetRequest(model="deepseek-v4-pro", card_bytes=H20_MIB * MIB, max_seq_len=ONE_M,
+        return BudgetRequest(model="deepseek-v4-pro", card_bytes=card("h20").memory_bytes, max_seq_len=ONE_M,
                              engine="sglang-0.5.23", placement=Placement(tp=8, dp=2),
-                             settings=StartupSettings(mem_fraction_static=0.9, moe_runner_backend=runner, gpu="h100"))
+                             settings=StartupSettings(mem_fraction_static=0.9, moe_runner_backend=runner, gpu="h20"))
 
     from csa_plan.planner.errors import BadInput
 
@@ -153,7 +152,7 @@ def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
     assert b.fits
     default_ep = budget(replace(request(None), placement=Placement(tp=8, dp=2, ep=16)))
     assert b.binding.weights_bytes > default_ep.binding.weights_bytes  # every expert on every rank, split over TP
-    settings = EngineSettings(gpu="h100", mem_fraction_static=0.9, max_running_requests=16,
+    settings = EngineSettings(gpu="h20", mem_fraction_static=0.9, max_running_requests=16,
                               moe_runner_backend="marlin")
     sizing = get_engine("sglang-0.5.23").configure(pro, settings, ONE_M).size_pool(b.kv_memory_bytes)
     assert sizing.tokens == 3_332_864 and "max_running_requests=16" in sizing.log_lines[-1]
@@ -187,3 +186,5 @@ def test_marlin_needs_sm90_or_sm120(pro):
     r = exc.value.refusal
     assert r.setting == "--moe-runner-backend" and "sm_100" in r.actual and "b200" in r.actual
     assert "sm_90 or sm_120" in r.expected
+    for ok in ("h20", "rtx-pro-6000"):
+        get_engine("sglang-0.5.23").configure(pro, EngineSettings(gpu=ok, moe_runner_backend="marlin"), ONE_M)
