@@ -15,6 +15,13 @@ backends' ``customize_attention_spec`` applied; then vLLM's start-up planning ru
 ``EngineArgs.get_batch_defaults`` with the platform answering as an H200 (or B200).
 Every figure is compared byte for byte with csa-plan's ``vllm-0.33`` engine model.
 
+vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release; the installed ``vllm.__version__``
+picks the release): the specs are built with that release's classes and arguments, then its own
+``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size``,
+``_max_memory_usage_bytes_from_groups``, ``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on
+them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 and L40S, and block
+sizes 64 / 128 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
+
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
 ``pool_configurator`` sizing functions where they import.
 
