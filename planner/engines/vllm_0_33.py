@@ -209,7 +209,7 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
         raise _refuse(f"{SRC} config/cache.py", "--gpu-memory-utilization", "0 < x <= 1", str(util),
                       "gpu_memory_utilization must be in (0, 1]")
     out.append(Resolved("--gpu-memory-utilization", util if util is not None else 0.92,
-                        "given" if util is not None else f"{SRC} config/cache.py:215"))
+                        "given" if util is not None else f"{SRC} config/cache.py CacheConfig.gpu_memory_utilization"))
     resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype="fp8_ds_mla", indexer_fp4=fp4,
                             max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
                             async_scheduling=async_on, num_speculative_tokens=spec,
@@ -448,7 +448,7 @@ class VllmPlan(EnginePlan):
         return need <= sizing.usable_units - used_units
 
     def tp_rules(self) -> tuple[TpRule, ...]:
-        src = (f"{SRC} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
+        src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
                "compressor.py ~181-192, sparse_swa.py ~120-146); kv_cache_planning.py kv_cache_groups_tp_replicas")
         roles = dict.fromkeys(s.role for s in self.specs)
         return tuple(TpRule(role, "replicated", src) for role in roles)
