@@ -39,3 +39,21 @@ def test_runtime_document_and_text(csa):
     assert off["prefix_cache"]["hit_tokens"] == 0 and not off["prefix_cache"]["enabled"]
     text = csa(*BASE)
     assert text.code == 0 and "would preempt" in text.out[:text.out.index("engine:")]  # the first lines
+
+
+def test_find_capacity_uses_the_same_replay(csa):
+    args = ("simulate", "examples/traces/azure_conv_sample_200.csv", "--model", "deepseek-v4-flash", "--kv-memory",
+            "8GiB", "--max-seq-len", "65536", "--engine", "vllm-0.33", "--find-capacity")
+    assert csa(*args).code == 2  # the engine queues: a wait bound is the capacity criterion
+    doc = json.loads(csa(*args, "--max-wait", "1", "--json").out)
+    cap = doc["capacity"]
+    assert cap["max_wait_s"] == 1 and cap["rate_scale"] > 0
+    assert doc["time"]["rate_scale"] == cap["rate_scale"] and doc["runtime"]["queue_wait"]["p99_s"] <= 1
+
+
+def test_data_parallel_replicas_split_round_robin(csa):
+    one = json.loads(csa(*BASE, "--json").out)["runtime"]
+    two = json.loads(csa(*BASE[:-2], "--dp", "2", "--engine", "vllm-0.33", "--json").out)["runtime"]
+    assert two["served"] == one["served"] == 200
+    assert two["occupancy"]["usable_units"] > one["occupancy"]["usable_units"]
+    assert csa(*BASE, "--dp", "2", "--router", "least-loaded").code == 2
