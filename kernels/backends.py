@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -68,6 +69,12 @@ NVCC_OPTIONS = ("-std=c++17", "-I", str(KERNEL_DIR), "-ftz=true", "-arch=sm_90")
 
 class EmulationUnavailable(CsaPlanError, RuntimeError):
     """No C++ compiler (or the build failed): the emulated backend cannot run."""
+
+    exit_code = ExitCode.NO_GPU
+
+
+class CudaHeadersMissing(CsaPlanError, RuntimeError):
+    """CuPy's first compile found no CUDA runtime headers: no usable GPU (exit 5), the fix named."""
 
     exit_code = ExitCode.NO_GPU
 
@@ -573,8 +580,19 @@ class CupyBackend(_Base):
         cupy = cupy_module
         self.xp = cupy
         self.cupy = cupy
+        t0 = time.perf_counter()
         self.module = cupy.RawModule(code=module_source(), options=NVRTC_OPTIONS, backend="nvrtc")
-        self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        try:  # CuPy compiles (or loads its kernel cache) at the first get_function
+            self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        except Exception as exc:
+            from csa_plan.kernels.cuda_headers import FIX, is_header_error, missing_reason
+
+            if is_header_error(exc):
+                said = " ".join(str(exc).split())[:300]
+                raise CudaHeadersMissing(missing_reason() or f"no usable GPU: CuPy's compile: {said}; fix: {FIX}") \
+                    from None
+            raise
+        self.module_load_s = time.perf_counter() - t0
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         self.sm_count = int(props.get("multiProcessorCount", H200_SMS))
         self.times_ms: dict[str, list[float]] = {}
