@@ -188,17 +188,44 @@ def cache_dir() -> Path:
     return path
 
 
-@lru_cache(maxsize=1)
-def build_emulator() -> Path:
-    """Compile emu_driver.cpp (which includes every .cu) with g++; cached by source hash."""
+EMU_NUMERICS = ("exact", "gpu")
+
+
+def emu_numerics(numerics: str | None = None) -> str:
+    """The emulator build to use: ``exact`` (correctly rounded fp32, no contraction) or ``gpu``
+    (cuda_emu.h's GPU numerics: mma rounded toward zero, +-2 ulp on ex2/exp/sin/cos/rsqrt,
+    FMA-contracted); default from CSA_PLAN_EMU_NUMERICS, else exact."""
+    numerics = numerics or os.environ.get("CSA_PLAN_EMU_NUMERICS") or "exact"
+    if numerics not in EMU_NUMERICS:
+        raise EmulationUnavailable(f"CSA_PLAN_EMU_NUMERICS={numerics!r}: one of {', '.join(EMU_NUMERICS)}")
+    return numerics
+
+
+def _cpu_has_fma() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " fma" in line for line in f)
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=2)
+def build_emulator(numerics: str = "exact") -> Path:
+    """Compile emu_driver.cpp (which includes every .cu) with g++; cached by source hash and build.
+    The ``gpu`` build adds -DCSA_EMU_GPU_NUMERICS=1 and FMA contraction (-mfma where the CPU has it)."""
+    numerics = emu_numerics(numerics)
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not cxx:
         raise EmulationUnavailable("no C++ compiler (g++) found for --backend emulate")
-    lib = cache_dir() / f"libcsa_emu_{_sources_hash()}.so"
+    flags = []
+    if numerics == "gpu":
+        flags = ["-DCSA_EMU_GPU_NUMERICS=1", "-ffp-contract=fast"] + (["-mfma"] if _cpu_has_fma() else [])
+    suffix = "" if numerics == "exact" else "_gpu" + ("fma" if "-mfma" in flags else "")
+    lib = cache_dir() / f"libcsa_emu_{_sources_hash()}{suffix}.so"
     if lib.exists():
         return lib
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(KERNEL_DIR),
+    cmd = [cxx, "-O2", "-std=c++17", *flags, "-shared", "-fPIC", "-I", str(KERNEL_DIR),
            str(KERNEL_DIR / "emu_driver.cpp"), "-o", str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -258,9 +285,14 @@ _SIGNATURES = {
 }
 
 
-@lru_cache(maxsize=1)
-def emulator_library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(build_emulator()))
+def emulator_library(numerics: str | None = None) -> ctypes.CDLL:
+    """The emulator build ``numerics`` (emu_numerics: default CSA_PLAN_EMU_NUMERICS, else exact)."""
+    return _emulator_library(emu_numerics(numerics))
+
+
+@lru_cache(maxsize=2)
+def _emulator_library(numerics: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build_emulator(numerics)))
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
@@ -536,8 +568,9 @@ class EmulatedBackend(_Base):
     name = "emulate"
     xp = np
 
-    def __init__(self) -> None:
-        self.lib = emulator_library()
+    def __init__(self, numerics: str | None = None) -> None:
+        self.numerics = emu_numerics(numerics)
+        self.lib = emulator_library(self.numerics)
 
     @staticmethod
     def _ptr(a) -> int | None:

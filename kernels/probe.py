@@ -66,6 +66,9 @@ def _parse(argv):
     ap.add_argument("--hot", type=int, default=20, help="calls per timing (one CUDA graph, or back to back)")
     ap.add_argument("--index-heads", type=int, default=INDEX_HEADS, help="indexer heads (64 in V4)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--position", type=int, default=None,
+                    help="the query's RoPE position [default: context - 1]; e.g. 1048575 at a short context "
+                         "reaches RoPE's large-angle path cheaply (the emulator's GPU-numerics test)")
     ap.add_argument("--small", action="store_true", help="context 8192, batch 1 and 2, 16 heads (sanitizers)")
     ap.add_argument("--json", metavar="FILE", help="write the document here ('-': stdout)")
     a = ap.parse_args(argv)
@@ -75,9 +78,9 @@ def _parse(argv):
     a.geometries = [g for g in a.geometries.split(",") if g]
     bad = [g for g in a.geometries if g not in GEOMETRIES]
     if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1
-            or not 1 <= a.index_heads <= 64):
+            or not 1 <= a.index_heads <= 64 or (a.position is not None and not a.context - 1 <= a.position < 1 << 20)):
         ap.error("need known --geometries, --context >= 4096 and a multiple of 128, batches >= 1, chunks >= 1, "
-                 "1 <= --index-heads <= 64")
+                 "1 <= --index-heads <= 64, context - 1 <= --position < 1,048,576")
     if max(GEOMETRIES[g][1] for g in a.geometries) > a.context // 4:
         ap.error("top-k exceeds the CSA records of --context")
     return a
@@ -247,7 +250,7 @@ class Probe:
     def batch(self, R: int) -> None:
         cp, be, a, rng = self.cp, self.be, self.a, self.rng
         n_csa, n_hca, W, I = a.context // 4, a.context // 128, WINDOW, a.index_heads
-        pos = a.context - 1
+        pos = a.position if a.position is not None else a.context - 1
         rec = self.g.record_bytes
         P = self.pool
         key_ids = rng.integers(0, P, (R, n_csa), dtype=np.int32)
