@@ -186,9 +186,10 @@ def missing_reason(found: HeaderLookup | None = None) -> str | None:
 
 
 def is_header_error(exc: BaseException) -> bool:
-    """CuPy's compile failing on the header lookup (CuPy 14's message, or pathfinder's)."""
+    """CuPy's compile failing on the header lookup: CuPy 14's "Failed to find CUDA headers", its
+    older "auto-detect CUDA", or NVRTC's own "cannot open source file cuda_runtime.h"."""
     text = str(exc)
-    return "CUDA headers" in text or "auto-detect CUDA" in text or "cuda-pathfinder" in text
+    return "CUDA headers" in text or "auto-detect CUDA" in text or "cuda_runtime.h" in text
 
 
 def main() -> int:

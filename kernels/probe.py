@@ -63,7 +63,8 @@ def _parse(argv):
     ap.add_argument("--batches", default="1,16", help="comma-separated request counts")
     ap.add_argument("--geometries", default=",".join(GEOMETRIES), help=f"of {', '.join(GEOMETRIES)}")
     ap.add_argument("--chunks", type=int, default=16, help="attention row-range splits")
-    ap.add_argument("--hot", type=int, default=20, help="calls per timing (one CUDA graph, or back to back)")
+    ap.add_argument("--hot", type=int, default=20,
+                    help="calls per timing (one CUDA graph, or back to back); 0: the checks only, no timings")
     ap.add_argument("--index-heads", type=int, default=INDEX_HEADS, help="indexer heads (64 in V4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--position", type=int, default=None,
@@ -77,10 +78,10 @@ def _parse(argv):
     a.batches = [int(b) for b in a.batches.split(",") if b]
     a.geometries = [g for g in a.geometries.split(",") if g]
     bad = [g for g in a.geometries if g not in GEOMETRIES]
-    if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1
+    if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1 or a.hot < 0
             or not 1 <= a.index_heads <= 64 or (a.position is not None and not a.context - 1 <= a.position < 1 << 20)):
         ap.error("need known --geometries, --context >= 4096 and a multiple of 128, batches >= 1, chunks >= 1, "
-                 "1 <= --index-heads <= 64, context - 1 <= --position < 1,048,576")
+                 "1 <= --index-heads <= 64, context - 1 <= --position < 1,048,576, --hot >= 0")
     if max(GEOMETRIES[g][1] for g in a.geometries) > a.context // 4:
         ap.error("top-k exceeds the CSA records of --context")
     return a
@@ -231,6 +232,8 @@ class Probe:
 
     def time(self, case: str, fn, traffic: T.Traffic, **info) -> None:
         """One timing row: the kernel's device time per call (Timer.measure), rates from it."""
+        if self.a.hot == 0:  # checks only
+            return
         m = self.timer.measure(fn, self.a.hot)
         row = {"case": case, **info, **traffic.as_dict(), **m}
         dev = m["device_ms"]
@@ -243,7 +246,8 @@ class Probe:
         self.timings.append(row)
 
     def run(self) -> None:
-        self.ceiling = copy_ceiling(self.cp, self.timer, max(1 << 24, min(COPY_BYTES, self.a.context * 1024)))
+        self.ceiling = (copy_ceiling(self.cp, self.timer, max(1 << 24, min(COPY_BYTES, self.a.context * 1024)))
+                        if self.a.hot else {"bytes": 0, "ms": None, "bytes_per_s": None})
         for R in self.a.batches:
             self.batch(R)
 
@@ -434,7 +438,8 @@ def run(argv=None, cupy_module=None) -> tuple[int, dict | None]:
     doc = {"schema": "csa-plan/probe/v1", "machine": machine_facts(cp), "context": a.context, "batches": a.batches,
            "index_heads": a.index_heads,
            "geometries": {g: {"heads": GEOMETRIES[g][0], "topk": GEOMETRIES[g][1]} for g in a.geometries},
-           "chunks": a.chunks, "module_load_s": compile_s, "timer": {"cuda_graphs": p.timer.graphs, "calls": a.hot}, "copy_ceiling": p.ceiling, "checks": p.checks,
+           "chunks": a.chunks, "module_load_s": compile_s, "timer": {"cuda_graphs": p.timer.graphs, "calls": a.hot},
+           "copy_ceiling": p.ceiling, "checks": p.checks,
            "timings": p.timings, "failed": failed, "seconds": time.perf_counter() - t0}
     return (EXIT_FAILED if failed else EXIT_OK), doc
 

@@ -92,7 +92,7 @@ def test_probe_geometries_pass_with_margin_under_gpu_numerics(gpu_lib, monkeypat
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
     code, doc = P.run(["--context", "4096", "--batches", "1", "--position", "1048575", "--chunks", "4",
-                       "--hot", "1"], cupy_module=fake)
+                       "--hot", "0"], cupy_module=fake)  # the checks only: no timing launches
     assert code == 0, [c for c in doc["checks"] if c["status"] != "pass"]
     seen = []
     for c in doc["checks"]:
