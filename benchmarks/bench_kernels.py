@@ -5,7 +5,7 @@
     python benchmarks/bench_kernels.py --plan-only          # the device-memory plan, no GPU
     python benchmarks/bench_kernels.py --from-probe probe.json --json   # report a probe run (the GPU check)
 
-It runs the kernel probe (kernels/probe.py) with more hot launches: the indexer scan over
+It runs the kernel probe (kernels/probe.py) with --iters calls per timing: the indexer scan over
 262,144 FP4 keys per request (64 index heads), top-k (512 and 1024), CSA attention over
 the window plus the selected records and HCA attention over the window plus all 8,192
 records, for 16 heads (V4-Pro at --tp 8), 64 (V4-Flash) and 128 (V4-Pro), at batch 1 and
@@ -16,7 +16,7 @@ For every kernel it reports two byte counts (kernels/traffic.py): *compulsory* (
 read once, every output written once: top-k reads its scores once) and *moved* (what these
 kernels read and write as written: top-k's six passes over the scores, index_scores' query
 staging per block, each head group re-reading the rows, and the attention partials written
-and read back), the hot rate of each against the device-to-device copy rate measured on the
+and read back), the device-time rate of each against the device-to-device copy rate measured on the
 same GPU (the achievable ceiling) and against the H200's 4.8 TB/s nominal peak, and cold
 and device times. The device time per call is the probe's (kernels/probe.py ``Timer``): --iters
 calls replayed from one CUDA graph between two events (or issued back to back where a graph
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=1024)
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=16, help="attention row-range splits per (request, head group)")
-    ap.add_argument("--iters", type=int, default=20, help="hot launches per kernel (median)")
+    ap.add_argument("--iters", type=int, default=20, help="calls per timing (one CUDA graph, or back to back)")
     ap.add_argument("--geometries", default="v4-pro-tp8,v4-flash,v4-pro")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plan-only", action="store_true", help="print the planned device bytes and exit (no GPU)")
