@@ -53,8 +53,8 @@ OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 # Per-step limits in seconds, one table; they sum to the default budget (tests/kernels/test_gpu_check.py
 # checks that, and each step's host work on the test-double CuPy against half its limit).
-declare -A LIMITS=([install]=30 [facts]=15 [compile]=120 [tiny]=20 [memcheck]=30 [racecheck]=30 [probe]=90
-                   [run_gpu]=110 [bench]=15)
+declare -A LIMITS=([install]=30 [facts]=15 [compile]=120 [tiny]=20 [memcheck]=30 [racecheck]=30 [probe]=80
+                   [run_gpu]=120 [bench]=15)
 # CSA_GPU_CHECK_SLOWDOWN (default 1) multiplies every limit and the budget: for the test that runs
 # the whole check on the test-double CuPy on a loaded 2-core machine, not for a GPU run
 SLOWDOWN=${CSA_GPU_CHECK_SLOWDOWN:-1}
