@@ -57,3 +57,11 @@ def test_data_parallel_replicas_split_round_robin(csa):
     assert two["served"] == one["served"] == 200
     assert two["occupancy"]["usable_units"] > one["occupancy"]["usable_units"]
     assert csa(*BASE, "--dp", "2", "--router", "least-loaded").code == 2
+
+
+def test_mtp_with_prefix_caching_is_refused_until_modelled(csa):
+    args = ("simulate", "examples/traces/azure_conv_sample_200.csv", "--model", "deepseek-v4-flash", "--kv-memory",
+            "8GiB", "--max-seq-len", "65536", "--engine", "vllm-0.33", "--num-speculative-tokens", "2")
+    r = csa(*args)
+    assert r.code == 2 and "--no-enable-prefix-caching" in r.err
+    assert csa(*args, "--no-enable-prefix-caching").code == 0
