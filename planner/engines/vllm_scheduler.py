@@ -135,6 +135,7 @@ class VllmRuntime(EngineRuntime):
         scheduled: dict[Req, int] = {}
         preempted: list[Req] = []
         running = self.run_q
+        prefill_scheduled = False  # :735, set by the running loop only (:1017)
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
@@ -160,6 +161,7 @@ class VllmRuntime(EngineRuntime):
             if not ok:
                 break
             scheduled[req] = n
+            prefill_scheduled = prefill_scheduled or req.prefill_chunk
             token_budget -= n
             i += 1
             if req.spec:
@@ -169,6 +171,7 @@ class VllmRuntime(EngineRuntime):
             else:
                 step_spec = 0
             self._spec_of[req.rid] = step_spec
+        any_running = bool(scheduled)  # scheduled_running_reqs: the running loop's, before admissions
         if not preempted:
             skipped: list[Req] = []
             while token_budget > 0 and self.wait_q:
@@ -183,8 +186,7 @@ class VllmRuntime(EngineRuntime):
                     hit_blocks, hit = self.prefix.computed_blocks(kv, req)
                 n = req.num_tokens - hit
                 pad = False
-                if (self.num_spec and n == 1 and not self._prefill_scheduled(scheduled)
-                        and (scheduled or hit > 0)):
+                if self.num_spec and n == 1 and not prefill_scheduled and (any_running or hit > 0):
                     padded = 1 + self.num_spec
                     if hit + padded + 1 <= mml:
                         if padded > token_budget:
@@ -239,10 +241,6 @@ class VllmRuntime(EngineRuntime):
         if 0 < remaining < self.prefill_lookahead:
             n -= self.prefill_lookahead - remaining
         return max(n, 0)
-
-    @staticmethod
-    def _prefill_scheduled(scheduled: dict[Req, int]) -> bool:
-        return any(r.prefill_chunk for r in scheduled)
 
     def _preempt(self, req: Req) -> None:
         """_preempt_request (:1799-1843)."""
