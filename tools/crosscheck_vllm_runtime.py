@@ -193,7 +193,7 @@ class VllmReference:
                          "running": len(s.running), "waiting": len(s.waiting),
                          "preempted": sorted(int(x) for x in out.preempted_req_ids),
                          "free": s.kv_cache_manager.block_pool.get_num_free_blocks(), "hit": hit,
-                         "admitted": [int(x) for x in new_ids]})
+                         "admitted": sorted(int(x) for x in new_ids)})  # vLLM lists new before resumed
         return step
 
     def complete(self, step):
@@ -267,7 +267,7 @@ class Recorder:
         self.log.append({"sched": dict(zip(step.requests, step.tokens)), "running": self.rt.running(),
                          "waiting": self.rt.waiting(), "preempted": sorted(step.preempted),
                          "free": self.rt.kv.pool.num_free(), "hit": step.prefix_hit_tokens,
-                         "admitted": list(step.admitted)})
+                         "admitted": sorted(step.admitted)})
         return step
 
 
