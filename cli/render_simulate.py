@@ -37,6 +37,12 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
         cap = f", at most {engine['max_running']:,} running per replica" if engine.get("max_running") else ""
         out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}): charges what the engine "
                   f"charges, {held}{cap}", highlight=False)
+    refused = report.get("engine_refusal")
+    if refused:
+        out.print(f"[red]REFUSED (exit 3): {refused['engine']} refuses this configuration; nothing was "
+                  "simulated:[/red]")
+        out.print(f"  {refused['setting']}: {refused['message']}", highlight=False)
+        return
     if report["plan_refusals"]:
         out.print("[red]the model plan is refused; no request can run:[/red]")
         for r in report["plan_refusals"]:
@@ -45,7 +51,8 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     cap = report.get("capacity")
     if cap is not None:
         if cap["rate_scale"] is None:
-            out.print("[red]capacity: no rate scale down to 2^-20 meets the criterion[/red]")
+            out.print(f"[red]capacity: no rate scale down to {cap['floor_rate_scale']:.4g} meets the criterion "
+                      f"(the floor: {cap['floor']})[/red]")
         else:
             if cap["at_least"]:
                 out.print(f"[bold]capacity:[/bold] not limited by memory within this trace: the search reached its "

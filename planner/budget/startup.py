@@ -26,6 +26,7 @@ class StartupSettings:
 
     max_num_batched_tokens: int | None = None    # vLLM
     usage: str | None = None                      # vLLM: "serve" (vllm serve) or "llm" (the LLM class)
+    gpu: str | None = None                        # the target card (its device name picks vLLM's defaults)
     gpu_memory_utilization: float | None = None   # vLLM
     chunked_prefill_size: int | None = None       # SGLang
     mem_fraction_static: float | None = None      # SGLang
@@ -97,21 +98,17 @@ class StartupRules:
 VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 
 
-def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None) -> tuple[int, str]:
-    """engine/arg_utils.py:2983-2996 (applied at :3159-3181): by card memory and usage context."""
-    llm = usage == "llm"
-    if card_bytes >= 160 * GiB:
-        return 16384, "engine/arg_utils.py:2973-2982 (>= 160 GiB card)"
-    if card_bytes >= 70 * GiB:
-        return (16384 if llm else 8192), "engine/arg_utils.py:2983-2996 (70-160 GiB card, " + \
-            ("LLM class)" if llm else "vllm serve)")
-    return (8192 if llm else 2048), "engine/arg_utils.py:2997-3005 (smaller card)"
-
-
 def _vllm_mnbt(c: StageContext) -> tuple[int, str]:
+    """vLLM's max_num_batched_tokens: the option, else the engine model's default rule (one copy:
+    ``engines/vllm_0_33.py default_batched_tokens``, by card memory, device name and usage)."""
     if c.settings.max_num_batched_tokens is not None:
         return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
-    return vllm_max_num_batched_tokens(c.card_bytes, c.settings.usage)
+    from csa_plan.planner.engines.settings import gpu_target
+    from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+
+    tokens, _, rule = default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
+                                             c.settings.usage or "serve")
+    return tokens, rule
 
 
 def _vllm_usable(c: StageContext) -> Usable:
