@@ -39,7 +39,7 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
     if engine_settings is None:
         return StartupSettings()
     get = lambda name: getattr(engine_settings, name, None)  # noqa: E731
-    return StartupSettings(max_num_batched_tokens=get("max_num_batched_tokens"), usage=get("usage"), gpu=get("gpu"),
+    return StartupSettings(max_num_batched_tokens=get("max_num_batched_tokens"), usage=get("usage"),
                            gpu_memory_utilization=get("gpu_memory_utilization"),
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),

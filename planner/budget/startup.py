@@ -26,14 +26,14 @@ class StartupSettings:
 
     max_num_batched_tokens: int | None = None    # vLLM
     usage: str | None = None                      # vLLM: "serve" (vllm serve) or "llm" (the LLM class)
-    gpu: str | None = None                        # the target card (its device name picks vLLM's defaults)
     gpu_memory_utilization: float | None = None   # vLLM
     chunked_prefill_size: int | None = None       # SGLang
     mem_fraction_static: float | None = None      # SGLang
     cuda_graph_max_bs: int | None = None          # SGLang
     speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
     moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
-    gpu: str | None = None                        # the engine's target card (rules needing a capability)
+    gpu: str | None = None                        # the engine's target card (rules needing a capability; its
+                                                  # device name picks vLLM's batch defaults)
 
 
 @dataclass(frozen=True)
