@@ -281,11 +281,14 @@ def sglang_point(model_name: str, gpu: str, tp: int, dp: int, mrr: int | None, c
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
 
-    settings = EngineSettings(max_running_requests=mrr, chunked_prefill_size=chunk, num_speculative_tokens=drafts or None)
+    # SGLang's spelling: N draft steps verify N + 1 draft tokens (top-k 1, DeepSeek-V4's only choice)
+    settings = EngineSettings(max_running_requests=mrr, chunked_prefill_size=chunk,
+                              speculative_num_steps=drafts - 1 if drafts else None)
     fit, kv_at, settings = ours(model_name, "sglang-0.5.23", gpu, tp, dp, settings, length, n)
     model = load_model(model_name)
     r = get_engine("sglang-0.5.23").configure(model, settings, length).resolved
     mrr_, chunk_ = r.max_running_requests, r.chunked_prefill_size
+    assert r.draft_tokens == drafts, (r.draft_tokens, drafts)
     cache: dict[int, int] = {}
 
     def count(t: int) -> int:
@@ -313,6 +316,43 @@ def sglang_point(model_name: str, gpu: str, tp: int, dp: int, mrr: int | None, c
     ok = not problems
     text = f"admits {here}; longest for {n}: {longest if longest is None else format(longest, ',')}"
     return ok, f"{'OK  ' if ok else 'FAIL'} {label}: " + (text if ok else "; ".join(problems))
+
+
+def stub_torchvision() -> bool:
+    """SGLang's pool_configurator imports its model-config registry, whose multimodal configs (and
+    transformers' image utilities) import torchvision, which the engines' venv lacks; the pool sizing
+    never calls it. A stand-in package is put in its place when torchvision is missing (True)."""
+    import enum
+    import importlib.machinery
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        return False
+
+    class Stub(types.ModuleType):
+        def __getattr__(self, name: str):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return type(name, (), {"__init__": lambda self, *a, **k: None, "__call__": lambda self, *a, **k: None})
+
+    class InterpolationMode(enum.Enum):
+        NEAREST, NEAREST_EXACT, BILINEAR, BICUBIC = "nearest", "nearest-exact", "bilinear", "bicubic"
+        BOX, HAMMING, LANCZOS = "box", "hamming", "lanczos"
+
+    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional",
+                 "torchvision.transforms.v2", "torchvision.transforms.v2.functional", "torchvision.io",
+                 "torchvision.ops"):
+        module = Stub(name)
+        module.__path__ = []  # type: ignore[attr-defined]
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = module
+        if "." in name:
+            parent, child = name.rsplit(".", 1)
+            setattr(sys.modules[parent], child, module)
+    sys.modules["torchvision"].__version__ = "0.28.0"  # type: ignore[attr-defined]
+    for name in ("torchvision.transforms", "torchvision.transforms.functional"):
+        sys.modules[name].InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
+    return True
 
 
 def sglang_points(quick: bool, seed: int, limit: int | None):
@@ -348,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in vllm_points(args.quick, args.seed, args.points):
             run(vllm_point, *p, args.bisect)
     if args.engine in ("sglang", "all"):
+        if stub_torchvision():
+            print("note: torchvision is missing: a stand-in package is imported in its place (SGLang's model-config "
+                  "registry imports it; the pool sizing does not use it)")
         try:
             import sglang.srt.model_executor.pool_configurator  # noqa: F401
         except Exception as exc:  # noqa: BLE001

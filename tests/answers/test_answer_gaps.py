@@ -129,3 +129,27 @@ def test_sweep_answers_first_and_brief(csa):
     brief = csa("sweep", SMALL_SWEEP, "-j", "1", "--brief")
     assert brief.code == r.code and "Pareto" not in brief.out and "ranked" not in brief.out
     assert brief.out.splitlines()[0] == text.out.splitlines()[0]
+
+
+# -- SGLang's admission counts its full pages only (found by tools/crosscheck_answers.py) ------
+
+
+def test_sglang_count_is_its_full_pages_over_a_requests_pages():
+    """SGLang sizes its SWA pool for max_running_requests at start-up; a request draws on the full
+    pages (cdiv(L, 256)). The count was taken with the SWA pages and the c128 slot in the divisor and
+    used as ``used_units`` for ``admits``, which counts full pages: 63 where SGLang admits 64."""
+    from csa_plan.planner.budget.admission import engine_admits
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+
+    settings = EngineSettings(gpu="b200", max_running_requests=64, chunked_prefill_size=16384)
+    kv = 142_628_476_663  # Flash at tp 8 on a B200, the device budget at this length
+    for length in (528_641, 131_072, 1_048_576, 4_097):
+        plan = get_engine("sglang-0.5.23").configure(load_model("deepseek-v4-flash", max_seq_len=length), settings,
+                                                     length)
+        sizing = plan.size_pool(kv)
+        pages = -(-length // 256)
+        want = min(64, dict(sizing.extra)["max_total_num_tokens"] // 256 // pages)
+        got = engine_admits(plan, sizing)
+        assert got["count"] == want and got["units_per_request"] == pages, length
