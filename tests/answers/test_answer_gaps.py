@@ -153,3 +153,17 @@ def test_sglang_count_is_its_full_pages_over_a_requests_pages():
         want = min(64, dict(sizing.extra)["max_total_num_tokens"] // 256 // pages)
         got = engine_admits(plan, sizing)
         assert got["count"] == want and got["units_per_request"] == pages, length
+
+
+def test_simulate_answers_first_and_brief(csa):
+    sample = str(EXAMPLES / "traces" / "azure_conv_sample_200.csv")
+    args = ("simulate", sample, "--model", PRO, *H200_8, "--weights", "0", "--reserved", "120GiB")
+    doc = csa(*args, "--json").json()
+    text = csa(*args)
+    first = text.out.splitlines()[0]
+    req = doc["requests"]
+    assert first.startswith("REFUSED (exit 3)") and f"{req['refused']:,} of {req['total']:,} requests refused" in first
+    fit = doc["fit"]
+    assert f"that fit the state pool: {fit['requests_that_fit']:,} ({fit['authority']})" in text.out.splitlines()[1]
+    brief = csa(*args, "--brief")
+    assert brief.code == text.code == 3 and brief.out.splitlines() == text.out.splitlines()[:2]
