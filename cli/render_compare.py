@@ -33,10 +33,12 @@ def render_compare_head(console: Console, report: dict[str, Any]) -> None:
             what = f"{n:,} request{'' if n == 1 else 's'} fit"
         elif r["unbounded"]:
             what = "any number fit (0 bytes per request)"
+        elif r["no_answer"].startswith("refuses"):  # the refusal itself is listed below
+            what = f"no count: refuses a pool of {r['limit_bytes']:,} B at start-up (below)"
         else:
             what = f"no count: {r['no_answer']}"
         charge = r["charge_bytes"] if r["charge_bytes"] is not None else r["per_request_bytes"]
-        pool = f" in {fmt_bytes(r['limit_bytes'])}" if r["limit_bytes"] else ""
+        pool = f" in {fmt_bytes(r['limit_bytes'])}" if r["limit_bytes"] and r["requests_that_fit"] is not None else ""
         best = " (the most)" if r["profile"] in h["most"] and len(h["most"]) < len(h["rows"]) else ""
         console.print(f"  {r['profile']}: {what}{best}{pool}; {fmt_bytes(charge)} per request "
                       f"({r['authority']})", soft_wrap=True, highlight=False)

@@ -89,9 +89,10 @@ def compare_head(c: Comparison, report: dict[str, Any], exit_code: int, weights_
         if r.requests_that_fit is None and not r.requests_unbounded:
             why = ("no device memory named (--device-memory)" if c.limit_bytes is None and r.limit_bytes is None
                    else r.pool_refused or ("the model is refused by the gate" if c.refused_layers else "no state pool"))
-        elif r.requests_that_fit == 0 and r.pool_refused:
-            why = r.pool_refused
-        rows.append(RowAnswer(r.profile, d["authority"], r.per_request_bytes, d["charge_bytes"], r.requests_that_fit,
+        elif r.pool_refused:  # an engine that refuses to start gives no count (the table's cell says 0)
+            why = f"refuses a pool of {r.limit_bytes:,} B at start-up: {r.pool_refused}"
+        count = None if r.pool_refused else r.requests_that_fit
+        rows.append(RowAnswer(r.profile, d["authority"], r.per_request_bytes, d["charge_bytes"], count,
                               r.requests_unbounded, r.limit_bytes if r.limit_bytes is not None else c.limit_bytes,
                               why))
     counted = [r for r in rows if r.requests_that_fit is not None]
@@ -103,8 +104,8 @@ def compare_head(c: Comparison, report: dict[str, Any], exit_code: int, weights_
                         "(run check for the reasons)")
     if not weights_fit:
         refusals.append("the weights (and start-up reserves) leave no state pool under some row's rules")
-    refusals += [f"{r.profile}: admits no request of max_seq_len in {r.limit_bytes:,} B"
-                 + (f" ({r.no_answer})" if r.no_answer else "") for r in rows
+    refusals += [f"{r.profile}: {r.no_answer}" for r in rows if r.no_answer and r.no_answer.startswith("refuses")]
+    refusals += [f"{r.profile}: admits no request of max_seq_len in {r.limit_bytes:,} B" for r in rows
                  if r.requests_that_fit == 0 and r.limit_bytes]
     if c.refused_layers:
         verdict = CompareVerdict.REFUSED
