@@ -116,14 +116,16 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         from csa_plan.cli.render_budget import render_budget
         from csa_plan.cli.render_simulate import render_simulate, render_simulate_head
 
-        render_simulate_head(out, r)  # the answer first; the detail follows
-        if brief:
-            return
-        out.print()
-
         budget = r.get("budget")
         if budget is not None and not budget["weights_fit"]:
-            render_budget(out, budget)  # first: no state pool, nothing was simulated
+            render_budget(out, budget)  # the answer first: no state pool, nothing was simulated
+            if brief:
+                return
+        else:
+            render_simulate_head(out, r)  # the answer first; the detail follows
+            if brief:
+                return
+            out.print()
         render_simulate(out, r, series=outcome.series, plot_note=plot_note)
         if budget is not None and budget["weights_fit"]:
             out.print(f"device limit = the state pool per GPU ({budget['engine']}): usable "
