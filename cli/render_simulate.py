@@ -129,6 +129,8 @@ def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
         else:
             out.print(f"[green]ADMITTED[/green] (exit {code}): all {req['total']:,} requests admitted"
                       + (f", {req['queued']:,} after waiting" if req["queued"] else ""), highlight=False)
+    elif report.get("capacity") is not None:
+        out.print(f"[red]NO SUSTAINABLE RATE[/red] (exit {code}): no rate scale meets the criterion", highlight=False)
     else:
         out.print(f"[red]NO ANSWER[/red] (exit {code})", highlight=False)
     cap = report.get("capacity")
