@@ -15,7 +15,7 @@ def _q(q: dict[str, Any]) -> list[str]:
     return [f(q["p50_s"]), f(q["p99_s"]), f(q["max_s"])]
 
 
-def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None) -> None:
+def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None, brief: bool = False) -> None:
     """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
     dep, engine = report["deployment"], report.get("engine")
     out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
@@ -26,6 +26,11 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
         return
     rt = report["runtime"]
     out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
+    if brief:
+        wait = rt["queue_wait"]
+        out.print(f"  served {rt['served']:,} of {rt['requests']:,}; queue wait p99 "
+                  f"{'-' if wait['p99_s'] is None else format(wait['p99_s'], ',.3f')} s", highlight=False)
+        return
     for note in report["workload"]["notes"]:
         out.print(f"  note: {note}")
     pool = engine["pool"]

@@ -54,6 +54,8 @@ def _layouts() -> list[str]:
 @click.option("--verify", is_flag=True, help="Also replay event by event through the ledger and require identical results.")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
               help="vLLM's prefix caching, as vLLM spells it (runtime-replayed engines) [default: the engine's: on].")
+@click.option("--brief", is_flag=True, help="Print only the head: the verdict, requests admitted and refused, "
+              "the sustainable rate, requests of max_seq_len that fit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/simulate/v1 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot]).")
@@ -65,7 +67,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
              tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
-             max_wait: float | None, verify: bool, prefix_caching: bool | None, as_json: bool, plot_path: str | None, engine: str | None,
+             max_wait: float | None, verify: bool, prefix_caching: bool | None, brief: bool, as_json: bool,
+             plot_path: str | None, engine: str | None,
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
     through per-device ledgers and report peaks, refusals and waits.
@@ -120,16 +123,26 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     def render(out, r):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
-        from csa_plan.cli.render_simulate import render_simulate
+        from csa_plan.cli.render_simulate import render_simulate, render_simulate_head
 
         budget = r.get("budget")
+        runtime = r.get("runtime") is not None or r.get("engine_refusal") is not None
         if budget is not None and not budget["weights_fit"]:
-            render_budget(out, budget)  # first: no state pool, nothing was simulated
-        if r.get("runtime") is not None or r.get("engine_refusal") is not None:
+            render_budget(out, budget)  # the answer first: no state pool, nothing was simulated
+            if brief:
+                return
+        elif runtime:
             from csa_plan.cli.render_runtime import render_runtime
 
-            render_runtime(out, r, plot_note=plot_note)
+            render_runtime(out, r, plot_note=plot_note, brief=brief)  # the engine's own scheduler, replayed
+            if brief:
+                return
         else:
+            render_simulate_head(out, r)  # the answer first; the detail follows
+            if brief:
+                return
+            out.print()
+        if not runtime:
             render_simulate(out, r, series=outcome.series, plot_note=plot_note)
         if budget is not None and budget["weights_fit"]:
             out.print(f"device limit = the state pool per GPU ({budget['engine']}): usable "

@@ -128,7 +128,13 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         _with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
                                                        req.kv_memory_bytes))
         return outcome
-    scn = prepare(spec, wl, config)
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    try:
+        scn = prepare(spec, wl, config)
+    except EngineRefused as exc:  # the engine refuses the configuration: its document, typed, no count
+        return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
+                               req.kv_memory_bytes)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
 
@@ -191,6 +197,27 @@ def _device_budget(settings: MixSettings, config: Any, engine: str | None = None
     return deployment_budget(settings.model, settings.device_memory_bytes, deployment, length, engine,
                              engine_settings, kv_memory_bytes,
                              placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=settings.ep))
+
+
+def _engine_refused(wl: Any, spec: Any, config: Any, device: Any, refusal: Any, engine: str | None,
+                    engine_settings: Any, kv_memory_bytes: int | None) -> SimulateOutcome:
+    """The document of a run the engine refuses (exit 3), as check gives it: the refusal typed
+    (``engine_refusal``, ``all_refusals``), ``fit`` with no count, nothing replayed."""
+    from csa_plan.planner.budget.answer import engine_authority, no_answer
+    from csa_plan.planner.reports.check import Refusal
+    from csa_plan.planner.reports.simulate import simulate_report
+
+    report = simulate_report(wl, spec, config, None, None, exit_code=ExitCode.REFUSED)
+    report["engine_refusal"] = refusal.as_dict()
+    report["all_refusals"] = [Refusal("configuration", "EngineRefused", refusal.setting, refusal.message,
+                                      refusal.expected, refusal.actual, refusal.rule).as_dict()]
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    cap = _capacity(spec, config, engine, engine_settings, device, kv_memory_bytes)
+    if cap is None or cap.answered:  # no pool to size, or refused only at the run's own tiers: still no count
+        cap = no_answer(engine_authority(engine or refusal.engine), length, 1,
+                        f"{refusal.engine} refuses this configuration ({refusal.setting}; the refusal says why)",
+                        None if cap is None else cap.kv_memory_bytes)
+    return SimulateOutcome(_with_budget(report, device, cap), ExitCode.REFUSED)
 
 
 def _with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
