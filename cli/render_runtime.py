@@ -20,10 +20,6 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     dep, engine = report["deployment"], report.get("engine")
     out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
               f"({plural(report['workload']['requests'], 'request')})")
-    refusal = report.get("engine_refusal")
-    if refusal is not None:
-        out.print(f"  refused: {refusal['message']}", highlight=False)
-        return
     rt = report["runtime"]
     out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
     if brief:

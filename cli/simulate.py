@@ -126,7 +126,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         from csa_plan.cli.render_simulate import render_simulate, render_simulate_head
 
         budget = r.get("budget")
-        runtime = r.get("runtime") is not None or r.get("engine_refusal") is not None
+        runtime = r.get("runtime") is not None
         if budget is not None and not budget["weights_fit"]:
             render_budget(out, budget)  # the answer first: no state pool, nothing was simulated
             if brief:

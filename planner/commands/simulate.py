@@ -121,15 +121,19 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         return SimulateOutcome(_with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
                                                                       device, req.kv_memory_bytes)),
                                ExitCode.REFUSED)
+    from csa_plan.planner.engines.engine import EngineRefused
+
     if runtime_plan is not None:
         from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
 
-        outcome = run_runtime_simulate(req, wl, spec, config, progress)
+        try:
+            outcome = run_runtime_simulate(req, wl, spec, config, progress)
+        except EngineRefused as exc:  # the engine refuses the KV memory: the same typed document as below
+            return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
+                                   req.kv_memory_bytes)
         _with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
                                                        req.kv_memory_bytes))
         return outcome
-    from csa_plan.planner.engines.engine import EngineRefused
-
     try:
         scn = prepare(spec, wl, config)
     except EngineRefused as exc:  # the engine refuses the configuration: its document, typed, no count

@@ -40,7 +40,6 @@ def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
 def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
     """The outcome without the budget sections (the caller adds them, as for every simulate)."""
     from csa_plan.planner.commands.simulate import SimulateOutcome
-    from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.reports.runtime import runtime_report
     from csa_plan.planner.runtime.protocol import RuntimeOptions
     from csa_plan.planner.runtime.steptime import StepTime
@@ -53,12 +52,7 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> 
         raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
                                               "replicas with round-robin routing only")
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    try:
-        plan, sizing = config.engine.sized(spec, config, length)
-    except EngineRefused as exc:
-        doc = _document(wl, spec, config, None, None, ExitCode.REFUSED)
-        doc["engine_refusal"] = exc.refusal.as_dict()
-        return SimulateOutcome(doc, ExitCode.REFUSED)
+    plan, sizing = config.engine.sized(spec, config, length)  # EngineRefused: the caller's typed document
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
