@@ -1,0 +1,94 @@
+"""What one runtime replay observed: per step and per request, as integer arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass
+class StepSeries:
+    """Per executed step: its end (ns), units in use per pool, running, waiting, tokens."""
+
+    end_ns: list[int] = field(default_factory=list)
+    used: list[tuple[int, ...]] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    prefill_tokens: list[int] = field(default_factory=list)
+    n_pools: int = 0
+
+    @classmethod
+    def empty(cls, n_pools: int) -> "StepSeries":
+        return cls(n_pools=n_pools)
+
+    def __len__(self) -> int:
+        return len(self.end_ns)
+
+    def add(self, end: int, used: tuple[int, ...], running: int, waiting: int, tokens: int, prefill: int) -> None:
+        self.end_ns.append(end)
+        self.used.append(used)
+        self.running.append(running)
+        self.waiting.append(waiting)
+        self.tokens.append(tokens)
+        self.prefill_tokens.append(prefill)
+
+    def freeze(self) -> "FrozenSeries":
+        import numpy as np
+
+        used = np.array(self.used, dtype=np.int64).reshape(len(self.used), self.n_pools)
+        return FrozenSeries(np.array(self.end_ns, dtype=np.int64), used, np.array(self.running, dtype=np.int64),
+                            np.array(self.waiting, dtype=np.int64), np.array(self.tokens, dtype=np.int64),
+                            np.array(self.prefill_tokens, dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class FrozenSeries:
+    end_ns: "np.ndarray"
+    used: "np.ndarray"  # steps x pools
+    running: "np.ndarray"
+    waiting: "np.ndarray"
+    tokens: "np.ndarray"
+    prefill_tokens: "np.ndarray"
+
+    @property
+    def steps(self) -> int:
+        return len(self.end_ns)
+
+    @property
+    def total_used(self) -> "np.ndarray":
+        return self.used.sum(axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class RuntimeResult:
+    label: str
+    pools: tuple[str, ...]
+    usable_units: int
+    arrival_ns: Any
+    admitted_ns: list[int]  # first admission (the queue wait ends), -1 never
+    first_token_ns: list[int]  # -1 never
+    finished_ns: list[int]  # -1 never (refused)
+    preemptions: list[int]
+    refused: dict[int, str]  # request -> reason (refused at arrival or stranded)
+    series: FrozenSeries
+    recomputed_tokens: int
+    prefix_hit_tokens: int
+    prefix_query_tokens: int
+    notes: tuple[str, ...] = ()
+
+    def same_as(self, other: "RuntimeResult") -> bool:
+        """Every per-request outcome and every per-step count equal (twins, cross-checks)."""
+        import numpy as np
+
+        a, b = self.series, other.series
+        return (self.admitted_ns == other.admitted_ns and self.first_token_ns == other.first_token_ns
+                and self.finished_ns == other.finished_ns and self.preemptions == other.preemptions
+                and self.refused == other.refused and self.recomputed_tokens == other.recomputed_tokens
+                and self.prefix_hit_tokens == other.prefix_hit_tokens
+                and all(np.array_equal(x, y) for x, y in ((a.end_ns, b.end_ns), (a.used, b.used),
+                                                           (a.running, b.running), (a.waiting, b.waiting),
+                                                           (a.tokens, b.tokens))))
