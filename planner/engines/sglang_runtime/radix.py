@@ -152,9 +152,9 @@ class RadixCache:
 
     # -- insert -----------------------------------------------------------------------------------
 
-    def insert(self, keys: Sequence[Hashable], shared_pages: int, swa_live_from: int) -> Inserted:
+    def insert(self, keys: Sequence[Hashable], shared_pages: int, swa_live_from: int) -> tuple[Inserted, Node]:
         """Insert a request's page keys; its first ``shared_pages`` are the prefix it matched (already
-        the tree's); pages ``>= swa_live_from`` still have the request's live SWA."""
+        the tree's); pages ``>= swa_live_from`` still have the request's live SWA. Returns the last node."""
         node = self.root
         new_full = dup_full = new_swa = dup_swa = 0
         for i, key in enumerate(keys):
@@ -181,7 +181,7 @@ class RadixCache:
                     dup_swa += 1
             node = child
             self._touch(node)
-        return Inserted(new_full, dup_full, new_swa, dup_swa)
+        return Inserted(new_full, dup_full, new_swa, dup_swa), node
 
     # -- eviction ---------------------------------------------------------------------------------
 

@@ -61,7 +61,8 @@ class Req:
     own_swa: int = 0
     decode_idx: int = 0
     retractions: int = 0
-    recomputed: int = 0
+    started: bool = False  # scheduled once: its queue wait is over
+    done_before: int = 0  # tokens computed before its last retraction (recomputation is up to these)
 
     @property
     def fill_len(self) -> int:
@@ -69,20 +70,25 @@ class Req:
 
 
 @dataclass
-class Step:
-    """What one scheduler step ran and what came of it."""
+class Decision:
+    """What one scheduler step runs (``schedule``); ``complete`` applies its model output."""
 
     kind: str  # "prefill" | "decode" | "idle"
+    batch: list[tuple[Req, int, bool]] = field(default_factory=list)  # (request, tokens, chunk continues)
     prefill_tokens: int = 0  # tokens computed by prefill chunks (recomputation included)
-    decode_tokens: int = 0
-    first_token: list[int] = field(default_factory=list)  # rids that got their first output token
-    finished: list[int] = field(default_factory=list)
+    admitted: list[int] = field(default_factory=list)  # rids taken from waiting this step
     retracted: list[int] = field(default_factory=list)
-    aborted: list[int] = field(default_factory=list)
-    admitted: list[int] = field(default_factory=list)  # rids scheduled for the first time this step
+    aborted: list[int] = field(default_factory=list)  # the last request OOM even alone (schedule_batch.py:3511-3533)
     hit_tokens: int = 0  # prefix tokens served from the radix cache by this step's admissions
-    recomputed_tokens: int = 0  # prefill tokens of retracted requests' re-admissions
-    alloc_shortfall_pages: int = 0  # pages the admission promised that the pools could not give (0)
+    query_tokens: int = 0  # prompt tokens those admissions looked up
+    recomputed_tokens: int = 0  # prefill tokens of retracted requests' earlier progress
+    alloc_shortfall_pages: int = 0  # pages admission promised that the pools could not give (stays 0)
+
+
+@dataclass
+class Outcome:
+    first_token: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
 
 
 class SglangScheduler:
@@ -149,18 +155,38 @@ class SglangScheduler:
         self.req_swa += swa
         return shortfall
 
+    def _checkpoint(self, req: Req, upto: int) -> None:
+        """The tree takes the request's pages below ``upto`` (page-floored): ``checkpoint_kv_cache`` after
+        every prefill chunk (``mem_cache/common.py:271-280``, ``batch_result_processor.py:393-394``) and
+        ``release_kv_cache`` at the end (common.py:400-445). Its full pages there become tree pages the
+        request keeps locked (its ``cache_protected_len``); its live SWA pages there become the tree's
+        (those are what a later match of this prefix needs, swa.py:357-377) and it no longer frees them
+        (``swa_dead_lo``, schedule_batch.py:994-1000)."""
+        p = self.cfg.page
+        pages = upto // p
+        shared = req.prefix_len // p
+        if pages <= shared:
+            return
+        _got, node = self.tree.insert(self._keys(req, pages), shared, req.swa_from // p)
+        moved_full = pages - shared
+        moved_swa = max(0, pages - max(shared, req.swa_from // p))
+        req.own_full -= moved_full
+        self.req_full -= moved_full
+        req.own_swa -= moved_swa
+        self.req_swa -= moved_swa
+        self.tree.lock_path(node)
+        if req.node is not None:
+            self.tree.unlock_path(req.node)
+        req.node = node
+        req.prefix_len = pages * p
+        req.swa_from = max(req.swa_from, req.prefix_len)
+
     def _release(self, req: Req, insert: bool) -> None:
-        """Free a request's pages; a finished request's full pages go into the tree (cache_finished_req)."""
+        """Free a request's own pages; a finished one checkpoints into the tree first."""
         if insert and self.cfg.radix_cache:
-            pages = req.kv_len // self.cfg.page
-            keys = self._keys(req, pages)
-            shared = req.prefix_len // self.cfg.page
-            got = self.tree.insert(keys, shared, req.swa_from // self.cfg.page)
-            self.req_full -= req.own_full  # all of it: the tree took new_full, the rest is freed
-            self.req_swa -= req.own_swa
-        else:
-            self.req_full -= req.own_full
-            self.req_swa -= req.own_swa
+            self._checkpoint(req, req.kv_len)
+        self.req_full -= req.own_full
+        self.req_swa -= req.own_swa
         if req.node is not None:
             self.tree.unlock_path(req.node)
             req.node = None
@@ -176,99 +202,121 @@ class SglangScheduler:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def step(self) -> Step:
-        st = self._prefill()
-        if st is not None:
-            return st
+    def schedule(self) -> Decision:
+        """get_next_batch_to_run: a prefill batch if the adder admits anything, else a decode step."""
+        d = self._prefill()
+        if d is not None:
+            return d
         if self.running:
             return self._decode()
-        return Step("idle")
+        return Decision("idle")
 
-    def _prefill(self) -> Step | None:
+    def complete(self, d: Decision) -> Outcome:
+        """The fabricated model output: one sampled token per request that finished its prompt or decoded."""
+        out = Outcome()
+        if d.kind == "prefill":
+            new_chunked = None
+            for req, _n, continues in d.batch:
+                if continues:
+                    if self.cfg.radix_cache:
+                        self._checkpoint(req, req.kv_len)
+                    new_chunked = req
+                    continue
+                req.out += 1
+                if req.out == 1:
+                    out.first_token.append(req.rid)
+                req.decode_idx = 0
+                if req.out >= req.max_new:
+                    self._release(req, insert=True)
+                    out.finished.append(req.rid)
+                else:
+                    if self.cfg.radix_cache:
+                        self._checkpoint(req, req.kv_len)
+                    self.running.append(req)  # merge_batch (scheduler.py:3955-3966)
+            self.chunked = new_chunked
+        elif d.kind == "decode":
+            keep: list[Req] = []
+            for req in self.running:
+                req.out += 1
+                if req.out >= req.max_new:
+                    self._release(req, insert=True)
+                    out.finished.append(req.rid)
+                else:
+                    keep.append(req)
+            self.running = keep
+        return out
+
+    def stranded(self) -> list[Req]:
+        """Nothing running, nothing chunked, and the adder admits nobody: nothing will ever change."""
+        return list(self.waiting) if not self.running and self.chunked is None else []
+
+    def _prefill(self) -> Decision | None:
         cfg = self.cfg
         if not self.waiting and self.chunked is None:
             return None
         adder = PrefillAdder(self, cfg.page, cfg.window, self.ratio, cfg.max_prefill_tokens,
                              cfg.chunked_prefill_size, [(r.max_new, r.out) for r in self.running])
-        can_run: list[tuple[Req, int, bool]] = []  # (request, extend tokens, chunk continues)
-        st = Step("prefill")
+        d = Decision("prefill")
+        batch = d.batch
         if self.chunked is not None:
             req = self.chunked
             n = adder.add_chunked(req.kv_len, req.fill_len, req.max_new, req.out)
             if n is not None:
-                can_run.append((req, n, req.kv_len + n < req.fill_len))
+                batch.append((req, n, req.kv_len + n < req.fill_len))
         taken: set[int] = set()
         holds_row = 1 if self.chunked is not None else 0
         for req in self.waiting:
             if adder.budget_state() is AddResult.OTHER:
                 break
             running_bs = len(self.running)
-            held = 1 if can_run and can_run[0][0] is self.chunked else 0
+            held = 1 if batch and batch[0][0] is self.chunked else 0
             allocatable = min(cfg.max_running_requests - running_bs,
                               cfg.max_running_requests - running_bs - holds_row + held)
-            if len(can_run) >= allocatable:
+            if len(batch) >= allocatable:  # get_num_allocatable_reqs (scheduler.py:4024-4050)
                 break
-            node, pages = (self.tree.match(req.keys, (req.fill_len - 1) // cfg.page) if cfg.radix_cache
-                           else (None, 0))
-            if node is not None:
+            limit = (req.fill_len - 1) // cfg.page
+            node, pages = self.tree.match(self._keys(req, limit), limit) if cfg.radix_cache else (None, 0)
+            if pages:
                 self.tree.lock_path(node)  # the temporary pin (schedule_policy.py:1225-1239,1428)
             adm = adder.select(pages * cfg.page, req.fill_len, req.max_new, req.out)
             if isinstance(adm, AddResult):
-                if node is not None:
+                if pages:
                     self.tree.unlock_path(node)
                 break
             req.node = node if pages else None
-            if node is not None and not pages:
-                self.tree.unlock_path(node)
-            req.prefix_len = adm.prefix_len
-            req.kv_len = adm.prefix_len
-            req.swa_from = adm.prefix_len
+            req.prefix_len = req.kv_len = req.swa_from = adm.prefix_len
             res = adder.commit(adm)
-            can_run.append((req, adm.extend_len, adm.is_chunked))
+            batch.append((req, adm.extend_len, adm.is_chunked))
             taken.add(id(req))
-            st.hit_tokens += adm.prefix_len
-            if req.retractions:
-                st.recomputed_tokens += adm.extend_len
+            d.hit_tokens += adm.prefix_len
+            d.query_tokens += req.fill_len
+            if not req.started:
+                req.started = True
+            d.admitted.append(req.rid)
             if res is not AddResult.CONTINUE:
                 break
-        if not can_run:
+        if not batch:
             return None
         if taken:
             self.waiting = [r for r in self.waiting if id(r) not in taken]
-        new_chunked = None
-        for req, n, continues in can_run:
+        for req, n, _continues in batch:
             end = req.kv_len + n
             pages = ceil_div(end, cfg.page) - ceil_div(req.kv_len, cfg.page)
-            st.alloc_shortfall_pages += self._alloc(pages, pages)
+            d.alloc_shortfall_pages += self._alloc(pages, pages)
             req.own_full += pages
             req.own_swa += pages
-            if req is not self.chunked and req.retractions == 0 and req.out == 0 and req.recomputed == 0:
-                st.admitted.append(req.rid)
-            if req.retractions:
-                req.recomputed += n
+            if req.done_before > req.kv_len:
+                d.recomputed_tokens += min(end, req.done_before) - req.kv_len
             req.kv_len = end
-            st.prefill_tokens += n
+            d.prefill_tokens += n
             self._evict_window(req, end, 1)
-            if continues:
-                new_chunked = req
-                continue
-            req.out += 1
-            if req.out == 1:
-                st.first_token.append(req.rid)
-            req.decode_idx = 0
-            if req.out >= req.max_new:
-                self._release(req, insert=True)
-                st.finished.append(req.rid)
-            else:
-                self.running.append(req)
-        self.chunked = new_chunked
-        return st
+        return d
 
     def _decode_need(self, reqs: list[Req]) -> int:
         return sum(1 for r in reqs if r.kv_len % self.cfg.page == 0)
 
     def _fits(self, reqs: list[Req]) -> bool:
-        """check_decode_mem (schedule_batch.py:3432-3449, allocator/base.py:171-185)."""
+        """check_decode_mem (schedule_batch.py:3432-3449, allocator/base.py:171-185, swa.py:210-220)."""
         p = self.cfg.page
         need = self._decode_need(reqs) * p
         if self.cfg.radix_cache:
@@ -281,8 +329,8 @@ class SglangScheduler:
                 self.tree.evict_swa(ceil_div(short_swa, p))
         return min(self.full_available(), self.swa_available()) >= need
 
-    def _decode(self) -> Step:
-        st = Step("decode")
+    def _decode(self) -> Decision:
+        d = Decision("decode")
         batch = self.running
         if not self._fits(batch):
             def fits(kept: list[int]) -> bool:
@@ -295,34 +343,27 @@ class SglangScheduler:
             if len(kept) <= 1 and not fits(kept):
                 last = kept.pop()
                 self._release(batch[last], insert=False)
-                st.aborted.append(batch[last].rid)
+                d.aborted.append(batch[last].rid)
             for i in gone:
                 r = batch[i]
                 r.retractions += 1
+                r.done_before = max(r.done_before, r.kv_len)
                 r.prefix_len = r.kv_len = r.swa_from = r.decode_idx = 0
-                st.retracted.append(r.rid)
-                self.waiting.append(r)
-            batch = [batch[i] for i in sorted(kept)]
+                d.retracted.append(r.rid)
+                self.waiting.append(r)  # the back of the queue (scheduler.py:3493)
+            batch = [batch[i] for i in kept]  # filter_batch(keep_indices=...) keeps this order
             self.running = batch
             self.ratio = ratio_after_retract([(r.out, r.max_new) for r in batch])
         else:
             self.ratio = self.rule.decayed(self.ratio)
-        keep: list[Req] = []
         for req in batch:
             if req.decode_idx >= 1 and req.kv_len - self.cfg.window >= req.swa_from + EVICTION_INTERVAL:
                 self._evict_window(req, req.kv_len, 1)
             if req.kv_len % self.cfg.page == 0:
-                st.alloc_shortfall_pages += self._alloc(1, 1)
+                d.alloc_shortfall_pages += self._alloc(1, 1)
                 req.own_full += 1
                 req.own_swa += 1
             req.kv_len += 1
-            req.out += 1
             req.decode_idx += 1
-            st.decode_tokens += 1
-            if req.out >= req.max_new:
-                self._release(req, insert=True)
-                st.finished.append(req.rid)
-            else:
-                keep.append(req)
-        self.running = keep
-        return st
+            d.batch.append((req, 1, False))
+        return d
