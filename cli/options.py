@@ -156,15 +156,20 @@ ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", 
                        "mem_fraction_static", "usage")
 
 
-def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
     """Add ``--engine`` and every engine setting; the command receives ``engine`` (a name or
-    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings)."""
+    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings). With
+    ``multiple`` (``@engine_options(multiple=True)``), ``--engine`` may be repeated and the command
+    also receives ``engines`` (every name given, in order; ``engine`` is the first)."""
+    if func is None:
+        return functools.partial(engine_options, multiple=multiple)
     from csa_plan.planner.engines.registry import ENGINES
 
     names = ", ".join(ENGINES)
     options = [
-        click.option("--engine", default=None, metavar="NAME",
-                     help=f"Plan as this engine release does: {names} (README: 'Engine models')."),
+        click.option("--engine", default=None, metavar="NAME", multiple=multiple,
+                     help=f"Plan as this engine release does: {names} (README: 'Engine models')"
+                          + ("; repeat it to run engines side by side." if multiple else ".")),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME", help="Target GPU for engine rules and defaults [default: h200]."),
@@ -196,6 +201,9 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
+        if multiple:
+            kwargs["engines"] = tuple(engine)
+            engine = engine[0] if engine else None
         settings = EngineSettings(**values)
         if engine is None and (kv_memory is not None or settings.given()):
             from csa_plan.planner.errors import BadInput

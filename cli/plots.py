@@ -64,6 +64,42 @@ def _save(fig, path: str, **kwargs: Any) -> None:
         plt.close(fig)
 
 
+def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Units in use per pool against each pool's size, running and waiting, per engine; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
+    runs = [r for r in report["runs"] if "series" in r]
+    if not runs:
+        return "nothing was replayed"
+    fig, axes = plt.subplots(2, len(runs), figsize=(7 * len(runs), 7), squeeze=False, sharex=True)
+    for j, r in enumerate(runs):
+        s = r["series"]
+        top, bottom = axes[0][j], axes[1][j]
+        for k, pool in enumerate(r["pools"]):
+            line = top.step(s["end_s"], [u[k] for u in s["used"]], where="post", label=f"{pool['pool']} in use")
+            if pool["usable_units"] is not None:
+                top.axhline(pool["usable_units"], color=line[0].get_color(), linestyle="--", linewidth=0.8)
+        top.set_ylabel("units in use (max per bucket; dashed: pool)")
+        top.set_ylim(bottom=0)
+        top.set_title(r["engine"]["label"], fontsize=9)
+        top.legend(loc="upper left", fontsize=7)
+        bottom.step(s["end_s"], s["running"], where="post", label="running")
+        bottom.step(s["end_s"], s["waiting"], where="post", label="waiting")
+        bottom.set_xlabel("time (s)")
+        bottom.set_ylabel("requests")
+        bottom.set_ylim(bottom=0)
+        bottom.legend(loc="upper left", fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
+    return None
+
+
 def plot_simulate(series, path: str, title: str) -> str | None:
     """Draw residency per device group against its limit, with requests in flight; None on success."""
     try:

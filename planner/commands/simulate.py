@@ -43,6 +43,8 @@ class SimulateRequest:
     verify: bool = False
     trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
     engine: str | None = None  # an engine model's name: charge what that engine charges
+    engines: tuple[str, ...] = ()  # several engines side by side (step-by-step runtimes only)
+    enable_prefix_caching: bool | None = None  # runtime engines: prefix / radix cache (None: the engine's default)
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
 
@@ -80,6 +82,21 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
+
+    names = req.engines or ((req.engine,) if req.engine is not None else ())
+    if names:
+        from csa_plan.planner.commands.simulate_runtime import run_runtime, runtime_engines
+        from csa_plan.planner.engines.settings import EngineSettings
+        from csa_plan.planner.loaders.model_files import load_model as _load
+
+        length = config.max_seq_len or max(d.max_seq_len for d in _load(settings.model).layers)
+        rt_spec = _load(settings.model, max_seq_len=length)
+        plans = runtime_engines(names, rt_spec, req.engine_settings or EngineSettings(), length)
+        if plans is not None:
+            return run_runtime(req, wl, settings, config, rt_spec, plans, progress)
+    if req.enable_prefix_caching is not None:
+        raise BadInput("options", "--disable-radix-cache/--enable-prefix-caching",
+                       "applies to an engine whose runtime is modelled step by step (--engine sglang-0.5.23)")
 
     device = _device_budget(settings, config, req.engine, req.engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:

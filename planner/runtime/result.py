@@ -79,6 +79,7 @@ class RuntimeResult:
     prefix_hit_tokens: int
     prefix_query_tokens: int
     notes: tuple[str, ...] = ()
+    pool_units: tuple[int, ...] = ()  # usable units per pool, as the runtime declares them
 
     def same_as(self, other: "RuntimeResult") -> bool:
         """Every per-request outcome and every per-step count equal (twins, cross-checks)."""

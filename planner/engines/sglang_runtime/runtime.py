@@ -41,11 +41,13 @@ def page_keys(ids, id_block_tokens: int, prompt: int, page: int) -> tuple[Hashab
 class SglangRuntime(EngineRuntime):
     pools = POOLS
     pipeline_depth = 1
+    preemption_word = "retract"  # scheduler.py:4493 retract_decode
 
     def __init__(self, cfg: SchedulerConfig, trace: "RuntimeTrace", label: str) -> None:
         self.cfg, self.trace, self.label = cfg, trace, label
         self.sched = SglangScheduler(cfg)
         self.usable_units = cfg.full_pages + cfg.swa_pages
+        self.pool_units = (cfg.full_pages, cfg.swa_pages)
         self.max_input = min(cfg.context_len - 1, cfg.full_pages * cfg.page - 1)
         self.retractions = 0
         self.retracted_requests: set[int] = set()
