@@ -155,6 +155,13 @@ class SglangScheduler:
         self.req_swa += swa
         return shortfall
 
+    def _checkpoint_unfinished(self, req: Req) -> None:
+        """An unfinished request's checkpoint first frees its SWA out of the window with
+        pre_len = len(key) - 1 (``unified_radix_cache.py:1340-1366``, SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS
+        on by default, ``environ.py:728``), then inserts."""
+        self._evict_window(req, req.kv_len - 1, 1)
+        self._checkpoint(req, req.kv_len)
+
     def _checkpoint(self, req: Req, upto: int) -> None:
         """The tree takes the request's pages below ``upto`` (page-floored): ``checkpoint_kv_cache`` after
         every prefill chunk (``mem_cache/common.py:271-280``, ``batch_result_processor.py:393-394``) and
@@ -219,7 +226,7 @@ class SglangScheduler:
             for req, _n, continues in d.batch:
                 if continues:
                     if self.cfg.radix_cache:
-                        self._checkpoint(req, req.kv_len)
+                        self._checkpoint_unfinished(req)
                     new_chunked = req
                     continue
                 req.out += 1
@@ -231,7 +238,7 @@ class SglangScheduler:
                     out.finished.append(req.rid)
                 else:
                     if self.cfg.radix_cache:
-                        self._checkpoint(req, req.kv_len)
+                        self._checkpoint_unfinished(req)
                     self.running.append(req)  # merge_batch (scheduler.py:3955-3966)
             self.chunked = new_chunked
         elif d.kind == "decode":
@@ -300,6 +307,8 @@ class SglangScheduler:
         if taken:
             self.waiting = [r for r in self.waiting if id(r) not in taken]
         for req, n, _continues in batch:
+            if not cfg.radix_cache:  # maybe_evict_swa at the extend's allocation (schedule_batch.py:4105-4122)
+                self._evict_window(req, req.kv_len, 1)
             end = req.kv_len + n
             pages = ceil_div(end, cfg.page) - ceil_div(req.kv_len, cfg.page)
             d.alloc_shortfall_pages += self._alloc(pages, pages)
@@ -309,7 +318,6 @@ class SglangScheduler:
                 d.recomputed_tokens += min(end, req.done_before) - req.kv_len
             req.kv_len = end
             d.prefill_tokens += n
-            self._evict_window(req, end, 1)
         return d
 
     def _decode_need(self, reqs: list[Req]) -> int:

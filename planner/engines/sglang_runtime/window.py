@@ -6,8 +6,10 @@
 floored to the page. Decode calls it through ``maybe_evict_swa`` (``managers/schedule_batch.py:
 4068-4100``) with ``pre_len = seqlen - 1`` from the request's second decode step on
 (``decode_batch_idx >= 1``), gated by ``SGLANG_SWA_EVICTION_INTERVAL`` = 128 (``environ.py:730``,
-trigger at ``schedule_batch.py:4063-4066``); after a prefill chunk the radix cache calls it with
-interval 1 (``unified_cache/components/swa.py:1030-1041``).
+trigger at ``schedule_batch.py:4063-4066``); with the radix cache, the checkpoint after each prefill
+chunk calls it with ``pre_len = extend_end - 1`` and interval 1 (``unified_radix_cache.py:1340-1366``,
+``unified_cache/components/swa.py:1030-1046``); without it, the extend's allocation calls it with the
+chunk's start (``schedule_batch.py:4105-4122``).
 """
 
 from __future__ import annotations
