@@ -98,7 +98,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         raise BadInput("options", "--disable-radix-cache/--enable-prefix-caching",
                        "applies to an engine whose runtime is modelled step by step (--engine sglang-0.5.23)")
 
-    device = _device_budget(settings, config, req.engine, req.engine_settings, req.kv_memory_bytes)
+    device = device_budget(settings, config, req.engine, req.engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
     if req.engine is not None:
@@ -120,7 +120,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
-        return SimulateOutcome(_with_budget(report, device), ExitCode.REFUSED)
+        return SimulateOutcome(with_budget(report, device), ExitCode.REFUSED)
     scn = prepare(spec, wl, config)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
@@ -148,10 +148,10 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     code = ExitCode.REFUSED if result is None or result.refused or verified is False else ExitCode.OK
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
-    return SimulateOutcome(_with_budget(report, device), code, series, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(with_budget(report, device), code, series, title=f"{spec.name} — {wl.source}")
 
 
-def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
+def device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
                    kv_memory_bytes: int | None = None) -> Any:
     """The device budget when a device is named (its state pool becomes every device's ledger limit,
     the tightest pipeline stage's); None without a device: everything accounted, nothing refused."""
@@ -171,7 +171,7 @@ def _device_budget(settings: MixSettings, config: Any, engine: str | None = None
                              placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=settings.ep))
 
 
-def _with_budget(report: dict[str, Any], device: Any) -> dict[str, Any]:
+def with_budget(report: dict[str, Any], device: Any) -> dict[str, Any]:
     from csa_plan.planner.budget.document import budget_document
 
     report["budget"] = None if device is None else budget_document(device)

@@ -57,7 +57,7 @@ def run_runtime(req, wl, settings, config, spec, plans, progress) -> Any:
     """Replay ``wl`` through every plan's runtime; the outcome carries one run document per engine."""
     import numpy as np
 
-    from csa_plan.planner.commands.simulate import SimulateOutcome, _device_budget, _with_budget
+    from csa_plan.planner.commands.simulate import SimulateOutcome, device_budget, with_budget
     from csa_plan.planner.runtime.loop import replay
     from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
     from csa_plan.planner.runtime.report import RUNTIME, runtime_document
@@ -86,7 +86,7 @@ def run_runtime(req, wl, settings, config, spec, plans, progress) -> Any:
     options = RuntimeOptions(enable_prefix_caching=req.enable_prefix_caching)
     runs, budgets, code = [], [], ExitCode.OK
     for name, es, plan in plans:
-        device = _device_budget(settings, config, name, es, req.kv_memory_bytes)
+        device = device_budget(settings, config, name, es, req.kv_memory_bytes)
         if device is not None and not device.fits:
             budgets.append(device)
             runs.append({"engine": {"name": name, "label": plan.engine.label()}, "weights_fit": False})
@@ -116,7 +116,7 @@ def run_runtime(req, wl, settings, config, spec, plans, progress) -> Any:
               "model": {"name": spec.name, "source": spec.source},
               "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "devices": p.device_count},
               "runs": runs, "exit_code": int(code)}
-    report = _with_budget(report, budgets[0] if len(budgets) == 1 else None)
+    report = with_budget(report, budgets[0] if len(budgets) == 1 else None)
     if len(budgets) > 1:
         from csa_plan.planner.budget.document import budget_document
 
