@@ -166,3 +166,14 @@ def test_swa_eviction_tombstones_internal_nodes_and_removes_leaves():
     assert (ev.full_pages, ev.swa_pages, t.nodes, t.swa_nodes) == (0, 1, 2, 1)
     ev = t.evict_swa(1)  # b is a leaf: it goes whole
     assert (ev.full_pages, ev.swa_pages, t.nodes, t.swa_nodes) == (1, 1, 1, 0)
+
+
+@pytest.mark.parametrize("window,page", [(128, 256), (512, 256), (100, 64), (256, 256)])
+@pytest.mark.parametrize("sharing", [True, False])
+def test_next_change_is_the_first_length_that_frees(window, page, sharing):
+    from csa_plan.planner.engines.sglang_runtime.window import next_change
+
+    for evicted in range(0, 3 * page, page // 4):
+        first = next(pre for pre in range(evicted, evicted + 8 * page)
+                     if evicted_after(evicted, pre, window, page, sharing) > evicted)
+        assert next_change(evicted, window, page, sharing) == first

@@ -28,7 +28,7 @@ from csa_plan.planner.engines.sglang_runtime.adder import AddResult, PrefillAdde
 from csa_plan.planner.engines.sglang_runtime.radix import Node, RadixCache
 from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule, ratio_after_retract
 from csa_plan.planner.engines.sglang_runtime.retract import retract
-from csa_plan.planner.engines.sglang_runtime.window import EVICTION_INTERVAL, evicted_after
+from csa_plan.planner.engines.sglang_runtime.window import EVICTION_INTERVAL, evicted_after, next_change
 from csa_plan.planner.units import ceil_div
 
 
@@ -63,6 +63,8 @@ class Req:
     retractions: int = 0
     started: bool = False  # scheduled once: its queue wait is over
     done_before: int = 0  # tokens computed before its last retraction (recomputation is up to these)
+    swa_mark_for: int = -1  # the swa_from that swa_mark was computed for
+    swa_mark: int = 0  # decode evicts only once kv_len reaches this (window.next_change and the interval gate)
 
     @property
     def fill_len(self) -> int:
@@ -364,14 +366,21 @@ class SglangScheduler:
             self.ratio = ratio_after_retract([(r.out, r.max_new) for r in batch])
         else:
             self.ratio = self.rule.decayed(self.ratio)
+        cfg = self.cfg
+        page, window, sharing = cfg.page, cfg.window, cfg.radix_cache
+        out = d.batch
         for req in batch:
-            if req.decode_idx >= 1 and req.kv_len - self.cfg.window >= req.swa_from + EVICTION_INTERVAL:
+            if req.swa_mark_for != req.swa_from:  # the gate (schedule_batch.py:4063-4066) and the first freeing length
+                req.swa_mark_for = req.swa_from
+                req.swa_mark = max(req.swa_from + window + EVICTION_INTERVAL,
+                                   next_change(req.swa_from, window, page, sharing))
+            if req.kv_len >= req.swa_mark and req.decode_idx >= 1:
                 self._evict_window(req, req.kv_len, 1)
-            if req.kv_len % self.cfg.page == 0:
+            if req.kv_len % page == 0:
                 d.alloc_shortfall_pages += self._alloc(1, 1)
                 req.own_full += 1
                 req.own_swa += 1
             req.kv_len += 1
             req.decode_idx += 1
-            d.batch.append((req, 1, False))
+            out.append((req, 1, False))
         return d

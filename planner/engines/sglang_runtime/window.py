@@ -31,3 +31,12 @@ def evicted_after(evicted: int, pre_len: int, window: int, page: int, prefix_sha
     new = max(evicted, threshold)
     new = new // page * page
     return new if new > evicted else evicted
+
+
+def next_change(evicted: int, window: int, page: int, prefix_sharing: bool) -> int:
+    """The smallest ``pre_len`` at which ``evicted_after(evicted, pre_len, ..., interval=1)`` frees
+    anything: below it every call is a no-op, so the decode loop can skip them exactly."""
+    above = (evicted // page + 1) * page  # the first page-aligned mark past ``evicted``
+    if prefix_sharing:
+        return max(above + round_up(max(window, page), page), evicted + window + 1)
+    return above + window
