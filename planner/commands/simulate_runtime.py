@@ -11,7 +11,7 @@ admission and are refused here (the scheduler decides, not a reservation rule).
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import BadInput, ExitCode
@@ -20,14 +20,16 @@ if TYPE_CHECKING:
     from csa_plan.planner.engines.settings import EngineSettings
 
 
-def runtime_engines(names: tuple[str, ...], spec, settings: "EngineSettings", max_seq_len: int) -> list | None:
-    """The configured plans when every named engine is runtime-modelled; None when the only one is not."""
+def runtime_engines(names: tuple[str, ...], spec, settings: "EngineSettings", max_seq_len: int,
+                    card=lambda es, name: es) -> list | None:
+    """The configured plans when every named engine is runtime-modelled; None when the only one is not.
+    ``card(settings, name)`` gives an engine the target GPU the device memory names (card_settings)."""
     from csa_plan.planner.engines.registry import get_engine
 
     plans = []
     for name in names:
         model = get_engine(name)
-        es = settings_for(model, settings, names)
+        es = card(settings_for(model, settings, names), name)
         plans.append((name, es, model.configure(spec, es, max_seq_len)))
     modelled = [p.runtime_modelled for _n, _s, p in plans]
     if all(modelled):
@@ -50,7 +52,7 @@ def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "
     for name in settings.given():
         if not any(name in get_engine(n).options for n in names):
             raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
-    return replace(settings, **{f.name: None for f in fields(settings) if f.name not in accepted})
+    return replace(settings, **{f: None for f in settings.given() if f not in accepted})
 
 
 def run_runtime(req, wl, settings, config, spec, plans, progress) -> Any:
