@@ -64,42 +64,6 @@ def _save(fig, path: str, **kwargs: Any) -> None:
         plt.close(fig)
 
 
-def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
-    """Units in use per pool against each pool's size, running and waiting, per engine; None on success."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
-    runs = [r for r in report["runs"] if "series" in r]
-    if not runs:
-        return "nothing was replayed"
-    fig, axes = plt.subplots(2, len(runs), figsize=(7 * len(runs), 7), squeeze=False, sharex=True)
-    for j, r in enumerate(runs):
-        s = r["series"]
-        top, bottom = axes[0][j], axes[1][j]
-        for k, pool in enumerate(r["pools"]):
-            line = top.step(s["end_s"], [u[k] for u in s["used"]], where="post", label=f"{pool['pool']} in use")
-            if pool["usable_units"] is not None:
-                top.axhline(pool["usable_units"], color=line[0].get_color(), linestyle="--", linewidth=0.8)
-        top.set_ylabel("units in use (max per bucket; dashed: pool)")
-        top.set_ylim(bottom=0)
-        top.set_title(r["engine"]["label"], fontsize=9)
-        top.legend(loc="upper left", fontsize=7)
-        bottom.step(s["end_s"], s["running"], where="post", label="running")
-        bottom.step(s["end_s"], s["waiting"], where="post", label="waiting")
-        bottom.set_xlabel("time (s)")
-        bottom.set_ylabel("requests")
-        bottom.set_ylim(bottom=0)
-        bottom.legend(loc="upper left", fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    _save(fig, path)
-    return None
-
-
 def plot_simulate(series, path: str, title: str) -> str | None:
     """Draw residency per device group against its limit, with requests in flight; None on success."""
     try:
@@ -254,6 +218,37 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     d = budget["deployment"]
     ax.set_title(f"{budget['engine']}: tp {d['tp']} pp {d['pp']} dp {d['dp']} ep {d['ep']} — state pool "
                  f"{budget['kv_memory_bytes'] / GiB:.2f} GiB")
+    fig.tight_layout()
+    _save(fig, path)
+    return None
+
+
+def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Blocks in use against the pool, with running and waiting; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
+    rt = report["runtime"]
+    s, occ = rt["series"], rt["occupancy"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.step(s["t_s"], s["units"], where="post", label=f"{occ['unit']}s in use (max per point)")
+    ax.axhline(occ["usable_units"], color="red", linestyle="--", label="pool (usable)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"{occ['unit']}s")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.step(s["t_s"], s["running"], where="post", color="grey", alpha=0.6, label="running")
+    ax2.step(s["t_s"], s["waiting"], where="post", color="orange", alpha=0.6, label="waiting")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    h, l = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h + h2, l + l2, loc="upper left", fontsize=8)
+    ax.set_title(title)
     fig.tight_layout()
     _save(fig, path)
     return None

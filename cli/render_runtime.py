@@ -1,4 +1,4 @@
-"""Render an engine runtime replay (``csa-plan/simulate-runtime/v1``): one engine, or several side by side."""
+"""Render the runtime replay (``simulate --engine vllm-0.33``): the ``runtime`` section of the document."""
 
 from __future__ import annotations
 
@@ -7,78 +7,107 @@ from typing import Any
 from rich.console import Console
 
 from csa_plan.cli.format import plural
-from csa_plan.cli.tables import KEY, TEXT, Col, print_table
+from csa_plan.cli.tables import KEY, Col, print_table
 
 
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.3f}"
-
-
-def _headline(run: dict[str, Any]) -> str:
-    pre = run["preemptions"]
-    verb = run["engine"].get("preemption_word", "preempt")  # the engine's own word
-    return (f"{run['engine']['label']} would {verb} {plural(pre['count'], 'time')}; "
-            f"{plural(pre['requests'], 'request')} recomputed ({pre['tokens_recomputed']:,} tokens); "
-            f"{run['prefix_cache']['hit_tokens']:,} prompt tokens from the prefix cache")
+def _q(q: dict[str, Any]) -> list[str]:
+    f = lambda v: "-" if v is None else f"{v:,.3f}"
+    return [f(q["p50_s"]), f(q["p99_s"]), f(q["max_s"])]
 
 
 def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None) -> None:
-    """Render an *escaped* report (``cli.emit`` escapes it)."""
-    wl, dep = report["workload"], report["deployment"]
-    out.print(f"[bold]{report['model']['name']}[/bold] on {wl['source']} ({plural(wl['requests'], 'request')}); "
-              f"tp {dep['tp']}, one replica", highlight=False)
-    for note in wl["notes"]:
-        out.print(f"  note: {note}", highlight=False)
-    runs = [r for r in report["runs"] if "pools" in r]
-    for r in report["runs"]:
-        if "pools" not in r:
-            out.print(f"  {r['engine']['label']}: the weights do not fit the device; nothing replayed", highlight=False)
-    for r in runs:
-        out.print(f"  {_headline(r)}", highlight=False)
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
+    dep, engine = report["deployment"], report.get("engine")
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')})")
+    refusal = report.get("engine_refusal")
+    if refusal is not None:
+        out.print(f"  refused: {refusal['message']}", highlight=False)
+        return
+    rt = report["runtime"]
+    out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
+    for note in report["workload"]["notes"]:
+        out.print(f"  note: {note}")
+    pool = engine["pool"]
+    out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}), its scheduler and KV cache "
+              f"manager replayed step by step: {pool['usable_units']:,} {pool['unit']}s of {pool['unit_bytes']:,} B "
+              f"usable, tp {dep['tp']}", highlight=False)
+    settings = ", ".join(f"{s['option']} {s['value']}" for s in engine["settings"]
+                         if s["option"] in ("--max-num-batched-tokens", "--max-num-seqs", "--async-scheduling",
+                                            "--num-speculative-tokens", "--chunked-prefill-size",
+                                            "--max-running-requests"))
+    pc = rt["prefix_cache"]
+    out.print(f"  settings: {settings}; prefix caching {'on' if pc['enabled'] else 'off'}", highlight=False)
+    t = report["time"]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s",
+              highlight=False)
+    out.print(f"  served {rt['served']:,} of {rt['requests']:,}"
+              + "".join(f"; refused {n:,}: {r}" for r, n in ((x['reason'], x['requests']) for x in rt["refused"])),
+              highlight=False)
+    if pc["enabled"]:
+        out.print(f"  prefix cache: {pc['hit_tokens']:,} of {pc['queried_tokens']:,} prompt tokens looked up were "
+                  f"hits ({pc['hit_rate']:.1%})")
+    occ = rt["occupancy"]
+    out.print(f"  {occ['unit']}s in use: peak {occ['peak_units']:,} of {occ['usable_units']:,}, mean "
+              f"{occ['mean_units']:,.0f} over steps; running peak {occ['peak_running']:,} (mean "
+              f"{occ['mean_running']:,.1f}); waiting peak {occ['peak_waiting']:,} (mean {occ['mean_waiting']:,.1f})")
+    for p in occ["pools"]:
+        size = "" if p.get("usable") is None else f" of {p['usable']:,}"
+        out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
+    print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
+                [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
+                 ["end to end", *_q(rt["e2e"])]])
+    for note in rt["modelled"]:
+        out.print(f"  modelled: {note}", highlight=False)
+    cap = report.get("capacity")
+    if cap:
+        out.print(f"  capacity: x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= {cap['max_wait_s']:g} s "
+                  f"({cap['probes']} probes)")
+    if plot_note:
+        out.print(f"  plot: {plot_note}")
+
+
+def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
+    """Several engines' runtime replays of one trace: one column per engine (``simulate --engine A --engine B``)."""
+    docs = report["side_by_side"]
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')}), tp {report['deployment']['tp']}: "
+              f"{len(docs)} engines side by side")
+    runs = [d for d in docs if d.get("runtime") is not None]
+    for d in docs:
+        if d.get("runtime") is None:
+            why = (d.get("engine_refusal") or {}).get("message", "nothing replayed (the weights do not fit)")
+            out.print(f"  {(d.get('engine') or {}).get('name', '?')}: {why}", highlight=False)
+    for d in runs:
+        out.print(f"  {d['runtime']['headline']}", highlight=False)
     if not runs:
         return
     t = runs[0]["time"]
-    out.print(f"  time model: a step lasts max(--tpot-ms {t['tpot_ms']:g} ms, its prefill tokens / --prefill-tok-s "
-              f"{t['prefill_tok_s']:g}); arrivals x{t['rate_scale']:g}", highlight=False)
-    cols = [Col("", KEY)] + [Col(r["engine"]["label"]) for r in runs]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}", highlight=False)
     rows: list[list[str]] = []
 
-    def row(label: str, f) -> None:
-        rows.append([label] + [f(r) for r in runs])
+    def row(label, f):
+        rows.append([label] + [f(d["runtime"], d) for d in runs])
 
-    row("KV memory per device (B)", lambda r: f"{r['engine']['kv_memory_bytes']:,}")
-    row("requests finished", lambda r: f"{r['finished']:,}")
-    row("refused", lambda r: f"{r['refused']:,}")
-    row("steps", lambda r: f"{r['steps']:,}")
-    row("makespan (s)", lambda r: _s(r["makespan_s"]))
-    row("running: max / mean", lambda r: f"{r['running']['max']:,} / {r['running']['mean']:,.1f}")
-    row("waiting: max / mean", lambda r: f"{r['waiting']['max']:,} / {r['waiting']['mean']:,.1f}")
-    row("requests that waited", lambda r: f"{r['waited']:,}")
-    row("preemptions / retractions", lambda r: f"{r['preemptions']['count']:,}")
-    row("requests preempted", lambda r: f"{r['preemptions']['requests']:,}")
-    row("most for one request", lambda r: f"{r['preemptions']['max_for_one_request']:,}")
-    row("tokens recomputed", lambda r: f"{r['preemptions']['tokens_recomputed']:,}")
-    row("prefix-cache hit tokens", lambda r: f"{r['prefix_cache']['hit_tokens']:,}")
-    row("prefix-cache hit rate", lambda r: f"{100 * r['prefix_cache']['hit_rate']:.1f}%")
+    f3 = lambda v: "-" if v is None else f"{v:,.3f}"
+    row("KV memory per device (B)", lambda r, d: f"{d['engine']['pool']['kv_memory_bytes']:,}")
+    row("served / refused", lambda r, d: f"{r['served']:,} / {r['requests'] - r['served']:,}")
+    row("steps; makespan (s)", lambda r, d: f"{r['steps']:,}; {r['makespan_s']:,.1f}")
+    row("running: peak / mean", lambda r, d: f"{r['occupancy']['peak_running']:,} / {r['occupancy']['mean_running']:,.1f}")
+    row("waiting: peak / mean", lambda r, d: f"{r['occupancy']['peak_waiting']:,} / {r['occupancy']['mean_waiting']:,.1f}")
+    row("preempted / retracted: times", lambda r, d: f"{r['preemptions']['count']:,}")
+    row("  requests; most for one", lambda r, d: f"{r['preemptions']['requests']:,}; "
+                                                 f"{r['preemptions']['most_for_one_request']:,}")
+    row("  tokens recomputed", lambda r, d: f"{r['preemptions']['tokens_recomputed']:,}")
+    row("prefix-cache hit tokens (rate)", lambda r, d: f"{r['prefix_cache']['hit_tokens']:,} "
+                                                       f"({r['prefix_cache']['hit_rate']:.1%})")
     for key, label in (("queue_wait", "queue wait"), ("ttft", "time to first token"), ("e2e", "end to end")):
-        row(f"{label} p50 / p99 / max (s)", lambda r, k=key: " / ".join(_s(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
-    width = max(len(r["pools"]) for r in runs)
-    for k in range(width):
-        row(f"pool {k + 1}: peak / usable units",
-            lambda r, k=k: (f"{r['pools'][k]['peak_units']:,} / {r['pools'][k]['usable_units']:,}"
-                            if k < len(r["pools"]) and r["pools"][k]["usable_units"] is not None else "-"))
-    print_table(out, "side by side" if len(runs) > 1 else None, cols, rows)
-    pcols = [Col("engine", KEY), Col("pool", TEXT), Col("usable"), Col("peak"), Col("mean"), Col("at total peak")]
-    prow = []
-    for r in runs:
-        for p in r["pools"]:
-            prow.append([r["engine"]["label"], p["pool"], "-" if p["usable_units"] is None else f"{p['usable_units']:,}",
-                         f"{p['peak_units']:,}", f"{p['mean_units']:,.1f}", f"{p['at_total_peak_units']:,}"])
-    print_table(out, "units in use per pool (pages / blocks)", pcols, prow)
-    for r in runs:
-        for why, count in r["refused_reasons"].items():
-            out.print(f"  {r['engine']['label']}: refused {count:,}: {why}", highlight=False)
-        for note in r["notes"]:
-            out.print(f"  {note}", highlight=False)
-    if plot_note:
-        out.print(f"  plot: {plot_note}", highlight=False)
+        row(f"{label} p50 / p99 / max (s)", lambda r, d, k=key: " / ".join(f3(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
+    row("units in use: peak / usable", lambda r, d: f"{r['occupancy']['peak_units']:,} / "
+                                                    f"{r['occupancy']['usable_units']:,} {r['occupancy']['unit']}s")
+    print_table(out, "side by side", [Col("", KEY)] + [Col(d["runtime"]["engine"]) for d in runs], rows)
+    for d in runs:
+        for note in d["runtime"]["modelled"]:
+            out.print(f"  {d['engine']['name']}: {note}", highlight=False)

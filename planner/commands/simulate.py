@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
@@ -43,10 +43,10 @@ class SimulateRequest:
     verify: bool = False
     trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
     engine: str | None = None  # an engine model's name: charge what that engine charges
-    engines: tuple[str, ...] = ()  # several engines side by side (step-by-step runtimes only)
-    enable_prefix_caching: bool | None = None  # runtime engines: prefix / radix cache (None: the engine's default)
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
+    enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
+    engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,6 +72,11 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.simulate.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
+    if len(req.engines) > 1:
+        from csa_plan.planner.commands.simulate_runtime import run_side_by_side
+
+        return run_side_by_side(req, run_simulate, progress)
+
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
     settings = merge(req.given, wl.settings)
     if settings.model is None:
@@ -82,24 +87,6 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
-
-    names = req.engines or ((req.engine,) if req.engine is not None else ())
-    if names:
-        from csa_plan.planner.commands.simulate_runtime import run_runtime, runtime_engines
-        from csa_plan.planner.engines.settings import EngineSettings
-        from csa_plan.planner.loaders.model_files import load_model as _load
-
-        length = config.max_seq_len or max(d.max_seq_len for d in _load(settings.model).layers)
-        rt_spec = _load(settings.model, max_seq_len=length)
-        from csa_plan.planner.budget.deployment import card_settings as _card
-
-        plans = runtime_engines(names, rt_spec, req.engine_settings or EngineSettings(), length,
-                                lambda es, name: _card(es, settings.device_memory_bytes, name))
-        if plans is not None:
-            return run_runtime(req, wl, settings, config, rt_spec, plans, progress)
-    if req.enable_prefix_caching is not None:
-        raise BadInput("options", "--disable-radix-cache/--enable-prefix-caching",
-                       "applies to an engine whose runtime is modelled step by step (--engine sglang-0.5.23)")
 
     from csa_plan.planner.budget.deployment import card_settings
 
@@ -125,12 +112,26 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     spec = load_model(settings.model, max_seq_len=config.max_seq_len)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
+    runtime_plan = _runtime_plan(req, spec, config)
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import refuse_reservation_options
+
+        refuse_reservation_options(req, runtime_plan)
+    elif req.enable_prefix_caching is not None:
+        raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
+                       "--no-enable-prefix-caching/--disable-radix-cache", "applies to an engine whose runtime is "
+                       "replayed step by step (--engine vllm-0.33, --engine sglang-0.5.23)")
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
         return SimulateOutcome(with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
                                                                       device, req.kv_memory_bytes)),
                                ExitCode.REFUSED)
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
+
+        fit = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
+        return run_runtime_simulate(req, wl, spec, config, device, progress, fit)
     scn = prepare(spec, wl, config)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
@@ -160,6 +161,20 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                              verified=verified, exit_code=code, split=scn.split)
     cap = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
     return SimulateOutcome(with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
+
+
+def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
+    """The engine plan when the engine's runtime is replayed step by step, else None."""
+    if req.engine is None:
+        return None
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    try:
+        plan = config.engine.sized(spec, replace(config, limit_bytes=0), config.max_seq_len or
+                                   max(d.max_seq_len for d in spec.layers))[0]
+    except EngineRefused:
+        return None
+    return plan if plan.runtime_modelled else None
 
 
 def device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,

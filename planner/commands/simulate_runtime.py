@@ -1,50 +1,194 @@
-"""``simulate --engine NAME`` for an engine whose runtime is modelled step by step.
+"""``simulate --engine`` for an engine whose runtime is modelled step by step (``EnginePlan.runtime_modelled``).
 
-The engine's own scheduler and memory manager (``EnginePlan.runtime``) are stepped by the one
-replay loop (``planner/runtime``) over the trace, in the pool the device budget's KV memory
-yields (exactly as ``check --engine`` sizes it). Several ``--engine`` run the same trace and
-deployment side by side; each engine gets the settings it has (``--max-num-seqs`` is vLLM's,
-``--max-running-requests`` SGLang's; shared ones such as ``--gpu`` go to both), and a setting no
-named engine has is bad input. ``--reserve`` and ``--policy`` belong to engines that reserve at
-admission and are refused here (the scheduler decides, not a reservation rule).
+The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not
+apply (refused, saying why); the start-up pool is the one ``check --engine`` sizes from
+the device budget (or ``--kv-memory``); the trace is replayed through the engine's own
+scheduler by the one loop (``planner/runtime``); ``--find-capacity`` bisects the largest
+``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with nothing refused.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import BadInput, ExitCode
+from csa_plan.planner.reports.schemas import SIMULATE
 
 if TYPE_CHECKING:
+    from csa_plan.planner.commands.simulate import SimulateOutcome, SimulateRequest
     from csa_plan.planner.engines.settings import EngineSettings
 
+CAPACITY_PROBES = 12
+NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
+                "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
+                "and to --engine onnx-genai)")
 
-def runtime_engines(names: tuple[str, ...], spec, settings: "EngineSettings", max_seq_len: int,
-                    card=lambda es, name: es) -> list | None:
-    """The configured plans when every named engine is runtime-modelled; None when the only one is not.
-    ``card(settings, name)`` gives an engine the target GPU the device memory names (card_settings)."""
+
+def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
+    for option, value in (("--reserve", req.given.reserve), ("--policy", req.given.policy),
+                          ("--bucket", req.given.bucket)):
+        if value is not None:
+            raise BadInput("options", option, NOT_RESERVED.format(engine=plan.engine.label(), name=plan.engine.name,
+                                                                  option=option))
+    if req.verify:
+        raise BadInput("options", "--verify", f"the ledger replay does not apply to --engine {plan.engine.name}: "
+                                              "its runtime is cross-checked against the engine's own scheduler "
+                                              "(tools/crosscheck_vllm_runtime.py)")
+
+
+def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progress, fit=None) -> "SimulateOutcome":
+    from csa_plan.planner.commands.simulate import SimulateOutcome, with_budget
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.reports.runtime import runtime_report
+    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.runtime.trace import runtime_trace
+
+    p = config.placement
+    if p.dp != 1:
+        raise BadInput("options", "--dp", f"simulate --engine {config.engine.name} replays one engine instance "
+                                          "(dp 1); run one replica's share of the trace")
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    try:
+        plan, sizing = config.engine.sized(spec, config, length)
+    except EngineRefused as exc:
+        doc = _document(wl, spec, config, None, None, ExitCode.REFUSED)
+        doc["engine_refusal"] = exc.refusal.as_dict()
+        return SimulateOutcome(with_budget(doc, device, fit), ExitCode.REFUSED)
+    if sizing is None:
+        raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
+                                                     "--device-memory (the device budget sizes it) or --kv-memory")
+    options = RuntimeOptions(enable_prefix_caching=req.enable_prefix_caching)
+    caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
+    time = StepTime(config.time.tpot_ms, config.time.prefill_tok_s)
+    capacity = None
+    if req.find_capacity:
+        capacity = _find_capacity(plan, sizing, wl, config, time, options, req.max_wait_s, progress)
+        rate = capacity["rate_scale"]
+    else:
+        rate = config.time.rate_scale
+    trace = runtime_trace(wl, rate)
+    result = _replay(plan, sizing, trace, time, options, progress, len(wl))
+    report = runtime_report(result, caching=caching, unit=sizing.unit_name)
+    code = ExitCode.REFUSED if report.refused else ExitCode.OK
+    doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
+    doc["runtime"] = report.as_dict()
+    doc["capacity"] = capacity
+    return SimulateOutcome(with_budget(doc, device, fit), code, None, title=f"{spec.name} — {wl.source}")
+
+
+def _replay(plan, sizing, trace, time, options, progress, n):
+    from csa_plan.planner.runtime.loop import replay
+
+    rt = plan.runtime(sizing, trace, options)
+    with progress("simulating", n, n >= 200_000) as tick:
+        return replay(rt, trace, time, progress=lambda done, total: tick(done, total, None))
+
+
+def _find_capacity(plan, sizing, wl, config, time, options, max_wait_s, progress) -> dict[str, Any]:
+    """Bisect the rate scale: the largest with nothing refused and queue-wait p99 <= --max-wait."""
+    import numpy as np
+
+    from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.trace import runtime_trace
+
+    if max_wait_s is None:
+        raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
+                                                "--max-wait SECONDS (the engine queues; it never refuses for memory)")
+
+    def ok(scale: float) -> bool:
+        trace = runtime_trace(wl, scale)
+        res = replay(plan.runtime(sizing, trace, options), trace, time)
+        if res.refused:
+            return False
+        adm = np.asarray(res.admitted_ns, dtype=np.int64)
+        wait = (adm - trace.arrival_ns)[adm >= 0]
+        return not len(wait) or float(np.quantile(wait, 0.99)) / 1e9 <= max_wait_s
+
+    lo, hi = 0.0, 1.0
+    probes = 0
+    with progress("finding capacity", None, True) as tick:
+        while ok(hi) and probes < CAPACITY_PROBES:
+            lo, hi = hi, hi * 2
+            probes += 1
+            tick(probes, None, f"probe {probes}: x{lo:.4g}")
+        for _ in range(CAPACITY_PROBES):
+            if lo and hi / lo < 1.01:
+                break
+            mid = (lo + hi) / 2 if lo else hi / 2
+            probes += 1
+            tick(probes, None, f"probe {probes}: x{mid:.4g}")
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+            if not lo and hi < 1e-6:
+                break
+    if not lo or not math.isfinite(lo):
+        raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under {max_wait_s:g} s")
+    return {"rate_scale": lo, "probes": probes, "max_wait_s": max_wait_s}
+
+
+def _document(wl, spec, config, plan, sizing, code) -> dict[str, Any]:
+    from csa_plan.planner.reports.vocabulary import model_info
+    from csa_plan.planner.workloads.formats import trace_document
+
+    p = config.placement
+    engine = None
+    if plan is not None:
+        e = plan.engine
+        engine = {"name": e.name, "engine": e.engine_name, "version": e.version,
+                  "settings": [s.as_dict() for s in plan.settings], "unit_bytes": plan.unit_bytes,
+                  "pool": sizing.as_dict() if sizing else None}
+    return {
+        "schema": SIMULATE,
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names),
+                     "notes": list(wl.notes), **trace_document(wl.trace)},
+        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
+        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
+        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
+        "reserve": None,
+        "policy": None,
+        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
+                 "rate_scale": config.time.rate_scale,
+                 "step_model": "a step lasts max(tpot_ms / 1000, prefill tokens in it / prefill_tok_s) s"},
+        "plan_refusals": [],
+        "exit_code": int(code),
+        "engine": engine,
+        "model_info": model_info(spec.name, spec.source),
+    }
+
+
+def run_side_by_side(req: "SimulateRequest", run_one, progress) -> "SimulateOutcome":
+    """Several ``--engine`` on the same trace and deployment: each engine's own runtime replay (the one
+    path above, ``run_one`` = run_simulate), each given the settings it has (``settings_for``)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
     from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
 
-    plans = []
+    names = req.engines
+    docs, code = [], ExitCode.OK
     for name in names:
-        model = get_engine(name)
-        es = card(settings_for(model, settings, names), name)
-        plans.append((name, es, model.configure(spec, es, max_seq_len)))
-    modelled = [p.runtime_modelled for _n, _s, p in plans]
-    if all(modelled):
-        return plans
-    if len(names) == 1:
-        return None
-    off = ", ".join(n for (n, _s, _p), m in zip(plans, modelled) if not m)
-    raise BadInput("options", "--engine", f"side by side needs engines whose runtime is modelled step by step; "
-                                          f"{off} reserves at admission instead (run it alone)")
+        es = settings_for(get_engine(name), req.engine_settings or EngineSettings(), names)
+        out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        if out.report.get("runtime") is None and out.report.get("engine_refusal") is None \
+                and out.report.get("engine") is not None:
+            raise BadInput("options", "--engine", f"side by side needs engines whose runtime is replayed step by "
+                                                  f"step; {name} reserves at admission instead (run it alone)")
+        docs.append(out.report)
+        code = max(code, out.exit_code)
+    first = docs[0]
+    report = {"schema": SIMULATE, "workload": first["workload"], "model": first["model"],
+              "deployment": first["deployment"], "side_by_side": docs, "exit_code": int(code)}
+    return SimulateOutcome(report, ExitCode(code), None, title=f"{first['model']['name']} — {first['workload']['source']}")
 
 
 def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "EngineSettings":
-    """The settings this engine has, when several engines share one command line."""
-    if len(names) == 1:
-        return settings
+    """The settings this engine has, when several engines share one command line: an option only some of
+    them have goes to those (--max-running-requests is SGLang's, --max-num-seqs vLLM's); one none has is
+    bad input."""
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import OPTION_SPELLING
 
@@ -53,74 +197,3 @@ def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "
         if not any(name in get_engine(n).options for n in names):
             raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
     return replace(settings, **{f: None for f in settings.given() if f not in accepted})
-
-
-def run_runtime(req, wl, settings, config, spec, plans, progress) -> Any:
-    """Replay ``wl`` through every plan's runtime; the outcome carries one run document per engine."""
-    import numpy as np
-
-    from csa_plan.planner.commands.simulate import SimulateOutcome, device_budget, with_budget
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
-    from csa_plan.planner.runtime.report import RUNTIME, runtime_document
-    from csa_plan.planner.runtime.steptime import StepTime
-
-    for option, value in (("--reserve", req.given.reserve), ("--policy", req.given.policy)):
-        if value is not None:
-            raise BadInput("options", option, f"{', '.join(n for n, _s, _p in plans)} schedule requests step by "
-                                               "step (no reservation at admission, no refusal policy): "
-                                               f"{option} applies to --layout and onnx-genai only")
-    for option, value in (("--find-capacity", req.find_capacity), ("--verify", req.verify)):
-        if value:
-            raise BadInput("options", option, "not available with a step-by-step engine runtime yet")
-    if config.placement.pp != 1 or config.placement.dp != 1:
-        raise BadInput("options", "--pp" if config.placement.pp != 1 else "--dp",
-                       "an engine runtime replays one replica of one pipeline stage (pp 1, dp 1)")
-    time = config.time
-    arrival = wl.arrival_ns.astype(np.int64)
-    if time.rate_scale != 1.0:
-        arrival = np.floor(arrival / time.rate_scale).astype(np.int64)
-    trace = RuntimeTrace(arrival, wl.prompt_tokens.astype(np.int64), np.maximum(wl.output_tokens, 1).astype(np.int64),
-                         wl.hash_ids, wl.hash_offsets,
-                         id_block_tokens=(wl.trace.prefix.block_tokens if wl.trace is not None and
-                                          wl.trace.prefix is not None and wl.trace.prefix.block_tokens else 512))
-    step_time = StepTime(tpot_ms=time.tpot_ms, prefill_tok_s=time.prefill_tok_s)
-    options = RuntimeOptions(enable_prefix_caching=req.enable_prefix_caching)
-    runs, budgets, code = [], [], ExitCode.OK
-    for name, es, plan in plans:
-        device = device_budget(settings, config, name, es, req.kv_memory_bytes)
-        if device is not None and not device.fits:
-            budgets.append(device)
-            runs.append({"engine": {"name": name, "label": plan.engine.label()}, "weights_fit": False})
-            code = ExitCode.REFUSED
-            continue
-        kv = req.kv_memory_bytes if device is None else device.kv_memory_bytes
-        if kv is None:
-            raise BadInput("options", "--device-memory", f"{name} replays its scheduler in a real pool: name the "
-                                                         "device (--device-memory h200) or --kv-memory")
-        sizing = plan.size_pool(kv)
-        rt = plan.runtime(sizing, trace, options)
-        with progress(f"simulating {name}", len(trace), len(trace) >= 200_000) as tick:
-            res = replay(rt, trace, step_time, progress=lambda done, total: tick(done, total, None))
-        engine = {"name": name, "label": rt.label, "release": plan.engine.label(), "kv_memory_bytes": kv,
-                  "preemption_word": rt.preemption_word,
-                  "settings": [s.as_dict() for s in plan.settings], "pool": sizing.as_dict()}
-        doc = runtime_document(res, engine=engine, time={"prefill_tok_s": time.prefill_tok_s,
-                                                         "tpot_ms": time.tpot_ms, "rate_scale": time.rate_scale},
-                               prefix_caching=options.enable_prefix_caching is not False)
-        runs.append(doc)
-        budgets.append(device)
-        if res.refused:
-            code = ExitCode.REFUSED
-    p = config.placement
-    report = {"schema": RUNTIME,
-              "workload": {"source": wl.source, "requests": len(wl), "notes": list(wl.notes)},
-              "model": {"name": spec.name, "source": spec.source},
-              "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "devices": p.device_count},
-              "runs": runs, "exit_code": int(code)}
-    report = with_budget(report, budgets[0] if len(budgets) == 1 else None)
-    if len(budgets) > 1:
-        from csa_plan.planner.budget.document import budget_document
-
-        report["budgets"] = [None if b is None else budget_document(b) for b in budgets]
-    return SimulateOutcome(report, code, None, title=f"{spec.name} — {wl.source}")

@@ -103,4 +103,4 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
                          preemptions=preemptions, refused=refused, series=series.freeze(),
                          recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
                          prefix_query_tokens=totals["query"], notes=rt.notes(),
-                         pool_units=tuple(rt.pool_units))
+                         pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)

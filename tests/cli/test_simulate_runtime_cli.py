@@ -1,66 +1,41 @@
-"""``simulate --engine sglang-0.5.23``: SGLang's scheduler replayed, through the real entry point."""
+"""``simulate --engine vllm-0.33``: the runtime replay through the CLI (document, refusals, options)."""
 
 from __future__ import annotations
 
-from helpers import EXAMPLES
+import json
 
-MOONCAKE = str(EXAMPLES / "traces" / "mooncake_conversation_head200.jsonl")
-SAMPLE = str(EXAMPLES / "traces" / "azure_conv_sample_200.csv")
-BASE = ("--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "4", "--engine", "sglang-0.5.23")
+import pytest
+
+TRACE = "examples/traces/mooncake_conversation_head200.jsonl"
+BASE = ("simulate", TRACE, "--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "4",
+        "--engine", "vllm-0.33")
 
 
-def test_runtime_report_json(csa):
-    r = csa("simulate", MOONCAKE, *BASE, "--json")
+@pytest.mark.parametrize("option", [("--reserve", "fit"), ("--policy", "queue"), ("--bucket", "4096"),
+                                    ("--verify",)])
+def test_reservation_options_refused_with_the_reason(csa, option):
+    r = csa(*BASE, *option)
+    assert r.code == 2
+    assert option[0] in r.err and "reserves nothing per request" in r.err or "ledger replay" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_prefix_caching_option_needs_a_runtime_engine(csa):
+    r = csa("simulate", TRACE, "--model", "deepseek-v4-flash", "--no-enable-prefix-caching")
+    assert r.code == 2 and "--no-enable-prefix-caching" in r.err
+
+
+def test_runtime_document_and_text(csa):
+    r = csa(*BASE, "--json")
     assert r.code == 0, r.err
-    doc = r.json()
-    assert doc["schema"] == "csa-plan/simulate-runtime/v1"
-    (run,) = doc["runs"]
-    assert run["engine"]["release"] == "SGLang 0.5.23" and run["engine"]["preemption_word"] == "retract"
-    assert run["finished"] == 200 and run["refused"] == 0
-    assert run["prefix_cache"]["hit_tokens"] > 0  # Mooncake's hash_ids share pages
-    full, swa = run["pools"]
-    assert full["usable_units"] == run["engine"]["pool"]["total_units"]
-    assert 0 < full["peak_units"] <= full["usable_units"] and 0 < swa["peak_units"] <= swa["usable_units"]
-    assert run["running"]["max"] <= 256 and len(run["series"]["end_s"]) <= 60
-    for key in ("queue_wait", "ttft", "e2e"):
-        assert run[key]["count"] == 200 and run[key]["p50_s"] <= run[key]["p99_s"] <= run[key]["max_s"]
-
-
-def test_disable_radix_cache_shares_nothing(csa):
-    r = csa("simulate", MOONCAKE, *BASE, "--disable-radix-cache", "--json")
-    assert r.code == 0, r.err
-    (run,) = r.json()["runs"]
-    assert run["prefix_caching"] is False and run["prefix_cache"]["hit_tokens"] == 0
-    assert "--disable-radix-cache" in run["engine"]["label"]
-
-
-def test_human_output_leads_with_retractions(csa):
-    r = csa("simulate", SAMPLE, *BASE, "--max-running-requests", "16")
-    assert r.code == 0, r.err
-    text = " ".join(r.out.split())  # unwrapped
-    head = text[:text.index("time model")]
-    assert "sglang-0.5.23 (radix cache) would retract" in head and "recomputed" in head
-
-
-def test_side_by_side_gives_each_engine_its_settings(csa):
-    r = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "4",
-            "--engine", "sglang-0.5.23", "--engine", "sglang-0.5.23", "--max-running-requests", "8", "--json")
-    assert r.code == 0, r.err
-    runs = r.json()["runs"]
-    assert len(runs) == 2 and runs[0]["finished"] == runs[1]["finished"] == 200
-
-
-def test_reserve_and_policy_are_refused_for_a_runtime_engine(csa):
-    for option, value in (("--reserve", "fit"), ("--policy", "queue")):
-        r = csa("simulate", SAMPLE, *BASE, option, value)
-        assert r.code == 2 and option in r.err and "step by step" in r.err
-
-
-def test_disable_radix_cache_needs_a_runtime_engine(csa):
-    r = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--disable-radix-cache")
-    assert r.code == 2 and "--disable-radix-cache" in r.err
-
-
-def test_runtime_needs_a_pool(csa):
-    r = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--engine", "sglang-0.5.23")
-    assert r.code == 2 and "--device-memory" in r.err
+    doc = json.loads(r.out)
+    rt = doc["runtime"]
+    assert rt["engine"] == "vLLM 0.33.0" and rt["headline"].startswith("vLLM 0.33.0 would preempt")
+    assert rt["requests"] == rt["served"] == 200 and rt["prefix_cache"]["enabled"]
+    assert rt["prefix_cache"]["hit_tokens"] > 0  # Mooncake's shared ids
+    assert 0 < rt["occupancy"]["peak_units"] <= rt["occupancy"]["usable_units"]
+    assert doc["reserve"] is None and doc["policy"] is None
+    off = json.loads(csa(*BASE, "--json", "--no-enable-prefix-caching").out)["runtime"]
+    assert off["prefix_cache"]["hit_tokens"] == 0 and not off["prefix_cache"]["enabled"]
+    text = csa(*BASE)
+    assert text.code == 0 and "would preempt" in text.out[:text.out.index("engine:")]  # the first lines
