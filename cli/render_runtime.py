@@ -91,23 +91,23 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
     def row(label, f):
         rows.append([label] + [f(d["runtime"], d) for d in runs])
 
-    f3 = lambda v: "-" if v is None else f"{v:,.3f}"
-    row("KV memory per device (B)", lambda r, d: f"{d['engine']['pool']['kv_memory_bytes']:,}")
+    f1 = lambda v: "-" if v is None else f"{v:,.1f}"
+    row("KV memory / device (GiB)", lambda r, d: f"{d['engine']['pool']['kv_memory_bytes'] / 2**30:,.2f}")
     row("served / refused", lambda r, d: f"{r['served']:,} / {r['requests'] - r['served']:,}")
     row("steps; makespan (s)", lambda r, d: f"{r['steps']:,}; {r['makespan_s']:,.1f}")
     row("running: peak / mean", lambda r, d: f"{r['occupancy']['peak_running']:,} / {r['occupancy']['mean_running']:,.1f}")
     row("waiting: peak / mean", lambda r, d: f"{r['occupancy']['peak_waiting']:,} / {r['occupancy']['mean_waiting']:,.1f}")
-    row("preempted / retracted: times", lambda r, d: f"{r['preemptions']['count']:,}")
+    row("preempted / retracted", lambda r, d: f"{r['preemptions']['count']:,}")
     row("  requests; most for one", lambda r, d: f"{r['preemptions']['requests']:,}; "
                                                  f"{r['preemptions']['most_for_one_request']:,}")
     row("  tokens recomputed", lambda r, d: f"{r['preemptions']['tokens_recomputed']:,}")
-    row("prefix-cache hit tokens (rate)", lambda r, d: f"{r['prefix_cache']['hit_tokens']:,} "
+    row("prefix-cache hits", lambda r, d: f"{r['prefix_cache']['hit_tokens']:,} "
                                                        f"({r['prefix_cache']['hit_rate']:.1%})")
-    for key, label in (("queue_wait", "queue wait"), ("ttft", "time to first token"), ("e2e", "end to end")):
-        row(f"{label} p50 / p99 / max (s)", lambda r, d, k=key: " / ".join(f3(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
-    row("units in use: peak / usable", lambda r, d: f"{r['occupancy']['peak_units']:,} / "
-                                                    f"{r['occupancy']['usable_units']:,} {r['occupancy']['unit']}s")
-    print_table(out, "side by side", [Col("", KEY)] + [Col(d["runtime"]["engine"]) for d in runs], rows)
+    for key, label in (("queue_wait", "queue wait"), ("ttft", "first token"), ("e2e", "end to end")):
+        row(f"{label} p50/p99/max s", lambda r, d, k=key: "/".join(f1(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
+    row("units in use: peak", lambda r, d: f"{r['occupancy']['peak_units']:,} {r['occupancy']['unit']}s")
+    row("units usable", lambda r, d: f"{r['occupancy']['usable_units']:,}")
+    print_table(out, "side by side", [Col("", KEY)] + [Col(d["engine"]["name"]) for d in runs], rows)
     for d in runs:
         for note in d["runtime"]["modelled"]:
             out.print(f"  {d['engine']['name']}: {note}", highlight=False)
