@@ -91,7 +91,10 @@ class SglangRuntime(EngineRuntime):
         return Completion(first_token=o.first_token, finished=o.finished)
 
     def used_units(self) -> tuple[int, ...]:
-        return (self.sched.full_in_use(), self.sched.swa_in_use())
+        """Pages held, the radix cache's evictable pages not counted — SGLang's own "token usage"
+        (``max_total_num_tokens - (available + evictable)``, managers/scheduler_components/pool_stats_observer.py:235-246)."""
+        s = self.sched
+        return (s.req_full + s.tree.locked, s.req_swa + s.tree.swa_locked)
 
     def running(self) -> int:
         return len(self.sched.running) + (1 if self.sched.chunked is not None else 0)
