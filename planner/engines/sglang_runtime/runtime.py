@@ -6,9 +6,11 @@ for the radix cache: a trace's prefix-block ids (Mooncake ``hash_ids``, one per 
 make equal pages of equal ids (``page_keys``); a page without ids, any page holding output tokens,
 and the prompt's partial last page are the request's own.
 
-Server-side refusals (``managers/scheduler.py`` ``_validate_input_length``): a prompt of
-``max_req_input_len`` = min(context_len - 1, max_total_num_tokens - 1) tokens or more is
-refused; max_new_tokens is clipped so prompt + output fit context_len.
+What the server does before scheduling: ``max_req_len`` = min(context_len - 1, max_total_num_tokens - 1)
+and ``max_req_input_len`` = max_req_len - 5 (``managers/tp_worker.py:535-575``); a prompt of
+max_req_input_len tokens or more is refused (``managers/utils.py:259-287``); max_new_tokens is clipped to
+max_req_len - prompt - 1 and then to max_total_num_tokens - ceil_page(prompt) - page - 1
+(``init_req_max_new_tokens``, ``managers/scheduler.py:2693-2735``; ``mem_cache/allocator/base.py:88-105``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class SglangRuntime(EngineRuntime):
         self.sched = SglangScheduler(cfg)
         self.usable_units = cfg.full_pages + cfg.swa_pages
         self.pool_units = (cfg.full_pages, cfg.swa_pages)
-        self.max_input = min(cfg.context_len - 1, cfg.full_pages * cfg.page - 1)
+        self.capacity = cfg.full_pages * cfg.page  # max_total_num_tokens
+        self.max_req_len = min(cfg.context_len - 1, self.capacity - 1)
+        self.max_input = self.max_req_len - 5
         self.retractions = 0
         self.retracted_requests: set[int] = set()
         self.aborted: list[int] = []
@@ -56,13 +60,16 @@ class SglangRuntime(EngineRuntime):
     def refuse(self, r: int) -> str | None:
         prompt = int(self.trace.prompt_tokens[r])
         if prompt >= self.max_input:
-            return (f"prompt of {prompt:,} tokens >= max_req_input_len {self.max_input:,} "
-                    "(min(context_len, max_total_num_tokens) - 1): SGLang refuses it")
+            return (f"prompt of max_req_input_len ({self.max_input:,}) tokens or more: SGLang refuses it "
+                    "(\"Input length exceeds the maximum allowed length\")")
         return None
 
     def add(self, r: int) -> None:
         prompt = int(self.trace.prompt_tokens[r])
-        max_new = max(1, min(int(self.trace.output_tokens[r]), self.cfg.context_len - prompt))
+        p = self.cfg.page
+        max_new = min(int(self.trace.output_tokens[r]), self.max_req_len - prompt - 1)
+        max_new = min(max_new, self.capacity - -(-prompt // p) * p - p - 1)
+        max_new = max(0, max_new)  # 0 reserves nothing and finishes at its prefill (scheduler.py:2710-2735)
         keys = page_keys(self.trace.ids_of(r), self.trace.id_block_tokens, prompt, self.cfg.page) \
             if self.cfg.radix_cache else ()
         self.sched.add(Req(rid=r, prompt=prompt, max_new=max_new, keys=keys))
