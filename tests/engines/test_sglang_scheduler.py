@@ -134,3 +134,14 @@ def test_invariants(case):
     assert (res.recomputed_tokens > 0) == (rt.retractions > 0) or res.recomputed_tokens == 0
     rt2, res2 = _run(trace, **cfg)
     assert res.same_as(res2)
+
+
+def test_a_prompt_just_under_the_input_limit_blocks_the_queue():
+    """max_req_input_len = min(context - 1, capacity - 1) - 5 lets a 2,500-token prompt in a 2,560-token
+    pool through (tp_worker.py:568-572), its max_new_tokens is clipped to 0 (scheduler.py:2710-2735), and
+    add_one_req still needs extend + page = 2,756 < remaining_total: SGLang never admits it, and FCFS
+    keeps everything behind it waiting — the replay ends them as stranded."""
+    tr = _trace([0, 1, 2], [100, 2500, 100], [5, 5, 5])
+    rt, res = _run(tr, full_pages=10, swa_pages=40)
+    assert res.finished_ns[0] > 0 and res.finished_ns[1] == res.finished_ns[2] == -1
+    assert sorted(res.refused) == [1, 2] and "never fits" in res.refused[1]
