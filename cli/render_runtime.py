@@ -77,7 +77,7 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
     runs = [d for d in docs if d.get("runtime") is not None]
     for d in docs:
         if d.get("runtime") is None:
-            why = (d.get("engine_refusal") or {}).get("message", "nothing replayed (the weights do not fit)")
+            why = "refused: " + (d.get("engine_refusal") or {}).get("message", "nothing replayed (the weights do not fit)")
             out.print(f"  {(d.get('engine') or {}).get('name', '?')}: {why}", highlight=False)
     for d in runs:
         out.print(f"  {d['runtime']['headline']}", highlight=False)

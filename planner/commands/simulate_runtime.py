@@ -165,6 +165,7 @@ def run_side_by_side(req: "SimulateRequest", run_one, progress) -> "SimulateOutc
     """Several ``--engine`` on the same trace and deployment: each engine's own runtime replay (the one
     path above, ``run_one`` = run_simulate), each given the settings it has (``settings_for``)."""
     from csa_plan.planner.commands.simulate import SimulateOutcome
+    from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
 
@@ -172,14 +173,21 @@ def run_side_by_side(req: "SimulateRequest", run_one, progress) -> "SimulateOutc
     docs, code = [], ExitCode.OK
     for name in names:
         es = settings_for(get_engine(name), req.engine_settings or EngineSettings(), names)
-        out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        try:
+            out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        except EngineRefused as exc:  # this engine would not start: said in its column, the others still run
+            docs.append({"engine": {"name": name}, "engine_refusal": exc.refusal.as_dict(), "runtime": None})
+            code = max(code, ExitCode.REFUSED)
+            continue
         if out.report.get("runtime") is None and out.report.get("engine_refusal") is None \
                 and out.report.get("engine") is not None:
             raise BadInput("options", "--engine", f"side by side needs engines whose runtime is replayed step by "
                                                   f"step; {name} reserves at admission instead (run it alone)")
         docs.append(out.report)
         code = max(code, out.exit_code)
-    first = docs[0]
+    first = next((d for d in docs if "workload" in d), None)
+    if first is None:  # every engine refused to start: the first refusal is the answer
+        raise EngineRefused(_refusal(docs[0]))
     report = {"schema": SIMULATE, "workload": first["workload"], "model": first["model"],
               "deployment": first["deployment"], "side_by_side": docs, "exit_code": int(code)}
     return SimulateOutcome(report, ExitCode(code), None, title=f"{first['model']['name']} — {first['workload']['source']}")
@@ -197,3 +205,9 @@ def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "
         if not any(name in get_engine(n).options for n in names):
             raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
     return replace(settings, **{f: None for f in settings.given() if f not in accepted})
+
+
+def _refusal(doc):
+    from csa_plan.planner.engines.engine import EngineRefusal
+
+    return EngineRefusal(**{k: v for k, v in doc["engine_refusal"].items() if k != "type"})

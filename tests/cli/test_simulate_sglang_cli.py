@@ -72,3 +72,12 @@ def test_reserve_and_policy_are_refused_for_sglang(csa):
 def test_disable_radix_cache_needs_a_runtime_engine(csa):
     r = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--disable-radix-cache")
     assert r.code == 2 and "--disable-radix-cache" in r.err
+
+
+def test_side_by_side_says_which_engine_would_not_start(csa):
+    r = csa("simulate", SAMPLE, "--model", "deepseek-v4-pro", "--kv-memory", "8GiB", "--tp", "8",
+            "--engine", "vllm-0.33", "--engine", "sglang-0.5.23", "--max-running-requests", "64", "--json")
+    assert r.code == 3, r.err
+    vllm, sglang = r.json()["side_by_side"]
+    assert vllm["runtime"] is None and "max seq len" in vllm["engine_refusal"]["message"]
+    assert sglang["runtime"]["served"] == 200
