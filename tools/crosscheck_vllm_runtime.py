@@ -93,6 +93,24 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
     cfg.aux_output_config = _Stub(enabled=False)
     from vllm.config import VllmConfig
 
+    spec = cfg.speculative_config
+    if spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
+        for k, v in dict(num_speculative_tokens_per_batch_size=None, disable_eagle_block_drop=False,
+                         disable_lookahead_block_hashes=False, max_num_new_slots_for_drafting=0,
+                         parallel_drafting=False).items():
+            setattr(spec, k, v)
+        for k, v in dict(use_dflash=False, use_dspark=False, uses_draft_model=False,
+                         needs_eagle_block_drop=True).items():  # MTP: EAGLE-style drafter (speculative.py:2122)
+            setattr(spec, k, (lambda value: (lambda: value))(v))
+        from vllm.config.speculative import SpeculativeConfig
+
+        for name in ("use_eagle_block_drop",):
+            fn = SpeculativeConfig.__dict__.get(name)
+            try:
+                setattr(spec, name, (lambda f: (lambda: f(spec)))(fn))
+                spec.use_eagle_block_drop()
+            except Exception:
+                setattr(spec, name, lambda: False)
     for name in ("num_lookahead_tokens", "num_hash_lookahead_tokens"):
         try:
             setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
@@ -100,7 +118,8 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
             setattr(cfg, name, spec_tokens if name == "num_lookahead_tokens" else 0)
     sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cfg, cfg)
     cls = AsyncScheduler if async_on else Scheduler
-    sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True), block_size=sched_block,
+    sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t),
+                block_size=sched_block,
                 hash_block_size=hash_block)
     return sched, kv_cfg, hash_block
 
@@ -200,6 +219,10 @@ class VllmReference:
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
         s.update_from_output(out, mro)
+        if self.spec_tokens and self.pipeline_depth == 1:  # sync engine core: the drafter's proposals after the step
+            from vllm.v1.outputs import DraftTokenIds
+
+            s.update_draft_token_ids(DraftTokenIds(req_ids, [[7] * self.spec_tokens for _ in req_ids]))
         c = Completion()
         for rid, *_ in rows:
             rq = s.requests.get(rid)
@@ -257,7 +280,7 @@ def load_trace(path: str, n: int, skip: int = 0):
 
 
 def mix_trace(traces):
-    """Interleave traces by arrival (ids kept only where all have them)."""
+    """Interleave traces by arrival; a request keeps its prefix ids (none for a trace without them)."""
     import numpy as np
 
     from csa_plan.planner.runtime.protocol import RuntimeTrace
@@ -265,7 +288,13 @@ def mix_trace(traces):
     arr = np.concatenate([t.arrival_ns for t in traces])
     order = np.argsort(arr, kind="stable")
     cat = lambda f: np.concatenate([getattr(t, f) for t in traces])[order]
-    return RuntimeTrace(arr[order], cat("prompt_tokens"), cat("output_tokens"))
+    per = [list(t.ids_of(i)) if t.block_ids is not None else [] for t in traces for i in range(len(t))]
+    ids, offs = [], [0]
+    for k in order:
+        ids.extend(int(x) for x in per[k])
+        offs.append(len(ids))
+    return RuntimeTrace(arr[order], cat("prompt_tokens"), cat("output_tokens"), np.array(ids, dtype=np.int64),
+                        np.array(offs, dtype=np.int64))
 
 
 def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
@@ -329,7 +358,7 @@ ROOMY_GIB = 40
 
 
 def cases(n: int):
-    """(label, model, trace loader, kv GiB, max_num_batched_tokens, max_num_seqs, caching, async)."""
+    """(label, model, trace loader, kv GiB, max_num_batched_tokens, max_num_seqs, caching, async, MTP drafts)."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "traces")
     conv = os.path.join(root, "azure_llm_inference_2023_conv.csv")
     mooncake = os.environ.get("CSA_MOONCAKE", os.path.join(root, "mooncake_conversation_head200.jsonl"))
@@ -350,7 +379,11 @@ def cases(n: int):
             if label == "mooncake-head":
                 settings += [(tight, 8192, 1024, False, True), (ROOMY_GIB, 8192, 1024, False, False)]
             for kv, mnbt, seqs, caching, async_on in settings:
-                out.append((label, model, load, kv, mnbt, seqs, caching, async_on))
+                out.append((label, model, load, kv, mnbt, seqs, caching, async_on, 0))
+        out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 2048, 1024, False,
+                    True, 2))
+        out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 8192, 8, False,
+                    False, 1))
     return out
 
 
@@ -360,11 +393,11 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="run the cases whose label contains this")
     args = p.parse_args(argv)
     results = []
-    for label, model, load, kv, mnbt, seqs, caching, async_on in cases(args.requests):
+    for label, model, load, kv, mnbt, seqs, caching, async_on, spec in cases(args.requests):
         if args.only and args.only not in f"{label} {model}":
             continue
         try:
-            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on)
+            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec)
         except Exception as exc:  # a case that cannot run is a failure, named
             ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
         print(line, flush=True)

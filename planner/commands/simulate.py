@@ -130,8 +130,10 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if runtime_plan is not None:
         from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
 
-        fit = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
-        return run_runtime_simulate(req, wl, spec, config, device, progress, fit)
+        outcome = run_runtime_simulate(req, wl, spec, config, progress)
+        with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
+                                                       req.kv_memory_bytes))
+        return outcome
     scn = prepare(spec, wl, config)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity

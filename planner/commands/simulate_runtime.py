@@ -38,25 +38,28 @@ def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
                                               "(tools/crosscheck_vllm_runtime.py)")
 
 
-def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progress, fit=None) -> "SimulateOutcome":
-    from csa_plan.planner.commands.simulate import SimulateOutcome, with_budget
+def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
+    """The outcome without the budget sections (the caller adds them, as for every simulate)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.reports.runtime import runtime_report
     from csa_plan.planner.runtime.protocol import RuntimeOptions
     from csa_plan.planner.runtime.steptime import StepTime
     from csa_plan.planner.runtime.trace import runtime_trace
 
+    from csa_plan.planner.placement import Router
+
     p = config.placement
-    if p.dp != 1:
-        raise BadInput("options", "--dp", f"simulate --engine {config.engine.name} replays one engine instance "
-                                          "(dp 1); run one replica's share of the trace")
+    if p.dp > 1 and p.router is not Router.ROUND_ROBIN:
+        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
+                                              "replicas with round-robin routing only")
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     try:
         plan, sizing = config.engine.sized(spec, config, length)
     except EngineRefused as exc:
         doc = _document(wl, spec, config, None, None, ExitCode.REFUSED)
         doc["engine_refusal"] = exc.refusal.as_dict()
-        return SimulateOutcome(with_budget(doc, device, fit), ExitCode.REFUSED)
+        return SimulateOutcome(doc, ExitCode.REFUSED)
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
@@ -70,21 +73,22 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, device, progr
     else:
         rate = config.time.rate_scale
     trace = runtime_trace(wl, rate)
-    result = _replay(plan, sizing, trace, time, options, progress, len(wl))
+    result = _replay(plan, sizing, trace, time, options, progress, len(wl), p.dp)
     report = runtime_report(result, caching=caching, unit=sizing.unit_name)
     code = ExitCode.REFUSED if report.refused else ExitCode.OK
     doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
     doc["runtime"] = report.as_dict()
     doc["capacity"] = capacity
-    return SimulateOutcome(with_budget(doc, device, fit), code, None, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
 
 
-def _replay(plan, sizing, trace, time, options, progress, n):
+def _replay(plan, sizing, trace, time, options, progress, n, dp: int = 1):
     from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.replicas import replay_replicas
 
-    rt = plan.runtime(sizing, trace, options)
     with progress("simulating", n, n >= 200_000) as tick:
-        return replay(rt, trace, time, progress=lambda done, total: tick(done, total, None))
+        return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time,
+                                                progress=lambda done, total: tick(done, total, None)), trace, dp)
 
 
 def _find_capacity(plan, sizing, wl, config, time, options, max_wait_s, progress) -> dict[str, Any]:
@@ -98,9 +102,13 @@ def _find_capacity(plan, sizing, wl, config, time, options, max_wait_s, progress
         raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
                                                 "--max-wait SECONDS (the engine queues; it never refuses for memory)")
 
+    from csa_plan.planner.runtime.replicas import replay_replicas
+
+    dp = config.placement.dp
+
     def ok(scale: float) -> bool:
         trace = runtime_trace(wl, scale)
-        res = replay(plan.runtime(sizing, trace, options), trace, time)
+        res = replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time), trace, dp)
         if res.refused:
             return False
         adm = np.asarray(res.admitted_ns, dtype=np.int64)

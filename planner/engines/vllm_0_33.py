@@ -473,6 +473,12 @@ class VllmPlan(EnginePlan):
                                                if g.first.kind is SpecKind.SLIDING else None))
                       for g in self.groups)
         caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
+        if caching and r.num_speculative_tokens:
+            from csa_plan.planner.errors import BadInput
+
+            raise BadInput("options", "--num-speculative-tokens", "MTP with prefix caching (vLLM's EAGLE "
+                           "trailing-block drop and lookahead hashes) is not modelled step by step yet: add "
+                           "--no-enable-prefix-caching")
         prefix = None
         if caching:
             from csa_plan.planner.engines.vllm_prefix import PrefixCache

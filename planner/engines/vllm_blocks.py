@@ -251,28 +251,52 @@ class KvCacheManager:
             # Nothing to free, nothing to allocate: every group's table already covers the slots and no
             # window edge crossed a block since the last full pass (the same outcome, computed in O(1)).
             need_slot = min(total + num_new + lookahead, self.max_model_len)
-            if need_slot <= req.next_slot and max(0, total - req.num_in_flight) < req.next_free:
-                if self.prefix is not None:
-                    self.prefix.cache_blocks(self, req, min(total + num_new, req.num_prompt + req.num_output))
-                return True
+            processed = max(0, total - req.num_in_flight)
+            if need_slot > req.next_slot or processed >= req.next_free:
+                if not self._touched_groups(req, need_slot, processed, local):
+                    return False
+            if self.prefix is not None:
+                self.prefix.cache_blocks(self, req, min(total + num_new, req.num_prompt + req.num_output))
+            return True
         ok = self._allocate(req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
                             empty, local, total)
         self._thresholds(req)
         return ok
 
+    def _touched_groups(self, req, need_slot: int, processed: int, local: int) -> bool:
+        """``_allocate`` for a running request without new hits, over only the groups whose thresholds the
+        step crosses: every other group would free nothing and need 0 blocks (its table covers the slots)."""
+        groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
+        for i, g in enumerate(groups):
+            if processed >= free_th[i]:
+                g.remove_skipped(rid, processed)
+        need = 0
+        for i, g in enumerate(groups):
+            if need_slot > slot_th[i]:
+                need += g.num_blocks_to_allocate(rid, need_slot, (), local, False)
+        if need > self.pool.num_free():
+            self._thresholds(req)
+            return False
+        for i, g in enumerate(groups):
+            if need_slot > slot_th[i]:
+                g.allocate_new(rid, need_slot)
+        self._thresholds(req)
+        return True
+
     def _thresholds(self, req) -> None:
-        """The slot count and processed-token count up to which ``allocate_slots`` changes nothing."""
-        slot = free = 1 << 62
+        """Per group, the slot count and processed-token count up to which ``allocate_slots`` changes nothing."""
+        slots, frees = [], []
         for g in self.groups:
             table = g.tables.get(req.rid)
             if table is None:
                 req.next_slot = -1
                 return
             s = g.spec
-            slot = min(slot, len(table) * s.block_size)
-            if s.window is not None:
-                free = min(free, (g.nulls.get(req.rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained)
-        req.next_slot, req.next_free = slot, free
+            slots.append(len(table) * s.block_size)
+            frees.append((g.nulls.get(req.rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
+                         if s.window is not None else 1 << 62)
+        req.slot_th, req.free_th = slots, frees
+        req.next_slot, req.next_free = min(slots), min(frees)
 
     def _allocate(self, req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
                   empty, local, total) -> bool:

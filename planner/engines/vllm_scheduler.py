@@ -56,7 +56,7 @@ class Req:
 
     __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
                  "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb",
-                 "next_slot", "next_free", "cache_n")
+                 "next_slot", "next_free", "slot_th", "free_th", "cache_n")
 
     def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
         self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
@@ -71,6 +71,8 @@ class Req:
         self.spb = 0  # shared_prefix_boundary (kv_cache_manager.py get_computed_blocks)
         self.next_slot = -1  # vllm_blocks fast path: -1 = no tables yet
         self.next_free = 0
+        self.slot_th: list[int] = []
+        self.free_th: list[int] = []
         self.cache_n = -1  # vllm_prefix: the tokens last cached (rounded), -1 = none since the last free
 
     @property
@@ -259,6 +261,7 @@ class VllmRuntime(EngineRuntime):
     def complete(self, step: Step) -> Completion:
         """update_from_output (:2259-2540): one sampled token per request past its prompt."""
         c = Completion()
+        sync_drafts = self.num_spec and not self.async_on
         for req, n, samples, spec in step.payload:
             req.num_in_flight -= n
             stale = False
@@ -294,6 +297,10 @@ class VllmRuntime(EngineRuntime):
                     self.wait_q.remove(req)
                 self.kv.free(req)
                 c.finished.append(req.rid)
+        if sync_drafts:  # the engine core's update_draft_token_ids after the step (:2862-2881)
+            for req, *_ in step.payload:
+                if req.status != FINISHED:
+                    req.spec = 0 if req.prefill_chunk else self.num_spec
         return c
 
     # -- observables -----------------------------------------------------------------------------
@@ -314,8 +321,6 @@ class VllmRuntime(EngineRuntime):
                + ("prefix caching (LRU)" if self.prefix is not None else "no prefix caching"),
                "model output fabricated: one token per step per request past its prompt"
                + (" plus every draft, all accepted" if self.num_spec else "")]
-        if self.num_spec:
-            out.append("MTP speculative decoding is modelled but not cross-checked against vLLM's scheduler")
         return tuple(out)
 
     def stranded(self) -> tuple[int, ...]:

@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass
 class StepSeries:
-    """Per executed step: its end (ns), units in use per pool, running, waiting, tokens."""
+    """Per executed step: its end (ns), units in use per pool, running, waiting, tokens (compact int64 arrays)."""
 
-    end_ns: list[int] = field(default_factory=list)
-    used: list[tuple[int, ...]] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    waiting: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    prefill_tokens: list[int] = field(default_factory=list)
-    n_pools: int = 0
+    __slots__ = ("end_ns", "used", "running", "waiting", "tokens", "prefill_tokens", "n_pools")
+
+    def __init__(self, n_pools: int) -> None:
+        from array import array
+
+        self.n_pools = n_pools
+        self.end_ns, self.used, self.running = array("q"), array("q"), array("q")
+        self.waiting, self.tokens, self.prefill_tokens = array("q"), array("q"), array("q")
 
     @classmethod
     def empty(cls, n_pools: int) -> "StepSeries":
-        return cls(n_pools=n_pools)
+        return cls(n_pools)
 
     def __len__(self) -> int:
         return len(self.end_ns)
 
     def add(self, end: int, used: tuple[int, ...], running: int, waiting: int, tokens: int, prefill: int) -> None:
         self.end_ns.append(end)
-        self.used.append(used)
+        self.used.extend(used)
         self.running.append(running)
         self.waiting.append(waiting)
         self.tokens.append(tokens)
@@ -39,10 +39,10 @@ class StepSeries:
     def freeze(self) -> "FrozenSeries":
         import numpy as np
 
-        used = np.array(self.used, dtype=np.int64).reshape(len(self.used), self.n_pools)
-        return FrozenSeries(np.array(self.end_ns, dtype=np.int64), used, np.array(self.running, dtype=np.int64),
-                            np.array(self.waiting, dtype=np.int64), np.array(self.tokens, dtype=np.int64),
-                            np.array(self.prefill_tokens, dtype=np.int64))
+        a = lambda x: np.frombuffer(x, dtype=np.int64).copy() if len(x) else np.zeros(0, dtype=np.int64)
+        used = a(self.used).reshape(len(self.end_ns), self.n_pools)
+        return FrozenSeries(a(self.end_ns), used, a(self.running), a(self.waiting), a(self.tokens),
+                            a(self.prefill_tokens))
 
 
 @dataclass(frozen=True, eq=False)
