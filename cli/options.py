@@ -212,16 +212,21 @@ def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = F
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
-        if engine is not None:
+        names = tuple(engine) if multiple else ((engine,) if engine is not None else ())
+        if names:
             from csa_plan.planner.engines.registry import resolve_engine_name
 
-            engine, note = resolve_engine_name(engine)
-            if note:
-                click.echo(f"note: {note}", err=True)
-        gpu = values.pop("gpu")
+            resolved = []
+            for name in names:
+                name, note = resolve_engine_name(name)
+                if note:
+                    click.echo(f"note: {note}", err=True)
+                resolved.append(name)
+            names = tuple(resolved)
+        engine = names[0] if names else None
         if multiple:
-            kwargs["engines"] = tuple(engine)
-            engine = engine[0] if engine else None
+            kwargs["engines"] = names
+        gpu = values.pop("gpu")
         if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
             from csa_plan.planner.cards import resolve_target
 
