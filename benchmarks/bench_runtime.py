@@ -1,4 +1,4 @@
-"""``simulate --engine vllm-0.33`` (the step-by-step runtime replay) as whole processes: wall time and peak RSS.
+"""``simulate --engine vllm-0.33`` / ``sglang-0.5.23`` (the step-by-step runtime replays) as whole processes: wall time and peak RSS.
 
 Cases: the Azure 2023 conversation trace (19,366 requests; issue 25 budget: under 2 s whole
 process on the 2-core machine), V4-Flash on 4 x H200, TP 4, prefix caching on (vLLM's
@@ -34,6 +34,10 @@ CASES = {
     "azure-conv-caching": ([str(AZURE), *BASE], 2.0),
     "azure-conv-no-caching": ([str(AZURE), *BASE, "--no-enable-prefix-caching"], 2.0),
     "mooncake-head-caching": ([str(MOONCAKE), *BASE], None),
+    # SGLang 0.5.23's scheduler (issue 27: the same budgets as the vLLM runtime)
+    "sglang-azure-conv-radix": ([str(AZURE), *BASE[:-1], "sglang-0.5.23"], 2.0),
+    "sglang-azure-conv-no-radix": ([str(AZURE), *BASE[:-1], "sglang-0.5.23", "--disable-radix-cache"], 2.0),
+    "sglang-mooncake-head-radix": ([str(MOONCAKE), *BASE[:-1], "sglang-0.5.23"], None),
 }
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 

@@ -157,15 +157,20 @@ ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", 
                        "mem_fraction_static", "moe_runner_backend", "usage")
 
 
-def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
     """Add ``--engine`` and every engine setting; the command receives ``engine`` (a name or
-    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings)."""
+    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings). With
+    ``multiple`` (``@engine_options(multiple=True)``), ``--engine`` may be repeated and the command
+    also receives ``engines`` (every name given, in order; ``engine`` is the first)."""
+    if func is None:
+        return functools.partial(engine_options, multiple=multiple)
     from csa_plan.planner.engines.registry import ENGINES
 
     names = ", ".join(ENGINES)
     options = [
-        click.option("--engine", default=None, metavar="NAME",
-                     help=f"Plan as this engine release does: {names} (README: 'Engine models')."),
+        click.option("--engine", default=None, metavar="NAME", multiple=multiple,
+                     help=f"Plan as this engine release does: {names} (README: 'Engine models')"
+                          + ("; repeat it to run engines side by side." if multiple else ".")),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME",
@@ -207,12 +212,20 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
-        if engine is not None:
+        names = tuple(engine) if multiple else ((engine,) if engine is not None else ())
+        if names:
             from csa_plan.planner.engines.registry import resolve_engine_name
 
-            engine, note = resolve_engine_name(engine)
-            if note:
-                click.echo(f"note: {note}", err=True)
+            resolved = []
+            for name in names:
+                name, note = resolve_engine_name(name)
+                if note:
+                    click.echo(f"note: {note}", err=True)
+                resolved.append(name)
+            names = tuple(resolved)
+        engine = names[0] if names else None
+        if multiple:
+            kwargs["engines"] = names
         gpu = values.pop("gpu")
         if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
             from csa_plan.planner.cards import resolve_target

@@ -35,7 +35,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
               f"usable, tp {dep['tp']}", highlight=False)
     settings = ", ".join(f"{s['option']} {s['value']}" for s in engine["settings"]
                          if s["option"] in ("--max-num-batched-tokens", "--max-num-seqs", "--async-scheduling",
-                                            "--num-speculative-tokens"))
+                                            "--num-speculative-tokens", "--chunked-prefill-size",
+                                            "--max-running-requests"))
     pc = rt["prefix_cache"]
     out.print(f"  settings: {settings}; prefix caching {'on' if pc['enabled'] else 'off'}", highlight=False)
     t = report["time"]
@@ -53,7 +54,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
               f"{occ['mean_units']:,.0f} over steps; running peak {occ['peak_running']:,} (mean "
               f"{occ['mean_running']:,.1f}); waiting peak {occ['peak_waiting']:,} (mean {occ['mean_waiting']:,.1f})")
     for p in occ["pools"]:
-        out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,})", highlight=False)
+        size = "" if p.get("usable") is None else f" of {p['usable']:,}"
+        out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
     print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
                 [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
                  ["end to end", *_q(rt["e2e"])]])
@@ -65,3 +67,48 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
                   f"({cap['probes']} probes)")
     if plot_note:
         out.print(f"  plot: {plot_note}")
+
+
+def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
+    """Several engines' runtime replays of one trace: one column per engine (``simulate --engine A --engine B``)."""
+    docs = report["side_by_side"]
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')}), tp {report['deployment']['tp']}: "
+              f"{len(docs)} engines side by side")
+    runs = [d for d in docs if d.get("runtime") is not None]
+    for d in docs:
+        if d.get("runtime") is None:
+            why = "refused: " + (d.get("engine_refusal") or {}).get("message", "nothing replayed (the weights do not fit)")
+            out.print(f"  {(d.get('engine') or {}).get('name', '?')}: {why}", highlight=False)
+    for d in runs:
+        out.print(f"  {d['runtime']['headline']}", highlight=False)
+    if not runs:
+        return
+    t = runs[0]["time"]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}", highlight=False)
+    rows: list[list[str]] = []
+
+    def row(label, f):
+        rows.append([label] + [f(d["runtime"], d) for d in runs])
+
+    f1 = lambda v: "-" if v is None else f"{v:,.1f}"
+    row("KV memory / device (GiB)", lambda r, d: f"{d['engine']['pool']['kv_memory_bytes'] / 2**30:,.2f}")
+    row("served / refused", lambda r, d: f"{r['served']:,} / {r['requests'] - r['served']:,}")
+    row("steps; makespan (s)", lambda r, d: f"{r['steps']:,}; {r['makespan_s']:,.1f}")
+    row("running: peak / mean", lambda r, d: f"{r['occupancy']['peak_running']:,} / {r['occupancy']['mean_running']:,.1f}")
+    row("waiting: peak / mean", lambda r, d: f"{r['occupancy']['peak_waiting']:,} / {r['occupancy']['mean_waiting']:,.1f}")
+    row("preempted / retracted", lambda r, d: f"{r['preemptions']['count']:,}")
+    row("  requests; most for one", lambda r, d: f"{r['preemptions']['requests']:,}; "
+                                                 f"{r['preemptions']['most_for_one_request']:,}")
+    row("  tokens recomputed", lambda r, d: f"{r['preemptions']['tokens_recomputed']:,}")
+    row("prefix-cache hits", lambda r, d: f"{r['prefix_cache']['hit_tokens']:,} "
+                                                       f"({r['prefix_cache']['hit_rate']:.1%})")
+    for key, label in (("queue_wait", "queue wait"), ("ttft", "first token"), ("e2e", "end to end")):
+        row(f"{label} p50/p99/max s", lambda r, d, k=key: "/".join(f1(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
+    row("units in use: peak", lambda r, d: f"{r['occupancy']['peak_units']:,} {r['occupancy']['unit']}s")
+    row("units usable", lambda r, d: f"{r['occupancy']['usable_units']:,}")
+    print_table(out, "side by side", [Col("", KEY)] + [Col(d["engine"]["name"]) for d in runs], rows)
+    for d in runs:
+        for note in d["runtime"]["modelled"]:
+            out.print(f"  {d['engine']['name']}: {note}", highlight=False)

@@ -46,6 +46,7 @@ class SimulateRequest:
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
     enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
+    engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +72,11 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.simulate.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
+    if len(req.engines) > 1:
+        from csa_plan.planner.commands.simulate_runtime import run_side_by_side
+
+        return run_side_by_side(req, run_simulate, progress)
+
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
     settings = merge(req.given, wl.settings)
     if settings.model is None:
@@ -87,7 +93,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
     engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
         else None
-    device = _device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
+    device = device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
     if req.engine is not None:
@@ -113,12 +119,12 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         refuse_reservation_options(req, runtime_plan)
     elif req.enable_prefix_caching is not None:
         raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
-                       "--no-enable-prefix-caching", "applies to an engine whose runtime is replayed step by step "
-                       "(--engine vllm-0.33)")
+                       "--no-enable-prefix-caching/--disable-radix-cache", "applies to an engine whose runtime is "
+                       "replayed step by step (--engine vllm-0.33, --engine sglang-0.5.23)")
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
-        return SimulateOutcome(_with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
+        return SimulateOutcome(with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
                                                                       device, req.kv_memory_bytes)),
                                ExitCode.REFUSED)
     from csa_plan.planner.engines.engine import EngineRefused
@@ -131,8 +137,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         except EngineRefused as exc:  # the engine refuses the KV memory: the same typed document as below
             return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
                                    req.kv_memory_bytes)
-        _with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
-                                                       req.kv_memory_bytes))
+        with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
+                                                      req.kv_memory_bytes))
         return outcome
     try:
         scn = prepare(spec, wl, config)
@@ -166,7 +172,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
     cap = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
-    return SimulateOutcome(_with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
 
 
 def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
@@ -183,7 +189,7 @@ def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
     return plan if plan.runtime_modelled else None
 
 
-def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
+def device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
                    kv_memory_bytes: int | None = None) -> Any:
     """The device budget when a device is named (its state pool becomes every device's ledger limit,
     the tightest pipeline stage's); None without a device: everything accounted, nothing refused."""
@@ -221,10 +227,10 @@ def _engine_refused(wl: Any, spec: Any, config: Any, device: Any, refusal: Any, 
         cap = no_answer(engine_authority(engine or refusal.engine), length, 1,
                         f"{refusal.engine} refuses this configuration ({refusal.setting}; the refusal says why)",
                         None if cap is None else cap.kv_memory_bytes)
-    return SimulateOutcome(_with_budget(report, device, cap), ExitCode.REFUSED)
+    return SimulateOutcome(with_budget(report, device, cap), ExitCode.REFUSED)
 
 
-def _with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
+def with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
     from csa_plan.planner.budget.document import budget_document
 
     report["budget"] = None if device is None else budget_document(device)

@@ -18,6 +18,7 @@ from csa_plan.planner.reports.schemas import SIMULATE
 
 if TYPE_CHECKING:
     from csa_plan.planner.commands.simulate import SimulateOutcome, SimulateRequest
+    from csa_plan.planner.engines.settings import EngineSettings
 
 CAPACITY_PROBES = 12
 NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
@@ -67,7 +68,7 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> 
         rate = config.time.rate_scale
     trace = runtime_trace(wl, rate)
     result = _replay(plan, sizing, trace, time, options, progress, len(wl), p.dp)
-    report = runtime_report(result, caching=caching)
+    report = runtime_report(result, caching=caching, unit=sizing.unit_name)
     code = ExitCode.REFUSED if report.refused else ExitCode.OK
     doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
     doc["runtime"] = report.as_dict()
@@ -160,3 +161,57 @@ def _document(wl, spec, config, plan, sizing, code) -> dict[str, Any]:
         "engine": engine,
         "model_info": model_info(spec.name, spec.source),
     }
+
+
+def run_side_by_side(req: "SimulateRequest", run_one, progress) -> "SimulateOutcome":
+    """Several ``--engine`` on the same trace and deployment: each engine's own runtime replay (the one
+    path above, ``run_one`` = run_simulate), each given the settings it has (``settings_for``)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    names = req.engines
+    docs, code = [], ExitCode.OK
+    for name in names:
+        es = settings_for(get_engine(name), req.engine_settings or EngineSettings(), names)
+        try:
+            out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        except EngineRefused as exc:  # this engine would not start: said in its column, the others still run
+            docs.append({"engine": {"name": name}, "engine_refusal": exc.refusal.as_dict(), "runtime": None})
+            code = max(code, ExitCode.REFUSED)
+            continue
+        if out.report.get("runtime") is None and out.report.get("engine_refusal") is None \
+                and out.report.get("engine") is not None:
+            raise BadInput("options", "--engine", f"side by side needs engines whose runtime is replayed step by "
+                                                  f"step; {name} reserves at admission instead (run it alone)")
+        if out.report.get("engine_refusal") is not None:  # refused alone (its own document): no runtime column
+            out.report.setdefault("runtime", None)
+        docs.append(out.report)
+        code = max(code, out.exit_code)
+    first = next((d for d in docs if "workload" in d), None)
+    if first is None:  # every engine refused to start: the first refusal is the answer
+        raise EngineRefused(_refusal(docs[0]))
+    report = {"schema": SIMULATE, "workload": first["workload"], "model": first["model"],
+              "deployment": first["deployment"], "side_by_side": docs, "exit_code": int(code)}
+    return SimulateOutcome(report, ExitCode(code), None, title=f"{first['model']['name']} — {first['workload']['source']}")
+
+
+def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "EngineSettings":
+    """The settings this engine has, when several engines share one command line: an option only some of
+    them have goes to those (--max-running-requests is SGLang's, --max-num-seqs vLLM's); one none has is
+    bad input."""
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import OPTION_SPELLING
+
+    accepted = set(model.options)
+    for name in settings.given():
+        if not any(name in get_engine(n).options for n in names):
+            raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
+    return replace(settings, **{f: None for f in settings.given() if f not in accepted})
+
+
+def _refusal(doc):
+    from csa_plan.planner.engines.engine import EngineRefusal
+
+    return EngineRefusal(**{k: v for k, v in doc["engine_refusal"].items() if k != "type"})

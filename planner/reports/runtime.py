@@ -50,6 +50,7 @@ class PoolUse:
     name: str
     at_peak: int
     peak: int
+    usable: int | None = None  # the pool's own size, where the runtime keeps pools apart (SGLang's two)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Occupancy:
 @dataclass(frozen=True)
 class RuntimeReport:
     engine: str
+    preemption_word: str
     modelled: tuple[str, ...]
     requests: int
     served: int
@@ -85,7 +87,7 @@ class RuntimeReport:
     @property
     def headline(self) -> str:
         p = self.preemptions
-        line = (f"{self.engine} would preempt {p.count:,} time{'s' if p.count != 1 else ''}; "
+        line = (f"{self.engine} would {self.preemption_word} {p.count:,} time{'s' if p.count != 1 else ''}; "
                 f"{p.requests:,} request{'s' if p.requests != 1 else ''} recomputed")
         if p.count:
             line += f" ({p.tokens_recomputed:,} tokens, at most {p.most_for_one_request} times for one request)"
@@ -144,7 +146,9 @@ def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block",
     total = s.total_used
     if s.steps:
         k = int(np.argmax(total))
-        pools = tuple(PoolUse(name, int(s.used[k, i]), int(s.used[:, i].max())) for i, name in enumerate(res.pools))
+        pools = tuple(PoolUse(name, int(s.used[k, i]), int(s.used[:, i].max()),
+                              res.pool_units[i] if i < len(res.pool_units) else None)
+                      for i, name in enumerate(res.pools))
         occ = Occupancy(unit, res.usable_units, int(total[k]), float(total.mean()), pools, int(s.running.max()),
                         float(s.running.mean()), int(s.waiting.max()), float(s.waiting.mean()))
         makespan = (int(s.end_ns[-1]) - int(arrival[0])) / 1e9
@@ -152,7 +156,8 @@ def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block",
         occ = Occupancy(unit, res.usable_units, 0, 0.0, tuple(PoolUse(n, 0, 0) for n in res.pools), 0, 0.0, 0, 0.0)
         makespan = 0.0
     return RuntimeReport(
-        engine=res.label, modelled=res.notes, requests=int(len(arrival)), served=int(served.sum()),
+        engine=res.label, preemption_word=res.preemption_word, modelled=res.notes, requests=int(len(arrival)),
+        served=int(served.sum()),
         refused=tuple(sorted(reasons.items())), steps=s.steps, makespan_s=makespan,
         preemptions=Preemptions(int(pre.sum()), int((pre > 0).sum()), int(pre.max()) if len(pre) else 0,
                                 int(res.recomputed_tokens)),

@@ -102,4 +102,5 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
                          admitted_ns=admitted, first_token_ns=first_token, finished_ns=finished,
                          preemptions=preemptions, refused=refused, series=series.freeze(),
                          recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
-                         prefix_query_tokens=totals["query"], notes=rt.notes())
+                         prefix_query_tokens=totals["query"], notes=rt.notes(),
+                         pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)

@@ -76,8 +76,10 @@ class EngineRuntime(ABC):
 
     pools: tuple[str, ...]
     usable_units: int
+    pool_units: tuple[int, ...] = ()  # usable units per pool (parallel to ``pools``; () when not separate)
     pipeline_depth: int = 1
     label: str = ""  # the engine release, for outputs
+    preemption_word: str = "preempt"  # the engine's own word for sending a running request back (SGLang: retract)
 
     @abstractmethod
     def refuse(self, r: int) -> str | None: ...

@@ -79,6 +79,8 @@ class RuntimeResult:
     prefix_hit_tokens: int
     prefix_query_tokens: int
     notes: tuple[str, ...] = ()
+    pool_units: tuple[int, ...] = ()  # usable units per pool, as the runtime declares them
+    preemption_word: str = "preempt"  # the engine's own word (SGLang: retract)
 
     def same_as(self, other: "RuntimeResult") -> bool:
         """Every per-request outcome and every per-step count equal (twins, cross-checks)."""
