@@ -16,6 +16,7 @@ import click
 
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
 from csa_plan.cli.options import one_line
+from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, guarded, set_color_mode
 
 # name -> "module:attribute"; a new command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -70,12 +71,23 @@ def _available(name: str) -> bool:
 
 @click.group(cls=LazyGroup, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="csa-plan", prog_name="csa-plan")
-def cli() -> None:
+@click.option("--color", type=click.Choice(COLOR_MODES), default=None, envvar=COLOR_ENV, show_envvar=True,
+              help="Colour: auto (a terminal only, whatever FORCE_COLOR says), always, never [default: auto].")
+def cli(color: str | None) -> None:
     """csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."""
+    set_color_mode(color)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; click usage errors become one line and exit 2."""
+    """Run the CLI through the guarded streams (``cli/stream.py``: a closed pipe, a full disk or
+    an encoding that cannot carry a character end as documented, never as an internal error)."""
+    set_color_mode(None)
+    with guarded():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
+    """Click usage errors become one line and exit 2."""
     try:
         rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
     except click.exceptions.Abort:

@@ -48,6 +48,19 @@ def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | 
     target.print(esc(note) if note else f"budget chart written to {esc(path)}")
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, every text drawn literally: a ``$`` in a trace
+    path or a spec name is no mathtext formula (which could fail to parse), and no TeX runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, path: str, **kwargs: Any) -> None:
     """A temporary file in the target's folder renamed into place (``planner/files.write_atomically``):
     a reader never sees half a file and concurrent writers leave one whole one. The path was
@@ -57,7 +70,9 @@ def _save(fig, path: str, **kwargs: Any) -> None:
 
     from csa_plan.planner.files import write_atomically
 
-    fmt = path.rsplit(".", 1)[-1].lower()
+    from pathlib import Path
+
+    fmt = Path(path).suffix[1:].lower()
     try:
         write_atomically(path, "--plot", lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
     finally:
@@ -67,10 +82,7 @@ def _save(fig, path: str, **kwargs: Any) -> None:
 def plot_simulate(series, path: str, title: str) -> str | None:
     """Draw residency per device group against its limit, with requests in flight; None on success."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
     from matplotlib.ticker import MaxNLocator
@@ -101,10 +113,7 @@ def plot_simulate(series, path: str, title: str) -> str | None:
 def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     """Devices vs sustainable rate for every feasible point, the front drawn as a step; None on success."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
     by_key = {r["key"]: r for r in report["results"]}
@@ -157,10 +166,7 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
 
 def plot_compare(spec, options, layouts, path: str) -> None:
     """Bytes per request against context length, one line per layout profile or engine model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from csa_plan.planner.engines.compare import context_lengths, curves
     from csa_plan.planner.plan import apply_options
@@ -187,10 +193,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
 def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     """The tightest stage's budget as a waterfall: each step a bar from the level before it; None on success."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); the waterfall is shown as a table"
     steps = budget["stages"][budget["binding_stage"]]["steps"]
@@ -218,6 +221,37 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     d = budget["deployment"]
     ax.set_title(f"{budget['engine']}: tp {d['tp']} pp {d['pp']} dp {d['dp']} ep {d['ep']} — state pool "
                  f"{budget['kv_memory_bytes'] / GiB:.2f} GiB")
+    fig.tight_layout()
+    _save(fig, path)
+    return None
+
+
+def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Blocks in use against the pool, with running and waiting; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
+    rt = report["runtime"]
+    s, occ = rt["series"], rt["occupancy"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.step(s["t_s"], s["units"], where="post", label=f"{occ['unit']}s in use (max per point)")
+    ax.axhline(occ["usable_units"], color="red", linestyle="--", label="pool (usable)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"{occ['unit']}s")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.step(s["t_s"], s["running"], where="post", color="grey", alpha=0.6, label="running")
+    ax2.step(s["t_s"], s["waiting"], where="post", color="orange", alpha=0.6, label="waiting")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    h, l = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h + h2, l + l2, loc="upper left", fontsize=8)
+    ax.set_title(title)
     fig.tight_layout()
     _save(fig, path)
     return None

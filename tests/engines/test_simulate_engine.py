@@ -62,12 +62,16 @@ def test_sglang_charges_full_pages_under_its_cap():
 
 
 def test_cli_names_the_engine(csa):
+    """vLLM's runtime is replayed step by step (issue 25): a reservation option is refused, saying why."""
     r = csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--engine", "vllm-0.33", "--kv-memory", "40GiB",
-            "--max-seq-len", "65536", "--reserve", "fit", "--json", "--verify")
+            "--max-seq-len", "65536", "--json")
     doc = r.json()
     assert doc["engine"]["name"] == "vllm-0.33" and doc["engine"]["version"] == "0.33.0"
     assert doc["engine"]["pool"]["num_blocks"] == 40 * GiB // 1_435_968
-    assert doc["verified_against_ledger_replay"] is True and r.code in (0, 3)
+    assert doc["runtime"]["engine"] == "vLLM 0.33.0" and r.code in (0, 3)
+    refused = csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--engine", "vllm-0.33", "--kv-memory", "40GiB",
+                  "--max-seq-len", "65536", "--reserve", "fit")
+    assert refused.code == 2 and "reserves nothing per request" in refused.err
     assert csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--layout", "vllm").code == 2
 
 
@@ -89,7 +93,10 @@ def test_sweep_engine_axis_rejects_unknown_and_retired(tmp_path):
     from csa_plan.planner.sweep.spec import parse_spec
 
     base = {"workload": AZURE, "grid": {"model": "deepseek-v4-pro", "device": "h200"}}
-    for bad, needle in (("tpu", "unknown engine 'tpu'"), ("vllm", "use --engine vllm-0.33")):
+    for bad, needle in (("tpu", "unknown engine 'tpu'"), ("vllm-fp4", "use --engine vllm-0.33")):
         spec = {**base, "grid": {**base["grid"], "engine": bad}}
         with pytest.raises(BadInput, match=needle):
             parse_spec(spec, str(tmp_path / "s.yaml"))
+    # a bare engine name is its newest modelled release, named as such in the sweep's points
+    parsed = parse_spec({**base, "grid": {**base["grid"], "engine": "vllm"}}, str(tmp_path / "s.yaml"))
+    assert "vllm-0.33" in repr(parsed) and "'vllm'" not in repr(parsed)
