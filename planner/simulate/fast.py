@@ -405,19 +405,27 @@ def signed_table(per_tier: "np.ndarray") -> "np.ndarray":
 
 
 def _hold_by_tier(scn: Scenario, d: Decisions) -> "np.ndarray":
-    """Exact integer sums of hold time per (replica, tier) of the admitted requests, a slice at a time."""
+    """Exact integer sums of hold time per (replica, tier) of the admitted requests, a slice at a time.
+
+    A sum can pass int64 (five holds of 2.3e18 ns), so each hold (below 2^63) is split into its high
+    and low 31 bits, each part summed in int64 (at most 10^7 x 2^32 per key) and the parts joined
+    as Python integers: exact, never wrapped (a wrapped sum gave a mean utilisation of -35.5%)."""
     import numpy as np
 
     dp, ntiers = scn.config.placement.dp, len(scn.bundles)
-    out = np.zeros(dp * ntiers, dtype=np.int64)
+    high = np.zeros(dp * ntiers, dtype=np.int64)
+    low = np.zeros(dp * ntiers, dtype=np.int64)
     for lo in range(0, scn.requests, SLICE_REQUESTS):
         hi = lo + SLICE_REQUESTS
         ok = admitted_mask(d, lo, hi)
         key = scn.tier[lo:hi][ok].astype(np.int64)
         if dp > 1:
             key += d.replica[lo:hi][ok].astype(np.int64) * ntiers
-        np.add.at(out, key, scn.hold_ns[lo:hi][ok])
-    return out.reshape(dp, ntiers)
+        hold = scn.hold_ns[lo:hi][ok]
+        np.add.at(high, key, hold >> 31)
+        np.add.at(low, key, hold & ((1 << 31) - 1))
+    exact = [(h << 31) + l for h, l in zip(high.tolist(), low.tolist())]
+    return np.array(exact, dtype=object).reshape(dp, ntiers)
 
 
 def observe(scn: Scenario, d: Decisions, series_buckets: int | None = None) -> SimResult:

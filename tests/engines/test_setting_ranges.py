@@ -34,7 +34,6 @@ def test_fractions_are_in_zero_one(name, value):
     ("vllm-0.33", "--kv-cache-dtype", "bfloat16", 3),    # vLLM's, but not the fp8_ds_mla layout: refused
     ("vllm-0.33", "--indexer-kv-dtype", "int3", 2),
     ("vllm-0.33", "--indexer-kv-dtype", "nvfp4", 3),     # vLLM's IndexerKVDType, not the sparse indexer's
-    ("vllm-0.33", "--block-size", "128", 3),             # a block size vLLM takes, not FLASHMLA_SPARSE_DSV4's
     ("vllm-0.33", "--block-size", "0", 2),
     ("vllm-0.33", "--max-num-batched-tokens", "0", 2),
     ("vllm-0.33", "--num-speculative-tokens", "1000000", 2),

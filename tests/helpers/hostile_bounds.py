@@ -27,13 +27,15 @@ MIB = 1 << 20
 
 # -- integers ----------------------------------------------------------------------------------
 
-def queue_clock(*extra: str) -> Callable[[Path, int], list[str]]:
-    """Five requests arriving together at 2.3e9 s, each holding 2.3e9 s, queued one at a time:
-    the fifth release passes 2^63 ns (old main: span_s 0.0, exit 0; --verify: DIFFERS, exit 3)."""
+def queue_clock(memory: str, *extra: str) -> Callable[[Path, int], list[str]]:
+    """Five requests arriving together at 2.3e9 s, each holding 2.3e9 s, under --policy queue.
+    On 5 GB one runs at a time: the fifth release passes 2^63 ns (old main: a wrapped span, exit 0;
+    --verify: DIFFERS, exit 3). On 16 GB four run together and the event times fit, but the holds of
+    one (replica, tier) summed past int64 (old main: mean utilisation -35.5%, --verify DIFFERS)."""
     def build(folder: Path, scale: int) -> list[str]:
         trace = _w(folder, "ovf.csv", "arrival_s,prompt_tokens,output_tokens\n" + "2300000000.0001,1,2300\n" * 5)
-        return ["simulate", trace, "--model", FLASH, "--policy", "queue", "--engine", "vllm-0.33",
-                "--max-num-seqs", "1", "--tpot-ms", "1e9", *extra]
+        return ["simulate", trace, "--model", FLASH, "--policy", "queue", "--device-memory", memory,
+                "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", *extra]
     return build
 
 
@@ -305,8 +307,9 @@ def _case(name: str, build: Callable[[Path, int], list[str]], codes: tuple[int, 
 
 
 CASES: tuple[Case, ...] = (
-    _case("queue-release-past-int64", queue_clock(), (2,)),
-    _case("queue-release-past-int64-verify", queue_clock("--verify"), (2,)),
+    _case("queue-release-past-int64", queue_clock("5GB"), (2,)),
+    _case("queue-release-past-int64-verify", queue_clock("5GB", "--verify"), (2,)),
+    _case("queue-hold-sum-past-int64-verify", queue_clock("16GB", "--verify"), (0,)),
     _case("safetensors-overlapping-offsets", st_overlap, (2,)),
     _case("safetensors-gap-in-data", st_gap, (2,)),
     _case("safetensors-duplicate-tensor-name", st_duplicate, (2,)),

@@ -54,14 +54,33 @@ def test_a_release_past_the_int64_clock_is_bad_input_in_every_loop(loop):
         run(_queued_chain(4, 1 << 61))
 
 
-def test_queued_clock_overflow_through_the_cli(csa, tmp_path):
-    """The campaign's case end to end, with and without --verify: exit 2, one line (was exit 0 with
-    span_s 0.0, and 'DIFFERS from the ledger replay' exit 3 under --verify)."""
+def _ovf(tmp_path):
     trace = tmp_path / "ovf.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "2300000000.0001,1,2300\n" * 5)
+    return str(trace)
+
+
+def test_queued_clock_overflow_through_the_cli(csa, tmp_path):
+    """The campaign's case end to end, with and without --verify: exit 2, one line (was exit 0 with
+    a wrapped span, and 'DIFFERS from the ledger replay' exit 3 under --verify)."""
+    trace = _ovf(tmp_path)
     for extra in ((), ("--verify",), ("--json",)):
-        r = csa("simulate", str(trace), "--model", "deepseek-v4-flash", "--policy", "queue", "--engine", "vllm-0.33",
-                "--max-num-seqs", "1", "--tpot-ms", "1e9", *extra)
+        r = csa("simulate", trace, "--model", "deepseek-v4-flash", "--policy", "queue", "--device-memory", "5GB",
+                "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", *extra)
         assert r.code == 2, (r.code, r.out[-300:], r.err)
         lines = r.err.strip().splitlines()
         assert len(lines) == 1 and "ovf.csv: request 5" in lines[0] and "MAX_CLOCK_NS" in lines[0]
+
+
+def test_hold_sums_past_int64_stay_exact(csa, tmp_path):
+    """Four 2.3e18 ns holds on one device: their sum passes int64 (a mean utilisation of -35.5% and
+    'DIFFERS' under --verify before); summed exactly it is the ledger replay's figure."""
+    import json
+
+    r = csa("simulate", _ovf(tmp_path), "--model", "deepseek-v4-flash", "--policy", "queue", "--device-memory",
+            "16GB", "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", "--verify", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["verified_against_ledger_replay"] is True
+    device = doc["devices"][0]
+    assert 0 < device["mean_utilization"] <= device["peak_utilization"] <= 1
