@@ -18,7 +18,10 @@ from typing import Callable
 
 from csa_plan.planner.runtime.protocol import EngineRuntime, RuntimeTrace, Step
 from csa_plan.planner.runtime.result import RuntimeResult, StepSeries
+from csa_plan.planner.errors import BadInput
 from csa_plan.planner.runtime.steptime import StepTime, step_ns
+from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS
+from csa_plan.planner.units import NS_PER_S
 
 NEVER = -1
 STRANDED = "never fits: nothing running could free enough memory"
@@ -71,6 +74,11 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         totals["query"] += step.prefix_query_tokens
         if step.tokens:
             end = t + step_ns(step.prefill_tokens, time)
+            if end > MAX_CLOCK_NS:  # the simulate loops' bound: bad input, never a wrapped (or unstorable) time
+                raise BadInput("options", "--tpot-ms / --prefill-tok-s",
+                               f"the engine step starting at {t / NS_PER_S:,.0f} s would end past the int64 "
+                               "nanosecond clock (about 292 years, MAX_CLOCK_NS): shorten the trace, its token "
+                               "counts or the step times")
             inflight.append((step, end))
             while len(inflight) >= depth:
                 s, e = inflight.popleft()

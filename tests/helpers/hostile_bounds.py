@@ -39,6 +39,14 @@ def queue_clock(memory: str, *extra: str) -> Callable[[Path, int], list[str]]:
     return build
 
 
+def runtime_clock(folder: Path, scale: int) -> list[str]:
+    """The same five requests through the step-level vLLM runtime, one running at a time: the steps'
+    end times pass 2^63 ns (main before this: an internal error, OverflowError)."""
+    trace = _w(folder, "ovf.csv", "arrival_s,prompt_tokens,output_tokens\n" + "2300000000.0001,1,2300\n" * 5)
+    return ["simulate", trace, "--model", FLASH, "--engine", "vllm-0.33", "--max-num-seqs", "1", "--tpot-ms", "1e9",
+            "--device-memory", "h200", "--tp", "2"]
+
+
 # -- safetensors -------------------------------------------------------------------------------
 
 def _model_dir(folder: Path, preset: str = FLASH) -> Path:
@@ -310,6 +318,7 @@ CASES: tuple[Case, ...] = (
     _case("queue-release-past-int64", queue_clock("5GB"), (2,)),
     _case("queue-release-past-int64-verify", queue_clock("5GB", "--verify"), (2,)),
     _case("queue-hold-sum-past-int64-verify", queue_clock("16GB", "--verify"), (0,)),
+    _case("runtime-step-past-int64", runtime_clock, (2,)),
     _case("safetensors-overlapping-offsets", st_overlap, (2,)),
     _case("safetensors-gap-in-data", st_gap, (2,)),
     _case("safetensors-duplicate-tensor-name", st_duplicate, (2,)),
@@ -360,6 +369,7 @@ CASES: tuple[Case, ...] = (
 EXPECT: dict[str, tuple[str, ...]] = {
     "queue-release-past-int64": ("ovf.csv: request 5", "MAX_CLOCK_NS"),
     "queue-release-past-int64-verify": ("ovf.csv: request 5", "MAX_CLOCK_NS"),
+    "runtime-step-past-int64": ("--tpot-ms", "MAX_CLOCK_NS"),
     "safetensors-overlapping-offsets": ("model.safetensors", "overlaps"),
     "safetensors-gap-in-data": ("model.safetensors", "gap of 8 bytes"),
     "safetensors-duplicate-tensor-name": ("model.safetensors", "duplicate key"),
