@@ -19,7 +19,7 @@ from csa_plan.planner.gate import Gate
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only) "
                    "[default: the spec's own 'gate:', else op].")
 @click.option("--layout", default="exact", show_default=True, metavar="NAME",
-              help=f"Layout profile: {', '.join(PROFILES)} (README: 'Layout profiles'); engines: --engine.")
+              help=f"Layout profile: {', '.join(PROFILES)} (docs/compare.md); engines: --engine.")
 @click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", type=CACHE_FORMAT, default=None,

@@ -36,7 +36,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     \b
     Layouts: exact (the contract's bytes), onnx-genai-b6, bf16-reference; engines
     (--engine): vllm-0.33, sglang-0.5.23 and the others `check --engine` lists.
-    README: "Layout profiles" and "Engine models".
+    docs/compare.md and docs/engines.md.
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""

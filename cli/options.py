@@ -164,7 +164,7 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     names = ", ".join(ENGINES)
     options = [
         click.option("--engine", default=None, metavar="NAME",
-                     help=f"Plan as this engine release does: {names} (README: 'Engine models')."),
+                     help=f"Plan as this engine release does: {names} (docs/engines.md)."),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME", help="Target GPU for engine rules and defaults [default: h200]."),

@@ -73,7 +73,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     A CSV trace: TIMESTAMP, ContextTokens, GeneratedTokens (Azure), or --columns.
     A YAML mix: model, requests or duration_s, seed, classes (each with rate,
     prompt and output distributions), and any option below under its own name
-    (README: "csa-plan simulate").
+    (docs/simulate.md).
 
     Token counts everywhere: 128k = 128,000 and 128K = 131,072 (vLLM's
     convention), 1e6 and 1,000,000 work too.

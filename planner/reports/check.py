@@ -1,6 +1,6 @@
 """The versioned machine-readable form of a check (``--json``), built from plan objects.
 
-Schema ``csa-plan/check/v1`` is documented in the README; keys are only ever added.
+Schema ``csa-plan/check/v1`` is documented in docs/json-schemas.md; keys are only ever added.
 """
 
 from __future__ import annotations
