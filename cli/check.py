@@ -47,8 +47,6 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     from csa_plan.planner.commands.check import CheckRequest, run_check
     from csa_plan.planner.plan import PlanOptions
 
-    from csa_plan.cli.plots import write_budget_plot
-
 
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
@@ -75,5 +73,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
     consoles = make_consoles()
     emit(consoles, outcome.report, as_json, render)
-    write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
+    if budget_plot is not None:
+        from csa_plan.cli.plots import write_budget_plot
+
+        write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)

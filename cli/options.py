@@ -156,15 +156,22 @@ ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", 
                        "mem_fraction_static", "usage")
 
 
+class EngineOption(click.Option):
+    """``--engine``: its help names the registry's engines, read when help is shown, so that parsing a
+    command never imports the engine models (start-up: docs/check.md)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from csa_plan.planner.engines.registry import ENGINES
+
+        self.help = f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)."
+        return super().get_help_record(ctx)
+
+
 def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--engine`` and every engine setting; the command receives ``engine`` (a name or
     None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings)."""
-    from csa_plan.planner.engines.registry import ENGINES
-
-    names = ", ".join(ENGINES)
     options = [
-        click.option("--engine", default=None, metavar="NAME",
-                     help=f"Plan as this engine release does: {names} (docs/engines.md)."),
+        click.option("--engine", cls=EngineOption, default=None, metavar="NAME"),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME", help="Target GPU for engine rules and defaults [default: h200]."),

@@ -39,7 +39,6 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     from csa_plan.planner.plan import plan_model
     from csa_plan.planner.reports.check import Verdict, check_report, verdict
 
-    from csa_plan.planner.budget.check import budget_fit
     from csa_plan.planner.budget.deployment import Deployment, deployment_budget
     from csa_plan.planner.engines.check import max_seq_len_of
 
@@ -63,6 +62,8 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     if device is None:
         cap = capacity(spec, plan, budget.limit_bytes, req.concurrency) if budget else None
     else:
+        from csa_plan.planner.budget.check import budget_fit
+
         budget, cap = budget_fit(spec, plan, device, req.concurrency)
     code = ExitCode.OK if verdict(plan, cap) == Verdict.ADMITTED else ExitCode.REFUSED
     if device is not None and not device.fits:
@@ -88,12 +89,12 @@ def run_check(req: CheckRequest) -> CheckOutcome:
 def _with_budget(report: dict[str, Any], device: Any, cap: Any, engine: Any = None) -> dict[str, Any]:
     """Add the device budget (``budget`` key, None without a device) to a check document, with the
     requests of max_seq_len that its state pool admits (the engine's admission, else the ledger's)."""
-    from csa_plan.planner.budget.admission import requests_that_fit
-    from csa_plan.planner.budget.document import budget_document
-
     if device is None:
         report["budget"] = None
         return report
+    from csa_plan.planner.budget.admission import requests_that_fit
+    from csa_plan.planner.budget.document import budget_document
+
     report["budget"] = budget_document(device)
     report["budget"]["requests_that_fit"] = requests_that_fit(device, cap, engine)
     if not device.fits:

@@ -34,6 +34,9 @@ __all__ = ["EXACT", "PROFILES", "LayoutProfile", "get_profile"]
 
 
 def get_profile(name: str, source: str = "options", field: str = "--layout") -> LayoutProfile:
+    profile = PROFILES.get(name)
+    if profile is not None:  # the common case never imports the engine models (start-up)
+        return profile
     from csa_plan.planner.engines.registry import lookup
 
     return lookup("layout", PROFILES, name, source, field)
