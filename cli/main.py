@@ -9,37 +9,20 @@ from __future__ import annotations
 
 import importlib
 import os
-import importlib.util
 import sys
 
 import click
 
+from csa_plan.cli.commands import COMMANDS, DOCS_HELP, GROUP_HELP, available
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
 from csa_plan.cli.options import one_line
 
-# name -> "module:attribute"; a new command is one line here.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("csa_plan.cli.check:check", "Gate every CSA/HCA layer, lay out its state and total the model."),
-    "simulate": ("csa_plan.cli.simulate:simulate", "Replay a request mix or trace through the ledger."),
-    "compare": ("csa_plan.cli.compare:compare", "The same model under each engine's layout, side by side."),
-    "run-gpu": ("csa_plan.cli.run_gpu:run_gpu", "Run the attention path on a GPU and check it against the plan."),
-    "sweep": ("csa_plan.cli.sweep:sweep", "Search deployments for the cheapest one that serves a workload."),
-}
-
-
-# Every --help ends by saying where the definitions live.
-DOCS_HELP = """\b
-What the figures mean: docs/CONTRACT.md in the csa-plan sources
-("CONTRACT §N" in a help text is its section N).
-"""
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if _available(name)]
+        return [name for name in COMMANDS if available(name)]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not _available(name):
+        if name not in COMMANDS or not available(name):
             return None
         module_name, attr = COMMANDS[name][0].split(":")
         command = getattr(importlib.import_module(module_name), attr)
@@ -63,15 +46,10 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-def _available(name: str) -> bool:
-    module_name = COMMANDS[name][0].split(":")[0]
-    return importlib.util.find_spec(module_name) is not None
-
-
-@click.group(cls=LazyGroup, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, help=GROUP_HELP, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="csa-plan", prog_name="csa-plan")
 def cli() -> None:
-    """csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."""
+    """The group; its help is GROUP_HELP (cli/commands.py), which cli/entry.py also prints without click."""
 
 
 def main(argv: list[str] | None = None) -> None:
