@@ -20,7 +20,7 @@ from csa_plan.planner.gate import Gate
                    "[default: the spec's own 'gate:', else op].")
 @click.option("--layout", default="exact", show_default=True, metavar="NAME",
               help=f"Layout profile: {', '.join(PROFILES)} (docs/compare.md); engines: --engine.")
-@click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", type=CACHE_FORMAT, default=None,
               help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}.")

@@ -11,7 +11,7 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_option
 
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("model")
-@click.option("--max-seq-len", type=COUNT, default=None,
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None,
               help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
 @click.option("--device-memory", type=SIZE, default=None,
               help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name.")

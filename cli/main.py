@@ -54,6 +54,9 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; click usage errors become one line and exit 2."""
+    from csa_plan.cli.error_doc import json_asked, tell_failure
+
+    as_json = json_asked(sys.argv[1:] if argv is None else argv)
     try:
         rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
     except click.exceptions.Abort:
@@ -63,15 +66,16 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
-        click.echo(f"csa-plan: error: {one_line(exc.format_message())}", err=True)
-        sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
+        code = EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code
+        tell_failure(f"error: {one_line(exc.format_message())}", code, as_json)
+        sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug in csa-plan, not in the input: still one line by default
         if os.environ.get("CSA_PLAN_DEBUG"):
             raise
-        click.echo(f"csa-plan: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
-                   "(set CSA_PLAN_DEBUG=1 for the traceback)", err=True)
+        tell_failure(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+                     "(set CSA_PLAN_DEBUG=1 for the traceback)", EXIT_INTERNAL, as_json)
         sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -142,7 +142,9 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
         try:
             return func(*args, **kwargs)
         except CsaPlanError as exc:
-            click.echo(f"csa-plan: error: {one_line(str(exc))}", err=True)
+            from csa_plan.cli.error_doc import tell_failure
+
+            tell_failure(f"error: {one_line(str(exc))}", int(exc.exit_code), bool(kwargs.get("as_json")))
             sys.exit(int(exc.exit_code))
 
     return wrapper

@@ -24,7 +24,7 @@ def _layouts() -> list[str]:
 @click.option("--model", default=None, help="Preset, config.json, model directory or YAML spec [default: the mix's model].")
 @click.option("--layout", default=None, metavar="NAME",
               help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine.")
-@click.option("--max-seq-len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
 @click.option("--router", type=enum_choice(Router), default=None,
               help="How a request picks its replica [default: round-robin].")
 @click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB or h200/h100/... "

@@ -39,6 +39,13 @@ def closest(value: str, known: Iterable[str]) -> str | None:
     return by_norm[match[0]] if match else (hits[0] if hits else None)
 
 
+def did_you_mean_model(value: str, known: Iterable[str]) -> str:
+    """``did_you_mean`` for names whose digits are a model number (GPU cards): only a name with the
+    same digits is offered, so ``h20`` is never "corrected" to ``h200``, a different card."""
+    digits = "".join(ch for ch in str(value) if ch.isdigit())
+    return did_you_mean(value, [k for k in known if "".join(ch for ch in str(k) if ch.isdigit()) == digits])
+
+
 def listed(known: Iterable[str]) -> str:
     names = [str(k) for k in known]
     shown = ", ".join(names[:MAX_LISTED])
