@@ -32,13 +32,15 @@ from csa_plan.planner.gate import Gate
 @click.option("--at-length", type=COUNT, default=DEFAULT_LINT_LENGTH, show_default=True,
               help="ONNX lint: total length at which record-axis conflicts are named.")
 @click.option("--per-layer", is_flag=True, help="List every layer instead of grouping identical ones.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v1 JSON document.")
+@click.option("--brief", is_flag=True, help="Print only the head: verdict, requests that fit, longest context, "
+              "the engine's log line, the state pool, every refusal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v2 JSON document (docs/answers.md).")
 @bad_input_exits
 @engine_options
 @deployment_options
 def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, query_len: int, device_memory: int | None,
-          concurrency: int, at_length: int, per_layer: bool, as_json: bool, engine: str | None,
+          concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
@@ -57,19 +59,19 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
     def render(out, report):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
-        from csa_plan.cli.render_check import render_check
+        from csa_plan.cli.render_check import render_check, render_head
         from csa_plan.cli.render_engine import render_engine
 
-        budget = report.get("budget")
-        if budget is not None and not budget["weights_fit"]:
-            render_budget(out, budget)  # first, and alone: there is no pool to lay requests into
+        render_head(out, report)  # the answer first; the detail follows
+        if brief:
             return
+        out.print()
         if report.get("engine"):
             render_engine(out, report["model"], report["engine"])
         else:
             render_check(out, report, per_layer=per_layer)
-        if budget is not None:
-            render_budget(out, budget, memory=report.get("memory"), engine=report.get("engine"))
+        if report.get("budget") is not None:
+            render_budget(out, report["budget"], head_shown=True)
 
     consoles = make_consoles()
     emit(consoles, outcome.report, as_json, render)

@@ -15,16 +15,24 @@ def fmt_bytes(n: int) -> str:
 
 
 def fmt_bytes_short(n: int) -> str:
-    """A compact binary-unit form for narrow cells; ``--json`` carries the exact integer."""
+    """A compact binary-unit form for narrow cells (one way to write a size: ``140.40 GiB``);
+    ``--json`` carries the exact integer."""
     sign = "-" if n < 0 else ""
     n = abs(n)
     if n >= GiB:
-        return f"{sign}{n / GiB:.2f}GiB"
+        return f"{sign}{n / GiB:.2f} GiB"
     if n >= MiB:
-        return f"{sign}{n / MiB:.1f}MiB"
+        return f"{sign}{n / MiB:.2f} MiB"
     if n >= KiB:
-        return f"{sign}{n / KiB:.1f}KiB"
-    return f"{sign}{n}B"
+        return f"{sign}{n / KiB:.2f} KiB"
+    return f"{sign}{n} B"
+
+
+def fmt_size(n: int) -> str:
+    """A size in the answer lines: the binary unit first, the exact bytes after (never cut)."""
+    if abs(n) >= KiB:
+        return f"{fmt_bytes_short(n)} ({n:,} B)"
+    return f"{n:,} B"
 
 
 def fmt_rate(v: float | None, at_least: bool = False) -> str:

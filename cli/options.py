@@ -176,7 +176,9 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--engine", cls=EngineOption, default=None, metavar="NAME"),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
-        click.option("--gpu", default=None, metavar="NAME", help="Target GPU for engine rules and defaults [default: h200]."),
+        click.option("--gpu", default=None, metavar="NAME",
+                     help="Target GPU for engine rules and defaults; alone it also sets --device-memory "
+                          "(docs/gpus.md) [default: the --device-memory card, else h200]."),
         click.option("--block-size", type=COUNT, default=None, help="vLLM --block-size [default: 256 for DeepSeek-V4]."),
         click.option("--page-size", type=COUNT, default=None, help="SGLang --page-size [default: 256 for DeepSeek-V4]."),
         click.option("--kv-cache-dtype", default=None, metavar="DTYPE", help="Engine --kv-cache-dtype [default: auto]."),
@@ -205,13 +207,28 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
-        settings = EngineSettings(**values)
+        gpu = values.pop("gpu")
+        if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
+            from csa_plan.planner.cards import resolve_target
+
+            given_gpu = gpu
+            kwargs["device_memory"], card = resolve_target(kwargs["device_memory"], gpu)
+            if card is not None and given_gpu is None and engine is not None:
+                from csa_plan.planner.engines.registry import get_engine
+
+                if "gpu" in get_engine(engine).options:  # an engine with no --gpu is not given one
+                    gpu = card.name
+            if kwargs["device_memory"] is not None:
+                values["gpu_memory_bytes"] = int(kwargs["device_memory"])
+        settings = EngineSettings(gpu=gpu, **values)
         if engine is None and (kv_memory is not None or settings.given()):
             from csa_plan.planner.errors import BadInput
             from csa_plan.planner.engines.settings import OPTION_SPELLING
 
-            given = "--kv-memory" if kv_memory is not None else OPTION_SPELLING[settings.given()[0]]
-            raise BadInput("options", given, "is an engine setting: name the engine with --engine")
+            others = [n for n in settings.given() if n != "gpu" or "device_memory" not in kwargs]
+            if kv_memory is not None or others:
+                given = "--kv-memory" if kv_memory is not None else OPTION_SPELLING[others[0]]
+                raise BadInput("options", given, "is an engine setting: name the engine with --engine")
         return func(*args, engine=engine, kv_memory=kv_memory, engine_settings=settings, **kwargs)
 
     for option in reversed(options):

@@ -12,11 +12,12 @@ from csa_plan.cli.format import fmt_bytes, fmt_bytes_short
 
 
 def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str, Any] | None = None,
-                  engine: dict[str, Any] | None = None) -> None:
-    """Render an *escaped* report part (``cli.console.escaped``, applied by ``cli.emit``)."""
+                  engine: dict[str, Any] | None = None, head_shown: bool = False) -> None:
+    """Render an *escaped* report part (``cli.console.escaped``, applied by ``cli.emit``).
+    ``head_shown``: the command's head already gave the verdict, the fit and the state pool."""
     d = budget["deployment"]
     binding = budget["stages"][budget["binding_stage"]]
-    if not budget["weights_fit"]:
+    if not budget["weights_fit"] and not head_shown:
         what = "WEIGHTS DO NOT FIT" if binding["weights_bytes"] > binding["usable_bytes"] else \
             "WEIGHTS AND START-UP RESERVES DO NOT FIT"
         console.print(f"[bold]{what}[/bold] ({escape(budget['engine'])}): "
@@ -59,7 +60,7 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         label = step["label"] + (" (est.)" if step["estimate"] else "")
         table.add_row(f"{label}\n[dim]  {step['source']}[/dim]", shown, fmt_bytes_short(left))
     console.print(table)
-    if not budget["weights_fit"]:
+    if not budget["weights_fit"] or head_shown:
         return
     console.print(f"State pool (KV memory) per GPU: {fmt_bytes(budget['kv_memory_bytes'])}")
     fit = budget.get("requests_that_fit")

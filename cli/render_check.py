@@ -30,9 +30,6 @@ def render_check(console: Console, report: dict[str, Any], *, per_layer: bool = 
     if report["refusals"]:
         _render_refusals(console, report["refusals"])
     _totals_table(console, report)
-    if report["memory"]:
-        _render_memory(console, report["memory"])
-    console.print(_verdict_line(report))
 
 
 def _n(value: Any) -> str:
@@ -152,3 +149,53 @@ def _verdict_line(report: dict[str, Any]) -> str:
     v = report["verdict"]
     style = {"admitted": "green", "refused": "red", "does_not_fit": "red"}[v]
     return f"[bold {style}]{v.upper().replace('_', ' ')}[/] (exit {report['exit_code']})"
+
+
+def render_head(console: Console, doc: dict[str, Any]) -> None:
+    """The answer first (an *escaped* document): verdict, the count and the longest context with
+    their authority, the engine's log line, the state pool, every refusal, warnings. ``--brief``
+    prints only this."""
+    from csa_plan.cli.format import fmt_size
+
+    v, cap, head = doc["verdict"], doc["fit"], doc["head"]
+    style = {"admitted": "green", "refused": "red", "does_not_fit": "red"}[v]
+    word = {"admitted": "ADMITTED", "refused": "REFUSED", "does_not_fit": "DOES NOT FIT"}[v]
+    who = head["engine"] or f"layout {doc['options'].get('layout', 'exact')} (no engine named)"
+    console.print(f"[bold {style}]{word}[/] (exit {doc['exit_code']}) — {head['model']}, {who}", highlight=False)
+    authority = f"[dim]\\[{cap['authority']}][/]"
+    length, n = cap["max_seq_len"], cap["concurrency"]
+    if not cap["answered"]:
+        console.print(f"Requests of {length:,} tokens that fit: no answer — {cap['no_answer']}", highlight=False)
+    elif cap["unbounded"]:
+        console.print(f"Requests of {length:,} tokens that fit: any number (0 bytes per request) {authority}")
+    else:
+        console.print(f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}",
+                      highlight=False)
+        longest = cap["longest_context"]
+        if longest is None:
+            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}")
+        else:
+            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
+                          f"{authority}", highlight=False)
+    for line in head["log_lines"]:
+        console.print(f"Engine log: {line}", markup=False, highlight=False)
+    if cap["kv_memory_bytes"] is not None and cap["kv_memory_bytes"] > 0:
+        per = cap["per_request_bytes"]
+        console.print(f"State pool per GPU: {fmt_size(cap['kv_memory_bytes'])}"
+                      + (f"; per request: {fmt_size(per)}" if per is not None else ""), highlight=False)
+    if head["deployment"]:
+        console.print(f"Deployment: {head['deployment']}", highlight=False)
+    for r in doc["all_refusals"]:
+        where = f" on layers {id_runs(r['layers'])}" if r["layers"] else ""
+        console.print(f"[red]{r['kind']} refusal[/] {r['type']} ({r['setting']}){where}: {r['message']}",
+                      highlight=False)
+    if head["smallest_fitting"]:
+        for f in head["smallest_fitting"]:
+            console.print(f"  smallest that passes every check: --tp {f['tp']} --ep {f['ep']}"
+                          + (f" --pp {f['pp']}" if f["pp"] > 1 else "") + (f" --dp {f['dp']}" if f["dp"] > 1 else "")
+                          + f" ({f['gpus']} GPUs; {fmt_size(f['kv_memory_bytes'])} state pool per GPU)",
+                          highlight=False)
+    elif head["smallest_fitting_searched"]:
+        console.print("  no deployment up to --tp 256 passes every check", highlight=False)
+    for w in doc["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)

@@ -35,9 +35,6 @@ def render_engine(console: Console, model: dict[str, Any], e: dict[str, Any]) ->
         console.print(f"      [dim]expected:[/] {r['expected']}  [dim]found:[/] {r['actual']}",
                       highlight=False)
         console.print(f"      [dim]rule:[/] {r['rule']}", highlight=False)
-        console.print("[bold red]REFUSED[/] (exit 3)")
-    else:
-        console.print("[bold green]ADMITTED[/] (exit 0)")
 
 
 def _settings_table(e: dict[str, Any]) -> Table:

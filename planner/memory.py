@@ -1,7 +1,8 @@
 """Device memory: one size parser for every option, and the GPU name table.
 
-GPU names stand for the total that ``nvidia-smi`` reports for the card (MiB), so
-the planner sees exactly what a runtime on that card can see. No utilisation
+GPU names stand for the total that the driver reports for the card (MiB; the card table
+is ``planner/cards.py``), so the planner sees exactly what a runtime on that card can see;
+a card name parses to a ``CardBytes`` that carries the card (its rules follow it). No utilisation
 factor is applied unless the user subtracts one with ``--reserved``.
 """
 
@@ -11,19 +12,10 @@ from dataclasses import dataclass
 
 from csa_plan.planner.errors import I63_LIMIT, BadInput
 
-MIB = 1 << 20
+from csa_plan.planner.cards import CARDS, MIB, CardBytes, find_card
 
-# memory.total as nvidia-smi prints it, in MiB. Sources: nvidia-smi tables quoted in
-# public issue threads and logs (H200 "143771MiB", H100/H800 "81559MiB", B200 "183359MiB").
-GPU_MEMORY_MIB: dict[str, int] = {
-    "h200": 143771,
-    "h100": 81559,
-    "h800": 81559,
-    "b200": 183359,
-    "a100-80gb": 81920,
-    "a100-40gb": 40960,
-    "l40s": 46068,
-}
+# memory.total as the driver reports it, in MiB: a view of the card table (planner/cards.py).
+GPU_MEMORY_MIB: dict[str, int] = {name: c.memory_mib for name, c in CARDS.items()}
 
 UNITS: dict[str, int] = {
     "": 1, "b": 1,
@@ -40,9 +32,9 @@ def parse_size(text: str, source: str, field: str | None = None) -> int:
     from csa_plan.planner.amounts import SUFFIXES, checked_whole, exact_number, split_number
     from csa_plan.planner.suggest import did_you_mean, did_you_mean_model
 
-    key = text.strip().lower()
-    if key in GPU_MEMORY_MIB:
-        return GPU_MEMORY_MIB[key] * MIB
+    named = find_card(text)
+    if named is not None:
+        return CardBytes(named)
     shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:37] + "..."
     parts = split_number(text)
     unit = None

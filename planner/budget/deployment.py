@@ -55,7 +55,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
                       engine: str | None = None, engine_settings: Any = None,
-                      kv_memory_bytes: int | None = None, placement: Placement | None = None) -> Budget | None:
+                      kv_memory_bytes: int | None = None, placement: Placement | None = None,
+                      search: bool = True) -> Budget | None:
     """The device budget, or None when no device is named (then nothing changes: everything is
     accounted, nothing refused)."""
     if device_memory_bytes is None:
@@ -78,7 +79,34 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                         placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
                         kv_memory_bytes=kv_memory_bytes)
-    return budget(req)
+    return budget(req, search=search)
+
+
+def reserve_warnings(b: Budget, model: str, deployment: Deployment, engine: str | None = None,
+                     engine_settings: Any = None) -> tuple[str, ...]:
+    """A warning when ``--weights`` / ``--reserved`` set aside less than the model's own weights per
+    GPU (the tensor inventory's figure for this deployment): the state pool is then overstated."""
+    if deployment.weights_bytes is None or b.request.kv_memory_bytes is not None:
+        return ()
+    from csa_plan.planner.budget.device import BudgetRequest, budget
+
+    try:
+        own = budget(BudgetRequest(model=model, card_bytes=b.card_bytes, max_seq_len=b.request.max_seq_len,
+                                   engine=engine, placement=b.request.placement,
+                                   settings=startup_settings(engine_settings)), search=False)
+    except BadInput:
+        return ()
+    if own.weights is None:
+        return ()
+    set_aside = deployment.weights_bytes + (deployment.reserved_bytes or 0)
+    weights = own.binding.weights_bytes
+    if set_aside >= weights:
+        return ()
+    gib = 1 << 30
+    return (f"--weights {deployment.weights_bytes / gib:.2f} GiB + --reserved {(deployment.reserved_bytes or 0) / gib:.2f} GiB "
+            f"per GPU is less than the model's own weights per GPU, {weights / gib:.2f} GiB "
+            f"({own.weights.source.value}, tp {b.request.placement.tp}): the state pool is overstated by at least "
+            f"{(weights - set_aside) / gib:.2f} GiB; drop --weights to count them",)
 
 
 def ledger_budget(b: Budget) -> DeviceBudget | None:
@@ -91,19 +119,42 @@ def ledger_budget(b: Budget) -> DeviceBudget | None:
     return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)
 
 
+def card_settings(engine_settings: Any, device_memory_bytes: int | None, engine: str | None = None) -> Any:
+    """Engine settings whose target GPU is the card the device memory names (``--device-memory h100``,
+    a mix's ``memory.device: h100``), with the budgeted memory for size tiers."""
+    from dataclasses import replace
+
+    from csa_plan.planner.cards import card_of
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    settings = engine_settings or EngineSettings()
+    card = card_of(device_memory_bytes)
+    accepts = True
+    if engine is not None:
+        from csa_plan.planner.engines.registry import get_engine
+
+        accepts = "gpu" in get_engine(engine).options
+    if card is not None and settings.gpu is None and accepts:
+        settings = replace(settings, gpu=card.name)
+    if device_memory_bytes is not None and settings.gpu_memory_bytes is None:
+        settings = replace(settings, gpu_memory_bytes=int(device_memory_bytes))
+    return settings
+
+
 @lru_cache(maxsize=1024)
-def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None) -> int:
-    """What a no-engine device budget sets aside on each device (card minus the state pool of the
-    tightest stage): a sweep point's ``reserved: budget``. A deployment the rules refuse, or whose
-    weights do not fit, sets aside the whole card (the point is skipped: no memory left)."""
-    from csa_plan.planner.budget.device import BudgetRequest, budget
+def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
+                          engine: str | None = None) -> int:
+    """What the device budget sets aside on each device (card minus the state pool of the tightest
+    stage): a sweep point's ``reserved: budget``. The same budget as check and simulate: with an
+    engine, its usable share (gpu_memory_utilization / mem_fraction_static), its weight sharding and
+    start-up reserves, at this tp x dp. A deployment the rules refuse, or whose weights do not fit,
+    sets aside the whole card (the point is skipped: no memory left)."""
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.placement import Placement
 
     length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
     try:
-        b = budget(BudgetRequest(model=model, card_bytes=memory_bytes, max_seq_len=length,
-                                 placement=Placement(tp=tp, pp=pp, dp=dp)), search=False)
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp), length, engine,
+                              card_settings(None, memory_bytes), search=False)
     except BadInput:
         return memory_bytes
-    return memory_bytes - b.kv_memory_bytes if b.fits else memory_bytes
+    return memory_bytes - b.kv_memory_bytes if b is not None and b.fits else memory_bytes

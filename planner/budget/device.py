@@ -10,7 +10,7 @@ size that would fit (``smallest_fitting``), never as zero requests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from csa_plan.planner.budget.startup import ModelDims, StageContext, StartupSettings, model_dims, startup_for
 from csa_plan.planner.budget.steps import Step, StepKind
@@ -186,10 +186,13 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
     return total, steps
 
 
-def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None) -> tuple[dict[str, int], ...]:
+def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,
+                     passes: "Callable[[Budget], bool] | None" = None) -> tuple[dict[str, int], ...]:
     """The smallest --tp that fits with the engine's default EP, and the smallest with full EP
     (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped. ``weights``
-    is the model's figure, already read by the caller."""
+    is the model's figure, already read by the caller. ``passes``: every other check a suggested
+    deployment must pass (the engine's admission of the requests asked for); a deployment that
+    fails it is not suggested."""
     found: list[dict[str, int]] = []
     p = req.placement
     floor_bytes = _weights_floor_bytes(weights)
@@ -205,7 +208,7 @@ def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None) -> tuple[
                 result = budget(trial, search=False)
             except BadInput:
                 result = None
-            if result is not None and result.fits:
+            if result is not None and result.fits and (passes is None or passes(result)):
                 found.append({"tp": tp, "pp": p.pp, "dp": p.dp, "ep": result.device_weights.ep
                               if result.device_weights else (ep or 1), "gpus": tp * p.dp * p.pp,
                               "weights_bytes": result.binding.weights_bytes,

@@ -33,14 +33,21 @@ class CheckOutcome:
 
 
 def run_check(req: CheckRequest) -> CheckOutcome:
+    """Gate and lay out the model, size the device budget, and answer with one authority: the
+    engine's admission when ``--engine`` is named, else the exact layout. Every refusal is
+    collected (configuration: the gate and the engine's rules; fit: the weights, the state
+    pool), and a suggested deployment passes every check."""
+    from dataclasses import replace as with_
+
+    from csa_plan.planner.budget.answer import engine_answer, layout_answer, no_answer, engine_authority
+    from csa_plan.planner.budget.deployment import Deployment, deployment_budget, reserve_warnings
     from csa_plan.planner.capacity import capacity
+    from csa_plan.planner.engines.check import max_seq_len_of
+    from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.memory import device_budget
     from csa_plan.planner.plan import plan_model
-    from csa_plan.planner.reports.check import Verdict, check_report, verdict
-
-    from csa_plan.planner.budget.deployment import Deployment, deployment_budget
-    from csa_plan.planner.engines.check import max_seq_len_of
+    from csa_plan.planner.reports.check import check_document
 
     if req.concurrency < 1:
         raise BadInput("options", "--concurrency", "must be at least 1")
@@ -50,53 +57,71 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
                                      "--engine, check gives the per-stage ledger answer")
     if req.device_memory_bytes is None:
-        budget = device_budget(None, deployment.reserved_bytes or 0)
+        device_budget(None, deployment.reserved_bytes or 0)  # --reserved alone is bad input
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)
-    device = deployment_budget(req.model, req.device_memory_bytes, deployment, max_seq_len_of(spec, o.max_seq_len),
-                               req.engine, req.engine_settings, req.kv_memory_bytes)
-    if device is None:
-        cap = capacity(spec, plan, budget.limit_bytes, req.concurrency) if budget else None
+    length = max_seq_len_of(spec, o.max_seq_len)
+    settings = req.engine_settings or EngineSettings()
+
+    def budget_at(n_tokens: int, search: bool = False):
+        return deployment_budget(req.model, req.device_memory_bytes, deployment, n_tokens, req.engine, settings,
+                                 req.kv_memory_bytes, search=search)
+
+    device = budget_at(length)
+    warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
+    engine_result = None
+    if req.engine is not None:
+        if device is None and req.kv_memory_bytes is None:
+            kv_at = lambda n: None  # noqa: E731
+            why = "no KV memory: name --device-memory (the device budget) or --kv-memory"
+        elif device is None:
+            kv_at = lambda n: req.kv_memory_bytes  # noqa: E731
+            why = ""
+        else:
+            kv_at = lambda n: (device if n == length else budget_at(n)).kv_memory_bytes  # noqa: E731
+            why = "no state pool: the weights and start-up reserves do not fit"
+        upper = max(d.max_seq_len for d in load_model(req.model).layers)
+        answer, here = engine_answer(spec, req.engine, settings, length, req.concurrency, kv_at,
+                                     max(upper, length), no_pool=why)
+        engine_result = here.check
+        if plan.refusals and answer.answered:  # the gate refuses layers the engine would run: no count
+            answer = no_answer(engine_authority(req.engine), length, req.concurrency,
+                               "the model is refused by the gate (see the refusals)", answer.kv_memory_bytes)
+        cap = None
     else:
-        from csa_plan.planner.budget.check import budget_fit
+        if device is None:
+            cap = None
+        else:
+            from csa_plan.planner.budget.check import budget_fit  # a device: the budget modules (start-up)
 
-        budget, cap = budget_fit(spec, plan, device, req.concurrency)
-    code = ExitCode.OK if verdict(plan, cap) == Verdict.ADMITTED else ExitCode.REFUSED
-    if device is not None and not device.fits:
-        code = ExitCode.REFUSED
-    if req.engine is None:
-        return CheckOutcome(_with_budget(check_report(plan, budget, cap, code), device, cap), code)
-    from csa_plan.planner.engines.check import engine_check
-    from csa_plan.planner.engines.settings import EngineSettings
-    from csa_plan.planner.reports.engine import engine_report
+            _, cap = budget_fit(spec, plan, device, req.concurrency)
+        answer = layout_answer(cap, length, req.concurrency, None if device is None or not device.fits
+                               else device.kv_memory_bytes, o.layout,
+                               None if device is None else "no state pool: the weights do not fit")
 
-    kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
-    result = engine_check(spec, req.engine, req.engine_settings or EngineSettings(), o.max_seq_len, kv_memory)
-    code = ExitCode.OK if result.admitted else ExitCode.REFUSED  # the engine decides
-    if device is not None and not device.fits:
-        code = ExitCode.REFUSED  # the weights do not fit: no pool to admit into
-    report = _with_budget(check_report(plan, budget, cap, code), device, cap, result)
-    report["verdict"] = Verdict.ADMITTED if code == ExitCode.OK else (
-        Verdict.DOES_NOT_FIT if device is not None and not device.fits else Verdict.REFUSED)
-    report["engine"] = engine_report(result.engine, result.plan, result.sizing, result.refusal, result.kv_memory_bytes)
-    return CheckOutcome(report, code)
+    def passes(candidate) -> bool:  # a suggested deployment passes every check
+        if engine_result is not None:
+            if engine_result.refusal is not None and engine_result.plan is None:
+                return False
+            from csa_plan.planner.budget.answer import engine_count
 
+            return (engine_count(spec, req.engine, settings, length, candidate.kv_memory_bytes).count or 0) \
+                >= req.concurrency
+        if plan.refusals:
+            return False
+        tp = candidate.request.placement.tp
+        per = plan_model(spec, replace(o, tp=tp)).per_request_per_device_bytes
+        return per * req.concurrency <= candidate.kv_memory_bytes
 
-def _with_budget(report: dict[str, Any], device: Any, cap: Any, engine: Any = None) -> dict[str, Any]:
-    """Add the device budget (``budget`` key, None without a device) to a check document, with the
-    requests of max_seq_len that its state pool admits (the engine's admission, else the ledger's)."""
-    if device is None:
-        report["budget"] = None
-        return report
-    from csa_plan.planner.budget.admission import requests_that_fit
-    from csa_plan.planner.budget.document import budget_document
+    searchable = device is not None and deployment.weights_bytes is None and req.kv_memory_bytes is None
+    if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
+        from csa_plan.planner.budget.device import smallest_fitting
 
-    report["budget"] = budget_document(device)
-    report["budget"]["requests_that_fit"] = requests_that_fit(device, cap, engine)
-    if not device.fits:
-        report["verdict"] = "does_not_fit"
-    return report
+        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes),
+                       searched=True)
+    doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)
+    return CheckOutcome(doc, ExitCode(code))

@@ -57,14 +57,17 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
     engine_names = req.engines if chosen else tuple(ENGINES)
     length = max_seq_len_of(spec, req.options.max_seq_len)
     # each row gets its own device budget: the layout profiles the no-engine one, each engine its own
-    budgets = {name: deployment_budget(req.model, req.device_memory_bytes, deployment, length, name)
+    from csa_plan.planner.budget.deployment import card_settings
+
+    settings = card_settings(None, req.device_memory_bytes)  # the card --device-memory names is the target
+    budgets = {name: deployment_budget(req.model, req.device_memory_bytes, deployment, length, name, settings)
                for name in (None, *engine_names)}
     base = budgets[None]
     limit = None if base is None else (base.kv_memory_bytes if base.fits else 0)
     engine_limits = None if base is None else {name: (b.kv_memory_bytes if b.fits else 0)
                                                for name, b in budgets.items() if name is not None}
     result = compare(spec, req.options, limit, req.layouts if chosen else None, req.engines if chosen else None,
-                     engine_limits)
+                     engine_limits, settings)
     fits = all(r.requests_that_fit != 0 for r in result.rows)
     weights_fit = base is None or all(b.fits for b in budgets.values())
     code = ExitCode.OK if result.admitted and fits and weights_fit else ExitCode.REFUSED

@@ -81,7 +81,12 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
 
-    device = _device_budget(settings, config, req.engine, req.engine_settings, req.kv_memory_bytes)
+    from csa_plan.planner.budget.deployment import card_settings
+
+    # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
+    engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
+        else None
+    device = _device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
     if req.engine is not None:
@@ -91,7 +96,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
 
         get_engine(req.engine)
         kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
-        config = replace(config, engine=EngineRun(req.engine, req.engine_settings or EngineSettings(), kv_memory))
+        config = replace(config, engine=EngineRun(req.engine, engine_settings or EngineSettings(), kv_memory))
     if req.find_capacity:
         if not config.limit_bytes and not req.kv_memory_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
@@ -103,7 +108,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
-        return SimulateOutcome(_with_budget(report, device), ExitCode.REFUSED)
+        return SimulateOutcome(_with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
+                                                                      device, req.kv_memory_bytes)),
+                               ExitCode.REFUSED)
     scn = prepare(spec, wl, config)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
@@ -131,7 +138,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     code = ExitCode.REFUSED if result is None or result.refused or verified is False else ExitCode.OK
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
-    return SimulateOutcome(_with_budget(report, device), code, series, title=f"{spec.name} — {wl.source}")
+    cap = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
+    return SimulateOutcome(_with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
 
 
 def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
@@ -154,8 +162,21 @@ def _device_budget(settings: MixSettings, config: Any, engine: str | None = None
                              placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=settings.ep))
 
 
-def _with_budget(report: dict[str, Any], device: Any) -> dict[str, Any]:
+def _with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
     from csa_plan.planner.budget.document import budget_document
 
     report["budget"] = None if device is None else budget_document(device)
+    report["fit"] = None if capacity is None else capacity.as_dict()  # "capacity" is the rate search
     return report
+
+
+def _capacity(spec: Any, config: Any, engine: str | None, engine_settings: Any, device: Any,
+              kv_memory_bytes: int | None) -> Any:
+    """Requests of max_seq_len that fit the state pool: the same answer as check's (budget/answer.py)."""
+    from csa_plan.planner.budget.answer import point_answer
+
+    kv = kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
+    if kv is None:
+        return None
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    return point_answer(spec, engine, engine_settings, length, kv, tp=config.placement.tp, layout=config.layout)

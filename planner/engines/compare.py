@@ -54,6 +54,7 @@ class CompareRow:
     requests_unbounded: bool = False  # admitted, a limit given, and 0 bytes per request
     limit_bytes: int | None = None  # the memory this row's count is taken in (an engine: its own pool)
     pool_refused: str | None = None  # engines: why the engine refuses a pool of ``limit_bytes`` at start-up
+    charge_bytes: int | None = None  # what admission charges one request of max_seq_len (engines: while it prefills)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +74,8 @@ class CompareRow:
             "requests_unbounded": self.requests_unbounded,
             "limit_bytes": self.limit_bytes,
             "pool_refused": self.pool_refused,
+            "charge_bytes": self.per_request_bytes if self.kind != "engine" else self.charge_bytes,
+            "authority": f"{'engine' if self.kind == 'engine' else 'layout'}: {self.profile}",
             "sources": list(self.sources),
         }
 
@@ -131,23 +134,29 @@ def bytes_per_token(model: ModelSpec, options: PlanOptions, layer_ids: tuple[int
 
 
 def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: int,
-               limit_bytes: int | None) -> CompareRow:
-    """A decoding request of max_seq_len in the engine, at the engine's defaults."""
+               limit_bytes: int | None, settings: EngineSettings | None = None) -> CompareRow:
+    """A decoding request of max_seq_len in the engine, at the engine's defaults (on ``settings``' GPU)."""
     engine = get_engine(name)
+    defaults = settings or EngineSettings()
+    if defaults.gpu is not None and "gpu" not in engine.options:  # an engine with no --gpu is not given one
+        from dataclasses import replace as with_
+
+        defaults = with_(defaults, gpu=None)
     length = options.max_seq_len or max(d.max_seq_len for d in model.layers)
-    plan = engine.configure(model, EngineSettings(), length)  # EngineRefused: the caller records it
+    plan = engine.configure(model, defaults, length)  # EngineRefused: the caller records it
     held = plan.footprint(length, Phase.DECODE)
     high_len, low_len = SLOPE_HIGH, SLOPE_HIGH - SLOPE_PERIOD
-    high = engine.configure(model, EngineSettings(), high_len).footprint(high_len, Phase.DECODE).total_bytes
-    low = engine.configure(model, EngineSettings(), low_len).footprint(low_len, Phase.DECODE).total_bytes
+    high = engine.configure(model, defaults, high_len).footprint(high_len, Phase.DECODE).total_bytes
+    low = engine.configure(model, defaults, low_len).footprint(low_len, Phase.DECODE).total_bytes
     fit = None
     pool_refused = None
+    charge = None
     if limit_bytes is not None:
         try:
-            sizing = plan.size_pool(limit_bytes)
-            fit = 0
-            while fit < sizing.max_running and plan.admits(sizing, fit * plan.admission_units(length), fit, length):
-                fit += 1
+            from csa_plan.planner.budget.admission import engine_admits
+
+            admits = engine_admits(plan, plan.size_pool(limit_bytes))  # the one admission rule (check's)
+            fit, charge = admits["count"], admits["units_per_request"] * admits["unit_bytes"]
         except EngineRefused as exc:
             fit, pool_refused = 0, exc.refusal.message
     by_class = held.by_class()
@@ -157,12 +166,13 @@ def engine_row(name: str, model: ModelSpec, options: PlanOptions, exact_total: i
         fixed_request_bytes=by_class.carry_bytes + by_class.index_carry_bytes + by_class.dense_ring_bytes,
         padding_bytes=held.padding_bytes, over_exact_bytes=held.total_bytes - exact_total,
         requests_that_fit=fit, kind="engine", startup_budget_bytes=plan.startup_budget().total_bytes,
-        sources=engine.sources, limit_bytes=limit_bytes, pool_refused=pool_refused)
+        sources=engine.sources, limit_bytes=limit_bytes, pool_refused=pool_refused, charge_bytes=charge)
 
 
 def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = None,
             profiles: tuple[str, ...] | None = None, engines: tuple[str, ...] | None = None,
-            engine_limits: dict[str, int | None] | None = None) -> Comparison:
+            engine_limits: dict[str, int | None] | None = None,
+            settings: EngineSettings | None = None) -> Comparison:
     """One row per profile and engine (all registered ones by default), ``exact`` as the reference.
     ``engine_limits`` gives an engine its own KV memory (its device budget) instead of ``limit_bytes``.
 
@@ -210,7 +220,8 @@ def compare(model: ModelSpec, options: PlanOptions, limit_bytes: int | None = No
         try:
             limit = engine_limits.get(name, limit_bytes) if engine_limits else limit_bytes
             # A model the gate refuses gets no count from an engine either (the same rule as the profiles).
-            rows.append(engine_row(name, model, options, exact_total, None if exact_plan.refusals else limit))
+            rows.append(engine_row(name, model, options, exact_total, None if exact_plan.refusals else limit,
+                                   settings))
         except EngineRefused as exc:
             engine_refusals.append(exc.refusal)
     return Comparison(model=model, options=options, limit_bytes=limit_bytes, rows=tuple(rows),

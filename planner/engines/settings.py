@@ -5,7 +5,7 @@ name; ``None`` means "the engine's default" (each engine model resolves its defa
 says where each came from). An option an engine does not have is bad input that names
 the engine's own spelling, e.g. ``--page-size`` for vLLM says to use ``--block-size``.
 
-``GpuTarget`` is the card the engine runs on: its compute capability decides what the
+``GpuTarget`` is the card the engine runs on (from the card table, ``planner/cards.py``): its compute capability decides what the
 engine refuses (vLLM's MXFP4 indexer needs sm_10x) and its memory decides size-tiered
 defaults (vLLM's max_num_batched_tokens for ``vllm serve``: 8192 on 70-160 GiB cards).
 """
@@ -15,37 +15,42 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.memory import GPU_MEMORY_MIB, MIB
+from csa_plan.planner.cards import CARDS, DEFAULT_CARD, card
 
-# Compute capability (major, minor) of each card csa-plan names (NVIDIA's CUDA GPU table).
-GPU_CAPABILITY: dict[str, tuple[int, int]] = {
-    "h200": (9, 0),
-    "h100": (9, 0),
-    "h800": (9, 0),
-    "b200": (10, 0),
-    "a100-80gb": (8, 0),
-    "a100-40gb": (8, 0),
-    "l40s": (8, 9),
-}
-DEFAULT_GPU = "h200"
+# Compute capability (major, minor) of each card csa-plan names: a view of the card table.
+GPU_CAPABILITY: dict[str, tuple[int, int]] = {name: c.capability for name, c in CARDS.items()}
+DEFAULT_GPU = DEFAULT_CARD
 
 
 @dataclass(frozen=True)
 class GpuTarget:
+    """The card an engine is planned for: its table entry, with the memory the device budget
+    uses (``--device-memory`` when given: the size tiers follow the budgeted memory)."""
+
     name: str
     capability: tuple[int, int]
     memory_bytes: int
+    device_name: str = ""
+    vendor: str = "nvidia"
 
     @property
     def sm(self) -> str:
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
 
-def gpu_target(name: str | None, source: str = "options", field: str = "--gpu") -> GpuTarget:
-    key = (name or DEFAULT_GPU).strip().lower()
-    if key not in GPU_CAPABILITY:
-        raise BadInput(source, field, f"unknown GPU {name!r} (known: {', '.join(GPU_CAPABILITY)})")
-    return GpuTarget(key, GPU_CAPABILITY[key], GPU_MEMORY_MIB[key] * MIB)
+def gpu_target(name: str | None, source: str = "options", field: str = "--gpu",
+               memory_bytes: int | None = None) -> GpuTarget:
+    c = card(name, source, field)
+    return GpuTarget(c.name, c.capability, c.memory_bytes if memory_bytes is None else int(memory_bytes),
+                     c.device_name, c.vendor)
+
+
+def target_of(settings: "EngineSettings") -> tuple[GpuTarget, str]:
+    """The target GPU of engine settings and where it came from (for the resolved-settings table)."""
+    gpu = gpu_target(settings.gpu, memory_bytes=settings.gpu_memory_bytes)
+    if settings.gpu is None:
+        return gpu, f"csa-plan default ({DEFAULT_CARD.upper()})"
+    return gpu, "given (--gpu or --device-memory)"
 
 
 @dataclass(frozen=True)
@@ -66,9 +71,15 @@ class EngineSettings:
     gpu_memory_utilization: float | None = None  # vLLM (the device budget's step)
     mem_fraction_static: float | None = None  # SGLang (the device budget's step)
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
+    # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
+    # target GPU's size-tiered defaults read it (None: the card's own memory)
+    gpu_memory_bytes: int | None = None
 
     def given(self) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(self) if getattr(self, f.name) is not None)
+        return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
+
+
+DERIVED = ("gpu_memory_bytes",)
 
 
 # How each engine spells each setting (for messages: "vLLM has no --page-size; use --block-size").

@@ -38,7 +38,7 @@ from typing import Any
 
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
-from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, target_of
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import MiB, ceil_div, round_up
 
@@ -114,8 +114,11 @@ class SglangSettings:
 
 def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, ...]]:
     check_accepted(settings, ENGINE, ACCEPTS)
-    gpu = gpu_target(settings.gpu)
-    out = [Resolved("--gpu", gpu.name, "given" if settings.gpu else "csa-plan default (H200)")]
+    gpu, gpu_source = target_of(settings)
+    out = [Resolved("--gpu", gpu.name, gpu_source)]
+    if gpu.vendor != "nvidia":
+        raise _refuse(f"{SRC}/arg_groups/model_overrides/deepseek_v4.py", "--gpu", "an NVIDIA card (CUDA)",
+                      f"{gpu.name} ({gpu.vendor})", f"DeepSeek-V4's ROCm path on {gpu.name} is not modelled")
     if gpu.capability[0] < 9:
         raise _refuse(f"{SRC}/arg_groups/model_overrides/deepseek_v4.py", "--gpu", "sm_90 or sm_100", gpu.sm,
                       f"DeepSeek-V4's CUDA paths are modelled for sm_90/sm_100 only, not {gpu.sm}")

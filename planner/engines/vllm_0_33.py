@@ -39,7 +39,7 @@ from typing import Any
 from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
-from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, gpu_target
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, target_of
 from csa_plan.planner.engines.vllm_kv import KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import GiB
@@ -76,7 +76,9 @@ def default_batched_tokens(gpu: GpuTarget, usage: str) -> tuple[int, int, str]:
     rule = f"{SRC} engine/arg_utils.py default_max_num_batched_tokens"
     if gpu.memory_bytes >= 160 * GiB:
         return 16384, 1024, rule + " (>= 160 GiB)"
-    if gpu.memory_bytes >= 70 * GiB and "a100" not in gpu.name:
+    # vLLM matches "a100" in the driver's device name and keeps GB10 (cc 12.1) on the small tier
+    if gpu.memory_bytes >= 70 * GiB and "a100" not in (gpu.device_name or gpu.name).lower() \
+            and gpu.capability != (12, 1):
         return (8192 if usage == "serve" else 16384), 1024, rule + " (>= 70 GiB)"
     return (2048 if usage == "serve" else 8192), 256, rule + " (other GPUs)"
 
@@ -107,15 +109,20 @@ class VllmSettings:
 
 def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...]]:
     check_accepted(settings, ENGINE, ACCEPTS)
-    gpu = gpu_target(settings.gpu)
+    gpu, gpu_source = target_of(settings)
     usage = settings.usage or "serve"
     if usage not in USAGES:
         raise _refuse("usage context", "--usage", "|".join(USAGES), usage, f"unknown usage context {usage!r}")
+    if gpu.vendor != "nvidia":
+        raise _refuse(f"{SRC} models/deepseek_v4/__init__.py (current_platform.is_rocm(): models/deepseek_v4/amd)",
+                      "--gpu", "an NVIDIA card (sm_90/sm_100)", f"{gpu.name} ({gpu.vendor})",
+                      f"DeepSeek-V4 on {gpu.name} runs vLLM's ROCm path, whose memory planning csa-plan does not "
+                      "model")
     if gpu.capability[0] < 9:
         raise _refuse(f"{SRC} models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls", "--gpu", "sm_90 or sm_100",
                       gpu.sm, f"DeepSeek-V4's FlashMLA sparse path is modelled for sm_90/sm_100 only, not {gpu.sm}")
     mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage)
-    out: list[Resolved] = [Resolved("--gpu", gpu.name, "given" if settings.gpu else "csa-plan default (H200)"),
+    out: list[Resolved] = [Resolved("--gpu", gpu.name, gpu_source),
                            Resolved("--usage", usage, "given" if settings.usage else "vllm serve")]
 
     block = settings.block_size

@@ -4,7 +4,7 @@ Keys are only ever added to a document, never renamed or removed; a change that 
 break a reader is a new version string.
 """
 
-CHECK = "csa-plan/check/v1"
+CHECK = "csa-plan/check/v2"  # v2: one capacity answer with its authority (issue 23)
 COMPARE = "csa-plan/compare/v1"
 SIMULATE = "csa-plan/simulate/v1"
 SWEEP = "csa-plan/sweep/v1"

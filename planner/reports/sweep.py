@@ -43,11 +43,14 @@ def _shared(point: dict[str, Any], r) -> dict[str, Any]:
 
 
 def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
+    from csa_plan.planner.sweep.evaluate import point_capacity
+
     points = {p.key: p.as_dict() for p in spec.points}
+    by_key = {p.key: p for p in spec.points}
     varying = _varying(list(points.values()))
     c = spec.context
     results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict(),
-                **_shared(points[r.key], r)}
+                **_shared(points[r.key], r), "fit": point_capacity(by_key[r.key]).as_dict()}
                for r in ans.results]
     models = sorted({p.model for p in spec.points})
     by_key = {r["key"]: r for r in results}

@@ -146,8 +146,11 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip
     if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
                     f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
+    from csa_plan.planner.budget.deployment import card_settings
+
     try:
-        get_engine(point.engine).configure(spec, EngineSettings(), max_seq_len).size_pool(point.limit_bytes)
+        get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes, point.engine),
+                                           max_seq_len).size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
     return None
@@ -228,7 +231,7 @@ def evaluate(task: Task) -> PointResult:
                        reserve=p.reserve, bucket=p.bucket, policy=p.policy,
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
                        layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine))
+                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
     scn = prepare(spec, wl, config)
     result = simulate(scn)
     cons = ctx.constraints
@@ -260,6 +263,24 @@ def evaluate(task: Task) -> PointResult:
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
         feasible=not violations, violations=tuple(violations))
+
+
+def point_capacity(p: SweepPoint):
+    """The point's capacity answer (requests of max_seq_len that fit its state pool), from the same
+    budget and admission as check: ``budget.answer.point_answer``."""
+    from csa_plan.planner.budget.answer import point_answer
+
+    spec = load_point_model(p.model, p.max_seq_len)
+    length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine), length,
+                        p.limit_bytes if p.limit_bytes > 0 else None, tp=p.tp, layout=p.layout)
+
+
+def _card_settings(memory_bytes: int, engine: str | None):
+    """An engine point's settings: the engine's defaults on the card the point's device names."""
+    from csa_plan.planner.budget.deployment import card_settings
+
+    return card_settings(None, memory_bytes, engine)
 
 
 # -- the answer ---------------------------------------------------------------------------

@@ -97,7 +97,8 @@ class SweepPoint:
         if self.reserved.budget:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
-            return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len)
+            return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len,
+                                         self.engine)
         return self.reserved.per_device_bytes(self.tp, self.pp)
 
     @property

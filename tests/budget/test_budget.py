@@ -140,7 +140,7 @@ def test_must_show_pro_1m_h200_tp8_vllm(csa):
     r = csa(*args)
     assert r.code == 0, r.err
     for needle in ("Waterfall", "card memory", "usable share", "weights on this device", "top-k index buffer",
-                   "state pool (KV memory)", "Requests of max_seq_len that fit:", "vllm-0.33 admission"):
+                   "state pool (KV memory)", "Requests of 1,048,576 tokens that fit:", "[engine: vllm-0.33]"):
         assert needle in r.out, needle
     doc = csa(*args, "--json").json()
     b = doc["budget"]
@@ -154,23 +154,24 @@ def test_must_show_pro_1m_h200_tp8_vllm(csa):
     assert b["per_device_weights_bytes"] == weights_of(PRO, "vllm-0.33", tp=8)
     assert b["device_weights"]["per_stage"][0]["devices"] == 8
     assert doc["engine"]["pool"]["kv_memory_bytes"] == b["kv_memory_bytes"]
-    assert b["requests_that_fit"]["count"] >= 1
+    assert doc["fit"]["requests_that_fit"] >= 1 and doc["fit"]["authority"] == "engine: vllm-0.33"
+    assert "requests_that_fit" not in b  # v2: one count, in "fit" (issue 23)
 
 
 def test_pro_tp1_on_h200_says_the_weights_do_not_fit_first(csa):
     r = csa("check", PRO, "--device-memory", "h200", "--engine", "vllm-0.33")
     assert r.code == 3
-    assert r.out.startswith("WEIGHTS DO NOT FIT")
-    assert "smallest that fits: --tp 8" in r.out
+    assert r.out.startswith("DOES NOT FIT") and "WeightsDoNotFit" in r.out  # the answer first (issue 23)
+    assert "smallest that passes every check: --tp 8" in r.out
     doc = csa("check", PRO, "--device-memory", "h200", "--json").json()
     assert doc["verdict"] == "does_not_fit" and doc["budget"]["weights_fit"] is False
-    assert doc["budget"]["requests_that_fit"] is None and doc["memory"] is None
+    assert doc["fit"]["requests_that_fit"] is None and "memory" not in doc
     assert [f["tp"] for f in doc["budget"]["smallest_fitting"]] == [8]
 
 
 def test_without_a_device_nothing_changes(csa):
     doc = csa("check", PRO, "--tp", "8", "--json").json()
-    assert doc["budget"] is None and doc["memory"] is None and doc["verdict"] == "admitted"
+    assert doc["budget"] is None and doc["fit"]["answered"] is False and doc["verdict"] == "admitted"
 
 
 @pytest.mark.parametrize("args, needle", [

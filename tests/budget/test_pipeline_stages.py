@@ -16,15 +16,15 @@ PRO = ["deepseek-v4-pro", "--device-memory", "h200"]
 
 
 def test_check_with_stages_gives_the_tightest_stage_answer(csa):
-    one = csa("check", *PRO, "--tp", "8", "--json").json()["budget"]
+    one = csa("check", *PRO, "--tp", "8", "--json").json()["fit"]  # v2: the one capacity answer
     two = csa("check", *PRO, "--tp", "4", "--pp", "2", "--json")
     assert two.code == 0, two.err
-    fit = two.json()["budget"]["requests_that_fit"]
+    fit = two.json()["fit"]
     stages = two.json()["budget"]["stages"]
-    assert len(stages) == 2 and fit["count"] >= 1
+    assert len(stages) == 2 and fit["requests_that_fit"] >= 1
     # each stage holds about half the layers' state: a request costs less per device than at pp 1
-    assert fit["per_request_bytes"] < one["requests_that_fit"]["per_request_bytes"]
-    assert fit["count"] <= min(s["kv_memory_bytes"] for s in stages) // fit["per_request_bytes"]
+    assert fit["per_request_bytes"] < one["per_request_bytes"]
+    assert fit["requests_that_fit"] <= min(s["kv_memory_bytes"] for s in stages) // fit["per_request_bytes"]
 
 
 def test_an_engine_with_stages_is_one_line_bad_input(csa):

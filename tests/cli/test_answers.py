@@ -37,15 +37,15 @@ def test_check_bf16_reference_at_2m_tokens_does_not_crash(csa):
     r = csa("check", "deepseek-v4-pro", "--max-seq-len", "2000000", "--layout", "bf16-reference",
             "--device-memory", "h200", "--weights", "0")
     assert r.code == 3 and "internal error" not in r.err, r.err
-    assert "no capacity answer" in r.out
+    assert "that fit: no answer" in r.out  # v2 head (issue 23)
 
 
 def test_all_swa_zero_bytes_under_bf16_reference_is_any_number(csa):
     r = csa("check", ALL_SWA, "--layout", "bf16-reference", "--device-memory", "h200", "--weights", "0", "--json")
     assert r.code == 0, r.err
-    mem = r.json()["memory"]
+    mem = r.json()["fit"]  # v2: the one capacity answer (issue 23)
     assert mem["per_request_bytes"] == 0 and mem["requests_that_fit"] is None
-    assert mem["requests_unbounded"] is True and mem["fits"] is True and mem["answered"] is True
+    assert mem["unbounded"] is True and mem["fits"] is True and mem["answered"] is True
     t = csa("check", ALL_SWA, "--layout", "bf16-reference", "--device-memory", "h200", "--weights", "0")
     assert "any number" in t.out
 
@@ -58,20 +58,20 @@ def test_refused_model_has_no_capacity_answer(csa, gate):
             "--gate", gate)
     doc = csa(*args, "--json").json()
     assert doc["verdict"] == "refused" and doc["exit_code"] == 3
-    mem = doc["memory"]
+    mem = doc["fit"]  # v2 (issue 23)
     assert mem["fits"] is None and mem["requests_that_fit"] is None and mem["longest_context"] is None
     assert mem["answered"] is False and "refused" in mem["no_answer"]
-    assert mem["limit_bytes"] == H200  # the budget itself is still reported
+    assert doc["budget"]["kv_memory_bytes"] == H200  # the budget itself is still reported
     text = csa(*args)
     assert text.code == 3
     assert "2,020,192" not in text.out and "2020192" not in text.out
     assert not re.search(r"that fit: \[?[a-z]*\]?[0-9]", text.out), text.out
-    assert "no capacity answer" in text.out
+    assert "that fit: no answer" in text.out
 
 
 def test_c1_gate_on_pro_refuses_without_a_count(csa):
     doc = csa("check", "deepseek-v4-pro", "--gate", "c1", "--device-memory", "h200", "--weights", "0", "--json").json()
-    assert doc["verdict"] == "refused" and doc["memory"]["requests_that_fit"] is None
+    assert doc["verdict"] == "refused" and doc["fit"]["requests_that_fit"] is None
 
 
 # --- compare: the slope describes the same layers as the per-request bytes ---------------
@@ -142,14 +142,14 @@ def test_size_exponent_and_gpu_typo_get_a_suggestion():
     with pytest.raises(BadInput, match="did you mean 100,000,000,000"):
         parse_size("1e11", "--device-memory")
     with pytest.raises(BadInput, match="did you mean 'h200'"):
-        parse_size("h-200x", "--device-memory")
+        parse_size("h200x", "--device-memory")
 
 
 def test_typed_inputs_on_the_command_line(csa):
     r = csa("check", "deepseek-v4-pro", "--max-seq-len", "128K", "--device-memory", "80G", "--weights", "0", "--json")
     assert r.code == 0, r.err
     doc = r.json()
-    assert doc["options"]["max_seq_len"] == 131_072 and doc["memory"]["device_memory_bytes"] == 80 << 30
+    assert doc["options"]["max_seq_len"] == 131_072 and doc["budget"]["card_bytes"] == 80 << 30
     assert csa("check", "deepseek-v4-pro", "--max-seq-len", "1e6", "--json").json()["options"]["max_seq_len"] \
         == 1_000_000
 
@@ -165,7 +165,7 @@ def test_preset_spellings_name_the_bundled_preset(csa, ref):
     (("check", "deepseek-v4-pro", "--layout", "exat"), "did you mean 'exact'"),
     (("check", "deepseek-v4-pro", "--gate", "c2"), "did you mean 'c1'"),
     (("compare", "deepseek-v4-pro", "--layout", "bf16-ref"), "did you mean 'bf16-reference'"),
-    (("check", "deepseek-v4-pro", "--device-memory", "H-200x"), "did you mean 'h200'"),
+    (("check", "deepseek-v4-pro", "--device-memory", "h200x"), "did you mean 'h200'"),
     (("check", "deepseek-v4-pro", "--kv-format", "fp8"), "did you mean 'fp8_e4m3_block64'"),
     (("simulate", str(EXAMPLES / "mixes" / "chat-h200.yaml"), "--policy", "queu"), "did you mean 'queue'"),
     (("chek", "deepseek-v4-pro"), "did you mean 'check'"),

@@ -13,7 +13,7 @@ def test_json_schema_and_exact_totals(csa):
     r = csa("check", "deepseek-v4-pro", "--json")
     assert r.code == 0
     doc = r.json()
-    assert doc["schema"] == "csa-plan/check/v1"
+    assert doc["schema"] == "csa-plan/check/v2"
     assert doc["verdict"] == "admitted" and doc["exit_code"] == 0
     assert doc["counts"] == {"csa": 30, "hca": 31, "swa": 1, "unsupported": 0}
     assert doc["totals"]["per_request_per_device"]["total"] == 5_473_376_512
@@ -49,9 +49,9 @@ def test_tp_and_batch_in_json(csa):
 def test_memory_fit_and_longest_context(csa):
     doc = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--weights", "0", "--reserved", "100GiB",
               "--json").json()
-    mem = doc["memory"]
+    mem = doc["fit"]  # v2: one capacity answer (v1's "memory" is gone, issue 23)
     limit = H200 - 100 * (1 << 30)
-    assert mem["limit_bytes"] == limit
+    assert mem["kv_memory_bytes"] == limit and mem["authority"] == "layout: exact"
     assert mem["requests_that_fit"] == limit // 5_473_376_512
     assert mem["fits"] is True and mem["longest_context"] == 1_048_576
 
@@ -59,7 +59,7 @@ def test_memory_fit_and_longest_context(csa):
 def test_does_not_fit_says_what_would(csa):
     r = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--weights", "0", "--reserved", "78GiB", "--json")
     assert r.code == 3
-    mem = r.json()["memory"]
+    mem = r.json()["fit"]
     assert mem["fits"] is False and mem["requests_that_fit"] == 0
     limit = 2 * (1 << 30)
     longest = mem["longest_context"]
@@ -70,13 +70,13 @@ def test_does_not_fit_says_what_would(csa):
     assert plan_model(spec, PlanOptions(max_seq_len=longest)).per_request_per_device_bytes <= limit
     assert plan_model(spec, PlanOptions(max_seq_len=longest + 1)).per_request_per_device_bytes > limit
     text = csa("check", "deepseek-v4-pro", "--device-memory", "80GiB", "--weights", "0", "--reserved", "78GiB")
-    assert "does not fit" in text.out and f"--max-seq-len {longest}" in text.out
+    assert "DOES NOT FIT" in text.out and f"longest max_seq_len for 1 is {longest:,}" in text.out
 
 
 def test_concurrency_inverse_question(csa):
     doc = csa("check", "deepseek-v4-flash", "--device-memory", "141GB", "--weights", "0", "--concurrency", "64",
               "--json").json()
-    n = doc["memory"]["longest_context"]
+    n = doc["fit"]["longest_context"]
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.plan import PlanOptions, plan_model
 
