@@ -154,8 +154,9 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
 
 ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", "kv_cache_dtype", "indexer_kv_dtype",
                        "max_num_batched_tokens", "chunked_prefill_size", "max_num_seqs", "max_running_requests",
-                       "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization",
-                       "mem_fraction_static", "usage")
+                       "async_scheduling", "num_speculative_tokens", "speculative_num_steps",
+                       "speculative_eagle_topk", "speculative_num_draft_tokens", "gpu_memory_utilization",
+                       "mem_fraction_static", "moe_runner_backend", "usage")
 
 
 class EngineOption(click.Option):
@@ -194,9 +195,17 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--async-scheduling/--no-async-scheduling", default=None,
                      help="vLLM async scheduling [default: on]: two batches in flight."),
         click.option("--num-speculative-tokens", type=COUNT, default=None,
-                     help="MTP speculative decoding with N draft tokens [default: off]."),
+                     help="vLLM MTP speculative decoding with N draft tokens a step [default: off]."),
+        click.option("--speculative-num-steps", type=COUNT, default=None,
+                     help="SGLang EAGLE/MTP draft steps (draft tokens = steps + 1 at top-k 1) [default: off]."),
+        click.option("--speculative-eagle-topk", type=COUNT, default=None,
+                     help="SGLang draft branches a step (DeepSeek-V4: 1) [default: 1 with --speculative-num-steps]."),
+        click.option("--speculative-num-draft-tokens", type=COUNT, default=None,
+                     help="SGLang tokens verified a step [default: --speculative-num-steps + 1]."),
         click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM fraction of the card [default: 0.92]."),
         click.option("--mem-fraction-static", type=float, default=None, help="SGLang static memory fraction."),
+        click.option("--moe-runner-backend", default=None, metavar="NAME",
+                     help="SGLang MoE runner: auto | flashinfer_mxfp4 | marlin (how FP4 experts shard) [default: auto]."),
         click.option("--usage", type=click.Choice(["serve", "llm"]), default=None,
                      help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
     ]
@@ -207,6 +216,12 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
+        if engine is not None:
+            from csa_plan.planner.engines.registry import resolve_engine_name
+
+            engine, note = resolve_engine_name(engine)
+            if note:
+                click.echo(f"note: {note}", err=True)
         gpu = values.pop("gpu")
         if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
             from csa_plan.planner.cards import resolve_target

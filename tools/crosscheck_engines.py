@@ -15,6 +15,13 @@ backends' ``customize_attention_spec`` applied; then vLLM's start-up planning ru
 ``EngineArgs.get_batch_defaults`` with the platform answering as an H200 (or B200).
 Every figure is compared byte for byte with csa-plan's ``vllm-0.33`` engine model.
 
+vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release; the installed ``vllm.__version__``
+picks the release): the specs are built with that release's classes and arguments, then its own
+``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size``,
+``_max_memory_usage_bytes_from_groups``, ``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on
+them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 and L40S, and block
+sizes 64 / 128 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
+
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
 ``pool_configurator`` sizing functions where they import.
 
@@ -172,7 +179,7 @@ def vllm_defaults(gpu: str) -> tuple[int, int]:
 
 
 def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool, spec_tokens: int,
-              fp4: bool = False, gpu: str = "h200") -> tuple[bool, str]:
+              fp4: bool = False, gpu: str = "h200", block_size: int = 256) -> tuple[bool, str]:
     import vllm.v1.core.kv_cache_utils as kcu
     from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
@@ -182,9 +189,32 @@ def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bo
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
 
-    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, spec_tokens, model.num_mtp_layers, 256)
+    from csa_plan.planner.engines.engine import EngineRefused as _Refused
+
+    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, spec_tokens, model.num_mtp_layers, block_size)
     extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
-    specs = vllm_specs(model, 256, fp4, spec_tokens, extra)
+    specs = vllm_specs(model, block_size, fp4, spec_tokens, extra)
+    if block_size != 256:
+        label = f"vllm-0.33 {model.name} L={max_model_len} block={block_size}"
+        try:
+            groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+            kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+            failure = None
+        except (ZeroDivisionError, AssertionError) as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        try:
+            from csa_plan.planner.engines.registry import get_engine as _get
+            from csa_plan.planner.engines.settings import EngineSettings as _S
+
+            _get("vllm-0.33").configure(model, _S(block_size=block_size), max_model_len)
+            ours = None
+        except _Refused as exc:
+            ours = exc.refusal.message
+        if failure is not None:
+            ok = ours is not None
+            return ok, f"{'OK  ' if ok else 'FAIL'} {label}: vLLM fails ({failure[:50]}); csa-plan {ours or 'plans it'}"
+        if ours is not None:
+            return False, f"FAIL {label}: vLLM plans it, csa-plan refuses: {ours}"
     groups = kcp.get_global_kv_cache_groups(cfg, [specs])
     builder = get_kv_cache_config_builder(cfg)
     bpb = kcp._pool_bytes_per_block_from_builder(builder, cfg, groups)
@@ -214,10 +244,11 @@ def vllm_case(model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bo
     settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
                               num_speculative_tokens=spec_tokens or None, indexer_kv_dtype="mxfp4" if fp4 else None,
                               gpu=gpu)
+    settings = replace(settings, block_size=block_size if block_size != 256 else None)
     plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
     ours_pages = sorted(g.page_sum_bytes for g in plan.groups)
-    label = (f"vllm {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} async={'on' if async_on else 'off'} "
-             f"spec={spec_tokens}{' mxfp4' if fp4 else ''}")
+    label = (f"vllm-0.33 {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} spec={spec_tokens}{' mxfp4' if fp4 else ''} block={block_size}")
     problems = []
     if plan.block_bytes != bpb:
         problems.append(f"bytes_per_block {plan.block_bytes} != vLLM {bpb}")
@@ -274,6 +305,180 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
                 (0, 1, 3) if not quick else (0, 1)):
             out.append(vllm_case(model, length, kv, mnbt, async_on, spec))
         out.append(vllm_case(model, 1_048_576, 40 * GiB, 16384, True, 0, fp4=True, gpu="b200"))
+        for block in (64, 128, 512):
+            out.append(vllm_case(model, 65_536, 40 * GiB, 8192, True, 1, block_size=block))
+    return out
+
+
+# -- vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release) ----------------------------
+
+
+def installed_vllm_release() -> str:
+    """The registry name of the installed vLLM release (``vllm-0.26`` for 0.26.0)."""
+    import vllm
+
+    major, minor = vllm.__version__.split(".")[:2]
+    return f"vllm-{major}.{minor}"
+
+
+def legacy_config_stub(max_model_len: int, mnbt: int, async_on: bool, spec_tokens: int, block_size: int):
+    """The attributes 0.25/0.26's planning reads, with that release's own VllmConfig properties."""
+    from vllm.config import CacheConfig, VllmConfig
+
+    cache = CacheConfig(block_size=block_size, cache_dtype="fp8_ds_mla")
+    speculative = None
+    if spec_tokens:
+        speculative = _Stub(method="mtp", num_speculative_tokens=spec_tokens, use_eagle=lambda: True)
+    cfg = _Stub(
+        cache_config=cache,
+        scheduler_config=_Stub(max_num_batched_tokens=mnbt, max_num_seqs=1024, async_scheduling=async_on,
+                               disable_hybrid_kv_cache_manager=False),
+        parallel_config=_Stub(pipeline_parallel_size=1, tensor_parallel_size=1, decode_context_parallel_size=1,
+                              prefill_context_parallel_size=1),
+        model_config=_Stub(max_model_len=max_model_len, original_max_model_len=max_model_len),
+        speculative_config=speculative, kv_transfer_config=None, use_v2_model_runner=True,
+    )
+    for name in ("max_concurrent_batches", "max_in_flight_tokens"):
+        prop = VllmConfig.__dict__.get(name)
+        if prop is not None:
+            setattr(cfg, name, prop.fget(cfg))
+    return cfg
+
+
+def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
+    """DeepSeek-V4's specs as 0.25/0.26's model code registers them (models/deepseek_v4/attention.py,
+    compressor.py, v1/attention/backends/mla/sparse_swa.py), built with that release's classes."""
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec, get_kv_quant_mode
+
+    specs: dict = {}
+
+    def state(prefix, ratio, head_dim):
+        coff = 1 + (ratio == 4)
+        specs[prefix] = SlidingWindowMLASpec(block_size=4 if ratio == 4 else 8, num_kv_heads=1,
+                                             head_size=2 * coff * head_dim, dtype=torch.float32,
+                                             sliding_window=coff * ratio, alignment=576)
+
+    def swa(prefix, window):
+        specs[prefix] = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                             sliding_window=window, cache_dtype_str="fp8_ds_mla", alignment=576,
+                                             model_version="deepseek_v4",
+                                             kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+
+    for d in model.layers:
+        if d.is_mtp:
+            continue
+        p = f"model.layers.{d.layer_id}.self_attn"
+        r = d.compression_ratio
+        if r == 4:
+            specs[f"{p}.indexer.k_cache"] = MLAAttentionSpec(
+                block_size=block_size, num_kv_heads=1, head_size=d.index_head_dim + d.index_head_dim // 128 * 4,
+                dtype=torch.uint8, compress_ratio=4, alignment=576)
+            state(f"{p}.indexer.compressor.state_cache", 4, d.index_head_dim)
+        swa(f"{p}.swa_cache", d.window)
+        if r in (4, 128):
+            specs[p] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=d.head_dim,
+                                        dtype=torch.uint8, compress_ratio=r, cache_dtype_str="fp8_ds_mla",
+                                        alignment=576, model_version="deepseek_v4",
+                                        kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+            state(f"{p}.compressor.state_cache", r, d.head_dim)
+    if spec_tokens:
+        for d in model.layers:
+            if d.is_mtp:
+                swa(f"model.layers.{d.layer_id}.self_attn.swa_cache", d.window)
+    return specs
+
+
+def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool,
+                spec_tokens: int, block_size: int = 256) -> tuple[bool, str]:
+    import copy
+
+    import vllm.v1.core.kv_cache_utils as kcu
+
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    label = (f"{release} {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} spec={spec_tokens} block={block_size}")
+    cfg = legacy_config_stub(max_model_len, mnbt, async_on, spec_tokens, block_size)
+    lines: list[str] = []
+    kcu.logger.info_once = lambda msg, *a, **k: lines.append(msg % a)
+    v_error = v_exc = None
+    try:
+        specs = legacy_specs(model, block_size, spec_tokens)
+        groups = kcu.get_kv_cache_groups(cfg, copy.deepcopy(specs))
+        v_bpb = sum(ps * len(slots) for ps, slots in kcu._bucket_layers_by_page_size(groups).items())
+        v_needed = kcu._max_memory_usage_bytes_from_groups(cfg, groups)
+        configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
+        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, configs[0])
+        v_num_blocks = configs[0].num_blocks
+    except ValueError as exc:
+        v_error = str(exc)
+    except (ZeroDivisionError, AssertionError) as exc:
+        v_exc = f"{type(exc).__name__}: {exc}"
+    settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
+                              num_speculative_tokens=spec_tokens or None, block_size=block_size)
+    problems: list[str] = []
+    try:
+        plan = get_engine(release).configure(model, settings, max_model_len)
+    except EngineRefused as exc:
+        if v_exc is None and v_error is None:
+            return False, f"FAIL {label}: csa-plan refuses ({exc.refusal.message}) but {release} plans it"
+        return True, f"OK   {label}: refused as {release} fails ({(v_exc or v_error)[:60]})"
+    if v_exc is not None:
+        return False, f"FAIL {label}: {release} fails ({v_exc}) but csa-plan plans it"
+    if v_error is None:
+        if plan.block_bytes != v_bpb:
+            problems.append(f"bytes_per_block {plan.block_bytes} != {v_bpb}")
+        if plan.needed_bytes(max_model_len) != v_needed:
+            problems.append(f"needed bytes {plan.needed_bytes(max_model_len)} != {v_needed}")
+    try:
+        sizing = plan.size_pool(kv_memory)
+        ours_error = None
+    except EngineRefused as exc:
+        ours_error = exc.refusal.message
+    if v_error is not None or ours_error is not None:
+        if (v_error is None) != (ours_error is None):
+            problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs {release} {v_error!r}")
+        elif v_error.split(" See https")[0].split(" Try increasing")[0] not in ours_error:
+            problems.append(f"refusal text: csa-plan {ours_error!r} vs {release} {v_error!r}")
+        summary = f"refused as {release} does: {v_error.split('. ')[0][:90]}"
+    else:
+        if sizing.total_units != v_num_blocks:
+            problems.append(f"num_blocks {sizing.total_units} != {v_num_blocks}")
+        if (sizing.tokens, sizing.concurrency) != (v_tokens, v_conc):
+            problems.append(f"capacity ({sizing.tokens}, {sizing.concurrency}) != ({v_tokens}, {v_conc})")
+        if list(sizing.log_lines) != lines:
+            problems.append(f"log lines {sizing.log_lines} != {lines}")
+        summary = f"{len(groups)} groups, {v_bpb:,} B/block, {v_num_blocks:,} blocks: {' / '.join(lines)}"
+    ok = not problems
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: " + (summary if ok else "; ".join(problems))
+
+
+def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import gpu_target
+    from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+    from csa_plan.planner.loaders.model_files import load_model
+
+    out = []
+    for gpu in ("h200", "b200", "l40s"):
+        vt, vs = vllm_defaults(gpu)
+        ct, cs, _ = default_batched_tokens(gpu_target(gpu), "serve", get_engine(release).release)
+        good = (vt, vs) == (ct, cs)
+        out.append((good, f"{'OK  ' if good else 'FAIL'} {release} defaults on {gpu}: max_num_batched_tokens {ct} / "
+                          f"max_num_seqs {cs} ({release} get_batch_defaults: {vt} / {vs})"))
+    lengths = (1_048_576, 121_344, 30_000, 4_096, 200) if not quick else (1_048_576, 121_344)
+    budgets = (40 * GiB, 7 * GiB, 300 * (1 << 20)) if not quick else (40 * GiB,)
+    for name in MODELS:
+        model = load_model(name)
+        for length, kv, mnbt, async_on, spec in itertools.product(
+                lengths, budgets, (8192, 2048, 16384) if not quick else (8192,), (True, False),
+                (0, 1, 2) if not quick else (0, 1)):
+            out.append(legacy_case(release, model, length, kv, mnbt, async_on, spec))
+        for block in (64, 128, 512):
+            out.append(legacy_case(release, model, 65_536, 40 * GiB, 8192, True, 1, block))
     return out
 
 
@@ -335,7 +540,7 @@ def sglang_case(model, length: int, kv_memory: int, mrr: int, chunk: int, drafts
               cfg.c128_max_total_num_tokens, cfg.c4_state_pool_size, cfg.c128_state_pool_size)
     plan = get_engine("sglang-0.5.23").configure(
         model, EngineSettings(max_running_requests=mrr, chunked_prefill_size=chunk,
-                              num_speculative_tokens=drafts or None), length)
+                              speculative_num_steps=drafts - 1 if drafts else None), length)
     ours_cfg = plan.pool_config(kv_memory)
     ours = (ours_cfg["full"], ours_cfg["swa"], ours_cfg["c4"], ours_cfg["c128"], ours_cfg["c4_state"],
             ours_cfg["c128_state"])
@@ -408,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: list[tuple[bool, str]] = []
     if args.engine in ("vllm", "all"):
-        results += run_vllm(args.quick)
+        release = installed_vllm_release()
+        results += run_vllm(args.quick) if release == "vllm-0.33" else run_vllm_legacy(release, args.quick)
     if args.engine in ("sglang", "all"):
         results += run_sglang(args.quick)
     for _, line in results:

@@ -50,7 +50,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            gpu_memory_utilization=get("gpu_memory_utilization"),
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),
-                           speculative_tokens=get("num_speculative_tokens") or 0)
+                           speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
+                           moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"))
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,

@@ -95,7 +95,7 @@ def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
     --tp (engine-default EP) and --tp with full EP that would."""
     if req.card_bytes <= 0:
         raise BadInput("options", "--device-memory", "must be positive")
-    rules = rules_for(req.engine)
+    rules = _rules(req)
     startup = startup_for(req.engine)
     engine = startup.name
     mtp = req.mtp if req.mtp is not None else (engine == "reference" or req.settings.speculative_tokens > 0)
@@ -113,6 +113,16 @@ def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
     if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
         result = replace(result, smallest_fitting=smallest_fitting(req, weights), searched=True)
     return result
+
+
+def _rules(req: BudgetRequest):
+    """The engine's weight rules under its settings (SGLang's MoE runner, on the target card)."""
+    capability = None
+    if req.settings.moe_runner_backend is not None:
+        from csa_plan.planner.engines.settings import gpu_target
+
+        capability = gpu_target(req.settings.gpu).capability
+    return rules_for(req.engine, req.settings.moe_runner_backend, capability)
 
 
 def _layers(dw: DeviceWeights | None, stage: int, dims: ModelDims | None) -> tuple[int, ...]:
@@ -172,7 +182,7 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
         return per, [Step(StepKind.WEIGHTS, f"weights: {weights.total_bytes:,} B / {devices} devices", per,
                           f"{weights.note}; even split (no sharding rules without an inventory)", estimate=True)]
     s = dw.stages[stage]
-    rules = rules_for(req.engine)
+    rules = _rules(req)
     first, last = (min(s.layers), max(s.layers)) if s.layers else (0, 0)
     source = f"{'inventory' if weights.source is WeightsSource.INVENTORY else weights.source.value}; " \
              f"{rules.name} sharding (layers {first}-{last}, ep {dw.ep}, moe tp {dw.moe_tp})"

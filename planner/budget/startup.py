@@ -31,6 +31,8 @@ class StartupSettings:
     mem_fraction_static: float | None = None      # SGLang
     cuda_graph_max_bs: int | None = None          # SGLang
     speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
+    moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
+    gpu: str | None = None                        # the engine's target card (rules needing a capability)
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,11 @@ class StartupRules:
 VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 
 
-def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None) -> tuple[int, str]:
-    """engine/arg_utils.py:2983-2996 (applied at :3159-3181): by card memory and usage context."""
+def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None, tier_160_gib: bool = True) -> tuple[int, str]:
+    """engine/arg_utils.py:2983-2996 (applied at :3159-3181): by card memory and usage context
+    (``tier_160_gib``: 0.33's >= 160 GiB tier; 0.25/0.26 get_batch_defaults have none)."""
     llm = usage == "llm"
-    if card_bytes >= 160 * GiB:
+    if tier_160_gib and card_bytes >= 160 * GiB:
         return 16384, "engine/arg_utils.py:2973-2982 (>= 160 GiB card)"
     if card_bytes >= 70 * GiB:
         return (16384 if llm else 8192), "engine/arg_utils.py:2983-2996 (70-160 GiB card, " + \
@@ -108,10 +111,10 @@ def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None) -> tuple[int
     return (8192 if llm else 2048), "engine/arg_utils.py:2997-3005 (smaller card)"
 
 
-def _vllm_mnbt(c: StageContext) -> tuple[int, str]:
+def _vllm_mnbt(c: StageContext, tier_160_gib: bool = True) -> tuple[int, str]:
     if c.settings.max_num_batched_tokens is not None:
         return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
-    return vllm_max_num_batched_tokens(c.card_bytes, c.settings.usage)
+    return vllm_max_num_batched_tokens(c.card_bytes, c.settings.usage, tier_160_gib)
 
 
 def _vllm_usable(c: StageContext) -> Usable:
@@ -133,11 +136,11 @@ def _rope_tables(c: StageContext) -> int:
     return int(any(r > 1 for r in ratios)) + int(any(r <= 1 for r in ratios))
 
 
-def _vllm_reserves(c: StageContext) -> tuple[Step, ...]:
+def _vllm_reserves(c: StageContext, tier_160_gib: bool = True) -> tuple[Step, ...]:
     if c.dims is None:
         return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
                      "pass --reserved"),)
-    d, mnbt = c.dims, _vllm_mnbt(c)[0]
+    d, mnbt = c.dims, _vllm_mnbt(c, tier_160_gib)[0]
     L = c.max_seq_len
     ratios = d.ratios_of(c.layers)
     mtp_here = c.settings.speculative_tokens > 0 and c.last
@@ -181,8 +184,8 @@ def _vllm_reserves(c: StageContext) -> tuple[Step, ...]:
 VLLM_OTHER_ESTIMATE = 2 * GiB
 
 
-def _vllm_resolved(c: StageContext) -> dict[str, Any]:
-    mnbt, src = _vllm_mnbt(c)
+def _vllm_resolved(c: StageContext, tier_160_gib: bool = True) -> dict[str, Any]:
+    mnbt, src = _vllm_mnbt(c, tier_160_gib)
     util = c.settings.gpu_memory_utilization
     return {"max_num_batched_tokens": {"value": mnbt, "source": src},
             "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
@@ -190,6 +193,12 @@ def _vllm_resolved(c: StageContext) -> dict[str, Any]:
 
 
 VLLM = StartupRules("vllm-0.33", _vllm_usable, _vllm_reserves, _vllm_resolved)
+# 0.25.0 / 0.26.0: the same start-up rules (csa-plan reads the same buffers in their model code), with
+# get_batch_defaults lacking 0.33's >= 160 GiB tier (0.26.0 engine/arg_utils.py ~2460-2479).
+VLLM_026 = StartupRules("vllm-0.26", _vllm_usable, lambda c: _vllm_reserves(c, False),
+                        lambda c: _vllm_resolved(c, False))
+VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, False),
+                        lambda c: _vllm_resolved(c, False))
 
 
 # --- SGLang 0.5.23 ---------------------------------------------------------------------------------
@@ -287,7 +296,7 @@ REFERENCE = StartupRules(
     lambda c: {},
 )
 
-STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)}
+STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_026, VLLM_025, SGLANG)}
 
 
 def startup_for(engine: str | None) -> StartupRules:

@@ -12,12 +12,15 @@ from typing import Mapping, TypeVar
 from csa_plan.planner.engines.engine import EngineModel
 from csa_plan.planner.engines.onnx_genai_engine import ONNX_GENAI
 from csa_plan.planner.engines.sglang_0_5_23 import SGLANG_0523
-from csa_plan.planner.engines.vllm_0_33 import VLLM_033
+from csa_plan.planner.engines.vllm_0_33 import VLLM_025, VLLM_026, VLLM_033
 from csa_plan.planner.errors import BadInput
 
 T = TypeVar("T")
 
-ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033, SGLANG_0523, ONNX_GENAI)}
+ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033, VLLM_026, VLLM_025, SGLANG_0523, ONNX_GENAI)}
+
+# An engine named without a release: its newest modelled release (every output names the one used).
+NEWEST: dict[str, str] = {"vllm": VLLM_033.name, "sglang": SGLANG_0523.name}
 
 # The per-layer layout profiles these names used to select under-counted what the engines hold.
 RETIRED_LAYOUTS: dict[str, str] = {
@@ -47,5 +50,13 @@ def lookup(kind: str, registry: Mapping[str, T], name: str, source: str, field: 
         raise BadInput(source, field, unknown_problem(kind, name, registry)) from None
 
 
+def resolve_engine_name(name: str) -> tuple[str, str | None]:
+    """``(registry name, note)``: a bare engine name is its newest modelled release, and the note says so."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key in NEWEST:
+        return NEWEST[key], f"--engine {key} names the newest modelled release, {NEWEST[key]}"
+    return name, None
+
+
 def get_engine(name: str, source: str = "options", field: str = "--engine") -> EngineModel:
-    return lookup("engine", ENGINES, name, source, field)
+    return lookup("engine", ENGINES, resolve_engine_name(name)[0], source, field)

@@ -67,9 +67,13 @@ class EngineSettings:
     max_num_seqs: int | None = None  # vLLM
     max_running_requests: int | None = None  # SGLang
     async_scheduling: bool | None = None  # vLLM --async-scheduling / --no-async-scheduling
-    num_speculative_tokens: int | None = None  # MTP draft tokens (vLLM; SGLang: --speculative-num-draft-tokens)
+    num_speculative_tokens: int | None = None  # vLLM: MTP draft tokens a step proposes (the MTP depth)
+    speculative_num_steps: int | None = None  # SGLang: draft steps (EAGLE/MTP); its draft tokens = steps + 1
+    speculative_eagle_topk: int | None = None  # SGLang: branches a draft step keeps (DeepSeek-V4: 1 only)
+    speculative_num_draft_tokens: int | None = None  # SGLang: tokens verified a step (steps + 1 at top-k 1)
     gpu_memory_utilization: float | None = None  # vLLM (the device budget's step)
     mem_fraction_static: float | None = None  # SGLang (the device budget's step)
+    moe_runner_backend: str | None = None  # SGLang --moe-runner-backend (auto | flashinfer_mxfp4 | marlin)
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
@@ -95,8 +99,12 @@ OPTION_SPELLING: dict[str, str] = {
     "max_running_requests": "--max-running-requests",
     "async_scheduling": "--async-scheduling/--no-async-scheduling",
     "num_speculative_tokens": "--num-speculative-tokens",
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "mem_fraction_static": "--mem-fraction-static",
+    "moe_runner_backend": "--moe-runner-backend",
     "usage": "--usage",
 }
 
@@ -106,6 +114,19 @@ COUNTERPART: dict[str, str] = {
     "max_num_batched_tokens": "chunked_prefill_size", "chunked_prefill_size": "max_num_batched_tokens",
     "max_num_seqs": "max_running_requests", "max_running_requests": "max_num_seqs",
     "gpu_memory_utilization": "mem_fraction_static", "mem_fraction_static": "gpu_memory_utilization",
+    # vLLM's --num-speculative-tokens N proposes N draft tokens a step: SGLang's N draft steps (whose
+    # --speculative-num-draft-tokens is N + 1, the verified token included); SGLang's three name vLLM's one.
+    "num_speculative_tokens": "speculative_num_steps", "speculative_num_steps": "num_speculative_tokens",
+    "speculative_eagle_topk": "num_speculative_tokens", "speculative_num_draft_tokens": "num_speculative_tokens",
+}
+
+# What an option means where its counterpart is not the same count (said with the hint).
+MEANING: dict[str, str] = {
+    "num_speculative_tokens": " (vLLM's N draft tokens a step are SGLang's N draft steps: "
+                              "--speculative-num-draft-tokens is then N + 1)",
+    "speculative_num_steps": " (SGLang's N draft steps propose N draft tokens a step, vLLM's N)",
+    "speculative_num_draft_tokens": " (SGLang's draft tokens count the verified token: vLLM's N is SGLang's N + 1)",
+    "speculative_eagle_topk": " (vLLM's MTP drafts one chain: no top-k)",
 }
 
 
@@ -115,5 +136,5 @@ def check_accepted(settings: EngineSettings, engine: str, accepted: tuple[str, .
         if name in accepted:
             continue
         other = COUNTERPART.get(name)
-        hint = f"; {engine} spells it {OPTION_SPELLING[other]}" if other in accepted else ""
+        hint = f"; {engine} spells it {OPTION_SPELLING[other]}{MEANING.get(name, '')}" if other in accepted else ""
         raise BadInput(source, OPTION_SPELLING[name], f"{engine} has no such setting{hint}")

@@ -52,7 +52,8 @@ DEFAULT_MAX_RUNNING = 256  # arg_groups/deepseek_v4_hook.py
 EVICTION_INTERVAL = 128  # environ.py SGLANG_SWA_EVICTION_INTERVAL
 MAX_PREFILL_TOKENS = 16384  # server args default max_prefill_tokens
 ACCEPTS = ("gpu", "page_size", "kv_cache_dtype", "indexer_kv_dtype", "chunked_prefill_size", "max_running_requests",
-           "num_speculative_tokens", "mem_fraction_static")
+           "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
+           "moe_runner_backend")
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
@@ -72,6 +73,59 @@ def physical_pages(size: int, page: int, logical_page: int = PAGE_TOKENS) -> int
 def indexer_key_bytes(index_head_dim: int, fp4: bool) -> int:
     """get_dsv4_indexer_bytes_per_token."""
     return index_head_dim // 2 + index_head_dim // 32 if fp4 else index_head_dim + index_head_dim // 128 * 4
+
+
+def moe_runner(runner: str | None, gpu: GpuTarget) -> Resolved:
+    """--moe-runner-backend: the runner decides how the FP4 experts are sharded and padded
+    (planner/weights/rules.py sglang_runner_rules); Marlin's MXFP4 path needs sm_90 or sm_120
+    (layers/quantization/mxfp4_marlin_moe.py process_weights_after_loading)."""
+    from csa_plan.planner.weights.rules import SGLANG_MOE_RUNNERS
+
+    name = runner or "auto"
+    if name not in SGLANG_MOE_RUNNERS:
+        raise _refuse(f"{SRC}/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES (modelled: "
+                      f"{', '.join(SGLANG_MOE_RUNNERS)})", "--moe-runner-backend", " | ".join(SGLANG_MOE_RUNNERS),
+                      name, f"--moe-runner-backend {name!r} is not a runner csa-plan models for DeepSeek-V4")
+    if name == "marlin" and gpu.capability not in ((9, 0), (12, 0)):
+        raise _refuse(f"{SRC}/layers/quantization/mxfp4_marlin_moe.py process_weights_after_loading",
+                      "--moe-runner-backend", "marlin on sm_90 or sm_120", f"marlin on {gpu.sm} ({gpu.name})",
+                      f"MXFP4 Marlin requires SM90 or SM120; {gpu.name} is {gpu.sm}")
+    if runner is None:
+        return Resolved("--moe-runner-backend", "flashinfer_mxfp4", f"auto -> flashinfer_mxfp4 for FP4 experts on "
+                        f"sm_90/sm_100/sm_120 ({SRC}/arg_groups/model_overrides/deepseek_v4.py:66-88)")
+    return Resolved("--moe-runner-backend", name, "given")
+
+
+def speculative_draft_tokens(settings: EngineSettings) -> tuple[int, list[Resolved]]:
+    """SGLang's speculative_num_draft_tokens from its own three options (EAGLE/MTP on DeepSeek-V4):
+    no --speculative-num-steps means no speculative decoding here, and then top-k or draft tokens alone
+    trip SGLang's assertion (arg_groups/speculative_hook.py:1159-1163: the three are chosen together);
+    DeepSeek-V4 takes top-k 1 only (arg_groups/deepseek_v4_hook.py:155-158), and at top-k 1 the draft
+    tokens are adjusted to steps + 1 (speculative_hook.py:1255-1266)."""
+    steps, topk, given = (settings.speculative_num_steps, settings.speculative_eagle_topk,
+                          settings.speculative_num_draft_tokens)
+    if steps is None:
+        if topk is not None or given is not None:
+            option = "--speculative-eagle-topk" if topk is not None else "--speculative-num-draft-tokens"
+            raise _refuse(f"{SRC}/arg_groups/speculative_hook.py:1159-1163 (assert topk and draft tokens are None "
+                          "when speculative_num_steps is)", option, "with --speculative-num-steps", "without",
+                          f"{option} needs --speculative-num-steps (SGLang chooses the three together)")
+        return 0, [Resolved("--speculative-num-steps", 0, "no speculative decoding")]
+    if steps < 1:
+        raise _refuse(f"{SRC}/arg_groups/speculative_hook.py", "--speculative-num-steps", ">= 1", str(steps),
+                      "speculative_num_steps must be positive")
+    k = 1 if topk is None else topk
+    if k != 1:
+        raise _refuse(f"{SRC}/arg_groups/deepseek_v4_hook.py:155-158", "--speculative-eagle-topk", "1", str(k),
+                      "Only EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM")
+    drafts = steps + 1
+    note = ("given" if given == drafts else
+            f"given {given}, adjusted to steps + 1 at top-k 1 ({SRC}/arg_groups/speculative_hook.py:1255-1266)"
+            if given is not None else f"steps + 1 at top-k 1 ({SRC}/arg_groups/speculative_hook.py:1255-1266)")
+    return drafts, [Resolved("--speculative-num-steps", steps, "given"),
+                    Resolved("--speculative-eagle-topk", 1, "given" if topk is not None else
+                             "1 (DeepSeek-V4 supports top-k 1 only)"),
+                    Resolved("--speculative-num-draft-tokens", drafts, note)]
 
 
 def ring_size(ratio: int, draft_tokens: int) -> int:
@@ -152,18 +206,18 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     mrr = settings.max_running_requests or DEFAULT_MAX_RUNNING
     out.append(Resolved("--max-running-requests", mrr, "given" if settings.max_running_requests else
                         f"{SRC}/arg_groups/deepseek_v4_hook.py:138-145 (256 for DeepSeek-V4)"))
-    drafts = settings.num_speculative_tokens or 0
+    drafts, spec_lines = speculative_draft_tokens(settings)
+    out += spec_lines
     if drafts:
         for ratio in (4, 128):
             ring, window = ring_size(ratio, drafts), ratio * (2 if ratio == 4 else 1)
             pad = ring - window + 2 if ring > window else 0  # get_compress_state_write_pad
             if drafts > pad:
                 raise _refuse(f"{SRC}/model_executor/pool_configurator.py _assert_ring_serves_draft_tokens",
-                              "--num-speculative-tokens", f"<= {pad}", str(drafts),
+                              "--speculative-num-steps", f"<= {pad - 1}", str(drafts - 1),
                               f"speculative_num_draft_tokens={drafts} exceeds what the c{ratio} compress state ring "
                               f"can keep resident (ring_size={ring} serves at most {pad} draft tokens)")
-    out.append(Resolved("--num-speculative-tokens", drafts, "given (--speculative-num-draft-tokens, EAGLE/MTP "
-                        "top-k 1)" if drafts else "no speculative decoding"))
+    out.append(moe_runner(settings.moe_runner_backend, gpu))
     frac = settings.mem_fraction_static
     out.append(Resolved("--mem-fraction-static", frac, "given" if frac is not None else
                         f"{SRC}/arg_groups/memory_hook.py (from the card; the device budget's step)"))

@@ -40,7 +40,9 @@ from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
 from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, target_of
-from csa_plan.planner.engines.vllm_kv import KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups
+from csa_plan.planner.engines.vllm_kv import (KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups,
+                                               tuple_blocks_per_request, tuple_bytes_per_block, tuple_groups,
+                                               tuple_needed_bytes)
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import GiB
 
@@ -58,12 +60,35 @@ KV_DTYPES_FP8 = ("auto", "fp8", "fp8_ds_mla", "fp8_e4m3")  # _resolve_dsv4_kv_ca
 INDEXER_DTYPES = ("auto", "fp8", "mxfp4")  # indexer.py DSA_INDEXER_KV_DTYPES (+ "auto" -> fp8)
 USAGES = ("serve", "llm")
 
+@dataclass(frozen=True)
+class VllmRelease:
+    """What one modelled vLLM release decides differently; every other rule is shared (a release is its
+    differences). The 0.25.0 / 0.26.0 pointers are into those wheels' v1/core/kv_cache_utils.py,
+    v1/kv_cache_interface.py, config/vllm.py and engine/arg_utils.py."""
+
+    engine: str  # registry name, e.g. "vllm-0.33"
+    src: str  # the wheel the file:line pointers are into, e.g. "vllm-0.33.0"
+    layer_tuples: bool  # 0.25/0.26: tuple groups (kv_cache_utils.py _get_kv_cache_groups_uniform_groups);
+    #                     0.33: packed groups (kv_cache_planning.py _get_packed_kv_cache_groups)
+    windows_in_flight: bool  # windows sized for max_in_flight_tokens (0.26+), else max_num_batched_tokens
+    extra_retained: bool  # 0.33: SWA windows keep the MTP lookahead's extra_retained_tokens
+    null_block_in_check: bool  # 0.33: the memory check plans against kv memory - one block
+    tier_160_gib: bool  # 0.33: a >= 160 GiB tier of batch defaults (16384 / 1024)
+    one_log_line: bool  # 0.33: tokens and concurrency on one log line; older: two lines
+    fp4_keys_fp8_sized: bool = False  # 0.25/0.26: an FP4 indexer cache still allocates FP8's 132 B per key
+    #                                   (models/deepseek_v4/attention.py ~730-733)
+
+
+def _refuse_as(rel: VllmRelease, rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
+    return _refuse(rule, setting, expected, actual, message, engine=rel.engine)
+
+
 ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_batched_tokens", "max_num_seqs",
            "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage")
 
 
-def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
-    return EngineRefused(EngineRefusal(ENGINE, rule, setting, expected, actual, f"{ENGINE}: {message} ({rule})"))
+def _refuse(rule: str, setting: str, expected: str, actual: str, message: str, engine: str = ENGINE) -> EngineRefused:
+    return EngineRefused(EngineRefusal(engine, rule, setting, expected, actual, f"{engine}: {message} ({rule})"))
 
 
 def format_gib(b: int) -> str:
@@ -71,10 +96,12 @@ def format_gib(b: int) -> str:
     return f"{round(b / GiB, 2)}"
 
 
-def default_batched_tokens(gpu: GpuTarget, usage: str) -> tuple[int, int, str]:
-    """engine/arg_utils.py ~2983-2996: (max_num_batched_tokens, max_num_seqs, rule) by GPU memory tier."""
-    rule = f"{SRC} engine/arg_utils.py default_max_num_batched_tokens"
-    if gpu.memory_bytes >= 160 * GiB:
+def default_batched_tokens(gpu: GpuTarget, usage: str, rel: "VllmRelease | None" = None) -> tuple[int, int, str]:
+    """engine/arg_utils.py get_batch_defaults: (max_num_batched_tokens, max_num_seqs, rule) by GPU memory
+    tier (0.33: ~2983-2996, with a >= 160 GiB tier; 0.25/0.26: no such tier)."""
+    rel = rel or V033
+    rule = f"{rel.src} engine/arg_utils.py default_max_num_batched_tokens"
+    if rel.tier_160_gib and gpu.memory_bytes >= 160 * GiB:
         return 16384, 1024, rule + " (>= 160 GiB)"
     # vLLM matches "a100" in the driver's device name and keeps GB10 (cc 12.1) on the small tier
     if gpu.memory_bytes >= 70 * GiB and "a100" not in (gpu.device_name or gpu.name).lower() \
@@ -107,8 +134,14 @@ class VllmSettings:
         return self.max_concurrent_batches * self.max_num_batched_tokens
 
 
-def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...]]:
-    check_accepted(settings, ENGINE, ACCEPTS)
+def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple[VllmSettings, tuple[Resolved, ...]]:
+    rel = rel or V033
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
+    check_accepted(settings, rel.engine, ACCEPTS)
     gpu, gpu_source = target_of(settings)
     usage = settings.usage or "serve"
     if usage not in USAGES:
@@ -121,7 +154,7 @@ def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...
     if gpu.capability[0] < 9:
         raise _refuse(f"{SRC} models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls", "--gpu", "sm_90 or sm_100",
                       gpu.sm, f"DeepSeek-V4's FlashMLA sparse path is modelled for sm_90/sm_100 only, not {gpu.sm}")
-    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage)
+    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage, rel)
     out: list[Resolved] = [Resolved("--gpu", gpu.name, gpu_source),
                            Resolved("--usage", usage, "given" if settings.usage else "vllm serve")]
 
@@ -131,14 +164,7 @@ def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...
         out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends"
                                                    " (FLASHMLA_SPARSE_DSV4 [256], DEEPSEEK_V4_INDEXER [256])"))
     else:
-        if block < 1 or block % KERNEL_BLOCK_TOKENS:
-            raise _refuse(f"{SRC} v1/attention/backend.py supports_block_size (kernel block sizes [256])",
-                          "--block-size", "a multiple of 256", str(block),
-                          f"--block-size {block} is not supported by FLASHMLA_SPARSE_DSV4 / DEEPSEEK_V4_INDEXER")
-        if block != KERNEL_BLOCK_TOKENS:
-            raise _refuse(f"{SRC} v1/kv_cache_interface.py create_kv_cache_views", "--block-size", "256", str(block),
-                          f"--block-size {block} would split each block into 256-token kernel blocks, which the "
-                          "block-outermost packing of DeepSeek-V4 cannot stride")
+        _check_block_size(block, _refuse, rel)
         out.append(Resolved("--block-size", block, "given"))
 
     kv_dtype = settings.kv_cache_dtype or "auto"
@@ -183,12 +209,36 @@ def resolve(settings: EngineSettings) -> tuple[VllmSettings, tuple[Resolved, ...
         raise _refuse(f"{SRC} config/cache.py", "--gpu-memory-utilization", "0 < x <= 1", str(util),
                       "gpu_memory_utilization must be in (0, 1]")
     out.append(Resolved("--gpu-memory-utilization", util if util is not None else 0.92,
-                        "given" if util is not None else f"{SRC} config/cache.py:215"))
+                        "given" if util is not None else f"{SRC} config/cache.py CacheConfig.gpu_memory_utilization"))
     resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype="fp8_ds_mla", indexer_fp4=fp4,
                             max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
                             async_scheduling=async_on, num_speculative_tokens=spec,
                             gpu_memory_utilization=util if util is not None else 0.92)
     return resolved, tuple(out)
+
+
+C128 = 128  # the largest compress ratio: a block must hold one compressed C128 record
+
+
+def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
+    """Block sizes as vLLM decides them: every block size its planning can size is planned (the worker
+    then picks a kernel block size that divides it); one below 128 tokens leaves a C128 layer's page
+    empty (``block_size // compress_ratio`` = 0 records) and vLLM's own start-up fails dividing by that
+    zero page (``ZeroDivisionError``). 0.25/0.26 fail earlier on a small block: its sliding-window page
+    outgrows every full-attention page and their grouping's assertion fails (``vllm_kv.tuple_groups``)."""
+    src = rel.src
+    if block < 1:
+        raise refuse(f"{src} config/cache.py CacheConfig.block_size", "--block-size", ">= 1", str(block),
+                     "--block-size must be positive")
+    if block < C128 and not rel.layer_tuples:
+        raise refuse(f"{src} v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes", "--block-size",
+                     f">= {C128} (one C128 record per block)", str(block),
+                     f"--block-size {block} gives the compress-ratio-128 layers block_size // 128 = 0 records per "
+                     "page: a 0-byte page, and vLLM's start-up fails with ZeroDivisionError dividing by it")
+    if block > C128 and block % C128:
+        raise refuse("csa-plan (not modelled)", "--block-size", f"a multiple of {C128}", str(block),
+                     f"--block-size {block} is not a multiple of 128: a block would hold a partial C128 record, "
+                     "which csa-plan does not model")
 
 
 def index_key_bytes(index_head_dim: int, fp4: bool) -> int:
@@ -211,13 +261,21 @@ def _swa_spec(name: str, layer: int, window: int, extra: int, draft: bool) -> Kv
                   alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=window, extra_retained_tokens=extra, is_draft=draft)
 
 
-def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers: int) -> list[KvSpec]:
+def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers: int,
+                rel: "VllmRelease | None" = None) -> list[KvSpec]:
     """Every KV spec in registration order (static_forward_context insertion order)."""
+    rel = rel or V033
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
     spec_tokens = s.num_speculative_tokens
     lookahead = 0
     if spec_tokens:
         lookahead = spec_tokens if min(num_mtp_layers, spec_tokens) > 1 else 1  # num_prefill_lookahead_tokens
-    extra = max(0, lookahead - 1)  # kv_cache_planning.py get_global_kv_cache_groups: extra_retained_tokens
+    # 0.33 kv_cache_planning.py get_global_kv_cache_groups: extra_retained_tokens (0.25/0.26: none)
+    extra = max(0, lookahead - 1) if rel.extra_retained else 0
     out: list[KvSpec] = []
     for d in layers:
         if d.is_mtp:
@@ -231,14 +289,15 @@ def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers:
         if r == 4:
             out.append(KvSpec(name=f"{p}.indexer.k_cache", role="C4 indexer keys", layer_id=i, kind=SpecKind.FULL,
                               block_size=s.block_size, tokens_per_state=4, num_heads=1,
-                              state_content_bytes=index_key_bytes(d.index_head_dim, s.indexer_fp4),
-                              alignment=FP8_DS_MLA_ALIGNMENT))
+                              state_content_bytes=index_key_bytes(d.index_head_dim,
+                                                                  s.indexer_fp4 and not rel.fp4_keys_fp8_sized),
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
             out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim))
         out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
         if r in (4, 128):
             out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,
                               tokens_per_state=r, num_heads=1, state_content_bytes=RECORD_BYTES,
-                              alignment=FP8_DS_MLA_ALIGNMENT))
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
             out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim))
     if spec_tokens:
         mtp = [d for d in layers if d.is_mtp]
@@ -283,10 +342,22 @@ class VllmPlan(EnginePlan):
     def unit_bytes(self) -> int:
         return self.block_bytes
 
+    @property
+    def release(self) -> VllmRelease:
+        return getattr(self._engine, "release", V033)
+
+    @property
+    def window_tokens(self) -> int:
+        """The in-flight tokens the windowed specs are sized for: 0.26+ ``VllmConfig.max_in_flight_tokens``
+        (max_concurrent_batches x max_num_batched_tokens); 0.25 and older ``max_num_batched_tokens``
+        (0.25.0 v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes)."""
+        r = self.resolved
+        return r.max_in_flight_tokens if self.release.windows_in_flight else r.max_num_batched_tokens
+
     def in_flight(self, phase: Phase | str) -> int:
         if phase == Phase.DECODE:
             return 1 + self.resolved.num_speculative_tokens
-        return self.resolved.max_in_flight_tokens
+        return self.window_tokens
 
     def _uses(self, blocks: list[int]) -> tuple[PoolUse, ...]:
         return tuple(PoolUse(f"group {g.index}: {g.label}", n, self.block_bytes, group_class(g),
@@ -299,13 +370,23 @@ class VllmPlan(EnginePlan):
         return Footprint(tokens, Phase(phase).value, q, self._uses(blocks))
 
     def startup_budget(self) -> Footprint:
-        q = self.resolved.max_in_flight_tokens
+        q = self.window_tokens
         blocks = [g.blocks_per_request(self.max_seq_len, q) for g in self.groups]
         return Footprint(self.max_seq_len, "startup", q, self._uses(blocks))
 
+    def budget_blocks_per_request(self) -> int:
+        """The divisor of "Maximum concurrency": 0.33 the groups' blocks per request summed; 0.25/0.26
+        cdiv(sum of groups' pages x page sums, the first group's page sum) (``vllm_kv.tuple_blocks_per_request``)."""
+        if self.release.layer_tuples:
+            return tuple_blocks_per_request(list(self.groups), self.max_seq_len, self.window_tokens)
+        return self.startup_budget().units
+
     def needed_bytes(self, max_model_len: int) -> int:
-        """_max_memory_usage_bytes_from_groups: bytes_per_block x sum of groups' blocks per request."""
-        q = self.resolved.max_in_flight_tokens
+        """_max_memory_usage_bytes_from_groups: 0.33 bytes_per_block x sum of groups' blocks per request;
+        0.25/0.26 the layer-tuple sum (``vllm_kv.tuple_needed_bytes``)."""
+        q = self.window_tokens
+        if self.release.layer_tuples:
+            return tuple_needed_bytes(list(self.groups), max_model_len, q)
         return self.block_bytes * sum(g.blocks_per_request(max_model_len, q) for g in self.groups)
 
     def estimate_max_model_len(self, available: int) -> int:
@@ -322,36 +403,39 @@ class VllmPlan(EnginePlan):
         return result
 
     def size_pool(self, kv_memory_bytes: int) -> PoolSizing:
-        bpb = self.block_bytes
-        check = kv_memory_bytes - bpb  # get_kv_cache_configs: the null block is reserved for the check
-        rule = f"{SRC} v1/core/kv_cache_planning.py _check_enough_kv_cache_memory"
+        bpb, rel = self.block_bytes, self.release
+        # 0.33 get_kv_cache_configs: the null block is reserved for the check; 0.25/0.26 check the whole budget
+        check = kv_memory_bytes - bpb if rel.null_block_in_check else kv_memory_bytes
+        where = "v1/core/kv_cache_planning.py" if rel.null_block_in_check else "v1/core/kv_cache_utils.py"
+        rule = f"{rel.src} {where} _check_enough_kv_cache_memory"
         if check <= 0:
-            raise _refuse(rule, "--kv-memory", f"> {bpb} bytes", str(kv_memory_bytes),
-                          "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+            raise _refuse(rule, "--kv-memory", f"> {kv_memory_bytes - check} bytes", str(kv_memory_bytes),
+                          "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+                          engine=rel.engine)
         needed = self.needed_bytes(self.max_seq_len)
         if needed > check:
             est = self.estimate_max_model_len(check)
             hint = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
-            raise _refuse(rule, "--kv-memory", f">= {needed + bpb} bytes", str(kv_memory_bytes),
+            raise _refuse(rule, "--kv-memory", f">= {needed + kv_memory_bytes - check} bytes", str(kv_memory_bytes),
                           f"To serve at least one request with the model's max seq len ({self.max_seq_len}), "
                           f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV "
                           f"cache memory ({format_gib(check)} GiB). {hint}Try increasing `gpu_memory_utilization` "
                           "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
-                          "initializing the engine.")
+                          "initializing the engine.", engine=rel.engine)
         num_blocks = kv_memory_bytes // bpb
-        budget = self.startup_budget()
-        per_request = budget.units
+        per_request = self.budget_blocks_per_request()
         concurrency = num_blocks / per_request  # get_max_concurrency_for_kv_cache_config (float, as Python does)
         tokens = int(concurrency * self.max_seq_len)  # get_kv_cache_capacity
-        line = (f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for {self.max_seq_len:,} tokens per "
-                f"request: {concurrency:.2f}x")
+        size = f"GPU KV cache size: {tokens:,} tokens"
+        conc = f"Maximum concurrency for {self.max_seq_len:,} tokens per request: {concurrency:.2f}x"
+        lines = (f"{size}, {conc}",) if rel.one_log_line else (size, conc)
         pools = (PoolSize("shared block pool", num_blocks, bpb, "one block = every group's pages side by side; "
                           "block 0 is the null block"),)
         return PoolSizing(kv_memory_bytes=kv_memory_bytes, unit_name="block", unit_bytes=bpb, total_units=num_blocks,
                           usable_units=num_blocks - 1, max_running=self.resolved.max_num_seqs,
                           max_seq_len=self.max_seq_len, budget_units_per_request=per_request,
                           concurrency=concurrency, tokens=tokens, pools=pools, reserved_bytes=bpb,
-                          log_lines=(line,), extra=(("num_blocks", num_blocks),
+                          log_lines=lines, extra=(("num_blocks", num_blocks), ("release", rel.engine),
                                                     ("blocks_per_request", per_request),
                                                     ("bytes_per_block", bpb)))
 
@@ -364,32 +448,38 @@ class VllmPlan(EnginePlan):
         return need <= sizing.usable_units - used_units
 
     def tp_rules(self) -> tuple[TpRule, ...]:
-        src = (f"{SRC} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
+        src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
                "compressor.py ~181-192, sparse_swa.py ~120-146); kv_cache_planning.py kv_cache_groups_tp_replicas")
         roles = dict.fromkeys(s.role for s in self.specs)
         return tuple(TpRule(role, "replicated", src) for role in roles)
 
     def startup_note(self) -> str:
         r = self.resolved
-        q, d = r.max_in_flight_tokens, self.in_flight(Phase.DECODE)
-        budget = self.startup_budget().units
+        q, d = self.window_tokens, self.in_flight(Phase.DECODE)
+        budget = self.budget_blocks_per_request()
         held = self.footprint(self.max_seq_len, Phase.DECODE).units
         alt_tokens = 2048 if r.max_num_batched_tokens > 2048 else r.max_num_batched_tokens
-        alt = sum(g.blocks_per_request(self.max_seq_len, r.max_concurrent_batches * alt_tokens) for g in self.groups)
+        alt_q = alt_tokens * (r.max_concurrent_batches if self.release.windows_in_flight else 1)
+        alt = (tuple_blocks_per_request(list(self.groups), self.max_seq_len, alt_q) if self.release.layer_tuples
+               else sum(g.blocks_per_request(self.max_seq_len, alt_q) for g in self.groups))
         mode = "async scheduling" if r.async_scheduling else "no async scheduling"
-        return (f"vLLM budgets every windowed group for {q:,} in-flight tokens ({r.max_concurrent_batches} "
-                f"concurrent batches, {mode}, x --max-num-batched-tokens {r.max_num_batched_tokens:,}): "
+        batches = (f"{r.max_concurrent_batches} concurrent batches, {mode}, x" if self.release.windows_in_flight
+                   else f"{self.release.src} sizes windows for one batch whatever the scheduling ({mode}):")
+        return (f"{self.release.engine}: vLLM budgets every windowed group for {q:,} in-flight tokens ({batches} "
+                f"--max-num-batched-tokens {r.max_num_batched_tokens:,}): "
                 f"{budget:,} blocks per request at start-up, while a decoding request holds {held:,} "
                 f"({d} token{'s' if d > 1 else ''} in flight). That budget is the divisor of its 'Maximum "
                 f"concurrency'; --max-num-batched-tokens {alt_tokens:,} would make it {alt:,} blocks.")
 
     def describe(self) -> dict[str, Any]:
-        q = self.resolved.max_in_flight_tokens
+        q = self.window_tokens
         d = self.in_flight(Phase.DECODE)
         return {
+            "release": self.release.engine,
             "startup_note": self.startup_note(),
             "startup_budget_setting": "--max-num-batched-tokens",
-            "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)",
+            "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)"
+                      + ("; layer tuples (0.25/0.26 grouping)" if self.release.layer_tuples else "; packed groups"),
             "bytes_per_block": self.block_bytes,
             "repeats_per_group": self.repeats_per_group,
             "max_in_flight_tokens": q,
@@ -410,29 +500,70 @@ class VllmPlan(EnginePlan):
 
 @dataclass(frozen=True)
 class Vllm033(EngineModel):
+    """One vLLM release's engine model; ``release`` holds what that release decides differently."""
+
+    release: VllmRelease = field(default=None)  # type: ignore[assignment]  # set for every registered release
+
     def configure(self, model, settings: EngineSettings, max_seq_len: int) -> VllmPlan:
-        resolved, out = resolve(settings)
-        specs = layer_specs(model.layers, resolved, model.num_mtp_layers)
+        rel = self.release or V033
+        src = rel.src
+        resolved, out = resolve(settings, rel)
+        specs = layer_specs(model.layers, resolved, model.num_mtp_layers, rel)
+        where = "v1/core/kv_cache_utils.py" if rel.layer_tuples else "v1/core/kv_cache_planning.py"
         try:
-            groups, repeats = kv_cache_groups(specs)
+            if rel.layer_tuples:
+                groups, repeats = tuple_groups(specs), None
+                block_bytes = tuple_bytes_per_block(groups)
+            else:
+                groups, repeats = kv_cache_groups(specs)
+                block_bytes = bytes_per_block(groups) if groups else 0
         except NotImplementedError as exc:
-            raise _refuse(f"{SRC} v1/core/kv_cache_planning.py get_kv_cache_groups", "model", "DeepSeek-V4 specs",
-                          "other", str(exc)) from None
+            raise _refuse(f"{src} {where} get_kv_cache_groups", "model", "DeepSeek-V4 specs",
+                          "other", str(exc), engine=rel.engine) from None
         if not groups:
-            raise _refuse(f"{SRC} v1/core/kv_cache_planning.py get_kv_cache_groups", "model", "KV cache layers",
-                          "none", "the model has no KV cache layers")
+            raise _refuse(f"{src} {where} get_kv_cache_groups", "model", "KV cache layers",
+                          "none", "the model has no KV cache layers", engine=rel.engine)
         return VllmPlan(model_name=model.name, max_seq_len=max_seq_len, settings=out, resolved=resolved,
                         specs=tuple(specs), groups=tuple(groups), repeats_per_group=repeats,
-                        block_bytes=bytes_per_block(groups), _engine=self)
+                        block_bytes=block_bytes, _engine=self)
+
+
+V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight=True, extra_retained=True,
+                   null_block_in_check=True, tier_160_gib=True, one_log_line=True)
+# 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
+V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
+                   extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
+                   fp4_keys_fp8_sized=True)
+# 0.25.0: the same grouping code as 0.26.0; windows for one max_num_batched_tokens
+V025 = VllmRelease(engine="vllm-0.25", src="vllm-0.25.0", layer_tuples=True, windows_in_flight=False,
+                   extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
+                   fp4_keys_fp8_sized=True)
+
+
+def _sources(src: str, planning: str) -> tuple[str, ...]:
+    return (f"{src} {planning}", f"{src} v1/core/kv_cache_utils.py", f"{src} v1/kv_cache_interface.py",
+            f"{src} models/deepseek_v4/attention.py", f"{src} models/deepseek_v4/compressor.py",
+            f"{src} v1/attention/backends/mla/sparse_swa.py", f"{src} config/vllm.py", f"{src} engine/arg_utils.py")
 
 
 VLLM_033 = Vllm033(
     name=ENGINE, engine_name="vLLM", version="0.33.0",
     summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
             "windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS,
-    sources=(f"{SRC} v1/core/kv_cache_planning.py", f"{SRC} v1/core/kv_cache_utils.py",
-             f"{SRC} v1/kv_cache_interface.py", f"{SRC} models/deepseek_v4/attention.py",
-             f"{SRC} models/deepseek_v4/compressor.py", f"{SRC} v1/attention/backends/mla/sparse_swa.py",
-             f"{SRC} config/vllm.py", f"{SRC} engine/arg_utils.py"),
+    options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
 )
+VLLM_026 = Vllm033(
+    name=V026.engine, engine_name="vLLM", version="0.26.0",
+    summary="vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, window groups padded "
+            "to its pages), windowed groups budgeted for the in-flight tokens",
+    options=ACCEPTS, sources=_sources(V026.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
+    release=V026,
+)
+VLLM_025 = Vllm033(
+    name=V025.engine, engine_name="vLLM", version="0.25.0",
+    summary="vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one --max-num-batched-tokens",
+    options=ACCEPTS, sources=_sources(V025.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
+    release=V025,
+)
+# The newest modelled release: what ``--engine vllm`` names.
+VLLM_RELEASES = (VLLM_033, VLLM_026, VLLM_025)

@@ -25,9 +25,9 @@ Ported from the release (line numbers are pointers into vllm-0.33.0):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from math import lcm
+from math import gcd, lcm
 
 from csa_plan.planner.units import ceil_div, round_up
 
@@ -54,6 +54,7 @@ class KvSpec:
     extra_retained_tokens: int = 0
     is_draft: bool = False
     stride_alignment: int = 1  # get_block_stride_alignment(): 1 when block_size is the kernel block size
+    page_size_padded: int | None = None  # 0.25/0.26: a state page padded up to a full-attention page
 
     @property
     def num_states(self) -> int:
@@ -65,9 +66,27 @@ class KvSpec:
 
     @property
     def page_bytes(self) -> int:
+        if self.page_size_padded is not None:
+            return self.page_size_padded
         if self.alignment is None:
             return self.unpadded_page_bytes
         return round_up(self.unpadded_page_bytes, self.alignment)
+
+    def with_kernel_stride(self, kernel_block_tokens: int = 256) -> "KvSpec":
+        """0.33 v1/worker/utils.py customize_attention_spec: a backend declaring only fixed kernel block
+        sizes ([256]: FLASHMLA_SPARSE_DSV4, DEEPSEEK_V4_INDEXER) gets ``MultipleOf(256)``, and
+        ``get_block_stride_alignment`` (v1/kv_cache_interface.py ~224-233) makes the block stride a
+        multiple of the page at kernel block gcd(256, block_size) when that splits the block (512: 256);
+        1 when the block is whole (128, 256). 0.25/0.26's packed layout sums pages and ignores it."""
+        kernel = gcd(kernel_block_tokens, self.block_size)
+        if kernel == self.block_size:
+            return self
+        return replace(self, stride_alignment=replace(self, block_size=kernel).page_bytes)
+
+    @property
+    def aligned_page_bytes(self) -> int:
+        """The page before any padding to another spec's page (``_apply_alignment_padding`` only)."""
+        return replace(self, page_size_padded=None).page_bytes
 
     @property
     def uniform_key(self) -> tuple:
@@ -224,3 +243,75 @@ def bytes_per_block(groups: list[KvGroup]) -> int:
     page sum, rounded to the lcm of every layer's stride alignment (1 at block size 256)."""
     largest = max(g.page_sum_bytes for g in groups)
     return round_up(largest, lcm(*(s.stride_alignment for g in groups for s in g.specs)))
+
+
+# --- vLLM 0.25.0 / 0.26.0: layer tuples (v1/core/kv_cache_utils.py, the same code in both) -------------
+
+
+def tuple_groups(specs: list[KvSpec]) -> list[KvGroup]:
+    """``group_and_unify_kv_cache_specs`` + ``_get_kv_cache_groups_uniform_groups`` (0.25.0 / 0.26.0
+    v1/core/kv_cache_utils.py ~1525-1700): every MLAAttentionSpec in one full group; sliding-window
+    specs bucketed by (block_size, window), each page padded up to the nearest full-group page at or
+    above it, and each bucket split ``[i::n]`` into cdiv(layers per page size, num_layer_tuples) groups,
+    num_layer_tuples the ``_approximate_gcd`` of every bucket's tuples bounded below by the full group's."""
+    full = [s for s in specs if s.kind is SpecKind.FULL]
+    buckets: dict[tuple[int, int | None], list[KvSpec]] = {}
+    for s in specs:
+        if s.kind is SpecKind.SLIDING:
+            buckets.setdefault((s.block_size, s.sliding_window), []).append(s)
+    if not full:
+        raise NotImplementedError("DeepSeek-V4 layer tuples need at least one full-attention (MLA) layer")
+    if len({s.block_size for s in full}) > 1:
+        raise NotImplementedError("full-attention layers of different block sizes are not one uniform type")
+
+    def tuples(group: list[KvSpec]) -> int:
+        return Counter(s.page_bytes for s in group).most_common(1)[0][1]
+
+    per_group = [tuples(full)] + [tuples(b) for b in buckets.values()]
+    num_tuples = approximate_gcd(per_group, lower_bound=per_group[0])
+    full_pages = sorted({s.page_bytes for s in full})
+    groups: list[tuple[KvSpec, ...]] = [tuple(full)]
+    for bucket in buckets.values():
+        if max(s.page_bytes for s in bucket) > full_pages[-1]:
+            raise NotImplementedError(
+                f"a sliding-window page of {max(s.page_bytes for s in bucket):,} B is larger than every "
+                f"full-attention page (largest {full_pages[-1]:,} B): vLLM's start-up fails its assertion "
+                "max(sm_page_sizes) <= max(all_page_sizes) (AssertionError)")
+        by_size: dict[int, list[KvSpec]] = {}
+        for s in bucket:
+            target = min(x for x in full_pages if x >= s.page_bytes)
+            padded = s if target == s.page_bytes else replace(s, page_size_padded=target)
+            by_size.setdefault(target, []).append(padded)
+        if len({len(v) for v in by_size.values()}) != 1:
+            raise NotImplementedError("a sliding-window bucket with unequal layers per page size")
+        n = ceil_div(len(next(iter(by_size.values()))), num_tuples)
+        layer_tuples = list(zip(*by_size.values()))
+        for i in range(n):
+            groups.append(tuple(s for t in layer_tuples[i::n] for s in t))
+    return [KvGroup(i, g) for i, g in enumerate(groups)]
+
+
+def tuple_bytes_per_block(groups: list[KvGroup]) -> int:
+    """``_get_kv_cache_config_packed`` / ``_bucket_layers_by_page_size``: the sum over page sizes of the
+    page times its slots (the most layers of that page size in any one group)."""
+    slots: dict[int, int] = {}
+    for g in groups:
+        counts = Counter(s.page_bytes for s in g.specs)
+        for page, n in counts.items():
+            slots[page] = max(slots.get(page, 0), n)
+    return sum(page * n for page, n in slots.items())
+
+
+def tuple_blocks_per_request(groups: list[KvGroup], max_model_len: int, in_flight_tokens: int) -> int:
+    """``get_max_concurrency_for_kv_cache_config``: cdiv(sum of groups' max pages x page sums, the first
+    group's page sum) — the per-request divisor of "Maximum concurrency" (layer counts cancel)."""
+    total = sum(g.blocks_per_request(max_model_len, in_flight_tokens) * g.page_sum_bytes for g in groups)
+    return ceil_div(total, groups[0].page_sum_bytes)
+
+
+def tuple_needed_bytes(groups: list[KvGroup], max_model_len: int, in_flight_tokens: int) -> int:
+    """``_max_memory_usage_bytes_from_groups`` (all groups uniform-type): every group reserves the
+    global number of layer tuples x its max pages x the full group's distinct page sizes summed."""
+    tuple_bytes = sum({s.page_bytes for s in groups[0].specs})
+    num_tuples = max(Counter(s.page_bytes for s in g.specs).most_common(1)[0][1] for g in groups)
+    return sum(num_tuples * g.blocks_per_request(max_model_len, in_flight_tokens) * tuple_bytes for g in groups)

@@ -6,6 +6,8 @@ File:line pointers are into the release wheels (vLLM 0.33.0: ``vllm/...``; SGLan
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement, split_stages
 from csa_plan.planner.units import round_up
@@ -198,9 +200,54 @@ REFERENCE = ShardRules(
     ),
 )
 
-RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, SGLANG)}
+# 0.25.0 / 0.26.0 shard DeepSeek-V4's weights as 0.33.0 does (the same rules, read against those wheels'
+# models/deepseek_v4; what differs between the releases is the KV cache planning, planner/engines).
+VLLM_026 = replace(VLLM, name="vllm-0.26", description="vLLM 0.26.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+VLLM_025 = replace(VLLM, name="vllm-0.25", description="vLLM 0.25.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+
+RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_026, VLLM_025, SGLANG)}
 
 
-def rules_for(engine: str | None) -> ShardRules:
-    """The rules of ``engine``; None (no engine named) or an engine without its own entry: the reference."""
-    return RULES.get(engine or "reference", REFERENCE)
+# --- SGLang's MoE runners (--moe-runner-backend) ----------------------------------------------------
+# "auto" is flashinfer_mxfp4 for DeepSeek-V4's FP4 experts on sm_90 / sm_100 / sm_120 with no all-to-all
+# backend (arg_groups/model_overrides/deepseek_v4.py:66-88): the rules above. Marlin
+# (layers/quantization/mxfp4_marlin_moe.py, marlin_utils.py, marlin_utils_fp4.py) keeps a rank's
+# intermediate width whole groups of 32 and pads it for its tiles: to 128 at create_weights off sm_90
+# (:83-89), to 64 when repacking with hidden % 128 == 0 (marlin_utils_fp4.py:366-374); E8M0 scales.
+SGLANG_MOE_RUNNERS = ("auto", "flashinfer_mxfp4", "marlin")
+MARLIN_GROUP = 32
+
+
+def _marlin_check(inv: Inventory, p: Placement, g: Groups) -> None:
+    _common_checks("sglang-0.5.23", inv, p, g, "models/deepseek_v4.py:1118-1167 splits heads over attn_tp")
+    local = inv.dim("moe_inter") // g.moe_tp
+    _need(local % MARLIN_GROUP == 0 and inv.dim("hidden") % 64 == 0, "--tp",
+          f"sglang-0.5.23: the marlin MoE runner needs whole groups of {MARLIN_GROUP} intermediate columns per rank, "
+          f"got {local} (layers/quantization/marlin_utils.py check_moe_marlin_supports_layer)")
+
+
+def sglang_runner_rules(runner: str, capability: tuple[int, int] | None) -> ShardRules:
+    """SGLang 0.5.23's weight rules under one MoE runner on a card of ``capability`` (None: sm_90)."""
+    if runner in ("auto", "flashinfer_mxfp4"):
+        return SGLANG
+    sm90 = capability is None or capability[0] == 9
+    multiple = 64 if sm90 else 128  # marlin_utils_fp4.py:366-374 (hidden % 128 == 0); mxfp4_marlin_moe.py:83-89
+
+    def groups(p: Placement, experts: int) -> Groups:
+        return replace(_sglang_groups(p, experts), expert_inter_multiple=multiple)
+
+    return replace(SGLANG, description=f"SGLang 0.5.23 (models/deepseek_v4.py), --moe-runner-backend marlin "
+                   f"(a rank's expert width padded to {multiple})", groups=groups, check=_marlin_check,
+                   sources=SGLANG.sources + (
+                       "marlin MoE runner: intermediate per rank whole groups of 32, padded to 64 on sm_90 / 128 "
+                       "elsewhere (layers/quantization/mxfp4_marlin_moe.py:83-89, marlin_utils_fp4.py:366-374)",))
+
+
+def rules_for(engine: str | None, moe_runner: str | None = None,
+              capability: tuple[int, int] | None = None) -> ShardRules:
+    """The rules of ``engine``; None (no engine named) or an engine without its own entry: the reference.
+    ``moe_runner``: SGLang's --moe-runner-backend (its engine model has refused any other engine's)."""
+    rules = RULES.get(engine or "reference", REFERENCE)
+    if moe_runner is not None and rules is SGLANG:
+        return sglang_runner_rules(moe_runner, capability)
+    return rules

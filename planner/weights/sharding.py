@@ -20,7 +20,7 @@ from typing import Callable
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
-from csa_plan.planner.units import ceil_div
+from csa_plan.planner.units import ceil_div, round_up
 from csa_plan.planner.weights.tensors import Inventory, Quant, Role, StoredDType, Weight
 
 
@@ -69,6 +69,7 @@ class Groups:
     local_experts: int     # routed experts per EP rank
     indexer: int           # indexer wq_b / weights_proj
     sink: int              # attn_sink split
+    expert_inter_multiple: int = 1  # a rank's expert intermediate width padded up to this (SGLang's Marlin)
 
 
 @dataclass(frozen=True)
@@ -230,10 +231,11 @@ def _expert_bytes(w: Weight, g: Groups) -> int:
     """One routed expert's bytes on its EP rank, cut over moe_tp along its intermediate dimension
     (``shard`` multiplies by the ``local_experts`` each rank holds; the rules refuse an uneven split)."""
     out_f, in_f = w.logical
-    if w.role is Role.EXPERT_W13:
-        out_f //= g.moe_tp
+    m = g.expert_inter_multiple
+    if w.role is Role.EXPERT_W13:  # [gate; up]: two halves of the intermediate width, each padded
+        out_f = 2 * round_up(out_f // 2 // g.moe_tp, m)
     else:
-        in_f //= g.moe_tp
+        in_f = round_up(in_f // g.moe_tp, m)
     return _quant_bytes(w.quant, out_f, in_f, StoredDType.F8_E8M0)
 
 

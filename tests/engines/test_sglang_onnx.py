@@ -86,11 +86,39 @@ def test_fewer_running_requests_shrink_the_fixed_pools(pro):
 
 
 def test_speculative_rings_and_inflation(pro):
-    p = plan(pro, num_speculative_tokens=2)
+    p = plan(pro, speculative_num_steps=1)  # SGLang: 1 draft step = 2 draft tokens at top-k 1
     assert p.rings == (16, 256)
     assert p.swa_budget_tokens() == 128 + 128 * 2 + 256 + 2 * 2
+    assert ("--speculative-num-draft-tokens", 2) in {(s.option, s.value) for s in p.settings}
     with pytest.raises(EngineRefused, match="exceeds what the c4 compress state ring"):
-        plan(pro, num_speculative_tokens=11)
+        plan(pro, speculative_num_steps=10)
+
+
+@pytest.mark.parametrize("settings, option, problem", [
+    ({"speculative_eagle_topk": 2, "speculative_num_steps": 3}, "--speculative-eagle-topk", "topk == 1"),
+    ({"speculative_num_draft_tokens": 4}, "--speculative-num-draft-tokens", "needs --speculative-num-steps"),
+])
+def test_speculative_options_refused_as_sglang_refuses(pro, settings, option, problem):
+    with pytest.raises(EngineRefused) as exc:
+        plan(pro, **settings)
+    assert exc.value.refusal.setting == option and problem in exc.value.refusal.message
+
+
+def test_draft_tokens_follow_the_steps_at_topk_1(pro):
+    """SGLang adjusts --speculative-num-draft-tokens to steps + 1 at top-k 1 (speculative_hook.py:1255-1266)."""
+    given = plan(pro, speculative_num_steps=3, speculative_num_draft_tokens=8)
+    assert given.resolved.draft_tokens == 4 == plan(pro, speculative_num_steps=3).resolved.draft_tokens
+
+
+@pytest.mark.parametrize("engine, args, spelling", [
+    ("sglang-0.5.23", ("--num-speculative-tokens", "3"), "spells it --speculative-num-steps"),
+    ("vllm-0.33", ("--speculative-num-steps", "3"), "spells it --num-speculative-tokens"),
+    ("vllm-0.26", ("--speculative-num-draft-tokens", "4"), "spells it --num-speculative-tokens"),
+    ("vllm-0.33", ("--speculative-eagle-topk", "1"), "spells it --num-speculative-tokens"),
+])
+def test_other_engines_speculative_spelling_is_bad_input(csa, engine, args, spelling):
+    r = csa("check", "deepseek-v4-pro", "--engine", engine, *args)
+    assert r.code == 2 and spelling in r.err and "Traceback" not in r.err
 
 
 @pytest.mark.parametrize("settings, setting", [

@@ -89,7 +89,10 @@ def test_sweep_engine_axis_rejects_unknown_and_retired(tmp_path):
     from csa_plan.planner.sweep.spec import parse_spec
 
     base = {"workload": AZURE, "grid": {"model": "deepseek-v4-pro", "device": "h200"}}
-    for bad, needle in (("tpu", "unknown engine 'tpu'"), ("vllm", "use --engine vllm-0.33")):
+    for bad, needle in (("tpu", "unknown engine 'tpu'"), ("vllm-fp4", "use --engine vllm-0.33")):
         spec = {**base, "grid": {**base["grid"], "engine": bad}}
         with pytest.raises(BadInput, match=needle):
             parse_spec(spec, str(tmp_path / "s.yaml"))
+    # a bare engine name is its newest modelled release, named as such in the sweep's points
+    parsed = parse_spec({**base, "grid": {**base["grid"], "engine": "vllm"}}, str(tmp_path / "s.yaml"))
+    assert "vllm-0.33" in repr(parsed) and "'vllm'" not in repr(parsed)

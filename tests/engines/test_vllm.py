@@ -208,8 +208,7 @@ def test_admission_counts_blocks_and_running_requests(pro):
 @pytest.mark.parametrize("settings, setting, rule", [
     ({"indexer_kv_dtype": "mxfp4"}, "--indexer-kv-dtype", "dsa_indexer_uses_fp4"),
     ({"kv_cache_dtype": "bfloat16"}, "--kv-cache-dtype", "_resolve_dsv4_kv_cache_dtype"),
-    ({"block_size": 128}, "--block-size", "supports_block_size"),
-    ({"block_size": 512}, "--block-size", "create_kv_cache_views"),
+    ({"block_size": 64}, "--block-size", "MLAAttentionSpec.real_page_size_bytes"),
     ({"gpu": "a100-80gb"}, "--gpu", "_select_dsv4_attn_cls"),
 ])
 def test_refusals_name_the_engine_rule(pro, settings, setting, rule):
@@ -233,7 +232,6 @@ def test_cli_refusal_exits_3_with_the_rule(csa):
     (("--engine", "vllm-0.33", "--max-running-requests", "8"), "spells it --max-num-seqs"),
     (("--kv-memory", "40GiB"), "name the engine with --engine"),
     (("--layout", "vllm"), "use --engine vllm-0.33"),
-    (("--engine", "vllm"), "use --engine vllm-0.33"),
 ])
 def test_cli_bad_engine_input(csa, args, needle):
     r = csa("check", "deepseek-v4-pro", *args)
@@ -252,3 +250,11 @@ def test_kvspec_window_rule():
     assert s.blocks_per_request(ONE_M, 16_384) == ceil_div(127 + 16_384, 64) + 1 == 259
     assert s.blocks_per_request(100, 16_384) == ceil_div(100, 64) + 1 == 3  # capped at max_model_len, +1 kept
     assert s.blocks_held(100, ONE_M, 1) == 2
+
+
+def test_cli_engine_vllm_names_the_newest_release(csa):
+    """``--engine vllm`` is the newest modelled release, and the output says which one."""
+    r = csa("check", "deepseek-v4-flash", "--engine", "vllm", "--kv-memory", "40GiB", "--json")
+    assert r.code == 0, r.err
+    assert "names the newest modelled release, vllm-0.33" in r.err
+    assert r.json()["engine"]["name"] == "vllm-0.33"
