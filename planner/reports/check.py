@@ -10,11 +10,11 @@ the JSON renderers both read, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from csa_plan.planner.capacity import DeviceFit
-from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
 from csa_plan.planner.layout import LayerKind
 from csa_plan.planner.memory import DeviceBudget
 from csa_plan.planner.plan import LayerPlan, ModelPlan
@@ -37,7 +37,8 @@ def verdict(plan: ModelPlan, cap: DeviceFit | None) -> str:
 
 
 def descriptor_dict(d: Descriptor) -> dict[str, Any]:
-    out = asdict(d)
+    # Every field is an immutable scalar but present_edges: no deep copy (dataclasses.asdict) needed.
+    out = {name: getattr(d, name) for name in DESCRIPTOR_FIELDS}
     out["present_edges"] = sorted(e.value for e in d.present_edges)
     return out
 
