@@ -43,6 +43,19 @@ def test_a_gpu_name_is_never_corrected_to_another_card():
         parse_size("H-200x", "options", "--device-memory")  # same card, spelt loosely: offered
 
 
+@pytest.mark.parametrize("text", ["h2000", "h10", "l4", "a10"])
+def test_a_name_with_other_digits_gets_no_card_suggested(text):
+    """A model number is not a typo: h10 is not an h100, h2000 not an h200 (--device-memory and --gpu)."""
+    from csa_plan.planner.cards import card
+
+    with pytest.raises(BadInput) as err:
+        parse_size(text, "options", "--device-memory")
+    assert "did you mean" not in str(err.value), str(err.value)
+    with pytest.raises(BadInput) as err:
+        card(text)
+    assert "did you mean" not in str(err.value), str(err.value)
+
+
 def test_a_gpu_typo_with_the_same_digits_is_still_offered():
     with pytest.raises(BadInput, match="did you mean 'a100-80gb'"):
         parse_size("a100-80g", "options", "--device-memory")
