@@ -17,6 +17,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 GROUP_HELP = "csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."
 
+# The group's one option besides --version and --help (cli/main.py; modes and variable: cli/stream.py).
+COLOR_HELP = "Colour: auto (a terminal only, whatever FORCE_COLOR says), always, never [default: auto]."
+
 # Every --help ends by saying where the definitions live.
 DOCS_HELP = """\b
 What the figures mean: docs/CONTRACT.md in the csa-plan sources

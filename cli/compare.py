@@ -47,9 +47,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     from csa_plan.planner.plan import PlanOptions
 
     if plot_file is not None:
-        from csa_plan.planner.files import check_output_path
+        from csa_plan.planner.files import check_distinct_outputs, check_output_path
 
         check_output_path(plot_file, "--plot")
+        check_distinct_outputs(("--plot", plot_file), ("--budget-plot", budget_plot))
         require_plotting("--plot")
 
     options = PlanOptions(max_seq_len=max_seq_len, batch=batch, query_len=query_len,

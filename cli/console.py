@@ -4,6 +4,8 @@ Both consoles (``cli/safe_console.py``, built on first use) escape control chara
 and escape sequences in everything they print (``planner/text.printable``): text from a
 file or an option never reaches the terminal raw, whatever the rendering code did with it.
 Rich's own styling and cursor control (segments it marks as control) pass through untouched.
+They write through the guarded streams (``cli/stream.py``) and colour only a terminal
+unless the user asks (``csa-plan --color always``), whatever ``FORCE_COLOR`` says.
 
 Markup is the other half: renderers print rich markup of their own (``[bold]``,
 ``[red]``), and a workload named ``trace[red].jsonl`` or a hint like ``pip install
@@ -33,15 +35,21 @@ class Consoles:
 
     @cached_property
     def out(self) -> Any:
-        from csa_plan.cli.safe_console import SafeConsole
+        import sys
 
-        return SafeConsole()
+        from csa_plan.cli.safe_console import SafeConsole
+        from csa_plan.cli.stream import console_settings
+
+        return SafeConsole(**console_settings(sys.stdout))
 
     @cached_property
     def err(self) -> Any:
-        from csa_plan.cli.safe_console import SafeConsole
+        import sys
 
-        return SafeConsole(stderr=True)
+        from csa_plan.cli.safe_console import SafeConsole
+        from csa_plan.cli.stream import console_settings
+
+        return SafeConsole(stderr=True, **console_settings(sys.stderr))
 
 
 def make_consoles() -> Consoles:

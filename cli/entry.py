@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 
 HELP_FLAGS = (["--help"], ["-h"])
-OPTION_ROWS = (("--version", "Show the version and exit."), ("-h, --help", "Show this message and exit."))
 
 
 def main() -> None:
@@ -27,15 +26,20 @@ def top_level_help(columns: int | None = None) -> str:
     """``csa-plan --help`` as click 8 formats a group's help (HelpFormatter: width clamped to 80)."""
     import shutil
 
-    from csa_plan.cli.commands import COMMANDS, DOCS_HELP, GROUP_HELP, available
+    from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available
     from csa_plan.cli.exit_codes import EXIT_CODES_HELP
+    from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES
+
+    option_rows = (("--version", "Show the version and exit."),
+                   (f"--color [{'|'.join(COLOR_MODES)}]", f"{COLOR_HELP}  [env var: {COLOR_ENV}]"),
+                   ("-h, --help", "Show this message and exit."))
 
     if columns is None:
         columns = shutil.get_terminal_size().columns
     width = max(min(columns, 80) - 2, 50)
     out = [_usage("Usage: csa-plan ", "[OPTIONS] COMMAND [ARGS]...", width), "\n"]
     out += ["\n", _wrap_paragraphs(GROUP_HELP, width, "  "), "\n"]
-    out += ["\n", "Options:\n", _definitions(OPTION_ROWS, width, 2)]
+    out += ["\n", "Options:\n", _definitions(option_rows, width, 2)]
     rows = [(name, help_) for name, (_target, help_) in COMMANDS.items() if available(name)]
     if rows:
         out += ["\n", "Commands:\n", _definitions(rows, width, 2)]

@@ -17,4 +17,5 @@ Exit codes:
   4  run-gpu: a verification check failed
   5  run-gpu: no usable GPU (CuPy missing, no driver, driver too old, no device)
   1  an internal error (a bug: please report it; CSA_PLAN_DEBUG=1 shows the traceback)
+  141 the reader of the output went away (a closed pipe, as head does); nothing is said
 """

@@ -13,9 +13,10 @@ import sys
 
 import click
 
-from csa_plan.cli.commands import COMMANDS, DOCS_HELP, GROUP_HELP, available
+from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
 from csa_plan.cli.options import one_line
+from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, guarded, set_color_mode
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -48,12 +49,23 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, help=GROUP_HELP, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="csa-plan", prog_name="csa-plan")
-def cli() -> None:
+@click.option("--color", type=click.Choice(COLOR_MODES), default=None, envvar=COLOR_ENV, show_envvar=True,
+              help=COLOR_HELP)
+def cli(color: str | None) -> None:
     """The group; its help is GROUP_HELP (cli/commands.py), which cli/entry.py also prints without click."""
+    set_color_mode(color)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; click usage errors become one line and exit 2."""
+    """Run the CLI through the guarded streams (``cli/stream.py``: a closed pipe, a full disk or
+    an encoding that cannot carry a character end as documented, never as an internal error)."""
+    set_color_mode(None)
+    with guarded():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
+    """Click usage errors become one line and exit 2 (with --json, also the error document)."""
     from csa_plan.cli.error_doc import json_asked, tell_failure
 
     as_json = json_asked(sys.argv[1:] if argv is None else argv)

@@ -48,6 +48,19 @@ def write_budget_plot(consoles: Any, budget: dict[str, Any] | None, path: str | 
     target.print(esc(note) if note else f"budget chart written to {esc(path)}")
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, every text drawn literally: a ``$`` in a trace
+    path or a spec name is no mathtext formula (which could fail to parse), and no TeX runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, path: str, **kwargs: Any) -> None:
     """A temporary file in the target's folder renamed into place (``planner/files.write_atomically``):
     a reader never sees half a file and concurrent writers leave one whole one. The path was
@@ -57,7 +70,9 @@ def _save(fig, path: str, **kwargs: Any) -> None:
 
     from csa_plan.planner.files import write_atomically
 
-    fmt = path.rsplit(".", 1)[-1].lower()
+    from pathlib import Path
+
+    fmt = Path(path).suffix[1:].lower()
     try:
         write_atomically(path, "--plot", lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
     finally:
@@ -75,8 +90,9 @@ def legend_outside(ax, handles=None, labels=None, **kwargs: Any):
 def simulate_figure(series, title: str):
     """Residency per device group against its limit (top) and requests in flight (bottom), on their own
     axes: two series can never hide one another however their scales happen to line up."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = _pyplot()
 
     seconds = series.edges_ns / 1e9
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, height_ratios=(3, 1))
@@ -104,9 +120,7 @@ def simulate_figure(series, title: str):
 def plot_simulate(series, path: str, title: str) -> str | None:
     """Draw ``simulate_figure`` to ``path``; None on success, else why not."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
+        _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
     _save(simulate_figure(series, title), path, bbox_inches="tight")
@@ -116,10 +130,7 @@ def plot_simulate(series, path: str, title: str) -> str | None:
 def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     """Devices vs sustainable rate for every feasible point, the front drawn as a step; None on success."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); the front is shown as text instead"
     by_key = {r["key"]: r for r in report["results"]}
@@ -172,10 +183,7 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
 
 def plot_compare(spec, options, layouts, path: str) -> None:
     """Bytes per request against context length, one line per layout profile or engine model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from csa_plan.planner.engines.compare import context_lengths, curves
     from csa_plan.planner.plan import apply_options
@@ -202,10 +210,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
 def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     """The tightest stage's budget as a waterfall: each step a bar from the level before it; None on success."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return "matplotlib is not installed (pip install 'csa-plan[plot]'); the waterfall is shown as a table"
     steps = budget["stages"][budget["binding_stage"]]["steps"]

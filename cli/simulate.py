@@ -85,10 +85,11 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.workloads import MixSettings, TraceOptions, parse_columns, parse_where
 
-    from csa_plan.planner.files import check_output_path
+    from csa_plan.planner.files import check_distinct_outputs, check_output_path
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole simulation
         check_output_path(plot_path, "--plot")
+        check_distinct_outputs(("--plot", plot_path), ("--budget-plot", budget_plot))
         require_plotting("--plot")
     consoles = make_consoles()
     d = deployment

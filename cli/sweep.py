@@ -10,7 +10,8 @@ from csa_plan.cli.options import COUNT, bad_input_exits, deployment_options
 
 SWEEP_EXIT_HELP = EXIT_CODES_HELP + """\b
 For sweep: 0 some point meets every constraint (the answer is the first ranked),
-3 no point does, 130 interrupted (finished points are kept in --resume FILE).
+3 no point does, 130 interrupted: Ctrl-C, SIGTERM or SIGHUP (finished points are kept
+in --resume FILE; the worker processes end with the sweep).
 """
 
 
@@ -21,7 +22,9 @@ For sweep: 0 some point meets every constraint (the answer is the first ranked),
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the points on a Ray cluster (auto, ray://host:port); needs csa-plan[ray].")
 @click.option("--resume", "resume_path", default=None, metavar="FILE",
-              help="Append each finished point to FILE (JSON lines) and skip points already in it.")
+              help="Append each finished point to FILE (JSON lines) and skip points already in it. FILE is "
+                   "created by csa-plan with a header naming the spec and workload; any other file is refused "
+                   "unchanged (docs/output-and-resume.md).")
 @click.option("--top", type=COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v1 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
@@ -51,11 +54,12 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.cli.progress import progress_bar
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
 
-    from csa_plan.planner.files import check_output_path
+    from csa_plan.planner.files import check_distinct_outputs, check_output_path
     from csa_plan.planner.text import printable
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole sweep
         check_output_path(plot_path, "--plot")
+        check_distinct_outputs(("--resume", resume_path), ("--plot", plot_path))
         require_plotting("--plot")
     consoles = make_consoles()
     show = not as_json and consoles.err.is_terminal

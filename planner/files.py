@@ -136,12 +136,16 @@ PLOT_EXTENSIONS = (".png", ".svg", ".pdf")
 
 
 def check_output_path(path: str, option: str, extensions: tuple[str, ...] = PLOT_EXTENSIONS) -> Path:
-    """A path a file can be written to: a known extension, an existing writable folder, and
-    either nothing there yet or a regular file (a directory or a device is refused)."""
+    """A path a file can be written to: a file name (not ending in ``/``) with a known extension,
+    an existing writable folder, and either nothing there yet or a regular file (a directory or
+    a device is refused)."""
     if not path:
         raise BadInput("options", option, "the path is empty")
     if "\0" in path:
         raise BadInput("options", option, f"the path {excerpt(path)} contains a NUL character")
+    name = os.path.basename(path)
+    if name in ("", ".", ".."):  # "x.png/" or "x.png/.": pathlib would drop the slash and call it x.png
+        raise BadInput("options", option, f"{excerpt(path)} names a folder, not a file (use e.g. plot.png)")
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in extensions:
@@ -163,6 +167,21 @@ def check_output_path(path: str, option: str, extensions: tuple[str, ...] = PLOT
     if not os.access(parent, os.W_OK | os.X_OK):
         raise BadInput("options", option, f"cannot write {excerpt(path)}: the folder is not writable")
     return p
+
+
+def check_distinct_outputs(first: tuple[str, str | None], second: tuple[str, str | None]) -> None:
+    """Two output options (``(option, path)``) must not name one file: ``--plot`` written at the end
+    would replace a ``--resume`` file and every finished point in it. Compared after resolving
+    links and ``..``, and by device and inode when both exist (a hard link is the same file)."""
+    (option_a, a), (option_b, b) = first, second
+    if not a or not b:
+        return
+    same = os.path.realpath(a) == os.path.realpath(b)
+    if not same:
+        with contextlib.suppress(OSError, ValueError):
+            same = os.path.samefile(a, b)
+    if same:
+        raise BadInput("options", option_b, f"{excerpt(b)} is the {option_a} file {excerpt(a)}: name another file")
 
 
 def write_atomically(path: Path | str, option: str, write: Callable[[str], None]) -> None:

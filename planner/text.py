@@ -4,47 +4,78 @@ Everything a file or an option says can reach a terminal (a message, a refusal, 
 table cell). ``printable`` escapes what a terminal would act on instead of print —
 C0 controls, DEL, C1 controls (CSI and OSC included, so no escape sequence survives),
 line and paragraph separators and the bidirectional overrides that reorder a line —
-as ``\\x1b``/``\\u2028``-style escapes. ``excerpt`` quotes a bounded, escaped prefix and
-says how long the whole value was: ``'aaaa…' (104,857,600 characters)``.
+and what a reader cannot see (zero-width and format characters, tags, fillers,
+undecodable bytes) as ``\\x1b``/``\\u200b``/``\\U000e0041``-style escapes. ``excerpt``
+quotes a bounded, escaped prefix and says how long the whole value was: ``'aaaa…' (104,857,600 characters)``.
 
 Both are linear in the part of the text they keep, never in the whole input.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 EXCERPT_CHARS = 40
 """How many characters of an input value a message quotes at most."""
 
-# Code points a terminal interprets or that change how the line around them reads.
-_UNSAFE = (
-    set(range(0x00, 0x20)) | {0x7F} | set(range(0x80, 0xA0))  # C0, DEL, C1 (0x9B CSI, 0x9D OSC)
-    | {0x2028, 0x2029, 0x85}  # line / paragraph separators (NEL is C1 too)
-    | set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A)) | {0x200E, 0x200F, 0x061C}  # bidi controls
-    | {0xFEFF}  # a BOM in the middle of a line is invisible
-)
+# What a terminal would act on, or what a reader cannot see, is shown as an escape:
+# - every code point Python does not call printable: C0, DEL and C1 controls (0x9B CSI, 0x9D OSC),
+#   format characters (zero-width space U+200B, soft hyphen U+00AD, the bidirectional controls
+#   U+202A-U+202E and U+2066-U+2069, tag characters U+E0000-U+E007F, U+180E, a BOM), line and
+#   paragraph separators, surrogates (undecodable bytes of a file name), private-use and
+#   unassigned code points, and every space but U+0020;
+# - the default-ignorable code points Python does call printable (U+034F combining grapheme
+#   joiner, variation selectors, Hangul fillers) and the blank braille pattern U+2800: each renders
+#   as nothing or as a space, so a name could hide a difference in them.
+_HIDDEN_PRINTABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\U000e0100-\U000e01ef]")
+_TABLE_CACHE_MAX = 4096  # distinct code points remembered per table (bounded memory on any input)
 
 
 def _escape(code: int) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
-_TABLE: dict[int, str] = {c: _escape(c) for c in _UNSAFE}
-_TABLE_KEEP_LINES: dict[int, str] = {c: e for c, e in _TABLE.items() if c not in (0x0A, 0x09)}
+def is_hidden(char: str) -> bool:
+    """Whether one character is shown escaped (see above)."""
+    return not char.isprintable() or _HIDDEN_PRINTABLE.match(char) is not None
+
+
+class _Escapes(dict):
+    """A ``str.translate`` table filled on first sight of each code point (the whole range is
+    never enumerated: start-up stays fast); misses beyond the cache bound are computed each time."""
+
+    def __init__(self, keep: str) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        value = char if char in self.keep or not is_hidden(char) else _escape(code)
+        if len(self) < _TABLE_CACHE_MAX:
+            self[code] = value
+        return value
+
+
+_TABLE = _Escapes("")
+_TABLE_KEEP_LINES = _Escapes("\n\t")
 
 
 def printable(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control character and escape-sequence introducer escaped.
+    """``text`` with every control, format, invisible and escape-sequence character escaped.
 
     ``keep_newlines`` leaves ``\\n`` and ``\\t`` alone (for multi-line rendered output);
     by default they are escaped too, so the result is always one line.
     """
     if not isinstance(text, str):
         text = str(text)
-    if text.isprintable():  # the common case, in C: nothing below is printable
+    if text.isprintable() and _HIDDEN_PRINTABLE.search(text) is None:  # the common case, in C
         return text
     return text.translate(_TABLE_KEEP_LINES if keep_newlines else _TABLE)
 

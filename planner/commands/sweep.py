@@ -7,7 +7,7 @@ sweep (Ctrl-C) keeps them and ``--resume`` picks up where it stopped.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
@@ -37,19 +37,21 @@ def run_sweep(req: SweepRequest,
               progress: Callable[[str, int], ContextManager[Tick]] = lambda label, total: nullcontext(
                   lambda *a: None)) -> SweepOutcome:
     from csa_plan.planner.reports.sweep import sweep_report
-    from csa_plan.planner.sweep.evaluate import Task, answer, evaluate, resume_line, triage
-    from csa_plan.planner.sweep.resume import ResumeFile
-    from csa_plan.planner.sweep.executors import make_executor
+    from csa_plan.planner.sweep.evaluate import (Task, WorkloadBounds, answer, evaluate, load_context_workload,
+                                                 resume_line, triage)
+    from csa_plan.planner.sweep.resume import ResumeFile, ResumeIdentity
+    from csa_plan.planner.sweep.executors import make_executor, signals_interrupt
     from csa_plan.planner.sweep.spec import load_spec
 
     spec = _override(load_spec(req.spec_path), req.deployment)
     digest = spec.digest
     resume_path = req.resume_path
     sink = None
-    if resume_path is not None:  # opened once: validated record by record, a torn tail repaired
-        if not resume_path:
-            raise BadInput("options", "--resume", "the path is empty")
-        sink = ResumeFile(resume_path, digest, {p.key: p for p in spec.points})
+    if resume_path is not None:  # opened once: its header and every record checked, a torn tail repaired
+        ctx = spec.context
+        bounds = WorkloadBounds.of(load_context_workload(ctx.workload, ctx.sort, ctx.seed))
+        identity = ResumeIdentity.of(spec, bounds.requests, bounds.base_rate_per_s)
+        sink = ResumeFile(resume_path, identity, {p.key: p for p in spec.points})
     try:
         plan = triage(spec, sink.done if sink else {})
         executor = make_executor(req.jobs, req.ray_address)
@@ -60,14 +62,15 @@ def run_sweep(req: SweepRequest,
     results = list(plan.resumed)
     started = time.perf_counter()
     try:
-        with progress("sweeping", len(plan.to_run)) as tick:
+        with signals_interrupt(), progress("sweeping", len(plan.to_run)) as tick:
             tasks = [Task(spec.context, p) for p in plan.to_run]
-            for k, result in enumerate(executor.map(evaluate, tasks), 1):
-                results.append(result)
-                if sink is not None:
-                    sink.append(resume_line(digest, result))
-                tick(k, len(tasks), f"sweeping: {k}/{len(tasks)} points")
-    except KeyboardInterrupt:
+            with closing(executor.map(evaluate, tasks)) as finished:  # closed at once: workers stopped
+                for k, result in enumerate(finished, 1):
+                    results.append(result)
+                    if sink is not None:
+                        sink.append(resume_line(digest, result))
+                    tick(k, len(tasks), f"sweeping: {k}/{len(tasks)} points")
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP (executors.Terminated)
         return SweepOutcome(ExitCode.INTERRUPTED, None, len(results) - len(plan.resumed), len(plan.to_run))
     finally:
         if sink is not None:

@@ -9,4 +9,5 @@ COMPARE = "csa-plan/compare/v1"
 SIMULATE = "csa-plan/simulate/v1"
 SWEEP = "csa-plan/sweep/v1"
 SWEEP_POINT = "csa-plan/sweep-point/v1"  # one line of a sweep's --resume file
+SWEEP_RESUME = "csa-plan/sweep-resume/v1"  # the first line of a --resume file: what it belongs to
 RUN_GPU = "csa-plan/run-gpu/v1"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.simulate import Outcome, Policy
+from csa_plan.planner.simulate.scenario import REASONS
 from csa_plan.planner.units import NS_PER_S
 from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
 from csa_plan.planner.sweep.spec import Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
@@ -241,19 +242,7 @@ def evaluate(task: Task) -> PointResult:
     byte_ns = sum(d.byte_ns for d in result.devices)
     mean_util = byte_ns / (p.limit_bytes * result.span_ns * len(result.devices)) if result.span_ns else 0.0
     peak_util = max(d.peak_bytes for d in result.devices) / p.limit_bytes
-    violations = []
-    if cons.zero_refusals and result.refused:
-        detail = ", ".join(f"{reason} {n:,}" for reason, n in result.refusals)
-        violations.append(f"{result.refused:,} refused ({detail})")
-    if cons.wait_p99_max_ns is not None:
-        if result.wait_p99_ns is None:
-            violations.append("no request admitted")
-        elif result.wait_p99_ns > cons.wait_p99_max_ns:
-            violations.append(f"wait p99 {result.wait_p99_ns / NS_PER_S:.3f} s > {cons.wait_p99_max_s:g} s")
-    if mean_util < cons.min_mean_utilization:
-        violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
-    if result.refusal_count(Outcome.OUT_OF_MEMORY) == 0 and cap.rate_scale is None:
-        violations.append("no sustainable rate")  # cannot happen when the target run is clean; kept honest
+    violations = point_violations(cons, result.refusals, result.wait_p99_ns, mean_util, cap.rate_scale)
     bounds = WorkloadBounds.of(wl)
     rate = None if cap.rate_scale is None else cap.rate_scale * bounds.base_rate_per_s
     return PointResult(
@@ -262,7 +251,28 @@ def evaluate(task: Task) -> PointResult:
         mean_utilization=mean_util, peak_utilization=peak_util, sustainable_rate_scale=cap.rate_scale,
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
-        feasible=not violations, violations=tuple(violations))
+        feasible=not violations, violations=violations)
+
+
+def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], wait_p99_ns: int | None,
+                     mean_util: float, rate_scale: float | None) -> tuple[str, ...]:
+    """The constraints a point's run breaks, as shown; a pure function of the run's figures, so
+    a resumed record's violations are checked by computing them again (``planner/sweep/resume.py``)."""
+    violations = []
+    refused = sum(n for _, n in refusals)
+    if cons.zero_refusals and refused:
+        detail = ", ".join(f"{reason} {n:,}" for reason, n in refusals)
+        violations.append(f"{refused:,} refused ({detail})")
+    if cons.wait_p99_max_ns is not None:
+        if wait_p99_ns is None:
+            violations.append("no request admitted")
+        elif wait_p99_ns > cons.wait_p99_max_ns:
+            violations.append(f"wait p99 {wait_p99_ns / NS_PER_S:.3f} s > {cons.wait_p99_max_s:g} s")
+    if mean_util < cons.min_mean_utilization:
+        violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
+    if dict(refusals).get(REASONS[Outcome.OUT_OF_MEMORY], 0) == 0 and rate_scale is None:
+        violations.append("no sustainable rate")  # cannot happen when the target run is clean; kept honest
+    return tuple(violations)
 
 
 def point_capacity(p: SweepPoint):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
@@ -48,7 +49,9 @@ class LocalPoolExecutor:
         if not items:
             return
         n = min(self.workers or os.cpu_count() or 1, len(items))
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=die_with_parent, initargs=(os.getpid(),))
+        finished = False
         try:
             # A bounded window keeps memory flat and lets an interrupt cancel what has not started.
             pending, queue = set(), iter(items)
@@ -61,11 +64,94 @@ class LocalPoolExecutor:
                     nxt = next(queue, _END)
                     if nxt is not _END:
                         pending.add(pool.submit(fn, nxt))
+            finished = True
         finally:
+            if not finished:  # interrupted, terminated or failed: the points still running are not waited for
+                _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
 
 
 _END = object()
+
+
+def _stop_workers(pool: Any) -> None:
+    for process in list(getattr(pool, "_processes", {}).values()):  # CPython's pool keeps them by pid
+        try:
+            process.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+# -- workers die with their parent ---------------------------------------------------------------
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCHDOG_S = 0.5
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A pool worker's first act: end when the sweep process ends, however it ends (SIGTERM,
+    SIGHUP, SIGKILL of the parent alone, which no handler in the parent can see).
+
+    Two mechanisms: on Linux the kernel's parent-death signal (``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)`` through ctypes; the parent may have died before it was set, so the parent's
+    pid is checked after); everywhere, a watchdog thread that ends the worker once it has
+    been re-parented. The multiprocessing resource tracker then sees its last writer go
+    and ends too.
+    """
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the watchdog alone
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(WATCHDOG_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="csa-plan-parent-watchdog", daemon=True).start()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a sweep: handled as an interrupt (finished points kept, workers
+    stopped), never as an abrupt exit that would leave the pool behind."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` in the main thread for the duration (elsewhere
+    signals cannot be handled: nothing changes)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    saved = {name: signal.signal(getattr(signal, name), handler) for name in names}
+    try:
+        yield
+    finally:
+        for name, previous in saved.items():
+            signal.signal(getattr(signal, name), previous)
 
 
 @dataclass(frozen=True)

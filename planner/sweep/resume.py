@@ -1,40 +1,100 @@
-"""The sweep's ``--resume`` file: one JSON line per finished point, read like any other input.
+"""The sweep's ``--resume`` file: a header naming what it belongs to, then one JSON line per
+finished point. Only csa-plan creates one, and it only ever appends to it.
 
-Reading: the file is opened once (created if absent) and ``fstat``-ed (a FIFO or a
-device is refused), capped at MAX_RESUME_BYTES, and every record is validated field by
-field — types, ranges (finite numbers, counts below 2^63, devices matching the point)
-and the spec digest — so a hand-edited or hostile file is bad input naming its line,
-never a crash or a wrong answer. Lines are split at ``\\n`` only.
+Creating: a path that does not exist is created with its header already in it (the
+header is written to a temporary file in the same folder, then hard-linked into place,
+so the file never exists without it and an existing file is never replaced).
 
-Writing: each finished point is appended with one ``write`` on an ``O_APPEND``
-descriptor. A torn last line (a run killed mid-write) is cut off when the file is
-opened, so the next record never lands after a fragment. A write that fails (ENOSPC,
-EROFS, EFBIG) is undone to the last whole line and reported as one line; every point
-written before it is kept.
+Opening an existing file: the final path component is opened with ``O_NOFOLLOW`` (a
+symbolic link is refused, never followed) and ``O_NONBLOCK``; the descriptor is
+``fstat``-ed (a FIFO, a device or a directory is refused) and the size capped at
+MAX_RESUME_BYTES. The first line must be a ``csa-plan/sweep-resume/v1`` header whose
+hashes match this sweep: the spec file's bytes, the workload file's bytes, the settings
+the results depend on (``spec_digest``) and the grid after command-line overrides. A
+file that is not a resume file — notes, a config, a binary, an empty file, a file from
+another sweep — is bad input *before a byte is written to it*.
+
+Every record is validated field by field (types, ranges) and for consistency: it belongs
+to a point of this grid with that point's devices; the workload's request count; admitted
+plus refused equals requests and the refusal counts (known reasons only) sum to refused;
+utilisations within [0, 1] and mean at most peak; a wait only when something was admitted;
+the rates equal the rate scale times the workload's base rate (and per device, divided by
+its devices); and the violations and feasibility are exactly what the constraints give for
+these figures (``evaluate.point_violations``). A point recorded twice must be recorded
+the same. Anything else is bad input naming the line and field.
+
+Writing: each finished point is appended with one ``write`` on the ``O_APPEND``
+descriptor. A torn last line (a run killed mid-write: at most one record's bytes, after a
+newline) is cut off before appending so the next record never lands after a fragment. A
+write that fails (ENOSPC, EROFS, EFBIG) is undone to the last whole line and reported as
+one line; every point written before it is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import stat
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import I63_LIMIT, U64_LIMIT, BadInput
 from csa_plan.planner.files import describe_mode
 from csa_plan.planner.limits import MAX_DEVICES, MAX_RATE_SCALE, MAX_RESUME_BYTES, MAX_STRING_CHARS
 from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
-from csa_plan.planner.sweep.spec import SweepPoint
+from csa_plan.planner.reports.schemas import SWEEP_RESUME as HEADER_SCHEMA
+from csa_plan.planner.sweep.spec import Constraints, Search, SweepPoint
+from csa_plan.planner.text import excerpt
 
 MAX_RESUME_RATE_PER_S = 1e18  # far above any trace (1e9 requests/s x 2^20 rate scale)
 MAX_RESUME_LIST = 64  # refusal reasons or violations in one record
 MAX_RESUME_PROBES = 1 << 20
+MAX_RECORD_BYTES = 64 << 10  # one record line; a torn tail longer than this is no torn record
+REL_TOL = 1e-9  # figures derived by one float operation from others agree to this
 
-_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FLAGS = os.O_RDWR | os.O_APPEND | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+NOT_A_RESUME_FILE = "nothing was written to it; name a new file (csa-plan creates it) or one an earlier run wrote"
 
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)[:200]
+
+
+@dataclass(frozen=True)
+class ResumeIdentity:
+    """What a resume file belongs to: the header's fields, compared by hash."""
+
+    spec: str  # the spec path as given (shown, not compared)
+    spec_sha256: str
+    workload: str
+    workload_sha256: str
+    spec_digest: str  # workload bytes + every setting the results depend on (SweepSpec.digest)
+    grid_sha256: str  # the points, after --tp/--pp/--dp/--weights/--reserved
+    requests: int | None = None  # the workload's request count: every record replays all of it
+    base_rate_per_s: float | None = None
+    constraints: Constraints | None = None
+    search: Search | None = None
+
+    @staticmethod
+    def of(spec: Any, requests: int | None = None, base_rate_per_s: float | None = None) -> "ResumeIdentity":
+        return ResumeIdentity(spec.source, spec.source_sha256, spec.context.workload, spec.workload_sha256,
+                              spec.digest, spec.grid_sha256, requests, base_rate_per_s, spec.context.constraints,
+                              spec.context.search)
+
+    def header(self) -> dict[str, Any]:
+        return {"schema": HEADER_SCHEMA, "spec": self.spec, "spec_sha256": self.spec_sha256,
+                "workload": self.workload, "workload_sha256": self.workload_sha256, "spec_digest": self.spec_digest,
+                "grid_sha256": self.grid_sha256}
+
+    def header_line(self) -> str:
+        import json
+
+        return json.dumps(self.header())
 
 
 class _Record:
@@ -85,61 +145,131 @@ class _Record:
         return value
 
 
-def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str]):
-    """One resume record as a PointResult, or None when it belongs to a point not in this grid."""
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL_TOL * max(abs(a), abs(b))
+
+
+def _refusals(r: _Record) -> tuple[tuple[str, int], ...]:
+    """The refusal counts in the simulator's own order (the file's order is sorted by name)."""
+    from csa_plan.planner.simulate.scenario import REASONS
+
+    known = list(REASONS.values())
+    raw = r.get("refusals")
+    if not isinstance(raw, dict) or len(raw) > MAX_RESUME_LIST:
+        raise r.fail("refusals", f"expected a mapping of at most {MAX_RESUME_LIST} reasons")
+    for reason, n in raw.items():
+        if reason not in known:
+            raise r.fail("refusals", f"unknown refusal reason {excerpt(reason)} (known: {', '.join(known)})")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < I63_LIMIT:
+            raise r.fail(f"refusals.{reason}", "expected a count from 1 to 2^63 - 1 (reasons without refusals "
+                                               "are left out)")
+    return tuple((reason, raw[reason]) for reason in known if reason in raw)
+
+
+@lru_cache(maxsize=1)
+def _record_keys() -> frozenset[str]:
+    """Exactly the keys ``evaluate.resume_line`` writes."""
+    from dataclasses import fields
+
     from csa_plan.planner.sweep.evaluate import PointResult
+
+    return frozenset({"schema", "spec_digest"} | {f.name for f in fields(PointResult)})
+
+
+def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str],
+                 identity: ResumeIdentity | None = None):
+    """One resume record as a PointResult, validated for consistency and for belonging to
+    this sweep (``identity``: the workload's request count and base rate, the constraints)."""
+    from csa_plan.planner.sweep.evaluate import PointResult, point_violations
 
     if not isinstance(data, dict) or data.get("schema") != RESUME_SCHEMA:
         raise BadInput(where, "schema", f"expected {RESUME_SCHEMA}")
     if data.get("spec_digest") != digest:
         raise BadInput(where, "spec_digest", "written by a different sweep spec or workload (use another --resume file)")
     r = _Record(data, where)
+    unknown = sorted(set(data) - _record_keys())
+    if unknown:
+        raise r.fail(excerpt(unknown[0]), "unknown key (a record has exactly the keys csa-plan writes)")
     key = r.text(r.get("key"), "key")
     if key not in points:
-        return None
+        raise r.fail("key", f"{excerpt(key)} is no point of this sweep's grid")
     point = points[key] if isinstance(points, Mapping) else None
     devices = r.count("devices", low=1, below=MAX_DEVICES + 1)
     if point is not None and devices != point.devices:
-        raise r.fail("devices", f"{devices:,}, but the point {key[:80]!r} has {point.devices:,}")
+        raise r.fail("devices", f"{devices:,}, but the point {excerpt(key)} has {point.devices:,}")
     requests = r.count("requests")
+    if identity is not None and identity.requests is not None and requests != identity.requests:
+        raise r.fail("requests", f"{requests:,}, but the workload has {identity.requests:,} requests")
     admitted = r.count("admitted")
     refused = r.count("refused")
-    if admitted > requests or refused > requests:
-        raise r.fail("admitted" if admitted > requests else "refused", f"more than the {requests:,} requests")
-    raw_refusals = r.get("refusals")
-    if not isinstance(raw_refusals, dict) or len(raw_refusals) > MAX_RESUME_LIST:
-        raise r.fail("refusals", f"expected a mapping of at most {MAX_RESUME_LIST} reasons")
-    refusals = []
-    for reason, n in raw_refusals.items():
-        r.text(reason, "refusals")
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < I63_LIMIT:
-            raise r.fail(f"refusals.{reason[:40]}", "expected a count below 2^63")
-        refusals.append((reason, n))
+    if admitted + refused != requests:
+        raise r.fail("refused", f"admitted {admitted:,} + refused {refused:,} is not the {requests:,} requests")
+    refusals = _refusals(r)
+    if sum(n for _, n in refusals) != refused:
+        raise r.fail("refusals", f"the counts sum to {sum(n for _, n in refusals):,}, not the {refused:,} refused")
+    wait = r.count("wait_p99_ns", nullable=True)
+    if (wait is None) != (admitted == 0):
+        raise r.fail("wait_p99_ns", "null exactly when no request was admitted")
+    mean_util = r.number("mean_utilization", high=1.0)
+    peak_util = r.number("peak_utilization", high=1.0)
+    if mean_util > peak_util * (1 + REL_TOL):
+        raise r.fail("mean_utilization", f"{mean_util!r} is above the peak utilization {peak_util!r}")
+    peak_bytes = r.count("peak_bytes", below=U64_LIMIT)
+    scale = r.number("sustainable_rate_scale", high=MAX_RATE_SCALE, nullable=True, positive=True)
+    at_least = r.flag("at_least")
+    probes = r.count("probes", low=1, below=MAX_RESUME_PROBES)
+    rate = r.number("sustainable_rate_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True)
+    per_device = r.number("rate_per_device_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True)
+    _check_rates(r, devices, scale, at_least, rate, per_device, identity, point)
     raw_violations = r.get("violations")
     if not isinstance(raw_violations, list) or len(raw_violations) > MAX_RESUME_LIST:
         raise r.fail("violations", f"expected a list of at most {MAX_RESUME_LIST} strings")
     violations = tuple(r.text(v, "violations") for v in raw_violations)
     feasible = r.flag("feasible")
+    if feasible != (not violations):
+        raise r.fail("feasible", f"{str(feasible).lower()}, but the record lists {len(violations)} violation(s)")
+    if identity is not None and identity.constraints is not None:
+        expected = point_violations(identity.constraints, refusals, wait, mean_util, scale)
+        if violations != expected:
+            raise r.fail("violations", f"not what this sweep's constraints give for the record's figures "
+                                       f"({'; '.join(expected) or 'none'})")
     return PointResult(
-        key=key, devices=devices, requests=requests, admitted=admitted, refused=refused, refusals=tuple(refusals),
-        wait_p99_ns=r.count("wait_p99_ns", nullable=True), peak_bytes=r.count("peak_bytes", below=U64_LIMIT),
-        mean_utilization=r.number("mean_utilization", high=1e12),
-        peak_utilization=r.number("peak_utilization", high=1e12),
-        sustainable_rate_scale=r.number("sustainable_rate_scale", high=MAX_RATE_SCALE, nullable=True, positive=True),
-        at_least=r.flag("at_least"), probes=r.count("probes", below=MAX_RESUME_PROBES),
-        sustainable_rate_per_s=r.number("sustainable_rate_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True),
-        rate_per_device_per_s=r.number("rate_per_device_per_s", high=MAX_RESUME_RATE_PER_S, nullable=True),
-        feasible=feasible, violations=violations)
+        key=key, devices=devices, requests=requests, admitted=admitted, refused=refused, refusals=refusals,
+        wait_p99_ns=wait, peak_bytes=peak_bytes, mean_utilization=mean_util, peak_utilization=peak_util,
+        sustainable_rate_scale=scale, at_least=at_least, probes=probes, sustainable_rate_per_s=rate,
+        rate_per_device_per_s=per_device, feasible=feasible, violations=violations)
 
 
-def parse_resume(text: str, source: str, digest: str,
-                 points: Mapping[str, SweepPoint] | AbstractSet[str]) -> tuple[dict, int]:
+def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, rate: float | None,
+                 per_device: float | None, identity: ResumeIdentity | None, point: SweepPoint | None) -> None:
+    if scale is None:
+        if at_least or rate is not None or per_device is not None:
+            raise r.fail("sustainable_rate_scale", "null, but the record has a rate or says at_least")
+        return
+    if rate is None or per_device is None:
+        raise r.fail("sustainable_rate_per_s", "null, but the record has a sustainable rate scale")
+    if not _close(per_device * devices, rate):
+        raise r.fail("rate_per_device_per_s", f"{per_device!r} x {devices:,} devices is not the rate {rate!r}")
+    if identity is None:
+        return
+    if identity.base_rate_per_s is not None and not _close(scale * identity.base_rate_per_s, rate):
+        raise r.fail("sustainable_rate_per_s", f"{rate!r} is not the rate scale {scale!r} x the workload's "
+                                               f"{identity.base_rate_per_s!r} requests/s")
+    if identity.search is not None and point is not None:  # the search starts at the point's own rate scale
+        low = min(identity.search.min_scale, point.rate_scale)
+        high = max(identity.search.max_scale, point.rate_scale)
+        if not low <= scale <= high:
+            raise r.fail("sustainable_rate_scale", f"{scale!r} is outside the search's {low!r}..{high!r}")
+
+
+def parse_resume(text: str, source: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str],
+                 identity: ResumeIdentity | None = None, first_line: int = 1) -> tuple[dict, int]:
     """Finished points by key, and how many characters of ``text`` are whole lines (a torn tail is not)."""
     from csa_plan.planner.loaders.safe_json import load_json
 
     done: dict = {}
     whole = text.rfind("\n") + 1  # everything after the last newline is a torn write
-    start, n = 0, 0
+    start, n = 0, first_line - 1
     while start < whole:
         end = text.index("\n", start)
         n += 1
@@ -148,56 +278,158 @@ def parse_resume(text: str, source: str, digest: str,
         if not line.strip():
             continue
         where = f"{source}:{n}"
-        try:
-            data = load_json(line, where)
-        except BadInput as exc:
-            if exc.problem.startswith("malformed JSON"):
-                raise BadInput(where, None, f"not a JSON line ({exc.problem})") from None
-            raise
-        result = parse_record(data, where, digest, points)
-        if result is not None:
-            done[result.key] = result
+        result = parse_record(_json_line(line, where, load_json), where, digest, points, identity)
+        if done.get(result.key, result) != result:
+            raise BadInput(where, "key", f"a second record for {excerpt(result.key)} that differs from the first")
+        done[result.key] = result
     return done, whole
+
+
+def _json_line(line: str, where: str, load_json: Any) -> Any:
+    try:
+        return load_json(line, where)
+    except BadInput as exc:
+        if exc.problem.startswith("malformed JSON"):
+            raise BadInput(where, None, f"not a JSON line ({exc.problem})") from None
+        raise
+
+
+def check_header(line: str, source: str, identity: ResumeIdentity) -> None:
+    """The first line names this sweep, or the file is not this sweep's resume file."""
+    from csa_plan.planner.loaders.safe_json import load_json
+
+    where = f"{source}:1"
+    try:
+        data = load_json(line, where)
+    except BadInput:
+        data = None
+    if not isinstance(data, dict) or data.get("schema") != HEADER_SCHEMA:
+        raise BadInput(source, None, f"not a csa-plan resume file (its first line is no {HEADER_SCHEMA} header): "
+                                     f"{NOT_A_RESUME_FILE}")
+    expected = identity.header()
+    for name, what in (("spec_sha256", "sweep spec"), ("workload_sha256", "workload"),
+                       ("spec_digest", "sweep settings (sort, seed, time, search, constraints)"),
+                       ("grid_sha256", "grid (other --tp/--pp/--dp/--weights/--reserved?)")):
+        value = data.get(name)
+        if value != expected[name]:
+            shown = excerpt(value) if isinstance(value, str) else "missing"
+            raise BadInput(where, name, f"written for another {what} ({shown}, this sweep's is "
+                                        f"{expected[name][:16]}…): use another --resume file")
+
+
+def _create(path: str, identity: ResumeIdentity) -> None:
+    """The file, created with its header in it: never empty, never replacing anything."""
+    folder = os.path.dirname(path) or "."
+    payload = (identity.header_line() + "\n").encode("utf-8")
+    tmp = ""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".csa-plan-resume.", dir=folder)
+        try:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+            os.write(fd, payload)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # fails if anything (a file, a dangling link) is there
+        except FileExistsError:
+            return  # created meanwhile by another run: opened and checked like any existing file
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+            _create_exclusive(path, payload)  # a file system without hard links
+    except OSError as exc:
+        raise BadInput("options", "--resume", f"cannot create {excerpt(path)}: {_reason(exc)}") from None
+    finally:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _create_exclusive(path: str, payload: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except FileExistsError:
+        return
+    try:
+        os.write(fd, payload)
+    finally:
+        os.close(fd)
 
 
 class ResumeFile:
     """An open resume file: ``done`` holds the finished points read from it; ``append`` adds one."""
 
-    def __init__(self, path: str, digest: str, points: Mapping[str, SweepPoint]) -> None:
+    def __init__(self, path: str, identity: ResumeIdentity, points: Mapping[str, SweepPoint]) -> None:
         self.path = path
-        self.digest = digest
+        self.digest = identity.spec_digest
         self.written = 0
+        self.fd = -1
+        if not path:
+            raise BadInput("options", "--resume", "the path is empty")
+        if "\0" in path:
+            raise BadInput("options", "--resume", f"the path {excerpt(path)} contains a NUL character")
+        if os.path.basename(path) in ("", ".", ".."):
+            raise BadInput("options", "--resume", f"{excerpt(path)} names a folder, not a file")
+        self.fd = self._open(path, identity)
         try:
-            self.fd = os.open(path, _FLAGS, 0o644)
-        except (OSError, ValueError) as exc:
-            raise BadInput("options", "--resume", f"cannot open {path}: {_reason(exc) if isinstance(exc, OSError) else exc}") \
-                from None
-        try:
-            info = os.fstat(self.fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise BadInput(path, None, f"{describe_mode(info.st_mode)}, not a regular file (--resume needs a file)")
-            if info.st_size > MAX_RESUME_BYTES:
-                raise BadInput(path, None, f"file is {info.st_size:,} bytes, more than the {MAX_RESUME_BYTES:,}-byte "
-                                           "limit (MAX_RESUME_BYTES)")
-            data = os.pread(self.fd, info.st_size, 0) if info.st_size else b""
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                # a torn write can only cut the last line; anything else is a damaged file
-                cut = data.rfind(b"\n") + 1
-                if exc.start < cut:
-                    raise BadInput(path, None, f"not UTF-8 text (at byte {exc.start:,})") from None
-                text = data[:cut].decode("utf-8")
-            self.done, whole = parse_resume(text, path, digest, points)
-            whole_bytes = len(text[:whole].encode("utf-8"))
-            if whole_bytes < len(data):
-                os.ftruncate(self.fd, whole_bytes)  # repair: drop the torn fragment before appending
+            self._read(identity, points)
         except OSError as exc:
             self.close()
             raise BadInput(path, None, f"cannot read or repair: {_reason(exc)}") from None
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _open(path: str, identity: ResumeIdentity) -> int:
+        for _ in range(2):
+            try:
+                return os.open(path, _FLAGS)
+            except FileNotFoundError:
+                _create(path, identity)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and os.path.islink(path)):
+                    raise BadInput("options", "--resume", f"{excerpt(path)} is a symbolic link: --resume never "
+                                                          "follows one (name the file itself)") from None
+                raise BadInput("options", "--resume", f"cannot open {excerpt(path)}: {_reason(exc)}") from None
+            except ValueError as exc:
+                raise BadInput("options", "--resume", f"cannot open {excerpt(path)}: {exc}") from None
+        raise BadInput("options", "--resume", f"cannot open {excerpt(path)}: it keeps disappearing")
+
+    def _read(self, identity: ResumeIdentity, points: Mapping[str, SweepPoint]) -> None:
+        path = self.path
+        info = os.fstat(self.fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(path, None, f"{describe_mode(info.st_mode)}, not a regular file (--resume needs a file)")
+        if info.st_size > MAX_RESUME_BYTES:
+            raise BadInput(path, None, f"file is {info.st_size:,} bytes, more than the {MAX_RESUME_BYTES:,}-byte "
+                                       "limit (MAX_RESUME_BYTES)")
+        data = os.pread(self.fd, info.st_size, 0) if info.st_size else b""
+        first = data.find(b"\n")
+        if first < 0 or first > MAX_RECORD_BYTES:
+            raise BadInput(path, None, f"not a csa-plan resume file ({'empty' if not data else 'no header line'}): "
+                                       f"{NOT_A_RESUME_FILE}")
+        try:
+            header = data[:first].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput(path, None, f"not a csa-plan resume file (its first line is not UTF-8 text): "
+                                       f"{NOT_A_RESUME_FILE}") from None
+        check_header(header, path, identity)
+        body = data[first + 1:]
+        cut = body.rfind(b"\n") + 1  # whole lines; anything after is a torn write
+        tail = body[cut:]
+        if tail and (len(tail) > MAX_RECORD_BYTES or not tail.startswith(b"{")):
+            raise BadInput(path, None, f"ends in {len(tail):,} bytes that are no torn record (no final newline): "
+                                       "not a file this csa-plan wrote alone; nothing was written to it")
+        try:
+            text = body[:cut].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInput(path, None, f"not UTF-8 text (at byte {first + 1 + exc.start:,})") from None
+        self.done, _ = parse_resume(text, path, identity.spec_digest, points, identity, first_line=2)
+        if tail:
+            os.ftruncate(self.fd, first + 1 + cut)  # repair: drop the torn record before appending
 
     def append(self, line: str) -> None:
         """One record, written whole or not at all."""

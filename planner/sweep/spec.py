@@ -6,11 +6,13 @@ Every key is checked; a value that does not parse is bad input naming its field.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -169,17 +171,29 @@ class SweepSpec:
     context: Context
     points: tuple[SweepPoint, ...]
     objective: Objective = Objective.FEWEST_DEVICES
+    source_sha256: str = ""  # the spec file's bytes ("" when parsed from data, not a file)
+
+    @cached_property
+    def workload_sha256(self) -> str:
+        """SHA-256 of the workload file's bytes (streamed, size-capped), computed once."""
+        from csa_plan.planner.workloads.workload import MAX_TRACE_BYTES
+
+        return hash_file(self.context.workload, MAX_TRACE_BYTES, "MAX_TRACE_BYTES").hexdigest()
 
     @property
     def digest(self) -> str:
-        """What a resumed point must have been computed under (the workload file's bytes included)."""
-        from csa_plan.planner.workloads.workload import MAX_TRACE_BYTES
-
-        h = hash_file(self.context.workload, MAX_TRACE_BYTES, "MAX_TRACE_BYTES")  # streamed, size-capped
+        """What a resumed point must have been computed under: the workload's bytes and every
+        setting of the context (sort, seed, time model, search, constraints)."""
         ctx = asdict(self.context)
         ctx.pop("workload")
+        h = hashlib.sha256(self.workload_sha256.encode())
         h.update(json.dumps(ctx, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
+
+    @property
+    def grid_sha256(self) -> str:
+        """The grid's points (after any command-line override), in order."""
+        return hashlib.sha256("\n".join(p.key for p in self.points).encode()).hexdigest()
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -384,6 +398,8 @@ def load_spec(path: str) -> SweepSpec:
     p = Path(path)
     if path_kind(p) is None:
         raise BadInput(path, None, "no such sweep spec")
-    return parse_spec(load_yaml(read_text(p, MAX_SPEC_BYTES), path), path)
+    text = read_text(p, MAX_SPEC_BYTES)
+    spec = parse_spec(load_yaml(text, path), path)
+    return replace(spec, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 

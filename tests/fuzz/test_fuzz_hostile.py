@@ -338,12 +338,12 @@ def test_torn_line_is_repaired_so_the_second_resume_works(csa, tmp_path):
     resume = tmp_path / "done.jsonl"
     first = csa("sweep", str(SMALL_SWEEP), "-j", "1", "--json", "--resume", str(resume))
     lines = resume.read_text().splitlines()
-    resume.write_text("\n".join(lines[:4]) + "\n" + lines[4][:37])  # killed mid-write
+    resume.write_text("\n".join(lines[:5]) + "\n" + lines[5][:37])  # the header, 4 points, killed mid-write
     second = csa("sweep", str(SMALL_SWEEP), "-j", "1", "--json", "--resume", str(resume))
     assert second.code == first.code and second.json()["grid"]["resumed"] == 4
     assert resume.read_text().endswith("\n") and len(resume.read_text().splitlines()) == len(lines)
     third = csa("sweep", str(SMALL_SWEEP), "-j", "1", "--json", "--resume", str(resume))
-    assert third.code == first.code and third.json()["grid"]["resumed"] == len(lines)
+    assert third.code == first.code and third.json()["grid"]["resumed"] == len(lines) - 1  # all but the header
     for key in ("ranked", "pareto_front", "answer"):
         assert third.json()[key] == first.json()[key]
 
@@ -360,7 +360,7 @@ def test_a_failed_append_is_one_line_and_keeps_what_was_written(csa, tmp_path, m
 
     def write(fd, data):
         calls["n"] += 1
-        if calls["n"] == 3:  # the third point: half of it lands, then the disk is full
+        if calls["n"] == 4:  # after the header, the third point: half of it lands, then the disk is full
             real_write(fd, bytes(data)[: len(data) // 2])
             raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
         return real_write(fd, data)
@@ -370,7 +370,7 @@ def test_a_failed_append_is_one_line_and_keeps_what_was_written(csa, tmp_path, m
     line = one_line(r)
     assert r.code == 2 and os.strerror(getattr(errno, errno_name)) in line and "2 point(s)" in line
     text = resume.read_text()
-    assert text.endswith("\n") and len(text.splitlines()) == 2  # the half line was undone
+    assert text.endswith("\n") and len(text.splitlines()) == 3  # the header and 2 points: the half line was undone
     monkeypatch.undo()
     again = csa("sweep", str(SMALL_SWEEP), "-j", "1", "--json", "--resume", str(resume))
     assert again.code in (0, 3) and again.json()["grid"]["resumed"] == 2

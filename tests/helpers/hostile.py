@@ -243,8 +243,10 @@ def plot_to(target: Callable[[Path], str]) -> Callable[[Path, int], list[str]]:
 
 def resume_with(record_change: Callable[[dict], object] | None, *, raw: str | None = None,
                 prefix_good: bool = False) -> Callable[[Path, int], list[str]]:
-    """A --resume file for examples/sweeps/small.yaml whose one record is hostile."""
+    """A --resume file for examples/sweeps/small.yaml whose one record (line 2, after the header
+    of issue 24) is hostile."""
     def build(folder: Path, scale: int) -> list[str]:
+        from csa_plan.planner.sweep.resume import ResumeIdentity
         from csa_plan.planner.sweep.spec import load_spec
 
         spec = load_spec(str(SMALL_SWEEP))
@@ -258,7 +260,8 @@ def resume_with(record_change: Callable[[dict], object] | None, *, raw: str | No
         else:
             record_change(record)
             line = json.dumps(record)
-        return ["sweep", str(SMALL_SWEEP), "-j", "1", "--resume", _w(folder, "done.jsonl", line + "\n")]
+        header = ResumeIdentity.of(spec).header_line()
+        return ["sweep", str(SMALL_SWEEP), "-j", "1", "--resume", _w(folder, "done.jsonl", header + "\n" + line + "\n")]
     return build
 
 
@@ -473,12 +476,12 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "plot-/dev/full": ("--plot", "no extension"),
     "plot-symlink-to-/dev/full.png": ("--plot", "character device"),
     "plot-empty": ("--plot", "empty"),
-    "resume-devices-x": ("done.jsonl:1", "devices"),
-    "resume-rate-1e308": ("done.jsonl:1", "sustainable_rate_per_s"),
-    "resume-NaN": ("done.jsonl:1", "NaN"),
-    "resume-devices--5": ("done.jsonl:1", "devices"),
-    "resume-deep": ("done.jsonl:1",),
-    "resume-5000-digits": ("done.jsonl:1", "devices", "MAX_INT_DIGITS"),
+    "resume-devices-x": ("done.jsonl:2", "devices"),
+    "resume-rate-1e308": ("done.jsonl:2", "sustainable_rate_per_s"),
+    "resume-NaN": ("done.jsonl:2", "NaN"),
+    "resume-devices--5": ("done.jsonl:2", "devices"),
+    "resume-deep": ("done.jsonl:2",),
+    "resume-5000-digits": ("done.jsonl:2", "devices", "MAX_INT_DIGITS"),
     "sweep-rel_tol-1e-17": ("search.rel_tol", "at least"),
     "sweep-6GB-sparse-workload": ("MAX_TRACE_BYTES",),
     "sweep-dp-1000000": ("grid.dp", "MAX_DP"),

@@ -111,7 +111,8 @@ def test_rank_and_pareto_front():
 def test_point_result_round_trips_through_the_resume_line():
     from csa_plan.planner.sweep.evaluate import read_resume, resume_line
 
-    r = replace(_result("k", 2, 1.0 / 3.0), refusals=(("OutOfMemory", 3),), wait_p99_ns=None)
+    r = replace(_result("k", 2, 1.0 / 3.0), requests=3, admitted=0, refused=3, refusals=(("OutOfMemory", 3),),
+                wait_p99_ns=None)
     text = resume_line("d1", r) + "\n" + '{"torn'
     assert read_resume(text, "f.jsonl", "d1", {"k"}) == {"k": r}
 
@@ -151,8 +152,8 @@ def test_resume_keeps_finished_points_and_gives_the_same_answer(csa, tmp_path):
     first = csa("sweep", SMALL, "-j", "1", "--json", "--resume", str(resume))
     assert first.code == 0, first.err
     lines = resume.read_text().splitlines()
-    assert len(lines) == 12
-    resume.write_text("\n".join(lines[:5]) + "\n" + lines[5][:40])  # as if interrupted mid-write
+    assert len(lines) == 13 and json.loads(lines[0])["schema"] == "csa-plan/sweep-resume/v1"  # header + 12 points
+    resume.write_text("\n".join(lines[:6]) + "\n" + lines[6][:40])  # as if interrupted mid-write
     second = csa("sweep", SMALL, "-j", "1", "--json", "--resume", str(resume))
     assert second.code == 0, second.err
     a, b = first.json(), second.json()
@@ -166,7 +167,8 @@ def test_resume_file_from_another_spec_is_bad_input(csa, tmp_path):
     other = _spec(tmp_path, "workload: trace.csv\ngrid: {model: deepseek-v4-pro, device: h200}\n")
     r = csa("sweep", other, "-j", "1", "--resume", str(resume))
     assert r.code == 2
-    assert r.err.strip().endswith("spec_digest: written by a different sweep spec or workload (use another --resume file)")
+    assert "done.jsonl:1: spec_sha256: written for another sweep spec" in r.err and "nothing" not in r.err
+    assert len(resume.read_text().splitlines()) == 13  # untouched
 
 
 @pytest.mark.parametrize("zero_refusals, reason, ran", [
