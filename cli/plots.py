@@ -79,6 +79,18 @@ def _save(fig, path: str, **kwargs: Any) -> None:
         plt.close(fig)
 
 
+def log_scale(ax: Any, which: str, base: int = 10) -> None:
+    """A log ``which`` ("x" or "y") axis whose tick labels are plain numbers (1, 4, 1,024, 0.5):
+    matplotlib's default log labels are mathtext, which ``_pyplot`` turns off so that no input text
+    is read as a formula."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    getattr(ax, f"set_{which}scale")("log", base=base)
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def legend_outside(ax, handles=None, labels=None, **kwargs: Any):
     """The legend to the right of the axes, outside the data, so no series runs behind it."""
     if handles is None:
@@ -160,12 +172,12 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
         for i, r in enumerate(front, 1):
             ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
                         textcoords="offset points", xytext=(-4, 6), ha="right")
-    ax.set_xscale("log", base=2)
+    log_scale(ax, "x", base=2)
     devices = [r["devices"] for r in report["results"]]
     if devices:  # set, not autoscaled: points drawn in axes coordinates alone leave no data limits
         ax.set_xlim(min(devices) / 1.4, max(devices) * 1.4)
     if any((r["sustainable_rate_per_s"] or 0) > 0 for r in feasible + others):
-        ax.set_yscale("log")  # rates span orders of magnitude across deployments
+        log_scale(ax, "y")  # rates span orders of magnitude across deployments
     ax.set_xlabel("devices (tp x pp x dp)")
     ax.set_ylabel("sustainable rate (requests/s, no refusals; log)")
     ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
@@ -194,10 +206,13 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     lengths = context_lengths(low, high)
     series = curves(spec, options, lengths, layouts)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, values in series.items():
-        ax.plot(lengths, [v / (1 << 20) for v in values], label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "v", "D", "x")
+    for i, (name, values) in enumerate(series.items()):  # two profiles with equal bytes stay told apart
+        ax.plot(lengths, [v / (1 << 20) for v in values], label=name, linestyle=styles[i % len(styles)],
+                marker=markers[i % len(markers)], markersize=4, markevery=max(1, len(lengths) // 8))
+    log_scale(ax, "x", base=2)
+    log_scale(ax, "y")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("state per request per device (MiB, log)")
     ax.set_title(f"{spec.name}: state per request by layout profile and engine")

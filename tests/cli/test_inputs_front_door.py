@@ -140,3 +140,25 @@ def test_simulate_plot_keeps_legends_off_the_data_and_the_in_flight_line_in_sigh
         assert labels["limit per device"] is not labels["requests in flight (all devices)"]
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("args", [("compare", "deepseek-v4-flash"), ("sweep", "examples/sweeps/small.yaml", "-j", "1")])
+def test_compare_and_sweep_plots_legend_outside_and_plain_tick_labels(csa, tmp_path, monkeypatch, args):
+    """Legends beside the axes, not over the data; log-axis labels as plain numbers (never raw mathtext
+    such as '$\\mathdefault{10^{4}}$', which is what a log axis prints once input text is kept literal)."""
+    pytest.importorskip("matplotlib")
+    from csa_plan.cli import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figures.append(fig))
+    r = csa(*args, "--plot", str(tmp_path / "p.png"))
+    assert r.code == 0, r.err
+    (fig,) = figures
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        assert legend is not None
+        assert not _overlaps(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+        labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+        assert labels and not any("$" in label or "mathdefault" in label for label in labels), labels
