@@ -3,8 +3,9 @@
     python benchmarks/bench_kernels.py                      # needs CuPy and a GPU
     python benchmarks/bench_kernels.py --requests 16 --json   # batches 1 and 16 (the GPU check)
     python benchmarks/bench_kernels.py --plan-only          # the device-memory plan, no GPU
+    python benchmarks/bench_kernels.py --from-probe probe.json --json   # report a probe run (the GPU check)
 
-It runs the kernel probe (kernels/probe.py) with more hot launches: the indexer scan over
+It runs the kernel probe (kernels/probe.py) with --iters calls per timing: the indexer scan over
 262,144 FP4 keys per request (64 index heads), top-k (512 and 1024), CSA attention over
 the window plus the selected records and HCA attention over the window plus all 8,192
 records, for 16 heads (V4-Pro at --tp 8), 64 (V4-Flash) and 128 (V4-Pro), at batch 1 and
@@ -15,14 +16,18 @@ For every kernel it reports two byte counts (kernels/traffic.py): *compulsory* (
 read once, every output written once: top-k reads its scores once) and *moved* (what these
 kernels read and write as written: top-k's six passes over the scores, index_scores' query
 staging per block, each head group re-reading the rows, and the attention partials written
-and read back), the hot rate of each against the device-to-device copy rate measured on the
+and read back), the device-time rate of each against the device-to-device copy rate measured on the
 same GPU (the achievable ceiling) and against the H200's 4.8 TB/s nominal peak, and cold
-and hot times.
+and device times. The device time per call is the probe's (kernels/probe.py ``Timer``): --iters
+calls replayed from one CUDA graph between two events (or issued back to back where a graph
+cannot be captured, flagged host-bound when the host could not keep up), the host's own time
+per call (Python argument checks and the launch) reported apart, never added in.
 
 Beside each attention and indexer timing it prints the throughput model's prediction for the
 same configuration (benchmarks/throughput_model.py: the same context, batch, heads and
-attention split) and measured / model, so a GPU run says at once which of the model's
-assumed constants to correct. Top-k rows have no prediction (the probe's top-k runs are
+attention split) and measured / model from the device time, so a GPU run says at once which
+of the model's assumed constants to correct. --from-probe reports a probe document already
+written (the GPU check's probe step) instead of running the kernels again. Top-k rows have no prediction (the probe's top-k runs are
 compacted without the fused histogram, a configuration the model does not price).
 
 It gates on correctness: every probe check (indexer scores against the oracle, top-k ids
@@ -63,14 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=1024)
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=16, help="attention row-range splits per (request, head group)")
-    ap.add_argument("--iters", type=int, default=20, help="hot launches per kernel (median)")
+    ap.add_argument("--iters", type=int, default=20, help="calls per timing (one CUDA graph, or back to back)")
     ap.add_argument("--geometries", default="v4-pro-tp8,v4-flash,v4-pro")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plan-only", action="store_true", help="print the planned device bytes and exit (no GPU)")
+    ap.add_argument("--from-probe", metavar="FILE", help="report this probe --json document (no kernel runs)")
     args = ap.parse_args(argv)
     if args.index_heads > 64 or args.context < 4096 or args.topk > args.context // 4 or args.window != 128:
         ap.error("need --index-heads <= 64, --context >= 4096, --topk <= context/4 and --window 128")
 
+    if args.from_probe:
+        return from_probe(args)
     plan = plan_bytes(args)
     peak = max(plan.values())
     if not args.plan_only:
@@ -101,6 +109,26 @@ def run(args, cp) -> int:
     _code, doc = probe.run(["--context", str(args.context), "--batches", batches, "--geometries", args.geometries,
                             "--chunks", str(args.chunks), "--hot", str(args.iters), "--index-heads",
                             str(args.index_heads)], cupy_module=cp)
+    return report(args, doc)
+
+
+def from_probe(args) -> int:
+    """Report a probe document (its context and index heads, not the command line's)."""
+    try:
+        with open(args.from_probe) as f:
+            doc = json.load(f)
+        if doc.get("schema") != "csa-plan/probe/v1":
+            raise ValueError(f"schema {doc.get('schema')!r}, want csa-plan/probe/v1")
+        args.context = int(doc["context"])
+        args.index_heads = int(doc.get("index_heads", args.index_heads))
+        args.requests = max(doc["batches"])
+    except FileNotFoundError:
+        print(f"bench_kernels: --from-probe {args.from_probe}: no such file (did the probe step run?)",
+              file=sys.stderr)
+        return 4
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"bench_kernels: --from-probe {args.from_probe}: not a probe document: {exc}", file=sys.stderr)
+        return 2
     return report(args, doc)
 
 
@@ -139,15 +167,16 @@ def report(args, doc: dict) -> int:
     model, counts = _model()
     results = []
     for t in doc["timings"]:
-        hot_s = t["hot_ms"] * 1e-3
+        dev_s = t["device_ms"] * 1e-3
         r = dict(t)
-        r["fraction_of_peak"] = t["compulsory_bytes"] / hot_s / PEAK_BYTES_PER_S if hot_s > 0 else None
+        r["fraction_of_peak"] = t["compulsory_bytes"] / dev_s / PEAK_BYTES_PER_S if dev_s > 0 else None
         r["moved_over_compulsory"] = t["moved_bytes"] / t["compulsory_bytes"]
         m = model_us(model, counts, args.context, args.index_heads, t) if model else None
         r["model_us"] = m
-        r["measured_over_model"] = (t["hot_ms"] * 1e3 / m) if m and t["hot_ms"] > 0 else None
+        # the kernel's device time against the model's (the host's time per call is not in it)
+        r["measured_over_model"] = (t["device_us"] / m) if m and t["device_us"] > 0 else None
         results.append(r)
-    out = {"schema": "csa-plan/bench-kernels/v2", "context": args.context, "batches": doc["batches"],
+    out = {"schema": "csa-plan/bench-kernels/v3", "timer": doc.get("timer"), "context": args.context, "batches": doc["batches"],
            "machine": doc["machine"], "copy_ceiling": doc["copy_ceiling"], "peak_bytes_per_s": PEAK_BYTES_PER_S,
            "planned_bytes": plan_bytes(args), "checks": doc["checks"], "failed": doc["failed"], "results": results}
     if args.json:
@@ -157,7 +186,9 @@ def report(args, doc: dict) -> int:
               f"{(ceiling or 0) / 1e12:.2f} TB/s  nominal peak {PEAK_BYTES_PER_S / 1e12:.1f} TB/s")
         for r in results:
             rate = r["hot_compulsory_bytes_per_s"] or 0
-            print(f"  {r['case']:<36} hot {r['hot_ms']:9.3f} ms  cold {r['cold_ms']:9.3f} ms  compulsory "
+            print(f"  {r['case']:<36} device {r['device_us']:9.2f} us ({r['method']}"
+                  f"{', host-bound' if r['host_bound'] else ''})  host {r['host_us']:7.1f} us  "
+                  f"cold {r['cold_ms']:9.3f} ms  compulsory "
                   f"{r['compulsory_bytes'] / 1e9:7.3f} GB ({rate / 1e9:7.1f} GB/s, "
                   f"{(r['hot_fraction_of_copy_ceiling'] or 0):6.1%} of copy)  moved {r['moved_bytes'] / 1e9:7.3f} GB "
                   f"(x{r['moved_over_compulsory']:.2f})"

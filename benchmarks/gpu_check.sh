@@ -3,30 +3,47 @@
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]        # default OUT_DIR: ./gpu-check-out
 #
-# Steps (each with its own timeout; the whole run stays under CSA_GPU_CHECK_BUDGET_S, default
-# 460 s, shrinking or skipping the last steps rather than overrunning; the summary is always written):
-#   facts      machine facts: GPU, clocks, driver (nvidia-smi), Python, CuPy, nvcc, CUDA wheels
+# Nothing has run on a GPU yet: docs/gpu-check.md says what this does on the first one.
+#
+# Steps, in order, each with its own time limit (LIMITS below; they add up to the default budget,
+# CSA_GPU_CHECK_BUDGET_S = 460 s; a late step is shortened or skipped rather than let overrun,
+# and the summary is always written):
 #   install    pip install --no-build-isolation --no-deps --no-index -e .   (offline; nothing fetched)
 #              fallback without pip (or when that fails): a csa_plan namespace of symlinks on PYTHONPATH
+#   facts      machine facts: GPU, clocks, driver (nvidia-smi), Python, CuPy, nvcc, CUDA wheels, and
+#              where CuPy will find the CUDA runtime headers and NVRTC (kernels/cuda_headers.py)
+#   compile    the kernel module compiled once by NVRTC into CuPy's kernel cache
+#              (kernels/gpu_compile.py); every later step loads it from there
 #   tiny       csa-plan run-gpu --tiny
-#   memcheck   compute-sanitizer --tool memcheck  on the small kernel probe
+#   memcheck   compute-sanitizer --tool memcheck  on the small kernel probe (probe --small)
 #   racecheck  compute-sanitizer --tool racecheck on the small kernel probe
-#   probe      the 1M-token kernel probe (kernels/probe.py): V4-Flash and V4-Pro geometry, batch 1 and 16,
-#              16/64/128 heads, HCA and CSA attention, indexer, top-k 1024 of 262,144; oracle checks,
-#              bit-identical second launch, cold/hot timings, device-to-device copy ceiling -> probe.json
-#   run_gpu    csa-plan run-gpu deepseek-v4-pro (128 heads, 131,072 tokens) --json      -> run_gpu_pro.json
-#   bench      benchmarks/bench_kernels.py --requests 16 --iters 10 --json                                        -> bench.json
+#   probe      the 1M-token kernel probe (kernels/probe.py): V4-Flash and V4-Pro geometry, batch 1 and
+#              16, 16/64/128 heads, HCA and CSA attention, indexer, top-k 1024 of 262,144; oracle
+#              checks, bit-identical second launch, device time per call (CUDA graph) with the host's
+#              time apart, device-to-device copy ceiling                            -> probe.json
+#   run_gpu    csa-plan run-gpu deepseek-v4-pro (128 heads, 131,072 tokens, 1 request) --json
+#                                                                                   -> run_gpu_pro.json
+#   bench      benchmarks/bench_kernels.py --from-probe probe.json --json: the probe's figures against
+#              the throughput model (no second run of the kernels)                 -> bench.json
+#
+# CUDA headers: CuPy 14 takes cuda_runtime.h only from NVIDIA wheels, a conda prefix or
+# CUDA_PATH / CUDA_HOME. When neither variable is set and a toolkit's headers are there
+# (CSA_GPU_CHECK_CUDA_ROOTS, default /usr/local/cuda, then nvcc's own root) the script exports
+# CUDA_PATH to it; with no headers anywhere every GPU step exits 5 naming the fix.
 #
 # Every step's status: pass (exit 0), fail (any other exit), timeout (124/137), no-gpu (a GPU step
 # that exited 5: no usable GPU, its log says why), unavailable (6: compute-sanitizer not found),
 # skipped (no time left in the budget). Outputs: OUT_DIR/<step>.log, the JSON files above, and
-# OUT_DIR/summary.json (schema csa-plan/gpu-check/v1), also printed at the end.
+# OUT_DIR/summary.json (schema csa-plan/gpu-check/v2: per step its limit, seconds and the host
+# CPU seconds its processes used), also printed at the end.
 #
 # Exit code: 0 every step passed; 5 no usable GPU (every GPU step reported no-gpu, every other step
 # passed) — what a CPU-only machine gives; 1 anything else (a failure, a timeout, a skipped step).
 #
 # Environment: PYTHON (default python3), CSA_GPU_CHECK_BUDGET_S, CSA_GPU_CHECK_INSTALL
-# (auto | pip | pythonpath; default auto), COMPUTE_SANITIZER (path to the tool).
+# (auto | pip | pythonpath; default auto), COMPUTE_SANITIZER (path to the tool),
+# CSA_GPU_CHECK_CUDA_ROOTS (toolkit roots CUDA_PATH may be set to; default /usr/local/cuda),
+# CSA_GPU_CHECK_SLOWDOWN (a factor on every limit; tests only).
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,13 +51,20 @@ OUT=${1:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
-BUDGET=${CSA_GPU_CHECK_BUDGET_S:-460}
+# Per-step limits in seconds, one table; they sum to the default budget (tests/kernels/test_gpu_check.py
+# checks that, and each step's host work on the test-double CuPy against half its limit).
+declare -A LIMITS=([install]=30 [facts]=15 [compile]=120 [tiny]=20 [memcheck]=30 [racecheck]=30 [probe]=80
+                   [run_gpu]=120 [bench]=15)
+# CSA_GPU_CHECK_SLOWDOWN (default 1) multiplies every limit and the budget: for the test that runs
+# the whole check on the test-double CuPy on a loaded 2-core machine, not for a GPU run
+SLOWDOWN=${CSA_GPU_CHECK_SLOWDOWN:-1}
+BUDGET=$(( ${CSA_GPU_CHECK_BUDGET_S:-460} * SLOWDOWN ))
 INSTALL=${CSA_GPU_CHECK_INSTALL:-auto}
 NO_GPU=5
 UNAVAILABLE=6
 START=$(date +%s)
-SUMMARY_RESERVE=10
 STEPS_TSV="$OUT/steps.tsv"
+CPU_FILE="$OUT/.times"
 : > "$STEPS_TSV"
 INSTALL_MODE=none
 
@@ -50,32 +74,46 @@ since() {  # seconds since a now() reading, as D.DDD
   printf '%d.%03d' $(( ms / 1000 )) $(( ms % 1000 ))
 }
 
-record() {  # name gpu rc status seconds limit
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" >> "$STEPS_TSV"
-  printf '%-10s %-12s rc=%-4s %8ss (limit %ss)\n' "$1" "$4" "$3" "$5" "$6"
+cpu_now() {  # CPU_NOW = user + system seconds of every finished child so far (bash's times, second
+  # line; called in this shell, not in a $(...) subshell, whose own children would be counted)
+  times > "$CPU_FILE"
+  CPU_NOW=$(awk 'NR == 2 {s = 0; for (i = 1; i <= 2; i++) {split($i, a, "m"); sub("s", "", a[2]); s += a[1] * 60 + a[2]}
+                         printf "%.3f", s}' "$CPU_FILE")
 }
 
-# step NAME GPU(0|1) LIMIT_S COMMAND... : run under timeout, log to OUT/NAME.log, record the status.
+record() {  # name gpu rc status seconds limit nominal_limit cpu_seconds
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" >> "$STEPS_TSV"
+  printf '%-10s %-12s rc=%-4s %8ss (limit %ss, host cpu %ss)\n' "$1" "$4" "$3" "$5" "$6" "$8"
+}
+
+# step NAME GPU(0|1) COMMAND... : run under timeout (LIMITS[NAME], clipped to what is left of the
+# budget), log to OUT/NAME.log, record the status, the seconds and the host CPU seconds.
 step() {
-  local name=$1 gpu=$2 limit=$3
-  shift 3
-  local left=$(( BUDGET - ($(date +%s) - START) - SUMMARY_RESERVE ))
+  local name=$1 gpu=$2
+  shift 2
+  local nominal=${LIMITS[$name]}
+  local limit=$(( nominal * SLOWDOWN ))
+  local left=$(( BUDGET - ($(date +%s) - START) ))
   if (( left < 5 )); then
-    record "$name" "$gpu" -1 skipped 0 0
+    record "$name" "$gpu" -1 skipped 0 0 "$nominal" 0
     return
   fi
   (( limit > left )) && limit=$left
-  local t0 rc status
+  local t0 rc status c0 cpu
   t0=$(now)
+  cpu_now
+  c0=$CPU_NOW
   timeout -k 5 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.log" 2>&1
   rc=$?
+  cpu_now
+  cpu=$(awk -v a="$c0" -v b="$CPU_NOW" 'BEGIN {printf "%.3f", b - a}')
   if (( rc == 0 )); then status=pass
   elif (( rc == 124 || rc == 137 )); then status=timeout
   elif (( gpu == 1 && rc == NO_GPU )); then status=no-gpu
   elif (( rc == UNAVAILABLE )); then status=unavailable
   else status=fail
   fi
-  record "$name" "$gpu" "$rc" "$status" "$(since "$t0")" "$limit"
+  record "$name" "$gpu" "$rc" "$status" "$(since "$t0")" "$limit" "$nominal" "$cpu"
 }
 
 csa() { "$PY" -m csa_plan.cli.main "$@"; }
@@ -89,11 +127,11 @@ facts() {
   else
     echo "nvidia-smi: not found"
   fi
-  "$PY" - <<'EOF'
-import importlib.metadata as md, json, platform, shutil, subprocess, sys
+  "$PY" - <<'PYEOF'
+import importlib.metadata as md, json, os, platform, shutil, subprocess, sys
 out = {"python": sys.version.split()[0], "platform": platform.platform()}
 for dist in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "numpy", "click", "rich", "pyyaml", "nvidia-cuda-nvrtc",
-             "nvidia-cuda-nvrtc-cu12", "cuda-pathfinder"):
+             "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12", "cuda-pathfinder"):
     try:
         out[dist] = md.version(dist)
     except md.PackageNotFoundError:
@@ -101,6 +139,8 @@ for dist in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "numpy", "click", "rich", "
 nvcc = shutil.which("nvcc")
 if nvcc:
     out["nvcc"] = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+for var in ("CUDA_PATH", "CUDA_HOME", "CSA_GPU_CHECK_SET_CUDA_PATH", "CUPY_CACHE_DIR"):
+    out[var] = os.environ.get(var, "<unset>")
 try:
     import cupy
     out["cupy_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
@@ -109,7 +149,10 @@ try:
 except Exception as exc:
     out["cupy_error"] = f"{type(exc).__name__}: {exc}"[:300]
 print(json.dumps(out, indent=1))
-EOF
+PYEOF
+  # where CuPy's compile will take cuda_runtime.h and NVRTC from; with no headers it says the fix
+  # (and exits 5: the GPU steps then report no-gpu with the same line; facts itself passes)
+  "$PY" -m csa_plan.kernels.cuda_headers || true
 }
 
 pip_install() {
@@ -126,7 +169,7 @@ pythonpath_install() {  # no pip at all: csa_plan.{cli,planner,kernels} as symli
 
 importable() { "$PY" -c "import csa_plan.cli.main, csa_plan.kernels.run_checks" > /dev/null 2>&1; }
 
-gpu_or_no_gpu() {  # exit 5 with the reason when there is no usable GPU
+gpu_or_no_gpu() {  # exit 5 with the reason when there is no usable GPU (or no headers for CuPy)
   "$PY" -c "
 import sys
 from csa_plan.kernels.gpu_env import gpu_unavailable_reason
@@ -148,18 +191,40 @@ sanitize() {  # sanitize TOOL: compute-sanitizer on the small probe
   "$cs" --tool "$1" --error-exitcode 9 --print-limit 20 "$PY" -m csa_plan.kernels.probe --small
 }
 
+bench_from_probe() {  # the probe's figures against the model (no GPU: 5, as every GPU step)
+  gpu_or_no_gpu || return $?
+  "$PY" "$ROOT/benchmarks/bench_kernels.py" --from-probe "$OUT/probe.json" --json > "$OUT/bench.json"
+}
+
+set_cuda_path() {  # CuPy 14 looks at CUDA_PATH / CUDA_HOME, never at /usr/local/cuda by itself
+  [[ -n "${CUDA_PATH:-}" || -n "${CUDA_HOME:-}" ]] && return
+  local roots=${CSA_GPU_CHECK_CUDA_ROOTS:-/usr/local/cuda} nvcc r
+  nvcc=$(command -v nvcc || true)
+  [[ -n "$nvcc" ]] && roots="$roots $(dirname "$(dirname "$(readlink -f "$nvcc")")")"
+  for r in $roots; do
+    if [[ -f "$r/include/cuda_runtime.h" ]]; then
+      export CUDA_PATH=$r CSA_GPU_CHECK_SET_CUDA_PATH="set by gpu_check.sh: $r/include/cuda_runtime.h"
+      return
+    fi
+  done
+}
+
 export PY ROOT OUT UNAVAILABLE
-export -f facts csa gpu_or_no_gpu sanitize
+export -f facts csa gpu_or_no_gpu sanitize bench_from_probe
 
 # ---------------------------------------------------------------------------------------- steps
 echo "gpu_check: $ROOT -> $OUT (budget ${BUDGET}s)"
-step facts 0 15 facts
+set_cuda_path
+[[ -n "${CSA_GPU_CHECK_SET_CUDA_PATH:-}" ]] && echo "gpu_check: CUDA_PATH=$CUDA_PATH ($CSA_GPU_CHECK_SET_CUDA_PATH)"
 
 t0=$(now)
+cpu_now
+c0=$CPU_NOW
 rc=0
+lim=$(( ${LIMITS[install]} * SLOWDOWN ))
 case "$INSTALL" in
   pythonpath) rc=1 ;;
-  *) timeout -k 5 45 bash -c "$(declare -f pip_install); PY='$PY' ROOT='$ROOT' pip_install" > "$OUT/install.log" 2>&1
+  *) timeout -k 5 "$lim" bash -c "$(declare -f pip_install); PY='$PY' ROOT='$ROOT' pip_install" > "$OUT/install.log" 2>&1
      rc=$? ;;
 esac
 if (( rc == 0 )) && importable; then
@@ -169,32 +234,36 @@ elif [[ "$INSTALL" != pip ]]; then
   pythonpath_install
   importable && INSTALL_MODE=pythonpath
 fi
+cpu_now
+cpu=$(awk -v a="$c0" -v b="$CPU_NOW" 'BEGIN {printf "%.3f", b - a}')
 if [[ "$INSTALL_MODE" == none ]]; then
-  record install 0 1 fail "$(since "$t0")" 45
+  record install 0 1 fail "$(since "$t0")" "$lim" "${LIMITS[install]}" "$cpu"
 else
   echo "install mode: $INSTALL_MODE" >> "$OUT/install.log"
-  record install 0 0 pass "$(since "$t0")" 45
+  record install 0 0 pass "$(since "$t0")" "$lim" "${LIMITS[install]}" "$cpu"
 fi
 
-step tiny 1 45 csa run-gpu --tiny
-step memcheck 1 40 sanitize memcheck
-step racecheck 1 40 sanitize racecheck
-step probe 1 150 "$PY" -m csa_plan.kernels.probe --json "$OUT/probe.json"
-step run_gpu 1 75 bash -c "\"$PY\" -m csa_plan.cli.main run-gpu deepseek-v4-pro --json > \"$OUT/run_gpu_pro.json\""
-step bench 1 60 bash -c "\"$PY\" \"$ROOT/benchmarks/bench_kernels.py\" --requests 16 --iters 10 --json > \"$OUT/bench.json\""
+step facts 0 facts
+step compile 1 "$PY" -m csa_plan.kernels.gpu_compile
+step tiny 1 csa run-gpu --tiny
+step memcheck 1 sanitize memcheck
+step racecheck 1 sanitize racecheck
+step probe 1 "$PY" -m csa_plan.kernels.probe --json "$OUT/probe.json"
+step run_gpu 1 bash -c "\"$PY\" -m csa_plan.cli.main run-gpu deepseek-v4-pro --requests 1 --json > \"$OUT/run_gpu_pro.json\""
+step bench 1 bench_from_probe
 
 # --------------------------------------------------------------------------------------- summary
 ELAPSED=$(( $(date +%s) - START ))
-EXIT=0
 EXIT=$(awk -F '\t' '$4 != "pass" && $4 != "no-gpu" && $4 != "unavailable" {bad = 1}
                      $4 == "no-gpu" {nogpu = 1}
                      END {print bad ? 1 : (nogpu ? 5 : 0)}' "$STEPS_TSV")
-"$PY" - "$OUT" "$STEPS_TSV" "$EXIT" "$ELAPSED" "$INSTALL_MODE" "$BUDGET" <<'EOF' || echo "gpu_check: could not write summary.json (python failed); steps in $STEPS_TSV"
+"$PY" - "$OUT" "$STEPS_TSV" "$EXIT" "$ELAPSED" "$INSTALL_MODE" "${CSA_GPU_CHECK_BUDGET_S:-460}" "$SLOWDOWN" \
+  "${CSA_GPU_CHECK_SET_CUDA_PATH:-}" <<'PYEOF' || echo "gpu_check: could not write summary.json (python failed); steps in $STEPS_TSV"
 import json, os, sys
-out, tsv, code, elapsed, mode, budget = sys.argv[1:7]
+out, tsv, code, elapsed, mode, budget, slowdown, cuda_path_set = sys.argv[1:9]
 steps = []
 for line in open(tsv):
-    name, gpu, rc, status, secs, limit = line.rstrip("\n").split("\t")
+    name, gpu, rc, status, secs, limit, nominal, cpu = line.rstrip("\n").split("\t")
     log = os.path.join(out, name + ".log")
     tail = ""
     if os.path.exists(log):
@@ -202,7 +271,8 @@ for line in open(tsv):
             lines = f.read().splitlines()
         tail = "\n".join(lines[-5:])
     steps.append({"name": name, "gpu": gpu == "1", "rc": int(rc), "status": status, "seconds": float(secs),
-                  "timeout_s": int(limit), "log": log, "log_tail": tail})
+                  "timeout_s": int(limit), "limit_s": int(nominal), "host_cpu_s": float(cpu), "log": log,
+                  "log_tail": tail})
 artifacts = {}
 for key, fname in (("probe", "probe.json"), ("run_gpu", "run_gpu_pro.json"), ("bench", "bench.json")):
     path = os.path.join(out, fname)
@@ -212,14 +282,17 @@ for key, fname in (("probe", "probe.json"), ("run_gpu", "run_gpu_pro.json"), ("b
             artifacts[key] = {"file": path, "failed": doc.get("failed"), "checks": len(doc.get("checks", []))}
         except ValueError:
             artifacts[key] = {"file": path, "error": "not JSON"}
-doc = {"schema": "csa-plan/gpu-check/v1", "exit_code": int(code), "seconds": int(elapsed), "budget_s": int(budget),
-       "install_mode": mode, "no_gpu_code": 5, "steps": steps, "artifacts": artifacts}
+doc = {"schema": "csa-plan/gpu-check/v2", "exit_code": int(code), "seconds": int(elapsed), "budget_s": int(budget),
+       "slowdown": int(slowdown), "install_mode": mode, "cuda_path_set": cuda_path_set or None, "no_gpu_code": 5, "steps": steps,
+       "artifacts": artifacts}
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(doc, f, indent=2)
     f.write("\n")
-print(json.dumps({k: doc[k] for k in ("schema", "exit_code", "seconds", "install_mode")}))
+print(json.dumps({k: doc[k] for k in ("schema", "exit_code", "seconds", "install_mode", "cuda_path_set")}))
 for s in steps:
-    print(f"  {s['name']:<10} {s['status']:<12} rc={s['rc']:<4} {s['seconds']:6.1f}s")
-EOF
+    print(f"  {s['name']:<10} {s['status']:<12} rc={s['rc']:<4} {s['seconds']:6.1f}s of {s['limit_s']:>3}s "
+          f"(host cpu {s['host_cpu_s']:5.1f}s)")
+PYEOF
+rm -f "$CPU_FILE"
 echo "gpu_check: summary in $OUT/summary.json; exit $EXIT (0 all passed, 5 no usable GPU, 1 a step failed)"
 exit $EXIT

@@ -103,7 +103,13 @@ COUNTS_FILE = Path(__file__).resolve().parent / "sass_counts.json"
 SMS = 132
 CLOCK_HZ = 1.83e9  # boost clock of the 989 TFLOP/s dense BF16 figure (132 x 1.83 GHz x 4096 FLOP/clk)
 HBM_BYTES_PER_S = 4.8e12
-ISSUE_PER_CLK = 4  # warp instructions per SM per clock (4 schedulers)
+ISSUE_PER_CLK = 4  # warp instructions per SM per clock (4 schedulers, one each)
+SCHEDULERS = 4
+# A scheduler with one warp cannot issue every clock: each instruction waits on the ones it
+# depends on (about 4 clocks for fixed-latency ALU results, ~30 for shared-memory loads), so
+# one warp is assumed to issue one instruction every 2 clocks (the ILP of the dequantizer and
+# softmax code hides about half); a scheduler with w warps issues min(1, w x this) a clock.
+SINGLE_WARP_IPC = 0.5
 HMMA_PER_CLK = 1.0  # HMMA.16816 (4096 FLOP) per SM per clock at the dense peak
 MMA_SYNC_EFFICIENCY = 0.6  # assumed share of that peak legacy mma.sync reaches on Hopper
 LSU_WAVEFRONTS_PER_CLK = 1  # shared-memory requests per SM per clock
@@ -143,6 +149,11 @@ class LoopCounts:
     # loads of segment keys, "waits": loaded latencies a trip waits (_load_waits)} (empty for
     # the tensor-core kernels)
     loads: dict = field(default_factory=dict)
+    # the tensor-core kernels' tile loop cut at its block barriers (BAR.SYNC): one entry per
+    # phase in program order, the phase that wraps around the loop's back edge last, each
+    # {"total", "hmma", "lsu_wavefronts", "inner": [kinds of the inner loops it holds]}; the
+    # phases add up to total / hmma / lsu_wavefronts (empty: the loop has no barrier)
+    phases: list = field(default_factory=list)
 
 
 def _lsu_wavefronts(ops) -> int:
@@ -187,10 +198,30 @@ def read_counts() -> dict[str, LoopCounts]:
                 reds = sum(o.startswith(("RED", "ATOMG")) for o in k.opcodes(lp))
                 if lp[0] > b and reds and len(k.opcodes(lp)) > flush.get("total", 0):
                     flush = {"total": len(k.opcodes(lp)), "bins_per_trip": reds}
+            kinds = {lp[0]: kind for lp, kind in zip(loops, inner)}
             out[name] = LoopCounts(total=len(ops), hmma=sum(S.is_tensor(o) for o in ops),
                                    lsu_wavefronts=_lsu_wavefronts(ops), inner=inner,
-                                   registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush)
+                                   registers=k.resources.registers, static_smem=k.resources.smem_bytes, flush=flush,
+                                   phases=_phases(k, S, a, b, kinds))
         out.update(_topk_loop_counts(S, S.kernels_of("topk.cu", Path(tmp))))
+    return out
+
+
+def _phases(k, S, a: int, b: int, inner_at: dict[int, str]) -> list[dict]:
+    """The loop body [a, b] cut after each BAR.SYNC: a block's warps all wait there, so what lies
+    between two barriers (a phase) cannot overlap the next. The span before the first barrier
+    joins the one after the last (the loop is a cycle). inner_at: an inner loop's first
+    instruction -> its kind."""
+    bars = [j for j in range(a, b + 1) if k.instrs[j].opcode.startswith("BAR.SYNC")]
+    if len(bars) < 2:
+        return []
+    spans = [list(range(bars[i] + 1, bars[i + 1] + 1)) for i in range(len(bars) - 1)]
+    spans.append(list(range(bars[-1] + 1, b + 1)) + list(range(a, bars[0] + 1)))
+    out = []
+    for span in spans:
+        ops = [k.instrs[j].opcode for j in span]
+        out.append({"total": len(ops), "hmma": sum(S.is_tensor(o) for o in ops), "lsu_wavefronts": _lsu_wavefronts(ops),
+                    "inner": [inner_at[j] for j in span if j in inner_at]})
     return out
 
 
@@ -324,19 +355,59 @@ class Prediction:
     tensor_share: float  # useful tensor FLOP/s (one BF16 term per operand) over the dense BF16 peak
 
 
-def _tile_cycles(c: LoopCounts, warps: int, trips: dict[str, float]) -> tuple[float, float, float]:
-    """Issue, tensor and shared-memory cycles of one tile of one block."""
-    instr, lsu = c.total, c.lsu_wavefronts
-    for kind, body in c.inner.items():  # the static count holds each inner body once
+def issue_rate(warps_per_scheduler: float) -> float:
+    """Warp instructions one scheduler issues per clock with that many warps to pick from."""
+    return min(1.0, warps_per_scheduler * SINGLE_WARP_IPC)
+
+
+def _tile_phases(c: LoopCounts, warps: int, trips: dict[str, float]) -> list[tuple[float, float, float]]:
+    """(issue, tensor, shared-memory) clocks of one block's tile, per barrier-separated phase
+    (c.phases; the whole loop as one phase when it has none), issue at one instruction per
+    scheduler per clock; each inner loop's extra trips charged to the phase that holds it."""
+    phases = c.phases or [{"total": c.total, "hmma": c.hmma, "lsu_wavefronts": c.lsu_wavefronts,
+                           "inner": list(c.inner)}]
+    if sum(p["total"] for p in phases) != c.total or sum(p["hmma"] for p in phases) != c.hmma:
+        raise ValueError("the phases do not add up to the loop")
+    for kind in c.inner:
         if kind not in trips:
             raise ValueError(f"no trip count for the inner loop {kind!r}")
-        extra = max(0.0, trips[kind] - 1.0)
-        instr += extra * body["total"]
-        lsu += extra * body["lsu_wavefronts"]
-    issue = warps * instr / ISSUE_PER_CLK
-    tensor = warps * c.hmma / (HMMA_PER_CLK * MMA_SYNC_EFFICIENCY)
-    smem = warps * lsu / LSU_WAVEFRONTS_PER_CLK
-    return issue, tensor, smem
+    out = []
+    for p in phases:
+        instr, lsu = float(p["total"]), float(p["lsu_wavefronts"])
+        for kind in p["inner"]:  # the static count holds each inner body once
+            extra = max(0.0, trips[kind] - 1.0)
+            instr += extra * c.inner[kind]["total"]
+            lsu += extra * c.inner[kind]["lsu_wavefronts"]
+        out.append((warps * instr / ISSUE_PER_CLK, warps * p["hmma"] / (HMMA_PER_CLK * MMA_SYNC_EFFICIENCY),
+                    warps * lsu / LSU_WAVEFRONTS_PER_CLK))
+    return out
+
+
+def sm_tile_clocks(c: LoopCounts, warps: int, trips: dict[str, float], resident: int) -> tuple[float, float]:
+    """(chain, pipes): clocks per tile of one block on its own — its phases one after another
+    (the barriers between them), each phase as long as the largest of its issue (at the issue
+    rate of the block's own warps per scheduler), tensor and shared-memory work — and the
+    clocks per tile of `resident` co-resident blocks' pipes shared (their phases may overlap
+    each other's): the largest of the summed issue (at the rate of all their warps), tensor
+    and shared-memory work."""
+    ph = _tile_phases(c, warps, trips)
+    own = issue_rate(warps / SCHEDULERS)
+    chain = sum(max(i / own, t, m) for i, t, m in ph)
+    shared = issue_rate(resident * warps / SCHEDULERS)
+    pipes = max(sum(p[0] for p in ph) / shared, sum(p[1] for p in ph), sum(p[2] for p in ph))
+    return chain, pipes
+
+
+def sm_seconds(c: LoopCounts, warps: int, trips: dict[str, float], busiest: int, resident: int, tiles: int,
+               extra_clocks_per_block: float = 0.0) -> float:
+    """The busiest SM's time over its `busiest` blocks of `tiles` tiles, `resident` at a time:
+    at least its blocks' tiles through the shared pipes, and at least the chains of the
+    blocks that run one after another (ceil(busiest / resident) of them)."""
+    chain, pipes = sm_tile_clocks(c, warps, trips, resident)
+    waves = math.ceil(busiest / resident)
+    clocks = max(busiest * (tiles * pipes + extra_clocks_per_block),
+                 waves * (tiles * chain + extra_clocks_per_block / issue_rate(warps / SCHEDULERS)))
+    return clocks / CLOCK_HZ
 
 
 PEAK_FLOP_S = SMS * CLOCK_HZ * HMMA_PER_CLK * 4096  # dense BF16, about 989 TFLOP/s
@@ -371,6 +442,36 @@ def cluster_merge_s(heads_per_block: int, chunks: int, blocks_per_sm: int) -> fl
     return 2 * CLUSTER_BARRIER_S + local_s + remote_s
 
 
+def attention_trips(threads: int) -> dict[str, float]:
+    """Inner-loop trips per tile: the loader's per-lane bulk-copy loop (TILE / warps issuing lanes
+    per warp, one row each); per thread the dequantizer's 7 FP8 blocks per row and the 2 RoPE-tail
+    halves per row, over the block's threads."""
+    from csa_plan.kernels.tc_geometry import ATTN_TC_TILE
+
+    return {"loader": ATTN_TC_TILE / (threads // 32), "dequant": ATTN_TC_TILE * 7 / threads,
+            "tail": ATTN_TC_TILE * 2 / threads}
+
+
+def phase_table(counts: dict[str, LoopCounts]) -> list[dict]:
+    """Per barrier-separated phase of a tile: its issue (at one instruction per scheduler per
+    clock, and at the rate of a block alone on its SM), tensor and shared-memory clocks; for the
+    attention block at 16 and 32 heads and the indexer block."""
+    from csa_plan.kernels.backends import INDEX_TC_THREADS, INDEX_TC_TILE
+    from csa_plan.kernels.tc_geometry import attn_tc_launch
+
+    cases = [(f"attention, {h} heads per block", counts["attn_tc_partial"], attn_tc_launch(h).threads // 32,
+              attention_trips(attn_tc_launch(h).threads)) for h in (16, 32)]
+    cases.append(("indexer", counts["index_tc_scores"], INDEX_TC_THREADS // 32,
+                  {"loader": (INDEX_TC_TILE * KEY + 16) / 16 / INDEX_TC_THREADS}))
+    out = []
+    for name, c, warps, trips in cases:
+        rate = issue_rate(warps / SCHEDULERS)
+        for i, (iss, ten, lsu) in enumerate(_tile_phases(c, warps, trips)):
+            out.append({"tile": name, "phase": i + 1, "issue_clk": iss, "issue_alone_clk": iss / rate,
+                        "tensor_clk": ten, "smem_clk": lsu, "phase_clk": max(iss / rate, ten, lsu)})
+    return out
+
+
 def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: int, heads: int,
               split=None) -> Prediction:
     """attn_tc at the split tc_geometry.attn_split picks, or at a given AttnSplit (the one a
@@ -398,12 +499,10 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     # warp, one row each); per thread: the dequantizer's 7 FP8 blocks per row and the 2
     # RoPE-tail halves per row, over the block's threads
     warps = threads // 32
-    trips = {"loader": ATTN_TC_TILE / warps, "dequant": ATTN_TC_TILE * 7 / threads,
-             "tail": ATTN_TC_TILE * 2 / threads}
-    issue, tensor, smem = _tile_cycles(counts["attn_tc_partial"], threads // 32, trips)
-    per_tile = max(issue, tensor, smem)
+    trips = attention_trips(threads)
     busiest = math.ceil(blocks / SMS)
-    sm_s = busiest * tiles_per_block * per_tile / CLOCK_HZ
+    resident = max(1, min(occ, busiest))
+    sm_s = sm_seconds(c, warps, trips, busiest, resident, tiles_per_block)
     row_hbm = REC if ratio == 128 else (REC - 1) / 32 * 32 + 32  # 32-byte sectors touched
     rows_bytes = batch * rows * row_hbm
     part = 0 if split.fused else batch * chunks * heads * (2 + D) * 4 * 2  # written by pass 1, read by the merge
@@ -411,7 +510,6 @@ def attention(counts: dict[str, LoopCounts], ratio: int, context: int, batch: in
     hbm = int(rows_bytes + part + qy)
     compulsory = batch * (rows * REC + heads * D * 4 * 2)
     inflight = (ATTN_TC_STAGES - 1) * ATTN_TC_TILE * ATTN_TC_ROW_SMEM
-    resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * ATTN_TC_TILE * row_hbm / lay.head_groups) / (
         resident * inflight / LOADED_LATENCY_S)
     if split.fused:
@@ -440,9 +538,9 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
     tiles_per_block = math.ceil(tiles / gx)
     trips = {"loader": (INDEX_TC_TILE * KEY + 16) / 16 / INDEX_TC_THREADS}
     c = counts["index_tc_scores"]
-    issue, tensor, smem = _tile_cycles(c, INDEX_TC_THREADS // 32, trips)
-    per_tile = max(issue, tensor, smem)
     busiest = math.ceil(blocks / SMS)
+    occ = blocks_per_sm(c.registers, INDEX_TC_THREADS, c.static_smem)
+    resident = max(1, min(occ, busiest))
     # the fused top-k histogram (hist0_fused): its shared atomics are in the tile loop's counts
     # (a runtime branch: counted taken or not); per block, zeroing the 2048 shared bins (one
     # store each) and the merge loop (its SASS body per bins_per_trip bins), on every thread
@@ -451,16 +549,14 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
     if hist0_fused and c.flush:
         flush = (INDEX_TC_THREADS // 32) * bins_per_thread * (c.flush["total"] / c.flush["bins_per_trip"] + 1) \
             / ISSUE_PER_CLK
-    sm_s = busiest * (tiles_per_block * per_tile + flush) / CLOCK_HZ
+    sm_s = sm_seconds(c, INDEX_TC_THREADS // 32, trips, busiest, resident, tiles_per_block, flush)
     keys_bytes = batch * n * KEY
     qw = batch * index_heads * (128 + 1) * 4
     hbm = keys_bytes + qw + batch * n * 4  # keys, query and weights, scores written
     compulsory = hbm
     if hist0_fused:
         hbm += batch * TOPK_MB_HIST0_BINS * 4  # hist0 (merged in L2; written back once)
-    occ = blocks_per_sm(c.registers, INDEX_TC_THREADS, c.static_smem)
     inflight = (INDEX_TC_STAGES - 1) * (INDEX_TC_TILE * KEY)
-    resident = max(1, min(occ, busiest))
     lat_s = (busiest * tiles_per_block * INDEX_TC_TILE * KEY) / (resident * inflight / LOADED_LATENCY_S)
     return _finish("indexer+hist" if hist0_fused else "indexer", batch, index_heads, blocks, gx, compulsory, hbm,
                    sm_s, lat_s, LAUNCH_S, "one pass", batch * n * index_heads * 2 * 128)
@@ -544,15 +640,16 @@ def topk_launches(counts: dict[str, LoopCounts], n: int, batch: int, k: int, fus
             trips = math.ceil(math.ceil(entries / b) / (TOPK_SEG_ROUND * TOPK_THREADS))
         else:  # 4 keys per 128-bit load per trip
             trips = math.ceil(slice_ids / (4 * c.loads["wide"] * TOPK_THREADS))
-        issue = warps * c.total / ISSUE_PER_CLK
+        occ = blocks_per_sm(c.registers, TOPK_THREADS, c.static_smem)
+        resident = max(1, min(occ, busiest))
+        rate = issue_rate(resident * warps / SCHEDULERS)  # 8 warps a block: 2 per scheduler, the full rate
+        issue = warps * c.total / ISSUE_PER_CLK / rate
         smem = warps * c.lsu_wavefronts / LSU_WAVEFRONTS_PER_CLK
         per_block = trips * max(issue, smem)
         if c.flush:  # zeroing the shared histogram and merging it into the request's (as the indexer's)
             bins = (1 << (11 if "pass 2" not in name else 10)) / TOPK_THREADS
-            per_block += warps * bins * (c.flush["total"] / c.flush["bins_per_trip"] + 1) / ISSUE_PER_CLK
+            per_block += warps * bins * (c.flush["total"] / c.flush["bins_per_trip"] + 1) / ISSUE_PER_CLK / rate
         sm_s = busiest * per_block / CLOCK_HZ
-        occ = blocks_per_sm(c.registers, TOPK_THREADS, c.static_smem)
-        resident = max(1, min(occ, busiest))
         # a scan trip waits loads["waits"] latencies (its 128-bit loads issued before their first
         # use share one: _load_waits, from the SASS); a segment round one
         waits = 1 if loop.endswith("/segment") else c.loads["waits"]
@@ -604,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--record", action="store_true", help="re-read the SASS (nvcc, cuobjdump) into sass_counts.json")
     ap.add_argument("--live", action="store_true", help="read the SASS now instead of sass_counts.json")
+    ap.add_argument("--phases", action="store_true", help="print each tile's barrier-separated phases")
     args = ap.parse_args(argv)
     if args.record or args.live:
         try:
@@ -618,6 +716,13 @@ def main(argv: list[str] | None = None) -> int:
                                               indent=2, sort_keys=True) + "\n")
     else:
         counts = load_counts()
+    if args.phases:
+        print(f"Clocks per tile and phase (issue at 1/clock/scheduler; 'alone': at the rate of the block's own "
+              f"warps, {SINGLE_WARP_IPC} per warp per clock)")
+        for r in phase_table(counts):
+            print(f"{r['tile']:<30} phase {r['phase']}  issue {r['issue_clk']:7.0f}  alone {r['issue_alone_clk']:7.0f}"
+                  f"  tensor {r['tensor_clk']:6.0f}  smem {r['smem_clk']:6.0f}  -> {r['phase_clk']:7.0f}")
+        return 0
     rows = table(counts, args.context)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))

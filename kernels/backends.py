@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -68,6 +69,12 @@ NVCC_OPTIONS = ("-std=c++17", "-I", str(KERNEL_DIR), "-ftz=true", "-arch=sm_90")
 
 class EmulationUnavailable(CsaPlanError, RuntimeError):
     """No C++ compiler (or the build failed): the emulated backend cannot run."""
+
+    exit_code = ExitCode.NO_GPU
+
+
+class CudaHeadersMissing(CsaPlanError, RuntimeError):
+    """CuPy's first compile found no CUDA runtime headers: no usable GPU (exit 5), the fix named."""
 
     exit_code = ExitCode.NO_GPU
 
@@ -181,17 +188,44 @@ def cache_dir() -> Path:
     return path
 
 
-@lru_cache(maxsize=1)
-def build_emulator() -> Path:
-    """Compile emu_driver.cpp (which includes every .cu) with g++; cached by source hash."""
+EMU_NUMERICS = ("exact", "gpu")
+
+
+def emu_numerics(numerics: str | None = None) -> str:
+    """The emulator build to use: ``exact`` (correctly rounded fp32, no contraction) or ``gpu``
+    (cuda_emu.h's GPU numerics: mma rounded toward zero, +-2 ulp on ex2/exp/sin/cos/rsqrt,
+    FMA-contracted); default from CSA_PLAN_EMU_NUMERICS, else exact."""
+    numerics = numerics or os.environ.get("CSA_PLAN_EMU_NUMERICS") or "exact"
+    if numerics not in EMU_NUMERICS:
+        raise EmulationUnavailable(f"CSA_PLAN_EMU_NUMERICS={numerics!r}: one of {', '.join(EMU_NUMERICS)}")
+    return numerics
+
+
+def _cpu_has_fma() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " fma" in line for line in f)
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=2)
+def build_emulator(numerics: str = "exact") -> Path:
+    """Compile emu_driver.cpp (which includes every .cu) with g++; cached by source hash and build.
+    The ``gpu`` build adds -DCSA_EMU_GPU_NUMERICS=1 and FMA contraction (-mfma where the CPU has it)."""
+    numerics = emu_numerics(numerics)
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not cxx:
         raise EmulationUnavailable("no C++ compiler (g++) found for --backend emulate")
-    lib = cache_dir() / f"libcsa_emu_{_sources_hash()}.so"
+    flags = []
+    if numerics == "gpu":
+        flags = ["-DCSA_EMU_GPU_NUMERICS=1", "-ffp-contract=fast"] + (["-mfma"] if _cpu_has_fma() else [])
+    suffix = "" if numerics == "exact" else "_gpu" + ("fma" if "-mfma" in flags else "")
+    lib = cache_dir() / f"libcsa_emu_{_sources_hash()}{suffix}.so"
     if lib.exists():
         return lib
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(KERNEL_DIR),
+    cmd = [cxx, "-O2", "-std=c++17", *flags, "-shared", "-fPIC", "-I", str(KERNEL_DIR),
            str(KERNEL_DIR / "emu_driver.cpp"), "-o", str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -251,9 +285,14 @@ _SIGNATURES = {
 }
 
 
-@lru_cache(maxsize=1)
-def emulator_library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(build_emulator()))
+def emulator_library(numerics: str | None = None) -> ctypes.CDLL:
+    """The emulator build ``numerics`` (emu_numerics: default CSA_PLAN_EMU_NUMERICS, else exact)."""
+    return _emulator_library(emu_numerics(numerics))
+
+
+@lru_cache(maxsize=2)
+def _emulator_library(numerics: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build_emulator(numerics)))
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
@@ -529,8 +568,9 @@ class EmulatedBackend(_Base):
     name = "emulate"
     xp = np
 
-    def __init__(self) -> None:
-        self.lib = emulator_library()
+    def __init__(self, numerics: str | None = None) -> None:
+        self.numerics = emu_numerics(numerics)
+        self.lib = emulator_library(self.numerics)
 
     @staticmethod
     def _ptr(a) -> int | None:
@@ -573,8 +613,19 @@ class CupyBackend(_Base):
         cupy = cupy_module
         self.xp = cupy
         self.cupy = cupy
+        t0 = time.perf_counter()
         self.module = cupy.RawModule(code=module_source(), options=NVRTC_OPTIONS, backend="nvrtc")
-        self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        try:  # CuPy compiles (or loads its kernel cache) at the first get_function
+            self.functions = {k: self.module.get_function(k) for k in KERNEL_NAMES}
+        except Exception as exc:
+            from csa_plan.kernels.cuda_headers import FIX, is_header_error, missing_reason
+
+            if is_header_error(exc):
+                said = " ".join(str(exc).split())[:300]
+                raise CudaHeadersMissing(missing_reason() or f"no usable GPU: CuPy's compile: {said}; fix: {FIX}") \
+                    from None
+            raise
+        self.module_load_s = time.perf_counter() - t0
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         self.sm_count = int(props.get("multiProcessorCount", H200_SMS))
         self.times_ms: dict[str, list[float]] = {}

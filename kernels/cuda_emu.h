@@ -50,6 +50,16 @@
 //   again, so a peer reading it without a cluster barrier before that exit reads 0xFF bytes.
 //   A kernel launched in clusters keeps all its shared memory dynamic: a
 //   static __shared__ array would be one copy for the whole cluster.
+// GPU numerics (CSA_EMU_GPU_NUMERICS=1: a second build, backends.build_emulator("gpu"), with
+// -mfma -ffp-contract=fast so a * b + c contracts to one FMA as nvcc's default --fmad=true
+// does): the departures from correctly rounded fp32 a GPU is allowed, so the tolerances can be
+// checked against them instead of against the host's exact arithmetic —
+// - mma: D = C + the K products summed exactly, rounded once toward zero (the tensor cores
+//   truncate; an accumulation chain of them drifts toward zero);
+// - ex2.approx (csa_ex2) and expf, sinf, cosf, rsqrtf (CUDA documents up to 2 ulp for each;
+//   under -ftz ex2/rsqrt are the MUFU results): the correctly rounded value moved by -2..+2
+//   ulp, the step a deterministic hash of the argument's bits and the function (the same
+//   input gives the same output, so a second launch stays bit-identical).
 #pragma once
 #ifndef __CUDACC__
 
@@ -519,6 +529,39 @@ inline float e4m3_value(unsigned c) {  // E4M3FN: no infinities, S.1111.111 is N
   return (c & 0x80u) ? -v : v;
 }
 
+// The mma's one rounding of the exact sum: to nearest, or under GPU numerics toward zero.
+inline float mma_round(double v) {
+  float f = (float)v;
+#if CSA_EMU_GPU_NUMERICS
+  if (std::isfinite(f) && std::fabs((double)f) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+#endif
+  return f;
+}
+
+// GPU numerics: r moved by -2..+2 ulp (in magnitude, never across zero or to infinity), the step
+// from a hash of x's bits and fn; the identity otherwise.
+inline float ulp_jitter(float r, float x, unsigned fn) {
+#if CSA_EMU_GPU_NUMERICS
+  if (!std::isfinite(r) || r == 0.0f) return r;
+  unsigned h, u;
+  std::memcpy(&h, &x, 4);
+  h = h * 0x9E3779B1u ^ (fn + 1u) * 0x85EBCA77u;
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  h ^= h >> 12;
+  const int k = (int)(h % 5u) - 2;
+  std::memcpy(&u, &r, 4);
+  long long m = (long long)(u & 0x7fffffffu) + k;
+  m = m < 1 ? 1 : (m > 0x7f7fffffLL ? 0x7f7fffffLL : m);
+  u = (u & 0x80000000u) | (unsigned)m;
+  std::memcpy(&r, &u, 4);
+#else
+  (void)x;
+  (void)fn;
+#endif
+  return r;
+}
+
 // A 16xK row-major, B Kx8 column-major, C/D 16x8 f32: element getters per the fragment layouts.
 template <int K, float (*A)(void* const*, int, int), float (*B)(void* const*, int, int)>
 inline void mma_run(void* const* lanes) {
@@ -530,7 +573,7 @@ inline void mma_run(void* const* lanes) {
       int row = gid + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
       double acc = 0.0;
       for (int k = 0; k < K; ++k) acc += (double)A(lanes, row, k) * (double)B(lanes, k, col);
-      out[lane][i] = (float)(acc + (double)L->c[i]);
+      out[lane][i] = mma_round(acc + (double)L->c[i]);
     }
   }
   for (int lane = 0; lane < 32; ++lane) {
@@ -622,7 +665,7 @@ typedef const char* csa_saddr;
 inline csa_saddr csa_smem_addr(const void* p) { return (csa_saddr)p; }
 inline void csa_ldsm_x4(unsigned r[4], csa_saddr a) { csa_ldmatrix_x4(r, a); }
 inline void csa_ldsm_x4_trans(unsigned r[4], csa_saddr a) { csa_ldmatrix_x4_trans(r, a); }
-inline float csa_ex2(float x) { return exp2f(x); }
+inline float csa_ex2(float x) { return emu::ulp_jitter(exp2f(x), x, 0); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
   return (unsigned)((((uint64_t)hi << 32) | lo) >> (shift & 31u));
 }
@@ -858,7 +901,7 @@ inline T atomicMin(T* p, T v) {
 
 inline unsigned __float_as_uint(float f) { return emu::from_bits<unsigned>(emu::to_bits(f)); }
 inline float __uint_as_float(unsigned u) { return emu::from_bits<float>((uint64_t)u); }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float rsqrtf(float x) { return emu::ulp_jitter(1.0f / std::sqrt(x), x, 4); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 // Byte permute (prmt.b32 without a mode): result byte i = byte ((s >> 4i) & 7) of {y, x}
@@ -875,4 +918,13 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
+#if CSA_EMU_GPU_NUMERICS
+// the kernels' calls of the libm functions CUDA gives to within 2 ulp (after every std header)
+inline float csa_emu_expf(float x) { return emu::ulp_jitter(std::exp(x), x, 1); }
+inline float csa_emu_sinf(float x) { return emu::ulp_jitter(std::sin(x), x, 2); }
+inline float csa_emu_cosf(float x) { return emu::ulp_jitter(std::cos(x), x, 3); }
+#define expf(x) csa_emu_expf(x)
+#define sinf(x) csa_emu_sinf(x)
+#define cosf(x) csa_emu_cosf(x)
+#endif
 #endif  // __CUDACC__

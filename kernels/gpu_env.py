@@ -1,4 +1,9 @@
-"""Is there a usable GPU? One line saying why not (run-gpu exits 5 with it)."""
+"""Is there a usable GPU? One line saying why not (run-gpu exits 5 with it).
+
+Usable means CuPy sees a device and will find the CUDA runtime headers at its first
+compile (kernels/cuda_headers.py): CuPy 14 refuses to compile without them, so a machine
+with a GPU but no headers where CuPy looks is told so, with the fix, before anything runs.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +50,9 @@ def gpu_unavailable_reason() -> str | None:
                                    _driver_version(cupy))
     if count < 1:
         return NO_DEVICE
-    return None
+    from csa_plan.kernels.cuda_headers import missing_reason
+
+    return missing_reason()
 
 
 def _driver_version(cupy) -> int | None:

@@ -14,16 +14,18 @@ At ``--context`` tokens (default 1,048,576) and for each batch in ``--batches`` 
   clusters of 8 chunks merged in distributed shared memory), query RoPE at position
   context - 1 (the large-angle path).
 
-Records and keys are gathered (per request, at random) from a pool of 65,536 distinct
-random ones, so about 4 copies of each key sit in a request: top-k meets exact ties and
+Records and keys are gathered (per request, at random) from a pool of distinct random ones
+(65,536 at 1M tokens, ``pool_rows``: context / 16, so --small packs 512), so about 4 copies
+of each key sit in a request: top-k meets exact ties and
 must break them toward the lower id. Checks: index scores against the oracle on the first
 and the last request of a batch (relative error <= 1e-4; an oracle scan is a few seconds
 per request on the host), top-k ids exactly equal to the oracle's top-k of the kernel's own
 scores for every request, attention against the oracle for every request (<= 1e-3), and
-every output bit-identical on a second launch. Timings: cold (L2 flushed by writing
-``FLUSH_BYTES`` first, the first launch in the process) and hot (median of ``--hot``), with
-each kernel's compulsory and moved bytes (kernels/traffic.py) and the device-to-device
-copy rate measured on the same device as the ceiling.
+every output bit-identical on a second launch. Timings (``Timer``): the device time per
+call from ``--hot`` calls replayed from one CUDA graph (or issued back to back) between
+events, the host's time per call apart, and a cold call (L2 flushed by writing
+``FLUSH_BYTES`` first), with each kernel's compulsory and moved bytes (kernels/traffic.py) and
+the device-to-device copy rate measured on the same device as the ceiling.
 
 Exit 0 when every check passes, 4 when one fails, 5 (one line) without a usable GPU.
 """
@@ -61,9 +63,13 @@ def _parse(argv):
     ap.add_argument("--batches", default="1,16", help="comma-separated request counts")
     ap.add_argument("--geometries", default=",".join(GEOMETRIES), help=f"of {', '.join(GEOMETRIES)}")
     ap.add_argument("--chunks", type=int, default=16, help="attention row-range splits")
-    ap.add_argument("--hot", type=int, default=5, help="hot launches timed (median)")
+    ap.add_argument("--hot", type=int, default=20,
+                    help="calls per timing (one CUDA graph, or back to back); 0: the checks only, no timings")
     ap.add_argument("--index-heads", type=int, default=INDEX_HEADS, help="indexer heads (64 in V4)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--position", type=int, default=None,
+                    help="the query's RoPE position [default: context - 1]; e.g. 1048575 at a short context "
+                         "reaches RoPE's large-angle path cheaply (the emulator's GPU-numerics test)")
     ap.add_argument("--small", action="store_true", help="context 8192, batch 1 and 2, 16 heads (sanitizers)")
     ap.add_argument("--json", metavar="FILE", help="write the document here ('-': stdout)")
     a = ap.parse_args(argv)
@@ -72,41 +78,105 @@ def _parse(argv):
     a.batches = [int(b) for b in a.batches.split(",") if b]
     a.geometries = [g for g in a.geometries.split(",") if g]
     bad = [g for g in a.geometries if g not in GEOMETRIES]
-    if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1
-            or not 1 <= a.index_heads <= 64):
+    if (bad or a.context < 4096 or a.context % 128 or not a.batches or min(a.batches) < 1 or a.chunks < 1 or a.hot < 0
+            or not 1 <= a.index_heads <= 64 or (a.position is not None and not a.context - 1 <= a.position < 1 << 20)):
         ap.error("need known --geometries, --context >= 4096 and a multiple of 128, batches >= 1, chunks >= 1, "
-                 "1 <= --index-heads <= 64")
+                 "1 <= --index-heads <= 64, context - 1 <= --position < 1,048,576, --hot >= 0")
     if max(GEOMETRIES[g][1] for g in a.geometries) > a.context // 4:
         ap.error("top-k exceeds the CSA records of --context")
     return a
 
 
 class Timer:
-    """CUDA-event timing of one call; cold flushes L2 first."""
+    """Kernel time, not Python's: a probe call is a few launches behind ~70 us of Python
+    argument checks, against a few us of decode kernel, so one call between two events times
+    the host. ``measure`` reports apart:
 
-    def __init__(self, cp) -> None:
+    * device: ``hot`` calls captured into one CUDA graph (no Python between the launches),
+      launched between two events: device time per call = elapsed / hot. Where the capture
+      fails (an older CuPy, a call that allocates), the ``hot`` calls issued back to back
+      between two events instead: the device time per call unless the host issues them more
+      slowly than the device runs them, which ``host_bound`` flags (then it is an upper bound);
+    * host: the wall time of issuing those back-to-back calls / hot (argument checks + launch);
+    * cold: one call after flushing L2 (writing ``FLUSH_BYTES``), between events, host included.
+    """
+
+    def __init__(self, cp, graphs: bool = True) -> None:
         self.cp = cp
+        self.graphs = graphs and hasattr(cp.cuda, "Stream")
         self.flush = cp.zeros(FLUSH_BYTES // 4, dtype=cp.float32)
 
+    def _events(self):
+        return self.cp.cuda.Event(), self.cp.cuda.Event()
+
     def once(self, fn, cold: bool = False) -> float:
+        """ms of one call between events (its host overhead included)."""
         cp = self.cp
         if cold:
             self.flush[...] = 1.0
         cp.cuda.runtime.deviceSynchronize()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start, stop = self._events()
         start.record()
         fn()
         stop.record()
         stop.synchronize()
         return float(cp.cuda.get_elapsed_time(start, stop))
 
-    def cold_hot(self, fn, hot: int) -> tuple[float, float]:
+    def back_to_back(self, fn, n: int) -> tuple[float, float]:
+        """(device ms per call, host us per call) of n calls issued back to back between events."""
+        cp = self.cp
+        cp.cuda.runtime.deviceSynchronize()
+        start, stop = self._events()
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host_s = time.perf_counter() - t0
+        stop.record()
+        stop.synchronize()
+        return float(cp.cuda.get_elapsed_time(start, stop)) / n, host_s / n * 1e6
+
+    def graph(self, fn, n: int) -> float | None:
+        """Device ms per call of n calls replayed from one CUDA graph, or None (no capture)."""
+        if not self.graphs:
+            return None
+        cp = self.cp
+        cp.cuda.runtime.deviceSynchronize()
+        stream = cp.cuda.Stream(non_blocking=True)
+        try:
+            with stream:
+                stream.begin_capture()
+                try:
+                    for _ in range(n):
+                        fn()
+                finally:
+                    g = stream.end_capture()
+            g.launch(stream)  # once untimed: the graph's own upload
+            start, stop = self._events()
+            start.record(stream)
+            g.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+        except Exception:  # not capturable here: the back-to-back figure stands
+            self.graphs = False
+            cp.cuda.runtime.deviceSynchronize()
+            return None
+        return float(cp.cuda.get_elapsed_time(start, stop)) / n
+
+    def measure(self, fn, hot: int) -> dict:
+        hot = max(1, hot)
         cold = self.once(fn, cold=True)
-        return cold, float(np.median([self.once(fn) for _ in range(max(1, hot))]))
+        b2b_ms, host_us = self.back_to_back(fn, hot)
+        graph_ms = self.graph(fn, hot)
+        device_ms = graph_ms if graph_ms is not None else b2b_ms
+        return {"cold_ms": cold, "device_ms": device_ms, "device_us": device_ms * 1e3,
+                "method": "graph" if graph_ms is not None else "back-to-back", "launches_timed": hot,
+                "back_to_back_ms": b2b_ms, "host_us": host_us,
+                "host_bound": graph_ms is None and host_us >= 0.9 * b2b_ms * 1e3}
 
 
 def copy_ceiling(cp, timer: Timer, nbytes: int) -> dict:
-    """Device-to-device copy of nbytes: read + written bytes per second (median of 3)."""
+    """Device-to-device copy of nbytes: read + written bytes per second (3 back to back)."""
     src = cp.zeros(nbytes // 4, dtype=cp.float32)
     dst = cp.zeros(nbytes // 4, dtype=cp.float32)
 
@@ -114,9 +184,15 @@ def copy_ceiling(cp, timer: Timer, nbytes: int) -> dict:
         dst[...] = src
 
     copy()
-    ms = float(np.median([timer.once(copy) for _ in range(3)]))
+    ms, _host = timer.back_to_back(copy, 3)
     del src, dst
     return {"bytes": nbytes, "ms": ms, "bytes_per_s": 2 * nbytes / (ms * 1e-3) if ms > 0 else None}
+
+
+def pool_rows(context: int) -> int:
+    """Distinct random records and keys gathered from: about 4 copies of each in a request's
+    context / 4 index keys (ties for top-k), at most POOL (packed on the host once)."""
+    return max(1, min(POOL, context // 16))
 
 
 def machine_facts(cp) -> dict:
@@ -146,38 +222,45 @@ class Probe:
         self.timings: list[dict] = []
         self.rng = np.random.default_rng(a.seed)
         self.g = O.Geometry(ratio=4, num_heads=1, max_seq_len=a.context)
-        self.rec_pool = O.pack_fp8_record(self.rng.standard_normal((POOL, 512), dtype=np.float32))
-        self.key_pool = O.pack_fp4_key(self.rng.standard_normal((POOL, 128), dtype=np.float32))
+        self.pool = pool_rows(a.context)
+        self.rec_pool = O.pack_fp8_record(self.rng.standard_normal((self.pool, 512), dtype=np.float32))
+        self.key_pool = O.pack_fp4_key(self.rng.standard_normal((self.pool, 128), dtype=np.float32))
         self.inv = cp.asarray(O.INV_FREQ)
 
     def check(self, name: str, ok: bool, detail: str, value=None) -> None:
         self.checks.append({"name": name, "status": "pass" if ok else "fail", "detail": detail, "value": value})
 
     def time(self, case: str, fn, traffic: T.Traffic, **info) -> None:
-        cold, hot = self.timer.cold_hot(fn, self.a.hot)
-        row = {"case": case, **info, **traffic.as_dict(), "cold_ms": cold, "hot_ms": hot}
+        """One timing row: the kernel's device time per call (Timer.measure), rates from it."""
+        if self.a.hot == 0:  # checks only
+            return
+        m = self.timer.measure(fn, self.a.hot)
+        row = {"case": case, **info, **traffic.as_dict(), **m}
+        dev = m["device_ms"]
         for what in ("compulsory", "moved"):
             b = row[f"{what}_bytes"]
-            row[f"hot_{what}_bytes_per_s"] = b / (hot * 1e-3) if hot > 0 else None
+            row[f"hot_{what}_bytes_per_s"] = b / (dev * 1e-3) if dev > 0 else None
         ceiling = self.ceiling["bytes_per_s"]
         row["hot_fraction_of_copy_ceiling"] = (row["hot_compulsory_bytes_per_s"] / ceiling
                                                if ceiling and row["hot_compulsory_bytes_per_s"] else None)
         self.timings.append(row)
 
     def run(self) -> None:
-        self.ceiling = copy_ceiling(self.cp, self.timer, max(1 << 24, min(COPY_BYTES, self.a.context * 1024)))
+        self.ceiling = (copy_ceiling(self.cp, self.timer, max(1 << 24, min(COPY_BYTES, self.a.context * 1024)))
+                        if self.a.hot else {"bytes": 0, "ms": None, "bytes_per_s": None})
         for R in self.a.batches:
             self.batch(R)
 
     def batch(self, R: int) -> None:
         cp, be, a, rng = self.cp, self.be, self.a, self.rng
         n_csa, n_hca, W, I = a.context // 4, a.context // 128, WINDOW, a.index_heads
-        pos = a.context - 1
+        pos = a.position if a.position is not None else a.context - 1
         rec = self.g.record_bytes
-        key_ids = rng.integers(0, POOL, (R, n_csa), dtype=np.int32)
-        csa_ids = rng.integers(0, POOL, (R, n_csa), dtype=np.int32)
-        hca_ids = rng.integers(0, POOL, (R, n_hca))
-        ring_ids = rng.integers(0, POOL, (R, W))
+        P = self.pool
+        key_ids = rng.integers(0, P, (R, n_csa), dtype=np.int32)
+        csa_ids = rng.integers(0, P, (R, n_csa), dtype=np.int32)
+        hca_ids = rng.integers(0, P, (R, n_hca))
+        ring_ids = rng.integers(0, P, (R, W))
         keys = cp.zeros((R, n_csa, 68), dtype=cp.uint8)
         csa = cp.zeros((R, n_csa, rec), dtype=cp.uint8)
         hca = cp.zeros((R, n_hca, rec), dtype=cp.uint8)
@@ -288,13 +371,17 @@ class Probe:
         rows = W + n_sel
         split = attn_split(rows, R, attn_tc_launch(H).head_groups, C, sm_count=self.be.sm_count)
         fused_chunks = split.chunks if split.fused else FUSED_CLUSTERS[-1]
+        g = O.Geometry(ratio=4 if kind == "CSA" else 128, num_heads=H, max_seq_len=self.a.context)
+        refs = []  # the oracle once per request, for both paths
+        for r in range(R):
+            sel = ids_host[r] if ids_host is not None else np.arange(n_sel)
+            rows_r = np.concatenate([self.rec_pool[ring_ids[r]], self.rec_pool[rec_ids[r][sel]]], axis=0)
+            refs.append(O.attend(g, q_h[r], rows_r, sink_h, pos))
         for chunks, fused in ((C, False), (fused_chunks, True)):
-            self._attend(gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos, q_h,
-                         sink_h, q, sink, chunks, fused)
+            self._attend(gname, H, R, kind, ring, records, ids_dev, n_sel, pos, refs, q, sink, chunks, fused)
 
-    def _attend(self, gname, H, R, kind, ring, records, ids_dev, ids_host, n_sel, ring_ids, rec_ids, pos, q_h, sink_h,
-                q, sink, C, fused) -> None:
-        cp, be, a = self.cp, self.be, self.a
+    def _attend(self, gname, H, R, kind, ring, records, ids_dev, n_sel, pos, refs, q, sink, C, fused) -> None:
+        cp, be = self.cp, self.be
         W, rec = WINDOW, self.g.record_bytes
         n_rec = records.shape[1]
         ml = None if fused else cp.zeros(2 * R * C * H, dtype=cp.float32)
@@ -311,13 +398,7 @@ class Probe:
         be.synchronize()
         y = ys[0].get()
         same = np.array_equal(_bits(ys[0]), _bits(ys[1]))
-        g = O.Geometry(ratio=4 if kind == "CSA" else 128, num_heads=H, max_seq_len=a.context)
-        worst = 0.0
-        for r in range(R):
-            sel = ids_host[r] if ids_host is not None else np.arange(n_sel)
-            rows = np.concatenate([self.rec_pool[ring_ids[r]], self.rec_pool[rec_ids[r][sel]]], axis=0)
-            ref = O.attend(g, q_h[r], rows, sink_h, pos)
-            worst = max(worst, float(np.abs(ref - y[r]).max()))
+        worst = max(float(np.abs(refs[r] - y[r]).max()) for r in range(R))
         path = "fused" if fused else "two-pass"
         tag = f"{gname} {kind} H={H} R={R}"
         self.check(f"attention {path} vs oracle ({tag})", worst <= ATTN_ATOL and same,
@@ -341,16 +422,24 @@ def run(argv=None, cupy_module=None) -> tuple[int, dict | None]:
         import cupy as cupy_module
     from csa_plan.kernels.backends import CupyBackend
 
+    from csa_plan.kernels.backends import CudaHeadersMissing
+
     cp = cupy_module
     t0 = time.perf_counter()
-    be = CupyBackend(cp)
-    compile_s = time.perf_counter() - t0
+    try:
+        be = CupyBackend(cp)
+    except CudaHeadersMissing as exc:
+        print(f"probe: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU, None
+    compile_s = be.module_load_s  # CuPy's kernel cache hit after the GPU check's compile step: < 1 s
     p = Probe(cp, be, a)
     p.run()
     failed = sum(c["status"] == "fail" for c in p.checks)
     doc = {"schema": "csa-plan/probe/v1", "machine": machine_facts(cp), "context": a.context, "batches": a.batches,
+           "index_heads": a.index_heads,
            "geometries": {g: {"heads": GEOMETRIES[g][0], "topk": GEOMETRIES[g][1]} for g in a.geometries},
-           "chunks": a.chunks, "module_load_s": compile_s, "copy_ceiling": p.ceiling, "checks": p.checks,
+           "chunks": a.chunks, "module_load_s": compile_s, "timer": {"cuda_graphs": p.timer.graphs, "calls": a.hot},
+           "copy_ceiling": p.ceiling, "checks": p.checks,
            "timings": p.timings, "failed": failed, "seconds": time.perf_counter() - t0}
     return (EXIT_FAILED if failed else EXIT_OK), doc
 
@@ -394,7 +483,8 @@ def main(argv=None) -> int:
     for c in doc["checks"]:
         print(f"{c['status'].upper():4}  {c['name']}: {c['detail']}", file=sys.stderr)
     for t in doc["timings"]:
-        print(f"      {t['case']:<36} cold {t['cold_ms']:9.3f} ms  hot {t['hot_ms']:9.3f} ms  "
+        print(f"      {t['case']:<36} cold {t['cold_ms']:9.3f} ms  device {t['device_us']:9.2f} us/call ({t['method']}"
+              f"{', host-bound' if t['host_bound'] else ''})  host {t['host_us']:8.1f} us/call  "
               f"compulsory {t['compulsory_bytes'] / 1e9:7.3f} GB  moved {t['moved_bytes'] / 1e9:7.3f} GB", file=sys.stderr)
     print(f"probe: {len(doc['checks']) - doc['failed']}/{len(doc['checks'])} checks passed (exit {code})",
           file=sys.stderr)

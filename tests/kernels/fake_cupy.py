@@ -4,7 +4,9 @@ Only these names exist (anything else the GPU path touches fails with AttributeE
 which is the point): ``ndarray`` (basic indexing, ``view``, ``reshape``), ``zeros``, ``asarray``, ``float32``, ``uint8``, ``uint32``,
 ``int32``, ``RawModule`` (and its ``get_function`` kernels), ``get_default_memory_pool``
 (``used_bytes``, ``total_bytes``, ``free_all_blocks``), ``cuda.Event``,
-``cuda.get_elapsed_time``, ``cuda.Device`` and ``cuda.runtime`` (``getDeviceCount``,
+``cuda.get_elapsed_time``, ``cuda.Device``, ``cuda.Stream`` (as a context, and graph capture:
+``begin_capture``/``end_capture`` record the RawKernel launches into a graph that ``launch``
+replays) and ``cuda.runtime`` (``getDeviceCount``,
 ``memGetInfo``, ``deviceSynchronize``, ``getDeviceProperties``, ``driverGetVersion``,
 ``runtimeGetVersion``). Their names and call shapes follow CuPy 14.2 (checked against an
 installed CuPy by ``test_fake_names_exist_in_real_cupy`` when CuPy is importable).
@@ -27,6 +29,13 @@ block tuples, the block within __launch_bounds__, dynamic shared memory only for
 that declare it (backends.DYNAMIC_SHARED) and above 48 KB only after the kernel's
 ``max_dynamic_shared_size_bytes`` was raised to cover it (CuPy's RawKernel attribute). The
 signatures are parsed from the code string handed to RawModule, not from the launcher.
+
+Compiling needs the CUDA runtime headers, as in CuPy 14.2: the first ``get_function`` looks
+for ``cuda_runtime.h`` the way cuda.pathfinder's ``find_nvidia_header_directory("cudart")``
+does (NVIDIA wheels in site-packages, ``$CONDA_PREFIX``, ``$CUDA_PATH``, ``$CUDA_HOME``, never
+/usr/local/cuda by itself) and raises CuPy's RuntimeError "Failed to find CUDA headers" when
+none has it (``cuda_include_dir``; tests/kernels/conftest.py points CUDA_PATH at a folder with
+the header for the tests that compile).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import numpy as np
 
 from csa_plan.kernels.backends import DYNAMIC_SHARED, emulator_library, parse_signatures, run_emulated
 
+__version__ = "14.2.0"  # the CuPy this fake models
 ROUND = 512
 CAPACITY = 141 * 10**9
 float32, uint8, int32, uint32 = np.float32, np.uint8, np.int32, np.uint32
@@ -193,18 +203,48 @@ class _RawKernel:
                     raise TypeError(f"{name}({cname}): needs {_SCALAR[kind].__name__}, got {type(v).__name__}")
                 conv.append(v.item())
         g = tuple(grid) + (1,) * (3 - len(grid))
-        self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
-        if os.environ.get("FAKE_CUPY_KERNELS") == "skip":
-            return
         if any(x % c for x, c in zip(g, self.sig.cluster)):
             raise ValueError(f"{name}: grid {g} is not a whole number of its {self.sig.cluster} clusters")
-        rc = run_emulated(emulator_library(), name, g, threads, conv, shared_mem)
-        if rc != 0:
-            raise RuntimeError(f"{name}: {lib.csa_emu_last_error().decode()}")
+
+        def launch():
+            self.module.launches.append((name, g, threads, tuple(type(v).__name__ for v in args)))
+            if os.environ.get("FAKE_CUPY_KERNELS") == "skip":
+                return
+            rc = run_emulated(emulator_library(), name, g, threads, conv, shared_mem)
+            if rc != 0:
+                raise RuntimeError(f"{name}: {emulator_library().csa_emu_last_error().decode()}")
+
+        if _CAPTURING:  # recorded into the stream's graph, run when the graph is launched
+            _CAPTURING[-1].append(launch)
+            return
+        launch()
+
+
+def cuda_include_dir() -> str | None:
+    """CuPy 14.2's header folder (core.pyx: find_nvidia_header_directory("cudart")), modelled."""
+    import site
+    import sys
+
+    def has(d):
+        return bool(d) and os.path.isfile(os.path.join(d, "cuda_runtime.h"))
+
+    sites = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    sites += [p for p in sys.path if p.endswith("site-packages")]
+    for sp in dict.fromkeys(sites):
+        for sub in ("nvidia/cu13/include", "nvidia/cuda_runtime/include"):
+            if has(os.path.join(sp, sub)):
+                return os.path.join(sp, sub)
+    if os.environ.get("CONDA_PREFIX") and has(os.path.join(os.environ["CONDA_PREFIX"], "include")):
+        return os.path.join(os.environ["CONDA_PREFIX"], "include")
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(var) and has(os.path.join(os.environ[var], "include")):
+            return os.path.join(os.environ[var], "include")
+    return None
 
 
 class RawModule:
     instances: list["RawModule"] = []
+    compiles = 0  # modules compiled in this process (the first get_function of each)
 
     def __init__(self, code=None, *, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
                  enable_cooperative_groups=False, name_expressions=None, jitify=None) -> None:
@@ -219,15 +259,67 @@ class RawModule:
         self.code, self.options, self.backend = code, options, backend
         self.signatures = parse_signatures(code)
         self.launches: list[tuple] = []
+        self.compiled = False
         RawModule.instances.append(self)
 
     def get_function(self, name: str) -> _RawKernel:
+        if not self.compiled:  # CuPy compiles lazily, at the first function asked for
+            if cuda_include_dir() is None:
+                raise RuntimeError("Failed to find CUDA headers. Please install CUDA toolkit headers "
+                                   "(e.g., pip install cupy-cuda13x[ctk]) or specify CUDA_PATH environment variable.")
+            self.compiled = True
+            RawModule.compiles += 1
         if name not in self.signatures:
             raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
         return _RawKernel(self, self.signatures[name])
 
 
 # ------------------------------------------------------------------------------- cuda
+
+
+_CAPTURING: list[list] = []  # the launch lists of the streams capturing now (innermost last)
+
+
+class _Graph:
+    def __init__(self, launches: list) -> None:
+        self.launches = launches
+
+    def launch(self, stream=None) -> None:
+        for fn in self.launches:
+            fn()
+
+
+class _Stream:
+    """cupy.cuda.Stream as far as the probe's timer uses it: a context manager and graph capture
+    (RawKernel launches inside begin_capture/end_capture are recorded, not run)."""
+
+    def __init__(self, null=False, non_blocking=False, ptds=False, priority=None) -> None:
+        self.captured: list | None = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def begin_capture(self, mode=None) -> None:
+        if self.captured is not None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is already capturing")
+        self.captured = []
+        _CAPTURING.append(self.captured)
+
+    def end_capture(self) -> _Graph:
+        if self.captured is None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        _CAPTURING.remove(self.captured)
+        g, self.captured = _Graph(self.captured), None
+        return g
+
+    def is_capturing(self) -> bool:
+        return self.captured is not None
+
+    def synchronize(self) -> None:
+        pass
 
 
 class _Event:
@@ -267,10 +359,11 @@ runtime = types.SimpleNamespace(
     driverGetVersion=lambda: 12090,
     runtimeGetVersion=lambda: 12090,
 )
-cuda = types.SimpleNamespace(Event=_Event, get_elapsed_time=_get_elapsed_time, Device=_Device, runtime=runtime)
+cuda = types.SimpleNamespace(Event=_Event, get_elapsed_time=_get_elapsed_time, Device=_Device, Stream=_Stream,
+                             runtime=runtime)
 
 # (module path, attribute) pairs this fake provides, for the check against a real CuPy
-PROVIDED = [("cupy", n) for n in ("ndarray", "zeros", "asarray", "float32", "uint8", "int32", "uint32", "RawModule",
+PROVIDED = [("cupy", n) for n in ("__version__", "ndarray", "zeros", "asarray", "float32", "uint8", "int32", "uint32", "RawModule",
                                   "get_default_memory_pool")] + \
-           [("cupy.cuda", n) for n in ("Event", "get_elapsed_time", "Device")] + \
+           [("cupy.cuda", n) for n in ("Event", "get_elapsed_time", "Device", "Stream")] + \
            [("cupy.cuda.runtime", n) for n in vars(runtime)]

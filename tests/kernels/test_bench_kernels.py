@@ -187,3 +187,66 @@ def test_bench_body_fuses_the_indexer_and_top_k_from_16384_keys(capsys):
     args = b.main.__globals__["argparse"].Namespace(context=65536, requests=1, heads=16, index_heads=4, topk=1024,
                                                       window=128, chunks=4, json=True)
     assert b.report(args, doc) == 0
+
+
+def test_timer_reports_device_time_per_call_and_the_host_apart():
+    """The probe's timer on the fake CuPy: calls replayed from one captured graph carry none of the
+    Python around their launches (a call that is only Python costs the device nothing), while the
+    host's own time per call is measured and reported apart; a launching call's device time is its
+    kernels'. (The fake's clock is the host's: this proves what is bracketed, not GPU speed.)"""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("fake_cupy", Path(__file__).with_name("fake_cupy.py"))
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    from csa_plan.kernels.probe import Timer
+
+    t = Timer(fake)
+
+    def python_only():
+        end = time.perf_counter() + 2e-4
+        while time.perf_counter() < end:
+            pass
+
+    m = t.measure(python_only, 10)
+    assert m["method"] == "graph" and m["launches_timed"] == 10
+    assert m["host_us"] >= 200 and m["device_us"] < 50, m  # the 200 us of Python are host time only
+    assert m["back_to_back_ms"] * 1e3 >= 200 and m["host_bound"] is False
+    no_graph = Timer(fake, graphs=False).measure(python_only, 5)
+    assert no_graph["method"] == "back-to-back" and no_graph["host_bound"] is True  # flagged: an upper bound
+
+
+def test_bench_measured_over_model_uses_the_device_time(fake_doc, capsys):
+    _, doc = fake_doc
+    b = _load_bench()
+    args = b.main.__globals__["argparse"].Namespace(context=4096, requests=1, heads=16, index_heads=4, topk=1024,
+                                                      window=128, chunks=4, json=True)
+    assert b.report(args, doc) == 0
+    out = json.loads(capsys.readouterr().out)
+    priced = [r for r in out["results"] if r["model_us"]]
+    assert priced and all(r["measured_over_model"] == r["device_us"] / r["model_us"] for r in priced)
+    assert all("host_us" in r and r["method"] in ("graph", "back-to-back") for r in out["results"])
+
+
+def test_bench_from_probe_reports_the_probe_document_without_rerunning(fake_doc, tmp_path, capsys):
+    _, doc = fake_doc
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    b = _load_bench()
+    assert b.main(["--from-probe", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["context"] == 4096 and len(out["results"]) == len(doc["timings"])
+    assert b.main(["--from-probe", str(tmp_path / "missing.json")]) == 4
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert b.main(["--from-probe", str(tmp_path / "bad.json")]) == 2
+
+
+def test_small_probe_sizes_its_pools_to_its_context():
+    """--small (the sanitizer steps) packs pools for its 8,192 tokens, not the 65,536 rows of 1M."""
+    from csa_plan.kernels import probe
+
+    assert probe.pool_rows(1 << 20) == probe.POOL == 65536
+    small = probe._parse(["--small"])
+    assert probe.pool_rows(small.context) == 512  # still about 4 copies of each of its 2,048 keys

@@ -171,3 +171,36 @@ def test_cli_prints_the_topk_rows(capsys):
     assert M.main([]) == 0
     out = capsys.readouterr().out
     assert "top-1024" in out and "top-512" in out and "hist+seg" in out and "unfused" in out
+
+
+def test_attention_phases_are_summed_and_a_lone_warp_issues_at_half_rate():
+    """attn_tc's tile loop is cut at its block barriers (BAR.SYNC) into phases that cannot overlap
+    — dequantization, S = QK^T, the softmax's two halves, O += PV — so a tile costs the sum of
+    the phases, each the largest of its issue, tensor and shared-memory clocks, not the largest
+    of the loop's totals; and a 4-warp block alone on its SM (one warp per scheduler) issues at
+    SINGLE_WARP_IPC, not one instruction a clock."""
+    counts = M.load_counts()
+    c = counts["attn_tc_partial"]
+    assert len(c.phases) >= 4
+    assert sum(p["total"] for p in c.phases) == c.total and sum(p["hmma"] for p in c.phases) == c.hmma
+    assert sum(1 for p in c.phases if p["hmma"]) == 2  # the two products, in different phases
+    assert [p for p in c.phases if "dequant" in p["inner"]][0]["hmma"] == 0
+    trips = M.attention_trips(128)
+    ph = M._tile_phases(c, 4, trips)
+    overlapped = max(sum(p[i] for p in ph) for i in range(3))  # the old model: every phase overlapped
+    chain, pipes = M.sm_tile_clocks(c, 4, trips, resident=1)
+    assert chain == pytest.approx(sum(max(i / 0.5, t, m) for i, t, m in ph)) and chain > 2 * overlapped * 0.9
+    assert pipes >= overlapped  # alone, the block's issue is capped too
+    assert M.issue_rate(1) == M.SINGLE_WARP_IPC < M.issue_rate(2) == 1.0
+    # HCA attention at 16 heads, batch 16: one 4-warp block per SM; well under the 72.4 % of the
+    # overlapped, full-issue model
+    hca = M.attention(counts, 128, 1 << 20, 16, 16)
+    assert hca.blocks <= M.SMS and hca.share_of_peak < 0.5
+    # the indexer keeps two blocks per SM: their 8 warps issue at the full rate
+    assert M.indexer(counts, 1 << 20, 16).share_of_peak >= 0.5
+
+
+def test_cli_prints_the_phases(capsys):
+    assert M.main(["--phases"]) == 0
+    out = capsys.readouterr().out
+    assert "attention, 16 heads per block" in out and "phase 5" in out and "indexer" in out
