@@ -21,13 +21,15 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_option
               help="Only these engine models (repeatable), at their defaults [default: every profile and engine].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step (scratch, in-flight window slots).")
+@click.option("--brief", is_flag=True, help="Print only the head: the verdict and each row's requests that fit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/compare/v1 JSON document.")
 @click.option("--plot", "plot_file", default=None, metavar="FILE.png",
               help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra).")
 @bad_input_exits
 @deployment_options
 def compare(model: str, max_seq_len: int | None, device_memory: int | None,
-            layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, query_len: int, as_json: bool,
+            layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, query_len: int, brief: bool,
+            as_json: bool,
             plot_file: str | None, deployment, budget_plot: str | None) -> int:
     """Compare MODEL (a preset, config.json, model directory, YAML spec or ONNX graph) under
     every layout profile: bytes per request, asymptotic bytes per token, fixed cost per
@@ -61,8 +63,12 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
 
     def render(out, report):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
-        from csa_plan.cli.render_compare import render_compare
+        from csa_plan.cli.render_compare import render_compare, render_compare_head
 
+        render_compare_head(out, report)  # the answer first; the detail follows
+        if brief:
+            return
+        out.print()
         budgets = [("layout profiles", report["budget"]), *(report.get("engine_budgets") or {}).items()] \
             if report.get("budget") else []
         for _, b in budgets:  # a deployment whose weights do not fit says so first

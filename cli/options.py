@@ -166,15 +166,20 @@ class EngineOption(click.Option):
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         from csa_plan.planner.engines.registry import ENGINES
 
-        self.help = f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)."
+        self.help = (f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)"
+                     + ("; repeat it to run engines side by side." if self.multiple else "."))
         return super().get_help_record(ctx)
 
 
-def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
     """Add ``--engine`` and every engine setting; the command receives ``engine`` (a name or
-    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings)."""
+    None), ``kv_memory`` (bytes or None) and ``engine_settings`` (an EngineSettings). With
+    ``multiple`` (``@engine_options(multiple=True)``), ``--engine`` may be repeated and the command
+    also receives ``engines`` (every name given, in order; ``engine`` is the first)."""
+    if func is None:
+        return functools.partial(engine_options, multiple=multiple)
     options = [
-        click.option("--engine", cls=EngineOption, default=None, metavar="NAME"),
+        click.option("--engine", cls=EngineOption, default=None, metavar="NAME", multiple=multiple),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME",
@@ -216,12 +221,20 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
         values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
         engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
-        if engine is not None:
+        names = tuple(engine) if multiple else ((engine,) if engine is not None else ())
+        if names:
             from csa_plan.planner.engines.registry import resolve_engine_name
 
-            engine, note = resolve_engine_name(engine)
-            if note:
-                click.echo(f"note: {note}", err=True)
+            resolved = []
+            for name in names:
+                name, note = resolve_engine_name(name)
+                if note:
+                    click.echo(f"note: {note}", err=True)
+                resolved.append(name)
+            names = tuple(resolved)
+        engine = names[0] if names else None
+        if multiple:
+            kwargs["engines"] = names
         gpu = values.pop("gpu")
         if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
             from csa_plan.planner.cards import resolve_target

@@ -256,3 +256,34 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     fig.tight_layout()
     _save(fig, path)
     return None
+
+
+def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Blocks in use against the pool, with running and waiting; None on success."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]')"
+    rt = report["runtime"]
+    s, occ = rt["series"], rt["occupancy"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.step(s["t_s"], s["units"], where="post", label=f"{occ['unit']}s in use (max per point)")
+    ax.axhline(occ["usable_units"], color="red", linestyle="--", label="pool (usable)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"{occ['unit']}s")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.step(s["t_s"], s["running"], where="post", color="grey", alpha=0.6, label="running")
+    ax2.step(s["t_s"], s["waiting"], where="post", color="orange", alpha=0.6, label="waiting")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    h, l = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h + h2, l + l2, loc="upper left", fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    _save(fig, path)
+    return None

@@ -10,9 +10,40 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from csa_plan.cli.format import fmt_bytes_short as short_size, plural
+from csa_plan.cli.format import fmt_bytes, fmt_bytes_short as short_size, plural
 from csa_plan.cli.tables import KEY, Col, print_table
 from csa_plan.planner.reports.text import id_runs
+
+
+VERDICT_TEXT = {"fits": "[green]FITS[/] (exit 0)", "does_not_fit": "[red]DOES NOT FIT[/] (exit 3)",
+                "refused": "[red]REFUSED[/] (exit 3)"}
+
+
+def render_compare_head(console: Console, report: dict[str, Any]) -> None:
+    """The answer first (the head, ``CompareHead``): the verdict, then each row's requests of
+    max_seq_len that fit, with the authority that counted them."""
+    h = report["head"]
+    seq = h["max_seq_len"]
+    seq = f"{seq:,}" if isinstance(seq, int) else ", ".join(f"{v:,}" for v in seq)
+    console.print(f"[bold]{h['model']}[/] at max_seq_len {seq}: {VERDICT_TEXT[h['verdict']]}"
+                  + (f"; {h['deployment']}" if h["deployment"] else ""))
+    for r in h["rows"]:
+        if r["requests_that_fit"] is not None:
+            n = r["requests_that_fit"]
+            what = f"{n:,} request{'' if n == 1 else 's'} fit"
+        elif r["unbounded"]:
+            what = "any number fit (0 bytes per request)"
+        elif r["no_answer"].startswith("refuses"):  # the refusal itself is listed below
+            what = f"no count: refuses a pool of {r['limit_bytes']:,} B at start-up (below)"
+        else:
+            what = f"no count: {r['no_answer']}"
+        charge = r["charge_bytes"] if r["charge_bytes"] is not None else r["per_request_bytes"]
+        pool = f" in {fmt_bytes(r['limit_bytes'])}" if r["limit_bytes"] and r["requests_that_fit"] is not None else ""
+        best = " (the most)" if r["profile"] in h["most"] and len(h["most"]) < len(h["rows"]) else ""
+        console.print(f"  {r['profile']}: {what}{best}{pool}; {fmt_bytes(charge)} per request "
+                      f"({r['authority']})", soft_wrap=True, highlight=False)
+    for line in h["refusals"]:
+        console.print(f"  [red]{line}[/]", soft_wrap=True)
 
 
 def render_compare(console: Console, report: dict[str, Any]) -> None:

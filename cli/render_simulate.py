@@ -37,6 +37,12 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
         cap = f", at most {engine['max_running']:,} running per replica" if engine.get("max_running") else ""
         out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}): charges what the engine "
                   f"charges, {held}{cap}", highlight=False)
+    refused = report.get("engine_refusal")
+    if refused:
+        out.print(f"[red]REFUSED (exit 3): {refused['engine']} refuses this configuration; nothing was "
+                  "simulated:[/red]")
+        out.print(f"  {refused['setting']}: {refused['message']}", highlight=False)
+        return
     if report["plan_refusals"]:
         out.print("[red]the model plan is refused; no request can run:[/red]")
         for r in report["plan_refusals"]:
@@ -45,7 +51,8 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     cap = report.get("capacity")
     if cap is not None:
         if cap["rate_scale"] is None:
-            out.print("[red]capacity: no rate scale down to 2^-20 meets the criterion[/red]")
+            out.print(f"[red]capacity: no rate scale down to {cap['floor_rate_scale']:.4g} meets the criterion "
+                      f"(the floor: {cap['floor']})[/red]")
         else:
             if cap["at_least"]:
                 out.print(f"[bold]capacity:[/bold] not limited by memory within this trace: the search reached its "
@@ -103,3 +110,40 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
                                   else "[red]DIFFERS from the ledger replay[/red]"))
     verdict = "every request admitted" if report["exit_code"] == EXIT_OK else "some requests refused"
     out.print(f"[bold]{verdict}[/bold] (exit {report['exit_code']})")
+
+
+def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
+    """The answer first: the verdict and exit code, the requests admitted and refused, the rate the
+    search found, and the requests of max_seq_len that fit the state pool (with its authority)."""
+    code = report["exit_code"]
+    refused = report.get("engine_refusal")
+    if refused or report["plan_refusals"]:
+        why = f"{refused['engine']} refuses this configuration" if refused else "the model plan is refused"
+        out.print(f"[red]REFUSED[/red] (exit {code}): {why}; nothing was simulated", highlight=False)
+    elif "requests" in report:
+        req = report["requests"]
+        if req["refused"]:
+            reasons = ", ".join(f"{k} {v:,}" for k, v in req["refusals"].items())
+            out.print(f"[red]REFUSED[/red] (exit {code}): {req['refused']:,} of {req['total']:,} requests refused "
+                      f"({reasons})", highlight=False)
+        else:
+            out.print(f"[green]ADMITTED[/green] (exit {code}): all {req['total']:,} requests admitted"
+                      + (f", {req['queued']:,} after waiting" if req["queued"] else ""), highlight=False)
+    elif report.get("capacity") is not None:
+        out.print(f"[red]NO SUSTAINABLE RATE[/red] (exit {code}): no rate scale meets the criterion", highlight=False)
+    else:
+        out.print(f"[red]NO ANSWER[/red] (exit {code})", highlight=False)
+    cap = report.get("capacity")
+    if cap is not None:
+        if cap["rate_scale"] is None:
+            out.print(f"  sustainable rate scale: none down to {cap['floor_rate_scale']:.4g} ({cap['floor']})",
+                      highlight=False)
+        else:
+            out.print(f"  sustainable rate scale: {'at least ' if cap['at_least'] else ''}{cap['rate_scale']:,.4g} "
+                      f"({cap['criterion']})", highlight=False)
+    fit = report.get("fit")
+    if fit is not None:
+        n = fit["requests_that_fit"]
+        count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
+        out.print(f"  requests of {fit['max_seq_len']:,} tokens that fit the state pool: {count} ({fit['authority']})",
+                  highlight=False)

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from csa_plan.cli.console import esc
 from csa_plan.cli.exit_codes import EXIT_OK
-from csa_plan.cli.format import fmt_rate, plural
+from csa_plan.cli.format import fmt_bytes, fmt_rate, plural
 from csa_plan.cli.tables import KEY, TEXT, Col, print_table
 from csa_plan.planner.sweep.evaluate import NOT_LIMITED
 
@@ -56,19 +56,33 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
     render_front_text(out, report)
     if plot_note:
         out.print(f"  plot: {esc(plot_note)}")
-    ans = report["answer"]
-    if ans is not None:
-        if ans["key"] in unbounded:
+    if report["exit_code"] != EXIT_OK and report["answer"] is not None:  # pragma: no cover - they agree
+        out.print("[red]inconsistent exit code[/red]")
+
+
+def render_sweep_head(out: Console, report: dict[str, Any]) -> None:
+    """The answer first (the head, ``SweepHead``): the answer point, its devices and sustainable rate,
+    its capacity answer, and how many points were feasible."""
+    h = report["head"]
+    if h["answer_label"] is not None:
+        if h["rate_limited_by_memory"] is False:
             how = f"sustainable rate {NOT_LIMITED}"
         else:
-            how = (f"sustainable {fmt_rate(ans['sustainable_rate_per_s'])} req/s "
-                   f"(rate scale {ans['sustainable_rate_scale']:,.4g})")
-        out.print(f"[bold]answer:[/bold] {ans['label']} — {plural(ans['devices'], 'device')}, {how} "
-                  f"(exit {report['exit_code']})")
+            how = (f"sustainable {fmt_rate(h['sustainable_rate_per_s'])} req/s "
+                   f"(rate scale {h['sustainable_rate_scale']:,.4g})")
+        out.print(f"[bold]answer:[/bold] {h['answer_label']} — {plural(h['devices'], 'device')}, {how} "
+                  f"(exit {h['exit_code']})", highlight=False)
+        fit = h["fit"]
+        if fit is not None:
+            n = fit["requests_that_fit"]
+            count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
+            out.print(f"  requests of {fit['max_seq_len']:,} tokens that fit its state pool "
+                      f"({fmt_bytes(h['limit_bytes'])} per device): {count} ({fit['authority']})", highlight=False)
     else:
-        out.print(f"[bold red]no point meets the constraints[/bold red] (exit {report['exit_code']})")
-    if report["exit_code"] != EXIT_OK and ans is not None:  # pragma: no cover - exit code and answer agree
-        out.print("[red]inconsistent exit code[/red]")
+        out.print(f"[bold red]no point meets the constraints[/bold red] (exit {h['exit_code']})")
+    out.print(f"  feasible: {h['feasible']:,} of {h['simulated']:,} simulated points ({h['points']:,} in the grid, "
+              f"{h['skipped']:,} skipped before running); objective {h['objective'].replace('_', ' ')}",
+              highlight=False)
 
 
 UNBOUNDED_CELL = "not limited"

@@ -52,18 +52,25 @@ def _layouts() -> list[str]:
               "(or, under --policy queue, wait p99 under --max-wait).")
 @click.option("--max-wait", type=FloatType(MAX_WAIT_S), default=None, help="Seconds: the wait p99 bound for --find-capacity under queue.")
 @click.option("--verify", is_flag=True, help="Also replay event by event through the ledger and require identical results.")
+@click.option("--brief", is_flag=True, help="Print only the head: the verdict, requests admitted and refused, "
+              "the sustainable rate, requests of max_seq_len that fit.")
+@click.option("--disable-radix-cache", is_flag=True, default=False,
+              help="SGLang's --disable-radix-cache: no prefix sharing in its runtime replay [default: radix cache on].")
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
+              help="vLLM's prefix caching, as vLLM spells it (runtime-replayed engines) [default: the engine's: on].")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/simulate/v1 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
-@engine_options
+@engine_options(multiple=True)
 @deployment_options
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
              router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
              tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
-             max_wait: float | None, verify: bool, as_json: bool, plot_path: str | None, engine: str | None,
+             max_wait: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
+             brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
     through per-device ledgers and report peaks, refusals and waits.
@@ -101,23 +108,47 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
                               max_wait_s=max_wait, verify=verify, trace=trace, engine=engine,
-                              engine_settings=engine_settings, kv_memory_bytes=kv_memory)
+                              engine_settings=engine_settings, kv_memory_bytes=kv_memory,
+                              enable_prefix_caching=False if disable_radix_cache else prefix_caching,
+                              engines=engines if len(engines) > 1 else ())
     show = not as_json and consoles.err.is_terminal
     outcome = run_simulate(request, lambda label, total, long_run: progress_bar(
         consoles.err if show else None, show and long_run, label, total))
     report = outcome.report
+    if report.get("side_by_side") is not None:
+        return _side_by_side_output(consoles, outcome, as_json, budget_plot)
     plot_note = None
     if plot_path is not None and outcome.series is not None:
         plot_note = plot_simulate(outcome.series, plot_path, title=outcome.title)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
+    elif plot_path is not None and report.get("runtime") is not None:
+        from csa_plan.cli.plots import plot_runtime
+
+        plot_note = plot_runtime(report, plot_path, title=outcome.title)
+        report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     def render(out, r):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
-        from csa_plan.cli.render_simulate import render_simulate
+        from csa_plan.cli.render_simulate import render_simulate, render_simulate_head
 
         budget = r.get("budget")
+        runtime = r.get("runtime") is not None
         if budget is not None and not budget["weights_fit"]:
-            render_budget(out, budget)  # first: no state pool, nothing was simulated
-        render_simulate(out, r, series=outcome.series, plot_note=plot_note)
+            render_budget(out, budget)  # the answer first: no state pool, nothing was simulated
+            if brief:
+                return
+        elif runtime:
+            from csa_plan.cli.render_runtime import render_runtime
+
+            render_runtime(out, r, plot_note=plot_note, brief=brief)  # the engine's own scheduler, replayed
+            if brief:
+                return
+        else:
+            render_simulate_head(out, r)  # the answer first; the detail follows
+            if brief:
+                return
+            out.print()
+        if not runtime:
+            render_simulate(out, r, series=outcome.series, plot_note=plot_note)
         if budget is not None and budget["weights_fit"]:
             out.print(f"device limit = the state pool per GPU ({budget['engine']}): usable "
                       f"{budget['usable_bytes']:,} - weights {budget['weights_bytes']:,} - reserves "
@@ -125,6 +156,22 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
 
     emit(consoles, report, as_json, render)
     write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
-    if plot_path is not None and plot_note is None and outcome.series is not None:
+    if plot_path is not None and plot_note is None and (outcome.series is not None or report.get("runtime")):
         say_written(consoles, "plot", plot_path, as_json)
+    return int(outcome.exit_code)
+
+
+def _side_by_side_output(consoles, outcome, as_json: bool, budget_plot: str | None) -> int:
+    from csa_plan.cli.emit import emit
+    from csa_plan.cli.plots import write_budget_plot
+
+    def render(out, r):
+        from csa_plan.cli.render_runtime import render_side_by_side
+
+        render_side_by_side(out, r)
+
+    emit(consoles, outcome.report, as_json, render)
+    for doc in outcome.report["side_by_side"]:
+        write_budget_plot(consoles, doc.get("budget"), budget_plot, as_json)
+        break
     return int(outcome.exit_code)

@@ -26,12 +26,14 @@ in --resume FILE; the worker processes end with the sweep).
                    "created by csa-plan with a header naming the spec and workload; any other file is refused "
                    "unchanged (docs/output-and-resume.md).")
 @click.option("--top", type=COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json).")
+@click.option("--brief", is_flag=True, help="Print only the head: the answer point, its devices, rate and capacity.")
 @click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v1 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
 @deployment_options
-def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, as_json: bool,
+def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, brief: bool,
+          as_json: bool,
           plot_path: str | None, deployment, budget_plot: str | None) -> int:
     """Expand the grid of SPEC (YAML), skip the points that cannot work, simulate the rest,
     and rank those that meet the constraints; also print the Pareto front.
@@ -81,8 +83,12 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         plot_note = plot_sweep(report, plot_path)
         report["plot"] = {"path": plot_path if plot_note is None else None, "note": plot_note}
     def render(out, r):  # rich and the renderer are imported for tables only
-        from csa_plan.cli.render_sweep import render_sweep
+        from csa_plan.cli.render_sweep import render_sweep, render_sweep_head
 
+        render_sweep_head(out, r)  # the answer first; the detail follows
+        if brief:
+            return
+        out.print()
         render_sweep(out, r, top=top, plot_note=plot_note)
 
     emit(consoles, report, as_json, render)

@@ -27,10 +27,10 @@ def requests_that_fit(device: Budget, cap: Any, engine: Any = None) -> dict[str,
 def engine_admits(plan: Any, sizing: Any) -> dict[str, Any]:
     """How many requests of max_seq_len the engine admits one after another into an empty pool, by its
     own ``admits`` (units held by each as the engine charges them, and its running-request cap)."""
-    from csa_plan.planner.engines.engine import Phase
-
     length = plan.max_seq_len
-    need = plan.footprint(length, Phase.PREFILL).units
+    # what ``admits`` counts in used_units (vLLM: every group's blocks while it prefills; SGLang: its full
+    # pages, the SWA pool being sized for max_running_requests at start-up), never another pool's units
+    need = plan.admission_units(length)
     n = min(sizing.max_running, sizing.usable_units // need) if need else sizing.max_running
     # the engine's own check agrees at the boundary: n admitted, the next one refused
     while n > 0 and not plan.admits(sizing, (n - 1) * need, n - 1, length):

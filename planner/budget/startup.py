@@ -32,7 +32,8 @@ class StartupSettings:
     cuda_graph_max_bs: int | None = None          # SGLang
     speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
     moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
-    gpu: str | None = None                        # the engine's target card (rules needing a capability)
+    gpu: str | None = None                        # the engine's target card (rules needing a capability; its
+                                                  # device name picks vLLM's batch defaults)
 
 
 @dataclass(frozen=True)
@@ -99,22 +100,19 @@ class StartupRules:
 VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 
 
-def vllm_max_num_batched_tokens(card_bytes: int, usage: str | None, tier_160_gib: bool = True) -> tuple[int, str]:
-    """engine/arg_utils.py:2983-2996 (applied at :3159-3181): by card memory and usage context
-    (``tier_160_gib``: 0.33's >= 160 GiB tier; 0.25/0.26 get_batch_defaults have none)."""
-    llm = usage == "llm"
-    if tier_160_gib and card_bytes >= 160 * GiB:
-        return 16384, "engine/arg_utils.py:2973-2982 (>= 160 GiB card)"
-    if card_bytes >= 70 * GiB:
-        return (16384 if llm else 8192), "engine/arg_utils.py:2983-2996 (70-160 GiB card, " + \
-            ("LLM class)" if llm else "vllm serve)")
-    return (8192 if llm else 2048), "engine/arg_utils.py:2997-3005 (smaller card)"
-
-
-def _vllm_mnbt(c: StageContext, tier_160_gib: bool = True) -> tuple[int, str]:
+def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
+    """vLLM's max_num_batched_tokens: the option, else the engine model's default rule for that release
+    (one copy: ``engines/vllm_0_33.py default_batched_tokens``, by card memory, device name and usage;
+    0.25/0.26 lack 0.33's >= 160 GiB tier)."""
     if c.settings.max_num_batched_tokens is not None:
         return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
-    return vllm_max_num_batched_tokens(c.card_bytes, c.settings.usage, tier_160_gib)
+    from csa_plan.planner.engines.settings import gpu_target
+    from csa_plan.planner.engines.vllm_0_33 import V025, V026, V033, default_batched_tokens
+
+    rel = {r.engine: r for r in (V033, V026, V025)}[release]
+    tokens, _, rule = default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
+                                             c.settings.usage or "serve", rel)
+    return tokens, rule
 
 
 def _vllm_usable(c: StageContext) -> Usable:
@@ -136,11 +134,11 @@ def _rope_tables(c: StageContext) -> int:
     return int(any(r > 1 for r in ratios)) + int(any(r <= 1 for r in ratios))
 
 
-def _vllm_reserves(c: StageContext, tier_160_gib: bool = True) -> tuple[Step, ...]:
+def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, ...]:
     if c.dims is None:
         return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
                      "pass --reserved"),)
-    d, mnbt = c.dims, _vllm_mnbt(c, tier_160_gib)[0]
+    d, mnbt = c.dims, _vllm_mnbt(c, release)[0]
     L = c.max_seq_len
     ratios = d.ratios_of(c.layers)
     mtp_here = c.settings.speculative_tokens > 0 and c.last
@@ -184,8 +182,8 @@ def _vllm_reserves(c: StageContext, tier_160_gib: bool = True) -> tuple[Step, ..
 VLLM_OTHER_ESTIMATE = 2 * GiB
 
 
-def _vllm_resolved(c: StageContext, tier_160_gib: bool = True) -> dict[str, Any]:
-    mnbt, src = _vllm_mnbt(c, tier_160_gib)
+def _vllm_resolved(c: StageContext, release: str = "vllm-0.33") -> dict[str, Any]:
+    mnbt, src = _vllm_mnbt(c, release)
     util = c.settings.gpu_memory_utilization
     return {"max_num_batched_tokens": {"value": mnbt, "source": src},
             "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
@@ -195,10 +193,10 @@ def _vllm_resolved(c: StageContext, tier_160_gib: bool = True) -> dict[str, Any]
 VLLM = StartupRules("vllm-0.33", _vllm_usable, _vllm_reserves, _vllm_resolved)
 # 0.25.0 / 0.26.0: the same start-up rules (csa-plan reads the same buffers in their model code), with
 # get_batch_defaults lacking 0.33's >= 160 GiB tier (0.26.0 engine/arg_utils.py ~2460-2479).
-VLLM_026 = StartupRules("vllm-0.26", _vllm_usable, lambda c: _vllm_reserves(c, False),
-                        lambda c: _vllm_resolved(c, False))
-VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, False),
-                        lambda c: _vllm_resolved(c, False))
+VLLM_026 = StartupRules("vllm-0.26", _vllm_usable, lambda c: _vllm_reserves(c, "vllm-0.26"),
+                        lambda c: _vllm_resolved(c, "vllm-0.26"))
+VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, "vllm-0.25"),
+                        lambda c: _vllm_resolved(c, "vllm-0.25"))
 
 
 # --- SGLang 0.5.23 ---------------------------------------------------------------------------------

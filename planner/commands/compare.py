@@ -71,8 +71,15 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
     fits = all(r.requests_that_fit != 0 for r in result.rows)
     weights_fit = base is None or all(b.fits for b in budgets.values())
     code = ExitCode.OK if result.admitted and fits and weights_fit else ExitCode.REFUSED
+    from csa_plan.planner.reports.compare import compare_head
+
     report = comparison_report(result)
     report["exit_code"] = int(code)
+    where = None
+    if base is not None:
+        p = base.request.placement
+        where = f"tp {p.tp} pp {p.pp} dp {p.dp}: {p.device_count} GPU(s) of {base.card_bytes / (1 << 30):.2f} GiB"
+    report.update(compare_head(result, report, int(code), weights_fit, where).as_dict())
     report["budget"] = None if base is None else budget_document(base)
     report["engine_budgets"] = None if base is None else {
         name: budget_document(b) for name, b in budgets.items() if name is not None}

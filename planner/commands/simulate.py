@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from csa_plan.planner.errors import BadInput, ExitCode
@@ -45,6 +45,8 @@ class SimulateRequest:
     engine: str | None = None  # an engine model's name: charge what that engine charges
     engine_settings: Any = None  # EngineSettings
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
+    enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
+    engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +72,11 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.simulate.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
+    if len(req.engines) > 1:
+        from csa_plan.planner.commands.simulate_runtime import run_side_by_side
+
+        return run_side_by_side(req, run_simulate, progress)
+
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
     settings = merge(req.given, wl.settings)
     if settings.model is None:
@@ -86,7 +93,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
     engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
         else None
-    device = _device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
+    device = device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage
     if req.engine is not None:
@@ -105,13 +112,39 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     spec = load_model(settings.model, max_seq_len=config.max_seq_len)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
+    runtime_plan = _runtime_plan(req, spec, config)
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import refuse_reservation_options
+
+        refuse_reservation_options(req, runtime_plan)
+    elif req.enable_prefix_caching is not None:
+        raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
+                       "--no-enable-prefix-caching/--disable-radix-cache", "applies to an engine whose runtime is "
+                       "replayed step by step (--engine vllm-0.33, --engine sglang-0.5.23)")
     if base_plan.refusals or (device is not None and not device.fits):
         report = simulate_report(wl, spec, config, None, None, plan_refusals=base_plan.refusals,
                                  exit_code=ExitCode.REFUSED)
-        return SimulateOutcome(_with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
+        return SimulateOutcome(with_budget(report, device, _capacity(spec, config, req.engine, engine_settings,
                                                                       device, req.kv_memory_bytes)),
                                ExitCode.REFUSED)
-    scn = prepare(spec, wl, config)
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    if runtime_plan is not None:
+        from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
+
+        try:
+            outcome = run_runtime_simulate(req, wl, spec, config, progress)
+        except EngineRefused as exc:  # the engine refuses the KV memory: the same typed document as below
+            return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
+                                   req.kv_memory_bytes)
+        with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
+                                                      req.kv_memory_bytes))
+        return outcome
+    try:
+        scn = prepare(spec, wl, config)
+    except EngineRefused as exc:  # the engine refuses the configuration: its document, typed, no count
+        return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
+                               req.kv_memory_bytes)
     wl = wl.without_tokens()  # the scenario holds what the run needs from them (memory: 10M requests)
     long_run = len(wl) >= LONG_RUN_REQUESTS or req.find_capacity
 
@@ -139,10 +172,24 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     report = simulate_report(wl, spec, config if result is None else scn.config, scn, result, capacity=capacity,
                              verified=verified, exit_code=code, split=scn.split)
     cap = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
-    return SimulateOutcome(_with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
+    return SimulateOutcome(with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
 
 
-def _device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
+def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
+    """The engine plan when the engine's runtime is replayed step by step, else None."""
+    if req.engine is None:
+        return None
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    try:
+        plan = config.engine.sized(spec, replace(config, limit_bytes=0), config.max_seq_len or
+                                   max(d.max_seq_len for d in spec.layers))[0]
+    except EngineRefused:
+        return None
+    return plan if plan.runtime_modelled else None
+
+
+def device_budget(settings: MixSettings, config: Any, engine: str | None = None, engine_settings: Any = None,
                    kv_memory_bytes: int | None = None) -> Any:
     """The device budget when a device is named (its state pool becomes every device's ledger limit,
     the tightest pipeline stage's); None without a device: everything accounted, nothing refused."""
@@ -162,7 +209,28 @@ def _device_budget(settings: MixSettings, config: Any, engine: str | None = None
                              placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=settings.ep))
 
 
-def _with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
+def _engine_refused(wl: Any, spec: Any, config: Any, device: Any, refusal: Any, engine: str | None,
+                    engine_settings: Any, kv_memory_bytes: int | None) -> SimulateOutcome:
+    """The document of a run the engine refuses (exit 3), as check gives it: the refusal typed
+    (``engine_refusal``, ``all_refusals``), ``fit`` with no count, nothing replayed."""
+    from csa_plan.planner.budget.answer import engine_authority, no_answer
+    from csa_plan.planner.reports.check import Refusal
+    from csa_plan.planner.reports.simulate import simulate_report
+
+    report = simulate_report(wl, spec, config, None, None, exit_code=ExitCode.REFUSED)
+    report["engine_refusal"] = refusal.as_dict()
+    report["all_refusals"] = [Refusal("configuration", "EngineRefused", refusal.setting, refusal.message,
+                                      refusal.expected, refusal.actual, refusal.rule).as_dict()]
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    cap = _capacity(spec, config, engine, engine_settings, device, kv_memory_bytes)
+    if cap is None or cap.answered:  # no pool to size, or refused only at the run's own tiers: still no count
+        cap = no_answer(engine_authority(engine or refusal.engine), length, 1,
+                        f"{refusal.engine} refuses this configuration ({refusal.setting}; the refusal says why)",
+                        None if cap is None else cap.kv_memory_bytes)
+    return SimulateOutcome(with_budget(report, device, cap), ExitCode.REFUSED)
+
+
+def with_budget(report: dict[str, Any], device: Any, capacity: Any = None) -> dict[str, Any]:
     from csa_plan.planner.budget.document import budget_document
 
     report["budget"] = None if device is None else budget_document(device)

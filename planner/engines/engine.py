@@ -13,7 +13,11 @@ An ``EnginePlan`` answers, in the engine's own granularity (blocks, pages, slots
   its pool at start-up (vLLM's "Maximum concurrency" divisor, SGLang's per-request SWA);
 * ``size_pool(kv_memory_bytes)`` — the pool(s) that a KV memory budget per device yields,
   what is reserved before the first request, and the start-up log line(s);
-* ``admits(sizing, used_units, running, tokens)`` — whether one more request is admitted.
+* ``admits(sizing, used_units, running, tokens)`` — whether one more request is admitted;
+* ``runtime(sizing, trace, options)`` — the engine's own scheduler and memory manager in
+  motion (``planner/runtime``: the one replay loop steps it), or None for an engine whose
+  runtime is not modelled step by step (it reserves at admission: ``simulate`` charges
+  ``charge(tokens)`` instead).
 
 Callers never branch on an engine's name: they look the model up in the registry
 (``csa_plan.planner.engines.registry``) and use this interface. ``kv_memory_bytes`` per
@@ -33,6 +37,7 @@ from csa_plan.planner.layout import GroupBytes, StateClass
 if TYPE_CHECKING:
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.model import ModelSpec
+    from csa_plan.planner.runtime.protocol import EngineRuntime, RuntimeOptions, RuntimeTrace
 
 
 class Phase(str, Enum):
@@ -245,6 +250,16 @@ class EnginePlan(ABC):
 
     def setting(self, option: str) -> Any:
         return next(s.value for s in self.settings if s.option == option)
+
+    @property
+    def runtime_modelled(self) -> bool:
+        """True when ``runtime`` steps the engine's scheduler (no reservation at admission)."""
+        return False
+
+    def runtime(self, sizing: PoolSizing, trace: "RuntimeTrace", options: "RuntimeOptions") -> "EngineRuntime":
+        """The engine's scheduler and memory manager over ``trace`` in the pool ``sizing`` gives
+        (``planner/runtime/protocol.py``); raises where ``runtime_modelled`` is False."""
+        raise NotImplementedError(f"{self.engine.name}: the runtime is not modelled step by step")
 
 
 @dataclass(frozen=True)

@@ -426,6 +426,26 @@ class SglangPlan(EnginePlan):
                    ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
                    ("c128_state_fixed_bytes", cfg["c128_state_fixed"]), ("swa_pages", swa_pages)))
 
+    @property
+    def runtime_modelled(self) -> bool:
+        return True
+
+    def runtime(self, sizing: PoolSizing, trace, options):
+        """SGLang's scheduler and its two page pools over ``trace`` (``sglang_runtime``): the full pool's
+        max_total_num_tokens and the SWA pool as ``size_pool`` sized them; ``--disable-radix-cache``
+        (``options.enable_prefix_caching`` False) turns the radix cache off."""
+        from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
+        from csa_plan.planner.engines.sglang_runtime.scheduler import SchedulerConfig
+
+        r, extra = self.resolved, dict(sizing.extra)
+        p = r.page_size
+        radix = True if options.enable_prefix_caching is None else bool(options.enable_prefix_caching)
+        cfg = SchedulerConfig(full_pages=extra["max_total_num_tokens"] // p, swa_pages=extra["swa_tokens"] // p,
+                              page=p, window=self.layers.window, max_running_requests=r.max_running_requests,
+                              chunked_prefill_size=r.chunked_prefill_size, max_prefill_tokens=MAX_PREFILL_TOKENS,
+                              context_len=self.max_seq_len, radix_cache=radix)
+        return SglangRuntime(cfg, trace, f"{ENGINE} ({'radix cache' if radix else '--disable-radix-cache'})")
+
     def charge(self, tokens: int) -> Footprint:
         """The simulator's charge: the full pages only. The SWA pool and every slot's c128 state are
         allocated at start-up (size_pool's reserved bytes), so admission draws on the full pages."""

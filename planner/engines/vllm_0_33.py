@@ -447,6 +447,48 @@ class VllmPlan(EnginePlan):
         need = self.footprint(min(tokens, self.max_seq_len), Phase.PREFILL).units
         return need <= sizing.usable_units - used_units
 
+    @property
+    def runtime_modelled(self) -> bool:
+        return True
+
+    def prefill_lookahead(self) -> int:
+        """VllmConfig.num_prefill_lookahead_tokens (config/vllm.py:655-675): N for multi-module MTP, 1 for one module."""
+        n = self.resolved.num_speculative_tokens
+        if not n:
+            return 0
+        mtp = sum(1 for s in self.specs if s.is_draft)
+        return n if min(mtp, n) > 1 else 1
+
+    def runtime(self, sizing: PoolSizing, trace, options):
+        """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``vllm_scheduler``)."""
+        from csa_plan.planner.engines.vllm_blocks import GroupSpec
+        from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
+
+        r = self.resolved
+        q = r.max_in_flight_tokens
+        specs = tuple(GroupSpec(block_size=g.first.block_size,
+                                window=g.first.sliding_window if g.first.kind is SpecKind.SLIDING else None,
+                                extra_retained=g.first.extra_retained_tokens,
+                                admission_cap=(g.blocks_per_request(self.max_seq_len, q)
+                                               if g.first.kind is SpecKind.SLIDING else None))
+                      for g in self.groups)
+        caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
+        if caching and r.num_speculative_tokens:
+            from csa_plan.planner.errors import BadInput
+
+            raise BadInput("options", "--num-speculative-tokens", "MTP with prefix caching (vLLM's EAGLE "
+                           "trailing-block drop and lookahead hashes) is not modelled step by step yet: add "
+                           "--no-enable-prefix-caching")
+        prefix = None
+        if caching:
+            from csa_plan.planner.engines.vllm_prefix import PrefixCache
+
+            prefix = PrefixCache(trace, specs, self)
+        return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
+                           sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
+                           r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
+                           self.prefill_lookahead(), prefix=prefix, label=f"vLLM 0.33.0")
+
     def tp_rules(self) -> tuple[TpRule, ...]:
         src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
                "compressor.py ~181-192, sparse_swa.py ~120-146); kv_cache_planning.py kv_cache_groups_tp_replicas")

@@ -51,6 +51,7 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
     if capacity is not None:
         report["capacity"] = {
             "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
+            "floor_rate_scale": capacity.floor, "floor": capacity.floor_reason,
             "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
             "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
         }

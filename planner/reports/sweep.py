@@ -1,7 +1,13 @@
-"""The ``csa-plan/sweep/v1`` document: the grid, what was skipped, the ranked results, the answer."""
+"""The ``csa-plan/sweep/v1`` document: the grid, what was skipped, the ranked results, the answer.
+
+``SweepHead`` is the answer first (the verdict, the answer point with its devices, sustainable
+rate and capacity answer, and how many points were feasible); the text renderer and the JSON
+document both read it (``head`` and ``verdict``), so they cannot disagree.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from csa_plan.planner.reports.schemas import SWEEP
@@ -40,6 +46,57 @@ def _shared(point: dict[str, Any], r) -> dict[str, Any]:
     wait_s, wait_ns = waits(p99_ns=r.wait_p99_ns, only_p99=True)
     return {"model_info": _model_info(point["model"]), "device_limit": device_limit(point["limit_bytes"]),
             "wait_s": wait_s, "wait_ns": wait_ns}
+
+
+class SweepVerdict:
+    ANSWERED = "answered"                  # some point meets every constraint: the first ranked (exit 0)
+    NO_FEASIBLE_POINT = "no_feasible_point"  # none does (exit 3)
+
+
+@dataclass(frozen=True)
+class SweepHead:
+    """The answer first: which deployment, at how many devices and what rate, and its capacity answer."""
+
+    verdict: str
+    exit_code: int
+    name: str
+    objective: str
+    answer_key: str | None
+    answer_label: str | None
+    devices: int | None
+    sustainable_rate_per_s: float | None
+    sustainable_rate_scale: float | None
+    rate_limited_by_memory: bool | None   # False: not limited by memory within this trace (no measured rate)
+    limit_bytes: int | None               # the answer's state pool per device
+    fit: dict[str, Any] | None            # the answer's capacity answer (budget/answer.py CapacityAnswer)
+    feasible: int
+    simulated: int
+    points: int
+    skipped: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict,
+                "head": {"verdict": self.verdict, "exit_code": self.exit_code, "name": self.name,
+                         "objective": self.objective, "answer_key": self.answer_key,
+                         "answer_label": self.answer_label, "devices": self.devices,
+                         "sustainable_rate_per_s": self.sustainable_rate_per_s,
+                         "sustainable_rate_scale": self.sustainable_rate_scale,
+                         "rate_limited_by_memory": self.rate_limited_by_memory, "limit_bytes": self.limit_bytes,
+                         "fit": self.fit, "feasible": self.feasible, "simulated": self.simulated,
+                         "points": self.points, "skipped": self.skipped}}
+
+
+def sweep_head(report: dict[str, Any]) -> SweepHead:
+    a = report["answer"]
+    g = report["grid"]
+    verdict = SweepVerdict.ANSWERED if a is not None else SweepVerdict.NO_FEASIBLE_POINT
+    return SweepHead(verdict, report["exit_code"], report["spec"]["name"], report["spec"]["objective"],
+                     None if a is None else a["key"], None if a is None else a["label"],
+                     None if a is None else a["devices"], None if a is None else a["sustainable_rate_per_s"],
+                     None if a is None else a["sustainable_rate_scale"],
+                     None if a is None else a["rate_limited_by_memory"],
+                     None if a is None else a["point"]["limit_bytes"], None if a is None else a["fit"],
+                     g["feasible"], len(report["results"]), g["points"], g["skipped"])
 
 
 def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
@@ -82,4 +139,5 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
         "points_per_s": (ran / elapsed_s) if elapsed_s > 0 and ran else None,
         "exit_code": exit_code,
     }
+    report.update(sweep_head(report).as_dict())
     return report

@@ -18,6 +18,12 @@ class RateCapacity:
     result: SimResult | None
     probes: tuple[tuple[float, bool], ...]
     capped: bool  # the search hit its upper bound: capacity is at least rate_scale
+    floor: float = 0.0  # the slowest scale the search could probe
+    floor_reason: str = ""  # why it stops there: the search's own bound or the int64 clock
+
+
+CLOCK_FLOOR = "the slowest rate whose arrival times fit the int64 nanosecond clock (~73 years)"
+SEARCH_FLOOR = "the search's lower bound (min_scale)"
 
 
 SCALE_MIN, SCALE_MAX = 2.0 ** -20, 2.0 ** 20
@@ -33,7 +39,10 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
 
     Requests refused up front (too long, never fit) do not depend on the rate, so
     they are left out of the criterion (and reported). The search never leaves
-    [scale_min, scale_max]; hitting scale_max is reported as "at least".
+    [floor, scale_max], the floor being scale_min or, when higher, the slowest scale the
+    int64 nanosecond clock can represent for this trace (``Scenario.min_rate_scale``): it
+    probes the floor itself before answering None, and states which floor it was. Hitting
+    scale_max is reported as "at least".
     """
     from csa_plan.planner.limits import MIN_REL_TOL
 
@@ -41,6 +50,8 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {scale_min:g} and {scale_max:g}")
     if not MIN_REL_TOL <= rel_tol <= 1.0:  # below it, 1 + rel_tol may round to 1 and the bisection never ends
         raise BadInput("options", "rel_tol", f"must be between {MIN_REL_TOL:g} and 1 (MIN_REL_TOL), got {rel_tol!r}")
+    clock = scn.min_rate_scale
+    floor, reason = (clock, CLOCK_FLOOR) if clock > scale_min else (scale_min, SEARCH_FLOOR)
     probes: list[tuple[float, bool]] = []
     results: dict[float, SimResult] = {}
     keep = scn.requests < KEEP_RESULTS_BELOW
@@ -69,18 +80,20 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         while hi <= scale_max and good(hi):
             lo, hi = hi, hi * 2
         if hi > scale_max:
-            return RateCapacity(lo, answer(lo), tuple(probes), True)
+            return RateCapacity(lo, answer(lo), tuple(probes), True, floor, reason)
     else:
         hi = scale
         lo = scale / 2
-        while lo >= scale_min and not good(lo):
+        while lo >= floor and not good(lo):
             hi, lo = lo, lo / 2
-        if lo < scale_min:
-            return RateCapacity(None, None, tuple(probes), False)
+        if lo < floor:  # the floor itself is the last probe: an answer there, or none at any rate
+            if not (floor < hi and good(floor)):
+                return RateCapacity(None, None, tuple(probes), False, floor, reason)
+            lo = floor
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
         if good(mid):
             lo = mid
         else:
             hi = mid
-    return RateCapacity(lo, answer(lo), tuple(probes), False)
+    return RateCapacity(lo, answer(lo), tuple(probes), False, floor, reason)

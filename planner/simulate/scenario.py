@@ -126,6 +126,18 @@ class Scenario:
     def requests(self) -> int:
         return int(self.arrival_ns.shape[0])
 
+    @property
+    def min_rate_scale(self) -> float:
+        """The slowest rate scale whose arrival times the int64 nanosecond clock holds (the latest
+        arrival / scale <= MAX_SIM_NS): a rate search never goes below it (0.0: no arrival to scale)."""
+        last = float(self.base_arrival_ns.max()) if self.requests else 0.0
+        if last <= 0:
+            return 0.0
+        floor = last / MAX_SIM_NS
+        while not last / floor <= MAX_SIM_NS:  # float division may round just past the clock
+            floor = math.nextafter(floor, math.inf)
+        return floor
+
     def with_rate_scale(self, rate_scale: float) -> "Scenario":
         import numpy as np
 

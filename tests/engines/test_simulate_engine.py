@@ -62,12 +62,16 @@ def test_sglang_charges_full_pages_under_its_cap():
 
 
 def test_cli_names_the_engine(csa):
+    """vLLM's runtime is replayed step by step (issue 25): a reservation option is refused, saying why."""
     r = csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--engine", "vllm-0.33", "--kv-memory", "40GiB",
-            "--max-seq-len", "65536", "--reserve", "fit", "--json", "--verify")
+            "--max-seq-len", "65536", "--json")
     doc = r.json()
     assert doc["engine"]["name"] == "vllm-0.33" and doc["engine"]["version"] == "0.33.0"
     assert doc["engine"]["pool"]["num_blocks"] == 40 * GiB // 1_435_968
-    assert doc["verified_against_ledger_replay"] is True and r.code in (0, 3)
+    assert doc["runtime"]["engine"] == "vLLM 0.33.0" and r.code in (0, 3)
+    refused = csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--engine", "vllm-0.33", "--kv-memory", "40GiB",
+                  "--max-seq-len", "65536", "--reserve", "fit")
+    assert refused.code == 2 and "reserves nothing per request" in refused.err
     assert csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--layout", "vllm").code == 2
 
 

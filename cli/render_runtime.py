@@ -1,0 +1,114 @@
+"""Render the runtime replay (``simulate --engine vllm-0.33``): the ``runtime`` section of the document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from csa_plan.cli.format import plural
+from csa_plan.cli.tables import KEY, Col, print_table
+
+
+def _q(q: dict[str, Any]) -> list[str]:
+    f = lambda v: "-" if v is None else f"{v:,.3f}"
+    return [f(q["p50_s"]), f(q["p99_s"]), f(q["max_s"])]
+
+
+def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None, brief: bool = False) -> None:
+    """Render an *escaped* report (``cli.console.escaped``, applied by ``cli.emit``)."""
+    dep, engine = report["deployment"], report.get("engine")
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')})")
+    rt = report["runtime"]
+    out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
+    if brief:
+        wait = rt["queue_wait"]
+        out.print(f"  served {rt['served']:,} of {rt['requests']:,}; queue wait p99 "
+                  f"{'-' if wait['p99_s'] is None else format(wait['p99_s'], ',.3f')} s", highlight=False)
+        return
+    for note in report["workload"]["notes"]:
+        out.print(f"  note: {note}")
+    pool = engine["pool"]
+    out.print(f"  engine: {engine['name']} ({engine['engine']} {engine['version']}), its scheduler and KV cache "
+              f"manager replayed step by step: {pool['usable_units']:,} {pool['unit']}s of {pool['unit_bytes']:,} B "
+              f"usable, tp {dep['tp']}", highlight=False)
+    settings = ", ".join(f"{s['option']} {s['value']}" for s in engine["settings"]
+                         if s["option"] in ("--max-num-batched-tokens", "--max-num-seqs", "--async-scheduling",
+                                            "--num-speculative-tokens", "--chunked-prefill-size",
+                                            "--max-running-requests"))
+    pc = rt["prefix_cache"]
+    out.print(f"  settings: {settings}; prefix caching {'on' if pc['enabled'] else 'off'}", highlight=False)
+    t = report["time"]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s",
+              highlight=False)
+    out.print(f"  served {rt['served']:,} of {rt['requests']:,}"
+              + "".join(f"; refused {n:,}: {r}" for r, n in ((x['reason'], x['requests']) for x in rt["refused"])),
+              highlight=False)
+    if pc["enabled"]:
+        out.print(f"  prefix cache: {pc['hit_tokens']:,} of {pc['queried_tokens']:,} prompt tokens looked up were "
+                  f"hits ({pc['hit_rate']:.1%})")
+    occ = rt["occupancy"]
+    out.print(f"  {occ['unit']}s in use: peak {occ['peak_units']:,} of {occ['usable_units']:,}, mean "
+              f"{occ['mean_units']:,.0f} over steps; running peak {occ['peak_running']:,} (mean "
+              f"{occ['mean_running']:,.1f}); waiting peak {occ['peak_waiting']:,} (mean {occ['mean_waiting']:,.1f})")
+    for p in occ["pools"]:
+        size = "" if p.get("usable") is None else f" of {p['usable']:,}"
+        out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
+    print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
+                [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
+                 ["end to end", *_q(rt["e2e"])]])
+    for note in rt["modelled"]:
+        out.print(f"  modelled: {note}", highlight=False)
+    cap = report.get("capacity")
+    if cap:
+        out.print(f"  capacity: x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= {cap['max_wait_s']:g} s "
+                  f"({cap['probes']} probes)")
+    if plot_note:
+        out.print(f"  plot: {plot_note}")
+
+
+def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
+    """Several engines' runtime replays of one trace: one column per engine (``simulate --engine A --engine B``)."""
+    docs = report["side_by_side"]
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')}), tp {report['deployment']['tp']}: "
+              f"{len(docs)} engines side by side")
+    runs = [d for d in docs if d.get("runtime") is not None]
+    for d in docs:
+        if d.get("runtime") is None:
+            why = "refused: " + (d.get("engine_refusal") or {}).get("message", "nothing replayed (the weights do not fit)")
+            out.print(f"  {(d.get('engine') or {}).get('name', '?')}: {why}", highlight=False)
+    for d in runs:
+        out.print(f"  {d['runtime']['headline']}", highlight=False)
+    if not runs:
+        return
+    t = runs[0]["time"]
+    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
+              f"arrivals x{t['rate_scale']:g}", highlight=False)
+    rows: list[list[str]] = []
+
+    def row(label, f):
+        rows.append([label] + [f(d["runtime"], d) for d in runs])
+
+    f1 = lambda v: "-" if v is None else f"{v:,.1f}"
+    row("KV memory / device (GiB)", lambda r, d: f"{d['engine']['pool']['kv_memory_bytes'] / 2**30:,.2f}")
+    row("served / refused", lambda r, d: f"{r['served']:,} / {r['requests'] - r['served']:,}")
+    row("steps; makespan (s)", lambda r, d: f"{r['steps']:,}; {r['makespan_s']:,.1f}")
+    row("running: peak / mean", lambda r, d: f"{r['occupancy']['peak_running']:,} / {r['occupancy']['mean_running']:,.1f}")
+    row("waiting: peak / mean", lambda r, d: f"{r['occupancy']['peak_waiting']:,} / {r['occupancy']['mean_waiting']:,.1f}")
+    row("preempted / retracted", lambda r, d: f"{r['preemptions']['count']:,}")
+    row("  requests; most for one", lambda r, d: f"{r['preemptions']['requests']:,}; "
+                                                 f"{r['preemptions']['most_for_one_request']:,}")
+    row("  tokens recomputed", lambda r, d: f"{r['preemptions']['tokens_recomputed']:,}")
+    row("prefix-cache hits", lambda r, d: f"{r['prefix_cache']['hit_tokens']:,} "
+                                                       f"({r['prefix_cache']['hit_rate']:.1%})")
+    for key, label in (("queue_wait", "queue wait"), ("ttft", "first token"), ("e2e", "end to end")):
+        row(f"{label} p50/p99/max s", lambda r, d, k=key: "/".join(f1(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
+    row("units in use: peak", lambda r, d: f"{r['occupancy']['peak_units']:,} {r['occupancy']['unit']}s")
+    row("units usable", lambda r, d: f"{r['occupancy']['usable_units']:,}")
+    print_table(out, "side by side", [Col("", KEY)] + [Col(d["engine"]["name"]) for d in runs], rows)
+    for d in runs:
+        for note in d["runtime"]["modelled"]:
+            out.print(f"  {d['engine']['name']}: {note}", highlight=False)

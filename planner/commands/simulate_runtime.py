@@ -1,0 +1,217 @@
+"""``simulate --engine`` for an engine whose runtime is modelled step by step (``EnginePlan.runtime_modelled``).
+
+The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not
+apply (refused, saying why); the start-up pool is the one ``check --engine`` sizes from
+the device budget (or ``--kv-memory``); the trace is replayed through the engine's own
+scheduler by the one loop (``planner/runtime``); ``--find-capacity`` bisects the largest
+``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with nothing refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from csa_plan.planner.errors import BadInput, ExitCode
+from csa_plan.planner.reports.schemas import SIMULATE
+
+if TYPE_CHECKING:
+    from csa_plan.planner.commands.simulate import SimulateOutcome, SimulateRequest
+    from csa_plan.planner.engines.settings import EngineSettings
+
+CAPACITY_PROBES = 12
+NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
+                "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
+                "and to --engine onnx-genai)")
+
+
+def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
+    for option, value in (("--reserve", req.given.reserve), ("--policy", req.given.policy),
+                          ("--bucket", req.given.bucket)):
+        if value is not None:
+            raise BadInput("options", option, NOT_RESERVED.format(engine=plan.engine.label(), name=plan.engine.name,
+                                                                  option=option))
+    if req.verify:
+        raise BadInput("options", "--verify", f"the ledger replay does not apply to --engine {plan.engine.name}: "
+                                              "its runtime is cross-checked against the engine's own scheduler "
+                                              "(tools/crosscheck_vllm_runtime.py)")
+
+
+def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
+    """The outcome without the budget sections (the caller adds them, as for every simulate)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
+    from csa_plan.planner.reports.runtime import runtime_report
+    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.runtime.trace import runtime_trace
+
+    from csa_plan.planner.placement import Router
+
+    p = config.placement
+    if p.dp > 1 and p.router is not Router.ROUND_ROBIN:
+        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
+                                              "replicas with round-robin routing only")
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    plan, sizing = config.engine.sized(spec, config, length)  # EngineRefused: the caller's typed document
+    if sizing is None:
+        raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
+                                                     "--device-memory (the device budget sizes it) or --kv-memory")
+    options = RuntimeOptions(enable_prefix_caching=req.enable_prefix_caching)
+    caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
+    time = StepTime(config.time.tpot_ms, config.time.prefill_tok_s)
+    capacity = None
+    if req.find_capacity:
+        capacity = _find_capacity(plan, sizing, wl, config, time, options, req.max_wait_s, progress)
+        rate = capacity["rate_scale"]
+    else:
+        rate = config.time.rate_scale
+    trace = runtime_trace(wl, rate)
+    result = _replay(plan, sizing, trace, time, options, progress, len(wl), p.dp)
+    report = runtime_report(result, caching=caching, unit=sizing.unit_name)
+    code = ExitCode.REFUSED if report.refused else ExitCode.OK
+    doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
+    doc["runtime"] = report.as_dict()
+    doc["capacity"] = capacity
+    return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
+
+
+def _replay(plan, sizing, trace, time, options, progress, n, dp: int = 1):
+    from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.replicas import replay_replicas
+
+    with progress("simulating", n, n >= 200_000) as tick:
+        return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time,
+                                                progress=lambda done, total: tick(done, total, None)), trace, dp)
+
+
+def _find_capacity(plan, sizing, wl, config, time, options, max_wait_s, progress) -> dict[str, Any]:
+    """Bisect the rate scale: the largest with nothing refused and queue-wait p99 <= --max-wait."""
+    import numpy as np
+
+    from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.trace import runtime_trace
+
+    if max_wait_s is None:
+        raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
+                                                "--max-wait SECONDS (the engine queues; it never refuses for memory)")
+
+    from csa_plan.planner.runtime.replicas import replay_replicas
+
+    dp = config.placement.dp
+
+    def ok(scale: float) -> bool:
+        trace = runtime_trace(wl, scale)
+        res = replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time), trace, dp)
+        if res.refused:
+            return False
+        adm = np.asarray(res.admitted_ns, dtype=np.int64)
+        wait = (adm - trace.arrival_ns)[adm >= 0]
+        return not len(wait) or float(np.quantile(wait, 0.99)) / 1e9 <= max_wait_s
+
+    lo, hi = 0.0, 1.0
+    probes = 0
+    with progress("finding capacity", None, True) as tick:
+        while ok(hi) and probes < CAPACITY_PROBES:
+            lo, hi = hi, hi * 2
+            probes += 1
+            tick(probes, None, f"probe {probes}: x{lo:.4g}")
+        for _ in range(CAPACITY_PROBES):
+            if lo and hi / lo < 1.01:
+                break
+            mid = (lo + hi) / 2 if lo else hi / 2
+            probes += 1
+            tick(probes, None, f"probe {probes}: x{mid:.4g}")
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+            if not lo and hi < 1e-6:
+                break
+    if not lo or not math.isfinite(lo):
+        raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under {max_wait_s:g} s")
+    return {"rate_scale": lo, "probes": probes, "max_wait_s": max_wait_s}
+
+
+def _document(wl, spec, config, plan, sizing, code) -> dict[str, Any]:
+    from csa_plan.planner.reports.vocabulary import model_info
+    from csa_plan.planner.workloads.formats import trace_document
+
+    p = config.placement
+    engine = None
+    if plan is not None:
+        e = plan.engine
+        engine = {"name": e.name, "engine": e.engine_name, "version": e.version,
+                  "settings": [s.as_dict() for s in plan.settings], "unit_bytes": plan.unit_bytes,
+                  "pool": sizing.as_dict() if sizing else None}
+    return {
+        "schema": SIMULATE,
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names),
+                     "notes": list(wl.notes), **trace_document(wl.trace)},
+        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
+        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
+        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
+        "reserve": None,
+        "policy": None,
+        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
+                 "rate_scale": config.time.rate_scale,
+                 "step_model": "a step lasts max(tpot_ms / 1000, prefill tokens in it / prefill_tok_s) s"},
+        "plan_refusals": [],
+        "exit_code": int(code),
+        "engine": engine,
+        "model_info": model_info(spec.name, spec.source),
+    }
+
+
+def run_side_by_side(req: "SimulateRequest", run_one, progress) -> "SimulateOutcome":
+    """Several ``--engine`` on the same trace and deployment: each engine's own runtime replay (the one
+    path above, ``run_one`` = run_simulate), each given the settings it has (``settings_for``)."""
+    from csa_plan.planner.commands.simulate import SimulateOutcome
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    names = req.engines
+    docs, code = [], ExitCode.OK
+    for name in names:
+        es = settings_for(get_engine(name), req.engine_settings or EngineSettings(), names)
+        try:
+            out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        except EngineRefused as exc:  # this engine would not start: said in its column, the others still run
+            docs.append({"engine": {"name": name}, "engine_refusal": exc.refusal.as_dict(), "runtime": None})
+            code = max(code, ExitCode.REFUSED)
+            continue
+        if out.report.get("runtime") is None and out.report.get("engine_refusal") is None \
+                and out.report.get("engine") is not None:
+            raise BadInput("options", "--engine", f"side by side needs engines whose runtime is replayed step by "
+                                                  f"step; {name} reserves at admission instead (run it alone)")
+        if out.report.get("engine_refusal") is not None:  # refused alone (its own document): no runtime column
+            out.report.setdefault("runtime", None)
+        docs.append(out.report)
+        code = max(code, out.exit_code)
+    first = next((d for d in docs if "workload" in d), None)
+    if first is None:  # every engine refused to start: the first refusal is the answer
+        raise EngineRefused(_refusal(docs[0]))
+    report = {"schema": SIMULATE, "workload": first["workload"], "model": first["model"],
+              "deployment": first["deployment"], "side_by_side": docs, "exit_code": int(code)}
+    return SimulateOutcome(report, ExitCode(code), None, title=f"{first['model']['name']} — {first['workload']['source']}")
+
+
+def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "EngineSettings":
+    """The settings this engine has, when several engines share one command line: an option only some of
+    them have goes to those (--max-running-requests is SGLang's, --max-num-seqs vLLM's); one none has is
+    bad input."""
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import OPTION_SPELLING
+
+    accepted = set(model.options)
+    for name in settings.given():
+        if not any(name in get_engine(n).options for n in names):
+            raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
+    return replace(settings, **{f: None for f in settings.given() if f not in accepted})
+
+
+def _refusal(doc):
+    from csa_plan.planner.engines.engine import EngineRefusal
+
+    return EngineRefusal(**{k: v for k, v in doc["engine_refusal"].items() if k != "type"})

@@ -1,0 +1,325 @@
+"""vLLM 0.33.0's scheduler for DeepSeek-V4, stepped by the one replay loop (``planner/runtime``).
+
+File:line pointers into vllm-0.33.0 ``v1/core/sched/scheduler.py`` unless named otherwise.
+The paths ``vllm serve`` takes for DeepSeek-V4 are modelled: FCFS policy, chunked prefill,
+no KV connector / LoRA / encoder / Mamba, ``long_prefill_token_threshold`` 0,
+``prefill_schedule_interval`` 1, the V2 model runner, pipeline parallel 1.
+
+One step (``schedule``, :699-1660):
+
+* RUNNING first, in order (:787-1040): a request gets
+  ``min(num_tokens_with_spec + placeholders - num_computed, token_budget,
+  max_model_len - num_computed - 1)`` tokens (:833-858); under async scheduling a request
+  whose in-flight output already reaches its max_tokens is skipped (:799-813); if
+  ``allocate_slots`` fails, the last running request is preempted (``running.pop()``,
+  :955) — freed, ``num_computed_tokens = 0``, back to the FRONT of the waiting queue
+  (``_preempt_request`` :1799-1843) — until the allocation fits or the request preempted
+  itself; a failed request ends the running loop.
+* WAITING next, only if nothing was preempted this step (:1052), while the token budget
+  lasts and ``len(running) < max_num_seqs`` (:1062-1076): a preempted request whose
+  in-flight output is still undelivered is skipped this step (:1086-1091); the prefix-cache
+  hit (``get_computed_blocks``, ``vllm_prefix``), the chunk
+  ``min(num_tokens - hit, budget)``, and ``allocate_slots`` with the full sequence required
+  to fit (:1434-1451); a failure ends the waiting loop (FCFS: nothing behind it is tried).
+* ``_update_after_schedule`` (:1845-1877): ``num_computed_tokens += scheduled``; with async
+  scheduling (``async_scheduler.py:24-56``) a request past its prompt gets one output
+  placeholder (plus its drafts).
+
+``update_from_output`` (:2259-2540) with a fabricated model output: every scheduled request
+whose chunk reached the end of its tokens samples one token (plus every scheduled draft,
+all accepted); a request stops at max_tokens or max_model_len (``sched/utils.py``
+``check_stop`` :98-119) and its blocks are freed; a preempted request's stale in-flight
+output is still appended on return (:2316-2323).
+
+Requests the server refuses (``renderers/params.py:535-548``: a prompt longer than
+max_model_len) never reach the scheduler; an output that would pass max_model_len is
+clamped to ``max_model_len - prompt`` (``entrypoints/serve/utils/api_utils.py:234-262``
+``get_max_tokens``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from csa_plan.planner.engines.vllm_blocks import GroupSpec, KvCacheManager
+from csa_plan.planner.runtime.protocol import Completion, EngineRuntime, Step
+
+if TYPE_CHECKING:
+    from csa_plan.planner.runtime.protocol import RuntimeTrace
+
+WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
+
+
+class Req:
+    """The fields of ``v1/request.py`` Request the scheduler reads."""
+
+    __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
+                 "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb",
+                 "next_slot", "next_free", "slot_th", "free_th", "cache_n")
+
+    def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
+        self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
+        self.num_output = self.num_computed = self.num_in_flight = self.placeholders = 0
+        self.status = WAITING
+        self.spec = 0  # len(spec_token_ids)
+        self.preemptions = 0
+        self.stale = 0  # num_stale_output_tokens
+        self.prefill_chunk = True
+        self.ever_computed = 0  # tokens computed before the last preemption (for recomputation counts)
+        self.hashes = None  # vllm_prefix: this request's token identity, built on first lookup
+        self.spb = 0  # shared_prefix_boundary (kv_cache_manager.py get_computed_blocks)
+        self.next_slot = -1  # vllm_blocks fast path: -1 = no tables yet
+        self.next_free = 0
+        self.slot_th: list[int] = []
+        self.free_th: list[int] = []
+        self.cache_n = -1  # vllm_prefix: the tokens last cached (rounded), -1 = none since the last free
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt + self.num_output
+
+
+class VllmRuntime(EngineRuntime):
+    """Scheduler + KVCacheManager of vLLM 0.33.0 over one trace (``EngineRuntime`` protocol)."""
+
+    def __init__(self, trace: "RuntimeTrace", specs: tuple[GroupSpec, ...], pool_names: tuple[str, ...],
+                 num_blocks: int, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
+                 async_scheduling: bool, num_spec_tokens: int, lookahead: int, prefill_lookahead: int = 0,
+                 prefix=None,
+                 label: str = "vLLM 0.33.0") -> None:
+        self.trace = trace
+        self.pools = pool_names
+        self.usable_units = num_blocks - 1
+        self.pipeline_depth = 2 if async_scheduling else 1
+        self.label = label
+        self.kv = KvCacheManager(specs, num_blocks, max_model_len, prefix)
+        self.max_model_len = max_model_len
+        self.budget = max_num_batched_tokens
+        self.max_seqs = max_num_seqs
+        self.async_on = async_scheduling
+        self.num_spec = num_spec_tokens
+        self.lookahead = lookahead
+        self.prefill_lookahead = prefill_lookahead
+        self.prefix = prefix
+        self.wait_q: deque[Req] = deque()
+        self.run_q: list[Req] = []
+        self.reqs: dict[int, Req] = {}
+        self._spec_of: dict[int, int] = {}
+        self._prompt = trace.prompt_tokens.tolist()
+        self._output = trace.output_tokens.tolist()
+
+    # -- arrivals ------------------------------------------------------------------------------
+
+    def refuse(self, r: int) -> str | None:
+        p = self._prompt[r]
+        if p >= self.max_model_len:
+            return (f"prompt of {p:,} tokens: vLLM refuses a prompt that leaves no room below max_model_len "
+                    f"{self.max_model_len:,} (renderers/params.py _token_len_check, api_utils.py get_max_tokens)")
+        return None
+
+    def add(self, r: int) -> None:
+        """add_request (:2931-2962): appended to the waiting queue."""
+        max_tokens = min(self._output[r], self.max_model_len - self._prompt[r])
+        req = Req(r, self._prompt[r], max_tokens)
+        self.reqs[r] = req
+        self.wait_q.append(req)
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def schedule(self) -> Step:
+        step = Step()
+        kv = self.kv
+        token_budget = self.budget
+        mml = self.max_model_len
+        scheduled: dict[Req, int] = {}
+        preempted: list[Req] = []
+        running = self.run_q
+        prefill_scheduled = False  # :735, set by the running loop only (:1017)
+        i = 0
+        while i < len(running) and token_budget > 0:
+            req = running[i]
+            if req.placeholders > 0 and req.num_computed + 2 - req.placeholders >= req.num_prompt + req.max_tokens:
+                i += 1
+                continue
+            n = req.num_tokens + req.spec + req.placeholders - req.num_computed
+            n = min(n, token_budget, mml - req.num_computed - 1)
+            n = self._reserve_prefill_lookahead(req, req.num_computed, n)
+            if n <= 0:
+                i += 1
+                continue
+            ok = False
+            while True:
+                if kv.allocate_slots(req, n, lookahead=self.lookahead):
+                    ok = True
+                    break
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            if not ok:
+                break
+            scheduled[req] = n
+            prefill_scheduled = prefill_scheduled or req.prefill_chunk
+            token_budget -= n
+            i += 1
+            if req.spec:
+                spec_scheduled = n + req.num_computed - req.num_tokens - req.placeholders
+                req.spec = 0
+                step_spec = max(0, spec_scheduled)
+            else:
+                step_spec = 0
+            self._spec_of[req.rid] = step_spec
+        any_running = bool(scheduled)  # scheduled_running_reqs: the running loop's, before admissions
+        if not preempted:
+            skipped: list[Req] = []
+            while token_budget > 0 and self.wait_q:
+                if len(running) >= self.max_seqs:
+                    break
+                req = self.wait_q[0]
+                if req.stale:
+                    skipped.append(self.wait_q.popleft())
+                    continue
+                hit_blocks, hit = (None, 0)
+                if req.num_computed == 0 and self.prefix is not None:
+                    hit_blocks, hit = self.prefix.computed_blocks(kv, req)
+                n = req.num_tokens - hit
+                pad = False
+                if self.num_spec and n == 1 and not prefill_scheduled and (any_running or hit > 0):
+                    padded = 1 + self.num_spec
+                    if hit + padded + 1 <= mml:
+                        if padded > token_budget:
+                            break
+                        n, pad = padded, True
+                n = min(n, token_budget)
+                n = self._reserve_prefill_lookahead(req, hit, n)
+                if n == 0:
+                    skipped.append(self.wait_q.popleft())
+                    continue
+                if not kv.allocate_slots(req, n, hit, hit_blocks, self.lookahead, full_sequence_must_fit=True):
+                    break
+                self.wait_q.popleft()
+                running.append(req)
+                step.admitted.append(req.rid)
+                if self.prefix is not None:
+                    step.prefix_hit_tokens += hit
+                    step.prefix_query_tokens += req.num_tokens
+                req.status = RUNNING
+                req.num_computed = hit
+                scheduled[req] = n
+                token_budget -= n
+                self._spec_of[req.rid] = self.num_spec if pad else 0
+            if skipped:
+                self.wait_q.extendleft(reversed(skipped))
+        # _update_after_schedule (:1845-1877) + AsyncScheduler._update_after_schedule
+        rows = []
+        for req, n in scheduled.items():
+            before = req.num_computed
+            req.num_computed += n
+            req.num_in_flight += n
+            req.prefill_chunk = req.num_computed < req.num_tokens + req.placeholders
+            spec = self._spec_of.pop(req.rid, 0)
+            samples = not req.prefill_chunk
+            if self.async_on and samples:
+                req.placeholders += 1 + spec
+                req.spec = self.num_spec
+            if before < req.num_tokens - 1:  # a prompt (or recomputation) chunk, not a decode
+                step.prefill_tokens += n
+            if req.ever_computed > before:
+                step.recomputed_tokens += min(req.ever_computed, req.num_computed) - before
+            rows.append((req, n, samples, spec))
+            step.requests.append(req.rid)
+            step.tokens.append(n)
+        step.preempted = [r.rid for r in preempted]
+        step.payload = rows
+        return step
+
+    def _reserve_prefill_lookahead(self, req: Req, computed: int, n: int) -> int:
+        """_reserve_prefill_lookahead (:678-697): no chunk ends within the MTP runway of the prompt's end."""
+        remaining = req.num_tokens - computed - n
+        if 0 < remaining < self.prefill_lookahead:
+            n -= self.prefill_lookahead - remaining
+        return max(n, 0)
+
+    def _preempt(self, req: Req) -> None:
+        """_preempt_request (:1799-1843)."""
+        self.kv.free(req)
+        req.ever_computed = max(req.ever_computed, req.num_computed)
+        req.status = PREEMPTED
+        req.num_computed = 0
+        req.spec = 0
+        req.stale = req.num_in_flight
+        req.placeholders = 0
+        req.preemptions += 1
+        self.wait_q.appendleft(req)
+
+    # -- the fabricated model output -------------------------------------------------------------
+
+    def complete(self, step: Step) -> Completion:
+        """update_from_output (:2259-2540): one sampled token per request past its prompt."""
+        c = Completion()
+        sync_drafts = self.num_spec and not self.async_on
+        for req, n, samples, spec in step.payload:
+            req.num_in_flight -= n
+            stale = False
+            if req.stale > 0:
+                stale = True
+                req.stale -= n
+            if req.status == FINISHED:
+                continue
+            if not samples:
+                continue
+            tokens = 1 + spec
+            stopped = False
+            had_placeholders = req.placeholders > 0
+            running_before = req.status == RUNNING
+            if req.num_output == 0:
+                c.first_token.append(req.rid)
+            for k in range(1, tokens + 1):
+                req.num_output += 1
+                if req.num_tokens >= self.max_model_len or req.num_output >= req.max_tokens:
+                    stopped = True
+                    if not stale:
+                        req.num_computed -= tokens - k
+                    break
+            if not stale and req.placeholders > 0:
+                req.placeholders -= tokens
+            if self.prefix is not None and not stale and running_before and (had_placeholders or self.num_spec):
+                self.prefix.cache_blocks(self.kv, req, req.num_computed - req.num_in_flight)  # :2418-2425
+            if stopped:
+                req.status = FINISHED
+                if req in self.run_q:
+                    self.run_q.remove(req)
+                elif req in self.wait_q:  # a preempted request stopped by its stale output (:2546)
+                    self.wait_q.remove(req)
+                self.kv.free(req)
+                c.finished.append(req.rid)
+        if sync_drafts:  # the engine core's update_draft_token_ids after the step (:2862-2881)
+            for req, *_ in step.payload:
+                if req.status != FINISHED:
+                    req.spec = 0 if req.prefill_chunk else self.num_spec
+        return c
+
+    # -- observables -----------------------------------------------------------------------------
+
+    def used_units(self) -> tuple[int, ...]:
+        return self.kv.held()
+
+    def running(self) -> int:
+        return len(self.run_q)
+
+    def waiting(self) -> int:
+        return len(self.wait_q)
+
+    def notes(self) -> tuple[str, ...]:
+        out = ["vLLM 0.33.0's Scheduler + KVCacheManager step by step: FCFS, chunked prefill, max_num_seqs, "
+               "allocate_slots per KV cache group with window frees, preemption by recompute, "
+               + ("async scheduling (2 batches in flight), " if self.async_on else "")
+               + ("prefix caching (LRU)" if self.prefix is not None else "no prefix caching"),
+               "model output fabricated: one token per step per request past its prompt"
+               + (" plus every draft, all accepted" if self.num_spec else "")]
+        return tuple(out)
+
+    def stranded(self) -> tuple[int, ...]:
+        return tuple(r.rid for r in self.wait_q) + tuple(r.rid for r in self.run_q)

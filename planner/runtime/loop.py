@@ -1,0 +1,106 @@
+"""The one replay loop for every engine runtime (protocol: ``protocol.EngineRuntime``).
+
+Order of one iteration at clock ``t`` (integer ns): add every arrival with
+``arrival_ns <= t`` (a request the server refuses is recorded, never added); ask the
+engine for a step; a step with tokens lasts ``steptime.step_ns`` and ends at
+``t + dt``; with ``pipeline_depth`` 1 its output is applied at its end, with depth 2 the
+previous step's output is applied now (it ended at ``t``) and this one's after the next
+step is scheduled — vLLM's async scheduling, where step k+1 is scheduled while step k runs.
+A step with nothing scheduled waits for the batch in flight, else jumps to the next
+arrival; with nothing in flight and nothing to come the requests still waiting are
+stranded (refused as never fitting) instead of spinning.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from csa_plan.planner.runtime.protocol import EngineRuntime, RuntimeTrace, Step
+from csa_plan.planner.runtime.result import RuntimeResult, StepSeries
+from csa_plan.planner.runtime.steptime import StepTime, step_ns
+
+NEVER = -1
+STRANDED = "never fits: nothing running could free enough memory"
+
+
+def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
+           progress: Callable[[int, int], None] | None = None) -> RuntimeResult:
+    n = len(trace)
+    arrival = trace.arrival_ns.tolist()
+    admitted = [NEVER] * n
+    first_token = [NEVER] * n
+    finished = [NEVER] * n
+    preemptions = [0] * n
+    refused: dict[int, str] = {}
+    series = StepSeries.empty(len(rt.pools))
+    inflight: deque[tuple[Step, int]] = deque()
+    totals = {"recomputed": 0, "hit": 0, "query": 0}
+    t = arrival[0] if n else 0
+    nxt = 0
+    done = 0
+    depth = rt.pipeline_depth
+
+    def apply(step: Step, end: int) -> None:
+        nonlocal done
+        c = rt.complete(step)
+        for r in c.first_token:
+            if first_token[r] == NEVER:
+                first_token[r] = end
+        for r in c.finished:
+            finished[r] = end
+        done += len(c.finished)
+
+    while True:
+        while nxt < n and arrival[nxt] <= t:
+            reason = rt.refuse(nxt)
+            if reason is None:
+                rt.add(nxt)
+            else:
+                refused[nxt] = reason
+                done += 1
+            nxt += 1
+        step = rt.schedule()
+        for r in step.admitted:
+            if admitted[r] == NEVER:
+                admitted[r] = t
+        for r in step.preempted:
+            preemptions[r] += 1
+        totals["recomputed"] += step.recomputed_tokens
+        totals["hit"] += step.prefix_hit_tokens
+        totals["query"] += step.prefix_query_tokens
+        if step.tokens:
+            end = t + step_ns(step.prefill_tokens, time)
+            inflight.append((step, end))
+            while len(inflight) >= depth:
+                s, e = inflight.popleft()
+                apply(s, e)
+                if s is step:
+                    break
+            t = end
+            series.add(t, rt.used_units(), rt.running(), rt.waiting(), step.total_tokens, step.prefill_tokens)
+            if progress is not None and len(series) % 4096 == 0:
+                progress(done, n)
+            continue
+        if inflight:
+            s, e = inflight.popleft()
+            apply(s, e)
+            t = max(t, e)
+            continue
+        if nxt < n:
+            t = max(t, arrival[nxt])
+            continue
+        if rt.running() == 0 and rt.waiting() == 0:
+            break
+        for r in rt.stranded():
+            refused[r] = STRANDED
+            done += 1
+        break
+    if progress is not None:
+        progress(done, n)
+    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=trace.arrival_ns,
+                         admitted_ns=admitted, first_token_ns=first_token, finished_ns=finished,
+                         preemptions=preemptions, refused=refused, series=series.freeze(),
+                         recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
+                         prefix_query_tokens=totals["query"], notes=rt.notes(),
+                         pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)

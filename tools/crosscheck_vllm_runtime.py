@@ -1,0 +1,410 @@
+"""Cross-check ``simulate --engine vllm-0.33`` step by step against vLLM 0.33.0's own scheduler (outside CI).
+
+Run it in the virtualenv ``tools/crosscheck_engines.py`` uses (vLLM 0.33.0 ``--no-deps``, a
+CPU torch, csa-plan importable; README "Cross-checking the engine models"). Nothing here is
+a csa-plan dependency.
+
+For each case it builds DeepSeek-V4's KV cache config with vLLM's own planning
+(``crosscheck_engines.vllm_specs`` -> ``get_kv_cache_configs`` ->
+``generate_scheduler_kv_cache_config``), constructs vLLM's ``Scheduler`` (``AsyncScheduler``
+with async scheduling) over it, and drives it through csa-plan's own replay loop
+(``planner/runtime/loop.py``: the same arrivals, clock and step order as ``simulate``) with a
+fabricated model output: one sampled token for every scheduled request whose chunk reached
+the end of its tokens (plus every scheduled draft, all accepted). Token ids: Mooncake
+``hash_ids`` become 512-token runs (equal ids, equal tokens); everything else is unique to
+its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime and every
+step is compared: tokens scheduled per request, running, waiting, preempted, free blocks,
+prefix-hit tokens; and every request's outcome (admission, first token, finish, preemptions).
+
+Exit 0 when every case agrees, 1 otherwise; one line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+GiB = 1 << 30
+OUT_BASE = 1 << 40  # output token ids: unique per request
+UNIQUE_BASE = 1 << 50  # prompt tokens outside any hash id: unique per request
+
+
+class _Stub(types.SimpleNamespace):
+    pass
+
+
+def token_ids(trace, r: int, block_tokens: int) -> list[int]:
+    """The prompt of request r: hash id k -> tokens k*B .. k*B+B-1 (equal ids, equal tokens)."""
+    n = int(trace.prompt_tokens[r])
+    ids = trace.ids_of(r)
+    out: list[int] = []
+    if ids is not None:
+        for k in ids.tolist():
+            base = 1 + int(k) * block_tokens
+            out.extend(range(base, base + block_tokens))
+            if len(out) >= n:
+                break
+        del out[n:]
+    start = len(out)
+    base = UNIQUE_BASE + r * (1 << 24)
+    out.extend(range(base + start, base + n))
+    return out
+
+
+def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_num_seqs: int, async_on: bool,
+                    spec_tokens: int, caching: bool):
+    from crosscheck_engines import vllm_config_stub, vllm_specs
+    import vllm.v1.core.kv_cache_utils as kcu
+    from vllm.config import SchedulerConfig
+    from vllm.v1.core import kv_cache_planning as kcp
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    cfg = vllm_config_stub(max_model_len, mnbt, max_num_seqs, async_on, spec_tokens, model.num_mtp_layers, 256)
+    extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
+    specs = vllm_specs(model, 256, False, spec_tokens, extra)
+    groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+    configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+    kv_cfg = kcu.generate_scheduler_kv_cache_config(configs)
+    cfg.scheduler_config = SchedulerConfig(max_model_len=max_model_len, is_encoder_decoder=False,
+                                           max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
+                                           async_scheduling=async_on, enable_chunked_prefill=True)
+    cfg.cache_config.num_gpu_blocks = kv_cfg.num_blocks
+    cfg.cache_config.enable_prefix_caching = caching
+    cfg.lora_config = None
+    for k, v in dict(uses_mrope=False, is_encoder_decoder=False, runner_type="generate", is_diffusion=False,
+                     supports_multimodal_inputs=False, return_sampling_mask=False).items():
+        setattr(cfg.model_config, k, v)
+    cfg.kv_events_config = None
+    cfg.observability_config = _Stub(per_request_spec_decode_metrics=None, kv_cache_metrics=False,
+                                     enable_mfu_metrics=False, enable_logging_iteration_details=False)
+    cfg.is_mm_encoder_only = False
+    cfg.kv_transfer_config = None
+    cfg.ec_transfer_config = None
+    cfg.parallel_config.data_parallel_index = 0
+    cfg.parallel_config.data_parallel_size = 1
+    cfg.parallel_config.prefill_context_parallel_size = 1
+    cfg.ec_manager_config = _Stub(get_encoder_cache_manager_obj=lambda: None)
+    cfg.aux_output_config = _Stub(enabled=False)
+    from vllm.config import VllmConfig
+
+    spec = cfg.speculative_config
+    if spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
+        for k, v in dict(num_speculative_tokens_per_batch_size=None, disable_eagle_block_drop=False,
+                         disable_lookahead_block_hashes=False, max_num_new_slots_for_drafting=0,
+                         parallel_drafting=False).items():
+            setattr(spec, k, v)
+        for k, v in dict(use_dflash=False, use_dspark=False, uses_draft_model=False,
+                         needs_eagle_block_drop=True).items():  # MTP: EAGLE-style drafter (speculative.py:2122)
+            setattr(spec, k, (lambda value: (lambda: value))(v))
+        from vllm.config.speculative import SpeculativeConfig
+
+        for name in ("use_eagle_block_drop",):
+            fn = SpeculativeConfig.__dict__.get(name)
+            try:
+                setattr(spec, name, (lambda f: (lambda: f(spec)))(fn))
+                spec.use_eagle_block_drop()
+            except Exception:
+                setattr(spec, name, lambda: False)
+    for name in ("num_lookahead_tokens", "num_hash_lookahead_tokens"):
+        try:
+            setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
+        except Exception:
+            setattr(cfg, name, spec_tokens if name == "num_lookahead_tokens" else 0)
+    sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cfg, cfg)
+    cls = AsyncScheduler if async_on else Scheduler
+    sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t),
+                block_size=sched_block,
+                hash_block_size=hash_block)
+    return sched, kv_cfg, hash_block
+
+
+class VllmReference:
+    """vLLM's own Scheduler behind csa-plan's EngineRuntime protocol."""
+
+    def __init__(self, sched, trace, hash_block: int, max_model_len: int, spec_tokens: int, caching: bool):
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        from csa_plan.planner.runtime.protocol import EngineRuntime
+
+        EngineRuntime.register(type(self))
+        self.sched, self.trace = sched, trace
+        self.pools = tuple(f"group {i}" for i in range(len(sched.kv_cache_config.kv_cache_groups)))
+        self.usable_units = sched.kv_cache_config.num_blocks - 1
+        self.pipeline_depth = 2 if sched.vllm_config.scheduler_config.async_scheduling else 1
+        self.label = "vLLM 0.33.0 (its own Scheduler)"
+        self.max_model_len = max_model_len
+        self.spec_tokens = spec_tokens
+        hash_fn = get_hash_fn_by_name("sha256")
+        init_none_hash(hash_fn)
+        self.hasher = get_request_block_hasher(hash_block, hash_fn) if caching else None
+        self.SamplingParams = SamplingParams
+        self.log: list[dict] = []
+        self.next_token: dict[str, int] = {}
+
+    def refuse(self, r):
+        p = int(self.trace.prompt_tokens[r])
+        return "refused" if p >= self.max_model_len else None
+
+    def add(self, r):
+        from vllm.v1.request import Request
+
+        p = int(self.trace.prompt_tokens[r])
+        max_tokens = min(int(self.trace.output_tokens[r]), self.max_model_len - p)
+        sp = self.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        req = Request(str(r), token_ids(self.trace, r, self.trace.id_block_tokens), sp, None,
+                      arrival_time=float(r), block_hasher=self.hasher)
+        self.sched.add_request(req)
+
+    def schedule(self):
+        from csa_plan.planner.runtime.protocol import Step
+
+        s = self.sched
+        before = {rid: rq.status for rid, rq in s.requests.items()}
+        hits_before = {rid: rq.num_computed_tokens for rid, rq in s.requests.items()}
+        out = s.schedule()
+        step = Step()
+        rows = []
+        for rid, n in out.num_scheduled_tokens.items():
+            rq = s.requests[rid]
+            step.requests.append(int(rid))
+            step.tokens.append(n)
+            samples = not rq.is_prefill_chunk
+            if rq.num_computed_tokens - n < rq.num_tokens - 1:  # the one step-time rule: prompt/recompute chunks
+                step.prefill_tokens += n
+            rows.append((rid, n, samples, len(out.scheduled_spec_decode_tokens.get(rid, ()))))
+        new_ids = [d.req_id for d in out.scheduled_new_reqs]
+        hit = 0
+        for d in out.scheduled_new_reqs:
+            rq = s.requests[d.req_id]
+            step.admitted.append(int(d.req_id))
+            hit += rq.num_computed_tokens - out.num_scheduled_tokens[d.req_id]
+        step.preempted = [int(x) for x in sorted(out.preempted_req_ids, key=int)]
+        step.prefix_hit_tokens = hit
+        step.payload = (out, rows)
+        self.log.append({"sched": dict((int(k), v) for k, v in out.num_scheduled_tokens.items()),
+                         "running": len(s.running), "waiting": len(s.waiting),
+                         "preempted": sorted(int(x) for x in out.preempted_req_ids),
+                         "free": s.kv_cache_manager.block_pool.get_num_free_blocks(), "hit": hit,
+                         "admitted": sorted(int(x) for x in new_ids)})  # vLLM lists new before resumed
+        return step
+
+    def complete(self, step):
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        from csa_plan.planner.runtime.protocol import Completion
+
+        out, rows = step.payload
+        s = self.sched
+        req_ids = [rid for rid, *_ in rows]
+        sampled = []
+        outputs_before = {}
+        for rid, n, samples, spec in rows:
+            rq = s.requests.get(rid)
+            outputs_before[rid] = rq.num_output_tokens if rq is not None else None
+            if samples:
+                base = OUT_BASE + int(rid) * (1 << 20)
+                k = self.next_token.get(rid, 0)
+                sampled.append([base + k + j for j in range(1 + spec)])
+                self.next_token[rid] = k + 1 + spec
+            else:
+                sampled.append([])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        s.update_from_output(out, mro)
+        if self.spec_tokens and self.pipeline_depth == 1:  # sync engine core: the drafter's proposals after the step
+            from vllm.v1.outputs import DraftTokenIds
+
+            s.update_draft_token_ids(DraftTokenIds(req_ids, [[7] * self.spec_tokens for _ in req_ids]))
+        c = Completion()
+        for rid, *_ in rows:
+            rq = s.requests.get(rid)
+            if outputs_before[rid] == 0 and (rq is None or rq.num_output_tokens > 0):
+                c.first_token.append(int(rid))
+            if rq is None and outputs_before[rid] is not None:
+                c.finished.append(int(rid))
+        return c
+
+    def used_units(self):
+        mgrs = self.sched.kv_cache_manager.coordinator.single_type_managers
+        return tuple(len({b.block_id for blocks in m.req_to_blocks.values() for b in blocks if not b.is_null})
+                     for m in mgrs)
+
+    def running(self):
+        return len(self.sched.running)
+
+    def waiting(self):
+        return len(self.sched.waiting)
+
+    def stranded(self):
+        return tuple(int(r.request_id) for r in self.sched.waiting) + tuple(int(r.request_id) for r in self.sched.running)
+
+    def notes(self):
+        return ()
+
+
+class Recorder:
+    """Wraps csa-plan's runtime to log the same per-step figures."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.log: list[dict] = []
+        self.pools, self.usable_units, self.pipeline_depth, self.label = rt.pools, rt.usable_units, \
+            rt.pipeline_depth, rt.label
+
+    def __getattr__(self, name):
+        return getattr(self.rt, name)
+
+    def schedule(self):
+        step = self.rt.schedule()
+        self.log.append({"sched": dict(zip(step.requests, step.tokens)), "running": self.rt.running(),
+                         "waiting": self.rt.waiting(), "preempted": sorted(step.preempted),
+                         "free": self.rt.kv.pool.num_free(), "hit": step.prefix_hit_tokens,
+                         "admitted": sorted(step.admitted)})
+        return step
+
+
+def load_trace(path: str, n: int, skip: int = 0):
+    """Requests skip .. skip + n of a trace, as csa-plan's tests slice it (planner/runtime/trace.py)."""
+    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+    from csa_plan.planner.workloads import load_workload
+
+    return slice_trace(runtime_trace(load_workload(path)), skip, n)
+
+
+def mix_trace(traces):
+    """Interleave traces by arrival; a request keeps its prefix ids (none for a trace without them)."""
+    import numpy as np
+
+    from csa_plan.planner.runtime.protocol import RuntimeTrace
+
+    arr = np.concatenate([t.arrival_ns for t in traces])
+    order = np.argsort(arr, kind="stable")
+    cat = lambda f: np.concatenate([getattr(t, f) for t in traces])[order]
+    per = [list(t.ids_of(i)) if t.block_ids is not None else [] for t in traces for i in range(len(t))]
+    ids, offs = [], [0]
+    for k in order:
+        ids.extend(int(x) for x in per[k])
+        offs.append(len(ids))
+    return RuntimeTrace(arr[order], cat("prompt_tokens"), cat("output_tokens"), np.array(ids, dtype=np.int64),
+                        np.array(offs, dtype=np.int64))
+
+
+def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
+             verbose=False):
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.runtime.steptime import StepTime
+
+    model = load_model(model_name, max_seq_len=max_model_len)
+    kv = int(kv_gib * GiB)
+    time_model = StepTime(20.0, 10_000.0)
+    t0 = time.time()
+    sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching)
+    ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
+    a = replay(ref, trace, time_model)
+    t1 = time.time()
+    settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
+                              num_speculative_tokens=spec or None)
+    plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
+    sizing = plan.size_pool(kv)
+    ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)))
+    b = replay(ours, trace, time_model)
+    t2 = time.time()
+    problems = []
+    if sizing.total_units != kv_cfg.num_blocks:
+        problems.append(f"num_blocks {sizing.total_units} != {kv_cfg.num_blocks}")
+    for k, (x, y) in enumerate(zip(ref.log, ours.log)):
+        if x != y:
+            diff = {f: (x[f], y[f]) for f in x if x[f] != y[f]}
+            if "sched" in diff:
+                sx, sy = diff["sched"]
+                diff["sched"] = {r: (sx.get(r), sy.get(r)) for r in set(sx) | set(sy) if sx.get(r) != sy.get(r)}
+            problems.append(f"step {k}: {diff}")
+            break
+    if len(ref.log) != len(ours.log) and not problems:
+        problems.append(f"steps {len(ref.log)} vs {len(ours.log)}")
+    if not problems:
+        for f in ("admitted_ns", "first_token_ns", "finished_ns", "preemptions"):
+            if getattr(a, f) != getattr(b, f):
+                i = next(i for i, (x, y) in enumerate(zip(getattr(a, f), getattr(b, f))) if x != y)
+                problems.append(f"{f} differs first at request {i}: {getattr(a, f)[i]} vs {getattr(b, f)[i]}")
+        if set(a.refused) != set(b.refused):
+            problems.append(f"refused {sorted(a.refused)[:5]} vs {sorted(b.refused)[:5]}")
+    ok = not problems
+    pre = sum(a.preemptions)
+    summary = (f"{len(trace)} requests, {len(ref.log)} steps, {pre} preemptions of "
+               f"{sum(1 for p in a.preemptions if p)} requests, peak running {int(a.series.running.max())}, "
+               f"prefix-hit tokens {a.prefix_hit_tokens:,}, refused {len(a.refused)} "
+               f"[vLLM {t1 - t0:.1f} s, csa-plan {t2 - t1:.1f} s]")
+    line = (f"{'OK  ' if ok else 'FAIL'} {label} {model_name} kv={kv_gib}GiB mnbt={mnbt} seqs={seqs} "
+            f"caching={'on' if caching else 'off'} async={'on' if async_on else 'off'} spec={spec}: "
+            + (summary if ok else "; ".join(problems)[:2000]))
+    return ok, line
+
+
+TIGHT_GIB = {"deepseek-v4-flash": 8, "deepseek-v4-pro": 10}  # vLLM preempts here (Mooncake, caching on)
+ROOMY_GIB = 40
+
+
+def cases(n: int):
+    """(label, model, trace loader, kv GiB, max_num_batched_tokens, max_num_seqs, caching, async, MTP drafts)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "traces")
+    conv = os.path.join(root, "azure_llm_inference_2023_conv.csv")
+    mooncake = os.environ.get("CSA_MOONCAKE", os.path.join(root, "mooncake_conversation_head200.jsonl"))
+    burst = os.path.join(root, "burstgpt_v1_head42.csv")
+    traces = {
+        "azure-conv@1000": lambda: load_trace(conv, n, 1000),
+        "azure-conv@12000": lambda: load_trace(conv, n, 12000),
+        "mooncake-head": lambda: load_trace(mooncake, n),
+        "mix": lambda: mix_trace([load_trace(conv, n // 2, 5000), load_trace(mooncake, n // 2, 0),
+                                  load_trace(burst, 40, 0)]),
+    }
+    out = []
+    for model in ("deepseek-v4-flash", "deepseek-v4-pro"):
+        tight = TIGHT_GIB[model]
+        for label, load in traces.items():
+            settings = [(tight, 8192, 1024, True, True), (ROOMY_GIB, 2048, 8, True, True),
+                        (tight, 2048, 1024, True, False)]
+            if label == "mooncake-head":
+                settings += [(tight, 8192, 1024, False, True), (ROOMY_GIB, 8192, 1024, False, False)]
+            for kv, mnbt, seqs, caching, async_on in settings:
+                out.append((label, model, load, kv, mnbt, seqs, caching, async_on, 0))
+        out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 2048, 1024, False,
+                    True, 2))
+        out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 8192, 8, False,
+                    False, 1))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=100, help="requests per trace slice [default: 100]")
+    p.add_argument("--only", default=None, help="run the cases whose label contains this")
+    args = p.parse_args(argv)
+    results = []
+    for label, model, load, kv, mnbt, seqs, caching, async_on, spec in cases(args.requests):
+        if args.only and args.only not in f"{label} {model}":
+            continue
+        try:
+            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec)
+        except Exception as exc:  # a case that cannot run is a failure, named
+            ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
+        print(line, flush=True)
+        results.append(ok)
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
