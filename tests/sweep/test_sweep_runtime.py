@@ -169,3 +169,33 @@ def test_find_capacity_replays_each_engine(csa, engine):
     assert rt["served"] == rt["requests"] == 200
     faster = csa(*args, "--rate-scale", repr(cap["rate_scale"] * 1.05), "--json").json()["runtime"]
     assert faster["queue_wait"]["p99_s"] > 1 or faster["served"] < 200
+
+
+def test_a_preempting_point_with_refusals_is_simulate_engine(csa, tmp_path):
+    """Where vLLM preempts (7 GiB, max_model_len 32,768) and refuses three prompts up front: the same
+    served, preempted, refused and wait figures as simulate --engine; no rate sustains (a refusal at
+    every rate), so the point is infeasible and says why."""
+    head = tmp_path / MOONCAKE.name
+    head.write_text("".join(MOONCAKE.read_text().splitlines(keepends=True)[:60]))
+    from csa_plan.planner.memory import parse_size
+
+    reserved = parse_size("h200", "test", "device") - 7 * 2**30  # an H200 (vLLM's >= 70 GiB defaults), 7 GiB of KV
+    path = tmp_path / "tight.yaml"
+    path.write_text("workload: mooncake_conversation_head200.jsonl\n"
+                    f"grid: {{model: deepseek-v4-flash, device: h200, reserved: {reserved}, max_seq_len: 32768, "
+                    "engine: vllm-0.33}\n"
+                    "constraints: {zero_refusals: true, wait_p99_max_s: 100}\nsearch: {min_scale: 0.5, max_scale: 2}\n")
+    spec, results = _evaluate(path)
+    r = results["vllm-0.33"]
+    doc = csa("simulate", str(head), "--model", "deepseek-v4-flash", "--device-memory", "h200", "--kv-memory", "7GiB",
+              "--max-seq-len", "32768", "--engine", "vllm-0.33", "--json").json()
+    assert spec.points[0].limit_bytes == doc["engine"]["pool"]["kv_memory_bytes"] == 7 * 2**30
+    rt, f = doc["runtime"], r.runtime
+    assert rt["preemptions"]["count"] > 0 and sum(x["requests"] for x in rt["refused"]) == 3
+    assert (f.served, f.preemptions, f.preempted_requests, f.most_preemptions_for_one_request, f.tokens_recomputed) == (
+        rt["served"], rt["preemptions"]["count"], rt["preemptions"]["requests"],
+        rt["preemptions"]["most_for_one_request"], rt["preemptions"]["tokens_recomputed"])
+    assert f.queue_wait_p99_s == rt["queue_wait"]["p99_s"] and r.admitted == rt["served"] == 57
+    assert r.refusals == (("RequestExceedsCapacity", 3),) and r.refused == 3
+    assert r.sustainable_rate_scale is None and not r.feasible
+    assert any("3 refused" in v for v in r.violations) and "no sustainable rate" in r.violations
