@@ -53,11 +53,11 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     from csa_plan.planner.runtime.steptime import StepTime
 
     p = config.placement
-    if p.dp > 1 and p.router is not Router.ROUND_ROBIN:
-        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
-                                              "replicas with round-robin routing only")
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     plan, sizing = config.engine.sized(spec, config, length)
+    if plan.runtime_modelled and p.dp > 1 and p.router is not Router.ROUND_ROBIN:
+        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
+                                              "replicas with round-robin routing only")
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")

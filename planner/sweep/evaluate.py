@@ -163,6 +163,11 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
         raise BadInput(source, "constraints.wait_p99_max_s",
                        f"required when the grid has {plan.engine.name}: its runtime is replayed step by step and "
                        "it queues rather than refuses, so the queue-wait p99 bound is the rate limit")
+    from csa_plan.planner.placement import Router
+
+    if plan.runtime_modelled and point.dp > 1 and point.router is not Router.ROUND_ROBIN:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{point.engine}'s runtime is replayed with round-robin "
+                                                          f"data-parallel routing only, not {point.router.value}")
     return None
 
 

@@ -199,3 +199,13 @@ def test_a_preempting_point_with_refusals_is_simulate_engine(csa, tmp_path):
     assert r.refusals == (("RequestExceedsCapacity", 3),) and r.refused == 3
     assert r.sustainable_rate_scale is None and not r.feasible
     assert any("3 refused" in v for v in r.violations) and "no sustainable rate" in r.violations
+
+
+def test_a_runtime_point_routed_least_loaded_is_skipped(tmp_path):
+    from csa_plan.planner.sweep.evaluate import triage
+    from csa_plan.planner.sweep.spec import load_spec
+
+    path = _spec(tmp_path, engines="vllm-0.33")
+    path.write_text(path.read_text().replace("  reserve: fit\n", "  reserve: fit\n  dp: 2\n  router: least-loaded\n"))
+    (skip,) = triage(load_spec(str(path))).skipped
+    assert skip.reason.value == "BadDeployment" and "round-robin" in skip.detail
