@@ -27,7 +27,7 @@ in --resume FILE; the worker processes end with the sweep).
                    "unchanged (docs/output-and-resume.md).")
 @click.option("--top", type=COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json).")
 @click.option("--brief", is_flag=True, help="Print only the head: the answer point, its devices, rate and capacity.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v1 JSON document.")
+@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v2 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
