@@ -52,6 +52,27 @@ def test_vllm_51041_flash_0731_h20_tp2(flash):
     assert any("140,064 tokens" in line and "1.15x" in line for line in newest)
 
 
+def test_vllm_51041_flash_preview_h20_tp2_async_off(flash):
+    """vllm-project/vllm#51041 (the description's table, the "preview" column): vLLM 0.26.0, the
+    DeepSeek-V4-Flash preview checkpoint on 2x H20, TP 2, fp8, block 256, 0.95, MTP, the thread's
+    --max-num-batched-tokens 8192 / --max-num-seqs 32, async scheduling off, max_model_len 912,128,
+    a 7.01 GiB KV pool: "GPU KV cache size 1,009,661 tokens", 1.11x. Both lines come from one budget
+    in the 7.01 GiB interval. With async scheduling on, 0.26 sizes the windows for 2 x 8192 tokens and
+    refuses the same pool (10.04 GiB needed), so the log ran with it off; vLLM 0.33's rules give
+    989,534-990,984 tokens / 1.08-1.09x."""
+    settings = EngineSettings(gpu="h20", max_num_batched_tokens=8192, max_num_seqs=32, num_speculative_tokens=1,
+                              async_scheduling=False)
+    plan = get_engine("vllm-0.26").configure(flash, settings, 912_128)
+    lo, hi = int(7.005 * GiB), int(7.015 * GiB)
+    pairs = {tuple(plan.size_pool(kv).log_lines) for kv in range(lo, hi, STEP // 16)}
+    assert ("GPU KV cache size: 1,009,661 tokens", "Maximum concurrency for 912,128 tokens per request: 1.11x") in pairs
+    on = printed("vllm-0.26", flash, replace(settings, async_scheduling=True), 912_128, 7.01)
+    assert on and all("10.04 GiB KV cache is needed" in line for line in on)
+    newest = printed("vllm-0.33", flash, settings, 912_128, 7.01)
+    assert not any("1,009,661" in line for line in newest)
+    assert all("1.08x" in line or "1.09x" in line for line in newest)
+
+
 def test_vllm_44376_flash_gh200_llm_class(flash):
     """vllm-project/vllm#44376 (comment of 2026-06-03): vLLM ~0.22-0.24 (before 0.26 sized windows for
     the in-flight batches: vllm-0.25's rules), Flash on 2x GH200, ``LLM(...)`` (usage llm: 16,384
