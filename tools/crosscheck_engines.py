@@ -23,7 +23,9 @@ them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 
 sizes 64 / 128 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
 
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
-``pool_configurator`` sizing functions where they import.
+``pool_configurator`` sizing functions (``DSV4PoolConfigurator``); where torchvision is missing (its
+model-config registry imports it, the pool sizing never calls it) the stand-in of
+``tools/crosscheck_answers.py`` is put in ``sys.modules`` first.
 
 Exit 0 when every case agrees, 1 otherwise; one line per case.
 """
@@ -570,6 +572,11 @@ def run_sglang(quick: bool) -> list[tuple[bool, str]]:
         good = KVLayout.V4.page_bytes(slots) == ours.page_bytes(slots)
         out.append((good, f"{'OK  ' if good else 'FAIL'} sglang KVLayout.V4.page_bytes({slots}) = "
                           f"{KVLayout.V4.page_bytes(slots):,} (csa-plan {ours.page_bytes(slots):,})"))
+    from crosscheck_answers import stub_torchvision  # one stand-in, shared with tools/crosscheck_answers.py
+
+    if stub_torchvision():
+        print("note: torchvision is missing: a stand-in package is imported in its place (SGLang's model-config "
+              "registry imports it; the pool sizing does not use it)")
     try:
         import sglang.srt.mem_cache.deepseek_v4_memory_pool as pool_mod
     except Exception as exc:
@@ -611,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a small subset of the cases")
     parser.add_argument("--engine", choices=("vllm", "sglang", "all"), default="all")
     args = parser.parse_args(argv)
+    from crosscheck_answers import _import_csa_plan  # csa_plan from this checkout where it is not installed
+
+    _import_csa_plan()
     results: list[tuple[bool, str]] = []
     if args.engine in ("vllm", "all"):
         release = installed_vllm_release()
