@@ -142,6 +142,26 @@ def test_block_sizes_per_release(flash):
         assert reason in exc.value.refusal.message and exc.value.refusal.engine == engine
 
 
+def test_block_sizes_off_the_128_grid_per_release(flash, pro):
+    """A block that is not a multiple of 128 is decided by vLLM 0.25/0.26's own grouping, driven on CPU by
+    tools/crosscheck_engines.py: 192 and 200 fail its assertion max(sm_page_sizes) <= max(all_page_sizes)
+    (kv_cache_utils.py:1659, AssertionError) and 320 plans (Flash 1,303,488 B a block, 32,949 blocks in
+    40 GiB at 65,536 / 8,192 / async / MTP 1; Pro 1,846,080 B, 23,265 blocks). vLLM 0.33 keeps csa-plan's
+    not-modelled refusal (its packed grouping is not cross-checked there)."""
+    for engine in ("vllm-0.25", "vllm-0.26"):
+        for block in (192, 200):
+            with pytest.raises(EngineRefused) as exc:
+                get_engine(engine).configure(flash, EngineSettings(block_size=block), 65_536)
+            assert "AssertionError" in exc.value.refusal.message and "not modelled" not in exc.value.refusal.message
+    settings = EngineSettings(block_size=320, max_num_batched_tokens=8192, num_speculative_tokens=1)
+    for model, bpb, blocks in ((flash, 1_303_488, 32_949), (pro, 1_846_080, 23_265)):
+        plan = get_engine("vllm-0.26").configure(model, settings, 65_536)
+        assert plan.block_bytes == bpb and plan.size_pool(40 * GiB).total_units == blocks
+    with pytest.raises(EngineRefused) as exc:
+        get_engine("vllm-0.33").configure(flash, EngineSettings(block_size=320), 65_536)
+    assert "not modelled" in exc.value.refusal.rule
+
+
 def test_every_output_names_its_release(csa):
     """The start-up note and the log lines of every release say which release's rules they are."""
     for engine in ("vllm-0.25", "vllm-0.26", "vllm-0.33"):
