@@ -45,7 +45,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     layout, engine, rate_scale, max_seq_len), objective (fewest_devices or
     rate_per_device), constraints (zero_refusals, wait_p99_max_s,
     min_mean_utilization), search (rel_tol, min_scale, max_scale).
-    Example: examples/sweeps/small.yaml; README: "csa-plan sweep".
+    Example: examples/sweeps/small.yaml; docs/sweep.md.
 
     A point whose rate search reaches its ceiling is "not limited by memory within
     this trace": listed apart, never ranked or plotted by that ceiling.

@@ -1,7 +1,7 @@
 """Cross-check csa-plan's engine models against the engines' own planning code (outside CI).
 
 Run it in a separate virtualenv that has vLLM 0.33.0 (``--no-deps``), a CPU build of torch,
-the few small packages vLLM's planning modules import, and csa-plan itself (README,
+the few small packages vLLM's planning modules import, and csa-plan itself (docs/engines.md,
 "Cross-checking the engine models"). Nothing here is a csa-plan dependency.
 
 vLLM: the DeepSeek-V4 specs are built with vLLM's own classes (``MLAAttentionSpec``,

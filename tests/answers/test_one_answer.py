@@ -47,7 +47,10 @@ def _simulate(csa, tmp_path, model, engine, device, tp, dp, length):
     args = ["simulate", str(trace), "--model", model, "--device-memory", device, "--tp", str(tp), "--dp", str(dp),
             "--max-seq-len", str(length), "--json"] + (["--engine", engine] if engine else [])
     r = csa(*args)
-    return r.json() if r.out.strip() else {"exit_code": r.code, "fit": None, "error": r.err}
+    doc = r.json()
+    if doc["schema"] == "csa-plan/error/v1":  # refused before any simulation: the error document
+        return {"exit_code": r.code, "fit": None, "error": r.err}
+    return doc
 
 
 def _sweep(csa, tmp_path, model, engine, device, tp, dp, length):
