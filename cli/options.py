@@ -156,7 +156,7 @@ ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", 
                        "max_num_batched_tokens", "chunked_prefill_size", "max_num_seqs", "max_running_requests",
                        "async_scheduling", "num_speculative_tokens", "speculative_num_steps",
                        "speculative_eagle_topk", "speculative_num_draft_tokens", "gpu_memory_utilization",
-                       "mem_fraction_static", "moe_runner_backend", "usage")
+                       "mem_fraction_static", "moe_runner_backend", "shared_expert_tp1", "usage")
 
 
 class EngineOption(click.Option):
@@ -211,6 +211,9 @@ def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = F
         click.option("--mem-fraction-static", type=float, default=None, help="SGLang static memory fraction."),
         click.option("--moe-runner-backend", default=None, metavar="NAME",
                      help="SGLang MoE runner: auto | flashinfer_mxfp4 | marlin (how FP4 experts shard) [default: auto]."),
+        click.option("--shared-expert-tp1", is_flag=True, default=None,
+                     help="SGLang run with SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated on every rank "
+                          "(lifts its 128-column block rule) [default: off]."),
         click.option("--usage", type=click.Choice(["serve", "llm"]), default=None,
                      help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
     ]

@@ -51,7 +51,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),
                            speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
-                           moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"))
+                           moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
+                           shared_expert_tp1=bool(get("shared_expert_tp1")))
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
