@@ -35,7 +35,7 @@ def queue_clock(memory: str, *extra: str) -> Callable[[Path, int], list[str]]:
     def build(folder: Path, scale: int) -> list[str]:
         trace = _w(folder, "ovf.csv", "arrival_s,prompt_tokens,output_tokens\n" + "2300000000.0001,1,2300\n" * 5)
         return ["simulate", trace, "--model", FLASH, "--policy", "queue", "--device-memory", memory,
-                "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", *extra]
+                "--weights", "1B", "--reserved", "1B", "--tpot-ms", "1e9", *extra]
     return build
 
 

@@ -66,7 +66,7 @@ def test_queued_clock_overflow_through_the_cli(csa, tmp_path):
     trace = _ovf(tmp_path)
     for extra in ((), ("--verify",), ("--json",)):
         r = csa("simulate", trace, "--model", "deepseek-v4-flash", "--policy", "queue", "--device-memory", "5GB",
-                "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", *extra)
+                "--weights", "1B", "--reserved", "1B", "--tpot-ms", "1e9", *extra)
         assert r.code == 2, (r.code, r.out[-300:], r.err)
         lines = r.err.strip().splitlines()
         assert len(lines) == 1 and "ovf.csv: request 5" in lines[0] and "MAX_CLOCK_NS" in lines[0]
@@ -78,7 +78,7 @@ def test_hold_sums_past_int64_stay_exact(csa, tmp_path):
     import json
 
     r = csa("simulate", _ovf(tmp_path), "--model", "deepseek-v4-flash", "--policy", "queue", "--device-memory",
-            "16GB", "--weights", "1", "--reserved", "1", "--tpot-ms", "1e9", "--verify", "--json")
+            "16GB", "--weights", "1B", "--reserved", "1B", "--tpot-ms", "1e9", "--verify", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["verified_against_ledger_replay"] is True
