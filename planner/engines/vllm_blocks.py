@@ -228,9 +228,13 @@ class GroupManager:
 class KvCacheManager:
     """kv_cache_manager.py KVCacheManager over the groups' managers and one block pool."""
 
-    __slots__ = ("pool", "groups", "max_model_len", "prefix")
+    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast")
 
-    def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None) -> None:
+    def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None,
+                 fast: bool = True) -> None:
+        # fast=False: every allocate_slots takes the full pass and every cache_blocks call walks every
+        # group (the step-by-step twin the fast paths are checked against, tests/simulate/test_vllm_fast.py)
+        self.fast = fast
         self.pool = BlockPool(num_blocks, prefix is not None, len(specs))
         self.groups = tuple(GroupManager(s, self.pool, i) for i, s in enumerate(specs))
         self.max_model_len = max_model_len
@@ -247,7 +251,7 @@ class KvCacheManager:
         empty = new_computed is None
         local = req.num_computed + num_new_computed
         total = min(local, self.max_model_len)
-        if empty and not full_sequence_must_fit and req.next_slot >= 0:
+        if empty and not full_sequence_must_fit and req.next_slot >= 0 and self.fast:
             # Nothing to free, nothing to allocate: every group's table already covers the slots and no
             # window edge crossed a block since the last full pass (the same outcome, computed in O(1)).
             need_slot = min(total + num_new + lookahead, self.max_model_len)
@@ -260,27 +264,32 @@ class KvCacheManager:
             return True
         ok = self._allocate(req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
                             empty, local, total)
-        self._thresholds(req)
+        if self.fast:
+            self._thresholds(req)
         return ok
 
     def _touched_groups(self, req, need_slot: int, processed: int, local: int) -> bool:
         """``_allocate`` for a running request without new hits, over only the groups whose thresholds the
-        step crosses: every other group would free nothing and need 0 blocks (its table covers the slots)."""
+        step crosses: every other group would free nothing and need 0 blocks (its table covers the slots),
+        so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
         for i, g in enumerate(groups):
             if processed >= free_th[i]:
                 g.remove_skipped(rid, processed)
+                s = g.spec
+                free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
+        req.next_free = min(free_th)
         need = 0
         for i, g in enumerate(groups):
             if need_slot > slot_th[i]:
                 need += g.num_blocks_to_allocate(rid, need_slot, (), local, False)
-        if need > self.pool.num_free():
-            self._thresholds(req)
+        if need > len(self.pool.free):
             return False
         for i, g in enumerate(groups):
             if need_slot > slot_th[i]:
                 g.allocate_new(rid, need_slot)
-        self._thresholds(req)
+                slot_th[i] = len(g.tables[rid]) * g.spec.block_size
+        req.next_slot = min(slot_th)
         return True
 
     def _thresholds(self, req) -> None:
