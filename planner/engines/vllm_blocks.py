@@ -50,7 +50,11 @@ class BlockPool:
         self.in_use = [0] * groups  # distinct blocks with a reference, per group (a shared hit counts once)
         self.ref = [0] * num_blocks
         self.hash: list[object | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+        # The free queue, front first: an ordered dict with caching (touch takes hit blocks out of the
+        # middle); without caching every free goes to the front, so a list used as a stack whose END is
+        # the queue's front holds the same order.
+        self.free: OrderedDict[int, None] | list[int] = (OrderedDict((b, None) for b in range(1, num_blocks))
+                                                         if caching else list(range(num_blocks - 1, 0, -1)))
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
@@ -59,9 +63,18 @@ class BlockPool:
 
     def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
+        if n <= 0:
+            return []
         self.in_use[gid] += n
-        out = []
         free, ref = self.free, self.ref
+        if not self.caching:
+            out = free[-n:]
+            del free[-n:]
+            out.reverse()
+            for b in out:
+                ref[b] += 1
+            return out
+        out = []
         for _ in range(n):
             b, _ = free.popitem(last=False)
             if self.caching and self.hash[b] is not None:
@@ -116,6 +129,9 @@ class BlockPool:
                     first.append(b)
                 else:
                     free[b] = None
+        if not self.caching:
+            free.extend(reversed(first))
+            return
         for b in reversed(first):  # prepend_n keeps the list's order at the front
             free[b] = None
             free.move_to_end(b, last=False)
