@@ -119,19 +119,26 @@ class BlockPool:
         """block_pool.py:816-850: first to be evicted first; unhashed to the front, hashed to the back."""
         first: list[int] = []
         ref, free = self.ref, self.free
+        if not self.caching:
+            for b in ordered:
+                if b != NULL:
+                    ref[b] -= 1
+                    if ref[b] == 0:
+                        first.append(b)
+            self.in_use[gid] -= len(first)
+            first.reverse()
+            free.extend(first)
+            return
         for b in ordered:
             if b == NULL:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
                 self.in_use[gid] -= 1
-                if self.hash[b] is None or not self.caching:
+                if self.hash[b] is None:
                     first.append(b)
                 else:
                     free[b] = None
-        if not self.caching:
-            free.extend(reversed(first))
-            return
         for b in reversed(first):  # prepend_n keeps the list's order at the front
             free[b] = None
             free.move_to_end(b, last=False)
@@ -206,23 +213,33 @@ class GroupManager:
 
     def remove_skipped(self, r: int, processed: int) -> None:
         """remove_skipped_blocks + _remove_blocks_in_range (single_type_kv_cache_manager.py:655-720)."""
-        skipped = self.spec.skipped_tokens(processed)
+        s = self.spec
+        if s.window is None:
+            return
+        skipped = processed - s.window + 1 - s.extra_retained  # GroupSpec.skipped_tokens
         if skipped <= 0:
             return
         table = self.tables.get(r)
         if table is None:
             return
-        last = min(skipped // self.spec.block_size, len(table))
-        if last <= self.nulls.get(r, 0):
+        last = min(skipped // s.block_size, len(table))
+        lead = self.nulls.get(r, 0)
+        if last <= lead:
             return
         self.nulls[r] = last
-        freed = []
-        for i in range(last - 1, -1, -1):
-            b = table[i]
-            if b == NULL:
-                break
-            freed.append(b)
-            table[i] = NULL
+        seg = table[lead:last]  # everything below `lead` is null: the walk down stops there at the latest
+        if NULL not in seg:
+            seg.reverse()
+            freed = seg
+            table[lead:last] = [NULL] * (last - lead)
+        else:
+            freed = []
+            for i in range(last - 1, -1, -1):
+                b = table[i]
+                if b == NULL:
+                    break
+                freed.append(b)
+                table[i] = NULL
         if freed:
             self.pool.free_blocks(freed, self.gid)
 
