@@ -313,15 +313,30 @@ class KvCacheManager:
                 free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
         req.next_free = min(free_th)
         need = 0
+        grow = []  # (group, its table, blocks to add): num_blocks_to_allocate without new hits, inlined
         for i, g in enumerate(groups):
             if need_slot > slot_th[i]:
-                need += g.num_blocks_to_allocate(rid, need_slot, (), local, False)
-        if need > len(self.pool.free):
+                s = g.spec
+                b = s.block_size
+                table = g.tables[rid]
+                required = -(-need_slot // b)
+                n_req = len(table)
+                add = required - n_req  # what allocate_new takes
+                if rid in g.num_cached:
+                    need += add if add > 0 else 0
+                else:
+                    skipped = 0 if s.window is None else local - s.window + 1 - s.extra_retained
+                    skipped = skipped // b if skipped > 0 else 0
+                    new = required - (skipped if skipped > n_req else n_req)
+                    need += new if new > 0 else 0
+                grow.append((i, g, table, add))
+        pool = self.pool
+        if need > len(pool.free):
             return False
-        for i, g in enumerate(groups):
-            if need_slot > slot_th[i]:
-                g.allocate_new(rid, need_slot)
-                slot_th[i] = len(g.tables[rid]) * g.spec.block_size
+        for i, g, table, add in grow:
+            if add > 0:
+                table.extend(pool.get_new_blocks(add, g.gid))
+            slot_th[i] = len(table) * g.spec.block_size
         req.next_slot = min(slot_th)
         return True
 
