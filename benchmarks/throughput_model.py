@@ -58,7 +58,7 @@ The per-key loop of each pass is read from topk.cu's SASS (_topk_loop_counts say
 recognised); trips = the block's slice (tc_geometry.topk_slice_ids) / (256 threads x 4 keys x
 the loop's 128-bit loads per trip), or for a segment ceil(entries per block / (256 x 4)).
 Approximations, stated: the segments' entry count is the probe's draw (TOPK_SEG_ENTRIES, from
-the README; data-dependent), spread evenly over the blocks, none overflowing; every instruction
+docs/throughput-model.md; data-dependent), spread evenly over the blocks, none overflowing; every instruction
 of a loop counts once per trip, taken or not — the atomics of passes 1 and 2, which only keys
 matching the prefix so far take (in pass 0 every key does), and the segment rounds' scalar
 fallbacks (so the SM term is an upper bound: the worst-case atomics make the histogram passes,
@@ -563,7 +563,7 @@ def indexer(counts: dict[str, LoopCounts], context: int, batch: int, index_heads
 
 
 # Keys per request in the top-k segments (hist0's threshold bin and above) for 262,144 scores
-# drawn as the probe draws them (README, "Top-k": 1,534 for top-1024, 540 for top-512; at most
+# drawn as the probe draws them (docs/throughput-model.md, "Top-k": 1,534 for top-1024, 540 for top-512; at most
 # 109 in one of 16 segments of 1,024 and 38 in one of 64 of 256, so none overflows). Data-
 # dependent: an assumption of the model, not a property of the kernel.
 TOPK_SEG_ENTRIES = {1024: 1534, 512: 540}

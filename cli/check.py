@@ -19,8 +19,8 @@ from csa_plan.planner.gate import Gate
               help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only) "
                    "[default: the spec's own 'gate:', else op].")
 @click.option("--layout", default="exact", show_default=True, metavar="NAME",
-              help=f"Layout profile: {', '.join(PROFILES)} (README: 'Layout profiles'); engines: --engine.")
-@click.option("--max-seq-len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
+              help=f"Layout profile: {', '.join(PROFILES)} (docs/compare.md); engines: --engine.")
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
 @click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
 @click.option("--kv-format", "kv_format", type=CACHE_FORMAT, default=None,
               help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}.")
@@ -49,8 +49,6 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     from csa_plan.planner.commands.check import CheckRequest, run_check
     from csa_plan.planner.plan import PlanOptions
 
-    from csa_plan.cli.plots import write_budget_plot
-
 
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
@@ -77,5 +75,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
     consoles = make_consoles()
     emit(consoles, outcome.report, as_json, render)
-    write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
+    if budget_plot is not None:
+        from csa_plan.cli.plots import write_budget_plot
+
+        write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)

@@ -11,7 +11,7 @@ from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_option
 
 @click.command(epilog=EXIT_CODES_HELP)
 @click.argument("model")
-@click.option("--max-seq-len", type=COUNT, default=None,
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None,
               help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
 @click.option("--device-memory", type=SIZE, default=None,
               help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name.")
@@ -38,7 +38,7 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     \b
     Layouts: exact (the contract's bytes), onnx-genai-b6, bf16-reference; engines
     (--engine): vllm-0.33, sglang-0.5.23 and the others `check --engine` lists.
-    README: "Layout profiles" and "Engine models".
+    docs/compare.md and docs/engines.md.
 
     Exit 3 when a layer is refused (it is left out of every column) or when not even
     one request fits the given memory under some profile."""

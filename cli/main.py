@@ -9,38 +9,21 @@ from __future__ import annotations
 
 import importlib
 import os
-import importlib.util
 import sys
 
 import click
 
+from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
 from csa_plan.cli.options import one_line
 from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, guarded, set_color_mode
 
-# name -> "module:attribute"; a new command is one line here.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("csa_plan.cli.check:check", "Gate every CSA/HCA layer, lay out its state and total the model."),
-    "simulate": ("csa_plan.cli.simulate:simulate", "Replay a request mix or trace through the ledger."),
-    "compare": ("csa_plan.cli.compare:compare", "The same model under each engine's layout, side by side."),
-    "run-gpu": ("csa_plan.cli.run_gpu:run_gpu", "Run the attention path on a GPU and check it against the plan."),
-    "sweep": ("csa_plan.cli.sweep:sweep", "Search deployments for the cheapest one that serves a workload."),
-}
-
-
-# Every --help ends by saying where the definitions live.
-DOCS_HELP = """\b
-What the figures mean: docs/CONTRACT.md in the csa-plan sources
-("CONTRACT §N" in a help text is its section N).
-"""
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if _available(name)]
+        return [name for name in COMMANDS if available(name)]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not _available(name):
+        if name not in COMMANDS or not available(name):
             return None
         module_name, attr = COMMANDS[name][0].split(":")
         command = getattr(importlib.import_module(module_name), attr)
@@ -64,17 +47,12 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-def _available(name: str) -> bool:
-    module_name = COMMANDS[name][0].split(":")[0]
-    return importlib.util.find_spec(module_name) is not None
-
-
-@click.group(cls=LazyGroup, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, help=GROUP_HELP, epilog=f"{EXIT_CODES_HELP}\n{DOCS_HELP}", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="csa-plan", prog_name="csa-plan")
 @click.option("--color", type=click.Choice(COLOR_MODES), default=None, envvar=COLOR_ENV, show_envvar=True,
-              help="Colour: auto (a terminal only, whatever FORCE_COLOR says), always, never [default: auto].")
+              help=COLOR_HELP)
 def cli(color: str | None) -> None:
-    """csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."""
+    """The group; its help is GROUP_HELP (cli/commands.py), which cli/entry.py also prints without click."""
     set_color_mode(color)
 
 
@@ -87,7 +65,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    """Click usage errors become one line and exit 2."""
+    """Click usage errors become one line and exit 2 (with --json, also the error document)."""
+    from csa_plan.cli.error_doc import json_asked, tell_failure
+
+    as_json = json_asked(sys.argv[1:] if argv is None else argv)
     try:
         rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
     except click.exceptions.Abort:
@@ -97,15 +78,16 @@ def _main(argv: list[str] | None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
-        click.echo(f"csa-plan: error: {one_line(exc.format_message())}", err=True)
-        sys.exit(EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code)
+        code = EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code
+        tell_failure(f"error: {one_line(exc.format_message())}", code, as_json)
+        sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug in csa-plan, not in the input: still one line by default
         if os.environ.get("CSA_PLAN_DEBUG"):
             raise
-        click.echo(f"csa-plan: internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
-                   "(set CSA_PLAN_DEBUG=1 for the traceback)", err=True)
+        tell_failure(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+                     "(set CSA_PLAN_DEBUG=1 for the traceback)", EXIT_INTERNAL, as_json)
         sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -142,7 +142,9 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
         try:
             return func(*args, **kwargs)
         except CsaPlanError as exc:
-            click.echo(f"csa-plan: error: {one_line(str(exc))}", err=True)
+            from csa_plan.cli.error_doc import tell_failure
+
+            tell_failure(f"error: {one_line(str(exc))}", int(exc.exit_code), bool(kwargs.get("as_json")))
             sys.exit(int(exc.exit_code))
 
     return wrapper
@@ -154,7 +156,19 @@ ENGINE_OPTION_NAMES = ("engine", "kv_memory", "gpu", "block_size", "page_size", 
                        "max_num_batched_tokens", "chunked_prefill_size", "max_num_seqs", "max_running_requests",
                        "async_scheduling", "num_speculative_tokens", "speculative_num_steps",
                        "speculative_eagle_topk", "speculative_num_draft_tokens", "gpu_memory_utilization",
-                       "mem_fraction_static", "moe_runner_backend", "usage")
+                       "mem_fraction_static", "moe_runner_backend", "shared_expert_tp1", "usage")
+
+
+class EngineOption(click.Option):
+    """``--engine``: its help names the registry's engines, read when help is shown, so that parsing a
+    command never imports the engine models (start-up: docs/check.md)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from csa_plan.planner.engines.registry import ENGINES
+
+        self.help = (f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)"
+                     + ("; repeat it to run engines side by side." if self.multiple else "."))
+        return super().get_help_record(ctx)
 
 
 def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
@@ -164,13 +178,8 @@ def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = F
     also receives ``engines`` (every name given, in order; ``engine`` is the first)."""
     if func is None:
         return functools.partial(engine_options, multiple=multiple)
-    from csa_plan.planner.engines.registry import ENGINES
-
-    names = ", ".join(ENGINES)
     options = [
-        click.option("--engine", default=None, metavar="NAME", multiple=multiple,
-                     help=f"Plan as this engine release does: {names} (README: 'Engine models')"
-                          + ("; repeat it to run engines side by side." if multiple else ".")),
+        click.option("--engine", cls=EngineOption, default=None, metavar="NAME", multiple=multiple),
         click.option("--kv-memory", type=SIZE, default=None,
                      help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
         click.option("--gpu", default=None, metavar="NAME",
@@ -202,6 +211,9 @@ def engine_options(func: Callable[..., Any] | None = None, *, multiple: bool = F
         click.option("--mem-fraction-static", type=float, default=None, help="SGLang static memory fraction."),
         click.option("--moe-runner-backend", default=None, metavar="NAME",
                      help="SGLang MoE runner: auto | flashinfer_mxfp4 | marlin (how FP4 experts shard) [default: auto]."),
+        click.option("--shared-expert-tp1", is_flag=True, default=None,
+                     help="SGLang run with SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated on every rank "
+                          "(lifts its 128-column block rule) [default: off]."),
         click.option("--usage", type=click.Choice(["serve", "llm"]), default=None,
                      help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
     ]

@@ -79,34 +79,63 @@ def _save(fig, path: str, **kwargs: Any) -> None:
         plt.close(fig)
 
 
-def plot_simulate(series, path: str, title: str) -> str | None:
-    """Draw residency per device group against its limit, with requests in flight; None on success."""
-    try:
-        plt = _pyplot()
-    except ImportError:
-        return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
+def log_scale(ax: Any, which: str, base: int = 10) -> None:
+    """A log ``which`` ("x" or "y") axis whose tick labels are plain numbers (1, 4, 1,024, 0.5):
+    matplotlib's default log labels are mathtext, which ``_pyplot`` turns off so that no input text
+    is read as a formula."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    getattr(ax, f"set_{which}scale")("log", base=base)
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_outside(ax, handles=None, labels=None, **kwargs: Any):
+    """The legend to the right of the axes, outside the data, so no series runs behind it."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                     fontsize=8, **kwargs)
+
+
+def simulate_figure(series, title: str):
+    """Residency per device group against its limit (top) and requests in flight (bottom), on their own
+    axes: two series can never hide one another however their scales happen to line up."""
     from matplotlib.ticker import MaxNLocator
 
+    plt = _pyplot()
+
     seconds = series.edges_ns / 1e9
-    fig, ax = plt.subplots(figsize=(10, 5))
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, height_ratios=(3, 1))
     for devices, values in series.groups:
-        ax.step(seconds, values / GiB, where="post", label=f"resident, devices {id_runs(list(devices))}")
-    if series.limit_bytes:
-        ax.axhline(series.limit_bytes / GiB, color="red", linestyle="--", label="limit per device")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("resident per device (GiB, max per bucket)")
+        ax.step(seconds, values / GiB, where="post", linewidth=1.5, zorder=2,
+                label=f"resident, devices {id_runs(list(devices))}")
+    if series.limit_bytes:  # dashed and above: a resident line at the limit shows through its gaps
+        ax.axhline(series.limit_bytes / GiB, color="red", linestyle=(0, (5, 4)), linewidth=1.2, zorder=3,
+                   label="limit per device")
+    ax.set_ylabel("resident per device\n(GiB, max per bucket)")
     ax.set_ylim(bottom=0)  # bytes start at 0: a cropped axis would exaggerate every change
-    ax2 = ax.twinx()
-    ax2.step(seconds, series.in_flight, where="post", color="grey", alpha=0.5, label="requests in flight (all devices)")
-    ax2.set_ylabel("requests in flight")
+    ax.set_title(title)
+    legend_outside(ax)
+    ax2.step(seconds, series.in_flight, where="post", color="tab:gray", linewidth=1.5,
+             label="requests in flight (all devices)")
+    ax2.set_xlabel("time (s)")
+    ax2.set_ylabel("in flight")
     ax2.set_ylim(bottom=0)
     ax2.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are whole
-    handles, labels = ax.get_legend_handles_labels()
-    more, more_labels = ax2.get_legend_handles_labels()
-    ax.legend(handles + more, labels + more_labels, loc="upper left", fontsize=8)  # one legend for both axes
-    ax.set_title(title)
+    legend_outside(ax2)
     fig.tight_layout()
-    _save(fig, path)
+    return fig
+
+
+def plot_simulate(series, path: str, title: str) -> str | None:
+    """Draw ``simulate_figure`` to ``path``; None on success, else why not."""
+    try:
+        _pyplot()
+    except ImportError:
+        return "matplotlib is not installed (pip install 'csa-plan[plot]'); showing the terminal sparkline instead"
+    _save(simulate_figure(series, title), path, bbox_inches="tight")
     return None
 
 
@@ -143,24 +172,24 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
         for i, r in enumerate(front, 1):
             ax.annotate(str(i), (r["devices"], r["sustainable_rate_per_s"]), fontsize=8, color="tab:red",
                         textcoords="offset points", xytext=(-4, 6), ha="right")
-    ax.set_xscale("log", base=2)
+    log_scale(ax, "x", base=2)
     devices = [r["devices"] for r in report["results"]]
     if devices:  # set, not autoscaled: points drawn in axes coordinates alone leave no data limits
         ax.set_xlim(min(devices) / 1.4, max(devices) * 1.4)
     if any((r["sustainable_rate_per_s"] or 0) > 0 for r in feasible + others):
-        ax.set_yscale("log")  # rates span orders of magnitude across deployments
+        log_scale(ax, "y")  # rates span orders of magnitude across deployments
     ax.set_xlabel("devices (tp x pp x dp)")
     ax.set_ylabel("sustainable rate (requests/s, no refusals; log)")
     ax.set_title(f"csa-plan sweep {report['spec']['name']}: {report['grid']['ran'] + report['grid']['resumed']} "
                  f"points simulated, {report['grid']['skipped']} skipped")
-    ax.legend(loc="lower right", fontsize=8)  # the top edge carries the not-limited markers
+    legend_outside(ax)
     ax.grid(True, alpha=0.3)
     caption = "\n".join(f"{i}: {r['label']} ({fmt_rate(r['sustainable_rate_per_s'])} req/s)"
                         for i, r in enumerate(front, 1))
     fig.tight_layout(rect=(0, 0.015 + 0.022 * len(front), 1, 1))
     if caption:
         fig.text(0.01, 0.01, caption, fontsize=7.5, va="bottom", family="monospace")
-    _save(fig, path, dpi=110)
+    _save(fig, path, dpi=110, bbox_inches="tight")
     return None
 
 
@@ -177,17 +206,20 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     lengths = context_lengths(low, high)
     series = curves(spec, options, lengths, layouts)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, values in series.items():
-        ax.plot(lengths, [v / (1 << 20) for v in values], label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "v", "D", "x")
+    for i, (name, values) in enumerate(series.items()):  # two profiles with equal bytes stay told apart
+        ax.plot(lengths, [v / (1 << 20) for v in values], label=name, linestyle=styles[i % len(styles)],
+                marker=markers[i % len(markers)], markersize=4, markevery=max(1, len(lengths) // 8))
+    log_scale(ax, "x", base=2)
+    log_scale(ax, "y")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("state per request per device (MiB, log)")
     ax.set_title(f"{spec.name}: state per request by layout profile and engine")
-    ax.legend()
+    legend_outside(ax)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, bbox_inches="tight")
 
 
 def plot_budget(budget: dict[str, Any], path: str) -> str | None:

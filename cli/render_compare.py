@@ -92,4 +92,4 @@ def render_compare(console: Console, report: dict[str, Any]) -> None:
     console.print("B/token = asymptotic bytes per token; fixed = carry + index carry + dense ring; padding = "
                   "profile bytes minus the same content unpadded (engines: also every block priced at the pool's block "
                   "size); fit = concurrent requests in the limit (engines: admitted with the limit as KV memory); "
-                  "exact integers: --json; sources: README, 'Layout profiles' and 'Engine models'")
+                  "exact integers: --json; sources: docs/compare.md, docs/engines.md")

@@ -49,6 +49,16 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
             out.print(f"  {UNBOUNDED_CELL} = {NOT_LIMITED}: every request fits even at the search ceiling "
                       f"(rate scale x{spec['search']['max_scale']:,.0f}), so the trace cannot measure this rate; "
                       "such points are ordered by devices, never by the ceiling")
+        replayed = [by_key[k] for k in ranked[:top] if by_key[k].get("runtime") is not None]
+        if replayed:
+            out.print("  replayed step by step (the engine's own scheduler; docs/sweep.md):", highlight=False)
+            for r in replayed:
+                rt = r["runtime"]
+                ttft = "-" if rt["ttft_p99_s"] is None else f"{rt['ttft_p99_s']:,.3f} s"
+                out.print(f"    {esc(r['label'])}: {esc(rt['engine'])} served {rt['served']:,}, "
+                          f"{rt['preemptions']:,} preemptions of {rt['preempted_requests']:,} requests "
+                          f"({rt['tokens_recomputed']:,} tokens recomputed), TTFT p99 {ttft}, "
+                          f"peak {rt['peak_units']:,} of {rt['usable_units']:,} {esc(rt['unit'])}s", highlight=False)
     infeasible = [r for r in report["results"] if not r["feasible"]]
     if infeasible:
         out.print(f"  not feasible: {len(infeasible):,} (e.g. {infeasible[0]['label']}: "

@@ -18,7 +18,7 @@ from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_
 @click.option("--requests", type=COUNT, default=2, show_default=True,
               help=f"Concurrent requests, own groups each (at most {MAX_REQUESTS}); one more request's groups "
                    "are reserved for the recompute check.")
-@click.option("--max-seq-len", type=COUNT, default=None,
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None,
               help=f"Tokens reserved per group, up to 1,048,576 [default: {DEFAULT_MAX_SEQ_LEN:,}; "
                    f"{EMULATE_DEFAULT_MAX_SEQ_LEN:,} with --backend emulate; {TINY_MAX_SEQ_LEN} with --tiny].")
 @click.option("--steps", type=COUNT, default=MIN_STEPS, show_default=True,

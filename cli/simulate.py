@@ -24,7 +24,7 @@ def _layouts() -> list[str]:
 @click.option("--model", default=None, help="Preset, config.json, model directory or YAML spec [default: the mix's model].")
 @click.option("--layout", default=None, metavar="NAME",
               help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine.")
-@click.option("--max-seq-len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
+@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
 @click.option("--router", type=enum_choice(Router), default=None,
               help="How a request picks its replica [default: round-robin].")
 @click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB or h200/h100/... "
@@ -80,7 +80,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     A CSV trace: TIMESTAMP, ContextTokens, GeneratedTokens (Azure), or --columns.
     A YAML mix: model, requests or duration_s, seed, classes (each with rate,
     prompt and output distributions), and any option below under its own name
-    (README: "csa-plan simulate").
+    (docs/simulate.md).
 
     Token counts everywhere: 128k = 128,000 and 128K = 131,072 (vLLM's
     convention), 1e6 and 1,000,000 work too.

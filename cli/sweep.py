@@ -27,7 +27,7 @@ in --resume FILE; the worker processes end with the sweep).
                    "unchanged (docs/output-and-resume.md).")
 @click.option("--top", type=COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json).")
 @click.option("--brief", is_flag=True, help="Print only the head: the answer point, its devices, rate and capacity.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v1 JSON document.")
+@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v2 JSON document.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot]).")
 @bad_input_exits
@@ -45,7 +45,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     layout, engine, rate_scale, max_seq_len), objective (fewest_devices or
     rate_per_device), constraints (zero_refusals, wait_p99_max_s,
     min_mean_utilization), search (rel_tol, min_scale, max_scale).
-    Example: examples/sweeps/small.yaml; README: "csa-plan sweep".
+    Example: examples/sweeps/small.yaml; docs/sweep.md.
 
     A point whose rate search reaches its ceiling is "not limited by memory within
     this trace": listed apart, never ranked or plotted by that ceiling.

@@ -99,11 +99,11 @@ def _seed_corpus(surface: str) -> str:
         from csa_plan.planner.sweep.spec import load_spec
 
         spec = load_spec(os.path.join(ROOT, "examples", "sweeps", "small.yaml"))
-        record = {"schema": "csa-plan/sweep-point/v1", "spec_digest": spec.digest, "key": spec.points[0].key,
+        record = {"schema": "csa-plan/sweep-point/v2", "spec_digest": spec.digest, "key": spec.points[0].key,
                   "devices": spec.points[0].devices, "requests": 200, "admitted": 200, "refused": 0, "refusals": {},
                   "wait_p99_ns": 0, "peak_bytes": 1, "mean_utilization": 0.1, "peak_utilization": 0.2,
                   "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": 1.0,
-                  "rate_per_device_per_s": 1.0, "feasible": True, "violations": []}
+                  "rate_per_device_per_s": 1.0, "feasible": True, "violations": [], "runtime": None}
         with open(os.path.join(corpus, "seed-record.jsonl"), "w") as f:
             f.write(__import__("json").dumps(record) + "\n")
     elif surface == "plot-path":

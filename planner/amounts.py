@@ -72,7 +72,9 @@ def parse_count(text: str, source: str, field: str | None, what: str = "count") 
         if suffix:
             from csa_plan.planner.suggest import did_you_mean
 
-            hint = f" (suffixes: {SUFFIX_HELP}){did_you_mean(suffix, SUFFIXES)}"
+            unit = count_suffix_of_unit(suffix)  # 1MiB -> 1M: a byte unit where a count is asked for
+            tail = f"; did you mean {parts[0] + unit!r}?" if unit else did_you_mean(suffix, SUFFIXES)
+            hint = f" (suffixes: {SUFFIX_HELP}){tail}"
         raise BadInput(source, field, f"{shown!r} is not an integer{hint}")
     number, suffix = parts
     value = exact_number(number, source, field, what)
@@ -81,6 +83,16 @@ def parse_count(text: str, source: str, field: str | None, what: str = "count") 
                        f"did you mean {number}{suffix.lower()}?")
     value *= SUFFIXES.get(suffix, 1)
     return checked_whole(value, shown, source, field, what)
+
+
+def count_suffix_of_unit(unit: str) -> str | None:
+    """The count suffix a byte unit stands for: ``MiB`` -> ``M`` (2^20), ``MB`` -> ``m`` (10^6); else None."""
+    u = unit.casefold()
+    if len(u) == 3 and u.endswith("ib") and u[0] in "kmgt":
+        return u[0].upper()
+    if len(u) == 2 and u.endswith("b") and u[0] in "kmgt":
+        return u[0]
+    return None
 
 
 def checked_whole(value: Fraction, shown: str, source: str, field: str | None, what: str) -> int:

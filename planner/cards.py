@@ -106,11 +106,11 @@ def card(name: str | None, source: str = "options", field: str = "--gpu") -> Car
         return CARDS[DEFAULT_CARD]
     found = find_card(name)
     if found is None:
-        from csa_plan.planner.suggest import did_you_mean
+        from csa_plan.planner.suggest import did_you_mean_model
 
         shown = name.strip()[:40]
         raise BadInput(source, field, f"unknown GPU {shown!r} (known: {', '.join(CARDS)})"
-                       f"{did_you_mean(name.strip(), list(CARDS) + list(ALIASES))}")
+                       f"{did_you_mean_model(name.strip(), list(CARDS) + list(ALIASES))}")
     return found
 
 

@@ -15,10 +15,8 @@ so a reader never sees a half-written file and two writers leave one whole file.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -116,6 +114,8 @@ def read_text(path: Path | str, max_bytes: int, limit_name: str = "MAX_FILE_BYTE
 
 def hash_file(path: Path | str, max_bytes: int, limit_name: str) -> "hashlib._Hash":
     """SHA-256 of a regular file, streamed in bounded chunks (never the whole file in memory)."""
+    import hashlib  # here, not at import: only a sweep hashes its workload (start-up)
+
     h = hashlib.sha256()
     with open_regular(path, max_bytes, limit_name) as (fd, _size):
         total = 0
@@ -190,6 +190,8 @@ def write_atomically(path: Path | str, option: str, write: Callable[[str], None]
     folder = target.parent if str(target.parent) else Path(".")
     fd, tmp = -1, ""
     try:
+        import tempfile  # here, not at import: only writers need it (start-up)
+
         fd, tmp = tempfile.mkstemp(prefix=f".{target.stem[:40]}.", suffix=target.suffix, dir=folder)
         os.close(fd)
         fd = -1

@@ -70,8 +70,8 @@ class GroupBytes:
         return GroupBytes(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
 
     def as_dict(self) -> dict[str, int]:
-        out = {c.value: v for c, v in self.by_class().items()}
-        out["total"] = self.total_bytes
+        out = {c.value: getattr(self, f"{c.value}_bytes") for c in STATE_CLASSES}
+        out["total"] = sum(out.values())
         return out
 
     def checked(self, source: str, field: str) -> "GroupBytes":

@@ -1,7 +1,7 @@
-"""Every bound csa-plan puts on an input, in one place (README: "Security and limits").
+"""Every bound csa-plan puts on an input, in one place (docs/limits-and-security.md).
 
 Each limit has a name; a message that enforces one names it, so a user who hits a
-limit can find it here and in the README. They are far beyond any real model, trace
+limit can find it here and in docs/limits-and-security.md. They are far beyond any real model, trace
 or spec, and small enough that a hostile input is refused in bounded time and memory.
 """
 

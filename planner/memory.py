@@ -30,7 +30,7 @@ SIZE_HELP = ("bytes, GB/MB/TB (powers of 10), GiB/MiB/TiB (powers of 2), g/m/k (
 def parse_size(text: str, source: str, field: str | None = None) -> int:
     """A byte count from ``150000000000``, ``141GB``, ``80GiB``, ``80G``, ``1.5TB``, ``1e9`` or a GPU name."""
     from csa_plan.planner.amounts import SUFFIXES, checked_whole, exact_number, split_number
-    from csa_plan.planner.suggest import did_you_mean
+    from csa_plan.planner.suggest import did_you_mean, did_you_mean_model
 
     named = find_card(text)
     if named is not None:
@@ -44,7 +44,7 @@ def parse_size(text: str, source: str, field: str | None = None) -> int:
         gpus = ", ".join(GPU_MEMORY_MIB)
         hint = ""
         if parts is None:
-            hint = did_you_mean(text.strip(), GPU_MEMORY_MIB) if text.strip()[:1].isalpha() else ""
+            hint = did_you_mean_model(text.strip(), GPU_MEMORY_MIB) if text.strip()[:1].isalpha() else ""
         elif parts[1]:
             hint = did_you_mean(parts[1], ["GB", "GiB", "MB", "MiB", "TB", "TiB", "G", "g"])
         raise BadInput(source, field, f"cannot read size {shown!r} (use {SIZE_HELP}: {gpus}){hint}")
@@ -64,6 +64,9 @@ def parse_size(text: str, source: str, field: str | None = None) -> int:
         raise BadInput(source, field, f"size {shown!r} is not a whole number of bytes")
     if value >= I63_LIMIT:
         raise BadInput(source, field, f"size {shown!r} is too large (must be below 2^63 bytes)")
+    if not suffix and 0 < value < MIB:  # '--device-memory 141' meant 141GB, not 141 bytes
+        raise BadInput(source, field, f"size {shown!r} has no unit and is under 1 MiB as bytes: write "
+                       f"{number}B for bytes; did you mean {number}GB?")
     return checked_whole(value, shown, source, field, "size")
 
 

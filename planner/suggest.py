@@ -39,6 +39,18 @@ def closest(value: str, known: Iterable[str]) -> str | None:
     return by_norm[match[0]] if match else (hits[0] if hits else None)
 
 
+def did_you_mean_model(value: str, known: Iterable[str]) -> str:
+    """``did_you_mean`` for names whose digits are a model number (GPU cards): only a name with the
+    same digits is offered, so ``h20`` is never "corrected" to ``h200``, a different card."""
+    def digits(text: str) -> str:  # an 'o' typed after a digit is read as the 0 it stands for (h2O)
+        import re
+
+        return "".join(ch for ch in re.sub(r"(?<=[0-9])[oO]", "0", text) if ch.isdigit())
+
+    typed = digits(str(value))
+    return did_you_mean(value, [k for k in known if digits(str(k)) == typed])
+
+
 def listed(known: Iterable[str]) -> str:
     names = [str(k) for k in known]
     shown = ", ".join(names[:MAX_LISTED])

@@ -13,11 +13,37 @@ settings.register_profile("csa-plan", deadline=None, suppress_health_check=[Heal
 settings.load_profile("csa-plan")
 
 
+# Files whose tests run whole processes for seconds each: the CUDA emulator, nvcc and the SASS tools,
+# pip installs. They carry the ``slow`` marker; ``-m "not fuzz and not slow"`` is the quick local
+# subset (README, "Install and the two commands"); CI runs everything.
+SLOW_FILES = {
+    "tests/test_install.py",
+    *(f"tests/kernels/{name}.py" for name in (
+        "test_attn_tc", "test_bench_kernels", "test_cupy_backend_fake", "test_emulated_kernels", "test_emulator_tc",
+        "test_gpu_check", "test_index_tc", "test_kernel_hazards", "test_nvcc_compile", "test_run_gpu", "test_sass",
+        "test_topk_mb")),
+}
+
+
+# Single tests of more than ~10 s on the 2-core machine (pytest --durations), in files that are otherwise quick.
+SLOW_TESTS = {
+    "test_recorded_counts_are_the_current_sass", "test_sliced_run_equals_the_ledger_replay_and_the_reference_series",
+    "test_ray_and_local_executors_return_identical_results", "test_fast_path_equals_ledger_replay",
+    "test_a_checkpoint_directory_is_measured_and_the_gap_is_shown",
+    "test_azure_trace_v4_pro_tp8_h200_matches_ledger_replay",
+    "test_an_inventory_past_its_layer_limit_is_bad_input_and_weights_replace_it",
+}
+
+
 def pytest_collection_modifyitems(items):
-    """Everything under tests/fuzz/ carries the ``fuzz`` marker (``-m 'not fuzz'`` skips it)."""
+    """Everything under tests/fuzz/ carries the ``fuzz`` marker (``-m 'not fuzz'`` skips it); the files
+    in SLOW_FILES and the tests in SLOW_TESTS carry ``slow``."""
     for item in items:
-        if "/tests/fuzz/" in str(item.path).replace("\\", "/"):
+        path = str(item.path).replace("\\", "/")
+        if "/tests/fuzz/" in path:
             item.add_marker(pytest.mark.fuzz)
+        if any(path.endswith("/" + name) for name in SLOW_FILES) or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What may import what (README, "Code layout"), read from every module's import statements.
+"""What may import what (docs/architecture.md), read from every module's import statements.
 
 Every ``import`` and ``from … import`` of every module under cli/, planner/ and kernels/
 is parsed with ``ast`` — including the lazy ones inside functions — and checked:
@@ -136,7 +136,7 @@ def test_every_package_is_scanned():
 @pytest.mark.parametrize("path", all_modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_module_follows_the_import_rules(path):
     found = violations(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
-    assert not found, f"{path.relative_to(ROOT)} breaks the import rules (README, 'Code layout'):\n  " + \
+    assert not found, f"{path.relative_to(ROOT)} breaks the import rules (docs/architecture.md):\n  " + \
         "\n  ".join(found)
 
 

@@ -36,3 +36,53 @@ def test_console_script_runs():
     script = Path(sys.executable).with_name("csa-plan")  # installed beside the interpreter
     out = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and "csa-plan" in out.stdout
+
+
+def imported_by_run(*args: str) -> set[str]:
+    """The modules a whole ``csa-plan ARGS`` run has loaded when it exits (any exit code)."""
+    return imported_after("import sys\nfrom csa_plan.cli.main import main\n"
+                          f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
+                          )
+
+
+ENGINE_MODELS = ("csa_plan.planner.engines.registry", "csa_plan.planner.engines.engine",
+                 "csa_plan.planner.engines.vllm_0_33", "csa_plan.planner.engines.sglang_0_5_23")
+BUDGET = ("csa_plan.planner.budget.device", "csa_plan.planner.budget.startup", "csa_plan.planner.weights.measured",
+          "csa_plan.planner.weights.sharding")
+
+
+def test_check_without_a_device_or_engine_imports_neither():
+    """Start-up: the plain check pays for no engine model, device budget or weight inventory."""
+    for args in (("check", "deepseek-v4-pro", "--json"), ("check", "deepseek-v4-pro")):
+        mods = imported_by_run(*args)
+        assert "csa_plan.planner.plan" in mods  # the scan saw the run
+        for banned in ENGINE_MODELS + BUDGET + ("numpy",):
+            assert banned not in mods, (args, banned)
+    assert "rich" not in imported_by_run("check", "deepseek-v4-pro", "--json")
+
+
+def test_a_device_without_an_engine_imports_no_engine_model():
+    mods = imported_by_run("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--json")
+    assert "csa_plan.planner.budget.device" in mods
+    for banned in ("csa_plan.planner.engines.sglang_0_5_23", "rich", "numpy"):
+        assert banned not in mods, banned
+
+
+def test_no_json_path_imports_rich():
+    """``--json`` prints through click: rich (consoles, tables) is for the terminal only."""
+    for args in (("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+                  "--engine", "vllm-0.33", "--json"),
+                 ("check", "no-such-model", "--json"),
+                 ("compare", "deepseek-v4-flash", "--json"),
+                 ("simulate", "examples/traces/sample.jsonl", "--model", "deepseek-v4-flash", "--json"),
+                 ("sweep", "examples/sweeps/small.yaml", "--json")):
+        mods = imported_by_run(*args)
+        assert "csa_plan.cli.main" in mods and "rich" not in mods, args
+
+
+def test_top_level_help_imports_no_click():
+    mods = imported_after("import sys\nsys.argv = ['csa-plan', '--help']\nfrom csa_plan.cli.entry import main\n"
+                          "try:\n    main()\nexcept SystemExit:\n    pass\n")
+    assert "csa_plan.cli.commands" in mods
+    for banned in ("click", "csa_plan.cli.main", "csa_plan.planner.plan"):
+        assert banned not in mods, banned

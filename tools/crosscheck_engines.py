@@ -1,7 +1,7 @@
 """Cross-check csa-plan's engine models against the engines' own planning code (outside CI).
 
 Run it in a separate virtualenv that has vLLM 0.33.0 (``--no-deps``), a CPU build of torch,
-the few small packages vLLM's planning modules import, and csa-plan itself (README,
+the few small packages vLLM's planning modules import, and csa-plan itself (docs/engines.md,
 "Cross-checking the engine models"). Nothing here is a csa-plan dependency.
 
 vLLM: the DeepSeek-V4 specs are built with vLLM's own classes (``MLAAttentionSpec``,
@@ -20,10 +20,12 @@ picks the release): the specs are built with that release's classes and argument
 ``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size``,
 ``_max_memory_usage_bytes_from_groups``, ``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on
 them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 and L40S, and block
-sizes 64 / 128 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
+sizes 64 / 128 / 192 / 200 / 320 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
 
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
-``pool_configurator`` sizing functions where they import.
+``pool_configurator`` sizing functions (``DSV4PoolConfigurator``); where torchvision is missing (its
+model-config registry imports it, the pool sizing never calls it) the stand-in of
+``tools/crosscheck_answers.py`` is put in ``sys.modules`` first.
 
 Exit 0 when every case agrees, 1 otherwise; one line per case.
 """
@@ -425,6 +427,9 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
     except EngineRefused as exc:
         if v_exc is None and v_error is None:
             return False, f"FAIL {label}: csa-plan refuses ({exc.refusal.message}) but {release} plans it"
+        if v_exc is not None and v_exc.split(":")[0] not in exc.refusal.message:
+            return False, f"FAIL {label}: {release} fails ({v_exc[:60]}) but csa-plan names another reason " \
+                          f"({exc.refusal.message[:90]})"
         return True, f"OK   {label}: refused as {release} fails ({(v_exc or v_error)[:60]})"
     if v_exc is not None:
         return False, f"FAIL {label}: {release} fails ({v_exc}) but csa-plan plans it"
@@ -477,7 +482,7 @@ def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
                 lengths, budgets, (8192, 2048, 16384) if not quick else (8192,), (True, False),
                 (0, 1, 2) if not quick else (0, 1)):
             out.append(legacy_case(release, model, length, kv, mnbt, async_on, spec))
-        for block in (64, 128, 512):
+        for block in (64, 128, 192, 200, 320, 512):
             out.append(legacy_case(release, model, 65_536, 40 * GiB, 8192, True, 1, block))
     return out
 
@@ -570,6 +575,11 @@ def run_sglang(quick: bool) -> list[tuple[bool, str]]:
         good = KVLayout.V4.page_bytes(slots) == ours.page_bytes(slots)
         out.append((good, f"{'OK  ' if good else 'FAIL'} sglang KVLayout.V4.page_bytes({slots}) = "
                           f"{KVLayout.V4.page_bytes(slots):,} (csa-plan {ours.page_bytes(slots):,})"))
+    from crosscheck_answers import stub_torchvision  # one stand-in, shared with tools/crosscheck_answers.py
+
+    if stub_torchvision():
+        print("note: torchvision is missing: a stand-in package is imported in its place (SGLang's model-config "
+              "registry imports it; the pool sizing does not use it)")
     try:
         import sglang.srt.mem_cache.deepseek_v4_memory_pool as pool_mod
     except Exception as exc:
@@ -611,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a small subset of the cases")
     parser.add_argument("--engine", choices=("vllm", "sglang", "all"), default="all")
     args = parser.parse_args(argv)
+    from crosscheck_answers import _import_csa_plan  # csa_plan from this checkout where it is not installed
+
+    _import_csa_plan()
     results: list[tuple[bool, str]] = []
     if args.engine in ("vllm", "all"):
         release = installed_vllm_release()

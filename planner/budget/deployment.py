@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.budget.device import Budget, BudgetRequest, budget
-from csa_plan.planner.budget.startup import StartupSettings
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.memory import DeviceBudget
-from csa_plan.planner.placement import Placement, Router
+
+if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/check.md)
+    from csa_plan.planner.budget.device import Budget
+    from csa_plan.planner.budget.startup import StartupSettings
+    from csa_plan.planner.memory import DeviceBudget
+    from csa_plan.planner.placement import Placement, Router
 
 
 @dataclass(frozen=True)
@@ -29,13 +31,18 @@ class Deployment:
         if self.pp is not None and self.pp > 1:
             raise BadInput("options", "--pp", f"{self.pp} pipeline stages: {why}")
 
-    def placement(self, router: Router = Router.ROUND_ROBIN) -> Placement:
+    def placement(self, router: Router | None = None) -> Placement:
+        from csa_plan.planner.placement import Placement, Router
+
+        router = Router.ROUND_ROBIN if router is None else router
         one = lambda v: 1 if v is None else v  # noqa: E731  (0 stays 0: Placement refuses it)
         return Placement(tp=one(self.tp), pp=one(self.pp), dp=one(self.dp), router=router, ep=self.ep)
 
 
 def startup_settings(engine_settings: Any) -> StartupSettings:
     """The start-up settings an engine's settings (EngineSettings, duck-typed) carry."""
+    from csa_plan.planner.budget.startup import StartupSettings
+
     if engine_settings is None:
         return StartupSettings()
     get = lambda name: getattr(engine_settings, name, None)  # noqa: E731
@@ -44,7 +51,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),
                            speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
-                           moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"))
+                           moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
+                           shared_expert_tp1=bool(get("shared_expert_tp1")))
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
@@ -67,6 +75,8 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                            f"({device_memory_bytes} bytes)")
     if kv_memory_bytes is not None and kv_memory_bytes <= 0:
         raise BadInput("options", "--kv-memory", "must be positive")
+    from csa_plan.planner.budget.device import BudgetRequest, budget
+
     req = BudgetRequest(model=model, card_bytes=device_memory_bytes, max_seq_len=max_seq_len, engine=engine,
                         placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
@@ -80,6 +90,8 @@ def reserve_warnings(b: Budget, model: str, deployment: Deployment, engine: str 
     GPU (the tensor inventory's figure for this deployment): the state pool is then overstated."""
     if deployment.weights_bytes is None or b.request.kv_memory_bytes is not None:
         return ()
+    from csa_plan.planner.budget.device import BudgetRequest, budget
+
     try:
         own = budget(BudgetRequest(model=model, card_bytes=b.card_bytes, max_seq_len=b.request.max_seq_len,
                                    engine=engine, placement=b.request.placement,
@@ -104,6 +116,8 @@ def ledger_budget(b: Budget) -> DeviceBudget | None:
     weights do not fit (there is no pool to admit into)."""
     if not b.fits:
         return None
+    from csa_plan.planner.memory import DeviceBudget
+
     return DeviceBudget(b.card_bytes, b.card_bytes - b.kv_memory_bytes)
 
 

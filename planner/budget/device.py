@@ -122,7 +122,7 @@ def _rules(req: BudgetRequest):
         from csa_plan.planner.engines.settings import gpu_target
 
         capability = gpu_target(req.settings.gpu).capability
-    return rules_for(req.engine, req.settings.moe_runner_backend, capability)
+    return rules_for(req.engine, req.settings.moe_runner_backend, capability, req.settings.shared_expert_tp1)
 
 
 def _layers(dw: DeviceWeights | None, stage: int, dims: ModelDims | None) -> tuple[int, ...]:

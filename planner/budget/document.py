@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.budget.device import Budget
+if TYPE_CHECKING:
+    from csa_plan.planner.budget.device import Budget
 
 
 def budget_document(b: Budget) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class StartupSettings:
     cuda_graph_max_bs: int | None = None          # SGLang
     speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
     moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
+    shared_expert_tp1: bool = False               # SGLang: SGLANG_SHARED_EXPERT_TP1=1 (shared expert replicated)
     gpu: str | None = None                        # the engine's target card (rules needing a capability; its
                                                   # device name picks vLLM's batch defaults)
 

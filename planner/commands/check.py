@@ -40,9 +40,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     from dataclasses import replace as with_
 
     from csa_plan.planner.budget.answer import engine_answer, layout_answer, no_answer, engine_authority
-    from csa_plan.planner.budget.check import budget_fit
     from csa_plan.planner.budget.deployment import Deployment, deployment_budget, reserve_warnings
-    from csa_plan.planner.budget.device import smallest_fitting
     from csa_plan.planner.capacity import capacity
     from csa_plan.planner.engines.check import max_seq_len_of
     from csa_plan.planner.engines.settings import EngineSettings
@@ -98,6 +96,8 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         if device is None:
             cap = None
         else:
+            from csa_plan.planner.budget.check import budget_fit  # a device: the budget modules (start-up)
+
             _, cap = budget_fit(spec, plan, device, req.concurrency)
         answer = layout_answer(cap, length, req.concurrency, None if device is None or not device.fits
                                else device.kv_memory_bytes, o.layout,
@@ -119,6 +119,8 @@ def run_check(req: CheckRequest) -> CheckOutcome:
 
     searchable = device is not None and deployment.weights_bytes is None and req.kv_memory_bytes is None
     if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
+        from csa_plan.planner.budget.device import smallest_fitting
+
         device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes),
                        searched=True)
     doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)

@@ -3,13 +3,13 @@
 The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not
 apply (refused, saying why); the start-up pool is the one ``check --engine`` sizes from
 the device budget (or ``--kv-memory``); the trace is replayed through the engine's own
-scheduler by the one loop (``planner/runtime``); ``--find-capacity`` bisects the largest
-``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with nothing refused.
+scheduler by the one loop (``planner/runtime``); ``--find-capacity`` searches the largest
+``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with every request served
+(``planner/runtime/serve.py``: the same entry ``sweep``'s engine axis uses).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from csa_plan.planner.commands.simulate import SimulateOutcome, SimulateRequest
     from csa_plan.planner.engines.settings import EngineSettings
 
-CAPACITY_PROBES = 12
 NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
                 "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
                 "and to --engine onnx-genai)")
@@ -41,96 +40,36 @@ def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
 def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
     """The outcome without the budget sections (the caller adds them, as for every simulate)."""
     from csa_plan.planner.commands.simulate import SimulateOutcome
-    from csa_plan.planner.reports.runtime import runtime_report
-    from csa_plan.planner.runtime.protocol import RuntimeOptions
-    from csa_plan.planner.runtime.steptime import StepTime
-    from csa_plan.planner.runtime.trace import runtime_trace
+    from csa_plan.planner.runtime.serve import report, runtime_capacity, runtime_setup, serve
 
-    from csa_plan.planner.placement import Router
-
-    p = config.placement
-    if p.dp > 1 and p.router is not Router.ROUND_ROBIN:
-        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
-                                              "replicas with round-robin routing only")
-    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    plan, sizing = config.engine.sized(spec, config, length)  # EngineRefused: the caller's typed document
-    if sizing is None:
-        raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
-                                                     "--device-memory (the device budget sizes it) or --kv-memory")
-    options = RuntimeOptions(enable_prefix_caching=req.enable_prefix_caching)
-    caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
-    time = StepTime(config.time.tpot_ms, config.time.prefill_tok_s)
+    setup = runtime_setup(spec, config, req.enable_prefix_caching)  # EngineRefused: the caller's typed document
+    plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
-        capacity = _find_capacity(plan, sizing, wl, config, time, options, req.max_wait_s, progress)
-        rate = capacity["rate_scale"]
+        if req.max_wait_s is None:
+            raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
+                                                    "--max-wait SECONDS (the engine queues; it never refuses for "
+                                                    "memory)")
+        with progress("finding capacity", None, True) as tick:
+            cap = runtime_capacity(setup, wl, int(round(req.max_wait_s * 1e9)), start=config.time.rate_scale,
+                                   tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        if cap.rate_scale is None:
+            raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under "
+                                                    f"{req.max_wait_s:g} s with every request served")
+        capacity = {"rate_scale": cap.rate_scale, "probes": cap.probes, "max_wait_s": req.max_wait_s,
+                    "at_least": cap.capped}
+        rate = cap.rate_scale
     else:
         rate = config.time.rate_scale
-    trace = runtime_trace(wl, rate)
-    result = _replay(plan, sizing, trace, time, options, progress, len(wl), p.dp)
-    report = runtime_report(result, caching=caching, unit=sizing.unit_name)
-    code = ExitCode.REFUSED if report.refused else ExitCode.OK
+    n = len(wl)
+    with progress("simulating", n, n >= 200_000) as tick:
+        result = serve(setup, wl, rate, progress=lambda done, total: tick(done, total, None))
+    rep = report(setup, result)
+    code = ExitCode.REFUSED if rep.refused else ExitCode.OK
     doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
-    doc["runtime"] = report.as_dict()
+    doc["runtime"] = rep.as_dict()
     doc["capacity"] = capacity
     return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
-
-
-def _replay(plan, sizing, trace, time, options, progress, n, dp: int = 1):
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.replicas import replay_replicas
-
-    with progress("simulating", n, n >= 200_000) as tick:
-        return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time,
-                                                progress=lambda done, total: tick(done, total, None)), trace, dp)
-
-
-def _find_capacity(plan, sizing, wl, config, time, options, max_wait_s, progress) -> dict[str, Any]:
-    """Bisect the rate scale: the largest with nothing refused and queue-wait p99 <= --max-wait."""
-    import numpy as np
-
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.trace import runtime_trace
-
-    if max_wait_s is None:
-        raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
-                                                "--max-wait SECONDS (the engine queues; it never refuses for memory)")
-
-    from csa_plan.planner.runtime.replicas import replay_replicas
-
-    dp = config.placement.dp
-
-    def ok(scale: float) -> bool:
-        trace = runtime_trace(wl, scale)
-        res = replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time), trace, dp)
-        if res.refused:
-            return False
-        adm = np.asarray(res.admitted_ns, dtype=np.int64)
-        wait = (adm - trace.arrival_ns)[adm >= 0]
-        return not len(wait) or float(np.quantile(wait, 0.99)) / 1e9 <= max_wait_s
-
-    lo, hi = 0.0, 1.0
-    probes = 0
-    with progress("finding capacity", None, True) as tick:
-        while ok(hi) and probes < CAPACITY_PROBES:
-            lo, hi = hi, hi * 2
-            probes += 1
-            tick(probes, None, f"probe {probes}: x{lo:.4g}")
-        for _ in range(CAPACITY_PROBES):
-            if lo and hi / lo < 1.01:
-                break
-            mid = (lo + hi) / 2 if lo else hi / 2
-            probes += 1
-            tick(probes, None, f"probe {probes}: x{mid:.4g}")
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
-            if not lo and hi < 1e-6:
-                break
-    if not lo or not math.isfinite(lo):
-        raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under {max_wait_s:g} s")
-    return {"rate_scale": lo, "probes": probes, "max_wait_s": max_wait_s}
 
 
 def _document(wl, spec, config, plan, sizing, code) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Engine models — ``vllm-0.33``, ``sglang-0.5.23``, ``onnx-genai`` — implement
 (``engine.EngineModel`` / ``engine.EnginePlan``) and live in ``registry.ENGINES``; callers
 reach them with ``registry.get_engine(name)``. Each reproduces its engine's own memory
 planning: per-request bytes at any length and phase, start-up reservations, the pool a
-KV memory budget yields, and admission (README: "Engine models").
+KV memory budget yields, and admission (docs/engines.md).
 
 Layout profiles are per-layer byte layouts that are not engines: ``exact`` (CONTRACT §2),
 ``bf16-reference`` (the published-figure accounting) and ``onnx-genai-b6`` (the reference
@@ -34,6 +34,9 @@ __all__ = ["EXACT", "PROFILES", "LayoutProfile", "get_profile"]
 
 
 def get_profile(name: str, source: str = "options", field: str = "--layout") -> LayoutProfile:
+    profile = PROFILES.get(name)
+    if profile is not None:  # the common case never imports the engine models (start-up)
+        return profile
     from csa_plan.planner.engines.registry import lookup
 
     return lookup("layout", PROFILES, name, source, field)

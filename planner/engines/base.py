@@ -3,7 +3,7 @@
 A profile answers one question: how many bytes would *this engine* hold on one
 device for one admitted CSA/HCA group (``group_bytes``) or one sliding-window-only
 layer (``swa_bytes``)? Engine pools are mapped onto the six state classes of
-CONTRACT §2 (see the README, "Layout profiles", for each engine's mapping). ``*_padding_bytes``
+CONTRACT §2 (see docs/compare.md, "Layout profiles", for each engine's mapping). ``*_padding_bytes``
 says how much of that total is padding: the profile's bytes minus the same
 content (the same records/rows in the engine's own widths) packed without
 block rounding or page alignment.

@@ -13,7 +13,11 @@ compressed-cache share, which are not per-group layouts but use the same account
 
 from __future__ import annotations
 
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
 
 from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.layout import BF16_BYTES, ZERO, GroupBytes
@@ -72,6 +76,8 @@ def compressed_cache_share(ratios: tuple[int, ...]) -> Fraction:
     Only ratio-4 and ratio-128 layers contribute (records, plus FP4 index keys on
     ratio 4); windows, carries and MTP are out of this accounting.
     """
+    from fractions import Fraction  # here, not at import: fractions pulls in decimal (start-up)
+
     per_token = Fraction(0)
     for r in ratios:
         if r == 4:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from csa_plan.planner.engines.engine import EngineModel, EnginePlan, EngineRefusal, EngineRefused, PoolSizing
-from csa_plan.planner.engines.registry import get_engine
-from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.model import ModelSpec
+
+if TYPE_CHECKING:  # the engine models load only when an engine is named (start-up: docs/check.md)
+    from csa_plan.planner.engines.engine import EngineModel, EnginePlan, EngineRefusal, PoolSizing
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ def max_seq_len_of(model: ModelSpec, max_seq_len: int | None) -> int:
 
 def engine_check(model: ModelSpec, engine_name: str, settings: EngineSettings, max_seq_len: int | None,
                  kv_memory_bytes: int | None) -> EngineCheck:
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+
     engine = get_engine(engine_name)
     length = max_seq_len_of(model, max_seq_len)
     if kv_memory_bytes is not None and kv_memory_bytes <= 0:

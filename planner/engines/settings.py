@@ -74,6 +74,7 @@ class EngineSettings:
     gpu_memory_utilization: float | None = None  # vLLM (the device budget's step)
     mem_fraction_static: float | None = None  # SGLang (the device budget's step)
     moe_runner_backend: str | None = None  # SGLang --moe-runner-backend (auto | flashinfer_mxfp4 | marlin)
+    shared_expert_tp1: bool | None = None  # SGLang's SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
@@ -105,6 +106,7 @@ OPTION_SPELLING: dict[str, str] = {
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "mem_fraction_static": "--mem-fraction-static",
     "moe_runner_backend": "--moe-runner-backend",
+    "shared_expert_tp1": "--shared-expert-tp1",
     "usage": "--usage",
 }
 

@@ -225,7 +225,9 @@ def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
     then picks a kernel block size that divides it); one below 128 tokens leaves a C128 layer's page
     empty (``block_size // compress_ratio`` = 0 records) and vLLM's own start-up fails dividing by that
     zero page (``ZeroDivisionError``). 0.25/0.26 fail earlier on a small block: its sliding-window page
-    outgrows every full-attention page and their grouping's assertion fails (``vllm_kv.tuple_groups``)."""
+    outgrows every full-attention page and their grouping's assertion fails (``vllm_kv.tuple_groups``);
+    that is also how they decide a size that is not a multiple of 128 (192 and 200 fail it, 320 plans:
+    tools/crosscheck_engines.py drives their code on each)."""
     src = rel.src
     if block < 1:
         raise refuse(f"{src} config/cache.py CacheConfig.block_size", "--block-size", ">= 1", str(block),
@@ -235,7 +237,7 @@ def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
                      f">= {C128} (one C128 record per block)", str(block),
                      f"--block-size {block} gives the compress-ratio-128 layers block_size // 128 = 0 records per "
                      "page: a 0-byte page, and vLLM's start-up fails with ZeroDivisionError dividing by it")
-    if block > C128 and block % C128:
+    if block > C128 and block % C128 and not rel.layer_tuples:
         raise refuse("csa-plan (not modelled)", "--block-size", f"a multiple of {C128}", str(block),
                      f"--block-size {block} is not a multiple of 128: a block would hold a partial C128 record, "
                      "which csa-plan does not model")

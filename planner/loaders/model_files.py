@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +62,9 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
     kind = None if ref in PRESETS else path_kind(path)  # a file of that name wins over a spelling of a preset
     preset = preset_name(ref) if kind is None else None
     if preset is not None:
-        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[preset]).read_text()
+        from csa_plan.planner import presets  # package data beside the module (importlib.resources costs start-up)
+
+        text = (Path(presets.__file__).parent / PRESETS[preset]).read_text(encoding="utf-8")
         return from_hf_config(_parse_json(text, preset), source=preset, name=preset)
     if kind is None:
         from csa_plan.planner.suggest import did_you_mean

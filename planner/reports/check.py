@@ -1,6 +1,6 @@
 """The versioned machine-readable form of a check (``--json``), built from plan objects.
 
-Schema ``csa-plan/check/v2`` (docs/answers.md): the capacity answer is one ``fit`` object
+Schema ``csa-plan/check/v2`` (docs/answers.md, docs/json-schemas.md): the capacity answer is one ``fit`` object
 with its authority (``engine: vllm-0.33`` or ``layout: exact``); v1's ``memory`` and
 ``budget.requests_that_fit`` (two counts that could disagree) are gone. Every refusal, of the
 configuration (gate, engine rules) and of the fit (weights, state pool), is in ``all_refusals``.
@@ -10,11 +10,11 @@ the JSON renderers both read, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from csa_plan.planner.capacity import DeviceFit
-from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
 from csa_plan.planner.layout import LayerKind
 from csa_plan.planner.memory import DeviceBudget
 from csa_plan.planner.plan import LayerPlan, ModelPlan
@@ -37,7 +37,8 @@ def verdict(plan: ModelPlan, cap: DeviceFit | None) -> str:
 
 
 def descriptor_dict(d: Descriptor) -> dict[str, Any]:
-    out = asdict(d)
+    # Every field is an immutable scalar but present_edges: no deep copy (dataclasses.asdict) needed.
+    out = {name: getattr(d, name) for name in DESCRIPTOR_FIELDS}
     out["present_edges"] = sorted(e.value for e in d.present_edges)
     return out
 
@@ -209,7 +210,6 @@ def fit_refusals(device: Any, answer: Any) -> list[Refusal]:
 def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any, warnings: tuple[str, ...],
                    layout: str) -> tuple[dict[str, Any], int]:
     """The whole check document and its exit code, with the head first."""
-    from csa_plan.planner.budget.document import budget_document
     from csa_plan.planner.errors import ExitCode
 
     refusals = _plan_refusals(plan)
@@ -247,7 +247,11 @@ def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any
     doc = check_report(plan, None, None, int(code))
     doc.update(head.as_dict())
     doc["options"]["layout"] = layout
-    doc["budget"] = None if device is None else budget_document(device)
+    doc["budget"] = None
+    if device is not None:  # the budget modules load only when a device is named (start-up)
+        from csa_plan.planner.budget.document import budget_document
+
+        doc["budget"] = budget_document(device)
     if engine_result is not None:
         from csa_plan.planner.reports.engine import engine_report
 

@@ -7,7 +7,7 @@ break a reader is a new version string.
 CHECK = "csa-plan/check/v2"  # v2: one capacity answer with its authority (issue 23)
 COMPARE = "csa-plan/compare/v1"
 SIMULATE = "csa-plan/simulate/v1"
-SWEEP = "csa-plan/sweep/v1"
-SWEEP_POINT = "csa-plan/sweep-point/v1"  # one line of a sweep's --resume file
+SWEEP = "csa-plan/sweep/v2"  # v2: runtime-replayed engine points (result.runtime, model; peak_bytes may be null)
+SWEEP_POINT = "csa-plan/sweep-point/v2"  # one line of a sweep's --resume file
 SWEEP_RESUME = "csa-plan/sweep-resume/v1"  # the first line of a --resume file: what it belongs to
 RUN_GPU = "csa-plan/run-gpu/v1"

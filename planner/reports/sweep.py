@@ -1,4 +1,4 @@
-"""The ``csa-plan/sweep/v1`` document: the grid, what was skipped, the ranked results, the answer.
+"""The ``csa-plan/sweep/v2`` document: the grid, what was skipped, the ranked results, the answer.
 
 ``SweepHead`` is the answer first (the verdict, the answer point with its devices, sustainable
 rate and capacity answer, and how many points were feasible); the text renderer and the JSON

@@ -73,14 +73,26 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
             progress(len(probes), scale)
         return ok
 
-    scale = scn.config.time.rate_scale
+    lo, capped = bisect_rate(good, scn.config.time.rate_scale, floor, scale_max, rel_tol)
+    if lo is None:
+        return RateCapacity(None, None, tuple(probes), False, floor, reason)
+    return RateCapacity(lo, answer(lo), tuple(probes), capped, floor, reason)
+
+
+def bisect_rate(good: Callable[[float], bool], start: float, floor: float, scale_max: float,
+                rel_tol: float) -> tuple[float | None, bool]:
+    """The one rate search (the reservation simulator's and the engine runtimes'): from ``start``,
+    double while ``good`` (up to ``scale_max``: capped, "at least") or halve while not (down to
+    ``floor``, probed itself before answering None), then bisect geometrically to ``rel_tol``.
+    Returns the largest good scale found and whether the search hit its ceiling."""
+    scale = start
     if good(scale):
         lo = scale
         hi = scale * 2
         while hi <= scale_max and good(hi):
             lo, hi = hi, hi * 2
         if hi > scale_max:
-            return RateCapacity(lo, answer(lo), tuple(probes), True, floor, reason)
+            return lo, True
     else:
         hi = scale
         lo = scale / 2
@@ -88,7 +100,7 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
             hi, lo = lo, lo / 2
         if lo < floor:  # the floor itself is the last probe: an answer there, or none at any rate
             if not (floor < hi and good(floor)):
-                return RateCapacity(None, None, tuple(probes), False, floor, reason)
+                return None, False
             lo = floor
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
@@ -96,4 +108,4 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
             lo = mid
         else:
             hi = mid
-    return RateCapacity(lo, answer(lo), tuple(probes), False, floor, reason)
+    return lo, False

@@ -95,7 +95,8 @@ def _largest_bundle(spec: "ModelSpec", point: SweepPoint, tokens: int) -> int:
     return max(b.total_bytes for b in stage_bundles(plan, split))
 
 
-def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints) -> Skip | None:
+def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints,
+                source: str = "sweep spec") -> Skip | None:
     """A reason this point cannot work, found without simulating it; None if it must be run."""
     from csa_plan.planner.placement import split_stages
     from csa_plan.planner.plan import PlanOptions, plan_model
@@ -117,7 +118,7 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
-        return _engine_skip(spec, point, max_seq_len)
+        return _engine_skip(spec, point, max_seq_len, constraints, source)
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
                     f"every request is longer than max_seq_len {max_seq_len:,} (shortest {bounds.min_tokens:,} tokens)")
@@ -138,8 +139,11 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     return None
 
 
-def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip | None:
-    """An engine point is skipped when the engine refuses the model or the KV memory (its own rule)."""
+def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constraints: Constraints,
+                 source: str) -> Skip | None:
+    """An engine point is skipped when the engine refuses the model or the KV memory (its own rule).
+    An engine whose runtime is replayed queues rather than refuses: without a wait bound its rate
+    search has no limit, so the spec must give one (bad input, before anything runs)."""
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
@@ -150,14 +154,53 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int) -> Skip
     from csa_plan.planner.budget.deployment import card_settings
 
     try:
-        get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes, point.engine),
-                                           max_seq_len).size_pool(point.limit_bytes)
+        plan = get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes,
+                                                                      point.engine), max_seq_len)
+        plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
+    if plan.runtime_modelled and constraints.wait_p99_max_s is None:
+        raise BadInput(source, "constraints.wait_p99_max_s",
+                       f"required when the grid has {plan.engine.name}: its runtime is replayed step by step and "
+                       "it queues rather than refuses, so the queue-wait p99 bound is the rate limit")
+    from csa_plan.planner.placement import Router
+
+    if plan.runtime_modelled and point.dp > 1 and point.router is not Router.ROUND_ROBIN:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{point.engine}'s runtime is replayed with round-robin "
+                                                          f"data-parallel routing only, not {point.router.value}")
     return None
 
 
 # -- evaluating one point -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuntimeFigures:
+    """An engine point whose runtime is replayed step by step: what the replay at the target rate
+    observed, exactly the figures ``simulate --engine`` reports (``planner/reports/runtime.py``)."""
+
+    engine: str  # the release as the replay names it ("vLLM 0.33.0")
+    unit: str  # the engine's memory unit (block, page)
+    served: int
+    preemptions: int  # the engine's own word: vLLM preempts, SGLang retracts
+    preempted_requests: int
+    most_preemptions_for_one_request: int
+    tokens_recomputed: int
+    prefix_hit_tokens: int
+    queue_wait_p99_s: float | None
+    ttft_p99_s: float | None
+    e2e_p99_s: float | None
+    peak_units: int  # all replicas together
+    usable_units: int
+    peak_running: int
+    steps: int
+
+    @staticmethod
+    def of(rep: Any) -> "RuntimeFigures":
+        p, occ = rep.preemptions, rep.occupancy
+        return RuntimeFigures(rep.engine, occ.unit, rep.served, p.count, p.requests, p.most_for_one_request,
+                              p.tokens_recomputed, rep.prefix_cache.hit_tokens, rep.queue_wait.p99_s, rep.ttft.p99_s,
+                              rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps)
 
 
 @dataclass(frozen=True)
@@ -171,7 +214,7 @@ class PointResult:
     refused: int
     refusals: tuple[tuple[str, int], ...]
     wait_p99_ns: int | None
-    peak_bytes: int  # all devices together, at the target rate
+    peak_bytes: int | None  # all devices together, at the target rate (None: a runtime point counts units)
     mean_utilization: float  # resident / limit, averaged over time and devices
     peak_utilization: float  # the fullest device's peak / limit
     sustainable_rate_scale: float | None  # the largest rate scale meeting the rate criterion
@@ -181,6 +224,7 @@ class PointResult:
     rate_per_device_per_s: float | None
     feasible: bool  # every constraint holds at the target rate
     violations: tuple[str, ...]
+    runtime: RuntimeFigures | None = None  # the engine's runtime replayed step by step (else the reservation model)
 
     @property
     def rate_measured(self) -> bool:
@@ -198,6 +242,7 @@ class PointResult:
     def report_dict(self) -> dict[str, Any]:
         """``as_dict`` plus the keys documents add (a resume line keeps ``as_dict`` exactly)."""
         d = self.as_dict()
+        d["model"] = "reservation" if self.runtime is None else "runtime"  # how the point was evaluated
         d["rate_limited_by_memory"] = self.rate_measured
         d["rate_note"] = None if self.rate_measured or self.sustainable_rate_scale is None else NOT_LIMITED
         return d
@@ -207,6 +252,8 @@ class PointResult:
         values = {f.name: d[f.name] for f in fields(PointResult)}
         values["refusals"] = tuple((str(k), int(v)) for k, v in dict(d["refusals"]).items())
         values["violations"] = tuple(d["violations"])
+        if d.get("runtime") is not None:
+            values["runtime"] = RuntimeFigures(**{f.name: d["runtime"][f.name] for f in fields(RuntimeFigures)})
         return PointResult(**values)
 
 
@@ -233,6 +280,10 @@ def evaluate(task: Task) -> PointResult:
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
                        layout=p.layout, max_seq_len=p.max_seq_len,
                        engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
+    if config.engine is not None:
+        runtime = _runtime_point(ctx, p, wl, spec, config)
+        if runtime is not None:
+            return runtime
     scn = prepare(spec, wl, config)
     result = simulate(scn)
     cons = ctx.constraints
@@ -252,6 +303,46 @@ def evaluate(task: Task) -> PointResult:
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
         feasible=not violations, violations=violations)
+
+
+def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
+    """A point whose engine's runtime is replayed step by step (``EnginePlan.runtime_modelled``):
+    the same replay as ``simulate --engine`` (``planner/runtime/serve.py``) at the point's rate
+    scale, and the same rate search as ``simulate --engine --find-capacity`` (every request served,
+    queue-wait p99 within ``constraints.wait_p99_max_s``). None: the engine reserves (the ledger)."""
+    from csa_plan.planner.runtime.loop import STRANDED
+    from csa_plan.planner.runtime.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
+
+    setup = runtime_setup(spec, config)
+    if not setup.plan.runtime_modelled:
+        return None
+    rep = report(setup, serve(setup, wl, p.rate_scale))
+    cons = ctx.constraints
+    cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
+                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale)
+    refusals = runtime_refusals(rep.refused, STRANDED)
+    occ = rep.occupancy
+    usable = occ.usable_units
+    mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
+    peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
+    wait = wait_p99_ns(rep)
+    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale)
+    rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
+    return PointResult(
+        key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,
+        refusals=refusals, wait_p99_ns=wait, peak_bytes=None, mean_utilization=mean_util, peak_utilization=peak_util,
+        sustainable_rate_scale=cap.rate_scale, at_least=cap.capped, probes=cap.probes, sustainable_rate_per_s=rate,
+        rate_per_device_per_s=None if rate is None else rate / p.devices, feasible=not violations,
+        violations=violations, runtime=RuntimeFigures.of(rep))
+
+
+def runtime_refusals(refused: tuple[tuple[str, int], ...], stranded: str) -> tuple[tuple[str, int], ...]:
+    """A replay's refusals in the sweep's vocabulary: the server refuses a request up front
+    (RequestExceedsCapacity) or nothing running could ever free enough memory for it (NeverFits)."""
+    counts = {REASONS[Outcome.EXCEEDS_CAPACITY]: 0, REASONS[Outcome.NEVER_FITS]: 0}
+    for reason, n in refused:
+        counts[REASONS[Outcome.NEVER_FITS] if reason == stranded else REASONS[Outcome.EXCEEDS_CAPACITY]] += n
+    return tuple((reason, n) for reason, n in counts.items() if n)
 
 
 def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], wait_p99_ns: int | None,
@@ -386,7 +477,7 @@ def triage(spec: SweepSpec, done: Mapping[str, PointResult] | None = None) -> Tr
     bounds = WorkloadBounds.of(wl)
     skipped, resumed, to_run = [], [], []
     for point in spec.points:
-        skip = static_skip(point, bounds, spec.context.constraints)
+        skip = static_skip(point, bounds, spec.context.constraints, spec.source)
         if skip is not None:
             skipped.append(skip)
         elif done and point.key in done:

@@ -19,7 +19,10 @@ to a point of this grid with that point's devices; the workload's request count;
 plus refused equals requests and the refusal counts (known reasons only) sum to refused;
 utilisations within [0, 1] and mean at most peak; a wait only when something was admitted;
 the rates equal the rate scale times the workload's base rate (and per device, divided by
-its devices); and the violations and feasibility are exactly what the constraints give for
+its devices); a point whose engine's runtime was replayed (``runtime`` not null, ``peak_bytes``
+null: it counts the engine's units) has served equal to admitted, its queue-wait p99 equal to
+the record's wait in whole nanoseconds, its peak units within the usable units and equal to the
+peak utilization, and preemption counts consistent with one another; and the violations and feasibility are exactly what the constraints give for
 these figures (``evaluate.point_violations``). A point recorded twice must be recorded
 the same. Anything else is bad input naming the line and field.
 
@@ -53,6 +56,7 @@ from csa_plan.planner.text import excerpt
 MAX_RESUME_RATE_PER_S = 1e18  # far above any trace (1e9 requests/s x 2^20 rate scale)
 MAX_RESUME_LIST = 64  # refusal reasons or violations in one record
 MAX_RESUME_PROBES = 1 << 20
+MAX_RESUME_SECONDS = 1e12  # a replay's wait or latency: far past any trace's span at the slowest rate
 MAX_RECORD_BYTES = 64 << 10  # one record line; a torn tail longer than this is no torn record
 REL_TOL = 1e-9  # figures derived by one float operation from others agree to this
 
@@ -208,13 +212,16 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
     if sum(n for _, n in refusals) != refused:
         raise r.fail("refusals", f"the counts sum to {sum(n for _, n in refusals):,}, not the {refused:,} refused")
     wait = r.count("wait_p99_ns", nullable=True)
-    if (wait is None) != (admitted == 0):
-        raise r.fail("wait_p99_ns", "null exactly when no request was admitted")
     mean_util = r.number("mean_utilization", high=1.0)
     peak_util = r.number("peak_utilization", high=1.0)
     if mean_util > peak_util * (1 + REL_TOL):
         raise r.fail("mean_utilization", f"{mean_util!r} is above the peak utilization {peak_util!r}")
-    peak_bytes = r.count("peak_bytes", below=U64_LIMIT)
+    runtime = _runtime(r, point, requests, admitted, wait, peak_util)
+    if runtime is None and (wait is None) != (admitted == 0):
+        raise r.fail("wait_p99_ns", "null exactly when no request was admitted")
+    peak_bytes = r.count("peak_bytes", below=U64_LIMIT, nullable=True)
+    if (peak_bytes is None) != (runtime is not None):
+        raise r.fail("peak_bytes", "null exactly when the point's runtime was replayed (it counts the engine's units)")
     scale = r.number("sustainable_rate_scale", high=MAX_RATE_SCALE, nullable=True, positive=True)
     at_least = r.flag("at_least")
     probes = r.count("probes", low=1, below=MAX_RESUME_PROBES)
@@ -237,7 +244,58 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
         key=key, devices=devices, requests=requests, admitted=admitted, refused=refused, refusals=refusals,
         wait_p99_ns=wait, peak_bytes=peak_bytes, mean_utilization=mean_util, peak_utilization=peak_util,
         sustainable_rate_scale=scale, at_least=at_least, probes=probes, sustainable_rate_per_s=rate,
-        rate_per_device_per_s=per_device, feasible=feasible, violations=violations)
+        rate_per_device_per_s=per_device, feasible=feasible, violations=violations, runtime=runtime)
+
+
+def _runtime(r: _Record, point: SweepPoint | None, requests: int, admitted: int, wait: int | None,
+             peak_util: float):
+    """The ``runtime`` figures of a point whose engine's runtime was replayed (null otherwise),
+    each typed and consistent with the record: served is admitted, the wait is the replay's
+    queue-wait p99 in whole nanoseconds, the peak utilization its peak units over usable units."""
+    from dataclasses import fields
+
+    from csa_plan.planner.sweep.evaluate import RuntimeFigures
+
+    raw = r.get("runtime")
+    if raw is None:
+        return None
+    names = [f.name for f in fields(RuntimeFigures)]
+    if not isinstance(raw, dict) or set(raw) != set(names):
+        raise r.fail("runtime", f"expected null or a mapping of exactly {', '.join(names)}")
+    if point is not None and point.engine is None:
+        raise r.fail("runtime", f"the point {excerpt(point.key)} has no engine to replay")
+    rt = _Record(raw, r.where)
+    fail = lambda name, problem: BadInput(r.where, f"runtime.{name}", problem)  # noqa: E731
+    engine, unit = rt.text(rt.get("engine"), "runtime.engine"), rt.text(rt.get("unit"), "runtime.unit")
+    n = {name: rt.count(name, below=I63_LIMIT) for name in ("served", "preemptions", "preempted_requests",
+                                                              "most_preemptions_for_one_request", "tokens_recomputed",
+                                                              "prefix_hit_tokens", "peak_units", "peak_running",
+                                                              "steps")}
+    usable = rt.count("usable_units", low=1)
+    s = {name: rt.number(name, high=MAX_RESUME_SECONDS, nullable=True)
+         for name in ("queue_wait_p99_s", "ttft_p99_s", "e2e_p99_s")}
+    if n["served"] != admitted:
+        raise fail("served", f"{n['served']:,}, but the record admitted {admitted:,}")
+    if n["preempted_requests"] > min(n["preemptions"], requests):
+        raise fail("preempted_requests", "more than the preemptions or the requests")
+    if (n["preemptions"] > 0) != (n["preempted_requests"] > 0) or \
+            not n["preempted_requests"] <= n["preemptions"] <= n["preempted_requests"] * max(
+                n["most_preemptions_for_one_request"], 1) or \
+            n["most_preemptions_for_one_request"] > n["preemptions"]:
+        raise fail("preemptions", "inconsistent with the requests preempted and the most for one request")
+    if n["peak_running"] > requests:
+        raise fail("peak_running", f"{n['peak_running']:,} is more than the {requests:,} requests")
+    if n["peak_units"] > usable:
+        raise fail("peak_units", f"{n['peak_units']:,} is more than the {usable:,} usable units")
+    if not _close(peak_util, min(1.0, n["peak_units"] / usable)):
+        raise r.fail("peak_utilization", f"{peak_util!r} is not the peak units over the usable units")
+    p99 = s["queue_wait_p99_s"]
+    if (p99 is None) != (wait is None) or (p99 is not None and wait != int(round(p99 * 1e9))):
+        raise r.fail("wait_p99_ns", "not the replay's queue-wait p99 in whole nanoseconds")
+    if (s["e2e_p99_s"] is None) != (n["served"] == 0):
+        raise fail("e2e_p99_s", "null exactly when nothing was served")
+    return RuntimeFigures(engine=engine, unit=unit, queue_wait_p99_s=p99, ttft_p99_s=s["ttft_p99_s"],
+                          e2e_p99_s=s["e2e_p99_s"], usable_units=usable, **n)
 
 
 def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, rate: float | None,

@@ -218,16 +218,35 @@ SGLANG_MOE_RUNNERS = ("auto", "flashinfer_mxfp4", "marlin")
 MARLIN_GROUP = 32
 
 
+FP8_BLOCK_N = 128  # the checkpoints' quantization_config weight_block_size[0]
+
+
 def _marlin_check(inv: Inventory, p: Placement, g: Groups) -> None:
     _common_checks("sglang-0.5.23", inv, p, g, "models/deepseek_v4.py:1118-1167 splits heads over attn_tp")
     local = inv.dim("moe_inter") // g.moe_tp
     _need(local % MARLIN_GROUP == 0 and inv.dim("hidden") % 64 == 0, "--tp",
           f"sglang-0.5.23: the marlin MoE runner needs whole groups of {MARLIN_GROUP} intermediate columns per rank, "
           f"got {local} (layers/quantization/marlin_utils.py check_moe_marlin_supports_layer)")
+    _block_check(inv, g)
 
 
-def sglang_runner_rules(runner: str, capability: tuple[int, int] | None) -> ShardRules:
-    """SGLang 0.5.23's weight rules under one MoE runner on a card of ``capability`` (None: sm_90)."""
+def _block_check(inv: Inventory, g: Groups) -> None:
+    """model_runner.py:500 -> moe_ep_setup.py:134-176 check_quantized_moe_compatibility: with FP8 block
+    scales, moe_intermediate_size / moe_tp must be whole 128-blocks (the shared expert's scales split over
+    TP) unless SGLANG_SHARED_EXPERT_TP1=1 replicates the shared expert (g.dense_tp == 1)."""
+    local = inv.dim("moe_inter") // g.moe_tp
+    _need(g.dense_tp == 1 or local % FP8_BLOCK_N == 0, "--tp",
+          f"sglang-0.5.23: For quantized MoE models, (moe_intermediate_size={inv.dim('moe_inter')} / "
+          f"moe_tp_size={g.moe_tp}) % weight_block_size_n={FP8_BLOCK_N} must be 0, got {local} "
+          f"(model_executor/model_runner_components/moe_ep_setup.py:167-176); raise --ep, or run with "
+          f"SGLANG_SHARED_EXPERT_TP1=1 (--shared-expert-tp1)")
+
+
+def sglang_runner_rules(runner: str, capability: tuple[int, int] | None, shared_expert_tp1: bool = False) -> ShardRules:
+    """SGLang 0.5.23's weight rules under one MoE runner on a card of ``capability`` (None: sm_90);
+    ``shared_expert_tp1``: run with SGLANG_SHARED_EXPERT_TP1=1 (the shared expert replicated)."""
+    if shared_expert_tp1:
+        return _shared_expert_tp1(sglang_runner_rules(runner, capability))
     if runner in ("auto", "flashinfer_mxfp4"):
         return SGLANG
     sm90 = capability is None or capability[0] == 9
@@ -243,11 +262,26 @@ def sglang_runner_rules(runner: str, capability: tuple[int, int] | None) -> Shar
                        "elsewhere (layers/quantization/mxfp4_marlin_moe.py:83-89, marlin_utils_fp4.py:366-374)",))
 
 
+def _shared_expert_tp1(rules: ShardRules) -> ShardRules:
+    """SGLANG_SHARED_EXPERT_TP1=1: DeepseekV2MoE builds the shared expert with parallel_group="replicated"
+    (models/deepseek_v2.py:874-896), so every rank holds it whole and the 128-block rule is lifted."""
+    base = rules.groups
+
+    def groups(p: Placement, experts: int) -> Groups:
+        return replace(base(p, experts), dense_tp=1)
+
+    return replace(rules, description=rules.description + ", SGLANG_SHARED_EXPERT_TP1=1 (shared expert replicated)",
+                   groups=groups, sources=tuple(s for s in rules.sources if not s.startswith("shared experts over"))
+                   + ("shared experts replicated on every rank under SGLANG_SHARED_EXPERT_TP1=1 "
+                      "(models/deepseek_v2.py:874-896)",))
+
+
 def rules_for(engine: str | None, moe_runner: str | None = None,
-              capability: tuple[int, int] | None = None) -> ShardRules:
+              capability: tuple[int, int] | None = None, shared_expert_tp1: bool = False) -> ShardRules:
     """The rules of ``engine``; None (no engine named) or an engine without its own entry: the reference.
-    ``moe_runner``: SGLang's --moe-runner-backend (its engine model has refused any other engine's)."""
+    ``moe_runner``: SGLang's --moe-runner-backend (its engine model has refused any other engine's);
+    ``shared_expert_tp1``: SGLang's SGLANG_SHARED_EXPERT_TP1=1."""
     rules = RULES.get(engine or "reference", REFERENCE)
-    if moe_runner is not None and rules is SGLANG:
-        return sglang_runner_rules(moe_runner, capability)
+    if (moe_runner is not None or shared_expert_tp1) and rules is SGLANG:
+        return sglang_runner_rules(moe_runner or "auto", capability, shared_expert_tp1)
     return rules

@@ -47,7 +47,10 @@ def _simulate(csa, tmp_path, model, engine, device, tp, dp, length):
     args = ["simulate", str(trace), "--model", model, "--device-memory", device, "--tp", str(tp), "--dp", str(dp),
             "--max-seq-len", str(length), "--json"] + (["--engine", engine] if engine else [])
     r = csa(*args)
-    return r.json() if r.out.strip() else {"exit_code": r.code, "fit": None, "error": r.err}
+    doc = r.json()
+    if doc["schema"] == "csa-plan/error/v1":  # refused before any simulation: the error document
+        return {"exit_code": r.code, "fit": None, "error": r.err}
+    return doc
 
 
 def _sweep(csa, tmp_path, model, engine, device, tp, dp, length):
@@ -56,7 +59,8 @@ def _sweep(csa, tmp_path, model, engine, device, tp, dp, length):
     spec = tmp_path / "one-point.yaml"
     spec.write_text(f"name: one\nworkload: {trace}\ngrid:\n  model: {model}\n  device: {device}\n  tp: {tp}\n"
                     f"  dp: {dp}\n  max_seq_len: {length}\n  engine: {engine or 'null'}\n"
-                    "objective: fewest_devices\nsearch: {rel_tol: 0.5}\n")
+                    "objective: fewest_devices\nsearch: {rel_tol: 0.5}\n"
+                    "constraints: {wait_p99_max_s: 60}\n")  # a replayed engine's points need a wait bound
     doc = csa("sweep", str(spec), "--json").json()
     return doc
 

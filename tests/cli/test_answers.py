@@ -132,7 +132,7 @@ def test_token_counts_refused_with_a_reason(text, needle):
 
 
 @pytest.mark.parametrize("text,value", [
-    ("80G", 80 << 30), ("80g", 80 * 10**9), ("80GiB", 80 << 30), ("1,000,000", 1_000_000), ("512B", 512),
+    ("80G", 80 << 30), ("80g", 80 * 10**9), ("80GiB", 80 << 30), ("2,000,000", 2_000_000), ("512B", 512),
 ])
 def test_sizes_people_type(text, value):
     assert parse_size(text, "--device-memory") == value

@@ -74,8 +74,12 @@ PLOTS = [("compare", lambda f: ("compare", f["tiny"], "--layout", "exact")),
 def _check_output(r, argv, width):
     assert r.code != 1 and "internal error" not in r.err, (argv, r.err)
     assert r.code in (0, 2, 3), (argv, r.code, r.err)
-    if r.code == 2:  # bad input: one line on stderr, nothing on stdout
-        assert len(r.err.strip().splitlines()) == 1 and not r.out, (argv, r.err, r.out)
+    if r.code == 2:  # bad input: one line on stderr; stdout empty, or with --json the one-line error document
+        assert len(r.err.strip().splitlines()) == 1, (argv, r.err, r.out)
+        if "--json" in argv:
+            assert r.out.count("\n") == 1 and json.loads(r.out)["schema"] == "csa-plan/error/v1", (argv, r.out)
+        else:
+            assert not r.out, (argv, r.err, r.out)
         return
     if "--json" in argv:
         json.loads(r.out)  # stdout is the document alone

@@ -52,6 +52,27 @@ def test_vllm_51041_flash_0731_h20_tp2(flash):
     assert any("140,064 tokens" in line and "1.15x" in line for line in newest)
 
 
+def test_vllm_51041_flash_preview_h20_tp2_async_off(flash):
+    """vllm-project/vllm#51041 (the description's table, the "preview" column): vLLM 0.26.0, the
+    DeepSeek-V4-Flash preview checkpoint on 2x H20, TP 2, fp8, block 256, 0.95, MTP, the thread's
+    --max-num-batched-tokens 8192 / --max-num-seqs 32, async scheduling off, max_model_len 912,128,
+    a 7.01 GiB KV pool: "GPU KV cache size 1,009,661 tokens", 1.11x. Both lines come from one budget
+    in the 7.01 GiB interval. With async scheduling on, 0.26 sizes the windows for 2 x 8192 tokens and
+    refuses the same pool (10.04 GiB needed), so the log ran with it off; vLLM 0.33's rules give
+    989,534-990,984 tokens / 1.08-1.09x."""
+    settings = EngineSettings(gpu="h20", max_num_batched_tokens=8192, max_num_seqs=32, num_speculative_tokens=1,
+                              async_scheduling=False)
+    plan = get_engine("vllm-0.26").configure(flash, settings, 912_128)
+    lo, hi = int(7.005 * GiB), int(7.015 * GiB)
+    pairs = {tuple(plan.size_pool(kv).log_lines) for kv in range(lo, hi, STEP // 16)}
+    assert ("GPU KV cache size: 1,009,661 tokens", "Maximum concurrency for 912,128 tokens per request: 1.11x") in pairs
+    on = printed("vllm-0.26", flash, replace(settings, async_scheduling=True), 912_128, 7.01)
+    assert on and all("10.04 GiB KV cache is needed" in line for line in on)
+    newest = printed("vllm-0.33", flash, settings, 912_128, 7.01)
+    assert not any("1,009,661" in line for line in newest)
+    assert all("1.08x" in line or "1.09x" in line for line in newest)
+
+
 def test_vllm_44376_flash_gh200_llm_class(flash):
     """vllm-project/vllm#44376 (comment of 2026-06-03): vLLM ~0.22-0.24 (before 0.26 sized windows for
     the in-flight batches: vllm-0.25's rules), Flash on 2x GH200, ``LLM(...)`` (usage llm: 16,384
@@ -121,6 +142,26 @@ def test_block_sizes_per_release(flash):
         assert reason in exc.value.refusal.message and exc.value.refusal.engine == engine
 
 
+def test_block_sizes_off_the_128_grid_per_release(flash, pro):
+    """A block that is not a multiple of 128 is decided by vLLM 0.25/0.26's own grouping, driven on CPU by
+    tools/crosscheck_engines.py: 192 and 200 fail its assertion max(sm_page_sizes) <= max(all_page_sizes)
+    (kv_cache_utils.py:1659, AssertionError) and 320 plans (Flash 1,303,488 B a block, 32,949 blocks in
+    40 GiB at 65,536 / 8,192 / async / MTP 1; Pro 1,846,080 B, 23,265 blocks). vLLM 0.33 keeps csa-plan's
+    not-modelled refusal (its packed grouping is not cross-checked there)."""
+    for engine in ("vllm-0.25", "vllm-0.26"):
+        for block in (192, 200):
+            with pytest.raises(EngineRefused) as exc:
+                get_engine(engine).configure(flash, EngineSettings(block_size=block), 65_536)
+            assert "AssertionError" in exc.value.refusal.message and "not modelled" not in exc.value.refusal.message
+    settings = EngineSettings(block_size=320, max_num_batched_tokens=8192, num_speculative_tokens=1)
+    for model, bpb, blocks in ((flash, 1_303_488, 32_949), (pro, 1_846_080, 23_265)):
+        plan = get_engine("vllm-0.26").configure(model, settings, 65_536)
+        assert plan.block_bytes == bpb and plan.size_pool(40 * GiB).total_units == blocks
+    with pytest.raises(EngineRefused) as exc:
+        get_engine("vllm-0.33").configure(flash, EngineSettings(block_size=320), 65_536)
+    assert "not modelled" in exc.value.refusal.rule
+
+
 def test_every_output_names_its_release(csa):
     """The start-up note and the log lines of every release say which release's rules they are."""
     for engine in ("vllm-0.25", "vllm-0.26", "vllm-0.33"):
@@ -133,29 +174,65 @@ def test_every_output_names_its_release(csa):
 
 
 def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
-    """sgl-project/sglang#23933 (SGLang ~0.5.10 with PR #23911): Pro on 16x H20, ``--tp 16 --dp-size 2
-    --enable-dp-attention`` (csa-plan: --tp 8 --dp 2), ``--moe-runner-backend marlin``,
-    ``--mem-fraction-static 0.9``, ``--max-running-requests 16``: "max_total_num_tokens=1059584".
-    The default runner (flashinfer_mxfp4) needs 128-column multiples per rank and refuses 3072 / 16 = 192;
-    Marlin takes whole groups of 32 and pads to 64 on sm_90, so the deployment is planned. Its pool is
-    sized by SGLang 0.5.23's rules (the log's release is not modelled): 3,332,864 tokens, 3.1x the log."""
-    def request(runner):
+    """sgl-project/sglang#23933 (SGLang ~0.5.10, the DeepSeek-V4 branch, with PR #23911): Pro on 16x H20,
+    ``SGLANG_SHARED_EXPERT_TP1=1 sglang serve --tp 16 --dp-size 2 --enable-dp-attention`` (csa-plan: --tp 8
+    --dp 2 --shared-expert-tp1), ``--moe-runner-backend marlin``, ``--mem-fraction-static 0.9``,
+    ``--max-running-requests 16``: "support 1M max_total_num_tokens=1059584".
+
+    The default runner (flashinfer_mxfp4) needs 128-column multiples per rank and refuses 3072 / 16 = 192.
+    Marlin takes whole groups of 32 (padded to 64 on sm_90), but SGLang 0.5.23's
+    check_quantized_moe_compatibility (moe_ep_setup.py:167-176, driven on CPU: ValueError at tp 16 / ep 1,
+    none at ep 2 or with the variable set) still needs 192 % 128 == 0 unless SGLANG_SHARED_EXPERT_TP1=1,
+    which the log sets: without --shared-expert-tp1 the deployment is refused with SGLang's reason, with it
+    the shared expert is replicated (4,030,661,376 B a rank instead of 251,936,832) and it is planned.
+
+    What is not modelled, and by how much: the pool is sized by SGLang 0.5.23's rules from csa-plan's device
+    budget (17,573,985,754 B of KV memory a rank): 2,656,512 tokens, 2.51x the log. 0.5.23's own pool rules
+    give the log's 1,059,584 tokens only at 8.05-8.07 GiB of KV memory, 8.3 GiB less than the budget; the post
+    prints no memory line (no "avail mem", no KV allocation size) to tell whether the ~0.5.10 branch's pool
+    rules or its memory left for the pool differ, and that release's source is not on PyPI."""
+    def request(runner, tp1=False):
         return BudgetRequest(model="deepseek-v4-pro", card_bytes=card("h20").memory_bytes, max_seq_len=ONE_M,
                              engine="sglang-0.5.23", placement=Placement(tp=8, dp=2),
-                             settings=StartupSettings(mem_fraction_static=0.9, moe_runner_backend=runner, gpu="h20"))
+                             settings=StartupSettings(mem_fraction_static=0.9, moe_runner_backend=runner, gpu="h20",
+                                                      shared_expert_tp1=tp1))
 
     from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.weights.sharding import Part
 
     with pytest.raises(BadInput, match="flashinfer_mxfp4 MoE runner needs a multiple of 128 .* got 192"):
-        budget(request(None))
-    b = budget(request("marlin"))
+        budget(request(None, tp1=True))
+    with pytest.raises(BadInput, match=r"moe_tp_size=16\) % weight_block_size_n=128 must be 0, got 192 .*"
+                                       r"SGLANG_SHARED_EXPERT_TP1=1 \(--shared-expert-tp1\)"):
+        budget(request("marlin"))
+    b = budget(request("marlin", tp1=True))
     assert b.fits
+    shared = dict(b.device_weights.stages[0].by_part)[Part.SHARED_EXPERTS]
+    assert shared == 4_030_661_376  # whole on every rank (251,936,832 B split over the 16 ranks)
+    assert b.stages[0].kv_memory_bytes == 17_573_985_754
     default_ep = budget(replace(request(None), placement=Placement(tp=8, dp=2, ep=16)))
     assert b.binding.weights_bytes > default_ep.binding.weights_bytes  # every expert on every rank, split over TP
     settings = EngineSettings(gpu="h20", mem_fraction_static=0.9, max_running_requests=16,
-                              moe_runner_backend="marlin")
-    sizing = get_engine("sglang-0.5.23").configure(pro, settings, ONE_M).size_pool(b.kv_memory_bytes)
-    assert sizing.tokens == 3_332_864 and "max_running_requests=16" in sizing.log_lines[-1]
+                              moe_runner_backend="marlin", shared_expert_tp1=True)
+    plan = get_engine("sglang-0.5.23").configure(pro, settings, ONE_M)
+    sizing = plan.size_pool(b.kv_memory_bytes)
+    assert sizing.tokens == 2_656_512 and "max_running_requests=16" in sizing.log_lines[-1]
+    assert 2.50 < sizing.tokens / 1_059_584 < 2.51
+    near_log = {plan.size_pool(kv).tokens for kv in range(int(8.05 * GiB), int(8.07 * GiB), STEP)}
+    assert 1_059_584 in near_log  # the KV memory 0.5.23's rules need for the log's figure: 8.05-8.07 GiB
+
+
+def test_shared_expert_tp1_is_sglangs_option(csa):
+    """--shared-expert-tp1 plans the #23933 deployment from the command line; vLLM refuses the option."""
+    args = ("check", "deepseek-v4-pro", "--engine", "sglang-0.5.23", "--gpu", "h20", "--tp", "8", "--dp", "2",
+            "--moe-runner-backend", "marlin", "--mem-fraction-static", "0.9", "--max-running-requests", "16",
+            "--max-seq-len", "1M")
+    refused = csa(*args)
+    assert refused.code == 2 and "SGLANG_SHARED_EXPERT_TP1=1 (--shared-expert-tp1)" in refused.err
+    r = csa(*args, "--shared-expert-tp1", "--json")
+    assert r.code == 0, r.err
+    bad = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--kv-memory", "40GiB", "--shared-expert-tp1")
+    assert bad.code == 2 and "--shared-expert-tp1" in bad.err
 
 
 def test_marlin_pads_a_ranks_expert_width():

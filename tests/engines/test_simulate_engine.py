@@ -83,9 +83,13 @@ def test_sweep_engine_axis(csa):
     assert {res["point"]["engine"] for res in results} == {None, "vllm-0.33", "sglang-0.5.23"}
     vllm = [res for res in results if res["point"]["engine"] == "vllm-0.33"]
     assert all(res["key"].endswith(",engine=vllm-0.33") for res in vllm)
-    # the engine's in-flight budget makes one H200 refuse where the contract layout admits all
+    # an engine point replays the engine's own scheduler (it queues, never refuses for memory): all
+    # 200 served on one H200, where the old reservation model of vLLM's in-flight budget refused some
     one = {res["point"]["engine"]: res for res in results if res["point"]["dp"] == 1}
-    assert one[None]["refused"] == 0 and one["vllm-0.33"]["refused"] > 0
+    assert one[None]["refused"] == 0 and one[None]["model"] == "reservation" and one[None]["runtime"] is None
+    for engine in ("vllm-0.33", "sglang-0.5.23"):
+        assert one[engine]["model"] == "runtime" and one[engine]["refused"] == 0
+        assert one[engine]["runtime"]["served"] == 200 and one[engine]["wait_p99_ns"] > 0
 
 
 def test_sweep_engine_axis_rejects_unknown_and_retired(tmp_path):

@@ -286,11 +286,11 @@ def _spec_and_record():
 
     spec = load_spec(str(SMALL_SWEEP))
     p = spec.points[0]
-    record = {"schema": "csa-plan/sweep-point/v1", "spec_digest": spec.digest, "key": p.key, "devices": p.devices,
+    record = {"schema": "csa-plan/sweep-point/v2", "spec_digest": spec.digest, "key": p.key, "devices": p.devices,
               "requests": 200, "admitted": 200, "refused": 0, "refusals": {}, "wait_p99_ns": 0, "peak_bytes": 1,
               "mean_utilization": 0.1, "peak_utilization": 0.2, "sustainable_rate_scale": 2.0, "at_least": False,
               "probes": 3, "sustainable_rate_per_s": 1.0, "rate_per_device_per_s": 1.0, "feasible": True,
-              "violations": []}
+              "violations": [], "runtime": None}
     return spec, record
 
 

@@ -250,11 +250,11 @@ def resume_with(record_change: Callable[[dict], object] | None, *, raw: str | No
         from csa_plan.planner.sweep.spec import load_spec
 
         spec = load_spec(str(SMALL_SWEEP))
-        record = {"schema": "csa-plan/sweep-point/v1", "spec_digest": spec.digest, "key": spec.points[0].key,
+        record = {"schema": "csa-plan/sweep-point/v2", "spec_digest": spec.digest, "key": spec.points[0].key,
                   "devices": spec.points[0].devices, "requests": 200, "admitted": 200, "refused": 0, "refusals": {},
                   "wait_p99_ns": 0, "peak_bytes": 1, "mean_utilization": 0.1, "peak_utilization": 0.2,
                   "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": 1.0,
-                  "rate_per_device_per_s": 1.0, "feasible": True, "violations": []}
+                  "rate_per_device_per_s": 1.0, "feasible": True, "violations": [], "runtime": None}
         if raw is not None:
             line = raw.replace("DIGEST", spec.digest).replace("KEY", spec.points[0].key)
         else:
@@ -416,12 +416,12 @@ CASES: tuple[Case, ...] = (
     Case("resume-devices-x", resume_with(lambda r: r.update(devices="x")), (2,), "test_reproduction[resume-devices-x]"),
     Case("resume-rate-1e308", resume_with(lambda r: r.update(sustainable_rate_per_s=1e308)), (2,),
          "test_reproduction[resume-rate-1e308]"),
-    Case("resume-NaN", resume_with(None, raw='{"schema": "csa-plan/sweep-point/v1", "spec_digest": "DIGEST", '
+    Case("resume-NaN", resume_with(None, raw='{"schema": "csa-plan/sweep-point/v2", "spec_digest": "DIGEST", '
                                           '"key": "KEY", "devices": NaN}'), (2,), "test_reproduction[resume-NaN]"),
     Case("resume-devices--5", resume_with(lambda r: r.update(devices=-5)), (2,), "test_reproduction[resume-devices--5]"),
     Case("resume-deep", resume_with(None, raw='{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"), (2,),
          "test_reproduction[resume-deep]"),
-    Case("resume-5000-digits", resume_with(None, raw='{"schema": "csa-plan/sweep-point/v1", "spec_digest": "DIGEST", '
+    Case("resume-5000-digits", resume_with(None, raw='{"schema": "csa-plan/sweep-point/v2", "spec_digest": "DIGEST", '
                                                   '"key": "KEY", "devices": 1' + "0" * 5000 + "}"), (2,),
          "test_reproduction[resume-5000-digits]"),
     Case("sweep-rel_tol-1e-17", sweep_spec("grid: {model: deepseek-v4-pro, device: h200}\nsearch: {rel_tol: 1.0e-17}\n"),

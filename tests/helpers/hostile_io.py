@@ -67,11 +67,11 @@ def small_identity():
         identity = ResumeIdentity.of(spec, bounds.requests, bounds.base_rate_per_s)
         p = triage(spec).to_run[0]  # a point the sweep runs (the first ones are skipped statically)
         rate = 2.0 * bounds.base_rate_per_s
-        record = {"schema": "csa-plan/sweep-point/v1", "spec_digest": spec.digest, "key": p.key, "devices": p.devices,
+        record = {"schema": "csa-plan/sweep-point/v2", "spec_digest": spec.digest, "key": p.key, "devices": p.devices,
                   "requests": bounds.requests, "admitted": bounds.requests, "refused": 0, "refusals": {},
                   "wait_p99_ns": 0, "peak_bytes": 1, "mean_utilization": 0.1, "peak_utilization": 0.2,
                   "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": rate,
-                  "rate_per_device_per_s": rate / p.devices, "feasible": True, "violations": []}
+                  "rate_per_device_per_s": rate / p.devices, "feasible": True, "violations": [], "runtime": None}
         _IDENTITY.extend([spec, identity, record])
     return _IDENTITY
 

@@ -62,7 +62,7 @@ def test_limit_uses_the_shared_size_parser(csa):
 
 
 def test_limit_below_the_plan_is_refused_before_running(csa):
-    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", "1000")
+    r = csa("run-gpu", "--tiny", "--backend", "emulate", "--limit", "1000B")
     assert r.code == 3
     assert "OutOfMemory" in r.err and "1,000 bytes" in r.err
 

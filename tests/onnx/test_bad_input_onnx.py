@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import random
 import subprocess
 import sys
@@ -21,9 +23,11 @@ def check(csa, path, *args):
 
 def one_line_error(r) -> str:
     assert r.code == 2, (r.code, r.out, r.err)
-    assert r.out == ""
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("csa-plan: error: ")
+    doc = json.loads(r.out)  # --json: the error document, one line, and nothing else
+    assert r.out.count("\n") == 1 and doc["schema"] == "csa-plan/error/v1" and doc["exit_code"] == 2
+    assert lines[0] == "csa-plan: error: " + doc["message"]
     return lines[0]
 
 

@@ -9,7 +9,8 @@ from csa_plan.planner.memory import GPU_MEMORY_MIB, device_budget, parse_size
 
 
 @pytest.mark.parametrize("text,value", [
-    ("123", 123),
+    ("123B", 123),
+    ("2000000", 2_000_000),
     ("141GB", 141 * 10**9),
     ("80GiB", 80 * 2**30),
     ("1.5TB", 1_500_000_000_000),
@@ -23,7 +24,7 @@ def test_parse_size(text, value):
     assert parse_size(text, "--device-memory") == value
 
 
-@pytest.mark.parametrize("text", ["", "GB", "12XB", "-5GB", "1.5", "1e9", "10 GB GB", str(1 << 63)])
+@pytest.mark.parametrize("text", ["", "GB", "12XB", "-5GB", "1.5", "1e9", "10 GB GB", str(1 << 63), "123", "141"])
 def test_parse_size_rejects(text):
     with pytest.raises(BadInput) as err:
         parse_size(text, "--device-memory")

@@ -1,6 +1,6 @@
-"""The README's "Code layout" map matches the tree: every module is named, every name exists.
+"""docs/architecture.md's code map matches the tree: every module is named, every name exists.
 
-The map is the README section ``## Code layout``: in its fenced blocks, a line that
+The map is the page's fenced blocks (``# Code layout``): in them, a line that
 starts with ``cli/``, ``planner/`` or ``kernels/`` names a file (or, ending in ``/``, a
 package folder) by its path from the repository root.
 """
@@ -12,16 +12,14 @@ import re
 from helpers import ROOT
 
 ROOTS = ("cli", "planner", "kernels")
-SECTION = "## Code layout"
+PAGE = ROOT / "docs" / "architecture.md"
 _PATH = re.compile(r"^((?:cli|planner|kernels)/\S*)")
 
 
 def layout_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.find(f"\n{SECTION}\n")
-    assert start >= 0, f"README.md has no '{SECTION}' section"
-    end = text.find("\n## ", start + 1)
-    return text[start: end if end >= 0 else len(text)]
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith("# Code layout\n"), f"{PAGE.name} no longer starts with '# Code layout'"
+    return text
 
 
 def named_paths(section: str) -> list[str]:
@@ -45,7 +43,7 @@ def test_map_names_every_module():
     named = set(named_paths(layout_section()))
     missing = sorted(tree_modules() - named)
     assert not missing, (
-        "README.md, section '## Code layout', block 'The map', does not name these modules. Add one line per "
+        "docs/architecture.md, block 'The map', does not name these modules. Add one line per "
         "module, in its package's group (the path from the repository root, then what it holds):\n"
         + "\n".join(f"  {m:<34}<one line: what this module holds>" for m in missing))
 
@@ -62,14 +60,14 @@ def test_every_named_path_exists():
             ok = target.is_file()
         if not ok:
             stale.append(path)
-    assert not stale, ("README.md, section '## Code layout', names paths that do not exist; rename or remove "
+    assert not stale, ("docs/architecture.md names paths that do not exist; rename or remove "
                        "these lines:\n" + "\n".join(f"  {p}" for p in stale))
 
 
 def test_every_module_is_named_once():
     named = [p for p in named_paths(layout_section()) if p.endswith(".py")]
     twice = sorted({p for p in named if named.count(p) > 1})
-    assert not twice, f"README.md '## Code layout' names these modules more than once: {twice}"
+    assert not twice, f"docs/architecture.md names these modules more than once: {twice}"
 
 
 def test_every_package_folder_has_its_line():
@@ -77,7 +75,7 @@ def test_every_package_folder_has_its_line():
     named = set(named_paths(layout_section()))
     folders = {p.parent.relative_to(ROOT).as_posix() + "/" for r in ROOTS for p in (ROOT / r).rglob("__init__.py")}
     missing = sorted(folders - named)
-    assert not missing, ("README.md, section '## Code layout', block 'The map', has no header line for these "
+    assert not missing, ("docs/architecture.md, block 'The map', has no header line for these "
                          "packages; add, above their modules:\n"
                          + "\n".join(f"  {f:<34}<what this package offers>" for f in missing))
 
@@ -86,4 +84,4 @@ def test_the_parser_sees_the_map():
     """The map is read from the fenced blocks of the section (a guard against an empty parse)."""
     named = named_paths(layout_section())
     assert "planner/gate.py" in named and "cli/main.py" in named and "kernels/oracle.py" in named
-    assert named_paths("## Code layout\nplanner/outside.py is prose\n```\nplanner/x.py  y\n```\n") == ["planner/x.py"]
+    assert named_paths("# Code layout\nplanner/outside.py is prose\n```\nplanner/x.py  y\n```\n") == ["planner/x.py"]

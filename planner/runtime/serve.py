@@ -1,0 +1,134 @@
+"""A workload served by an engine whose runtime is replayed step by step: the one entry every command uses.
+
+``simulate --engine``, ``simulate --find-capacity`` and ``sweep``'s engine axis all go through
+``runtime_setup`` (the start-up pool ``check --engine`` sizes from the device budget), ``serve``
+(the trace at a rate scale, through ``loop.replay`` per data-parallel replica) and
+``runtime_capacity`` (the largest rate scale that ``sustains``, by the one rate search,
+``simulate.capacity.bisect_rate``), so "the highest rate" and "the cheapest deployment" mean
+the same replay everywhere.
+
+The rate criterion: nothing refused (up front, or stranded) and, when a bound is given, the
+queue-wait p99 (``wait_p99_ns``: the report's figure in whole nanoseconds) at most that bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from csa_plan.planner.errors import BadInput
+
+if TYPE_CHECKING:
+    from csa_plan.planner.engines.engine import EnginePlan, PoolSizing
+    from csa_plan.planner.reports.runtime import RuntimeReport
+    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.runtime.result import RuntimeResult
+    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.workloads import Workload
+
+Tick = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RuntimeSetup:
+    """What a replay needs besides the trace: the engine's plan and start-up pool, the time model,
+    the runtime options and the data-parallel replicas (round-robin)."""
+
+    plan: "EnginePlan"
+    sizing: "PoolSizing"
+    time: "StepTime"
+    options: "RuntimeOptions"
+    dp: int = 1
+
+    @property
+    def caching(self) -> bool:
+        return True if self.options.enable_prefix_caching is None else self.options.enable_prefix_caching
+
+
+def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = None) -> RuntimeSetup:
+    """The engine's plan and pool for ``config`` (``SimConfig`` with ``engine`` set); the KV memory is
+    ``config.engine``'s or the device budget's limit. EngineRefused passes to the caller."""
+    from csa_plan.planner.placement import Router
+    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.runtime.steptime import StepTime
+
+    p = config.placement
+    length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    plan, sizing = config.engine.sized(spec, config, length)
+    if plan.runtime_modelled and p.dp > 1 and p.router is not Router.ROUND_ROBIN:
+        raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
+                                              "replicas with round-robin routing only")
+    if sizing is None:
+        raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
+                                                     "--device-memory (the device budget sizes it) or --kv-memory")
+    return RuntimeSetup(plan, sizing, StepTime(config.time.tpot_ms, config.time.prefill_tok_s),
+                        RuntimeOptions(enable_prefix_caching=enable_prefix_caching), p.dp)
+
+
+def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick | None = None) -> "RuntimeResult":
+    """The workload at ``rate_scale``, replayed through the engine's own scheduler, one replay per replica."""
+    from csa_plan.planner.runtime.loop import replay
+    from csa_plan.planner.runtime.replicas import replay_replicas
+    from csa_plan.planner.runtime.trace import runtime_trace
+
+    plan, sizing, options, time = setup.plan, setup.sizing, setup.options, setup.time
+    trace = runtime_trace(wl, rate_scale)
+    return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress),
+                           trace, setup.dp)
+
+
+def report(setup: RuntimeSetup, result: "RuntimeResult") -> "RuntimeReport":
+    from csa_plan.planner.reports.runtime import runtime_report
+
+    return runtime_report(result, caching=setup.caching, unit=setup.sizing.unit_name)
+
+
+def wait_p99_ns(rep: "RuntimeReport") -> int | None:
+    """The queue-wait p99 in whole nanoseconds (None: nothing admitted): the figure bounds compare."""
+    p99 = rep.queue_wait.p99_s
+    return None if p99 is None else int(round(p99 * 1e9))
+
+
+def sustains(rep: "RuntimeReport", max_wait_ns: int | None) -> bool:
+    """The rate criterion: every request served, none refused, queue-wait p99 within the bound."""
+    if rep.refused or rep.served != rep.requests:
+        return False
+    wait = wait_p99_ns(rep)
+    return max_wait_ns is None or wait is None or wait <= max_wait_ns
+
+
+@dataclass(frozen=True)
+class RuntimeCapacity:
+    rate_scale: float | None  # None: no rate scale in the search's range sustains
+    capped: bool  # the search reached its ceiling: the capacity is at least rate_scale
+    probes: int
+    report: "RuntimeReport | None"  # the replay at rate_scale
+
+
+def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,
+                     rel_tol: float = 1e-2, scale_min: float | None = None, scale_max: float | None = None,
+                     tick: Callable[[int, float], None] | None = None) -> RuntimeCapacity:
+    """The largest rate scale that ``sustains``, by the one rate search (``bisect_rate``), from ``start``."""
+    from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN, bisect_rate
+    from csa_plan.planner.simulate.scenario import MAX_SIM_NS
+
+    scale_min = SCALE_MIN if scale_min is None else scale_min
+    scale_max = SCALE_MAX if scale_max is None else scale_max
+    last = float(wl.arrival_ns.max()) if len(wl) else 0.0
+    floor = max(scale_min, last / MAX_SIM_NS * (1 + 1e-9) if last > 0 else 0.0)
+    best: dict[float, "RuntimeReport"] = {}
+    probes = [0]
+
+    def good(scale: float) -> bool:
+        rep = report(setup, serve(setup, wl, scale))
+        probes[0] += 1
+        if tick:
+            tick(probes[0], scale)
+        ok = sustains(rep, max_wait_ns)
+        if ok:
+            best.clear()
+            best[scale] = rep
+        return ok
+
+    lo, capped = bisect_rate(good, min(max(start, floor), scale_max), floor, scale_max, rel_tol)
+    return RuntimeCapacity(lo, capped, probes[0], None if lo is None else best.get(lo))
