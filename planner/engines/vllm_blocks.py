@@ -43,23 +43,31 @@ def cdiv(a: int, b: int) -> int:
 class BlockPool:
     """block_pool.py BlockPool: reference counts, cached hashes and the free queue."""
 
-    __slots__ = ("num_blocks", "ref", "hash", "free", "cached", "caching", "in_use")
+    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "cached", "caching", "in_use")
 
     def __init__(self, num_blocks: int, caching: bool, groups: int = 1) -> None:
         self.num_blocks = num_blocks
         self.in_use = [0] * groups  # distinct blocks with a reference, per group (a shared hit counts once)
         self.ref = [0] * num_blocks
         self.hash: list[object | None] = [None] * num_blocks
-        # The free queue, front first: an ordered dict with caching (touch takes hit blocks out of the
-        # middle); without caching every free goes to the front, so a list used as a stack whose END is
-        # the queue's front holds the same order.
+        # The free queue (vLLM's linked list): without caching every free goes to the front, so a list used
+        # as a stack whose END is the queue's front holds the same order. With caching, ``front`` (a stack
+        # the same way) holds the unhashed blocks freed to the front and ``free`` (an ordered dict: touch
+        # takes hit blocks out of the middle) the rest behind them, hashed ones appended at its back.
         self.free: OrderedDict[int, None] | list[int] = (OrderedDict((b, None) for b in range(1, num_blocks))
                                                          if caching else list(range(num_blocks - 1, 0, -1)))
+        self.front: list[int] = []
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
     def num_free(self) -> int:
-        return len(self.free)
+        return len(self.free) + len(self.front)
+
+    def queue(self) -> list[int]:
+        """The free queue, front first (tests)."""
+        if not self.caching:
+            return self.free[::-1]
+        return self.front[::-1] + list(self.free)
 
     def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
@@ -75,9 +83,13 @@ class BlockPool:
                 ref[b] += 1
             return out
         out = []
+        front, hashes = self.front, self.hash
         for _ in range(n):
-            b, _ = free.popitem(last=False)
-            if self.caching and self.hash[b] is not None:
+            if front:
+                b = front.pop()
+            else:
+                b, _ = free.popitem(last=False)
+            if hashes[b] is not None:
                 self._evict(b)
             ref[b] += 1
             out.append(b)
@@ -111,7 +123,10 @@ class BlockPool:
             if b == NULL:
                 continue
             if self.ref[b] == 0:
-                del self.free[b]
+                if b in self.free:
+                    del self.free[b]
+                else:
+                    self.front.remove(b)
                 self.in_use[gid] += 1
             self.ref[b] += 1
 
@@ -139,9 +154,7 @@ class BlockPool:
                     first.append(b)
                 else:
                     free[b] = None
-        for b in reversed(first):  # prepend_n keeps the list's order at the front
-            free[b] = None
-            free.move_to_end(b, last=False)
+        self.front.extend(reversed(first))  # prepend_n keeps the list's order at the front
 
 
 @dataclass(frozen=True)
@@ -331,7 +344,7 @@ class KvCacheManager:
                     need += new if new > 0 else 0
                 grow.append((i, g, table, add))
         pool = self.pool
-        if need > len(pool.free):
+        if need > len(pool.free) + len(pool.front):
             return False
         for i, g, table, add in grow:
             if add > 0:
