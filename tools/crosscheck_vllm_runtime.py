@@ -140,6 +140,8 @@ class VllmReference:
         self.usable_units = sched.kv_cache_config.num_blocks - 1
         self.pipeline_depth = 2 if sched.vllm_config.scheduler_config.async_scheduling else 1
         self.label = "vLLM 0.33.0 (its own Scheduler)"
+        self.pool_units: tuple[int, ...] = ()  # what the replay loop's result reads (EngineRuntime)
+        self.preemption_word = "preempt"
         self.max_model_len = max_model_len
         self.spec_tokens = spec_tokens
         hash_fn = get_hash_fn_by_name("sha256")

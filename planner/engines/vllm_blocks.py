@@ -43,28 +43,53 @@ def cdiv(a: int, b: int) -> int:
 class BlockPool:
     """block_pool.py BlockPool: reference counts, cached hashes and the free queue."""
 
-    __slots__ = ("num_blocks", "ref", "hash", "free", "cached", "caching", "in_use")
+    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "cached", "caching", "in_use")
 
     def __init__(self, num_blocks: int, caching: bool, groups: int = 1) -> None:
         self.num_blocks = num_blocks
         self.in_use = [0] * groups  # distinct blocks with a reference, per group (a shared hit counts once)
         self.ref = [0] * num_blocks
         self.hash: list[object | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+        # The free queue (vLLM's linked list): without caching every free goes to the front, so a list used
+        # as a stack whose END is the queue's front holds the same order. With caching, ``front`` (a stack
+        # the same way) holds the unhashed blocks freed to the front and ``free`` (an ordered dict: touch
+        # takes hit blocks out of the middle) the rest behind them, hashed ones appended at its back.
+        self.free: OrderedDict[int, None] | list[int] = (OrderedDict((b, None) for b in range(1, num_blocks))
+                                                         if caching else list(range(num_blocks - 1, 0, -1)))
+        self.front: list[int] = []
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
     def num_free(self) -> int:
-        return len(self.free)
+        return len(self.free) + len(self.front)
+
+    def queue(self) -> list[int]:
+        """The free queue, front first (tests)."""
+        if not self.caching:
+            return self.free[::-1]
+        return self.front[::-1] + list(self.free)
 
     def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
+        if n <= 0:
+            return []
         self.in_use[gid] += n
-        out = []
         free, ref = self.free, self.ref
+        if not self.caching:
+            out = free[-n:]
+            del free[-n:]
+            out.reverse()
+            for b in out:
+                ref[b] += 1
+            return out
+        out = []
+        front, hashes = self.front, self.hash
         for _ in range(n):
-            b, _ = free.popitem(last=False)
-            if self.caching and self.hash[b] is not None:
+            if front:
+                b = front.pop()
+            else:
+                b, _ = free.popitem(last=False)
+            if hashes[b] is not None:
                 self._evict(b)
             ref[b] += 1
             out.append(b)
@@ -98,7 +123,10 @@ class BlockPool:
             if b == NULL:
                 continue
             if self.ref[b] == 0:
-                del self.free[b]
+                if b in self.free:
+                    del self.free[b]
+                else:
+                    self.front.remove(b)
                 self.in_use[gid] += 1
             self.ref[b] += 1
 
@@ -106,19 +134,27 @@ class BlockPool:
         """block_pool.py:816-850: first to be evicted first; unhashed to the front, hashed to the back."""
         first: list[int] = []
         ref, free = self.ref, self.free
+        if not self.caching:
+            for b in ordered:
+                if b != NULL:
+                    ref[b] -= 1
+                    if ref[b] == 0:
+                        first.append(b)
+            self.in_use[gid] -= len(first)
+            first.reverse()
+            free.extend(first)
+            return
         for b in ordered:
             if b == NULL:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
                 self.in_use[gid] -= 1
-                if self.hash[b] is None or not self.caching:
+                if self.hash[b] is None:
                     first.append(b)
                 else:
                     free[b] = None
-        for b in reversed(first):  # prepend_n keeps the list's order at the front
-            free[b] = None
-            free.move_to_end(b, last=False)
+        self.front.extend(reversed(first))  # prepend_n keeps the list's order at the front
 
 
 @dataclass(frozen=True)
@@ -190,23 +226,33 @@ class GroupManager:
 
     def remove_skipped(self, r: int, processed: int) -> None:
         """remove_skipped_blocks + _remove_blocks_in_range (single_type_kv_cache_manager.py:655-720)."""
-        skipped = self.spec.skipped_tokens(processed)
+        s = self.spec
+        if s.window is None:
+            return
+        skipped = processed - s.window + 1 - s.extra_retained  # GroupSpec.skipped_tokens
         if skipped <= 0:
             return
         table = self.tables.get(r)
         if table is None:
             return
-        last = min(skipped // self.spec.block_size, len(table))
-        if last <= self.nulls.get(r, 0):
+        last = min(skipped // s.block_size, len(table))
+        lead = self.nulls.get(r, 0)
+        if last <= lead:
             return
         self.nulls[r] = last
-        freed = []
-        for i in range(last - 1, -1, -1):
-            b = table[i]
-            if b == NULL:
-                break
-            freed.append(b)
-            table[i] = NULL
+        seg = table[lead:last]  # everything below `lead` is null: the walk down stops there at the latest
+        if NULL not in seg:
+            seg.reverse()
+            freed = seg
+            table[lead:last] = [NULL] * (last - lead)
+        else:
+            freed = []
+            for i in range(last - 1, -1, -1):
+                b = table[i]
+                if b == NULL:
+                    break
+                freed.append(b)
+                table[i] = NULL
         if freed:
             self.pool.free_blocks(freed, self.gid)
 
@@ -228,9 +274,13 @@ class GroupManager:
 class KvCacheManager:
     """kv_cache_manager.py KVCacheManager over the groups' managers and one block pool."""
 
-    __slots__ = ("pool", "groups", "max_model_len", "prefix")
+    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast")
 
-    def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None) -> None:
+    def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None,
+                 fast: bool = True) -> None:
+        # fast=False: every allocate_slots takes the full pass and every cache_blocks call walks every
+        # group (the step-by-step twin the fast paths are checked against, tests/simulate/test_vllm_fast.py)
+        self.fast = fast
         self.pool = BlockPool(num_blocks, prefix is not None, len(specs))
         self.groups = tuple(GroupManager(s, self.pool, i) for i, s in enumerate(specs))
         self.max_model_len = max_model_len
@@ -247,7 +297,7 @@ class KvCacheManager:
         empty = new_computed is None
         local = req.num_computed + num_new_computed
         total = min(local, self.max_model_len)
-        if empty and not full_sequence_must_fit and req.next_slot >= 0:
+        if empty and not full_sequence_must_fit and req.next_slot >= 0 and self.fast:
             # Nothing to free, nothing to allocate: every group's table already covers the slots and no
             # window edge crossed a block since the last full pass (the same outcome, computed in O(1)).
             need_slot = min(total + num_new + lookahead, self.max_model_len)
@@ -260,27 +310,47 @@ class KvCacheManager:
             return True
         ok = self._allocate(req, num_new, num_new_computed, new_computed, lookahead, full_sequence_must_fit,
                             empty, local, total)
-        self._thresholds(req)
+        if self.fast:
+            self._thresholds(req)
         return ok
 
     def _touched_groups(self, req, need_slot: int, processed: int, local: int) -> bool:
         """``_allocate`` for a running request without new hits, over only the groups whose thresholds the
-        step crosses: every other group would free nothing and need 0 blocks (its table covers the slots)."""
+        step crosses: every other group would free nothing and need 0 blocks (its table covers the slots),
+        so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
         for i, g in enumerate(groups):
             if processed >= free_th[i]:
                 g.remove_skipped(rid, processed)
+                s = g.spec
+                free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
+        req.next_free = min(free_th)
         need = 0
+        grow = []  # (group, its table, blocks to add): num_blocks_to_allocate without new hits, inlined
         for i, g in enumerate(groups):
             if need_slot > slot_th[i]:
-                need += g.num_blocks_to_allocate(rid, need_slot, (), local, False)
-        if need > self.pool.num_free():
-            self._thresholds(req)
+                s = g.spec
+                b = s.block_size
+                table = g.tables[rid]
+                required = -(-need_slot // b)
+                n_req = len(table)
+                add = required - n_req  # what allocate_new takes
+                if rid in g.num_cached:
+                    need += add if add > 0 else 0
+                else:
+                    skipped = 0 if s.window is None else local - s.window + 1 - s.extra_retained
+                    skipped = skipped // b if skipped > 0 else 0
+                    new = required - (skipped if skipped > n_req else n_req)
+                    need += new if new > 0 else 0
+                grow.append((i, g, table, add))
+        pool = self.pool
+        if need > len(pool.free) + len(pool.front):
             return False
-        for i, g in enumerate(groups):
-            if need_slot > slot_th[i]:
-                g.allocate_new(rid, need_slot)
-        self._thresholds(req)
+        for i, g, table, add in grow:
+            if add > 0:
+                table.extend(pool.get_new_blocks(add, g.gid))
+            slot_th[i] = len(table) * g.spec.block_size
+        req.next_slot = min(slot_th)
         return True
 
     def _thresholds(self, req) -> None:

@@ -215,7 +215,7 @@ class PrefixCache:
     def cache_blocks(self, kv: "KvCacheManager", req, tokens: int) -> None:
         """KVCacheCoordinator.cache_blocks -> SingleTypeKVCacheManager.cache_blocks per group."""
         n = tokens - tokens % ALIGN  # HybridKVCacheCoordinator._align_cacheable (partial hits off)
-        if n == req.cache_n:
+        if n == req.cache_n and kv.fast:
             return  # every group's num_full is unchanged: each would return at once
         req.cache_n = n
         hashed = req.num_tokens // HASH_BLOCK * HASH_BLOCK

@@ -43,6 +43,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from csa_plan.planner.engines.vllm_blocks import GroupSpec, KvCacheManager
+from csa_plan.planner.engines.vllm_prefix import ALIGN
 from csa_plan.planner.runtime.protocol import Completion, EngineRuntime, Step
 
 if TYPE_CHECKING:
@@ -105,7 +106,6 @@ class VllmRuntime(EngineRuntime):
         self.wait_q: deque[Req] = deque()
         self.run_q: list[Req] = []
         self.reqs: dict[int, Req] = {}
-        self._spec_of: dict[int, int] = {}
         self._prompt = trace.prompt_tokens.tolist()
         self._output = trace.output_tokens.tolist()
 
@@ -132,46 +132,73 @@ class VllmRuntime(EngineRuntime):
         kv = self.kv
         token_budget = self.budget
         mml = self.max_model_len
-        scheduled: dict[Req, int] = {}
         preempted: list[Req] = []
         running = self.run_q
         prefill_scheduled = False  # :735, set by the running loop only (:1017)
+        fast = kv.fast
+        lookahead, pl, prefix, num_spec = self.lookahead, self.prefill_lookahead, self.prefix, self.num_spec
+        sched_reqs: list[Req] = []  # scheduled requests in order, their tokens and step drafts (parallel)
+        sched_n: list[int] = []
+        sched_spec: list[int] = []
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
-            if req.placeholders > 0 and req.num_computed + 2 - req.placeholders >= req.num_prompt + req.max_tokens:
+            nc, ph = req.num_computed, req.placeholders
+            if ph > 0 and nc + 2 - ph >= req.num_prompt + req.max_tokens:
                 i += 1
                 continue
-            n = req.num_tokens + req.spec + req.placeholders - req.num_computed
-            n = min(n, token_budget, mml - req.num_computed - 1)
-            n = self._reserve_prefill_lookahead(req, req.num_computed, n)
+            ntok = req.num_prompt + req.num_output
+            n = ntok + req.spec + ph - nc
+            if n > token_budget:
+                n = token_budget
+            if n > mml - nc - 1:
+                n = mml - nc - 1
+            if pl:  # _reserve_prefill_lookahead (:678-697)
+                remaining = ntok - nc - n
+                if 0 < remaining < pl:
+                    n -= pl - remaining
             if n <= 0:
                 i += 1
                 continue
-            ok = False
-            while True:
-                if kv.allocate_slots(req, n, lookahead=self.lookahead):
-                    ok = True
-                    break
+            if fast and req.next_slot >= 0:
+                # allocate_slots' fast path inlined (KvCacheManager.allocate_slots, the same outcome)
+                total = nc if nc < mml else mml
+                need_slot = total + n + lookahead
+                if need_slot > mml:
+                    need_slot = mml
+                processed = total - req.num_in_flight
+                if processed < 0:
+                    processed = 0
+                ok = True
+                if need_slot > req.next_slot or processed >= req.next_free:
+                    ok = kv._touched_groups(req, need_slot, processed, nc)
+                if ok and prefix is not None:
+                    c = total + n if total + n < ntok else ntok
+                    if c - c % ALIGN != req.cache_n:
+                        prefix.cache_blocks(kv, req, c)
+            else:
+                ok = kv.allocate_slots(req, n, lookahead=lookahead)
+            while not ok:
                 victim = running.pop()
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
                     break
+                ok = kv.allocate_slots(req, n, lookahead=lookahead)
             if not ok:
                 break
-            scheduled[req] = n
+            sched_reqs.append(req)
+            sched_n.append(n)
             prefill_scheduled = prefill_scheduled or req.prefill_chunk
             token_budget -= n
             i += 1
             if req.spec:
-                spec_scheduled = n + req.num_computed - req.num_tokens - req.placeholders
+                spec_scheduled = n + nc - ntok - ph
                 req.spec = 0
-                step_spec = max(0, spec_scheduled)
+                sched_spec.append(spec_scheduled if spec_scheduled > 0 else 0)
             else:
-                step_spec = 0
-            self._spec_of[req.rid] = step_spec
-        any_running = bool(scheduled)  # scheduled_running_reqs: the running loop's, before admissions
+                sched_spec.append(0)
+        any_running = bool(sched_reqs)  # scheduled_running_reqs: the running loop's, before admissions
         if not preempted:
             skipped: list[Req] = []
             while token_budget > 0 and self.wait_q:
@@ -207,30 +234,35 @@ class VllmRuntime(EngineRuntime):
                     step.prefix_query_tokens += req.num_tokens
                 req.status = RUNNING
                 req.num_computed = hit
-                scheduled[req] = n
+                sched_reqs.append(req)
+                sched_n.append(n)
+                sched_spec.append(self.num_spec if pad else 0)
                 token_budget -= n
-                self._spec_of[req.rid] = self.num_spec if pad else 0
             if skipped:
                 self.wait_q.extendleft(reversed(skipped))
         # _update_after_schedule (:1845-1877) + AsyncScheduler._update_after_schedule
         rows = []
-        for req, n in scheduled.items():
+        async_on = self.async_on
+        prefill_tokens = recomputed = 0
+        for req, n, spec in zip(sched_reqs, sched_n, sched_spec):
             before = req.num_computed
-            req.num_computed += n
+            nc = req.num_computed = before + n
             req.num_in_flight += n
-            req.prefill_chunk = req.num_computed < req.num_tokens + req.placeholders
-            spec = self._spec_of.pop(req.rid, 0)
-            samples = not req.prefill_chunk
-            if self.async_on and samples:
+            ntok = req.num_prompt + req.num_output
+            samples = nc >= ntok + req.placeholders
+            req.prefill_chunk = not samples
+            if async_on and samples:
                 req.placeholders += 1 + spec
-                req.spec = self.num_spec
-            if before < req.num_tokens - 1:  # a prompt (or recomputation) chunk, not a decode
-                step.prefill_tokens += n
+                req.spec = num_spec
+            if before < ntok - 1:  # a prompt (or recomputation) chunk, not a decode
+                prefill_tokens += n
             if req.ever_computed > before:
-                step.recomputed_tokens += min(req.ever_computed, req.num_computed) - before
+                recomputed += min(req.ever_computed, nc) - before
             rows.append((req, n, samples, spec))
-            step.requests.append(req.rid)
-            step.tokens.append(n)
+        step.prefill_tokens = prefill_tokens
+        step.recomputed_tokens = recomputed
+        step.requests = [r.rid for r in sched_reqs]
+        step.tokens = sched_n
         step.preempted = [r.rid for r in preempted]
         step.payload = rows
         return step
@@ -260,15 +292,14 @@ class VllmRuntime(EngineRuntime):
         """update_from_output (:2259-2540): one sampled token per request past its prompt."""
         c = Completion()
         sync_drafts = self.num_spec and not self.async_on
+        prefix, mml, num_spec = self.prefix, self.max_model_len, self.num_spec
+        check_cache = prefix is not None and not self.kv.fast
         for req, n, samples, spec in step.payload:
             req.num_in_flight -= n
-            stale = False
-            if req.stale > 0:
-                stale = True
+            stale = req.stale > 0
+            if stale:
                 req.stale -= n
-            if req.status == FINISHED:
-                continue
-            if not samples:
+            if not samples or req.status == FINISHED:
                 continue
             tokens = 1 + spec
             stopped = False
@@ -278,15 +309,17 @@ class VllmRuntime(EngineRuntime):
                 c.first_token.append(req.rid)
             for k in range(1, tokens + 1):
                 req.num_output += 1
-                if req.num_tokens >= self.max_model_len or req.num_output >= req.max_tokens:
+                if req.num_prompt + req.num_output >= mml or req.num_output >= req.max_tokens:
                     stopped = True
                     if not stale:
                         req.num_computed -= tokens - k
                     break
-            if not stale and req.placeholders > 0:
+            if not stale and had_placeholders:
                 req.placeholders -= tokens
-            if self.prefix is not None and not stale and running_before and (had_placeholders or self.num_spec):
-                self.prefix.cache_blocks(self.kv, req, req.num_computed - req.num_in_flight)  # :2418-2425
+            if prefix is not None and not stale and running_before and (had_placeholders or num_spec):
+                processed = req.num_computed - req.num_in_flight  # :2418-2425
+                if check_cache or processed - processed % ALIGN != req.cache_n:
+                    prefix.cache_blocks(self.kv, req, processed)
             if stopped:
                 req.status = FINISHED
                 if req in self.run_q:

@@ -1,0 +1,120 @@
+"""The vLLM runtime's fast paths against its step-by-step twin (``KvCacheManager(fast=False)``).
+
+The fast runtime skips work it can prove changes nothing: the running loop's inlined
+``allocate_slots`` with per-group block thresholds (only groups whose window edge or table
+end a step crosses are touched), and ``cache_blocks`` calls whose aligned token count did
+not move. The twin walks every group on every call, as vLLM 0.33.0's own code does. Both
+must agree on every step and every request — the free-block queue's order and the cached
+hashes included, which prefix-cache eviction depends on — on random traces: preemption
+storms (a pool just above the start-up minimum), full prefix reuse, MTP drafts, async and
+sync scheduling, prompts at max_model_len.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from csa_plan.planner.engines.registry import get_engine
+from csa_plan.planner.engines.settings import EngineSettings
+from csa_plan.planner.loaders.model_files import load_model
+from csa_plan.planner.runtime.loop import replay
+from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.runtime.steptime import StepTime
+
+TIME = StepTime(20.0, 10_000.0)
+MAX_MODEL_LEN = 8192
+
+
+class Logged:
+    """A runtime that logs, after every schedule and complete, what the twin must match."""
+
+    def __init__(self, rt):
+        self.rt, self.log = rt, []
+        self.pools, self.usable_units, self.pipeline_depth, self.label = (rt.pools, rt.usable_units,
+                                                                          rt.pipeline_depth, rt.label)
+
+    def __getattr__(self, name):
+        return getattr(self.rt, name)
+
+    def _state(self):
+        pool = self.rt.kv.pool
+        return (pool.num_free(), tuple(pool.in_use), tuple(pool.queue()[:64]), len(pool.cached))
+
+    def schedule(self):
+        step = self.rt.schedule()
+        self.log.append((tuple(step.requests), tuple(step.tokens), tuple(step.preempted), step.prefill_tokens,
+                         step.prefix_hit_tokens, self._state()))
+        return step
+
+    def complete(self, step):
+        c = self.rt.complete(step)
+        self.log.append((tuple(c.first_token), tuple(c.finished), self._state()))
+        return c
+
+
+@st.composite
+def traces(draw):
+    n = draw(st.integers(1, 16))
+    shared = draw(st.booleans())  # every request the same ids: full prefix reuse
+    gaps = draw(st.lists(st.integers(0, 300_000_000), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.one_of(st.integers(1, 3000), st.integers(MAX_MODEL_LEN - 300, MAX_MODEL_LEN + 2)),
+                            min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
+    ids, offs = [], [0]
+    for p in prompts:
+        k = -(-p // 512)
+        ids.extend(range(k) if shared else draw(st.lists(st.integers(0, 4), min_size=k, max_size=k)))
+        offs.append(len(ids))
+    return RuntimeTrace(np.cumsum(gaps).astype(np.int64), np.array(prompts, dtype=np.int64),
+                        np.array(outputs, dtype=np.int64), np.array(ids, dtype=np.int64),
+                        np.array(offs, dtype=np.int64))
+
+
+def _pair(model, trace, mnbt, seqs, async_on, caching, spec, spare):
+    m = load_model(model, max_seq_len=MAX_MODEL_LEN)
+    plan = get_engine("vllm-0.33").configure(m, EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+                                                               async_scheduling=async_on,
+                                                               num_speculative_tokens=spec or None),
+                                             MAX_MODEL_LEN)
+    sizing = plan.size_pool(plan.needed_bytes(MAX_MODEL_LEN) + (spare + 1) * plan.block_bytes)
+    options = RuntimeOptions(enable_prefix_caching=caching)
+    fast, twin = plan.runtime(sizing, trace, options), plan.runtime(sizing, trace, options)
+    twin.kv.fast = False
+    return fast, twin
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), mnbt=st.sampled_from([64, 256, 2048, 8192]), seqs=st.sampled_from([1, 3, 64]),
+       async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2"]),
+       spare=st.sampled_from([0, 5, 40, 300, 5000]), model=st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]))
+def test_fast_paths_equal_the_step_by_step_twin(trace, mnbt, seqs, async_on, mode, spare, model):
+    spec = {"mtp1": 1, "mtp2": 2}.get(mode, 0)
+    fast, twin = _pair(model, trace, mnbt, seqs, async_on, mode == "cache", spec, spare)
+    assert fast.kv.fast and not twin.kv.fast
+    a, b = Logged(fast), Logged(twin)
+    ra, rb = replay(a, trace, TIME), replay(b, trace, TIME)
+    assert a.log == b.log
+    assert ra.same_as(rb)
+    assert ra.prefix_query_tokens == rb.prefix_query_tokens and ra.recomputed_tokens == rb.recomputed_tokens
+    pa, pb = fast.kv.pool, twin.kv.pool
+    assert pa.queue() == pb.queue() and pa.cached == pb.cached and pa.hash == pb.hash
+
+
+@pytest.mark.parametrize("async_on", [True, False])
+def test_a_storm_preempts_and_hits_in_both_twins(async_on):
+    """A pool at the start-up minimum and 60 long requests sharing their prompt: preemptions (and, with
+    caching, prefix hits) in every step of the storm, and the twins still agree step by step."""
+    n, prompt, output = 60, 1100, 4000
+    k = -(-prompt // 512)
+    trace = RuntimeTrace(np.arange(n, dtype=np.int64) * 10_000_000, np.full(n, prompt, dtype=np.int64),
+                         np.full(n, output, dtype=np.int64), np.array([j for _ in range(n) for j in range(k)],
+                                                                       dtype=np.int64),
+                         np.arange(0, k * n + 1, k, dtype=np.int64))
+    fast, twin = _pair("deepseek-v4-flash", trace, 2048, 64, async_on, True, 0, 0)
+    a, b = Logged(fast), Logged(twin)
+    ra, rb = replay(a, trace, TIME), replay(b, trace, TIME)
+    assert sum(ra.preemptions) > 0 and ra.prefix_hit_tokens > 0
+    assert a.log == b.log and ra.same_as(rb)
