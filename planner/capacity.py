@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from csa_plan.planner.bisection import largest_passing
 from csa_plan.planner.descriptor import MAX_SEQ_LEN_LIMIT
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
@@ -85,15 +86,4 @@ def longest_context(model: ModelSpec, options: PlanOptions, limit_bytes: int, co
 
     low = max((d.window for d in (l.descriptor for l in base.layers)), default=1)
     low = max(low, 1)
-    if low > MAX_SEQ_LEN_LIMIT or not ok(low):
-        return None
-    high = MAX_SEQ_LEN_LIMIT
-    if ok(high):
-        return high
-    while high - low > 1:  # invariant: ok(low), not ok(high)
-        mid = (low + high) // 2
-        if ok(mid):
-            low = mid
-        else:
-            high = mid
-    return low
+    return largest_passing(ok, low, MAX_SEQ_LEN_LIMIT)

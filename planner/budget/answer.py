@@ -146,18 +146,9 @@ def longest_length(count_at: Callable[[int], int], concurrency: int, upper: int,
             seen[n_tokens] = count_at(n_tokens)
         return seen[n_tokens] >= concurrency
 
-    if upper < 1 or not ok(1):
-        return None
-    if ok(upper):
-        return upper
-    low, high = 1, upper  # invariant: ok(low), not ok(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if ok(mid):
-            low = mid
-        else:
-            high = mid
-    return low
+    from csa_plan.planner.bisection import largest_passing
+
+    return largest_passing(ok, 1, upper)
 
 
 def point_answer(spec: ModelSpec, engine: str | None, settings: Any, length: int, kv_memory_bytes: int | None,
