@@ -22,6 +22,7 @@ start-up, one per request slot: they bound nothing beyond --max-running-requests
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Hashable
 
 from csa_plan.planner.engines.sglang_runtime.adder import AddResult, PrefillAdder
@@ -46,7 +47,7 @@ class SchedulerConfig:
     schedule_conservativeness: float = 1.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: the decode loops read these fields once per request per step
 class Req:
     rid: int
     prompt: int
@@ -244,15 +245,16 @@ class SglangScheduler:
                     self.running.append(req)  # merge_batch (scheduler.py:3955-3966)
             self.chunked = new_chunked
         elif d.kind == "decode":
-            keep: list[Req] = []
+            done: list[Req] = []
             for req in self.running:
-                req.out += 1
-                if req.out >= req.max_new:
+                req.out = n = req.out + 1
+                if n >= req.max_new:
+                    done.append(req)
+            if done:  # rare: most steps finish nobody, and then the batch stays as it is
+                for req in done:
                     self._release(req, insert=True)
                     out.finished.append(req.rid)
-                else:
-                    keep.append(req)
-            self.running = keep
+                self.running = [r for r in self.running if r.out < r.max_new]
         return out
 
     def stranded(self) -> list[Req]:
@@ -323,7 +325,8 @@ class SglangScheduler:
         return d
 
     def _decode_need(self, reqs: list[Req]) -> int:
-        return sum(1 for r in reqs if r.kv_len % self.cfg.page == 0)
+        p = self.cfg.page
+        return [r.kv_len % p for r in reqs].count(0)
 
     def _fits(self, reqs: list[Req]) -> bool:
         """check_decode_mem (schedule_batch.py:3432-3449, allocator/base.py:171-185, swa.py:210-220)."""
@@ -368,19 +371,20 @@ class SglangScheduler:
             self.ratio = self.rule.decayed(self.ratio)
         cfg = self.cfg
         page, window, sharing = cfg.page, cfg.window, cfg.radix_cache
-        out = d.batch
         for req in batch:
+            kv = req.kv_len
             if req.swa_mark_for != req.swa_from:  # the gate (schedule_batch.py:4063-4066) and the first freeing length
                 req.swa_mark_for = req.swa_from
                 req.swa_mark = max(req.swa_from + window + EVICTION_INTERVAL,
                                    next_change(req.swa_from, window, page, sharing))
-            if req.kv_len >= req.swa_mark and req.decode_idx >= 1:
-                self._evict_window(req, req.kv_len, 1)
-            if req.kv_len % page == 0:
+            if kv >= req.swa_mark and req.decode_idx >= 1:
+                self._evict_window(req, kv, 1)
+            if kv % page == 0:
                 d.alloc_shortfall_pages += self._alloc(1, 1)
                 req.own_full += 1
                 req.own_swa += 1
-            req.kv_len += 1
+            req.kv_len = kv + 1
             req.decode_idx += 1
-            out.append((req, 1, False))
+        n = len(batch)
+        d.batch = list(zip(batch, repeat(1, n), repeat(False, n)))
         return d
