@@ -15,6 +15,7 @@ max_req_len - prompt - 1 and then to max_total_num_tokens - ceil_page(prompt) - 
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING, Hashable
 
 from csa_plan.planner.engines.sglang_runtime.scheduler import Decision, Req, SchedulerConfig, SglangScheduler
@@ -23,6 +24,7 @@ from csa_plan.planner.runtime.protocol import Completion, EngineRuntime, Step
 if TYPE_CHECKING:
     from csa_plan.planner.runtime.protocol import RuntimeTrace
 
+_RID = attrgetter("rid")
 POOLS = ("full pages (c4 KV + indexer + c128 KV)", "SWA pages (+ c4 state rows)")
 
 
@@ -79,8 +81,12 @@ class SglangRuntime(EngineRuntime):
         s = Step(payload=d)
         if d.kind == "idle":
             return s
-        s.requests = [req.rid for req, _n, _c in d.batch]
-        s.tokens = [n for _req, n, _c in d.batch]
+        if d.kind == "decode":  # one token each, in the running batch's order
+            s.requests = list(map(_RID, self.sched.running))
+            s.tokens = [1] * len(s.requests)
+        else:
+            s.requests = [req.rid for req, _n, _c in d.batch]
+            s.tokens = [n for _req, n, _c in d.batch]
         s.prefill_tokens = d.prefill_tokens
         s.admitted = d.admitted
         s.preempted = d.retracted
