@@ -266,7 +266,7 @@ class SglangScheduler:
         if not self.waiting and self.chunked is None:
             return None
         adder = PrefillAdder(self, cfg.page, cfg.window, self.ratio, cfg.max_prefill_tokens,
-                             cfg.chunked_prefill_size, [(r.max_new, r.out) for r in self.running])
+                             cfg.chunked_prefill_size, (), [r.max_new - r.out for r in self.running])
         d = Decision("prefill")
         batch = d.batch
         if self.chunked is not None:
