@@ -60,12 +60,13 @@ class Req:
     own_full: int = 0  # full pages the request owns (beyond its shared prefix)
     swa_from: int = 0  # swa_evicted_seqlen: tokens below hold no SWA of the request's own
     own_swa: int = 0
-    decode_idx: int = 0
+    decode_idx: int = 0  # decode_batch_idx; only ">= 1" is read, and the loop stops counting once it is
     retractions: int = 0
     started: bool = False  # scheduled once: its queue wait is over
     done_before: int = 0  # tokens computed before its last retraction (recomputation is up to these)
     swa_mark_for: int = -1  # the swa_from that swa_mark was computed for
     swa_mark: int = 0  # decode evicts only once kv_len reaches this (window.next_change and the interval gate)
+    decode_due: int = 0  # the kv_len at which the decode loop must look again (0: at once; see _decode)
 
     @property
     def fill_len(self) -> int:
@@ -235,7 +236,7 @@ class SglangScheduler:
                 req.out += 1
                 if req.out == 1:
                     out.first_token.append(req.rid)
-                req.decode_idx = 0
+                req.decode_idx = req.decode_due = 0
                 if req.out >= req.max_new:
                     self._release(req, insert=True)
                     out.finished.append(req.rid)
@@ -342,6 +343,30 @@ class SglangScheduler:
                 self.tree.evict_swa(ceil_div(short_swa, p))
         return min(self.full_available(), self.swa_available()) >= need
 
+    def _decode_events(self, req: Req, kv: int, d: Decision) -> None:
+        """One request's decode step at ``kv_len`` = ``kv`` when something may happen: the SWA freeing
+        past its mark, a new page at a page boundary. It then sets ``decode_due``, the next length at which
+        either can: the pages are the running request's alone (only this loop moves its kv_len and swa_from
+        while it runs; joining and retraction reset ``decode_due``), so the steps before it only count."""
+        cfg = self.cfg
+        page, window, sharing = cfg.page, cfg.window, cfg.radix_cache
+        if req.swa_mark_for != req.swa_from:  # the gate (schedule_batch.py:4063-4066) and the first freeing length
+            req.swa_mark_for = req.swa_from
+            req.swa_mark = max(req.swa_from + window + EVICTION_INTERVAL,
+                               next_change(req.swa_from, window, page, sharing))
+        if kv >= req.swa_mark and req.decode_idx >= 1:
+            self._evict_window(req, kv, 1)
+            if req.swa_mark_for != req.swa_from:
+                req.swa_mark_for = req.swa_from
+                req.swa_mark = max(req.swa_from + window + EVICTION_INTERVAL,
+                                   next_change(req.swa_from, window, page, sharing))
+        if kv % page == 0:
+            d.alloc_shortfall_pages += self._alloc(1, 1)
+            req.own_full += 1
+            req.own_swa += 1
+        req.decode_idx += 1
+        req.decode_due = min((kv // page + 1) * page, req.swa_mark)
+
     def _decode(self) -> Decision:
         d = Decision("decode")
         batch = self.running
@@ -361,7 +386,7 @@ class SglangScheduler:
                 r = batch[i]
                 r.retractions += 1
                 r.done_before = max(r.done_before, r.kv_len)
-                r.prefix_len = r.kv_len = r.swa_from = r.decode_idx = 0
+                r.prefix_len = r.kv_len = r.swa_from = r.decode_idx = r.decode_due = 0
                 d.retracted.append(r.rid)
                 self.waiting.append(r)  # the back of the queue (scheduler.py:3493)
             batch = [batch[i] for i in kept]  # filter_batch(keep_indices=...) keeps this order
@@ -369,22 +394,11 @@ class SglangScheduler:
             self.ratio = ratio_after_retract([(r.out, r.max_new) for r in batch])
         else:
             self.ratio = self.rule.decayed(self.ratio)
-        cfg = self.cfg
-        page, window, sharing = cfg.page, cfg.window, cfg.radix_cache
         for req in batch:
             kv = req.kv_len
-            if req.swa_mark_for != req.swa_from:  # the gate (schedule_batch.py:4063-4066) and the first freeing length
-                req.swa_mark_for = req.swa_from
-                req.swa_mark = max(req.swa_from + window + EVICTION_INTERVAL,
-                                   next_change(req.swa_from, window, page, sharing))
-            if kv >= req.swa_mark and req.decode_idx >= 1:
-                self._evict_window(req, kv, 1)
-            if kv % page == 0:
-                d.alloc_shortfall_pages += self._alloc(1, 1)
-                req.own_full += 1
-                req.own_swa += 1
+            if kv >= req.decode_due:
+                self._decode_events(req, kv, d)
             req.kv_len = kv + 1
-            req.decode_idx += 1
         n = len(batch)
         d.batch = list(zip(batch, repeat(1, n), repeat(False, n)))
         return d
