@@ -10,18 +10,8 @@ import time
 
 import pytest
 
-from helpers.hostile import control_bytes
+from helpers.hostile import JSON_COMMANDS, control_bytes, one_line
 from helpers.hostile_bounds import CASES, EXPECT
-
-JSON_COMMANDS = ("check", "simulate", "sweep")
-
-
-def one_line(r) -> str:
-    lines = [line for line in r.err.splitlines() if line.strip()]
-    assert len(lines) == 1, r.err[:2000]
-    assert "Traceback" not in r.err and "internal error" not in r.err, r.err[:2000]
-    return lines[0]
-
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bounds_reproduction(csa, tmp_path, monkeypatch, case):

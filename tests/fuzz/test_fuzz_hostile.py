@@ -35,20 +35,10 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.text import EXCERPT_CHARS, excerpt, printable
 
 from helpers import EXAMPLES
-from helpers.hostile import ANSI, CASES, EXPECT, SMALL_SWEEP, control_bytes, csa_node, onnx_bytes
+from helpers.hostile import ANSI, CASES, EXPECT, JSON_COMMANDS, SMALL_SWEEP, control_bytes, csa_node, one_line, onnx_bytes
 
 SMALL = settings(max_examples=150, deadline=None)
 TINY = settings(max_examples=40, deadline=None)
-JSON_COMMANDS = ("check", "simulate", "sweep")
-
-
-def one_line(r) -> str:
-    lines = [line for line in r.err.splitlines() if line.strip()]
-    assert len(lines) == 1, r.err[:2000]
-    assert "Traceback" not in r.err and "internal error" not in r.err, r.err[:2000]
-    return lines[0]
-
-
 # -- every reproduction ---------------------------------------------------------------------------
 
 

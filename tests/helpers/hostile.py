@@ -81,20 +81,35 @@ def deep_jsonl(folder: Path, scale: int) -> list[str]:
     return ["simulate", _w(folder, "t.jsonl", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), "--model", PRO]
 
 
+def varint(n: int) -> bytes:
+    """A protobuf varint (the ONNX files are written field by field, without the onnx package)."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+JSON_COMMANDS = ("check", "simulate", "sweep")
+
+
+def one_line(r) -> str:
+    """The one stderr line of a bad-input exit (no traceback, no internal error)."""
+    lines = [line for line in r.err.splitlines() if line.strip()]
+    assert len(lines) == 1, r.err[:2000]
+    assert "Traceback" not in r.err and "internal error" not in r.err, r.err[:2000]
+    return lines[0]
+
+
 def onnx_bytes(nodes: list[bytes], *, metadata: dict[str, str] | None = None, opset_csa: bool = True) -> bytes:
     """A ModelProto written field by field (no onnx package): ir_version, opsets, metadata, one graph."""
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            b = n & 0x7F
-            n >>= 7
-            out.append(b | (0x80 if n else 0))
-            if not n:
-                return bytes(out)
-
-    def field(number: int, payload: bytes) -> bytes:
-        return varint(number << 3 | 2) + varint(len(payload)) + payload
-
     model = varint(1 << 3) + varint(8)
     model += field(8, field(1, b"") + varint(2 << 3) + varint(17))
     if opset_csa:
@@ -106,18 +121,6 @@ def onnx_bytes(nodes: list[bytes], *, metadata: dict[str, str] | None = None, op
 
 def csa_node(*, name: bytes = b"n", domain: bytes = b"pkg.nxrt", inputs: list[bytes] | None = None,
              attrs: dict[str, int | bytes] | None = None) -> bytes:
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            b = n & 0x7F
-            n >>= 7
-            out.append(b | (0x80 if n else 0))
-            if not n:
-                return bytes(out)
-
-    def field(number: int, payload: bytes) -> bytes:
-        return varint(number << 3 | 2) + varint(len(payload)) + payload
-
     out = field(3, name) + field(4, b"CompressedSparseAttention") + field(7, domain)
     for i in inputs or []:
         out += field(1, i)
@@ -175,14 +178,6 @@ def onnx_huge_name(folder: Path, scale: int) -> list[str]:
     size = (1 << 24) * scale  # the campaign: 1.9 GB
     head = b""
     # graph { node { name: <size bytes> } } written with the length prefix, then a sparse tail
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            b = n & 0x7F
-            n >>= 7
-            out.append(b | (0x80 if n else 0))
-            if not n:
-                return bytes(out)
     op = varint(4 << 3 | 2) + varint(25) + b"CompressedSparseAttention" + varint(7 << 3 | 2) + varint(8) + b"pkg.nxrt"
     name_hdr = varint(3 << 3 | 2) + varint(size)
     node_len = len(op) + len(name_hdr) + size

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from helpers import EXAMPLES, ROOT
-from helpers.hostile import PRO, Case, _w, csa_node, onnx_bytes
+from helpers.hostile import PRO, Case, _w, csa_node, field, onnx_bytes, varint
 
 FLASH = "deepseek-v4-flash"
 TRACE = str(EXAMPLES / "traces" / "azure_conv_sample_200.csv")
@@ -193,15 +193,11 @@ def layers_spec(folder: Path, scale: int) -> list[str]:
     return ["check", _w(folder, "layers.yaml", text), "--device-memory", "h200"]
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _onnx_graph(graph_tail: bytes) -> bytes:
     node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
-    opsets = _field(8, _field(1, b"") + _varint(2 << 3) + _varint(17)) + _field(8, _field(1, b"pkg.nxrt")
-                                                                               + _varint(2 << 3) + _varint(1))
-    return _varint(1 << 3) + _varint(8) + opsets + _field(7, _field(1, node) + graph_tail)
+    opsets = field(8, field(1, b"") + varint(2 << 3) + varint(17)) + field(8, field(1, b"pkg.nxrt")
+                                                                               + varint(2 << 3) + varint(1))
+    return varint(1 << 3) + varint(8) + opsets + field(7, field(1, node) + graph_tail)
 
 
 def onnx_fields(where: str) -> Callable[[Path, int], list[str]]:
@@ -221,7 +217,7 @@ def onnx_fields(where: str) -> Callable[[Path, int], list[str]]:
 def onnx_docstring(where: str) -> Callable[[Path, int], list[str]]:
     """A 10M-byte doc_string on the model or on the CSA node (skipped by its length, never decoded)."""
     def build(folder: Path, scale: int) -> list[str]:
-        doc = _field(6, b"d" * (10_000_000 if scale > 1 else 1_000_000))
+        doc = field(6, b"d" * (10_000_000 if scale > 1 else 1_000_000))
         node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
         data = onnx_bytes([node]) + doc if where == "model" else onnx_bytes([node + doc])
         return ["check", _w(folder, f"doc-{where}.onnx", data), "--max-seq-len", "4096"]
@@ -272,29 +268,19 @@ def sweep_spec_size(folder: Path, scale: int) -> list[str]:
 
 # -- bad input called a refusal -----------------------------------------------------------------
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def onnx_duplicate_attribute(folder: Path, scale: int) -> list[str]:
     node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
-    extra = _varint(1 << 3 | 2) + _varint(17) + b"compression_ratio" + _varint(3 << 3) + _varint(4)
-    extra += _varint(20 << 3) + _varint(2)  # type INT
-    attr = _varint(5 << 3 | 2) + _varint(len(extra)) + extra
+    extra = varint(1 << 3 | 2) + varint(17) + b"compression_ratio" + varint(3 << 3) + varint(4)
+    extra += varint(20 << 3) + varint(2)  # type INT
+    attr = varint(5 << 3 | 2) + varint(len(extra)) + extra
     return ["check", _w(folder, "dupattr.onnx", onnx_bytes([node + attr]))]
 
 
 def onnx_duplicate_metadata(folder: Path, scale: int) -> list[str]:
     node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
     model = onnx_bytes([node], metadata={"max_seq_len": "4096"})
-    pair = _varint(1 << 3 | 2) + _varint(11) + b"max_seq_len" + _varint(2 << 3 | 2) + _varint(3) + b"128"
-    return ["check", _w(folder, "dupmeta.onnx", model + _varint(14 << 3 | 2) + _varint(len(pair)) + pair)]
+    pair = varint(1 << 3 | 2) + varint(11) + b"max_seq_len" + varint(2 << 3 | 2) + varint(3) + b"128"
+    return ["check", _w(folder, "dupmeta.onnx", model + varint(14 << 3 | 2) + varint(len(pair)) + pair)]
 
 
 # -- trace columns --------------------------------------------------------------------------------
