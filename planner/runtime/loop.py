@@ -28,7 +28,15 @@ STRANDED = "never fits: nothing running could free enough memory"
 
 
 def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
-           progress: Callable[[int, int], None] | None = None) -> RuntimeResult:
+           progress: Callable[[int, int], None] | None = None, compiled: bool | None = None) -> RuntimeResult:
+    """The trace through ``rt``: by the engine's compiled loop when it offers one (``compiled=False``
+    forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here."""
+    if compiled is not False:
+        fast = rt.compiled_replay()
+        if fast is not None:
+            return fast(trace, time)
+        if compiled:
+            raise RuntimeError(f"{rt.label or 'this engine'}: no compiled loop for these settings (not built?)")
     n = len(trace)
     arrival = trace.arrival_ns.tolist()
     admitted = [NEVER] * n

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from csa_plan.planner.runtime.result import RuntimeResult
+    from csa_plan.planner.runtime.steptime import StepTime
+
+# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time) -> the same result.
+CompiledReplay = Callable[["RuntimeTrace", "StepTime"], "RuntimeResult"]
 
 MOONCAKE_BLOCK_TOKENS = 512  # the published Mooncake trace: one hash id per 512 prompt tokens
 
@@ -109,3 +115,9 @@ class EngineRuntime(ABC):
     def notes(self) -> tuple[str, ...]:
         """What this runtime models and what it does not, in one line each."""
         return ()
+
+    def compiled_replay(self) -> CompiledReplay | None:
+        """The engine's compiled loop for this runtime's settings, or None (not built, or settings it
+        does not take): ``loop.replay`` then steps the Python methods above, the compiled loop's
+        checked twin. Called before any ``add``: the compiled loop replays the whole trace itself."""
+        return None

@@ -69,10 +69,11 @@ class RuntimeResult:
     pools: tuple[str, ...]
     usable_units: int
     arrival_ns: Any
-    admitted_ns: list[int]  # first admission (the queue wait ends), -1 never
-    first_token_ns: list[int]  # -1 never
-    finished_ns: list[int]  # -1 never (refused)
-    preemptions: list[int]
+    # per request: lists (the Python loop) or int64 arrays (a compiled loop); read them through np.asarray
+    admitted_ns: "list[int] | np.ndarray"  # first admission (the queue wait ends), -1 never
+    first_token_ns: "list[int] | np.ndarray"  # -1 never
+    finished_ns: "list[int] | np.ndarray"  # -1 never (refused)
+    preemptions: "list[int] | np.ndarray"
     refused: dict[int, str]  # request -> reason (refused at arrival or stranded)
     series: FrozenSeries
     recomputed_tokens: int
@@ -87,8 +88,9 @@ class RuntimeResult:
         import numpy as np
 
         a, b = self.series, other.series
-        return (self.admitted_ns == other.admitted_ns and self.first_token_ns == other.first_token_ns
-                and self.finished_ns == other.finished_ns and self.preemptions == other.preemptions
+        eq = lambda x, y: np.array_equal(np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64))
+        return (eq(self.admitted_ns, other.admitted_ns) and eq(self.first_token_ns, other.first_token_ns)
+                and eq(self.finished_ns, other.finished_ns) and eq(self.preemptions, other.preemptions)
                 and self.refused == other.refused and self.recomputed_tokens == other.recomputed_tokens
                 and self.prefix_hit_tokens == other.prefix_hit_tokens
                 and all(np.array_equal(x, y) for x, y in ((a.end_ns, b.end_ns), (a.used, b.used),
