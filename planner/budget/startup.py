@@ -8,15 +8,13 @@ replaces all of them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Callable, Mapping
 
 from csa_plan.planner.budget.steps import Step, StepKind, Usable
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
-from csa_plan.planner.units import GiB, MiB, ceil_div, round_up
+from csa_plan.planner.units import GiB, MiB, ceil_div, round_up, scale_ceil, scale_trunc
 from csa_plan.planner.values import read_int
 
 
@@ -122,7 +120,7 @@ def _vllm_usable(c: StageContext) -> Usable:
     util = VLLM_UTIL_DEFAULT if util is None else util
     if not 0 < util <= 1:
         raise BadInput("options", "--gpu-memory-utilization", f"must be in (0, 1], got {util}")
-    requested = math.ceil(c.card_bytes * Fraction(str(util)))  # v1/worker/utils.py:716-726
+    requested = scale_ceil(c.card_bytes, util)  # ceil(total x Fraction(str(util))): v1/worker/utils.py:716-726
     return Usable(requested, f"gpu_memory_utilization {util}",
                   f"requested = ceil(total x {util}) (v1/worker/utils.py:716-726; {source})")
 
@@ -258,7 +256,7 @@ def _sglang_fraction(c: StageContext) -> tuple[float, str]:
 
 def _sglang_usable(c: StageContext) -> Usable:
     f, how = _sglang_fraction(c)
-    usable = int(Fraction(c.card_bytes) * Fraction(str(f)))
+    usable = scale_trunc(c.card_bytes, f)  # int(Fraction(total) x Fraction(str(f)))
     return Usable(usable, f"mem_fraction_static {f}",
                   f"KV pool = free after load - pre-load memory x (1 - {f}) "
                   f"(mem_cache/kv_cache_configurator.py:2990-3038); {how}; pre-load memory taken as the card")

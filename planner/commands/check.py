@@ -69,8 +69,9 @@ def run_check(req: CheckRequest) -> CheckOutcome:
 
     def budget_at(n_tokens: int, search: bool = False):
         return deployment_budget(req.model, req.device_memory_bytes, deployment, n_tokens, req.engine, settings,
-                                 req.kv_memory_bytes, search=search)
+                                 req.kv_memory_bytes, search=search, facts=None if device is None else device.facts)
 
+    device = None
     device = budget_at(length)
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
@@ -121,7 +122,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
         from csa_plan.planner.budget.device import smallest_fitting
 
-        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes),
-                       searched=True)
+        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes,
+                                                                 facts=device.facts), searched=True)
     doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)
     return CheckOutcome(doc, ExitCode(code))

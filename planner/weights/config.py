@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,9 @@ class ModelConfig:
 
 def read_model_config(ref: str) -> ModelConfig | None:
     if ref in PRESETS:
-        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[ref]).read_text()
+        from csa_plan.planner import presets  # package data beside the module (importlib.resources costs start-up)
+
+        text = (Path(presets.__file__).parent / PRESETS[ref]).read_text(encoding="utf-8")
         return ModelConfig(_parse(text, ref), ref)
     path = Path(ref)
     kind = path_kind(path)
