@@ -32,6 +32,8 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Card:
+    """A GPU as its driver reports it: what ``--gpu`` / ``--device-memory`` names stand for."""
+
     name: str                     # what users type: --gpu h100 / --device-memory h100
     device_name: str              # as the driver reports it (torch.cuda.get_device_name)
     memory_mib: int               # memory total as the driver reports it

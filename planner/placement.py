@@ -25,6 +25,8 @@ class Router(str, Enum):
 
 @dataclass(frozen=True)
 class Placement:
+    """How a deployment spreads over GPUs: tensor, pipeline, data and expert parallel sizes."""
+
     tp: int = 1
     pp: int = 1
     dp: int = 1

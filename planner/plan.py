@@ -42,6 +42,8 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class LayerPlan:
+    """One layer's kind, bytes and refusals under the plan's options."""
+
     descriptor: Descriptor
     kind: LayerKind
     refusals: tuple[Refusal, ...]
@@ -54,6 +56,8 @@ class LayerPlan:
 
 @dataclass(frozen=True)
 class ModelPlan:
+    """Every layer's plan and the per-device totals they add up to."""
+
     model: ModelSpec
     options: PlanOptions
     layers: tuple[LayerPlan, ...]

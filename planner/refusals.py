@@ -41,6 +41,8 @@ class Clause:
 
 @dataclass(frozen=True)
 class Refusal:
+    """One reason the gate refuses a layer: which field, what was expected and what was found."""
+
     type: RefusalType
     layer: int | None
     field: str

@@ -84,6 +84,8 @@ def model_facts(req: BudgetRequest) -> ModelFacts:
 
 @dataclass(frozen=True)
 class StageBudget:
+    """One pipeline stage's budget: the steps from card to state pool."""
+
     stage: int
     layers: tuple[int, ...]
     steps: tuple[Step, ...]
@@ -105,6 +107,8 @@ class StageBudget:
 
 @dataclass(frozen=True)
 class Budget:
+    """The budget of every stage of a deployment; the stage with the least state pool binds."""
+
     request: BudgetRequest
     engine: str
     mtp: bool

@@ -88,6 +88,8 @@ class StageContext:
 
 @dataclass(frozen=True)
 class StartupRules:
+    """One engine's start-up rules: its usable share of the card, its reserves, its resolved settings."""
+
     name: str
     usable: Callable[[StageContext], Usable]
     reserves: Callable[[StageContext], tuple[Step, ...]]

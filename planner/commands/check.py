@@ -13,6 +13,8 @@ from csa_plan.planner.plan import PlanOptions
 
 @dataclass(frozen=True)
 class CheckRequest:
+    """Everything ``check`` is asked: the model, the plan options, the device and the engine."""
+
     model: str
     options: PlanOptions
     device_memory_bytes: int | None = None
@@ -28,6 +30,8 @@ class CheckRequest:
 
 @dataclass(frozen=True, eq=False)
 class CheckOutcome:
+    """The check document and the exit code it decides."""
+
     report: dict[str, Any]
     exit_code: ExitCode
 

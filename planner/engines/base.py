@@ -28,6 +28,8 @@ def no_swa_padding(d: Descriptor) -> int:
 
 @dataclass(frozen=True)
 class LayoutProfile:
+    """A per-layer byte layout that is not an engine (``--layout``): how it sizes each group."""
+
     name: str
     summary: str
     group_bytes: Callable[[Descriptor, int], GroupBytes]  # (admitted CSA/HCA descriptor, query_len)

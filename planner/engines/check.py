@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # the engine models load only when an engine is named (start-
 
 @dataclass(frozen=True)
 class EngineCheck:
+    """An engine's answer at one length: its plan and pool, or the refusal that stops it."""
+
     engine: EngineModel
     plan: EnginePlan | None  # None when the engine refuses the settings
     sizing: PoolSizing | None  # None without a KV memory budget, or when the engine refuses it
