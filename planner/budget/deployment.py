@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.record import record
 
 if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/check.md)
     from csa_plan.planner.budget.device import Budget, ModelFacts
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the budget modules load only when a device is named (start-
     from csa_plan.planner.placement import Placement, Router
 
 
-@dataclass(frozen=True)
+@record
 class Deployment:
     """``--tp --pp --dp --ep --weights --reserved``; None: the command's (or engine's) default."""
 

@@ -9,13 +9,14 @@ size that would fit (``smallest_fitting``), never as zero requests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Callable
 
 from csa_plan.planner.budget.startup import ModelDims, StageContext, StartupSettings, model_dims, startup_for
 from csa_plan.planner.budget.steps import Step, StepKind
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
+from csa_plan.planner.record import record
 from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.measured import ModelWeights, WeightsSource, model_weights
 from csa_plan.planner.weights.rules import rules_for
@@ -24,7 +25,7 @@ from csa_plan.planner.weights.sharding import DeviceWeights, shard
 MAX_SEARCH_TP = 256
 
 
-@dataclass(frozen=True)
+@record
 class BudgetRequest:
     """Everything a device budget reads; ``None`` overrides mean "compute this step"."""
 
@@ -40,7 +41,7 @@ class BudgetRequest:
     kv_memory_bytes: int | None = None    # --kv-memory (per device: the answer itself)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class ModelFacts:
     """What every budget of one model reads whatever the length, card or deployment: the config's
     sizes and the weights, read once; and each deployment's per-device weights, sharded once. A
@@ -82,7 +83,7 @@ def model_facts(req: BudgetRequest) -> ModelFacts:
     return ModelFacts(model, replaced, required, dims, weights)
 
 
-@dataclass(frozen=True)
+@record
 class StageBudget:
     """One pipeline stage's budget: the steps from card to state pool."""
 
@@ -105,7 +106,7 @@ class StageBudget:
                 "fits": self.fits, "steps": [s.as_dict() for s in self.steps]}
 
 
-@dataclass(frozen=True)
+@record
 class Budget:
     """The budget of every stage of a deployment; the stage with the least state pool binds."""
 

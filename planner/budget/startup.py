@@ -8,17 +8,17 @@ replaces all of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from csa_plan.planner.budget.steps import Step, StepKind, Usable
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
+from csa_plan.planner.record import record
 from csa_plan.planner.units import GiB, MiB, ceil_div, round_up, scale_ceil, scale_trunc
 from csa_plan.planner.values import read_int
 
 
-@dataclass(frozen=True)
+@record
 class StartupSettings:
     """Engine settings a start-up budget reads; None = the engine's default for the card."""
 
@@ -35,7 +35,7 @@ class StartupSettings:
                                                   # device name picks vLLM's batch defaults)
 
 
-@dataclass(frozen=True)
+@record
 class ModelDims:
     """The config sizes the start-up buffers depend on (from a checkpoint config)."""
 
@@ -65,7 +65,7 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      read_int(source, "num_hidden_layers", config["num_hidden_layers"]))
 
 
-@dataclass(frozen=True)
+@record
 class StageContext:
     """What one pipeline stage's start-up depends on."""
 
@@ -86,7 +86,7 @@ class StageContext:
         return self.stage == self.placement.pp - 1
 
 
-@dataclass(frozen=True)
+@record
 class StartupRules:
     """One engine's start-up rules: its usable share of the card, its reserves, its resolved settings."""
 

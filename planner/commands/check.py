@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from csa_plan.planner.errors import BadInput, ExitCode
 from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.plan import PlanOptions
+from csa_plan.planner.record import record
 
 
-@dataclass(frozen=True)
+@record
 class CheckRequest:
     """Everything ``check`` is asked: the model, the plan options, the device and the engine."""
 
@@ -28,7 +29,7 @@ class CheckRequest:
     gate_from_spec: bool = False  # no --gate given: a spec's own ``gate:`` applies
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class CheckOutcome:
     """The check document and the exit code it decides."""
 
@@ -49,7 +50,6 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     from csa_plan.planner.engines.check import max_seq_len_of
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.memory import device_budget
     from csa_plan.planner.plan import plan_model
     from csa_plan.planner.reports.check import check_document
 
@@ -61,7 +61,10 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
                                      "--engine, check gives the per-stage ledger answer")
     if req.device_memory_bytes is None:
-        device_budget(None, deployment.reserved_bytes or 0)  # --reserved alone is bad input
+        if deployment.reserved_bytes:  # --reserved alone is bad input
+            from csa_plan.planner.memory import device_budget
+
+            device_budget(None, deployment.reserved_bytes)
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)

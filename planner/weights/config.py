@@ -7,13 +7,13 @@ budget then needs a checkpoint or ``--weights``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import path_kind, read_text
 from csa_plan.planner.loaders.model_files import PRESETS
+from csa_plan.planner.record import record
 
 MAX_CONFIG_BYTES = 64 << 20
 
@@ -26,7 +26,7 @@ REFERENCE_KEYS = {
 REFERENCE_MTP_DEFAULT = 1  # ModelArgs.n_mtp_layers in the reference inference code
 
 
-@dataclass(frozen=True)
+@record
 class ModelConfig:
     """A config mapping and where it was read; ``directory`` is set when the model ref is a folder."""
 

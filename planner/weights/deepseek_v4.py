@@ -19,11 +19,11 @@ target's embedding and head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.limits import MAX_INVENTORY_LAYERS
+from csa_plan.planner.record import record
 from csa_plan.planner.values import read_int, read_mapping, read_str
 from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
                                                plain)
@@ -32,7 +32,7 @@ SOURCE = "DeepSeek-V4 reference inference code (inference/model.py)"
 FP8_BLOCK = 128
 
 
-@dataclass(frozen=True)
+@record
 class V4Shape:
     """The config fields the tensor shapes depend on."""
 

@@ -6,12 +6,12 @@ inventory was from it, so a user sees whether the config-only answer can be trus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 import json
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from csa_plan.planner.record import record
 from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.registry import ARCHITECTURES, architecture_of, inventory_for
 from csa_plan.planner.weights.tensors import Inventory
@@ -26,7 +26,7 @@ class WeightsSource(str, Enum):
     INDEX = "model.safetensors.index.json"
 
 
-@dataclass(frozen=True)
+@record
 class ModelWeights:
     """The model's total tensor bytes (every device together, before sharding)."""
 

@@ -6,11 +6,11 @@ I8 byte, shape ``[out, in / 2]``), so a stored element is always a whole number 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from typing import Iterator
 
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div
 
 
@@ -82,7 +82,7 @@ def _product(shape: tuple[int, ...]) -> int:
     return n
 
 
-@dataclass(frozen=True)
+@record
 class TensorSpec:
     """One stored tensor."""
 
@@ -132,7 +132,7 @@ class Role(str, Enum):
     MTP_NORM = "mtp_norm"            # enorm, hnorm, the MTP head norm
 
 
-@dataclass(frozen=True)
+@record
 class Weight:
     """A parameter as the checkpoint stores it: its tensor and, for a quantised linear, its scales.
 
@@ -208,7 +208,7 @@ def plain(name: str, role: Role, shape: tuple[int, ...], dtype: StoredDType, **w
     return Weight(role, shape, Quant.NONE, TensorSpec(name, shape, dtype), **where)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
+@record
 class Inventory:
     """Every weight of a model, derived from its config; totals are exact integers."""
 
