@@ -160,7 +160,7 @@ class Weight:
 
     @property
     def tensor_count(self) -> int:
-        return len(self.tensors) * self.copies
+        return (1 + len(self.scales)) * self.copies
 
     def stored_tensors(self) -> Iterator[TensorSpec]:
         """Every copy's tensors under the checkpoint's own names (``experts.[0-255].w1`` -> ``experts.7.w1``)."""
@@ -175,7 +175,8 @@ class Weight:
 
     @property
     def copy_nbytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
+        scales = self.scales  # the tensor and its scales, without building ``tensors`` (inventory totals)
+        return self.tensor.nbytes + (sum(t.nbytes for t in scales) if scales else 0)
 
     @property
     def nbytes(self) -> int:
@@ -185,7 +186,8 @@ class Weight:
     @property
     def elements(self) -> int:
         """Every copy's stored elements."""
-        return sum(t.elements for t in self.tensors) * self.copies
+        scales = self.scales
+        return (self.tensor.elements + (sum(t.elements for t in scales) if scales else 0)) * self.copies
 
 
 def expert_span(first: int, copies: int) -> str:
