@@ -146,7 +146,9 @@ class VllmReference:
         self.spec_tokens = spec_tokens
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
-        self.hasher = get_request_block_hasher(hash_block, hash_fn) if caching else None
+        # engine/core.py:219-230: the request block hasher covers num_hash_lookahead_tokens (MTP + caching)
+        self.hasher = (get_request_block_hasher(hash_block, hash_fn, sched.num_hash_lookahead_tokens)
+                       if caching else None)
         self.SamplingParams = SamplingParams
         self.log: list[dict] = []
         self.next_token: dict[str, int] = {}
@@ -314,14 +316,16 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     t0 = time.time()
     sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching)
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
-    a = replay(ref, trace, time_model)
+    if spec and caching and not sched.num_hash_lookahead_tokens:
+        raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
+    a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
     t1 = time.time()
     settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
                               num_speculative_tokens=spec or None)
     plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
     sizing = plan.size_pool(kv)
     ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)))
-    b = replay(ours, trace, time_model)
+    b = replay(ours, trace, time_model, compiled=False)  # the Python twin, step by step (it is what is logged)
     t2 = time.time()
     problems = []
     if sizing.total_units != kv_cfg.num_blocks:
@@ -386,6 +390,15 @@ def cases(n: int):
                     True, 2))
         out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 8192, 8, False,
                     False, 1))
+        # MTP with prefix caching (vLLM's default: lookahead block hashes, no EAGLE block drop)
+        mtp_cached = [("mooncake-head-mtp", traces["mooncake-head"], s) for s in
+                      [(tight, 8192, 1024, True, 1), (tight, 2048, 1024, False, 3), (ROOMY_GIB, 2048, 8, True, 2),
+                       (ROOMY_GIB, 8192, 1024, False, 1)]]
+        mtp_cached += [("azure-conv@12000-mtp", traces["azure-conv@12000"], s) for s in
+                       [(tight, 8192, 1024, True, 2), (ROOMY_GIB, 2048, 8, False, 1)]]
+        mtp_cached += [("mix-mtp", traces["mix"], (tight, 2048, 1024, True, 3))]
+        for label, load, (kv, mnbt, seqs, async_on, spec) in mtp_cached:
+            out.append((label, model, load, kv, mnbt, seqs, True, async_on, spec))
     return out
 
 

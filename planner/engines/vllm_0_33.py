@@ -470,6 +470,13 @@ class VllmPlan(EnginePlan):
         mtp = sum(1 for s in self.specs if s.is_draft)
         return n if min(mtp, n) > 1 else 1
 
+    def hash_lookahead(self) -> int:
+        """VllmConfig.num_hash_lookahead_tokens (config/vllm.py:677-690) with prefix caching on: MTP is an
+        EAGLE-style drafter needing the block drop (speculative.py:2122-2149), no KV connector, and
+        ``disable_lookahead_block_hashes`` off, so each block hash covers the prefill lookahead tokens after
+        it (and the scheduler then turns the EAGLE block drop off, sched/scheduler.py:342-345)."""
+        return self.prefill_lookahead()
+
     def runtime(self, sizing: PoolSizing, trace, options):
         """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``vllm_scheduler``)."""
         from csa_plan.planner.engines.vllm_blocks import GroupSpec
@@ -484,17 +491,11 @@ class VllmPlan(EnginePlan):
                                                if g.first.kind is SpecKind.SLIDING else None))
                       for g in self.groups)
         caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
-        if caching and r.num_speculative_tokens:
-            from csa_plan.planner.errors import BadInput
-
-            raise BadInput("options", "--num-speculative-tokens", "MTP with prefix caching (vLLM's EAGLE "
-                           "trailing-block drop and lookahead hashes) is not modelled step by step yet: add "
-                           "--no-enable-prefix-caching")
         prefix = None
         if caching:
             from csa_plan.planner.engines.vllm_prefix import PrefixCache
 
-            prefix = PrefixCache(trace, specs, self)
+            prefix = PrefixCache(trace, specs, self, hash_lookahead_tokens=self.hash_lookahead())
         return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
