@@ -98,3 +98,13 @@ def test_a_prompts_last_block_is_hashed_one_token_later_with_mtp():
         assert rt.prefix.hashed_tokens(req) == hashed
         req.num_output = 1
         assert rt.prefix.hashed_tokens(req) == 1024  # 1,025 tokens: both have all 256 full hash blocks
+
+
+@pytest.mark.parametrize("spec", [1, 3])
+def test_mtp_with_caching_replays_in_python_until_a_compiled_loop_models_lookahead_hashes(spec):
+    """The Python runtime is the one that models lookahead hashes: no compiled loop may take MTP with
+    prefix caching (``VllmRuntime.compiled_replay`` returns None for these settings)."""
+    plan = _plan("deepseek-v4-flash", spec)
+    rt = plan.runtime(plan.size_pool(40 * GiB), JUNCTION, RuntimeOptions(enable_prefix_caching=True))
+    assert rt.prefix is not None and rt.num_spec > 0
+    assert rt.compiled_replay() is None
