@@ -11,6 +11,9 @@ step the admitted request, its prefix-hit tokens and the distinct blocks in use 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -108,3 +111,35 @@ def test_mtp_with_caching_replays_in_python_until_a_compiled_loop_models_lookahe
     rt = plan.runtime(plan.size_pool(40 * GiB), JUNCTION, RuntimeOptions(enable_prefix_caching=True))
     assert rt.prefix is not None and rt.num_spec > 0
     assert rt.compiled_replay() is None
+
+
+@pytest.fixture(scope="module")
+def two_module_model(tmp_path_factory):
+    """V4-Flash with two MTP modules (``num_nextn_predict_layers`` 2): multi-module MTP, so the prefill
+    lookahead, the hash lookahead and every window's extra_retained_tokens follow N."""
+    from csa_plan.planner import presets
+    from csa_plan.planner.loaders.model_files import PRESETS
+
+    cfg = json.loads((Path(presets.__file__).parent / PRESETS["deepseek-v4-flash"]).read_text())
+    cfg["num_nextn_predict_layers"] = 2
+    cfg["compress_ratios"] = list(cfg["compress_ratios"]) + [0]
+    d = tmp_path_factory.mktemp("v4flash-2mtp")
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+@pytest.mark.parametrize("async_on", [True, False])
+@pytest.mark.parametrize("spec", [2, 3])
+def test_multi_module_mtp_hashes_n_lookahead_tokens_and_matches_vllm(two_module_model, spec, async_on):
+    """The same junction through vLLM 0.33.0's own scheduler with two MTP modules (captured the same way)."""
+    m = load_model(two_module_model, max_seq_len=131072)
+    plan = get_engine("vllm-0.33").configure(m, EngineSettings(max_num_batched_tokens=2048, max_num_seqs=8,
+                                                               async_scheduling=async_on,
+                                                               num_speculative_tokens=spec), 131072)
+    assert plan.hash_lookahead() == spec
+    # kv_cache_planning.py:1634-1641: every SlidingWindowSpec (SWA and compressor state) keeps N - 1 more tokens
+    assert {g.first.extra_retained_tokens for g in plan.groups if g.first.sliding_window} == {spec - 1}
+    rt = plan.runtime(plan.size_pool(40 * GiB), JUNCTION, RuntimeOptions(enable_prefix_caching=True))
+    logged = Admissions(rt)
+    replay(logged, JUNCTION, TIME, compiled=False)
+    assert logged.log == MTP
