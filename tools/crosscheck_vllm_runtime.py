@@ -310,7 +310,7 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     from csa_plan.planner.runtime.protocol import RuntimeOptions
     from csa_plan.planner.runtime.steptime import StepTime
 
-    model = load_model(model_name, max_seq_len=max_model_len)
+    model = load_model(model_ref(model_name), max_seq_len=max_model_len)
     kv = int(kv_gib * GiB)
     time_model = StepTime(20.0, 10_000.0)
     t0 = time.time()
@@ -359,6 +359,31 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     return ok, line
 
 
+TWO_MTP = "deepseek-v4-flash+2mtp"  # V4-Flash with two MTP modules: multi-module MTP (no released V4 has it)
+_REFS: dict[str, str] = {}
+
+
+def model_ref(name: str) -> str:
+    """A preset name, or for TWO_MTP a temporary config directory: the preset with num_nextn_predict_layers 2."""
+    if name != TWO_MTP:
+        return name
+    if name not in _REFS:
+        import json
+        import tempfile
+        from pathlib import Path
+
+        from csa_plan.planner import presets
+        from csa_plan.planner.loaders.model_files import PRESETS
+
+        cfg = json.loads((Path(presets.__file__).parent / PRESETS["deepseek-v4-flash"]).read_text())
+        cfg["num_nextn_predict_layers"] = 2
+        cfg["compress_ratios"] = list(cfg["compress_ratios"]) + [0]
+        d = tempfile.mkdtemp(prefix="csa-plan-2mtp-")
+        (Path(d) / "config.json").write_text(json.dumps(cfg))
+        _REFS[name] = d
+    return _REFS[name]
+
+
 TIGHT_GIB = {"deepseek-v4-flash": 8, "deepseek-v4-pro": 10}  # vLLM preempts here (Mooncake, caching on)
 ROOMY_GIB = 40
 
@@ -399,6 +424,13 @@ def cases(n: int):
         mtp_cached += [("mix-mtp", traces["mix"], (tight, 2048, 1024, True, 3))]
         for label, load, (kv, mnbt, seqs, async_on, spec) in mtp_cached:
             out.append((label, model, load, kv, mnbt, seqs, True, async_on, spec))
+    # multi-module MTP: N lookahead tokens in every hash, N - 1 extra retained tokens in every window
+    for label, load, (kv, mnbt, seqs, async_on, spec) in [
+            ("mooncake-head-mtp", traces["mooncake-head"], (8, 8192, 1024, True, 2)),
+            ("mooncake-head-mtp", traces["mooncake-head"], (8, 2048, 1024, False, 3)),
+            ("mooncake-head-mtp", traces["mooncake-head"], (ROOMY_GIB, 2048, 8, True, 3)),
+            ("azure-conv@12000-mtp", traces["azure-conv@12000"], (8, 8192, 1024, False, 2))]:
+        out.append((label, TWO_MTP, load, kv, mnbt, seqs, True, async_on, spec))
     return out
 
 
