@@ -58,7 +58,8 @@ def main() -> int:
         res = replay(ref, trace, StepTime(20.0, 10_000.0), compiled=False)
         out["cases"][name] = {"model": model_name, "trace": path, "requests": n, "skip": skip, "kv_gib": kv,
                               "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "prefix_caching": caching,
-                              "async_scheduling": async_on, "num_speculative_tokens": spec, "steps": len(ref.log), "step_digest": digest(ref.log),
+                              "async_scheduling": async_on, "num_speculative_tokens": spec,
+                              "steps": len(ref.log), "step_digest": digest(ref.log),
                               "admitted_ns": res.admitted_ns, "first_token_ns": res.first_token_ns,
                               "finished_ns": res.finished_ns, "preemptions": res.preemptions,
                               "prefix_hit_tokens": res.prefix_hit_tokens}

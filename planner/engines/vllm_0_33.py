@@ -305,7 +305,8 @@ def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers:
                               state_content_bytes=index_key_bytes(d.index_head_dim,
                                                                   s.indexer_fp4 and not rel.fp4_keys_fp8_sized),
                               alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
-            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim, extra))
+            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim,
+                                   extra))
         out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
         if r in (4, 128):
             out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,

@@ -5,7 +5,8 @@ The expected figures in tests/fixtures/vllm_runtime_expected.json were captured 
 fabricated model output (tools/capture_vllm_runtime_cases.py, release vllm==0.33.0): every
 step's scheduled tokens per request, running, waiting, preempted, free blocks and
 prefix-hit tokens (as a digest) and every request's admission, first token, finish and
-preemptions; with and without MTP draft tokens (MTP with prefix caching: lookahead block hashes). The Hypothesis properties check invariants on random traces and settings,
+preemptions; with and without MTP draft tokens (MTP with prefix caching: lookahead block
+hashes). The Hypothesis properties check invariants on random traces and settings,
 preemption storms and full prefix reuse included.
 """
 
