@@ -5,7 +5,8 @@ The expected figures in tests/fixtures/vllm_runtime_expected.json were captured 
 fabricated model output (tools/capture_vllm_runtime_cases.py, release vllm==0.33.0): every
 step's scheduled tokens per request, running, waiting, preempted, free blocks and
 prefix-hit tokens (as a digest) and every request's admission, first token, finish and
-preemptions. The Hypothesis properties check invariants on random traces and settings,
+preemptions; with and without MTP draft tokens (MTP with prefix caching: lookahead block
+hashes). The Hypothesis properties check invariants on random traces and settings,
 preemption storms and full prefix reuse included.
 """
 
@@ -69,9 +70,10 @@ def test_steps_equal_vllm_own_scheduler(name):
     case = EXPECTED["cases"][name]
     trace = slice_trace(runtime_trace(load_workload(str(ROOT / case["trace"]))), case["skip"], case["requests"])
     _, _, rt = _runtime(case["model"], trace, case["kv_gib"] * GiB, case["max_num_batched_tokens"],
-                        case["max_num_seqs"], case["prefix_caching"], case["async_scheduling"])
+                        case["max_num_seqs"], case["prefix_caching"], case["async_scheduling"],
+                        spec=case.get("num_speculative_tokens", 0))
     logged = Logged(rt)
-    res = replay(logged, trace, TIME)
+    res = replay(logged, trace, TIME, compiled=False)  # the Python twin, logged step by step
     assert len(logged.log) == case["steps"]
     assert hashlib.sha256(json.dumps(logged.log).encode()).hexdigest() == case["step_digest"]
     assert res.admitted_ns == case["admitted_ns"]
@@ -85,6 +87,8 @@ def test_a_captured_case_preempts_and_hits_the_prefix_cache():
     """The fixtures exercise what matters: preemption by recompute and prefix-cache hits."""
     assert any(sum(c["preemptions"]) for c in EXPECTED["cases"].values())
     assert any(c["prefix_hit_tokens"] for c in EXPECTED["cases"].values())
+    mtp_cached = [c for c in EXPECTED["cases"].values() if c.get("num_speculative_tokens") and c["prefix_caching"]]
+    assert any(sum(c["preemptions"]) and c["prefix_hit_tokens"] for c in mtp_cached)  # MTP + caching, preempting
 
 
 class Checked:
