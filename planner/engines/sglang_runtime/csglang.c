@@ -968,6 +968,7 @@ static int run(Sched *s, Clock *k, Col *cols) {
                 }
             }
             t = end;
+            if ((cols[0].len & 0xFFFF) == 0xFFFF && PyErr_CheckSignals() < 0) return -2; /* Ctrl-C within a long run */
             if (col_push(&cols[0], t) < 0 || col_push(&cols[1], s->req_full + s->T.locked) < 0 ||
                 col_push(&cols[1], s->req_swa + s->T.swa_locked) < 0 ||
                 col_push(&cols[2], s->n_running + (s->chunked >= 0 ? 1 : 0)) < 0 ||
