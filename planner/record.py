@@ -75,7 +75,6 @@ def _init(cls: type, every: tuple[Any, ...]) -> Callable[..., None]:
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
-    seen_default = False
     for f in every:
         env[f"_type_{f.name}"] = f.type
         dflt = f"_dflt_{f.name}"
@@ -96,10 +95,6 @@ def _init(cls: type, every: tuple[Any, ...]) -> Callable[..., None]:
         if f.kw_only:
             keyword.append(f"{f.name}:_type_{f.name}{default}")
             continue
-        if has_default:
-            seen_default = True
-        elif seen_default:
-            raise TypeError(f"non-default argument {f.name!r} follows default argument")
         positional.append(f"{f.name}:_type_{f.name}{default}")
     if hasattr(cls, "__post_init__"):
         body.append(f"{self_name}.__post_init__()")
@@ -114,6 +109,37 @@ def _init(cls: type, every: tuple[Any, ...]) -> Callable[..., None]:
     fn = scope["__create_fn__"](**env)
     fn.__qualname__ = f"{cls.__qualname__}.__init__"
     return fn
+
+
+def _check_order(every: tuple[Any, ...]) -> None:
+    """Refuse a required positional field after one with a default, when the class is defined (as dataclass does)."""
+    seen_default = False
+    for f in every:
+        if f.init and not f.kw_only:
+            if not (f.default is MISSING and f.default_factory is MISSING):
+                seen_default = True
+            elif seen_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+
+
+class _FirstInit:
+    """A record's ``__init__`` until it is first looked up (the class's first construction,
+    ``inspect.signature``, ``Cls.__init__``): it compiles the real one then and puts it in its
+    place, so a class that a command never builds costs no compile (a check with an engine
+    defines some fifty records and builds about half of them)."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        cls = self.cls
+        fn = cls.__dict__["__init__"]
+        if fn is self:
+            fn = _init(cls, tuple(cls.__dataclass_fields__.values()))
+            cls.__init__ = fn
+        return fn.__get__(obj, owner)
 
 
 def _own_methods(cls: type, options: dict[str, Any]) -> bool:
@@ -164,7 +190,8 @@ def record(cls: C | None = None, /, *, eq: bool = True, **options: Any) -> Any:
         if init:
             out.__dataclass_params__.init = True
             if "__init__" not in own:
-                out.__init__ = _init(out, tuple(out.__dataclass_fields__.values()))
+                _check_order(tuple(out.__dataclass_fields__.values()))
+                out.__init__ = _FirstInit(out)
         for guard in _frozen_guards(out, names):
             if guard.__name__ in own:
                 raise TypeError(f"Cannot overwrite attribute {guard.__name__} in class {out.__name__}")

@@ -172,3 +172,15 @@ def test_a_subclass_of_a_frozen_record_stays_checked():
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         Tight(1).b = 3
+
+
+def test_init_is_compiled_when_first_looked_up():
+    """A record never built costs no compile; its first construction puts the real ``__init__`` in place."""
+    @record
+    class Lazy:
+        a: int
+        b: int = 2
+
+    assert not callable(getattr(Lazy.__dict__["__init__"], "__code__", None))  # not compiled yet
+    assert Lazy(1) == Lazy(1, 2) and Lazy.__dict__["__init__"].__code__.co_varnames[:3] == ("self", "a", "b")
+    assert Lazy.__init__ is Lazy.__dict__["__init__"] and Lazy.__init__.__qualname__.endswith("Lazy.__init__")
