@@ -25,10 +25,11 @@ Ported from the release (line numbers are pointers into vllm-0.33.0):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 from math import gcd, lcm
 
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div, round_up
 
 
@@ -37,7 +38,7 @@ class SpecKind(str, Enum):
     SLIDING = "SlidingWindowMLASpec"  # uniform_type_base_spec=SlidingWindowMLASpec
 
 
-@dataclass(frozen=True)
+@record
 class KvSpec:
     """One layer's KV cache spec (the fields vLLM's planning reads)."""
 
@@ -110,7 +111,7 @@ class KvSpec:
         return min(full, self.blocks_per_request(max_model_len, in_flight_tokens))
 
 
-@dataclass(frozen=True)
+@record
 class KvGroup:
     """One KV cache group: layers sharing one block table (KVCacheGroupSpec)."""
 
@@ -154,7 +155,7 @@ def approximate_gcd(values: list[int], lower_bound: int | None = None) -> int:
     return best_d
 
 
-@dataclass(frozen=True)
+@record
 class _Bucket:
     specs: tuple[KvSpec, ...]
     page_layers: tuple[tuple[int, tuple[KvSpec, ...]], ...]  # page size -> layers, insertion order
