@@ -184,6 +184,8 @@ def record(cls: C | None = None, /, *, eq: bool = True, **options: Any) -> Any:
         out = dataclass(cls, frozen=True, eq=False, repr=False, **options)
     else:
         init = options.pop("init", True)
+        if not own.get("__doc__"):  # written below from the real __init__, not from object's text signature
+            cls.__doc__ = cls.__name__
         out = dataclass(cls, frozen=False, init=False, eq=False, repr=False, **options)
         out.__dataclass_params__.frozen = True  # as dataclass(frozen=True) records it
         names = tuple(out.__dataclass_fields__)
@@ -196,7 +198,7 @@ def record(cls: C | None = None, /, *, eq: bool = True, **options: Any) -> Any:
             if guard.__name__ in own:
                 raise TypeError(f"Cannot overwrite attribute {guard.__name__} in class {out.__name__}")
             setattr(out, guard.__name__, guard)
-        if not own.get("__doc__"):  # dataclass wrote it from the signature before __init__ existed
+        if not own.get("__doc__"):  # as dataclass writes it (a record without a docstring compiles __init__ here)
             import inspect
 
             try:

@@ -120,6 +120,8 @@ def default_batched_tokens(gpu: GpuTarget, usage: str, rel: "VllmRelease | None"
 
 @record
 class VllmSettings:
+    """The engine arguments the plan reads, each resolved to the value vLLM would use."""
+
     gpu: GpuTarget
     usage: str
     block_size: int
@@ -339,6 +341,8 @@ def group_class(g: KvGroup) -> StateClass:
 
 @record
 class VllmPlan(EnginePlan):
+    """One deployment's KV specs, groups and block size, as the release plans them."""
+
     model_name: str
     max_seq_len: int
     settings: tuple[Resolved, ...]

@@ -157,6 +157,8 @@ def approximate_gcd(values: list[int], lower_bound: int | None = None) -> int:
 
 @record
 class _Bucket:
+    """Specs that share a uniform key, as ``_buckets`` groups them before packing."""
+
     specs: tuple[KvSpec, ...]
     page_layers: tuple[tuple[int, tuple[KvSpec, ...]], ...]  # page size -> layers, insertion order
     balanced: bool
