@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from enum import Enum
+from functools import cached_property
 from math import gcd, lcm
 
 from csa_plan.planner.record import record
@@ -57,15 +58,17 @@ class KvSpec:
     stride_alignment: int = 1  # get_block_stride_alignment(): 1 when block_size is the kernel block size
     page_size_padded: int | None = None  # 0.25/0.26: a state page padded up to a full-attention page
 
-    @property
+    # The page sizes are read thousands of times a check (grouping, packing, every footprint):
+    # computed once per spec (cached in the instance, outside its fields).
+    @cached_property
     def num_states(self) -> int:
         return self.block_size // self.tokens_per_state if self.tokens_per_state > 0 else 1
 
-    @property
+    @cached_property
     def unpadded_page_bytes(self) -> int:
         return self.num_heads * self.num_states * self.state_content_bytes
 
-    @property
+    @cached_property
     def page_bytes(self) -> int:
         if self.page_size_padded is not None:
             return self.page_size_padded
