@@ -74,3 +74,11 @@ def test_the_fast_exit_leaves_atexit_work_and_odd_codes_to_python():
     code = "import sys\nfrom csa_plan.cli.entry import leave\nprint('out')\nleave('a message')\n"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert (run.returncode, run.stdout, run.stderr) == (1, "out\n", "a message\n")
+
+
+def test_the_console_script_collects_the_young_generation_less_often():
+    code = ("import gc, sys\nsys.argv = ['csa-plan', '--version']\nimport atexit\n"
+            "atexit.register(lambda: print('threshold', gc.get_threshold()[0]))\n"
+            "from csa_plan.cli.entry import GC_YOUNG_THRESHOLD, main\nassert GC_YOUNG_THRESHOLD > 700\nmain()\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.split()[-2:] == ["threshold", "10000"]
