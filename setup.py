@@ -7,4 +7,6 @@ with a warning and the pure-Python loop runs; results are the same, only slower.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("csa_plan.planner.simulate.cdecide", ["planner/simulate/cdecide.c"],
+                             optional=True, extra_compile_args=["-O2"]),
+                   Extension("csa_plan.planner.engines.cvllm", ["planner/engines/cvllm.c"],
                              optional=True, extra_compile_args=["-O2"])])
