@@ -59,6 +59,9 @@ typedef struct {
     int32_t spec, stale, ever_computed, spb, cache_n, slot;
     int32_t wprev, wnext; /* the waiting queue (a linked list over requests) */
     int8_t status, prefill_chunk;
+    /* the Python runtime's thresholds (KvCacheManager._thresholds): allocate_slots without new hits
+     * changes nothing while need_slot <= next_slot and processed < next_free; -1: no tables */
+    i64 next_slot, next_free;
 } Req;
 
 /* ---- one group's block table of one request (GroupManager.tables / nulls / num_cached) ------ */
@@ -223,7 +226,12 @@ static int insert(K *k, i64 chain, i64 tokens, i64 gid, int32_t b) {
     }
 }
 
-/* ---- the block pool (BlockPool) ----------------------------------------------------------- */
+/* ---- the block pool (BlockPool) -----------------------------------------------------------
+ * ANONYMOUS: without prefix caching no block is ever hashed or shared (touch and insert are caching
+ * paths), so which block a table holds is never observable: every reference count is 1 while held,
+ * every observable is a count (free blocks, blocks in use per group, table lengths and null heads).
+ * Those paths then keep the counts only; the free queue and the block ids are kept with caching on,
+ * where eviction order and hits depend on them. */
 /* get_new_blocks: the free queue's first n (a cached one's hash evicted), appended to `out` */
 static void get_new_blocks(K *k, i64 n, i64 gid, int32_t *out) {
     k->in_use[gid] += n;
@@ -370,6 +378,12 @@ static int allocate_new(K *k, i64 r, i64 g, i64 num_tokens) {
     if (ensure_slot(k, r) < 0) return -1;
     Table *t = tab(k, r, g);
     i64 add = cdiv(num_tokens, k->spec[g].bs) - t->len;
+    if (add > 0 && !k->caching) { /* see ANONYMOUS */
+        k->in_use[g] += add;
+        k->nfree -= add;
+        t->len += add;
+        return 0;
+    }
     if (add > 0) {
         if (tab_room(k, t, t->len + add) < 0) return -1;
         get_new_blocks(k, add, g, t->b + (t->len - t->base));
@@ -390,6 +404,11 @@ static int remove_skipped(K *k, i64 r, i64 g, i64 processed) {
     i64 lead = t->lead;
     if (last <= lead) return 0;
     t->lead = last;
+    if (!k->caching) { /* see ANONYMOUS */
+        k->in_use[g] -= last - lead;
+        k->nfree += last - lead;
+        return 0;
+    }
     /* table[lead:last] reversed: from last - 1 down to lead */
     if (free_blocks(k, t->b + (last - 1 - t->base), last - lead, -1, g) < 0) return -1;
     if (t->lead == t->len) t->base = t->lead = t->len; /* nothing live: restart the storage */
@@ -402,7 +421,10 @@ static int group_free(K *k, i64 r, i64 g) {
     if (!t) return 0;
     i64 cnt = t->len - t->lead;
     int rc = 0;
-    if (cnt > 0) rc = free_blocks(k, t->b + (t->len - 1 - t->base), cnt, -1, g);
+    if (cnt > 0 && !k->caching) { /* see ANONYMOUS */
+        k->in_use[g] -= cnt;
+        k->nfree += cnt;
+    } else if (cnt > 0) rc = free_blocks(k, t->b + (t->len - 1 - t->base), cnt, -1, g);
     t->len = t->lead = t->base = 0;
     t->has_cached = 0;
     t->num_cached = 0;
@@ -419,6 +441,7 @@ static int kv_free(K *k, i64 r) {
         q->slot = -1;
     }
     q->cache_n = -1;
+    q->next_slot = -1;
     return 0;
 }
 
@@ -615,8 +638,44 @@ static i64 computed_blocks(K *k, i64 r, int *any) {
 }
 
 /* ---- KvCacheManager.allocate_slots ---------------------------------------------------------- */
+/* KvCacheManager._thresholds, from the tables: per group the slots its table covers (len x block) and the
+ * processed count at which its window's next block falls off ((lead + 1) x block + window - 1 + extra);
+ * below both, remove_skipped frees nothing and num_blocks_to_allocate is 0 in every group */
+static void thresholds(K *k, i64 r) {
+    Req *q = &k->R[r];
+    if (q->slot < 0) { q->next_slot = -1; return; }
+    i64 ns = INT64_MAX, nf = INT64_MAX;
+    for (i64 g = 0; g < k->G; g++) {
+        const Spec *s = &k->spec[g];
+        const Table *t = &k->T[q->slot * k->G + g];
+        ns = mn(ns, t->len * s->bs);
+        if (s->window >= 0) nf = mn(nf, (t->lead + 1) * s->bs + s->window - 1 + s->extra);
+    }
+    q->next_slot = ns;
+    q->next_free = nf;
+}
+
+static int allocate_full(K *k, i64 r, i64 num_new, i64 num_new_computed, int with_hits, int full_must_fit);
+
 /* returns 1 allocated, 0 not, -1 error; hits: k->hits when `with_hits`, else none */
 static int allocate_slots(K *k, i64 r, i64 num_new, i64 num_new_computed, int with_hits, int full_must_fit) {
+    Req *q = &k->R[r];
+    if (!with_hits && !full_must_fit && q->next_slot >= 0) {
+        i64 total = mn((i64)q->num_computed + num_new_computed, k->mml);
+        i64 need_slot = mn(total + num_new + k->lookahead, k->mml);
+        i64 processed = mx(0, total - q->num_in_flight);
+        if (need_slot <= q->next_slot && processed < q->next_free) { /* nothing to free or allocate */
+            if (k->caching && cache_blocks(k, r, mn(total + num_new, (i64)q->num_prompt + q->num_output)) < 0)
+                return -1;
+            return 1;
+        }
+    }
+    int rc = allocate_full(k, r, num_new, num_new_computed, with_hits, full_must_fit);
+    thresholds(k, r);
+    return rc;
+}
+
+static int allocate_full(K *k, i64 r, i64 num_new, i64 num_new_computed, int with_hits, int full_must_fit) {
     Req *q = &k->R[r];
     i64 local = (i64)q->num_computed + num_new_computed;
     i64 total = mn(local, k->mml);
@@ -1181,6 +1240,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         memset(q, 0, sizeof *q);
         q->slot = q->wprev = q->wnext = -1;
         q->cache_n = -1;
+        q->next_slot = -1;
         q->prefill_chunk = 1;
         q->status = WAITING;
         o.admitted[r] = o.first_token[r] = o.finished[r] = -1;
