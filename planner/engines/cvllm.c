@@ -26,6 +26,7 @@
 typedef int64_t i64;
 
 #define NUL 0 /* block 0: the null block */
+#define ANON (-1) /* a held block that is never hashed: no name (see ANONYMOUS) */
 enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, FINISHED = 3 };
 
 static i64 cdiv(i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -102,6 +103,9 @@ typedef struct {
     /* pool */
     int32_t *ref, *qprev, *qnext, *kprev, *knext;
     i64 qhead, qtail, nfree;
+    i64 *acount;     /* unhashed runs' counts (node - num_blocks) */
+    Vec anon_free;   /* free run nodes */
+    Vec ids;         /* free labels */
     i64 *in_use;
     i64 *bchain, *btokens;
     int32_t *bgid;
@@ -117,26 +121,35 @@ typedef struct {
 
 #define OOM(k) do { (k)->err = 1; return -1; } while (0)
 
-/* ---- the free queue (kv_cache_utils.py FreeKVCacheBlockQueue; BlockPool.queue order) -------- */
-static void q_remove(K *k, int32_t b) {
-    int32_t p = k->qprev[b], nx = k->qnext[b];
+/* ---- the free queue (kv_cache_utils.py FreeKVCacheBlockQueue; BlockPool.queue order) --------
+ * With prefix caching the queue is a linked list of segments: a cached (hashed) block, named by its
+ * label (node = label), or a run of unhashed blocks (node >= num_blocks, its count in acount): see
+ * ANONYMOUS below for why an unhashed free block needs no name. */
+static void seg_unlink(K *k, i64 x) {
+    int32_t p = k->qprev[x], nx = k->qnext[x];
     if (p >= 0) k->qnext[p] = nx; else k->qhead = nx;
     if (nx >= 0) k->qprev[nx] = p; else k->qtail = p;
-    k->nfree--;
 }
-static void q_append(K *k, int32_t b) {
-    k->qprev[b] = (int32_t)k->qtail;
-    k->qnext[b] = -1;
-    if (k->qtail >= 0) k->qnext[k->qtail] = b; else k->qhead = b;
-    k->qtail = b;
-    k->nfree++;
+static void seg_back(K *k, i64 x) {
+    k->qprev[x] = (int32_t)k->qtail;
+    k->qnext[x] = -1;
+    if (k->qtail >= 0) k->qnext[k->qtail] = (int32_t)x; else k->qhead = x;
+    k->qtail = x;
 }
-static void q_prepend(K *k, int32_t b) {
-    k->qnext[b] = (int32_t)k->qhead;
-    k->qprev[b] = -1;
-    if (k->qhead >= 0) k->qprev[k->qhead] = b; else k->qtail = b;
-    k->qhead = b;
-    k->nfree++;
+static void seg_front(K *k, i64 x) {
+    k->qnext[x] = (int32_t)k->qhead;
+    k->qprev[x] = -1;
+    if (k->qhead >= 0) k->qprev[k->qhead] = (int32_t)x; else k->qtail = x;
+    k->qhead = x;
+}
+/* prepend_n of `cnt` unhashed blocks (merged into a leading run) */
+static void anon_front(K *k, i64 cnt) {
+    if (cnt <= 0) return;
+    k->nfree += cnt;
+    if (k->qhead >= k->num_blocks) { k->acount[k->qhead - k->num_blocks] += cnt; return; }
+    i64 x = k->anon_free.a[--k->anon_free.n];
+    k->acount[x - k->num_blocks] = cnt;
+    seg_front(k, x);
 }
 
 /* ---- the cached-block map ----------------------------------------------------------------- */
@@ -230,45 +243,102 @@ static int insert(K *k, i64 chain, i64 tokens, i64 gid, int32_t b) {
  * ANONYMOUS: without prefix caching no block is ever hashed or shared (touch and insert are caching
  * paths), so which block a table holds is never observable: every reference count is 1 while held,
  * every observable is a count (free blocks, blocks in use per group, table lengths and null heads).
- * Those paths then keep the counts only; the free queue and the block ids are kept with caching on,
- * where eviction order and hits depend on them. */
-/* get_new_blocks: the free queue's first n (a cached one's hash evicted), appended to `out` */
-static void get_new_blocks(K *k, i64 n, i64 gid, int32_t *out) {
+ * Those paths then keep the counts only. With caching on, only a cached block is observable (by its
+ * key, through hits and eviction); an unhashed block is interchangeable with any other unhashed one.
+ * So a block gets a name (a label, standing for vLLM's block id) only while it holds a hash or sits at
+ * a table position cache_blocks may hash (named_positions); every other held block is ANON, and the
+ * free queue holds cached blocks by name and unhashed ones as counted runs. The states are vLLM's up
+ * to the renaming of blocks: the same counts, the same hits, the same evictions. */
+/* Does table position j of request r in group g ever get a cached hash (cache_blocks)? Full attention:
+ * every block; a sliding window: only the cdiv(window - 1, block) blocks below each reachable boundary
+ * (prompt - 1 and the shared-prefix boundary, both fixed while the request holds blocks: spb is set by
+ * the lookup that admitted it). Any other block is never hashed: it needs no name. */
+typedef struct { i64 a1, e1, a2, e2; int all; } Named;
+static Named named_positions(K *k, i64 r, i64 g) {
+    Named nm = {0, 0, 0, 0, 0};
+    const Spec *s = &k->spec[g];
+    if (s->window < 0) { nm.all = 1; return nm; }
+    Req *q = &k->R[r];
+    nm.e1 = floordiv(floordiv((i64)q->num_prompt - 1, k->align) * k->align, s->bs);
+    nm.a1 = nm.e1 - s->need;
+    if (q->spb) {
+        nm.e2 = floordiv(floordiv((i64)q->spb, k->align) * k->align, s->bs);
+        nm.a2 = nm.e2 - s->need;
+    }
+    return nm;
+}
+static int is_named(const Named *nm, i64 j) {
+    return nm->all || (j >= nm->a1 && j < nm->e1) || (j >= nm->a2 && j < nm->e2);
+}
+
+/* get_new_blocks: the free queue's first n (a cached one's hash evicted) into table positions j0 ..;
+ * a position that is never hashed holds ANON, a block without a name */
+static void get_new_blocks(K *k, i64 n, i64 gid, i64 r, i64 j0, int32_t *out) {
     k->in_use[gid] += n;
-    for (i64 i = 0; i < n; i++) {
-        int32_t b = (int32_t)k->qhead;
-        q_remove(k, b);
-        if (k->bhash[b]) evict(k, b);
-        k->ref[b] += 1;
-        out[i] = b;
+    k->nfree -= n;
+    Named nm = named_positions(k, r, gid);
+    i64 i = 0;
+    while (i < n) {
+        i64 h = k->qhead;
+        if (h >= k->num_blocks) {
+            i64 *cnt = &k->acount[h - k->num_blocks];
+            i64 m = mn(n - i, *cnt);
+            for (i64 x = 0; x < m; x++) {
+                if (is_named(&nm, j0 + i + x)) {
+                    int32_t b = k->ids.a[--k->ids.n];
+                    k->ref[b] = 1;
+                    out[i + x] = b;
+                } else
+                    out[i + x] = ANON;
+            }
+            *cnt -= m;
+            if (*cnt == 0) {
+                seg_unlink(k, h);
+                k->anon_free.a[k->anon_free.n++] = (int32_t)h;
+            }
+            i += m;
+        } else {
+            int32_t b = (int32_t)h;
+            seg_unlink(k, b);
+            evict(k, b);
+            if (is_named(&nm, j0 + i)) {
+                k->ref[b] = 1;
+                out[i] = b;
+            } else {
+                k->ids.a[k->ids.n++] = b;
+                out[i] = ANON;
+            }
+            i++;
+        }
     }
 }
 
 static void touch(K *k, int32_t b, i64 gid) {
     if (b == NUL) return;
-    if (k->ref[b] == 0) {
-        q_remove(k, b);
+    if (k->ref[b] == 0) { /* a cached free block: out of the queue's middle */
+        seg_unlink(k, b);
+        k->nfree--;
         k->in_use[gid] += 1;
     }
     k->ref[b] += 1;
 }
 
-/* free_blocks over `blocks` in order (first to be evicted first): unhashed to the front (keeping
- * their order: prepend_n), hashed to the back. The prepend is done after the walk, in reverse. */
-static Vec FIRST;
+/* free_blocks over `blocks` in order (first to be evicted first): unhashed to the front (prepend_n:
+ * a run without names), hashed to the back in order */
 static int free_blocks(K *k, const int32_t *blocks, i64 cnt, i64 step, i64 gid) {
-    FIRST.n = 0;
+    i64 anon = 0;
     for (i64 i = 0; i < cnt; i++) {
         int32_t b = blocks[i * step];
         if (b == NUL) continue;
+        if (b == ANON) { anon++; k->in_use[gid] -= 1; continue; }
         k->ref[b] -= 1;
         if (k->ref[b] == 0) {
             k->in_use[gid] -= 1;
-            if (!k->bhash[b]) { if (vec_push(&FIRST, b) < 0) OOM(k); }
-            else q_append(k, b);
+            if (k->bhash[b]) { seg_back(k, b); k->nfree++; }
+            else { k->ids.a[k->ids.n++] = b; anon++; }
         }
     }
-    for (i64 i = FIRST.n - 1; i >= 0; i--) q_prepend(k, FIRST.a[i]);
+    anon_front(k, anon);
     return 0;
 }
 
@@ -386,7 +456,7 @@ static int allocate_new(K *k, i64 r, i64 g, i64 num_tokens) {
     }
     if (add > 0) {
         if (tab_room(k, t, t->len + add) < 0) return -1;
-        get_new_blocks(k, add, g, t->b + (t->len - t->base));
+        get_new_blocks(k, add, g, r, t->len, t->b + (t->len - t->base));
         t->len += add;
     }
     return 0;
@@ -474,6 +544,7 @@ static int cache_blocks(K *k, i64 r, i64 tokens) {
             for (i64 j = lo; j < hi; j++) {
                 int32_t blk = tab_at(t, j);
                 if (blk == NUL) continue;
+                if (blk == ANON) { k->err = 2; return -1; } /* named_positions missed a hashed block */
                 i64 chain;
                 key_of(k, r, (j + 1) * b, &chain);
                 if (insert(k, chain, (j + 1) * b, g, blk) < 0) return -1;
@@ -489,6 +560,7 @@ static int cache_blocks(K *k, i64 r, i64 tokens) {
                     if (bi == 1 && j >= a0 && j < e0) continue; /* already in the first range */
                     int32_t blk = tab_at(t, j);
                     if (blk == NUL) continue;
+                    if (blk == ANON) { k->err = 2; return -1; }
                     i64 chain;
                     key_of(k, r, (j + 1) * b, &chain);
                     if (insert(k, chain, (j + 1) * b, g, blk) < 0) return -1;
@@ -1107,6 +1179,7 @@ static void k_free(K *k) {
     free(k->T);
     free(k->free_slots.a);
     free(k->ref); free(k->qprev); free(k->qnext); free(k->kprev); free(k->knext);
+    free(k->acount); free(k->anon_free.a); free(k->ids.a);
     free(k->in_use); free(k->bchain); free(k->btokens); free(k->bgid); free(k->bhash);
     free(k->map);
     if (k->hits)
@@ -1115,9 +1188,6 @@ static void k_free(K *k) {
     free(k->lengths);
     free(k->preempted.a);
     free(k->spec);
-    free(FIRST.a);
-    FIRST.a = NULL;
-    FIRST.n = FIRST.cap = 0;
 }
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
@@ -1212,8 +1282,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.R = (Req *)malloc((size_t)(n ? n : 1) * sizeof(Req));
     i64 nbk = num_blocks;
     k.ref = (int32_t *)calloc((size_t)nbk, sizeof(int32_t));
-    k.qprev = (int32_t *)malloc((size_t)nbk * sizeof(int32_t));
-    k.qnext = (int32_t *)malloc((size_t)nbk * sizeof(int32_t));
+    k.qprev = (int32_t *)malloc((size_t)(2 * nbk + 2) * sizeof(int32_t));
+    k.qnext = (int32_t *)malloc((size_t)(2 * nbk + 2) * sizeof(int32_t));
+    k.acount = (i64 *)calloc((size_t)nbk + 2, sizeof(i64));
+    if (vec_reserve(&k.anon_free, nbk + 2) < 0 || vec_reserve(&k.ids, nbk) < 0) k.acount = (free(k.acount), NULL);
     k.kprev = (int32_t *)malloc((size_t)nbk * sizeof(int32_t));
     k.knext = (int32_t *)malloc((size_t)nbk * sizeof(int32_t));
     k.bchain = (i64 *)calloc((size_t)nbk, sizeof(i64));
@@ -1230,7 +1302,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         k.mapmask = cap - 1;
     }
     if (!k.R || !k.ref || !k.qprev || !k.qnext || !k.kprev || !k.knext || !k.bchain || !k.btokens || !k.bgid ||
-        !k.bhash || !k.in_use || !k.hits || !k.lengths || (caching && !k.map)) {
+        !k.bhash || !k.acount || !k.in_use || !k.hits || !k.lengths || (caching && !k.map)) {
         k_free(&k);
         PyErr_NoMemory();
         goto fail;
@@ -1249,7 +1321,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     k.whead = k.wtail = -1;
     k.qhead = k.qtail = -1;
-    for (i64 x = 1; x < nbk; x++) q_append(&k, (int32_t)x); /* block 0 is the null block */
+    /* block 0 is the null block; every other block free and unhashed: one run (see ANONYMOUS) */
+    for (i64 x = nbk + 1; x >= nbk; x--) k.anon_free.a[k.anon_free.n++] = (int32_t)x;
+    for (i64 x = nbk - 1; x >= 1; x--) k.ids.a[k.ids.n++] = (int32_t)x;
+    anon_front(&k, nbk - 1);
     i64 *own_offs = NULL;
     if (has_ids) {
         if (build_chains(&k, (const i64 *)b[11].buf, nids) < 0) { k_free(&k); PyErr_NoMemory(); goto fail; }
