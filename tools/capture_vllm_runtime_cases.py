@@ -47,7 +47,7 @@ def main() -> int:
         model = load_model(model_name, max_seq_len=131072)
         sched, _, hb = x.build_scheduler(model, 131072, kv << 30, mnbt, seqs, async_on, 0, caching)
         ref = x.VllmReference(sched, trace, hb, 131072, 0, caching)
-        res = replay(ref, trace, StepTime(20.0, 10_000.0))
+        res = replay(ref, trace, StepTime(20.0, 10_000.0), compiled=False)  # vLLM's own scheduler
         out["cases"][name] = {"model": model_name, "trace": path, "requests": n, "skip": skip, "kv_gib": kv,
                               "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "prefix_caching": caching,
                               "async_scheduling": async_on, "steps": len(ref.log), "step_digest": digest(ref.log),

@@ -315,7 +315,7 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     t0 = time.time()
     sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching)
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
-    a = replay(ref, trace, time_model)
+    a = replay(ref, trace, time_model, compiled=False)  # vLLM's own scheduler, stepped by the Python loop
     t1 = time.time()
     settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
                               num_speculative_tokens=spec or None)
