@@ -14,7 +14,7 @@ kvfit's wall time, ``--help`` at most 0.5x).
 Every process runs with bytecode caching on (PYTHONDONTWRITEBYTECODE removed from the
 environment), as an installed tool runs; the warm-up run writes the caches.
 
-Run: python benchmarks/bench_cli.py [--runs N] [--base-exe PATH] [--kvfit-python PY] [--only NAME]
+Run: python benchmarks/bench_cli.py [--runs N] [--exe PATH] [--base-exe PATH] [--kvfit-python PY] [--only NAME]
 """
 
 from __future__ import annotations
@@ -73,11 +73,16 @@ def once(argv: list[str]) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--exe", default=None,
+                        help="the csa-plan to measure (default: the one beside this python). The README installs "
+                             "with `pip install .`; an editable install (`pip install -e`) adds its import hook "
+                             "to every start, so compare kvfit against a regular install: "
+                             "python3 -m venv /tmp/reg && /tmp/reg/bin/pip install . && --exe /tmp/reg/bin/csa-plan")
     parser.add_argument("--base-exe", default=None, help="csa-plan of an older commit, run side by side")
     parser.add_argument("--kvfit-python", default=None, help="python of a virtualenv with kvfit 0.3.0")
     parser.add_argument("--only", default=None, help="run only the cases whose name contains this")
     args = parser.parse_args()
-    exe = csa_plan_executable()
+    exe = args.exe or csa_plan_executable()
     ok = True
     for name, tail in CASES:
         if args.only and args.only not in name:

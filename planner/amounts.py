@@ -11,9 +11,16 @@ else is bad input naming the field.
 from __future__ import annotations
 
 import re
-from fractions import Fraction
+from typing import TYPE_CHECKING, Union
 
 from csa_plan.planner.errors import I63_LIMIT, BadInput
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+# An exact value: a whole numeral is an int (a Rational with denominator 1), others a Fraction
+# (fractions pulls in decimal: imported only for a fraction or a negative exponent, start-up).
+Exact = Union[int, "Fraction"]
 
 DECIMAL_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 BINARY_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -33,7 +40,7 @@ def split_number(text: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-def exact_number(text: str, source: str, field: str | None, what: str = "number") -> Fraction:
+def exact_number(text: str, source: str, field: str | None, what: str = "number") -> Exact:
     """The exact rational a numeral stands for: digits, ``_`` or grouped ``,`` separators,
     a fraction and a decimal exponent."""
     raw = text.strip()
@@ -52,9 +59,18 @@ def exact_number(text: str, source: str, field: str | None, what: str = "number"
     if not match:
         raise BadInput(source, field, f"{shown!r} is not a {what}")
     sign, digits, exponent = match.groups()
+    e = int(exponent) if exponent else 0
+    value: Exact
+    if "." not in digits and e >= 0:  # a whole numeral: exact as an int
+        value = int(digits)
+        if value and e > 40:
+            raise BadInput(source, field, f"{shown} is too large (must be below 2^63)")
+        value *= 10**e
+        return -value if sign == "-" else value
+    from fractions import Fraction
+
     value = Fraction(digits) if "." not in digits else Fraction(digits.rstrip(".") or "0")
     if exponent:
-        e = int(exponent)
         if value and e > 40:
             raise BadInput(source, field, f"{shown} is too large (must be below 2^63)")
         value = value * Fraction(10) ** e if e >= -40 else (Fraction(0) if not value else Fraction(1, 10**41))
@@ -95,7 +111,7 @@ def count_suffix_of_unit(unit: str) -> str | None:
     return None
 
 
-def checked_whole(value: Fraction, shown: str, source: str, field: str | None, what: str) -> int:
+def checked_whole(value: Exact, shown: str, source: str, field: str | None, what: str) -> int:
     if value.denominator != 1:
         raise BadInput(source, field, f"{shown} is not a whole {what}")
     if value < 0:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from csa_plan.planner.bisection import largest_passing
 from csa_plan.planner.descriptor import MAX_SEQ_LEN_LIMIT
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.plan import ModelPlan, PlanOptions, plan_model
+from csa_plan.planner.record import record
 
 
-@dataclass(frozen=True)
+@record
 class DeviceFit:
     """The memory answer of ``check``. A refused model gets none: its counts are None and
     ``no_answer`` says why (a count from the layers that happen to be admitted would

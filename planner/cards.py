@@ -23,15 +23,17 @@ A new card is one ``Card(...)`` line in ``_TABLE`` with its sources; nothing els
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.record import record
 
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
+@record
 class Card:
+    """A GPU as its driver reports it: what ``--gpu`` / ``--device-memory`` names stand for."""
+
     name: str                     # what users type: --gpu h100 / --device-memory h100
     device_name: str              # as the driver reports it (torch.cuda.get_device_name)
     memory_mib: int               # memory total as the driver reports it

@@ -6,8 +6,10 @@ model that declares the same properties is judged the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from enum import Enum
+
+from csa_plan.planner.record import record
 
 
 class CacheFormat(str, Enum):
@@ -48,7 +50,7 @@ def required_edges(compression_ratio: int) -> tuple[StateEdge, ...]:
     return (StateEdge.COMPRESSED, StateEdge.CARRY)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Descriptor:
     """One CSA/HCA layer node as the gate sees it (CONTRACT §1).
 

@@ -6,9 +6,10 @@ All arithmetic is on Python integers; the result is checked against the unsigned
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from enum import Enum
 
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div
 from csa_plan.planner.descriptor import CacheFormat, Descriptor
 from csa_plan.planner.errors import U64_LIMIT, BadInput
@@ -45,7 +46,7 @@ def layer_kind(compression_ratio: int) -> LayerKind:
     return {4: LayerKind.CSA, 128: LayerKind.HCA, 0: LayerKind.SWA}.get(compression_ratio, LayerKind.UNSUPPORTED)
 
 
-@dataclass(frozen=True)
+@record
 class GroupBytes:
     """Bytes of one group (or a sum of groups) by state class."""
 

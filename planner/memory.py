@@ -8,11 +8,11 @@ factor is applied unless the user subtracts one with ``--reserved``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from csa_plan.planner.errors import I63_LIMIT, BadInput
 
 from csa_plan.planner.cards import CARDS, MIB, CardBytes, find_card
+from csa_plan.planner.record import record
 
 # memory.total as the driver reports it, in MiB: a view of the card table (planner/cards.py).
 GPU_MEMORY_MIB: dict[str, int] = {name: c.memory_mib for name, c in CARDS.items()}
@@ -70,7 +70,7 @@ def parse_size(text: str, source: str, field: str | None = None) -> int:
     return checked_whole(value, shown, source, field, "size")
 
 
-@dataclass(frozen=True)
+@record
 class DeviceBudget:
     """What the ledger may hand out on one device: memory minus reserved, never 0."""
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.record import record
 from csa_plan.planner.refusals import Refusal
 
 
-@dataclass(frozen=True)
+@record
 class ModelSpec:
     """Every attention layer of a model, main layers first, then MTP layers.
 

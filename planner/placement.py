@@ -9,13 +9,13 @@ the MTP layers on the last stage (CONTRACT §2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import ZERO, GroupBytes
 from csa_plan.planner.limits import MAX_DEVICES, MAX_DP, MAX_PP, MAX_TP
 from csa_plan.planner.plan import ModelPlan
+from csa_plan.planner.record import record
 
 
 class Router(str, Enum):
@@ -23,8 +23,10 @@ class Router(str, Enum):
     LEAST_LOADED = "least-loaded"
 
 
-@dataclass(frozen=True)
+@record
 class Placement:
+    """How a deployment spreads over GPUs: tensor, pipeline, data and expert parallel sizes."""
+
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -65,7 +67,7 @@ class Placement:
         return (device % self.devices_per_replica) // self.tp
 
 
-@dataclass(frozen=True)
+@record
 class StageSplit:
     """Layer positions (in stack order) per pipeline stage; ``main_counts`` excludes the MTP layers."""
 

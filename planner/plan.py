@@ -6,7 +6,7 @@ into the descriptors one device sees (tensor parallel splits heads, never latent
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 
 from csa_plan.planner.descriptor import CacheFormat, Descriptor
@@ -15,11 +15,12 @@ from csa_plan.planner.gate import Gate, run_gate
 from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
 from csa_plan.planner.engines import LayoutProfile, get_profile
 from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.record import record
 from csa_plan.planner.refusals import Clause, Refusal, RefusalType
 from csa_plan.planner.text import bounded, excerpt
 
 
-@dataclass(frozen=True)
+@record
 class PlanOptions:
     """Overrides applied to every layer; ``None`` keeps the model's own value."""
 
@@ -40,8 +41,10 @@ class PlanOptions:
                                                      "characters (MAX_NAME_CHARS): not a cache format")
 
 
-@dataclass(frozen=True)
+@record
 class LayerPlan:
+    """One layer's kind, bytes and refusals under the plan's options."""
+
     descriptor: Descriptor
     kind: LayerKind
     refusals: tuple[Refusal, ...]
@@ -52,8 +55,10 @@ class LayerPlan:
         return not self.refusals
 
 
-@dataclass(frozen=True)
+@record
 class ModelPlan:
+    """Every layer's plan and the per-device totals they add up to."""
+
     model: ModelSpec
     options: PlanOptions
     layers: tuple[LayerPlan, ...]

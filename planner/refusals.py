@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from csa_plan.planner.record import record
 
 
 class RefusalType(str, Enum):
@@ -29,7 +30,7 @@ class RefusalType(str, Enum):
     PRESENT_PAST_AXIS_MISMATCH = "PresentPastAxisMismatch"
 
 
-@dataclass(frozen=True)
+@record
 class Clause:
     """One violated condition: which field, what was expected, what was found."""
 
@@ -39,8 +40,10 @@ class Clause:
     text: str
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
+    """One reason the gate refuses a layer: which field, what was expected and what was found."""
+
     type: RefusalType
     layer: int | None
     field: str

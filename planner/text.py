@@ -28,9 +28,9 @@ EXCERPT_CHARS = 40
 # - the default-ignorable code points Python does call printable (U+034F combining grapheme
 #   joiner, variation selectors, Hangul fillers) and the blank braille pattern U+2800: each renders
 #   as nothing or as a space, so a name could hide a difference in them.
-_HIDDEN_PRINTABLE = re.compile(
-    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
-    "\U000e0100-\U000e01ef]")
+_HIDDEN_PRINTABLE_SET = ("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+                         "\U000e0100-\U000e01ef]")
+_hidden_printable: list[re.Pattern[str]] = []  # compiled on the first non-ASCII character (start-up)
 _TABLE_CACHE_MAX = 4096  # distinct code points remembered per table (bounded memory on any input)
 
 
@@ -44,7 +44,17 @@ def _escape(code: int) -> str:
 
 def is_hidden(char: str) -> bool:
     """Whether one character is shown escaped (see above)."""
-    return not char.isprintable() or _HIDDEN_PRINTABLE.match(char) is not None
+    if not char.isprintable():
+        return True
+    if char.isascii():  # every code point of the set is beyond ASCII
+        return False
+    return _hidden().match(char) is not None
+
+
+def _hidden() -> re.Pattern[str]:
+    if not _hidden_printable:
+        _hidden_printable.append(re.compile(_HIDDEN_PRINTABLE_SET))
+    return _hidden_printable[0]
 
 
 class _Escapes(dict):
@@ -75,7 +85,7 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     """
     if not isinstance(text, str):
         text = str(text)
-    if text.isprintable() and _HIDDEN_PRINTABLE.search(text) is None:  # the common case, in C
+    if text.isprintable() and (text.isascii() or _hidden().search(text) is None):  # the common case, in C
         return text
     return text.translate(_TABLE_KEEP_LINES if keep_newlines else _TABLE)
 

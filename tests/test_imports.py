@@ -7,9 +7,10 @@ import sys
 
 
 def imported_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+    """The modules loaded once ``code`` has run (its own output, e.g. a command's JSON, is set aside)."""
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\nMODULES ' + ' '.join(sys.modules))"],
                          capture_output=True, text=True, check=True).stdout
-    return set(out.split())
+    return set(out.rpartition("\nMODULES ")[2].split())
 
 
 def test_planner_imports_no_cli_or_gpu():
@@ -86,3 +87,53 @@ def test_top_level_help_imports_no_click():
     assert "csa_plan.cli.commands" in mods
     for banned in ("click", "csa_plan.cli.main", "csa_plan.planner.plan"):
         assert banned not in mods, banned
+
+
+# Start-up budget of the engine path (issue 28; docs/check.md "Start-up and latency"): what a
+# command does not use, it does not import.
+ENGINE_MODEL_MODULES = {"vllm-0.33": "csa_plan.planner.engines.vllm_0_33",
+                        "sglang-0.5.23": "csa_plan.planner.engines.sglang_0_5_23",
+                        "onnx-genai": "csa_plan.planner.engines.onnx_genai_engine"}
+# Never on a check of a preset: fractions/decimal (exact decimals are done with ints), importlib.resources
+# (and the zipfile/tempfile it pulls in: presets are read beside their module), the safetensors reader
+# (a model directory only), YAML, and the table and array libraries.
+NOT_ON_A_PRESET_CHECK = ("fractions", "decimal", "importlib.resources", "zipfile", "tempfile", "yaml",
+                         "csa_plan.planner.weights.safetensors", "rich", "numpy")
+
+
+def test_an_engine_check_imports_only_that_engine_model():
+    for engine in ENGINE_MODEL_MODULES:
+        mods = imported_by_run("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200",
+                               "--tp", "8", "--engine", engine, "--json")
+        assert ENGINE_MODEL_MODULES[engine] in mods and "csa_plan.planner.budget.device" in mods, engine
+        others = [m for name, m in ENGINE_MODEL_MODULES.items() if name != engine]
+        for banned in (*others, *NOT_ON_A_PRESET_CHECK):
+            assert banned not in mods, (engine, banned)
+
+
+def test_a_check_without_an_engine_imports_no_exact_decimals_or_package_resources():
+    for args in (("check", "deepseek-v4-pro", "--json"),
+                 ("check", "deepseek-v4-pro", "--max-seq-len", "128k", "--device-memory", "h200", "--tp", "8",
+                  "--json")):
+        mods = imported_by_run(*args)
+        for banned in (*NOT_ON_A_PRESET_CHECK, *ENGINE_MODEL_MODULES.values(), "csa_plan.planner.engines.engine"):
+            assert banned not in mods, (args, banned)
+
+
+def test_the_registry_lists_engines_without_importing_them():
+    """Listing the names (``check --help``, did-you-mean) loads no engine model; looking one up loads
+    that one, and every entry holds the engine model of its own name."""
+    mods = imported_after("from csa_plan.planner.engines.registry import ENGINES, get_engine\n"
+                          "names = ', '.join(ENGINES)\n"
+                          "try:\n    get_engine('vllm-9')\nexcept Exception:\n    pass")
+    for module in ENGINE_MODEL_MODULES.values():
+        assert module not in mods, module
+    mods = imported_by_run("check", "--help")
+    for module in (*ENGINE_MODEL_MODULES.values(), "csa_plan.planner.engines.engine"):
+        assert module not in mods, module
+    from csa_plan.planner.engines.registry import ENGINES, NEWEST, get_engine
+
+    assert list(ENGINES) == ["vllm-0.33", "vllm-0.26", "vllm-0.25", "sglang-0.5.23", "onnx-genai"]
+    for name, model in ENGINES.items():
+        assert model.name == name and get_engine(name) is model
+    assert all(target in ENGINES for target in NEWEST.values())

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crosscheck_vllm_runtime as x  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-CASES = [  # name, model, trace, requests, skip, kv GiB, mnbt, seqs, caching, async
+CASES = [  # name, model, trace, requests, skip, kv GiB, mnbt, seqs, caching, async[, MTP draft tokens]
     ("mooncake40-flash-8g-cache", "deepseek-v4-flash", "examples/traces/mooncake_conversation_head200.jsonl", 40, 0,
      8, 8192, 1024, True, True),
     ("mooncake40-flash-8g-nocache", "deepseek-v4-flash", "examples/traces/mooncake_conversation_head200.jsonl", 40, 0,
@@ -27,6 +27,13 @@ CASES = [  # name, model, trace, requests, skip, kv GiB, mnbt, seqs, caching, as
      1000, 40, 2048, 8, True, False),
     ("mooncake30-pro-10g-cache", "deepseek-v4-pro", "examples/traces/mooncake_conversation_head200.jsonl", 30, 40,
      10, 8192, 1024, True, True),
+    # MTP with prefix caching (lookahead block hashes)
+    ("mooncake60-flash-8g-cache-mtp1", "deepseek-v4-flash", "examples/traces/mooncake_conversation_head200.jsonl",
+     60, 0, 8, 8192, 1024, True, True, 1),
+    ("mooncake30-pro-10g-cache-mtp3-sync", "deepseek-v4-pro", "examples/traces/mooncake_conversation_head200.jsonl",
+     30, 40, 10, 2048, 1024, True, False, 3),
+    ("azure30-flash-40g-seqs8-cache-mtp2", "deepseek-v4-flash", "examples/traces/azure_llm_inference_2023_conv.csv",
+     30, 12000, 40, 2048, 8, True, True, 2),
 ]
 
 
@@ -42,15 +49,17 @@ def main() -> int:
     from csa_plan.planner.runtime.steptime import StepTime
 
     out = {"release": "vllm 0.33.0 (its own v1/core/sched/scheduler.py Scheduler / AsyncScheduler)", "cases": {}}
-    for name, model_name, path, n, skip, kv, mnbt, seqs, caching, async_on in CASES:
+    for name, model_name, path, n, skip, kv, mnbt, seqs, caching, async_on, *rest in CASES:
+        spec = rest[0] if rest else 0
         trace = x.load_trace(os.path.join(ROOT, path), n, skip)
         model = load_model(model_name, max_seq_len=131072)
-        sched, _, hb = x.build_scheduler(model, 131072, kv << 30, mnbt, seqs, async_on, 0, caching)
-        ref = x.VllmReference(sched, trace, hb, 131072, 0, caching)
-        res = replay(ref, trace, StepTime(20.0, 10_000.0), compiled=False)  # vLLM's own scheduler
+        sched, _, hb = x.build_scheduler(model, 131072, kv << 30, mnbt, seqs, async_on, spec, caching)
+        ref = x.VllmReference(sched, trace, hb, 131072, spec, caching)
+        res = replay(ref, trace, StepTime(20.0, 10_000.0), compiled=False)
         out["cases"][name] = {"model": model_name, "trace": path, "requests": n, "skip": skip, "kv_gib": kv,
                               "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "prefix_caching": caching,
-                              "async_scheduling": async_on, "steps": len(ref.log), "step_digest": digest(ref.log),
+                              "async_scheduling": async_on, "num_speculative_tokens": spec,
+                              "steps": len(ref.log), "step_digest": digest(ref.log),
                               "admitted_ns": res.admitted_ns, "first_token_ns": res.first_token_ns,
                               "finished_ns": res.finished_ns, "preemptions": res.preemptions,
                               "prefix_hit_tokens": res.prefix_hit_tokens}

@@ -146,7 +146,9 @@ class VllmReference:
         self.spec_tokens = spec_tokens
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
-        self.hasher = get_request_block_hasher(hash_block, hash_fn) if caching else None
+        # engine/core.py:219-230: the request block hasher covers num_hash_lookahead_tokens (MTP + caching)
+        self.hasher = (get_request_block_hasher(hash_block, hash_fn, sched.num_hash_lookahead_tokens)
+                       if caching else None)
         self.SamplingParams = SamplingParams
         self.log: list[dict] = []
         self.next_token: dict[str, int] = {}
@@ -309,20 +311,22 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     from csa_plan.planner.runtime.steptime import StepTime
     import numpy as np
 
-    model = load_model(model_name, max_seq_len=max_model_len)
+    model = load_model(model_ref(model_name), max_seq_len=max_model_len)
     kv = int(kv_gib * GiB)
     time_model = StepTime(20.0, 10_000.0)
     t0 = time.time()
     sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching)
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
-    a = replay(ref, trace, time_model, compiled=False)  # vLLM's own scheduler, stepped by the Python loop
+    if spec and caching and not sched.num_hash_lookahead_tokens:
+        raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
+    a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
     t1 = time.time()
     settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
                               num_speculative_tokens=spec or None)
     plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
     sizing = plan.size_pool(kv)
     ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)))
-    b = replay(ours, trace, time_model, compiled=False)  # the Python loop, logged step by step
+    b = replay(ours, trace, time_model, compiled=False)  # the Python twin, step by step (it is what is logged)
     t2 = time.time()
     problems = []
     # the compiled loop (cvllm) where built: per-request outcomes and per-step counts against vLLM's own run
@@ -375,6 +379,31 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     return ok, line
 
 
+TWO_MTP = "deepseek-v4-flash+2mtp"  # V4-Flash with two MTP modules: multi-module MTP (no released V4 has it)
+_REFS: dict[str, str] = {}
+
+
+def model_ref(name: str) -> str:
+    """A preset name, or for TWO_MTP a temporary config directory: the preset with num_nextn_predict_layers 2."""
+    if name != TWO_MTP:
+        return name
+    if name not in _REFS:
+        import json
+        import tempfile
+        from pathlib import Path
+
+        from csa_plan.planner import presets
+        from csa_plan.planner.loaders.model_files import PRESETS
+
+        cfg = json.loads((Path(presets.__file__).parent / PRESETS["deepseek-v4-flash"]).read_text())
+        cfg["num_nextn_predict_layers"] = 2
+        cfg["compress_ratios"] = list(cfg["compress_ratios"]) + [0]
+        d = tempfile.mkdtemp(prefix="csa-plan-2mtp-")
+        (Path(d) / "config.json").write_text(json.dumps(cfg))
+        _REFS[name] = d
+    return _REFS[name]
+
+
 TIGHT_GIB = {"deepseek-v4-flash": 8, "deepseek-v4-pro": 10}  # vLLM preempts here (Mooncake, caching on)
 ROOMY_GIB = 40
 
@@ -406,6 +435,22 @@ def cases(n: int):
                     True, 2))
         out.append(("azure-conv@3000-mtp", model, lambda: load_trace(conv, n // 2, 3000), tight, 8192, 8, False,
                     False, 1))
+        # MTP with prefix caching (vLLM's default: lookahead block hashes, no EAGLE block drop)
+        mtp_cached = [("mooncake-head-mtp", traces["mooncake-head"], s) for s in
+                      [(tight, 8192, 1024, True, 1), (tight, 2048, 1024, False, 3), (ROOMY_GIB, 2048, 8, True, 2),
+                       (ROOMY_GIB, 8192, 1024, False, 1)]]
+        mtp_cached += [("azure-conv@12000-mtp", traces["azure-conv@12000"], s) for s in
+                       [(tight, 8192, 1024, True, 2), (ROOMY_GIB, 2048, 8, False, 1)]]
+        mtp_cached += [("mix-mtp", traces["mix"], (tight, 2048, 1024, True, 3))]
+        for label, load, (kv, mnbt, seqs, async_on, spec) in mtp_cached:
+            out.append((label, model, load, kv, mnbt, seqs, True, async_on, spec))
+    # multi-module MTP: N lookahead tokens in every hash, N - 1 extra retained tokens in every window
+    for label, load, (kv, mnbt, seqs, async_on, spec) in [
+            ("mooncake-head-mtp", traces["mooncake-head"], (8, 8192, 1024, True, 2)),
+            ("mooncake-head-mtp", traces["mooncake-head"], (8, 2048, 1024, False, 3)),
+            ("mooncake-head-mtp", traces["mooncake-head"], (ROOMY_GIB, 2048, 8, True, 3)),
+            ("azure-conv@12000-mtp", traces["azure-conv@12000"], (8, 8192, 1024, False, 2))]:
+        out.append((label, TWO_MTP, load, kv, mnbt, seqs, True, async_on, spec))
     return out
 
 

@@ -13,11 +13,11 @@ This is the one place a count is made; check, compare, simulate and sweep all ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.model import ModelSpec
+from csa_plan.planner.record import record
 
 
 def engine_authority(name: str) -> str:
@@ -28,7 +28,7 @@ def layout_authority(name: str = "exact") -> str:
     return f"layout: {name}"
 
 
-@dataclass(frozen=True)
+@record
 class CapacityAnswer:
     """One command's capacity answer (the ``fit`` key of every ``--json``)."""
 
@@ -82,7 +82,7 @@ def layout_answer(cap: DeviceFit | None, length: int, concurrency: int, kv_memor
                           source="state pool // bytes per request of max_seq_len (the exact layout)")
 
 
-@dataclass(frozen=True)
+@record
 class EngineCount:
     """The engine's admission at one max_seq_len: the check, and the count (None: refused / no pool)."""
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.record import record
 
 if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/check.md)
-    from csa_plan.planner.budget.device import Budget
+    from csa_plan.planner.budget.device import Budget, ModelFacts
     from csa_plan.planner.budget.startup import StartupSettings
     from csa_plan.planner.memory import DeviceBudget
     from csa_plan.planner.placement import Placement, Router
 
 
-@dataclass(frozen=True)
+@record
 class Deployment:
     """``--tp --pp --dp --ep --weights --reserved``; None: the command's (or engine's) default."""
 
@@ -58,9 +58,10 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
                       engine: str | None = None, engine_settings: Any = None,
                       kv_memory_bytes: int | None = None, placement: Placement | None = None,
-                      search: bool = True) -> Budget | None:
+                      search: bool = True, facts: ModelFacts | None = None) -> Budget | None:
     """The device budget, or None when no device is named (then nothing changes: everything is
-    accounted, nothing refused)."""
+    accounted, nothing refused). ``facts``: an earlier budget's ``facts`` for this model (a
+    bisection over max_seq_len reads the model and shards its weights once)."""
     if device_memory_bytes is None:
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
@@ -81,7 +82,7 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                         placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
                         kv_memory_bytes=kv_memory_bytes)
-    return budget(req, search=search)
+    return budget(req, search=search, facts=facts)
 
 
 def reserve_warnings(b: Budget, model: str, deployment: Deployment, engine: str | None = None,

@@ -9,13 +9,14 @@ size that would fit (``smallest_fitting``), never as zero requests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Callable
 
 from csa_plan.planner.budget.startup import ModelDims, StageContext, StartupSettings, model_dims, startup_for
 from csa_plan.planner.budget.steps import Step, StepKind
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
+from csa_plan.planner.record import record
 from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.measured import ModelWeights, WeightsSource, model_weights
 from csa_plan.planner.weights.rules import rules_for
@@ -24,7 +25,7 @@ from csa_plan.planner.weights.sharding import DeviceWeights, shard
 MAX_SEARCH_TP = 256
 
 
-@dataclass(frozen=True)
+@record
 class BudgetRequest:
     """Everything a device budget reads; ``None`` overrides mean "compute this step"."""
 
@@ -40,8 +41,52 @@ class BudgetRequest:
     kv_memory_bytes: int | None = None    # --kv-memory (per device: the answer itself)
 
 
-@dataclass(frozen=True)
+@record(eq=False)
+class ModelFacts:
+    """What every budget of one model reads whatever the length, card or deployment: the config's
+    sizes and the weights, read once; and each deployment's per-device weights, sharded once. A
+    bisection over max_seq_len or a search over --tp reuses them (``budget(req, facts=...)``)
+    instead of re-reading the config and re-sharding the inventory at every step."""
+
+    model: str
+    weights_replaced: bool                # --weights: no inventory read
+    weights_required: bool                # no --kv-memory: an unknown architecture is bad input
+    dims: ModelDims | None
+    weights: ModelWeights | None
+    _shards: list[tuple[Any, Placement, bool, DeviceWeights]] = field(default_factory=list, repr=False)
+
+    def serves(self, req: BudgetRequest) -> bool:
+        return (self.model, self.weights_replaced, self.weights_required) == _facts_key(req)
+
+    def device_weights(self, rules: Any, placement: Placement, mtp: bool) -> DeviceWeights | None:
+        """The inventory sharded under ``rules`` (None without an inventory); once per deployment."""
+        if self.weights is None or self.weights.inventory is None:
+            return None
+        for done_rules, done_placement, done_mtp, done in self._shards:  # rules hold a dict: compared, not hashed
+            if (done_placement, done_mtp) == (placement, mtp) and done_rules == rules:
+                return done
+        done = shard(self.weights.inventory, rules, placement, mtp=mtp)
+        self._shards.append((rules, placement, mtp, done))
+        return done
+
+
+def _facts_key(req: BudgetRequest) -> tuple[str, bool, bool]:
+    return req.model, req.weights_bytes is not None, req.kv_memory_bytes is None
+
+
+def model_facts(req: BudgetRequest) -> ModelFacts:
+    model, replaced, required = _facts_key(req)
+    config = read_model_config(model)
+    dims: ModelDims | None = model_dims(config.data, config.source) if config and config.data else None
+    # --weights replaces the figure: no inventory to build (nor to refuse, past MAX_INVENTORY_LAYERS)
+    weights = None if replaced else model_weights(model, required=required)
+    return ModelFacts(model, replaced, required, dims, weights)
+
+
+@record
 class StageBudget:
+    """One pipeline stage's budget: the steps from card to state pool."""
+
     stage: int
     layers: tuple[int, ...]
     steps: tuple[Step, ...]
@@ -61,8 +106,10 @@ class StageBudget:
                 "fits": self.fits, "steps": [s.as_dict() for s in self.steps]}
 
 
-@dataclass(frozen=True)
+@record
 class Budget:
+    """The budget of every stage of a deployment; the stage with the least state pool binds."""
+
     request: BudgetRequest
     engine: str
     mtp: bool
@@ -72,6 +119,7 @@ class Budget:
     resolved: dict[str, Any] = field(default_factory=dict)
     smallest_fitting: tuple[dict[str, int], ...] = ()
     searched: bool = False   # whether smallest_fitting was searched (not with --weights / --kv-memory)
+    facts: ModelFacts | None = field(default=None, repr=False, compare=False)  # for the next budget of this model
 
     @property
     def binding(self) -> StageBudget:
@@ -90,28 +138,25 @@ class Budget:
         return self.request.card_bytes
 
 
-def budget(req: BudgetRequest, *, search: bool = True) -> Budget:
+def budget(req: BudgetRequest, *, search: bool = True, facts: ModelFacts | None = None) -> Budget:
     """The budget of ``req``; when the weights do not fit and ``search`` is on, also the smallest
-    --tp (engine-default EP) and --tp with full EP that would."""
+    --tp (engine-default EP) and --tp with full EP that would. ``facts``: what an earlier budget of
+    this model read (``Budget.facts``); read here when None or read for other options."""
     if req.card_bytes <= 0:
         raise BadInput("options", "--device-memory", "must be positive")
     rules = _rules(req)
     startup = startup_for(req.engine)
     engine = startup.name
     mtp = req.mtp if req.mtp is not None else (engine == "reference" or req.settings.speculative_tokens > 0)
-    config = read_model_config(req.model)
-    dims: ModelDims | None = model_dims(config.data, config.source) if config and config.data else None
-    # --weights replaces the figure: no inventory to build (nor to refuse, past MAX_INVENTORY_LAYERS)
-    weights = None if req.weights_bytes is not None else \
-        model_weights(req.model, required=req.kv_memory_bytes is None)
-    device_weights = None
-    if weights is not None and weights.inventory is not None:
-        device_weights = shard(weights.inventory, rules, req.placement, mtp=mtp)
+    if facts is None or not facts.serves(req):
+        facts = model_facts(req)
+    dims, weights = facts.dims, facts.weights
+    device_weights = facts.device_weights(rules, req.placement, mtp)
     stages = tuple(_stage(req, s, engine, mtp, dims, weights, device_weights) for s in range(req.placement.pp))
     resolved = startup.resolved(_context(req, 0, _layers(device_weights, 0, dims), dims))
-    result = Budget(req, engine, mtp, weights, device_weights, stages, resolved)
+    result = Budget(req, engine, mtp, weights, device_weights, stages, resolved, facts=facts)
     if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
-        result = replace(result, smallest_fitting=smallest_fitting(req, weights), searched=True)
+        result = replace(result, smallest_fitting=smallest_fitting(req, weights, facts=facts), searched=True)
     return result
 
 
@@ -197,12 +242,13 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
 
 
 def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,
-                     passes: "Callable[[Budget], bool] | None" = None) -> tuple[dict[str, int], ...]:
+                     passes: "Callable[[Budget], bool] | None" = None, *,
+                     facts: ModelFacts | None = None) -> tuple[dict[str, int], ...]:
     """The smallest --tp that fits with the engine's default EP, and the smallest with full EP
     (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped. ``weights``
     is the model's figure, already read by the caller. ``passes``: every other check a suggested
     deployment must pass (the engine's admission of the requests asked for); a deployment that
-    fails it is not suggested."""
+    fails it is not suggested. ``facts``: the model as the caller's budget read it."""
     found: list[dict[str, int]] = []
     p = req.placement
     floor_bytes = _weights_floor_bytes(weights)
@@ -215,7 +261,7 @@ def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,
             ep = tp * p.dp if full_ep else None
             trial = replace(req, placement=Placement(tp=tp, pp=p.pp, dp=p.dp, router=p.router, ep=ep))
             try:
-                result = budget(trial, search=False)
+                result = budget(trial, search=False, facts=facts)
             except BadInput:
                 result = None
             if result is not None and result.fits and (passes is None or passes(result)):

@@ -8,19 +8,17 @@ replaces all of them.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Callable, Mapping
 
 from csa_plan.planner.budget.steps import Step, StepKind, Usable
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
-from csa_plan.planner.units import GiB, MiB, ceil_div, round_up
+from csa_plan.planner.record import record
+from csa_plan.planner.units import GiB, MiB, ceil_div, round_up, scale_ceil, scale_trunc
 from csa_plan.planner.values import read_int
 
 
-@dataclass(frozen=True)
+@record
 class StartupSettings:
     """Engine settings a start-up budget reads; None = the engine's default for the card."""
 
@@ -37,7 +35,7 @@ class StartupSettings:
                                                   # device name picks vLLM's batch defaults)
 
 
-@dataclass(frozen=True)
+@record
 class ModelDims:
     """The config sizes the start-up buffers depend on (from a checkpoint config)."""
 
@@ -67,7 +65,7 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      read_int(source, "num_hidden_layers", config["num_hidden_layers"]))
 
 
-@dataclass(frozen=True)
+@record
 class StageContext:
     """What one pipeline stage's start-up depends on."""
 
@@ -88,8 +86,10 @@ class StageContext:
         return self.stage == self.placement.pp - 1
 
 
-@dataclass(frozen=True)
+@record
 class StartupRules:
+    """One engine's start-up rules: its usable share of the card, its reserves, its resolved settings."""
+
     name: str
     usable: Callable[[StageContext], Usable]
     reserves: Callable[[StageContext], tuple[Step, ...]]
@@ -122,7 +122,7 @@ def _vllm_usable(c: StageContext) -> Usable:
     util = VLLM_UTIL_DEFAULT if util is None else util
     if not 0 < util <= 1:
         raise BadInput("options", "--gpu-memory-utilization", f"must be in (0, 1], got {util}")
-    requested = math.ceil(c.card_bytes * Fraction(str(util)))  # v1/worker/utils.py:716-726
+    requested = scale_ceil(c.card_bytes, util)  # ceil(total x Fraction(str(util))): v1/worker/utils.py:716-726
     return Usable(requested, f"gpu_memory_utilization {util}",
                   f"requested = ceil(total x {util}) (v1/worker/utils.py:716-726; {source})")
 
@@ -258,7 +258,7 @@ def _sglang_fraction(c: StageContext) -> tuple[float, str]:
 
 def _sglang_usable(c: StageContext) -> Usable:
     f, how = _sglang_fraction(c)
-    usable = int(Fraction(c.card_bytes) * Fraction(str(f)))
+    usable = scale_trunc(c.card_bytes, f)  # int(Fraction(total) x Fraction(str(f)))
     return Usable(usable, f"mem_fraction_static {f}",
                   f"KV pool = free after load - pre-load memory x (1 - {f}) "
                   f"(mem_cache/kv_cache_configurator.py:2990-3038); {how}; pre-load memory taken as the card")

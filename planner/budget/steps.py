@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from csa_plan.planner.record import record
 
 
 class StepKind(str, Enum):
@@ -15,7 +16,7 @@ class StepKind(str, Enum):
     KV = "kv"                  # what is left for the state pool
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     """``bytes`` is the level after the step for CARD / USABLE / KV, the amount taken for the others.
 
@@ -34,7 +35,7 @@ class Step:
                 "estimate": self.estimate}
 
 
-@dataclass(frozen=True)
+@record
 class Usable:
     """The engine's usable share of a card: the bytes, the fraction as the engine states it, and why."""
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from csa_plan.planner.errors import BadInput, ExitCode
 from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.plan import PlanOptions
+from csa_plan.planner.record import record
 
 
-@dataclass(frozen=True)
+@record
 class CheckRequest:
+    """Everything ``check`` is asked: the model, the plan options, the device and the engine."""
+
     model: str
     options: PlanOptions
     device_memory_bytes: int | None = None
@@ -26,8 +29,10 @@ class CheckRequest:
     gate_from_spec: bool = False  # no --gate given: a spec's own ``gate:`` applies
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class CheckOutcome:
+    """The check document and the exit code it decides."""
+
     report: dict[str, Any]
     exit_code: ExitCode
 
@@ -45,7 +50,6 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     from csa_plan.planner.engines.check import max_seq_len_of
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.memory import device_budget
     from csa_plan.planner.plan import plan_model
     from csa_plan.planner.reports.check import check_document
 
@@ -57,7 +61,10 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
                                      "--engine, check gives the per-stage ledger answer")
     if req.device_memory_bytes is None:
-        device_budget(None, deployment.reserved_bytes or 0)  # --reserved alone is bad input
+        if deployment.reserved_bytes:  # --reserved alone is bad input
+            from csa_plan.planner.memory import device_budget
+
+            device_budget(None, deployment.reserved_bytes)
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
@@ -69,8 +76,9 @@ def run_check(req: CheckRequest) -> CheckOutcome:
 
     def budget_at(n_tokens: int, search: bool = False):
         return deployment_budget(req.model, req.device_memory_bytes, deployment, n_tokens, req.engine, settings,
-                                 req.kv_memory_bytes, search=search)
+                                 req.kv_memory_bytes, search=search, facts=None if device is None else device.facts)
 
+    device = None
     device = budget_at(length)
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
@@ -121,7 +129,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
         from csa_plan.planner.budget.device import smallest_fitting
 
-        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes),
-                       searched=True)
+        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes,
+                                                                 facts=device.facts), searched=True)
     doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)
     return CheckOutcome(doc, ExitCode(code))

@@ -11,11 +11,11 @@ block rounding or page alignment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.layout import GroupBytes
+from csa_plan.planner.record import record
 
 
 def no_group_padding(d: Descriptor, query_len: int) -> int:
@@ -26,8 +26,10 @@ def no_swa_padding(d: Descriptor) -> int:
     return 0
 
 
-@dataclass(frozen=True)
+@record
 class LayoutProfile:
+    """A per-layer byte layout that is not an engine (``--layout``): how it sizes each group."""
+
     name: str
     summary: str
     group_bytes: Callable[[Descriptor, int], GroupBytes]  # (admitted CSA/HCA descriptor, query_len)

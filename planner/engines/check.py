@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.record import record
 
 if TYPE_CHECKING:  # the engine models load only when an engine is named (start-up: docs/check.md)
     from csa_plan.planner.engines.engine import EngineModel, EnginePlan, EngineRefusal, PoolSizing
@@ -13,8 +13,10 @@ if TYPE_CHECKING:  # the engine models load only when an engine is named (start-
     from csa_plan.planner.model import ModelSpec
 
 
-@dataclass(frozen=True)
+@record
 class EngineCheck:
+    """An engine's answer at one length: its plan and pool, or the refusal that stops it."""
+
     engine: EngineModel
     plan: EnginePlan | None  # None when the engine refuses the settings
     sizing: PoolSizing | None  # None without a KV memory budget, or when the engine refuses it

@@ -86,6 +86,7 @@ typedef struct { Vec rid, n, spec; Vec samples; i64 end, prefill, total; } StepB
 typedef struct {
     /* settings */
     i64 n, G, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, chunk;
+    i64 hl; /* PrefixCache.lookahead: num_hash_lookahead_tokens (MTP with caching) */
     int async_on, caching;
     Spec *spec;
     const i64 *lk; const i64 *lk_start; i64 nbuckets;
@@ -516,20 +517,27 @@ static int kv_free(K *k, i64 r) {
 }
 
 /* ---- prefix identity and caching (vllm_prefix.PrefixCache) ------------------------------- */
+/* PrefixCache.key: the chained hash of the block ending at `tokens` covers tokens + lookahead tokens */
 static void key_of(K *k, i64 r, i64 tokens, i64 *chain) {
     i64 lo = k->offs[r], cnt = k->offs[r + 1] - lo;
     i64 shared = mn(k->R[r].num_prompt, cnt * k->chunk);
-    if (tokens <= shared) *chain = k->chains[lo + floordiv(tokens - 1, k->chunk)];
+    i64 covered = tokens + k->hl;
+    if (covered <= shared) *chain = k->chains[lo + floordiv(covered - 1, k->chunk)];
     else *chain = -1 - r;
+}
+
+/* PrefixCache.hashed_tokens: full hash blocks whose lookahead tokens exist too */
+static i64 hashed_tokens(K *k, i64 r) {
+    i64 n = (i64)k->R[r].num_prompt + k->R[r].num_output - k->hl;
+    return n > 0 ? floordiv(n, k->hb) * k->hb : 0;
 }
 
 static int cache_blocks(K *k, i64 r, i64 tokens) {
     Req *q = &k->R[r];
     i64 n = tokens - pymod(tokens, k->align);
     if (n == q->cache_n) return 0;
-    q->cache_n = (int32_t)n;
-    i64 ntok = (i64)q->num_prompt + q->num_output;
-    i64 hashed = floordiv(ntok, k->hb) * k->hb;
+    i64 hashed = hashed_tokens(k, r);
+    q->cache_n = (int32_t)(n <= hashed ? n : -1); /* hashes lagging n: look again once they grow */
     for (i64 g = 0; g < k->G; g++) {
         const Spec *s = &k->spec[g];
         i64 b = s->bs;
@@ -577,8 +585,7 @@ static int cache_blocks(K *k, i64 r, i64 tokens) {
 /* _full_hit over the bucket's groups gids (k->lk[lo..hi)): hits into k->hits[gid]; returns tokens */
 static i64 full_hit(K *k, i64 r, i64 lo, i64 hi, i64 max_length) {
     i64 b = k->spec[k->lk[lo]].bs;
-    i64 ntok = (i64)k->R[r].num_prompt + k->R[r].num_output;
-    i64 hashed_blocks = floordiv(floordiv(ntok, k->hb) * k->hb, b);
+    i64 hashed_blocks = floordiv(hashed_tokens(k, r), b);
     for (i64 x = lo; x < hi; x++) { Hit *h = &k->hits[k->lk[x]]; h->lead = h->m = 0; h->v.n = 0; h->some = 1; }
     i64 lim = mn(floordiv(max_length, b), hashed_blocks);
     i64 count = 0;
@@ -675,7 +682,7 @@ static i64 computed_blocks(K *k, i64 r, int *any) {
     Req *q = &k->R[r];
     i64 ntok = (i64)q->num_prompt + q->num_output;
     i64 max_hit = ntok - 1;
-    i64 hashed = floordiv(ntok, k->hb) * k->hb;
+    i64 hashed = hashed_tokens(k, r);
     for (i64 g = 0; g < k->G; g++) { k->hits[g].some = 0; k->hits[g].lead = k->hits[g].m = 0; }
     i64 *lengths = k->lengths;
     for (i64 g = 0; g < k->G; g++) lengths[g] = 0;
@@ -1192,18 +1199,18 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 1
+#define CVLLM_ABI 2
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_specs, *o_lk, *o_lks;
     PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded;
-    long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, decode_ns, max_clock;
+    long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, hl, decode_ns, max_clock;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLpp)dOOOOOOOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
+    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
                           &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
-                          &lookahead, &pl, &align, &hb, &decode_ns, &max_clock, &async_on, &caching, &prefill_tok_s,
+                          &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &prefill_tok_s,
                           &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded))
         return NULL;
     Py_ssize_t n = PyObject_Length(o_arr);
@@ -1214,7 +1221,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     if (n > 0x3FFFFFFF || G < 1 || G > 64 || nb1 < 2 || num_blocks < 2 || num_blocks > 0x3FFFFFFF ||
         mml < 1 || mml > (1LL << 30) || num_spec < 0 || num_spec > (1 << 20) || lookahead < 0 ||
         lookahead > (1 << 20) || pl < 0 || pl > (1 << 20) || budget < 0 || budget > 9000000000LL ||
-        max_seqs < 0 || align < 1 || hb < 1 || chunk < 1 || decode_ns < 1 || !(prefill_tok_s > 0) ||
+        max_seqs < 0 || align < 1 || hb < 1 || hl < 0 || hl > (1 << 20) || chunk < 1 || decode_ns < 1 || !(prefill_tok_s > 0) ||
         !PyList_Check(o_cols) || PyList_GET_SIZE(o_cols) != 5 || !PyByteArray_Check(o_used) ||
         !PyByteArray_Check(o_stranded)) {
         PyErr_SetString(PyExc_ValueError, "cvllm.run: settings out of range");
@@ -1244,7 +1251,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     K k;
     memset(&k, 0, sizeof k);
     k.n = n; k.G = G; k.num_blocks = num_blocks; k.mml = mml; k.budget = budget; k.max_seqs = max_seqs;
-    k.num_spec = num_spec; k.lookahead = lookahead; k.pl = pl; k.align = align; k.hb = hb; k.chunk = chunk;
+    k.num_spec = num_spec; k.lookahead = lookahead; k.pl = pl; k.align = align; k.hb = hb; k.hl = hl; k.chunk = chunk;
     k.async_on = async_on; k.caching = caching;
     k.arrival = (const i64 *)b[0].buf; k.prompt = (const i64 *)b[1].buf; k.output = (const i64 *)b[2].buf;
     k.lk = (const i64 *)b[4].buf; k.lk_start = (const i64 *)b[5].buf; k.nbuckets = nb1 - 1;
@@ -1360,7 +1367,7 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
-     " align, hash_block, decode_ns, max_clock_ns, async, caching), prefill_tok_s, admitted, first_token, finished,"
+     " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching), prefill_tok_s, admitted, first_token, finished,"
      " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded)"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},

@@ -27,12 +27,13 @@ device is the single input a device budget (weights, fractions, reservations) fe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.planner.layout import GroupBytes, StateClass
+from csa_plan.planner.record import record
 
 if TYPE_CHECKING:
     from csa_plan.planner.engines.settings import EngineSettings
@@ -45,7 +46,7 @@ class Phase(str, Enum):
     PREFILL = "prefill"  # the engine's in-flight budget (chunked prefill, async batches)
 
 
-@dataclass(frozen=True)
+@record
 class EngineRefusal:
     """The engine would refuse this: which engine, which of its rules, which setting."""
 
@@ -71,7 +72,7 @@ class EngineRefused(CsaPlanError):
         self.refusal = refusal
 
 
-@dataclass(frozen=True)
+@record
 class PoolUse:
     """One pool (vLLM: one KV cache group; SGLang: one of its pools) of one request."""
 
@@ -95,7 +96,7 @@ class PoolUse:
                 "state_class": self.state_class.value, "padding_bytes": self.padding_bytes}
 
 
-@dataclass(frozen=True)
+@record
 class Footprint:
     """What one request holds (or is budgeted): per pool, in the engine's units."""
 
@@ -127,7 +128,7 @@ class Footprint:
                 "units": self.units, "bytes": self.total_bytes, "pools": [u.as_dict() for u in self.uses]}
 
 
-@dataclass(frozen=True)
+@record
 class PoolSize:
     """One pool the engine allocates at start-up."""
 
@@ -145,7 +146,7 @@ class PoolSize:
                 "note": self.note}
 
 
-@dataclass(frozen=True)
+@record
 class PoolSizing:
     """The pool(s) a KV memory budget per device yields, as the engine sizes them."""
 
@@ -178,7 +179,7 @@ class PoolSizing:
                 "log_lines": list(self.log_lines), **dict(self.extra)}
 
 
-@dataclass(frozen=True)
+@record
 class TpRule:
     """Whether a state spec is split over tensor-parallel ranks or copied to each."""
 
@@ -190,7 +191,7 @@ class TpRule:
         return {"spec": self.spec, "placement": self.placement, "source": self.source}
 
 
-@dataclass(frozen=True)
+@record
 class Resolved:
     """One engine setting after defaults: its value and where it came from."""
 
@@ -262,7 +263,7 @@ class EnginePlan(ABC):
         raise NotImplementedError(f"{self.engine.name}: the runtime is not modelled step by step")
 
 
-@dataclass(frozen=True)
+@record
 class EngineModel(ABC):
     """One engine release; ``name`` is its registry key (``vllm-0.33``)."""
 

@@ -3,24 +3,59 @@
 ``get_engine("vllm-0.33")`` is the only way callers reach an engine model; an unknown
 name is bad input listing the known ones, and the retired per-layer ``--layout vllm`` /
 ``sglang`` names say what replaced them.
+
+An engine model's module is imported when that engine is first looked up, not with the
+registry: a command pays only for the engine it names (start-up: docs/check.md), and
+listing the names (help, did-you-mean) imports none of them.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, TypeVar
+import importlib
+from typing import TYPE_CHECKING, Iterator, Mapping, TypeVar
 
-from csa_plan.planner.engines.engine import EngineModel
-from csa_plan.planner.engines.onnx_genai_engine import ONNX_GENAI
-from csa_plan.planner.engines.sglang_0_5_23 import SGLANG_0523
-from csa_plan.planner.engines.vllm_0_33 import VLLM_025, VLLM_026, VLLM_033
 from csa_plan.planner.errors import BadInput
+
+if TYPE_CHECKING:
+    from csa_plan.planner.engines.engine import EngineModel
 
 T = TypeVar("T")
 
-ENGINES: dict[str, EngineModel] = {e.name: e for e in (VLLM_033, VLLM_026, VLLM_025, SGLANG_0523, ONNX_GENAI)}
+# Every engine model, in listing order: its name -> "module:attribute" (the model's own ``name`` is the
+# key; tests/test_imports.py checks every entry). A new engine is a new line here.
+ENGINE_MODULES: dict[str, str] = {
+    "vllm-0.33": "csa_plan.planner.engines.vllm_0_33:VLLM_033",
+    "vllm-0.26": "csa_plan.planner.engines.vllm_0_33:VLLM_026",
+    "vllm-0.25": "csa_plan.planner.engines.vllm_0_33:VLLM_025",
+    "sglang-0.5.23": "csa_plan.planner.engines.sglang_0_5_23:SGLANG_0523",
+    "onnx-genai": "csa_plan.planner.engines.onnx_genai_engine:ONNX_GENAI",
+}
+
+
+class _Engines(Mapping[str, "EngineModel"]):
+    """The registry as a read-only mapping whose values are imported on first access."""
+
+    def __getitem__(self, name: str) -> EngineModel:
+        module, attr = ENGINE_MODULES[name].split(":")  # KeyError for an unknown name, as a dict gives
+        model = getattr(importlib.import_module(module), attr)
+        if model.name != name:  # never a silently different engine
+            raise RuntimeError(f"registry entry {name!r} holds the engine model {model.name!r}")
+        return model
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ENGINE_MODULES)
+
+    def __len__(self) -> int:
+        return len(ENGINE_MODULES)
+
+    def __repr__(self) -> str:
+        return f"ENGINES({', '.join(ENGINE_MODULES)})"
+
+
+ENGINES: Mapping[str, EngineModel] = _Engines()
 
 # An engine named without a release: its newest modelled release (every output names the one used).
-NEWEST: dict[str, str] = {"vllm": VLLM_033.name, "sglang": SGLANG_0523.name}
+NEWEST: dict[str, str] = {"vllm": "vllm-0.33", "sglang": "sglang-0.5.23"}
 
 # The per-layer layout profiles these names used to select under-counted what the engines hold.
 RETIRED_LAYOUTS: dict[str, str] = {

@@ -13,11 +13,12 @@ defaults (vLLM's max_num_batched_tokens for ``vllm serve``: 8192 on 70-160 GiB c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.limits import (MAX_BATCH_TOKENS, MAX_BLOCK_TOKENS, MAX_NAME_CHARS, MAX_RUNNING_REQUESTS,
                                      MAX_SPECULATIVE_TOKENS)
+from csa_plan.planner.record import record
 from csa_plan.planner.text import excerpt
 from csa_plan.planner.cards import CARDS, DEFAULT_CARD, card
 
@@ -26,7 +27,7 @@ GPU_CAPABILITY: dict[str, tuple[int, int]] = {name: c.capability for name, c in 
 DEFAULT_GPU = DEFAULT_CARD
 
 
-@dataclass(frozen=True)
+@record
 class GpuTarget:
     """The card an engine is planned for: its table entry, with the memory the device budget
     uses (``--device-memory`` when given: the size tiers follow the budgeted memory)."""
@@ -57,7 +58,7 @@ def target_of(settings: "EngineSettings") -> tuple[GpuTarget, str]:
     return gpu, "given (--gpu or --device-memory)"
 
 
-@dataclass(frozen=True)
+@record
 class EngineSettings:
     """Every engine option that changes memory; ``None`` = the engine's default."""
 

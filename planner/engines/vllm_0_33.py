@@ -259,11 +259,13 @@ def index_key_bytes(index_head_dim: int, fp4: bool) -> int:
     return index_head_dim + index_head_dim // INDEX_SCALE_BLOCK * 4
 
 
-def _state_spec(name: str, role: str, layer: int, ratio: int, head_dim: int) -> KvSpec:
+def _state_spec(name: str, role: str, layer: int, ratio: int, head_dim: int, extra: int) -> KvSpec:
+    """A compressor state cache: a SlidingWindowSpec too, so 0.33 tags it with extra_retained_tokens like the
+    SWA caches (kv_cache_planning.py:1634-1641: every SlidingWindowSpec, multi-module MTP only)."""
     coff = 1 + (ratio == 4)
     return KvSpec(name=name, role=role, layer_id=layer, kind=SpecKind.SLIDING, block_size=STATE_BLOCK[ratio],
                   tokens_per_state=1, num_heads=1, state_content_bytes=2 * coff * head_dim * FP32_BYTES,
-                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=coff * ratio)
+                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=coff * ratio, extra_retained_tokens=extra)
 
 
 def _swa_spec(name: str, layer: int, window: int, extra: int, draft: bool) -> KvSpec:
@@ -303,13 +305,14 @@ def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers:
                               state_content_bytes=index_key_bytes(d.index_head_dim,
                                                                   s.indexer_fp4 and not rel.fp4_keys_fp8_sized),
                               alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
-            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim))
+            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim,
+                                   extra))
         out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
         if r in (4, 128):
             out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,
                               tokens_per_state=r, num_heads=1, state_content_bytes=RECORD_BYTES,
                               alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
-            out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim))
+            out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim, extra))
     if spec_tokens:
         mtp = [d for d in layers if d.is_mtp]
         if not mtp:
@@ -470,6 +473,13 @@ class VllmPlan(EnginePlan):
         mtp = sum(1 for s in self.specs if s.is_draft)
         return n if min(mtp, n) > 1 else 1
 
+    def hash_lookahead(self) -> int:
+        """VllmConfig.num_hash_lookahead_tokens (config/vllm.py:677-690) with prefix caching on: MTP is an
+        EAGLE-style drafter needing the block drop (speculative.py:2122-2149), no KV connector, and
+        ``disable_lookahead_block_hashes`` off, so each block hash covers the prefill lookahead tokens after
+        it (and the scheduler then turns the EAGLE block drop off, sched/scheduler.py:342-345)."""
+        return self.prefill_lookahead()
+
     def runtime(self, sizing: PoolSizing, trace, options):
         """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``vllm_scheduler``)."""
         from csa_plan.planner.engines.vllm_blocks import GroupSpec
@@ -484,17 +494,11 @@ class VllmPlan(EnginePlan):
                                                if g.first.kind is SpecKind.SLIDING else None))
                       for g in self.groups)
         caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
-        if caching and r.num_speculative_tokens:
-            from csa_plan.planner.errors import BadInput
-
-            raise BadInput("options", "--num-speculative-tokens", "MTP with prefix caching (vLLM's EAGLE "
-                           "trailing-block drop and lookahead hashes) is not modelled step by step yet: add "
-                           "--no-enable-prefix-caching")
         prefix = None
         if caching:
             from csa_plan.planner.engines.vllm_prefix import PrefixCache
 
-            prefix = PrefixCache(trace, specs, self)
+            prefix = PrefixCache(trace, specs, self, hash_lookahead_tokens=self.hash_lookahead())
         return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CVLLM_ABI = 1  # cvllm.c's CVLLM_ABI: the calling convention used below
+CVLLM_ABI = 2  # cvllm.c's CVLLM_ABI: the calling convention used below
 INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
 MTP_MAX = 1 << 20  # draft / lookahead tokens
 BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
@@ -58,7 +58,8 @@ def refusal(rt: "VllmRuntime") -> str | None:
         return f"more than {INT32_COUNT:,} requests or blocks (int32 indexes in the C loop)"
     if rt.budget > BUDGET_MAX:
         return f"max_num_batched_tokens above {BUDGET_MAX:,} (prefill tokens x 1e9 ns must stay in int64)"
-    if max(rt.num_spec, rt.lookahead, rt.prefill_lookahead) > MTP_MAX:
+    hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
+    if max(rt.num_spec, rt.lookahead, rt.prefill_lookahead, hash_lookahead) > MTP_MAX:
         return f"more than {MTP_MAX:,} speculative / lookahead tokens"
     if not 1 <= len(kv.groups) <= GROUPS_MAX:
         return f"more than {GROUPS_MAX} KV cache groups"
@@ -105,8 +106,10 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime") -> "Ru
     refused = np.empty(n, dtype=np.int8)
     cols = [bytearray() for _ in range(5)]
     used, stranded = bytearray(), bytearray()
+    hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
     ints = (kv.pool.num_blocks, rt.max_model_len, rt.budget, rt.max_seqs, rt.num_spec, rt.lookahead,
-            rt.prefill_lookahead, ALIGN, HASH_BLOCK, time.decode_ns, MAX_CLOCK_NS, rt.async_on, rt.prefix is not None)
+            rt.prefill_lookahead, ALIGN, HASH_BLOCK, hash_lookahead, time.decode_ns, MAX_CLOCK_NS, rt.async_on,
+            rt.prefix is not None)
     status, recomputed, hit, query, at = mod.run(
         i64(trace.arrival_ns), i64(trace.prompt_tokens), i64(trace.output_tokens), ids, offs,
         int(trace.id_block_tokens), specs, lookup, starts, ints, float(time.prefill_tok_s),

@@ -11,8 +11,7 @@ identity: vLLM's chained block hash of the first T tokens (``kv_cache_utils.py``
 block sizes, ``resolve_kv_cache_block_sizes``).
 
 What vLLM 0.33.0 does with it, for this configuration (hybrid coordinator, partial hash
-hits off, so hits are 256-token aligned; ``prefix_cache_retention_interval`` 0; no EAGLE
-block drop without MTP):
+hits off, so hits are 256-token aligned; ``prefix_cache_retention_interval`` 0):
 
 * lookup (``HybridKVCacheCoordinator.find_longest_cache_hit``, kv_cache_coordinator.py:806-941):
   full attention first (``FullAttentionManager.find_longest_cache_hit``,
@@ -30,6 +29,26 @@ block drop without MTP):
   ``replay_boundaries`` kv_cache_coordinator.py:65-86 — and the shared-prefix boundary);
   the full group's partial prompt-tail entry (:859-897) is lookup metadata that 256-aligned
   hits never read, so it is not modelled.
+
+MTP (``--num-speculative-tokens N``) with prefix caching: DeepSeek-V4's drafter is ``mtp``, an
+EAGLE-style one (config/speculative.py:2116-2149 ``use_eagle`` / ``needs_eagle_block_drop`` /
+``use_eagle_block_drop``: true unless ``disable_eagle_block_drop``), so vLLM's default is
+*lookahead block hashes* (config/vllm.py:677-690 ``num_hash_lookahead_tokens``: with caching on,
+no KV connector and ``disable_lookahead_block_hashes`` off it is ``num_prefill_lookahead_tokens``,
+:654-675: N for multi-module MTP, 1 for DeepSeek-V4's one MTP module), and lookahead hashes turn
+the EAGLE trailing-block drop off (sched/scheduler.py:342-345 ``use_eagle_block_drop = False``,
+passed as the KV cache manager's ``use_eagle`` :350-358; kv_cache_coordinator.py:130-137: groups
+stay flagged ``eagle_group_ids`` but ``drop_eagle_group_ids`` is empty, so no manager sets
+``use_eagle`` :771-775, no lookup drops a block or adds the EAGLE margin :867-905, SWA needs no
+extra block :957-968, ``replay_boundaries`` keeps the one ``prompt - 1`` boundary :65-86, and the
+hybrid ``get_num_cacheable_tokens`` :789-803 is the 256-aligned computed count, ignoring
+``num_reprefillable_tokens``). What changes is the hash (kv_cache_utils.py:953-1036
+``get_request_block_hasher``, built with ``num_hash_lookahead_tokens`` by engine/core.py:219-230):
+with L lookahead tokens the hash of the block ending at T also covers tokens T .. T+L-1, and it
+exists only once the request has T+L tokens (``num_tokens - L``). So the block ending at T is
+shared iff the first T+L tokens are equal (``key``), and a request's hashed tokens are
+``(num_tokens - L)`` rounded down to 4 (``hashed_tokens``): a prompt's last block is cached,
+and found, one token later than without MTP.
 """
 
 from __future__ import annotations
@@ -49,8 +68,10 @@ ALIGN = 256  # scheduler_block_size: the lcm of the group block sizes; hits land
 class PrefixCache:
     """Block identities and vLLM's hit / cache rules over a ``KvCacheManager``."""
 
-    def __init__(self, trace: "RuntimeTrace", specs: tuple["GroupSpec", ...], plan=None) -> None:
+    def __init__(self, trace: "RuntimeTrace", specs: tuple["GroupSpec", ...], plan=None,
+                 hash_lookahead_tokens: int = 0) -> None:
         self.trace = trace
+        self.lookahead = hash_lookahead_tokens  # VllmConfig.num_hash_lookahead_tokens (0 without MTP)
         self.specs = specs
         self.chunk = trace.id_block_tokens
         self._chains: dict[tuple[int, int], int] = {}  # (parent chain, id) -> chain id: exact, no collisions
@@ -85,18 +106,26 @@ class PrefixCache:
         return req.hashes
 
     def key(self, req, tokens: int, gid: int) -> tuple:
-        """The cache key of the block ending at ``tokens`` in group ``gid`` (BlockHashWithGroupId)."""
+        """The cache key of the block ending at ``tokens`` in group ``gid`` (BlockHashWithGroupId): the
+        chained hash covers the first ``tokens + lookahead`` tokens (kv_cache_utils.py:1002-1017)."""
         shared, chains = self.identity(req)
-        if tokens <= shared:
-            return (chains[(tokens - 1) // self.chunk], tokens, gid)
+        covered = tokens + self.lookahead
+        if covered <= shared:
+            return (chains[(covered - 1) // self.chunk], tokens, gid)
         return (-1 - req.rid, tokens, gid)
+
+    def hashed_tokens(self, req) -> int:
+        """len(request.block_hashes) * hash_block_size: full 4-token hash blocks whose lookahead tokens
+        exist too (kv_cache_utils.py:974-983, ``num_tokens - num_hash_lookahead_tokens``)."""
+        n = req.num_tokens - self.lookahead
+        return n // HASH_BLOCK * HASH_BLOCK if n > 0 else 0
 
     # -- lookup ----------------------------------------------------------------------------------
 
     def _full_hit(self, kv, req, spec, gids, max_length: int) -> tuple[list[list[int]], int]:
         pool = kv.pool
         b = spec.block_size
-        hashed_blocks = (req.num_tokens // HASH_BLOCK * HASH_BLOCK) // b
+        hashed_blocks = self.hashed_tokens(req) // b
         out: list[list[int]] = [[] for _ in gids]
         for j in range(min(max_length // b, hashed_blocks)):
             found = []
@@ -173,7 +202,7 @@ class PrefixCache:
     def computed_blocks(self, kv: "KvCacheManager", req) -> tuple[list[list[int]] | None, int]:
         """get_computed_blocks (kv_cache_manager.py:266-328): per-group hit blocks and the hit tokens."""
         max_hit = req.num_tokens - 1
-        hashed = req.num_tokens // HASH_BLOCK * HASH_BLOCK
+        hashed = self.hashed_tokens(req)
         n = len(self.specs)
         blocks: list[list[int] | None] = [None] * n
         lengths = [0] * n
@@ -217,8 +246,10 @@ class PrefixCache:
         n = tokens - tokens % ALIGN  # HybridKVCacheCoordinator._align_cacheable (partial hits off)
         if n == req.cache_n and kv.fast:
             return  # every group's num_full is unchanged: each would return at once
-        req.cache_n = n
-        hashed = req.num_tokens // HASH_BLOCK * HASH_BLOCK
+        hashed = self.hashed_tokens(req)
+        # With lookahead hashes the hashed tokens can lag n (a prompt's last block waits for the next
+        # token): then the same n must look again once hashes have grown, so it is not remembered.
+        req.cache_n = n if n <= hashed else -1
         pool = kv.pool
         for g in kv.groups:
             s = g.spec

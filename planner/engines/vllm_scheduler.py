@@ -349,7 +349,10 @@ class VllmRuntime(EngineRuntime):
         out = ["vLLM 0.33.0's Scheduler + KVCacheManager step by step: FCFS, chunked prefill, max_num_seqs, "
                "allocate_slots per KV cache group with window frees, preemption by recompute, "
                + ("async scheduling (2 batches in flight), " if self.async_on else "")
-               + ("prefix caching (LRU)" if self.prefix is not None else "no prefix caching"),
+               + (("prefix caching (LRU" + (f", block hashes covering {self.prefix.lookahead} MTP lookahead "
+                                             f"token{'s' if self.prefix.lookahead > 1 else ''}, no EAGLE block drop"
+                                             if self.prefix.lookahead else "") + ")")
+                  if self.prefix is not None else "no prefix caching"),
                "model output fabricated: one token per step per request past its prompt"
                + (" plus every draft, all accepted" if self.num_spec else "")]
         return tuple(out)

@@ -10,14 +10,16 @@ the JSON renderers both read, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
 from csa_plan.planner.layout import LayerKind
-from csa_plan.planner.memory import DeviceBudget
 from csa_plan.planner.plan import LayerPlan, ModelPlan
+from csa_plan.planner.record import record
+
+if TYPE_CHECKING:  # a check without a device never loads the memory module (start-up)
+    from csa_plan.planner.memory import DeviceBudget
 
 from csa_plan.planner.reports.schemas import CHECK as CHECK_SCHEMA
 
@@ -127,7 +129,7 @@ def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | 
 
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
     """One reason the deployment cannot run as asked: of the configuration or of the fit."""
 
@@ -145,7 +147,7 @@ class Refusal:
                 "expected": self.expected, "actual": self.actual, "rule": self.rule, "layers": list(self.layers)}
 
 
-@dataclass(frozen=True)
+@record
 class CheckHead:
     """The answer first: verdict, the capacity answer, every refusal, the engine's log line, the pool."""
 

@@ -7,14 +7,13 @@ budget then needs a checkpoint or ``--weights``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import path_kind, read_text
 from csa_plan.planner.loaders.model_files import PRESETS
+from csa_plan.planner.record import record
 
 MAX_CONFIG_BYTES = 64 << 20
 
@@ -27,7 +26,7 @@ REFERENCE_KEYS = {
 REFERENCE_MTP_DEFAULT = 1  # ModelArgs.n_mtp_layers in the reference inference code
 
 
-@dataclass(frozen=True)
+@record
 class ModelConfig:
     """A config mapping and where it was read; ``directory`` is set when the model ref is a folder."""
 
@@ -43,7 +42,9 @@ class ModelConfig:
 
 def read_model_config(ref: str) -> ModelConfig | None:
     if ref in PRESETS:
-        text = resources.files("csa_plan.planner.presets").joinpath(PRESETS[ref]).read_text()
+        from csa_plan.planner import presets  # package data beside the module (importlib.resources costs start-up)
+
+        text = (Path(presets.__file__).parent / PRESETS[ref]).read_text(encoding="utf-8")
         return ModelConfig(_parse(text, ref), ref)
     path = Path(ref)
     kind = path_kind(path)

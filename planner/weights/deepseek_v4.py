@@ -19,20 +19,20 @@ target's embedding and head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.limits import MAX_INVENTORY_LAYERS
+from csa_plan.planner.record import record
 from csa_plan.planner.values import read_int, read_mapping, read_str
-from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
-                                               plain)
+from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, TensorSpec, Weight,
+                                               expert_span, linear, plain)
 
 SOURCE = "DeepSeek-V4 reference inference code (inference/model.py)"
 FP8_BLOCK = 128
 
 
-@dataclass(frozen=True)
+@record
 class V4Shape:
     """The config fields the tensor shapes depend on."""
 
@@ -129,7 +129,7 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
     s = read_shape(config, source)
     weights: list[Weight] = [
         plain("embed.weight", Role.EMBED, (s.vocab, s.hidden), StoredDType.BF16),
-        *[w for i in range(s.num_main) for w in _block(s, f"layers.{i}", i, is_mtp=False)],
+        *_main_blocks(s),
         plain("norm.weight", Role.FINAL_NORM, (s.hidden,), StoredDType.BF16),
         plain("head.weight", Role.HEAD, (s.vocab, s.hidden), StoredDType.BF16),
         *_hc_head(s, "", None, False),
@@ -150,6 +150,29 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
     dims = (("heads", s.heads), ("o_groups", s.o_groups), ("vocab", s.vocab), ("hidden", s.hidden),
             ("moe_inter", s.moe_inter), ("routed_experts", s.routed_experts))
     return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(weights), s.num_main, s.num_mtp, dims)
+
+
+def _main_blocks(s: V4Shape) -> list[Weight]:
+    """Every main layer's ``Block``, built once per distinct layer (its compress ratio, and whether it
+    routes by hash) and copied under each layer's names: the same weights as ``_block`` gives for
+    every layer, without re-deriving sixty identical blocks (start-up: docs/check.md)."""
+    out: list[Weight] = []
+    built: dict[tuple[int, bool], tuple[str, list[Weight]]] = {}
+    for i in range(s.num_main):
+        prefix = f"layers.{i}"
+        kind = (s.compress_ratios[i], i < s.hash_layers)  # all that _block reads of the layer id
+        if kind not in built:
+            built[kind] = (prefix, _block(s, prefix, i, is_mtp=False))
+            out += built[kind][1]
+            continue
+        first, block = built[kind]
+        cut = len(first)  # every name of a block starts with its prefix
+        for w in block:
+            t = w.tensor
+            out.append(Weight(w.role, w.logical, w.quant, TensorSpec(prefix + t.name[cut:], t.shape, t.dtype),
+                              tuple(TensorSpec(prefix + x.name[cut:], x.shape, x.dtype) for x in w.scales),
+                              i, w.is_mtp, w.expert, w.copies))
+    return out
 
 
 def _hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:

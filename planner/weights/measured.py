@@ -6,15 +6,18 @@ inventory was from it, so a user sees whether the config-only answer can be trus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 import json
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
+from csa_plan.planner.record import record
 from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.registry import ARCHITECTURES, architecture_of, inventory_for
-from csa_plan.planner.weights.safetensors import Checkpoint, CheckpointSource, read_checkpoint
 from csa_plan.planner.weights.tensors import Inventory
+
+if TYPE_CHECKING:  # the safetensors reader loads only for a model directory (start-up: docs/check.md)
+    from csa_plan.planner.weights.safetensors import Checkpoint
 
 
 class WeightsSource(str, Enum):
@@ -23,7 +26,7 @@ class WeightsSource(str, Enum):
     INDEX = "model.safetensors.index.json"
 
 
-@dataclass(frozen=True)
+@record
 class ModelWeights:
     """The model's total tensor bytes (every device together, before sharding)."""
 
@@ -61,11 +64,17 @@ def model_weights(ref: str, *, required: bool = True) -> ModelWeights | None:
     config = read_model_config(ref)
     if config is None:
         return None
-    checkpoint = read_checkpoint(config.directory) if config.directory is not None else None
+    checkpoint = None
+    if config.directory is not None:
+        from csa_plan.planner.weights.safetensors import read_checkpoint
+
+        checkpoint = read_checkpoint(config.directory)
     inventory = None
     if config.data and architecture_of(config.data) in ARCHITECTURES:
         inventory = _cached(config.data_key, config.source)
     if checkpoint is not None:
+        from csa_plan.planner.weights.safetensors import CheckpointSource
+
         source = WeightsSource.HEADERS if checkpoint.source is CheckpointSource.HEADERS else WeightsSource.INDEX
         return ModelWeights(source, checkpoint.data_bytes, checkpoint.tensor_count, checkpoint.element_count,
                             inventory, checkpoint)

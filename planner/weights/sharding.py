@@ -14,12 +14,13 @@ reference inference code's own split, used when no engine is named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Callable
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div, round_up
 from csa_plan.planner.weights.tensors import Inventory, Quant, Role, StoredDType, Weight
 
@@ -56,7 +57,7 @@ ROLE_PART: dict[Role, Part] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Groups:
     """Group sizes one deployment gives each kind of weight on one engine."""
 
@@ -72,7 +73,7 @@ class Groups:
     expert_inter_multiple: int = 1  # a rank's expert intermediate width padded up to this (SGLang's Marlin)
 
 
-@dataclass(frozen=True)
+@record
 class ShardRules:
     """One engine's weight layout; every callable reads only the deployment and the inventory."""
 
@@ -91,7 +92,7 @@ class ShardRules:
     sources: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class StageWeights:
     """The bytes each device of one pipeline stage holds (every tp x dp rank the same)."""
 
@@ -102,7 +103,7 @@ class StageWeights:
     by_part: tuple[tuple[Part, int], ...]
 
 
-@dataclass(frozen=True)
+@record
 class DeviceWeights:
     """Per-device weights of a deployment: one entry per pipeline stage."""
 

@@ -6,11 +6,11 @@ I8 byte, shape ``[out, in / 2]``), so a stored element is always a whole number 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from typing import Iterator
 
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div
 
 
@@ -82,7 +82,7 @@ def _product(shape: tuple[int, ...]) -> int:
     return n
 
 
-@dataclass(frozen=True)
+@record
 class TensorSpec:
     """One stored tensor."""
 
@@ -132,7 +132,7 @@ class Role(str, Enum):
     MTP_NORM = "mtp_norm"            # enorm, hnorm, the MTP head norm
 
 
-@dataclass(frozen=True)
+@record
 class Weight:
     """A parameter as the checkpoint stores it: its tensor and, for a quantised linear, its scales.
 
@@ -160,7 +160,7 @@ class Weight:
 
     @property
     def tensor_count(self) -> int:
-        return len(self.tensors) * self.copies
+        return (1 + len(self.scales)) * self.copies
 
     def stored_tensors(self) -> Iterator[TensorSpec]:
         """Every copy's tensors under the checkpoint's own names (``experts.[0-255].w1`` -> ``experts.7.w1``)."""
@@ -175,7 +175,8 @@ class Weight:
 
     @property
     def copy_nbytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
+        scales = self.scales  # the tensor and its scales, without building ``tensors`` (inventory totals)
+        return self.tensor.nbytes + (sum(t.nbytes for t in scales) if scales else 0)
 
     @property
     def nbytes(self) -> int:
@@ -185,7 +186,8 @@ class Weight:
     @property
     def elements(self) -> int:
         """Every copy's stored elements."""
-        return sum(t.elements for t in self.tensors) * self.copies
+        scales = self.scales
+        return (self.tensor.elements + (sum(t.elements for t in scales) if scales else 0)) * self.copies
 
 
 def expert_span(first: int, copies: int) -> str:
@@ -208,7 +210,7 @@ def plain(name: str, role: Role, shape: tuple[int, ...], dtype: StoredDType, **w
     return Weight(role, shape, Quant.NONE, TensorSpec(name, shape, dtype), **where)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
+@record
 class Inventory:
     """Every weight of a model, derived from its config; totals are exact integers."""
 

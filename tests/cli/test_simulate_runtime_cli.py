@@ -59,9 +59,13 @@ def test_data_parallel_replicas_split_round_robin(csa):
     assert csa(*BASE, "--dp", "2", "--router", "least-loaded").code == 2
 
 
-def test_mtp_with_prefix_caching_is_refused_until_modelled(csa):
-    args = ("simulate", "examples/traces/azure_conv_sample_200.csv", "--model", "deepseek-v4-flash", "--kv-memory",
-            "8GiB", "--max-seq-len", "65536", "--engine", "vllm-0.33", "--num-speculative-tokens", "2")
-    r = csa(*args)
-    assert r.code == 2 and "--no-enable-prefix-caching" in r.err
-    assert csa(*args, "--no-enable-prefix-caching").code == 0
+def test_mtp_runs_with_prefix_caching_on_by_default(csa):
+    """vLLM's default for DeepSeek-V4 MTP: prefix caching on, lookahead block hashes (no refusal)."""
+    r = csa(*BASE, "--num-speculative-tokens", "2", "--json")
+    assert r.code == 0, r.err
+    rt = json.loads(r.out)["runtime"]
+    assert rt["prefix_cache"]["enabled"] and rt["prefix_cache"]["hit_tokens"] > 0
+    assert rt["requests"] == rt["served"] == 200
+    assert any("MTP lookahead" in n for n in rt["modelled"])
+    off = json.loads(csa(*BASE, "--num-speculative-tokens", "2", "--json", "--no-enable-prefix-caching").out)
+    assert off["runtime"]["prefix_cache"]["hit_tokens"] == 0

@@ -93,8 +93,9 @@ def _plan_runtime(model, trace, mnbt, seqs, async_on, caching, spec, spare):
        async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2"]),
        spare=st.sampled_from([0, 5, 40, 300, 5000]), model=st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]))
 def test_compiled_equals_python_on_the_v4_groups(trace, mnbt, seqs, async_on, mode, spare, model):
-    spec = {"mtp1": 1, "mtp2": 2}.get(mode, 0)
-    assert_twins(_plan_runtime(model, trace, mnbt, seqs, async_on, mode == "cache", spec, spare), trace)
+    spec = {"mtp1": 1, "mtp2": 2}.get(mode.split("-")[0], 0)
+    assert_twins(_plan_runtime(model, trace, mnbt, seqs, async_on, mode.endswith("cache") and mode != "nocache",
+                               spec, spare), trace)
 
 
 @st.composite
@@ -116,17 +117,18 @@ def group_specs(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), specs=group_specs(), spare=st.sampled_from([-10**6, 0, 3, 20, 200, 5000]),
        mnbt=st.sampled_from([16, 256, 2048, 8192]), seqs=st.sampled_from([1, 4, 1024]), async_on=st.booleans(),
-       caching=st.booleans(), spec=st.sampled_from([0, 0, 1, 3]), pl=st.sampled_from([0, 1, 2]))
+       caching=st.booleans(), spec=st.sampled_from([0, 0, 1, 3]), pl=st.sampled_from([0, 1, 2]),
+       hash_lookahead=st.sampled_from([0, 0, 1, 3]))
 def test_compiled_equals_python_on_random_groups_and_tiny_pools(trace, specs, spare, mnbt, seqs, async_on, caching,
-                                                                spec, pl):
-    """Random group specs straight into ``VllmRuntime`` (MTP with caching too, which the twin models). The pool:
+                                                                spec, pl, hash_lookahead):
+    """Random group specs straight into ``VllmRuntime`` (MTP with caching and lookahead hashes too). The pool:
     what one longest request needs alone plus ``spare`` blocks (a preemption storm at 0), or 2 blocks (-10**6:
     nothing fits, every request stranded)."""
     alone = sum(-(-(MAX_MODEL_LEN + spec + 1) // s.block_size) for s in specs) + 1
     blocks = max(2, alone + spare)
 
     def make():
-        prefix = PrefixCache(trace, specs) if caching else None
+        prefix = PrefixCache(trace, specs, hash_lookahead_tokens=hash_lookahead) if caching else None
         return VllmRuntime(trace, specs, tuple(f"g{i}" for i in range(len(specs))), blocks, MAX_MODEL_LEN, mnbt,
                            seqs, async_on, spec, spec, pl if spec else 0, prefix=prefix)
 

@@ -6,8 +6,9 @@ end a step crosses are touched), and ``cache_blocks`` calls whose aligned token 
 not move. The twin walks every group on every call, as vLLM 0.33.0's own code does. Both
 must agree on every step and every request — the free-block queue's order and the cached
 hashes included, which prefix-cache eviction depends on — on random traces: preemption
-storms (a pool just above the start-up minimum), full prefix reuse, MTP drafts, async and
-sync scheduling, prompts at max_model_len.
+storms (a pool just above the start-up minimum), full prefix reuse, MTP drafts with and
+without prefix caching (lookahead block hashes), async and sync scheduling, prompts at
+max_model_len and at block boundaries.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def traces(draw):
     n = draw(st.integers(1, 16))
     shared = draw(st.booleans())  # every request the same ids: full prefix reuse
     gaps = draw(st.lists(st.integers(0, 300_000_000), min_size=n, max_size=n))
-    prompts = draw(st.lists(st.one_of(st.integers(1, 3000), st.integers(MAX_MODEL_LEN - 300, MAX_MODEL_LEN + 2)),
+    prompts = draw(st.lists(st.one_of(st.integers(1, 3000), st.integers(MAX_MODEL_LEN - 300, MAX_MODEL_LEN + 2),
+                                      st.integers(1, 12).map(lambda k: k * 256)),  # lookahead hashes lag here
                             min_size=n, max_size=n))
     outputs = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
     ids, offs = [], [0]
@@ -88,11 +90,11 @@ def _pair(model, trace, mnbt, seqs, async_on, caching, spec, spare):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), mnbt=st.sampled_from([64, 256, 2048, 8192]), seqs=st.sampled_from([1, 3, 64]),
-       async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2"]),
+       async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2", "mtp1-cache", "mtp3-cache"]),
        spare=st.sampled_from([0, 5, 40, 300, 5000]), model=st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]))
 def test_fast_paths_equal_the_step_by_step_twin(trace, mnbt, seqs, async_on, mode, spare, model):
-    spec = {"mtp1": 1, "mtp2": 2}.get(mode, 0)
-    fast, twin = _pair(model, trace, mnbt, seqs, async_on, mode == "cache", spec, spare)
+    spec = {"mtp1": 1, "mtp2": 2, "mtp1-cache": 1, "mtp3-cache": 3}.get(mode, 0)
+    fast, twin = _pair(model, trace, mnbt, seqs, async_on, mode.endswith("cache") and mode != "nocache", spec, spare)
     assert fast.kv.fast and not twin.kv.fast
     a, b = Logged(fast), Logged(twin)
     ra, rb = replay(a, trace, TIME, compiled=False), replay(b, trace, TIME, compiled=False)

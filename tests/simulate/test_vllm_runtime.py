@@ -5,7 +5,8 @@ The expected figures in tests/fixtures/vllm_runtime_expected.json were captured 
 fabricated model output (tools/capture_vllm_runtime_cases.py, release vllm==0.33.0): every
 step's scheduled tokens per request, running, waiting, preempted, free blocks and
 prefix-hit tokens (as a digest) and every request's admission, first token, finish and
-preemptions. The Hypothesis properties check invariants on random traces and settings,
+preemptions; with and without MTP draft tokens (MTP with prefix caching: lookahead block
+hashes). The Hypothesis properties check invariants on random traces and settings,
 preemption storms and full prefix reuse included.
 """
 
@@ -69,9 +70,10 @@ def test_steps_equal_vllm_own_scheduler(name):
     case = EXPECTED["cases"][name]
     trace = slice_trace(runtime_trace(load_workload(str(ROOT / case["trace"]))), case["skip"], case["requests"])
     _, _, rt = _runtime(case["model"], trace, case["kv_gib"] * GiB, case["max_num_batched_tokens"],
-                        case["max_num_seqs"], case["prefix_caching"], case["async_scheduling"])
+                        case["max_num_seqs"], case["prefix_caching"], case["async_scheduling"],
+                        spec=case.get("num_speculative_tokens", 0))
     logged = Logged(rt)
-    res = replay(logged, trace, TIME, compiled=False)  # the Python loop: its steps are logged
+    res = replay(logged, trace, TIME, compiled=False)  # the Python twin, logged step by step
     assert len(logged.log) == case["steps"]
     assert hashlib.sha256(json.dumps(logged.log).encode()).hexdigest() == case["step_digest"]
     assert res.admitted_ns == case["admitted_ns"]
@@ -85,6 +87,8 @@ def test_a_captured_case_preempts_and_hits_the_prefix_cache():
     """The fixtures exercise what matters: preemption by recompute and prefix-cache hits."""
     assert any(sum(c["preemptions"]) for c in EXPECTED["cases"].values())
     assert any(c["prefix_hit_tokens"] for c in EXPECTED["cases"].values())
+    mtp_cached = [c for c in EXPECTED["cases"].values() if c.get("num_speculative_tokens") and c["prefix_caching"]]
+    assert any(sum(c["preemptions"]) and c["prefix_hit_tokens"] for c in mtp_cached)  # MTP + caching, preempting
 
 
 class Checked:
@@ -146,7 +150,7 @@ def test_invariants_on_random_traces(trace, mnbt, seqs, async_on, caching, spare
     kv = plan.needed_bytes(max_model_len) + (spare + 1) * plan.block_bytes  # just above the start-up minimum
     sizing = plan.size_pool(kv)
     rt = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching))
-    res = replay(Checked(rt, seqs, mnbt), trace, TIME, compiled=False)  # the Python loop: checked step by step
+    res = replay(Checked(rt, seqs, mnbt), trace, TIME)
     for r in range(len(trace)):  # every request finishes or is refused, never both
         assert (res.finished_ns[r] >= 0) != (r in res.refused)
         if res.finished_ns[r] >= 0:
@@ -161,7 +165,7 @@ def test_request_longer_than_max_model_len_is_refused_and_output_clamped():
     trace = RuntimeTrace(np.array([0, 0], dtype=np.int64), np.array([9000, 8000], dtype=np.int64),
                          np.array([10, 5000], dtype=np.int64))
     plan, sizing, rt = _runtime("deepseek-v4-flash", trace, 40 * GiB, 2048, 8, True, True, max_model_len=8192)
-    res = replay(rt, trace, TIME, compiled=False)  # rt.reqs read below: the Python loop
+    res = replay(rt, trace, TIME)
     assert list(res.refused) == [0] and "max_model_len" in res.refused[0]
     assert res.finished_ns[1] > 0 and rt.reqs[1].num_output == 8192 - 8000
 

@@ -116,3 +116,24 @@ def test_presets_use_the_inventory_and_say_so():
     assert w.source is WeightsSource.INVENTORY and w.total_bytes == 159_609_485_896
     assert w.checkpoint is None and "inventory" in w.note
     assert model_weights(str(ROOT / "examples" / "configs" / "refusals" / "UnsupportedRatio.yaml")) is None
+
+
+@pytest.mark.parametrize("change", [{}, {"num_hash_layers": 0}, {"compress_ratios": None}])
+def test_blocks_built_once_per_distinct_layer_equal_blocks_built_per_layer(change):
+    """The inventory builds one block per distinct layer (ratio, hash routing) and copies it under each
+    layer's names (start-up): the result equals building every layer's block itself."""
+    from csa_plan.planner.weights import deepseek_v4
+
+    data = dict(read_model_config("deepseek-v4-flash").data)
+    if change.get("compress_ratios", 0) is None:  # another interleaving: every kind, in a new order
+        n = data["num_hidden_layers"] + data.get("num_nextn_predict_layers", 0)
+        data["compress_ratios"] = [(0, 4, 128, 4)[i % 4] for i in range(n)]
+    elif change:
+        data.update(change)
+    shape = deepseek_v4.read_shape(data, "test")
+    per_layer = [w for i in range(shape.num_main)
+                 for w in deepseek_v4._block(shape, f"layers.{i}", i, is_mtp=False)]  # noqa: SLF001
+    built = [w for w in deepseek_v4.build(data, "test").weights if w.layer is not None and not w.is_mtp]
+    assert built == per_layer
+    assert [(w.tensor.name, [t.name for t in w.scales], w.layer) for w in built] == \
+        [(w.tensor.name, [t.name for t in w.scales], w.layer) for w in per_layer]
