@@ -90,7 +90,7 @@ def _plan_runtime(model, trace, mnbt, seqs, async_on, caching, spec, spare):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), mnbt=st.sampled_from([64, 256, 2048, 8192]), seqs=st.sampled_from([1, 3, 64, 1024]),
-       async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2"]),
+       async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2", "mtp1-cache", "mtp2-cache"]),
        spare=st.sampled_from([0, 5, 40, 300, 5000]), model=st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]))
 def test_compiled_equals_python_on_the_v4_groups(trace, mnbt, seqs, async_on, mode, spare, model):
     spec = {"mtp1": 1, "mtp2": 2}.get(mode.split("-")[0], 0)
