@@ -33,8 +33,8 @@ from csa_plan.planner.runtime.steptime import StepTime
 from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads.load import load_workload
 
-pytestmark = pytest.mark.skipif(compiled_module() is None,
-                                reason="the cvllm extension is not built (pip install -e . builds it; CI does)")
+needs_cvllm = pytest.mark.skipif(compiled_module() is None,
+                                 reason="the cvllm extension is not built (pip install -e . builds it; CI does)")
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME = StepTime(20.0, 10_000.0)
@@ -88,6 +88,7 @@ def _plan_runtime(model, trace, mnbt, seqs, async_on, caching, spec, spare):
     return lambda: plan.runtime(sizing, trace, options)
 
 
+@needs_cvllm
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), mnbt=st.sampled_from([64, 256, 2048, 8192]), seqs=st.sampled_from([1, 3, 64, 1024]),
        async_on=st.booleans(), mode=st.sampled_from(["cache", "nocache", "mtp1", "mtp2", "mtp1-cache", "mtp2-cache"]),
@@ -114,6 +115,7 @@ def group_specs(draw):
     return tuple(out)
 
 
+@needs_cvllm
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), specs=group_specs(), spare=st.sampled_from([-10**6, 0, 3, 20, 200, 5000]),
        mnbt=st.sampled_from([16, 256, 2048, 8192]), seqs=st.sampled_from([1, 4, 1024]), async_on=st.booleans(),
@@ -135,6 +137,7 @@ def test_compiled_equals_python_on_random_groups_and_tiny_pools(trace, specs, sp
     assert_twins(make, trace)
 
 
+@needs_cvllm
 def test_a_storm_preempts_and_hits_in_both():
     """60 long requests sharing their prompt, a pool at the start-up minimum: preemptions and hits every step."""
     n, prompt, output = 60, 1100, 4000
@@ -148,6 +151,7 @@ def test_a_storm_preempts_and_hits_in_both():
         assert sum(a.preemptions) > 0 and a.prefix_hit_tokens > 0
 
 
+@needs_cvllm
 def test_stranded_and_refused_in_order():
     """A pool too small for any request: all stranded (after the refused one), the same reasons in the same order."""
     trace = RuntimeTrace(np.array([0, 5, 9], dtype=np.int64), np.array([3000, 9000, 2000], dtype=np.int64),
@@ -158,6 +162,7 @@ def test_stranded_and_refused_in_order():
     assert list(b.refused) == [1, 0, 2] and "max_model_len" in b.refused[1]
 
 
+@needs_cvllm
 def test_clock_overflow_is_the_same_bad_input():
     from csa_plan.planner.errors import BadInput
 
@@ -190,6 +195,7 @@ BUNDLED = [
 ]
 
 
+@needs_cvllm
 @pytest.mark.parametrize("case", BUNDLED, ids=lambda c: f"{Path(c[0]).stem}-{c[3]}-{c[4]}GiB-{c[7]}")
 def test_compiled_equals_python_on_bundled_traces(case):
     path, skip, count, model, gib, mnbt, seqs, caching = case
@@ -200,3 +206,26 @@ def test_compiled_equals_python_on_bundled_traces(case):
     sizing = plan.size_pool(gib << 30)
     a, _ = assert_twins(lambda: plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)), trace)
     assert a.series.steps > 100
+
+
+def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
+    """cvllm carries its calling convention's version; vllm_compiled takes only its own, so an extension
+    built from an older cvllm.c (an editable install not rebuilt) is never called: the Python loop runs."""
+    import re
+    import sys
+    import types
+
+    from csa_plan.planner.engines import vllm_compiled
+
+    source = (ROOT / "planner" / "engines" / "cvllm.c").read_text()
+    assert int(re.search(r"#define CVLLM_ABI (\d+)", source).group(1)) == vllm_compiled.CVLLM_ABI
+    stale = types.ModuleType("csa_plan.planner.engines.cvllm")
+    stale.ABI = vllm_compiled.CVLLM_ABI - 1
+    monkeypatch.setitem(sys.modules, "csa_plan.planner.engines.cvllm", stale)
+    monkeypatch.setattr(sys.modules["csa_plan.planner.engines"], "cvllm", stale, raising=False)
+    monkeypatch.setattr(vllm_compiled, "_MODULE", False)
+    assert vllm_compiled.compiled_module() is None
+    trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64))
+    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 2048, 8, True, 0, 0)
+    assert rt.compiled_replay() is None
+    assert replay(rt, trace, TIME).finished_ns[0] > 0
