@@ -24,6 +24,10 @@ that finished its prompt or decoded):
 * each SWA window eviction: ``mem_cache/common.py free_swa_out_of_window_slots`` on a
   ``ReqKvInfo`` must free exactly the pages csa-plan frees.
 
+Then the compiled loop (``sglang_runtime/csglang.c``, what ``simulate`` runs when it is built) replays the
+same case and must give the same run (``RuntimeResult.same_as``): it agrees with SGLang's code through its
+checked Python twin. A case fails when the extension is not built.
+
 Not driven (checked on worked cases in tests/engines/test_sglang_runtime.py, from the source
 with file:line): ``UnifiedRadixCache`` itself (match validator, insert, LRU eviction), the
 scheduler loop around the adder (``get_next_batch_to_run``), ``retract_decode``'s loop and
@@ -341,12 +345,18 @@ def run_case(label: str, trace, cfg, steps_limit: int | None = None) -> tuple[bo
             mismatches.append(f"window: evicted {before} at {pre_len}: sglang {theirs} vs csa-plan {req.swa_from}")
 
     sched._prefill, sched._decode, sched._evict_window = checked_prefill, checked_decode, checked_evict
-    res = replay(rt, trace, StepTime(20.0, 10_000.0))
+    res = replay(rt, trace, StepTime(20.0, 10_000.0), compiled=False)  # the Python model, checked step by step
+    # the compiled loop (csglang.c) must give the same run, so it agrees with SGLang's code through the twin
+    compiled = SglangRuntime(cfg, trace, "sglang-0.5.23")
+    if compiled.compiled_replay() is None:
+        mismatches.append("the compiled loop (csa_plan.planner.engines.sglang_runtime.csglang) is not built")
+    elif not replay(compiled, trace, StepTime(20.0, 10_000.0), compiled=True).same_as(res):
+        mismatches.append("the compiled loop's run differs from the Python model's")
     ok = not mismatches
     line = (f"{'OK  ' if ok else 'FAIL'} {label}: {res.series.steps:,} steps; {counts['prefill']:,} prefill passes, "
             f"{counts['decode']:,} decode steps, {counts['window']:,} window evictions agree; "
             f"{counts['retractions']:,} retractions, {res.prefix_hit_tokens:,} hit tokens, "
-            f"{sum(1 for f in res.finished_ns if f >= 0):,}/{len(trace):,} finished")
+            f"{sum(1 for f in res.finished_ns if f >= 0):,}/{len(trace):,} finished; compiled loop equal")
     return ok, line + ("" if ok else "\n    " + "\n    ".join(mismatches))
 
 
@@ -404,11 +414,14 @@ def main() -> int:
     _csa_plan_from_checkout()
     import sglang  # noqa: F401  (fail here, clearly, if SGLang is missing)
 
-    all_ok = True
+    all_ok, agreed, total = True, 0, 0
     for label, trace, cfg in cases(args.quick):
         ok, line = run_case(label, trace, cfg)
         all_ok &= ok
+        agreed += ok
+        total += 1
         print(line, flush=True)
+    print(f"{agreed}/{total} agree (SGLang's code per step, and the compiled loop with the Python model)")
     return 0 if all_ok else 1
 
 

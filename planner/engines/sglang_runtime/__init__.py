@@ -11,6 +11,8 @@ One concept per module, each rule citing ``file:line`` in sglang-0.5.23 (``sglan
 * ``retract``   — the decode retraction order and loop;
 * ``scheduler`` — one scheduler step (prefill first, else decode) over the two pools.
 
+* ``compiled``  — the whole replay compiled (``csglang.c``, optional), these modules its checked twin.
+
 Pure: no printing, no engine imports. ``tools/crosscheck_sglang_runtime.py`` drives SGLang's own
 code on CPU against these.
 """

@@ -118,6 +118,13 @@ class SglangRuntime(EngineRuntime):
     def stranded(self) -> tuple[int, ...]:
         return tuple(r.rid for r in self.sched.stranded())
 
+    def compiled_replay(self):
+        """The compiled loop (``compiled.py``, ``csglang.c``) when built and every setting is in its range
+        (counts below 2^40, a page of at least one token); None otherwise, and the Python methods run."""
+        from csa_plan.planner.engines.sglang_runtime.compiled import replay_for
+
+        return replay_for(self)
+
     def notes(self) -> tuple[str, ...]:
         notes = [
             f"{self.label}: scheduler stepped as its source does (PrefillAdder with SWAPrefillBudget, new-token "
