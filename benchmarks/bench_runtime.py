@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{name:26} {med:9.2f} {rss / 1024:8.0f} {'-' if budget is None else f'{budget:g} s':>7}"
         if args.base_exe:
             bm = statistics.median(base_times)
-            line += (f"  {bm:7.2f} {med / bm:7.2f}x" if bm != float("inf")
-                     else f"  {'>' + format(args.base_timeout, 'g'):>7} {'<' + format(med / args.base_timeout, '.3f'):>7}x")
+            stopped, bound = f">{args.base_timeout:g}", f"<{med / args.base_timeout:.3f}"
+            line += f"  {bm:7.2f} {med / bm:7.2f}x" if bm != float("inf") else f"  {stopped:>7} {bound:>7}x"
         print(line + ("" if within else "  OVER BUDGET"), flush=True)
     return 0 if ok else 1
 
