@@ -309,6 +309,7 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     from csa_plan.planner.runtime.loop import replay
     from csa_plan.planner.runtime.protocol import RuntimeOptions
     from csa_plan.planner.runtime.steptime import StepTime
+    import numpy as np
 
     model = load_model(model_ref(model_name), max_seq_len=max_model_len)
     kv = int(kv_gib * GiB)
@@ -328,6 +329,24 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     b = replay(ours, trace, time_model, compiled=False)  # the Python twin, step by step (it is what is logged)
     t2 = time.time()
     problems = []
+    # the compiled loop (cvllm) where built: per-request outcomes and per-step counts against vLLM's own run
+    c = None
+    fresh = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching))
+    if fresh.compiled_replay() is not None:
+        c = replay(fresh, trace, time_model, compiled=True)
+        t3 = time.time()
+        if not c.same_as(b):
+            problems.append("the compiled loop differs from the Python loop")
+        for f in ("admitted_ns", "first_token_ns", "finished_ns", "preemptions"):
+            if list(getattr(a, f)) != [int(x) for x in getattr(c, f)]:
+                problems.append(f"compiled: {f} differs from vLLM's")
+        for f in ("end_ns", "running", "waiting", "tokens"):
+            if not np.array_equal(getattr(a.series, f), getattr(c.series, f)):
+                problems.append(f"compiled: per-step {f} differs from vLLM's")
+        if a.refused.keys() != c.refused.keys() or a.prefix_hit_tokens != c.prefix_hit_tokens:
+            problems.append("compiled: refusals or prefix-hit tokens differ from vLLM's")
+    elif verbose:
+        print("  (the cvllm extension is not built: the compiled loop is not checked)")
     if sizing.total_units != kv_cfg.num_blocks:
         problems.append(f"num_blocks {sizing.total_units} != {kv_cfg.num_blocks}")
     for k, (x, y) in enumerate(zip(ref.log, ours.log)):
@@ -352,7 +371,8 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     summary = (f"{len(trace)} requests, {len(ref.log)} steps, {pre} preemptions of "
                f"{sum(1 for p in a.preemptions if p)} requests, peak running {int(a.series.running.max())}, "
                f"prefix-hit tokens {a.prefix_hit_tokens:,}, refused {len(a.refused)} "
-               f"[vLLM {t1 - t0:.1f} s, csa-plan {t2 - t1:.1f} s]")
+               f"[vLLM {t1 - t0:.1f} s, csa-plan {t2 - t1:.1f} s"
+               + (f", compiled {t3 - t2:.2f} s (equal)" if c is not None else ", compiled loop not built") + "]")
     line = (f"{'OK  ' if ok else 'FAIL'} {label} {model_name} kv={kv_gib}GiB mnbt={mnbt} seqs={seqs} "
             f"caching={'on' if caching else 'off'} async={'on' if async_on else 'off'} spec={spec}: "
             + (summary if ok else "; ".join(problems)[:2000]))

@@ -359,3 +359,12 @@ class VllmRuntime(EngineRuntime):
 
     def stranded(self) -> tuple[int, ...]:
         return tuple(r.rid for r in self.wait_q) + tuple(r.rid for r in self.run_q)
+
+    def compiled_replay(self):
+        """The whole replay in C (``vllm_compiled``: the ``cvllm`` extension), this class its checked twin;
+        None when the extension is not built or a setting is outside its integer types (``refusal``)."""
+        if self.reqs:  # already stepped: the compiled loop replays a trace from its start
+            return None
+        from csa_plan.planner.engines.vllm_compiled import compiled_replay
+
+        return compiled_replay(self)

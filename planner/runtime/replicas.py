@@ -20,15 +20,16 @@ def split_round_robin(trace: RuntimeTrace, dp: int) -> list[tuple[RuntimeTrace, 
     import numpy as np
 
     out = []
+    owner = counts = None
+    if trace.block_ids is not None and trace.block_offsets is not None:
+        counts = np.diff(np.asarray(trace.block_offsets, dtype=np.int64))
+        owner = np.repeat(np.arange(len(trace), dtype=np.int64) % dp, counts)  # each id's replica
     for k in range(dp):
         idx = np.arange(k, len(trace), dp, dtype=np.int64)
         ids = offs = None
-        if trace.block_ids is not None and trace.block_offsets is not None:
-            o = trace.block_offsets
-            parts = [trace.block_ids[o[i]:o[i + 1]] for i in idx.tolist()]
-            lengths = np.array([len(p) for p in parts], dtype=np.int64)
-            ids = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-            offs = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        if owner is not None:
+            ids = np.asarray(trace.block_ids, dtype=np.int64)[owner == k]
+            offs = np.concatenate([[0], np.cumsum(counts[idx])]).astype(np.int64)
         out.append((RuntimeTrace(trace.arrival_ns[idx], trace.prompt_tokens[idx], trace.output_tokens[idx], ids, offs,
                                  trace.id_block_tokens), idx))
     return out
@@ -61,16 +62,20 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     """One replay per replica (``run_one``), merged; ``dp`` 1 is the plain replay."""
     if dp == 1:
         return run_one(trace)
+    import numpy as np
+
     n = len(trace)
-    admitted, first, finished, pre = [-1] * n, [-1] * n, [-1] * n, [0] * n
+    admitted, first, finished = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+    pre = np.zeros(n, dtype=np.int64)
     refused: dict[int, str] = {}
     parts, results = [], []
     for sub, idx in split_round_robin(trace, dp):
         res = run_one(sub)
         results.append(res)
-        for j, i in enumerate(idx.tolist()):
-            admitted[i], first[i], finished[i], pre[i] = (res.admitted_ns[j], res.first_token_ns[j],
-                                                          res.finished_ns[j], res.preemptions[j])
+        admitted[idx] = np.asarray(res.admitted_ns, dtype=np.int64)
+        first[idx] = np.asarray(res.first_token_ns, dtype=np.int64)
+        finished[idx] = np.asarray(res.finished_ns, dtype=np.int64)
+        pre[idx] = np.asarray(res.preemptions, dtype=np.int64)
         for j, reason in res.refused.items():
             refused[int(idx[j])] = reason
         parts.append(res.series)

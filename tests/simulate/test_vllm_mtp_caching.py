@@ -104,13 +104,20 @@ def test_a_prompts_last_block_is_hashed_one_token_later_with_mtp():
 
 
 @pytest.mark.parametrize("spec", [1, 3])
-def test_mtp_with_caching_replays_in_python_until_a_compiled_loop_models_lookahead_hashes(spec):
-    """The Python runtime is the one that models lookahead hashes: no compiled loop may take MTP with
-    prefix caching (``VllmRuntime.compiled_replay`` returns None for these settings)."""
+def test_mtp_with_caching_compiled_equals_the_python_twin(spec):
+    """The compiled loop (``cvllm``) models lookahead hashes too: it takes MTP with prefix caching and
+    equals the Python runtime (tests/simulate/test_vllm_compiled.py checks it under Hypothesis)."""
+    from csa_plan.planner.engines.vllm_compiled import compiled_module
+
+    if compiled_module() is None:
+        pytest.skip("the cvllm extension is not built")
     plan = _plan("deepseek-v4-flash", spec)
-    rt = plan.runtime(plan.size_pool(40 * GiB), JUNCTION, RuntimeOptions(enable_prefix_caching=True))
-    assert rt.prefix is not None and rt.num_spec > 0
-    assert rt.compiled_replay() is None
+    make = lambda: plan.runtime(plan.size_pool(40 * GiB), JUNCTION, RuntimeOptions(enable_prefix_caching=True))
+    rt = make()
+    assert rt.prefix is not None and rt.num_spec > 0 and rt.prefix.lookahead > 0
+    assert rt.compiled_replay() is not None
+    a, b = replay(make(), JUNCTION, TIME, compiled=False), replay(rt, JUNCTION, TIME, compiled=True)
+    assert a.same_as(b) and a.prefix_hit_tokens == b.prefix_hit_tokens > 0
 
 
 @pytest.fixture(scope="module")

@@ -150,7 +150,7 @@ def test_invariants_on_random_traces(trace, mnbt, seqs, async_on, caching, spare
     kv = plan.needed_bytes(max_model_len) + (spare + 1) * plan.block_bytes  # just above the start-up minimum
     sizing = plan.size_pool(kv)
     rt = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching))
-    res = replay(Checked(rt, seqs, mnbt), trace, TIME)
+    res = replay(Checked(rt, seqs, mnbt), trace, TIME, compiled=False)  # the Python loop: checked step by step
     for r in range(len(trace)):  # every request finishes or is refused, never both
         assert (res.finished_ns[r] >= 0) != (r in res.refused)
         if res.finished_ns[r] >= 0:
@@ -165,7 +165,7 @@ def test_request_longer_than_max_model_len_is_refused_and_output_clamped():
     trace = RuntimeTrace(np.array([0, 0], dtype=np.int64), np.array([9000, 8000], dtype=np.int64),
                          np.array([10, 5000], dtype=np.int64))
     plan, sizing, rt = _runtime("deepseek-v4-flash", trace, 40 * GiB, 2048, 8, True, True, max_model_len=8192)
-    res = replay(rt, trace, TIME)
+    res = replay(rt, trace, TIME, compiled=False)  # rt.reqs read below: the Python loop
     assert list(res.refused) == [0] and "max_model_len" in res.refused[0]
     assert res.finished_ns[1] > 0 and rt.reqs[1].num_output == 8192 - 8000
 
