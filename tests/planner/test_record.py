@@ -127,6 +127,9 @@ def test_init_and_frozen_guards_as_dataclass():
     for options in ({}, {"kw_only": True}, {"eq": False}):
         R, D = record(body(), **options), dataclass(body(), frozen=True, **options)
         assert str(inspect.signature(R)) == str(inspect.signature(D))
+        assert R.__init__.__annotations__ == D.__init__.__annotations__
+        assert repr(R.__init__.__defaults__) == repr(D.__init__.__defaults__)
+        assert repr(R.__init__.__kwdefaults__) == repr(D.__init__.__kwdefaults__)
         assert R.__init__.__qualname__ == D.__init__.__qualname__.replace("Shape", "Shape")
         r, d = R(a=1, b="x"), D(a=1, b="x")
         assert repr(r) == repr(d) and r.seen == d.seen == 2 and r.d == 7 and r.e == () and r.c == [] == d.c
