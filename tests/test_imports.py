@@ -163,3 +163,21 @@ def test_the_engine_check_defines_records_and_compiles_only_the_inits_it_builds(
                          capture_output=True, text=True, check=True).stderr.split(" ")
     assert out[0] == "[]", out  # no plain frozen dataclass on the path
     assert int(out[-2]) > 0 and int(out[-1]) > 0  # some records never built, their __init__ never compiled
+
+
+def test_a_preset_check_imports_no_pathlib():
+    """A preset is read beside its module with ``open`` (``planner/presets``): pathlib (and the
+    urllib.parse and ipaddress it imports) loads only where a path is given. (An editable
+    install's import hook has loaded pathlib before csa-plan starts: it is set aside first.)"""
+    def run(*args: str) -> set[str]:
+        return imported_after("import sys\nsys.modules.pop('pathlib', None)\n"
+                              "from csa_plan.cli.main import main\n"
+                              f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n")
+
+    for args in (("check", "deepseek-v4-pro", "--json"),
+                 ("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+                  "--engine", "vllm-0.33", "--json")):
+        mods = run(*args)
+        assert "csa_plan.planner.presets" in mods
+        assert "pathlib" not in mods, args
+    assert "pathlib" in run("check", "examples/specs/missing.yaml", "--json")  # a path: it loads
