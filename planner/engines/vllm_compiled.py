@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from csa_plan.planner.extensions import OptionalExtension
+
 if TYPE_CHECKING:
     from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
     from csa_plan.planner.runtime.protocol import CompiledReplay, RuntimeTrace
@@ -30,21 +32,12 @@ GROUPS_MAX = 64
 BLOCK_MAX = 1 << 20
 WINDOW_MAX = 1 << 31
 
-_MODULE: object = False
+CVLLM = OptionalExtension("csa_plan.planner.engines.cvllm", CVLLM_ABI)
 
 
 def compiled_module():
-    """The ``cvllm`` extension, or None: not built, or built from another ``cvllm.c`` (its ABI differs)."""
-    global _MODULE
-    if _MODULE is False:
-        try:
-            from csa_plan.planner.engines import cvllm
-        except ImportError:
-            cvllm = None
-        if cvllm is not None and getattr(cvllm, "ABI", None) != CVLLM_ABI:
-            cvllm = None
-        _MODULE = cvllm
-    return _MODULE
+    """The ``cvllm`` extension, or None: not built, or a stale build (``planner/extensions.py``)."""
+    return CVLLM.load()
 
 
 def refusal(rt: "VllmRuntime") -> str | None:

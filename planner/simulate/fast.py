@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from csa_plan.planner.extensions import OptionalExtension
 from csa_plan.planner.layout import STATE_CLASSES, GroupBytes
 from csa_plan.planner.placement import Router
 
@@ -161,26 +162,16 @@ def summarize(scn: Scenario, d: Decisions) -> dict:
 # -- the fast path ------------------------------------------------------------------------
 
 
-def compiled_loop():
-    """The compiled decision loop (the optional ``cdecide`` extension), or None without it — or
-    when it was built from another version of ``cdecide.c`` (its ``ABI`` differs: an editable
-    install not rebuilt since a pull), which would be called with the wrong arguments."""
-    global _COMPILED
-    if _COMPILED is False:
-        try:
-            from csa_plan.planner.simulate import cdecide
-        except ImportError:
-            cdecide = None
-        if cdecide is not None and getattr(cdecide, "ABI", None) != CDECIDE_ABI:
-            cdecide = None
-        _COMPILED = cdecide
-    return _COMPILED
-
-
 CDECIDE_ABI = 3  # cdecide.c's CDECIDE_ABI: the calling convention this module's caller uses
+CDECIDE = OptionalExtension("csa_plan.planner.simulate.cdecide", CDECIDE_ABI)
 
 
-_COMPILED: object = False
+def compiled_loop():
+    """The compiled decision loop (the optional ``cdecide`` extension), or None without it or with a
+    stale build (``planner/extensions.py``)."""
+    return CDECIDE.load()
+
+
 I64_MAX = MAX_CLOCK_NS  # int64 (byte totals and nanosecond times alike)
 
 

@@ -188,7 +188,7 @@ def test_an_extension_of_another_abi_is_set_aside(monkeypatch):
 
     import csa_plan.planner.engines.sglang_runtime as package
 
-    monkeypatch.setattr(compiled, "_MODULE", False)
+    monkeypatch.setattr(compiled.CSGLANG, "_module", False)
     monkeypatch.setattr(package, "csglang", Stale, raising=False)  # (a sanitized build is in sys.modules only)
     assert compiled.compiled_module() is None
     trace = RuntimeTrace(np.array([0], dtype=np.int64), np.array([300], dtype=np.int64), np.array([5], dtype=np.int64))

@@ -291,5 +291,5 @@ def test_a_stale_compiled_loop_is_set_aside(monkeypatch):
     stale.ABI = fast.CDECIDE_ABI - 1
     monkeypatch.setitem(sys.modules, "csa_plan.planner.simulate.cdecide", stale)
     monkeypatch.setattr(sys.modules["csa_plan.planner.simulate"], "cdecide", stale, raising=False)
-    monkeypatch.setattr(fast, "_COMPILED", False)
+    monkeypatch.setattr(fast.CDECIDE, "_module", False)
     assert fast.compiled_loop() is None

@@ -223,7 +223,7 @@ def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
     stale.ABI = vllm_compiled.CVLLM_ABI - 1
     monkeypatch.setitem(sys.modules, "csa_plan.planner.engines.cvllm", stale)
     monkeypatch.setattr(sys.modules["csa_plan.planner.engines"], "cvllm", stale, raising=False)
-    monkeypatch.setattr(vllm_compiled, "_MODULE", False)
+    monkeypatch.setattr(vllm_compiled.CVLLM, "_module", False)
     assert vllm_compiled.compiled_module() is None
     trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64))
     rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 2048, 8, True, 0, 0)

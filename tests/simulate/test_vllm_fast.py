@@ -24,21 +24,14 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.runtime.loop import replay
 from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
+from helpers.runtime_spy import RuntimeSpy
 
 TIME = StepTime(20.0, 10_000.0)
 MAX_MODEL_LEN = 8192
 
 
-class Logged:
+class Logged(RuntimeSpy):
     """A runtime that logs, after every schedule and complete, what the twin must match."""
-
-    def __init__(self, rt):
-        self.rt, self.log = rt, []
-        self.pools, self.usable_units, self.pipeline_depth, self.label = (rt.pools, rt.usable_units,
-                                                                          rt.pipeline_depth, rt.label)
-
-    def __getattr__(self, name):
-        return getattr(self.rt, name)
 
     def _state(self):
         pool = self.rt.kv.pool

@@ -23,6 +23,7 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.runtime.loop import replay
 from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
+from helpers.runtime_spy import RuntimeSpy
 
 TIME = StepTime(20.0, 10_000.0)
 GiB = 1 << 30
@@ -39,16 +40,8 @@ NO_MTP = [([0], 0, (16, 16, 4, 256, 128)), ([1], 0, (16, 16, 4, 256, 128)), ([2]
 MTP = [([0], 0, (17, 17, 5, 257, 129)), ([1], 0, (17, 17, 5, 257, 129)), ([2], 256, (15, 15, 5, 195, 113))]
 
 
-class Admissions:
+class Admissions(RuntimeSpy):
     """Logs, for each step that admits, what the capture logged from vLLM's scheduler."""
-
-    def __init__(self, rt):
-        self.rt, self.log = rt, []
-        self.pools, self.usable_units, self.pipeline_depth, self.label = (rt.pools, rt.usable_units,
-                                                                          rt.pipeline_depth, rt.label)
-
-    def __getattr__(self, name):
-        return getattr(self.rt, name)
 
     def schedule(self):
         step = self.rt.schedule()

@@ -29,6 +29,7 @@ from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
 from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads import load_workload
+from helpers.runtime_spy import RuntimeSpy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((ROOT / "tests" / "fixtures" / "vllm_runtime_expected.json").read_text())
@@ -36,16 +37,8 @@ TIME = StepTime(20.0, 10_000.0)
 GiB = 1 << 30
 
 
-class Logged:
+class Logged(RuntimeSpy):
     """Our runtime, logging each step as the capture tool logs vLLM's."""
-
-    def __init__(self, rt):
-        self.rt, self.log = rt, []
-        self.pools, self.usable_units, self.pipeline_depth, self.label = (rt.pools, rt.usable_units,
-                                                                          rt.pipeline_depth, rt.label)
-
-    def __getattr__(self, name):
-        return getattr(self.rt, name)
 
     def schedule(self):
         step = self.rt.schedule()
@@ -91,16 +84,12 @@ def test_a_captured_case_preempts_and_hits_the_prefix_cache():
     assert any(sum(c["preemptions"]) and c["prefix_hit_tokens"] for c in mtp_cached)  # MTP + caching, preempting
 
 
-class Checked:
+class Checked(RuntimeSpy):
     """Invariants after every step: blocks never negative, pool never exceeded, caps held."""
 
     def __init__(self, rt, seqs: int, mnbt: int):
-        self.rt, self.seqs, self.mnbt = rt, seqs, mnbt
-        self.pools, self.usable_units, self.pipeline_depth, self.label = (rt.pools, rt.usable_units,
-                                                                          rt.pipeline_depth, rt.label)
-
-    def __getattr__(self, name):
-        return getattr(self.rt, name)
+        super().__init__(rt)
+        self.seqs, self.mnbt = seqs, mnbt
 
     def _check(self):
         pool = self.rt.kv.pool

@@ -20,6 +20,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Callable
 
+from csa_plan.planner.extensions import OptionalExtension
+
 if TYPE_CHECKING:
     from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
     from csa_plan.planner.runtime.protocol import RuntimeTrace
@@ -31,21 +33,12 @@ BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c 
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
-_MODULE: object = False
+CSGLANG = OptionalExtension("csa_plan.planner.engines.sglang_runtime.csglang", CSGLANG_ABI)
 
 
 def compiled_module():
-    """The ``csglang`` extension, or None: not built, or built from another ``csglang.c`` (its ABI differs)."""
-    global _MODULE
-    if _MODULE is False:
-        try:
-            from csa_plan.planner.engines.sglang_runtime import csglang
-        except ImportError:
-            csglang = None
-        if csglang is not None and getattr(csglang, "ABI", None) != CSGLANG_ABI:
-            csglang = None
-        _MODULE = csglang
-    return _MODULE
+    """The ``csglang`` extension, or None: not built, or a stale build (``planner/extensions.py``)."""
+    return CSGLANG.load()
 
 
 def takes(rt: "SglangRuntime") -> bool:
