@@ -25,8 +25,8 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.limits import MAX_INVENTORY_LAYERS
 from csa_plan.planner.record import record
 from csa_plan.planner.values import read_int, read_mapping, read_str
-from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, TensorSpec, Weight,
-                                               expert_span, linear, plain)
+from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
+                                               plain)
 
 SOURCE = "DeepSeek-V4 reference inference code (inference/model.py)"
 FP8_BLOCK = 128
@@ -127,52 +127,39 @@ def _check_divisible(s: V4Shape, source: str) -> None:
 
 def build(config: Mapping[str, Any], source: str) -> Inventory:
     s = read_shape(config, source)
-    weights: list[Weight] = [
-        plain("embed.weight", Role.EMBED, (s.vocab, s.hidden), StoredDType.BF16),
-        *_main_blocks(s),
-        plain("norm.weight", Role.FINAL_NORM, (s.hidden,), StoredDType.BF16),
-        plain("head.weight", Role.HEAD, (s.vocab, s.hidden), StoredDType.BF16),
-        *_hc_head(s, "", None, False),
-    ]
+    blocks: list[tuple[Weight, ...]] = [(plain("embed.weight", Role.EMBED, (s.vocab, s.hidden), StoredDType.BF16),)]
+    layout: list[tuple[int, int | None, str]] = [(0, None, "")]
+    # Every main layer's ``Block``, built once per distinct layer (its compress ratio, and whether it
+    # routes by hash: all that _block reads of the layer id) and used at each layer of that kind.
+    built: dict[tuple[int, bool], int] = {}
+    for i in range(s.num_main):
+        prefix = f"layers.{i}"
+        kind = (s.compress_ratios[i], i < s.hash_layers)
+        if kind not in built:
+            built[kind] = len(blocks)
+            blocks.append(tuple(_block(s, prefix, i, is_mtp=False)))
+        layout.append((built[kind], i, prefix))
+    layout.append((len(blocks), None, ""))
+    blocks.append((plain("norm.weight", Role.FINAL_NORM, (s.hidden,), StoredDType.BF16),
+                   plain("head.weight", Role.HEAD, (s.vocab, s.hidden), StoredDType.BF16),
+                   *_hc_head(s, "", None, False)))
     for j in range(s.num_mtp):
         layer = s.num_main + j
         prefix = f"mtp.{j}"
         where = {"layer": layer, "is_mtp": True}
-        weights += _block(s, prefix, layer, is_mtp=True)
-        weights += [
+        layout.append((len(blocks), layer, prefix))
+        blocks.append((
+            *_block(s, prefix, layer, is_mtp=True),
             linear(f"{prefix}.e_proj", Role.MTP_PROJ, s.hidden, s.hidden, s.dense, **where),
             linear(f"{prefix}.h_proj", Role.MTP_PROJ, s.hidden, s.hidden, s.dense, **where),
             plain(f"{prefix}.enorm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             plain(f"{prefix}.hnorm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             plain(f"{prefix}.norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             *_hc_head(s, f"{prefix}.", layer, True),
-        ]
+        ))
     dims = (("heads", s.heads), ("o_groups", s.o_groups), ("vocab", s.vocab), ("hidden", s.hidden),
             ("moe_inter", s.moe_inter), ("routed_experts", s.routed_experts))
-    return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(weights), s.num_main, s.num_mtp, dims)
-
-
-def _main_blocks(s: V4Shape) -> list[Weight]:
-    """Every main layer's ``Block``, built once per distinct layer (its compress ratio, and whether it
-    routes by hash) and copied under each layer's names: the same weights as ``_block`` gives for
-    every layer, without re-deriving sixty identical blocks (start-up: docs/check.md)."""
-    out: list[Weight] = []
-    built: dict[tuple[int, bool], tuple[str, list[Weight]]] = {}
-    for i in range(s.num_main):
-        prefix = f"layers.{i}"
-        kind = (s.compress_ratios[i], i < s.hash_layers)  # all that _block reads of the layer id
-        if kind not in built:
-            built[kind] = (prefix, _block(s, prefix, i, is_mtp=False))
-            out += built[kind][1]
-            continue
-        first, block = built[kind]
-        cut = len(first)  # every name of a block starts with its prefix
-        for w in block:
-            t = w.tensor
-            out.append(Weight(w.role, w.logical, w.quant, TensorSpec(prefix + t.name[cut:], t.shape, t.dtype),
-                              tuple(TensorSpec(prefix + x.name[cut:], x.shape, x.dtype) for x in w.scales),
-                              i, w.is_mtp, w.expert, w.copies))
-    return out
+    return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(blocks), tuple(layout), s.num_main, s.num_mtp, dims)
 
 
 def _hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:

@@ -145,20 +145,26 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
     if mtp:
         stage_layers[-1] += mtp_layers
     totals = [dict.fromkeys(Part, 0) for _ in range(pp)]
-    each_of: dict[tuple[object, ...], int] = {}  # layers repeat their shapes: one computation per kind
-    for w in inventory.weights:
-        if w.is_mtp and not mtp:
-            continue
-        n = min(w.copies, g.local_experts) if w.expert is not None else w.copies
-        if not n:
-            continue
-        part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
-        kind = (w.role, w.logical, w.quant, w.tensor.dtype)
-        each = each_of.get(kind)
-        if each is None:
-            each = each_of[kind] = local_bytes(w, rules, g)
-        for s in _stages_of(w, rules, stage_of, pp, mtp):
-            totals[s][part] += each * n
+    # Each distinct layer block is sharded once and counted once per stage it sits on that many times.
+    uses: dict[tuple[int, int | None], int] = {}  # (block, stage; None at model level) -> occurrences
+    for b, layer, _ in inventory.layout:
+        key = (b, None if layer is None else stage_of[layer])
+        uses[key] = uses.get(key, 0) + 1
+    each_of: dict[tuple[object, ...], int] = {}  # blocks repeat their shapes: one computation per kind
+    for (b, stage), times in uses.items():
+        for w in inventory.blocks[b]:
+            if w.is_mtp and not mtp:
+                continue
+            n = min(w.copies, g.local_experts) if w.expert is not None else w.copies
+            if not n:
+                continue
+            part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
+            kind = (w.role, w.logical, w.quant, w.tensor.dtype)
+            each = each_of.get(kind)
+            if each is None:
+                each = each_of[kind] = local_bytes(w, rules, g)
+            for s in ((stage,) if stage is not None else _model_stages(w, rules, pp, mtp)):
+                totals[s][part] += each * n * times
     devices = placement.tp * placement.dp
     stages = tuple(StageWeights(s, stage_layers[s], devices, sum(totals[s].values()),
                                 tuple((p, b) for p, b in totals[s].items() if b))
@@ -170,9 +176,8 @@ def routed_experts(inventory: Inventory) -> int:
     return inventory.dim("routed_experts")
 
 
-def _stages_of(w: Weight, rules: ShardRules, stage_of: dict[int, int], pp: int, mtp: bool) -> tuple[int, ...]:
-    if w.layer is not None:
-        return (stage_of[w.layer],)
+def _model_stages(w: Weight, rules: ShardRules, pp: int, mtp: bool) -> tuple[int, ...]:
+    """The stages holding a model-level weight (a layer's weights sit on that layer's stage)."""
     if w.role is Role.EMBED:
         if mtp and pp > 1 and rules.mtp_embed_when_pp:
             return (0, pp - 1)

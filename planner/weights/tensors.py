@@ -210,13 +210,25 @@ def plain(name: str, role: Role, shape: tuple[int, ...], dtype: StoredDType, **w
     return Weight(role, shape, Quant.NONE, TensorSpec(name, shape, dtype), **where)  # type: ignore[arg-type]
 
 
+Entry = tuple[int, "int | None", str]  # (block index, decoder layer or None at model level, name prefix)
+
+
 @record
 class Inventory:
-    """Every weight of a model, derived from its config; totals are exact integers."""
+    """Every weight of a model, derived from its config; totals are exact integers.
+
+    A model repeats a few distinct layer blocks sixty times, so the inventory stores each
+    distinct run of weights once (``blocks``, named as its first occurrence names them) and
+    ``layout``, the checkpoint's order of (block, layer, name prefix) entries. Totals and the
+    per-device shards are each block's figures times its multiplicity; ``weights``, the
+    one-entry-per-layer listing (checkpoint comparisons, tests), is built only when read
+    (start-up: docs/check.md).
+    """
 
     architecture: str
     source: str                      # where the structure comes from (the reference code)
-    weights: tuple[Weight, ...]
+    blocks: tuple[tuple[Weight, ...], ...]
+    layout: tuple[Entry, ...]
     num_main_layers: int
     num_mtp_layers: int
     dims: tuple[tuple[str, int], ...] = ()   # sizes sharding rules check (heads, o_groups, vocab, ...)
@@ -225,13 +237,41 @@ class Inventory:
         return dict(self.dims)[name]
 
     @cached_property
+    def weights(self) -> tuple[Weight, ...]:
+        """Every weight, one entry per layer, in the checkpoint's order: each later occurrence of a
+        block is its first one under the occurrence's layer id and name prefix."""
+        out: list[Weight] = []
+        first: dict[int, str] = {}
+        for b, layer, prefix in self.layout:
+            block = self.blocks[b]
+            own = first.setdefault(b, prefix)
+            if own == prefix:
+                out += block
+                continue
+            cut = len(own)  # every name of a block starts with its prefix
+            for w in block:
+                t = w.tensor
+                out.append(Weight(w.role, w.logical, w.quant, TensorSpec(prefix + t.name[cut:], t.shape, t.dtype),
+                                  tuple(TensorSpec(prefix + x.name[cut:], x.shape, x.dtype) for x in w.scales),
+                                  layer, w.is_mtp, w.expert, w.copies))
+        return tuple(out)
+
+    def uses(self) -> dict[int, int]:
+        """How many times each block occurs."""
+        count: dict[int, int] = {}
+        for b, _, _ in self.layout:
+            count[b] = count.get(b, 0) + 1
+        return count
+
+    @cached_property
     def _totals(self) -> tuple[int, int, int]:
-        """Tensors, stored elements and bytes of every copy, in one pass over the weights."""
+        """Tensors, stored elements and bytes of every copy: each block's once, times its uses."""
         tensors = elements = nbytes = 0
-        for w in self.weights:
-            tensors += w.tensor_count
-            elements += w.elements
-            nbytes += w.nbytes
+        for b, n in self.uses().items():
+            for w in self.blocks[b]:
+                tensors += w.tensor_count * n
+                elements += w.elements * n
+                nbytes += w.nbytes * n
         return tensors, elements, nbytes
 
     @property
@@ -247,5 +287,5 @@ class Inventory:
         return self._totals[2]
 
     def without_mtp(self) -> "Inventory":
-        return Inventory(self.architecture, self.source, tuple(w for w in self.weights if not w.is_mtp),
-                         self.num_main_layers, 0, self.dims)
+        layout = tuple(e for e in self.layout if not any(w.is_mtp for w in self.blocks[e[0]]))
+        return Inventory(self.architecture, self.source, self.blocks, layout, self.num_main_layers, 0, self.dims)
