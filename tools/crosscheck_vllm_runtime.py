@@ -16,6 +16,11 @@ its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime a
 step is compared: tokens scheduled per request, running, waiting, preempted, free blocks,
 prefix-hit tokens; and every request's outcome (admission, first token, finish, preemptions).
 
+``--release vllm-0.26`` / ``vllm-0.25`` (in a virtualenv holding that release): that release's own
+KV cache config (its ``kv_cache_utils`` planning, ``crosscheck_engines.legacy_specs``) and its own
+``Scheduler``, against csa-plan's replay of 0.33.0's scheduler over that release's pool: the
+evidence for refusing ``simulate --engine vllm-0.2x`` (docs/vllm-runtime.md).
+
 Exit 0 when every case agrees, 1 otherwise; one line per case.
 """
 
