@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.text import excerpt
+
+if TYPE_CHECKING:  # pathlib is imported where a path is built (a preset check never builds one)
+    from pathlib import Path
 
 _READ_CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -48,7 +50,7 @@ def path_kind(path: Path) -> str | None:
     through ``open_regular``, which checks again on the descriptor. An unusable name (too
     long, not decodable, a loop) is bad input here, never an exception from the OS layer."""
     try:
-        info = path.stat()
+        info = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, EACCES, an embedded NUL ...
@@ -146,6 +148,8 @@ def check_output_path(path: str, option: str, extensions: tuple[str, ...] = PLOT
     name = os.path.basename(path)
     if name in ("", ".", ".."):  # "x.png/" or "x.png/.": pathlib would drop the slash and call it x.png
         raise BadInput("options", option, f"{excerpt(path)} names a folder, not a file (use e.g. plot.png)")
+    from pathlib import Path
+
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in extensions:
@@ -186,6 +190,8 @@ def check_distinct_outputs(first: tuple[str, str | None], second: tuple[str, str
 
 def write_atomically(path: Path | str, option: str, write: Callable[[str], None]) -> None:
     """``write(temporary_path)`` in the target's folder, then rename it onto ``path``."""
+    from pathlib import Path
+
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     fd, tmp = -1, ""

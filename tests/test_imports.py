@@ -137,3 +137,47 @@ def test_the_registry_lists_engines_without_importing_them():
     for name, model in ENGINES.items():
         assert model.name == name and get_engine(name) is model
     assert all(target in ENGINES for target in NEWEST.values())
+
+
+def test_the_engine_check_defines_records_and_compiles_only_the_inits_it_builds():
+    """Start-up (docs/check.md): every frozen dataclass the vLLM check loads is a ``@record``
+    (no per-class ``__setattr__``/``__delattr__`` compiled), and a record's ``__init__`` is
+    compiled only when the class is first built."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import dataclasses, io, sys\nfrom csa_plan.cli.main import main\n"
+                          "from csa_plan.planner.record import _FirstInit\nsys.stdout = io.StringIO()\n"
+                          "try:\n    main(['check', 'deepseek-v4-pro', '--max-seq-len', '1M', '--device-memory', 'h200',"
+                          " '--tp', '8', '--engine', 'vllm-0.33', '--json'])\nexcept SystemExit:\n    pass\n"
+                          "plain, lazy, built = [], 0, 0\n"
+                          "for name, m in list(sys.modules.items()):\n"
+                          "    if not name.startswith('csa_plan.'):\n        continue\n"
+                          "    for c in vars(m).values():\n"
+                          "        if isinstance(c, type) and c.__module__ == name and dataclasses.is_dataclass(c) "
+                          "and c.__dataclass_params__.frozen:\n"
+                          "            if '__record_repr__' not in vars(c) and '__repr__' not in vars(c):\n"
+                          "                plain.append(c.__qualname__)\n"
+                          "            init = vars(c).get('__init__')\n"
+                          "            lazy += isinstance(init, _FirstInit)\n"
+                          "            built += callable(init) and not isinstance(init, _FirstInit)\n"
+                          "sys.stderr.write(f'{plain} {lazy} {built}')"],
+                         capture_output=True, text=True, check=True).stderr.split(" ")
+    assert out[0] == "[]", out  # no plain frozen dataclass on the path
+    assert int(out[-2]) > 0 and int(out[-1]) > 0  # some records never built, their __init__ never compiled
+
+
+def test_a_preset_check_imports_no_pathlib():
+    """A preset is read beside its module with ``open`` (``planner/presets``): pathlib (and the
+    urllib.parse and ipaddress it imports) loads only where a path is given. (An editable
+    install's import hook has loaded pathlib before csa-plan starts: it is set aside first.)"""
+    def run(*args: str) -> set[str]:
+        return imported_after("import sys\nsys.modules.pop('pathlib', None)\n"
+                              "from csa_plan.cli.main import main\n"
+                              f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n")
+
+    for args in (("check", "deepseek-v4-pro", "--json"),
+                 ("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+                  "--engine", "vllm-0.33", "--json")):
+        mods = run(*args)
+        assert "csa_plan.planner.presets" in mods
+        assert "pathlib" not in mods, args
+    assert "pathlib" in run("check", "examples/specs/missing.yaml", "--json")  # a path: it loads

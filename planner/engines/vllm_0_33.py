@@ -33,7 +33,7 @@ What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from csa_plan.planner.descriptor import Descriptor
@@ -44,6 +44,7 @@ from csa_plan.planner.engines.vllm_kv import (KvGroup, KvSpec, SpecKind, bytes_p
                                                tuple_blocks_per_request, tuple_bytes_per_block, tuple_groups,
                                                tuple_needed_bytes)
 from csa_plan.planner.layout import FP32_BYTES, StateClass
+from csa_plan.planner.record import record
 from csa_plan.planner.units import GiB
 
 ENGINE = "vllm-0.33"
@@ -67,7 +68,7 @@ CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "f
 INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
 USAGES = ("serve", "llm")
 
-@dataclass(frozen=True)
+@record
 class VllmRelease:
     """What one modelled vLLM release decides differently; every other rule is shared (a release is its
     differences). The 0.25.0 / 0.26.0 pointers are into those wheels' v1/core/kv_cache_utils.py,
@@ -119,8 +120,10 @@ def default_batched_tokens(gpu: GpuTarget, usage: str, rel: "VllmRelease | None"
     return (2048 if usage == "serve" else 8192), 256, rule + " (other GPUs)"
 
 
-@dataclass(frozen=True)
+@record
 class VllmSettings:
+    """The engine arguments the plan reads, each resolved to the value vLLM would use."""
+
     gpu: GpuTarget
     usage: str
     block_size: int
@@ -338,8 +341,10 @@ def group_class(g: KvGroup) -> StateClass:
     return _CLASS[widest.role]
 
 
-@dataclass(frozen=True)
+@record
 class VllmPlan(EnginePlan):
+    """One deployment's KV specs, groups and block size, as the release plans them."""
+
     model_name: str
     max_seq_len: int
     settings: tuple[Resolved, ...]
@@ -568,7 +573,7 @@ class VllmPlan(EnginePlan):
         }
 
 
-@dataclass(frozen=True)
+@record
 class Vllm033(EngineModel):
     """One vLLM release's engine model; ``release`` holds what that release decides differently."""
 

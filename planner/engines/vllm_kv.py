@@ -25,10 +25,12 @@ Ported from the release (line numbers are pointers into vllm-0.33.0):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
+from functools import cached_property
 from math import gcd, lcm
 
+from csa_plan.planner.record import record
 from csa_plan.planner.units import ceil_div, round_up
 
 
@@ -37,7 +39,7 @@ class SpecKind(str, Enum):
     SLIDING = "SlidingWindowMLASpec"  # uniform_type_base_spec=SlidingWindowMLASpec
 
 
-@dataclass(frozen=True)
+@record
 class KvSpec:
     """One layer's KV cache spec (the fields vLLM's planning reads)."""
 
@@ -56,15 +58,17 @@ class KvSpec:
     stride_alignment: int = 1  # get_block_stride_alignment(): 1 when block_size is the kernel block size
     page_size_padded: int | None = None  # 0.25/0.26: a state page padded up to a full-attention page
 
-    @property
+    # The page sizes are read thousands of times a check (grouping, packing, every footprint):
+    # computed once per spec (cached in the instance, outside its fields).
+    @cached_property
     def num_states(self) -> int:
         return self.block_size // self.tokens_per_state if self.tokens_per_state > 0 else 1
 
-    @property
+    @cached_property
     def unpadded_page_bytes(self) -> int:
         return self.num_heads * self.num_states * self.state_content_bytes
 
-    @property
+    @cached_property
     def page_bytes(self) -> int:
         if self.page_size_padded is not None:
             return self.page_size_padded
@@ -110,7 +114,7 @@ class KvSpec:
         return min(full, self.blocks_per_request(max_model_len, in_flight_tokens))
 
 
-@dataclass(frozen=True)
+@record
 class KvGroup:
     """One KV cache group: layers sharing one block table (KVCacheGroupSpec)."""
 
@@ -154,8 +158,10 @@ def approximate_gcd(values: list[int], lower_bound: int | None = None) -> int:
     return best_d
 
 
-@dataclass(frozen=True)
+@record
 class _Bucket:
+    """Specs that share a uniform key, as ``_buckets`` groups them before packing."""
+
     specs: tuple[KvSpec, ...]
     page_layers: tuple[tuple[int, tuple[KvSpec, ...]], ...]  # page size -> layers, insertion order
     balanced: bool

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, STATE_EDGE_INPUT_INDEX, Descriptor, StateEdge
 from csa_plan.planner.errors import BadInput
@@ -18,6 +17,9 @@ from csa_plan.planner.limits import MAX_FILE_BYTES, MAX_LAYER_ID, MAX_LAYERS, MA
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.text import excerpt, kind_of
 from csa_plan.planner.values import read_bool, read_int, read_str
+
+if TYPE_CHECKING:  # a preset is read without pathlib (start-up)
+    from pathlib import Path
 
 PRESETS: dict[str, str] = {
     "deepseek-v4-flash": "deepseek-v4-flash.json",
@@ -58,14 +60,17 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
     node attributes, model metadata or the command line (in that order of lookup,
     with the command line overriding).
     """
-    path = Path(ref)
-    kind = None if ref in PRESETS else path_kind(path)  # a file of that name wins over a spelling of a preset
+    path = None
+    if ref not in PRESETS:  # a file of that name wins over a spelling of a preset
+        from pathlib import Path
+
+        path = Path(ref)
+    kind = None if path is None else path_kind(path)
     preset = preset_name(ref) if kind is None else None
     if preset is not None:
-        from csa_plan.planner import presets  # package data beside the module (importlib.resources costs start-up)
+        from csa_plan.planner.presets import read_preset
 
-        text = (Path(presets.__file__).parent / PRESETS[preset]).read_text(encoding="utf-8")
-        return from_hf_config(_parse_json(text, preset), source=preset, name=preset)
+        return from_hf_config(_parse_json(read_preset(PRESETS[preset]), preset), source=preset, name=preset)
     if kind is None:
         from csa_plan.planner.suggest import did_you_mean
 
@@ -274,7 +279,12 @@ def from_yaml_spec(data: Any, *, source: str, max_seq_len: int | None = None) ->
     """
     data = _require_mapping(data, source)
     _reject_unknown(data, source, None, SPEC_DEFAULT_FIELDS + TOP_EXTRA_KEYS)
-    name = read_str(source, "name", data["name"]) if "name" in data else Path(source).stem
+    if "name" in data:
+        name = read_str(source, "name", data["name"])
+    else:
+        from pathlib import Path
+
+        name = Path(source).stem
     gate = read_str(source, "gate", data["gate"]) if "gate" in data else None
     if gate is not None and gate not in SPEC_GATES:
         from csa_plan.planner.suggest import unknown_problem

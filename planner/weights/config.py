@@ -7,13 +7,15 @@ budget then needs a checkpoint or ``--weights``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import path_kind, read_text
 from csa_plan.planner.loaders.model_files import PRESETS
 from csa_plan.planner.record import record
+
+if TYPE_CHECKING:  # a preset is read without pathlib (start-up)
+    from pathlib import Path
 
 MAX_CONFIG_BYTES = 64 << 20
 
@@ -42,10 +44,11 @@ class ModelConfig:
 
 def read_model_config(ref: str) -> ModelConfig | None:
     if ref in PRESETS:
-        from csa_plan.planner import presets  # package data beside the module (importlib.resources costs start-up)
+        from csa_plan.planner.presets import read_preset
 
-        text = (Path(presets.__file__).parent / PRESETS[ref]).read_text(encoding="utf-8")
-        return ModelConfig(_parse(text, ref), ref)
+        return ModelConfig(_parse(read_preset(PRESETS[ref]), ref), ref)
+    from pathlib import Path
+
     path = Path(ref)
     kind = path_kind(path)
     directory = None

@@ -225,16 +225,26 @@ class Inventory:
         return dict(self.dims)[name]
 
     @cached_property
+    def _totals(self) -> tuple[int, int, int]:
+        """Tensors, stored elements and bytes of every copy, in one pass over the weights."""
+        tensors = elements = nbytes = 0
+        for w in self.weights:
+            tensors += w.tensor_count
+            elements += w.elements
+            nbytes += w.nbytes
+        return tensors, elements, nbytes
+
+    @property
     def tensor_count(self) -> int:
-        return sum(w.tensor_count for w in self.weights)
+        return self._totals[0]
 
-    @cached_property
+    @property
     def element_count(self) -> int:
-        return sum(w.elements for w in self.weights)
+        return self._totals[1]
 
-    @cached_property
+    @property
     def nbytes(self) -> int:
-        return sum(w.nbytes for w in self.weights)
+        return self._totals[2]
 
     def without_mtp(self) -> "Inventory":
         return Inventory(self.architecture, self.source, tuple(w for w in self.weights if not w.is_mtp),

@@ -105,3 +105,85 @@ def test_refuses_options_it_does_not_carry():
     for options in ({"order": True}, {"frozen": False}, {"repr": False}, {"unsafe_hash": True}):
         with pytest.raises(TypeError):
             record(type("X", (), {"__annotations__": {"a": "int"}}), **options)
+
+
+def test_init_and_frozen_guards_as_dataclass():
+    """``__init__`` and the frozen ``__setattr__``/``__delattr__`` are written by ``record`` itself:
+    the same signature, defaults, factories, ``init=False`` fields, ``__post_init__`` and errors."""
+    import inspect
+
+    def body():
+        class Shape:
+            a: int
+            b: str = "b"
+            c: list = field(default_factory=list)
+            d: int = field(default=7, init=False)
+            e: tuple = field(default_factory=tuple, init=False)
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "seen", self.a + 1)
+        return Shape
+
+    for options in ({}, {"kw_only": True}, {"eq": False}):
+        R, D = record(body(), **options), dataclass(body(), frozen=True, **options)
+        assert str(inspect.signature(R)) == str(inspect.signature(D))
+        assert R.__init__.__annotations__ == D.__init__.__annotations__
+        assert repr(R.__init__.__defaults__) == repr(D.__init__.__defaults__)
+        assert repr(R.__init__.__kwdefaults__) == repr(D.__init__.__kwdefaults__)
+        assert R.__init__.__qualname__ == D.__init__.__qualname__.replace("Shape", "Shape")
+        r, d = R(a=1, b="x"), D(a=1, b="x")
+        assert repr(r) == repr(d) and r.seen == d.seen == 2 and r.d == 7 and r.e == () and r.c == [] == d.c
+        assert R(a=1).c is not R(a=1).c  # a fresh list per instance
+        assert dataclasses.fields(R)[3].init is False and R.__dataclass_params__.frozen is True
+        assert R.__dataclass_params__.init is True and R.__match_args__ == D.__match_args__
+        for attempt in (lambda o: setattr(o, "a", 2), lambda o: setattr(o, "new", 1),
+                        lambda o: delattr(o, "a")):
+            with pytest.raises(dataclasses.FrozenInstanceError) as got_r:
+                attempt(r)
+            with pytest.raises(dataclasses.FrozenInstanceError) as got_d:
+                attempt(d)
+            assert str(got_r.value) == str(got_d.value)
+        with pytest.raises(TypeError, match="missing 1 required"):
+            R()
+
+    for bad in ("b: int = 0\n    a: int",):  # the same error as dataclass for a default before a required field
+        ns: dict = {}
+        exec(f"class Bad:\n    {bad}", ns)
+        with pytest.raises(TypeError, match="non-default argument 'a' follows default argument"):
+            record(ns["Bad"])
+
+
+def test_a_docstring_less_record_documents_its_signature_as_dataclass():
+    R = record(type("P", (), {"__annotations__": {"x": "int"}, "__module__": __name__}))
+    D = dataclass(type("P", (), {"__annotations__": {"x": "int"}, "__module__": __name__}), frozen=True)
+    assert R.__doc__ == D.__doc__ == "P(x: 'int')"
+
+
+def test_a_subclass_of_a_frozen_record_stays_checked():
+    @record
+    class Base:
+        a: int
+
+    with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+        @dataclass
+        class Loose(Base):
+            b: int = 0
+
+    @dataclass(frozen=True)
+    class Tight(Base):
+        b: int = 0
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Tight(1).b = 3
+
+
+def test_init_is_compiled_when_first_looked_up():
+    """A record never built costs no compile; its first construction puts the real ``__init__`` in place."""
+    @record
+    class Lazy:
+        a: int
+        b: int = 2
+
+    assert not callable(getattr(Lazy.__dict__["__init__"], "__code__", None))  # not compiled yet
+    assert Lazy(1) == Lazy(1, 2) and Lazy.__dict__["__init__"].__code__.co_varnames[:3] == ("self", "a", "b")
+    assert Lazy.__init__ is Lazy.__dict__["__init__"] and Lazy.__init__.__qualname__.endswith("Lazy.__init__")
