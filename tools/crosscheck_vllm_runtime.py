@@ -16,6 +16,11 @@ its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime a
 step is compared: tokens scheduled per request, running, waiting, preempted, free blocks,
 prefix-hit tokens; and every request's outcome (admission, first token, finish, preemptions).
 
+``--release vllm-0.26`` / ``vllm-0.25`` (in a virtualenv holding that release): that release's own
+KV cache config (its ``kv_cache_utils`` planning, ``crosscheck_engines.legacy_specs``) and its own
+``Scheduler``, against csa-plan's replay of 0.33.0's scheduler over that release's pool: the
+evidence for refusing ``simulate --engine vllm-0.2x`` (docs/vllm-runtime.md).
+
 Exit 0 when every case agrees, 1 otherwise; one line per case.
 """
 
@@ -57,19 +62,38 @@ def token_ids(trace, r: int, block_tokens: int) -> list[int]:
 
 
 def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_num_seqs: int, async_on: bool,
-                    spec_tokens: int, caching: bool):
-    from crosscheck_engines import vllm_config_stub, vllm_specs
+                    spec_tokens: int, caching: bool, release: str = "vllm-0.33"):
     import vllm.v1.core.kv_cache_utils as kcu
     from vllm.config import SchedulerConfig
-    from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    cfg = vllm_config_stub(max_model_len, mnbt, max_num_seqs, async_on, spec_tokens, model.num_mtp_layers, 256)
-    extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
-    specs = vllm_specs(model, 256, False, spec_tokens, extra)
-    groups = kcp.get_global_kv_cache_groups(cfg, [specs])
-    configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+    if release == "vllm-0.33":
+        from crosscheck_engines import vllm_config_stub, vllm_specs
+        from vllm.v1.core import kv_cache_planning as kcp
+
+        cfg = vllm_config_stub(max_model_len, mnbt, max_num_seqs, async_on, spec_tokens, model.num_mtp_layers, 256)
+        extra = max(0, cfg.num_prefill_lookahead_tokens - 1)
+        specs = vllm_specs(model, 256, False, spec_tokens, extra)
+        groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+        configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+    else:  # 0.25/0.26: their own planning in kv_cache_utils (crosscheck_engines.legacy_*)
+        from crosscheck_engines import legacy_config_stub, legacy_specs
+
+        cfg = legacy_config_stub(max_model_len, mnbt, async_on, spec_tokens, 256)
+        cfg.scheduler_config.max_num_seqs = max_num_seqs
+        for k, v in dict(attention_config=_Stub(hisparse_config=None), device_config=_Stub(device_type="cuda"),
+                         diffusion_config=None).items():
+            setattr(cfg, k, v)
+        cfg.model_config.supports_kv_cache_grouping = False
+        from vllm.config import VllmConfig
+
+        for name in ("num_speculative_tokens", "num_prefill_lookahead_tokens"):  # that release's own properties
+            prop = VllmConfig.__dict__.get(name)
+            if isinstance(prop, property):
+                setattr(cfg, name, prop.fget(cfg))
+        specs = legacy_specs(model, 256, spec_tokens)
+        configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
     kv_cfg = kcu.generate_scheduler_kv_cache_config(configs)
     cfg.scheduler_config = SchedulerConfig(max_model_len=max_model_len, is_encoder_decoder=False,
                                            max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
@@ -78,7 +102,8 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
     cfg.cache_config.enable_prefix_caching = caching
     cfg.lora_config = None
     for k, v in dict(uses_mrope=False, is_encoder_decoder=False, runner_type="generate", is_diffusion=False,
-                     supports_multimodal_inputs=False, return_sampling_mask=False).items():
+                     supports_multimodal_inputs=False, return_sampling_mask=False, is_multimodal_model=False,
+                     enable_return_routed_experts=False).items():
         setattr(cfg.model_config, k, v)
     cfg.kv_events_config = None
     cfg.observability_config = _Stub(per_request_spec_decode_metrics=None, kv_cache_metrics=False,
@@ -118,7 +143,8 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
             setattr(cfg, name, spec_tokens if name == "num_lookahead_tokens" else 0)
     sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cfg, cfg)
     cls = AsyncScheduler if async_on else Scheduler
-    sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t),
+    sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t,
+                                   should_advance=lambda r: False),
                 block_size=sched_block,
                 hash_block_size=hash_block)
     return sched, kv_cfg, hash_block
@@ -139,7 +165,9 @@ class VllmReference:
         self.pools = tuple(f"group {i}" for i in range(len(sched.kv_cache_config.kv_cache_groups)))
         self.usable_units = sched.kv_cache_config.num_blocks - 1
         self.pipeline_depth = 2 if sched.vllm_config.scheduler_config.async_scheduling else 1
-        self.label = "vLLM 0.33.0 (its own Scheduler)"
+        import vllm
+
+        self.label = f"vLLM {vllm.__version__} (its own Scheduler)"
         self.pool_units: tuple[int, ...] = ()  # what the replay loop's result reads (EngineRuntime)
         self.preemption_word = "preempt"
         self.max_model_len = max_model_len
@@ -147,8 +175,9 @@ class VllmReference:
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
         # engine/core.py:219-230: the request block hasher covers num_hash_lookahead_tokens (MTP + caching)
-        self.hasher = (get_request_block_hasher(hash_block, hash_fn, sched.num_hash_lookahead_tokens)
-                       if caching else None)
+        lookahead = getattr(sched, "num_hash_lookahead_tokens", None)  # None: 0.25/0.26 hash no lookahead
+        self.hasher = ((get_request_block_hasher(hash_block, hash_fn, lookahead) if lookahead is not None else
+                        get_request_block_hasher(hash_block, hash_fn)) if caching else None)
         self.SamplingParams = SamplingParams
         self.log: list[dict] = []
         self.next_token: dict[str, int] = {}
@@ -302,7 +331,7 @@ def mix_trace(traces):
 
 
 def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
-             verbose=False):
+             verbose=False, release="vllm-0.33"):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
@@ -315,15 +344,21 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     kv = int(kv_gib * GiB)
     time_model = StepTime(20.0, 10_000.0)
     t0 = time.time()
-    sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching)
+    sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching,
+                                                release)
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
-    if spec and caching and not sched.num_hash_lookahead_tokens:
+    if spec and caching and release == "vllm-0.33" and not sched.num_hash_lookahead_tokens:
         raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
     a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
     t1 = time.time()
     settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
                               num_speculative_tokens=spec or None)
-    plan = get_engine("vllm-0.33").configure(model, settings, max_model_len)
+    engine = get_engine(release)
+    if engine.release.scheduler_replayed is False:  # the question: would 0.33's replay equal this release's own?
+        from dataclasses import replace
+
+        engine = replace(engine, release=replace(engine.release, scheduler_replayed=True))
+    plan = engine.configure(model, settings, max_model_len)
     sizing = plan.size_pool(kv)
     ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)))
     b = replay(ours, trace, time_model, compiled=False)  # the Python twin, step by step (it is what is logged)
@@ -458,13 +493,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=100, help="requests per trace slice [default: 100]")
     p.add_argument("--only", default=None, help="run the cases whose label contains this")
+    p.add_argument("--release", default=None, help="the installed vLLM release's registry name (vllm-0.33, "
+                   "vllm-0.26, vllm-0.25): its own Scheduler over its own start-up pool, against csa-plan's "
+                   "0.33 replay over that pool [default: the installed release]")
+    p.add_argument("--no-mtp", action="store_true", help="skip the MTP cases")
     args = p.parse_args(argv)
+    from crosscheck_engines import installed_vllm_release
+
+    release = args.release or installed_vllm_release()
+    if release != installed_vllm_release():
+        p.error(f"--release {release}: the installed vLLM is {installed_vllm_release()}")
     results = []
     for label, model, load, kv, mnbt, seqs, caching, async_on, spec in cases(args.requests):
-        if args.only and args.only not in f"{label} {model}":
+        if args.only and args.only not in f"{label} {model}" or (args.no_mtp and spec):
             continue
         try:
-            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec)
+            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec, release=release)
         except Exception as exc:  # a case that cannot run is a failure, named
             ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
         print(line, flush=True)

@@ -26,6 +26,9 @@ NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler a
 
 
 def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
+    from csa_plan.planner.runtime.serve import refuse_unreplayed
+
+    refuse_unreplayed(plan)  # first: no other option matters where the scheduler is not modelled
     for option, value in (("--reserve", req.given.reserve), ("--policy", req.given.policy),
                           ("--bucket", req.given.bucket)):
         if value is not None:

@@ -257,6 +257,12 @@ class EnginePlan(ABC):
         """True when ``runtime`` steps the engine's scheduler (no reservation at admission)."""
         return False
 
+    @property
+    def replay_refusal(self) -> str | None:
+        """Why the step-by-step replay must not run for this release although its start-up is modelled
+        (its scheduler is not: replaying another release's would be a silent wrong answer), else None."""
+        return None
+
     def runtime(self, sizing: PoolSizing, trace: "RuntimeTrace", options: "RuntimeOptions") -> "EngineRuntime":
         """The engine's scheduler and memory manager over ``trace`` in the pool ``sizing`` gives
         (``planner/runtime/protocol.py``); raises where ``runtime_modelled`` is False."""

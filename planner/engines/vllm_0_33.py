@@ -85,6 +85,8 @@ class VllmRelease:
     one_log_line: bool  # 0.33: tokens and concurrency on one log line; older: two lines
     fp4_keys_fp8_sized: bool = False  # 0.25/0.26: an FP4 indexer cache still allocates FP8's 132 B per key
     #                                   (models/deepseek_v4/attention.py ~730-733)
+    scheduler_replayed: bool = False  # runtime() steps this release's own scheduler (0.33 only: 0.25/0.26's
+    #                                   v1/core/sched and kv cache managers differ from 0.33's; not modelled)
 
 
 def _refuse_as(rel: VllmRelease, rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
@@ -470,6 +472,14 @@ class VllmPlan(EnginePlan):
     def runtime_modelled(self) -> bool:
         return True
 
+    @property
+    def replay_refusal(self) -> str | None:
+        rel = self.release
+        if rel.scheduler_replayed:
+            return None
+        return (f"the step-by-step replay models vLLM {V033.src.removeprefix('vllm-')}'s scheduler; {rel.engine}'s "
+                f"start-up is modelled (check --engine {rel.engine}), its scheduler is not: use --engine {V033.engine}")
+
     def prefill_lookahead(self) -> int:
         """VllmConfig.num_prefill_lookahead_tokens (config/vllm.py:655-675): N for multi-module MTP, 1 for one module."""
         n = self.resolved.num_speculative_tokens
@@ -486,7 +496,10 @@ class VllmPlan(EnginePlan):
         return self.prefill_lookahead()
 
     def runtime(self, sizing: PoolSizing, trace, options):
-        """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``vllm_scheduler``)."""
+        """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``vllm_scheduler``); only for a release
+        whose scheduler that is (``replay_refusal``)."""
+        if self.replay_refusal:
+            raise NotImplementedError(self.replay_refusal)
         from csa_plan.planner.engines.vllm_blocks import GroupSpec
         from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
 
@@ -507,7 +520,7 @@ class VllmPlan(EnginePlan):
         return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
-                           self.prefill_lookahead(), prefix=prefix, label=f"vLLM 0.33.0")
+                           self.prefill_lookahead(), prefix=prefix, label=self.engine.label())
 
     def tp_rules(self) -> tuple[TpRule, ...]:
         src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
@@ -591,7 +604,7 @@ class Vllm033(EngineModel):
 
 
 V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight=True, extra_retained=True,
-                   null_block_in_check=True, tier_160_gib=True, one_log_line=True)
+                   null_block_in_check=True, tier_160_gib=True, one_log_line=True, scheduler_replayed=True)
 # 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
 V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,

@@ -45,6 +45,14 @@ class RuntimeSetup:
         return True if self.options.enable_prefix_caching is None else self.options.enable_prefix_caching
 
 
+def refuse_unreplayed(plan: Any, source: str = "options", field: str = "--engine") -> None:
+    """Bad input where the plan's start-up is modelled but its scheduler is not (``EnginePlan.replay_refusal``):
+    simulate, --find-capacity and sweep never replay another release's scheduler under this one's name."""
+    why = plan.replay_refusal if plan.runtime_modelled else None
+    if why:
+        raise BadInput(source, field, why)
+
+
 def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = None) -> RuntimeSetup:
     """The engine's plan and pool for ``config`` (``SimConfig`` with ``engine`` set); the KV memory is
     ``config.engine``'s or the device budget's limit. EngineRefused passes to the caller."""
@@ -55,6 +63,7 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     p = config.placement
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     plan, sizing = config.engine.sized(spec, config, length)
+    refuse_unreplayed(plan)
     if plan.runtime_modelled and p.dp > 1 and p.router is not Router.ROUND_ROBIN:
         raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
                                               "replicas with round-robin routing only")

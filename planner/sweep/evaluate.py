@@ -159,6 +159,9 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
         plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
+    from csa_plan.planner.runtime.serve import refuse_unreplayed
+
+    refuse_unreplayed(plan, source, "grid.engine")
     if plan.runtime_modelled and constraints.wait_p99_max_s is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
                        f"required when the grid has {plan.engine.name}: its runtime is replayed step by step and "
