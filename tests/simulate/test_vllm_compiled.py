@@ -32,6 +32,7 @@ from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
 from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads.load import load_workload
+from helpers.vllm_runtimes import vllm_runtime_factory
 
 needs_cvllm = pytest.mark.skipif(compiled_module() is None,
                                  reason="the cvllm extension is not built (pip install -e . builds it; CI does)")
@@ -78,14 +79,7 @@ def traces(draw, max_requests=16):
 
 
 def _plan_runtime(model, trace, mnbt, seqs, async_on, caching, spec, spare):
-    m = load_model(model, max_seq_len=MAX_MODEL_LEN)
-    plan = get_engine("vllm-0.33").configure(m, EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs,
-                                                               async_scheduling=async_on,
-                                                               num_speculative_tokens=spec or None),
-                                             MAX_MODEL_LEN)
-    sizing = plan.size_pool(plan.needed_bytes(MAX_MODEL_LEN) + (spare + 1) * plan.block_bytes)
-    options = RuntimeOptions(enable_prefix_caching=caching)
-    return lambda: plan.runtime(sizing, trace, options)
+    return vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, MAX_MODEL_LEN)
 
 
 @needs_cvllm

@@ -18,13 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from csa_plan.planner.engines.registry import get_engine
-from csa_plan.planner.engines.settings import EngineSettings
-from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.runtime.protocol import RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
 from helpers.runtime_spy import RuntimeSpy
+from helpers.vllm_runtimes import vllm_runtime_factory
 
 TIME = StepTime(20.0, 10_000.0)
 MAX_MODEL_LEN = 8192
@@ -69,14 +67,8 @@ def traces(draw):
 
 
 def _pair(model, trace, mnbt, seqs, async_on, caching, spec, spare):
-    m = load_model(model, max_seq_len=MAX_MODEL_LEN)
-    plan = get_engine("vllm-0.33").configure(m, EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs,
-                                                               async_scheduling=async_on,
-                                                               num_speculative_tokens=spec or None),
-                                             MAX_MODEL_LEN)
-    sizing = plan.size_pool(plan.needed_bytes(MAX_MODEL_LEN) + (spare + 1) * plan.block_bytes)
-    options = RuntimeOptions(enable_prefix_caching=caching)
-    fast, twin = plan.runtime(sizing, trace, options), plan.runtime(sizing, trace, options)
+    make = vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, MAX_MODEL_LEN)
+    fast, twin = make(), make()
     twin.kv.fast = False
     return fast, twin
 
