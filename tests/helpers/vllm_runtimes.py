@@ -1,12 +1,14 @@
-"""vLLM 0.33 runtimes for the replay tests: the engine's own plan, a pool of the start-up minimum
+"""vLLM 0.33 runtimes and drawn traces for the replay tests: the engine's own plan, a pool of the start-up minimum
 plus ``spare`` blocks (``spare`` 0: the tightest pool vLLM starts with), the trace and the options."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.runtime.protocol import RuntimeOptions
+from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 
 
 def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, max_model_len):
@@ -19,3 +21,21 @@ def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spar
     sizing = plan.size_pool(plan.needed_bytes(max_model_len) + (spare + 1) * plan.block_bytes)
     options = RuntimeOptions(enable_prefix_caching=caching)
     return lambda: plan.runtime(sizing, trace, options)
+
+
+def drawn_trace(draw, gaps, prompts, outputs, *, shared, max_id, chunk=512, partial=False, with_ids=True):
+    """A ``RuntimeTrace`` of drawn requests whose prefix ids are drawn too: one id per ``chunk`` prompt
+    tokens (``partial``: a drawn number of them, as a trace may name fewer), ids in ``0..max_id``, or
+    ``0, 1, 2, …`` for every request when ``shared`` (full prefix reuse)."""
+    from hypothesis import strategies as st
+
+    ids, offs = [], [0]
+    for p in prompts:
+        k = -(-p // chunk)
+        if partial:
+            k = draw(st.integers(0, k))
+        ids.extend(range(k) if shared else draw(st.lists(st.integers(0, max_id), min_size=k, max_size=k)))
+        offs.append(len(ids))
+    return RuntimeTrace(np.cumsum(gaps).astype(np.int64), np.array(prompts, dtype=np.int64),
+                        np.array(outputs, dtype=np.int64), np.array(ids, dtype=np.int64) if with_ids else None,
+                        np.array(offs, dtype=np.int64) if with_ids else None, chunk)

@@ -32,7 +32,7 @@ from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
 from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads.load import load_workload
-from helpers.vllm_runtimes import vllm_runtime_factory
+from helpers.vllm_runtimes import drawn_trace, vllm_runtime_factory
 
 needs_cvllm = pytest.mark.skipif(compiled_module() is None,
                                  reason="the cvllm extension is not built (pip install -e . builds it; CI does)")
@@ -67,15 +67,9 @@ def traces(draw, max_requests=16):
                             min_size=n, max_size=n))
     outputs = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
     chunk = draw(st.sampled_from([512, 512, 64, 1000]))
-    ids, offs = [], [0]
-    for p in prompts:
-        k = draw(st.integers(0, -(-p // chunk)))  # a trace may name fewer blocks than the prompt has
-        ids.extend(range(k) if shared else draw(st.lists(st.integers(0, 4), min_size=k, max_size=k)))
-        offs.append(len(ids))
     with_ids = draw(st.booleans()) or shared
-    return RuntimeTrace(np.cumsum(gaps).astype(np.int64), np.array(prompts, dtype=np.int64),
-                        np.array(outputs, dtype=np.int64), np.array(ids, dtype=np.int64) if with_ids else None,
-                        np.array(offs, dtype=np.int64) if with_ids else None, chunk)
+    return drawn_trace(draw, gaps, prompts, outputs, shared=shared, max_id=4, chunk=chunk, partial=True,
+                       with_ids=with_ids)
 
 
 def _plan_runtime(model, trace, mnbt, seqs, async_on, caching, spec, spare):

@@ -22,7 +22,7 @@ from csa_plan.planner.runtime.loop import replay
 from csa_plan.planner.runtime.protocol import RuntimeTrace
 from csa_plan.planner.runtime.steptime import StepTime
 from helpers.runtime_spy import RuntimeSpy
-from helpers.vllm_runtimes import vllm_runtime_factory
+from helpers.vllm_runtimes import drawn_trace, vllm_runtime_factory
 
 TIME = StepTime(20.0, 10_000.0)
 MAX_MODEL_LEN = 8192
@@ -56,14 +56,7 @@ def traces(draw):
                                       st.integers(1, 12).map(lambda k: k * 256)),  # lookahead hashes lag here
                             min_size=n, max_size=n))
     outputs = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
-    ids, offs = [], [0]
-    for p in prompts:
-        k = -(-p // 512)
-        ids.extend(range(k) if shared else draw(st.lists(st.integers(0, 4), min_size=k, max_size=k)))
-        offs.append(len(ids))
-    return RuntimeTrace(np.cumsum(gaps).astype(np.int64), np.array(prompts, dtype=np.int64),
-                        np.array(outputs, dtype=np.int64), np.array(ids, dtype=np.int64),
-                        np.array(offs, dtype=np.int64))
+    return drawn_trace(draw, gaps, prompts, outputs, shared=shared, max_id=4)
 
 
 def _pair(model, trace, mnbt, seqs, async_on, caching, spec, spare):

@@ -30,6 +30,7 @@ from csa_plan.planner.runtime.steptime import StepTime
 from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads import load_workload
 from helpers.runtime_spy import RuntimeSpy
+from helpers.vllm_runtimes import drawn_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((ROOT / "tests" / "fixtures" / "vllm_runtime_expected.json").read_text())
@@ -117,14 +118,7 @@ def traces(draw):
     gaps = draw(st.lists(st.integers(0, 400_000_000), min_size=n, max_size=n))
     prompts = draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
     outputs = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
-    ids, offs = [], [0]
-    for p in prompts:
-        k = -(-p // 512)
-        ids.extend(range(k) if shared else draw(st.lists(st.integers(0, 6), min_size=k, max_size=k)))
-        offs.append(len(ids))
-    return RuntimeTrace(np.cumsum(gaps).astype(np.int64), np.array(prompts, dtype=np.int64),
-                        np.array(outputs, dtype=np.int64), np.array(ids, dtype=np.int64),
-                        np.array(offs, dtype=np.int64))
+    return drawn_trace(draw, gaps, prompts, outputs, shared=shared, max_id=6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
