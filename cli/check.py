@@ -3,41 +3,52 @@
 from __future__ import annotations
 
 
-import click
-
+from csa_plan.cli.error_doc import bad_input_exits
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import CACHE_FORMAT, COUNT, SIZE, bad_input_exits, deployment_options, engine_options, enum_choice
-from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 from csa_plan.planner.gate import Gate
+from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
+
+PARAMS = (
+    Arg("model"),
+    Opt(("--gate",), "gate", Kind.NAME, choices=tuple(g.value for g in Gate),
+        help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only) "
+             "[default: the spec's own 'gate:', else op]."),
+    Opt(("--layout",), "layout", default="exact", show_default=True, metavar="NAME",
+        help=f"Layout profile: {', '.join(PROFILES)} (docs/compare.md); engines: --engine."),
+    Opt(("--max-seq-len", "--max-model-len"), "max_seq_len", Kind.COUNT,
+        help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 "
+             "[default: max_position_embeddings]."),
+    Opt(("--batch",), "batch", Kind.COUNT, help="Sequences per state group [default: 1]."),
+    Opt(("--kv-format",), "kv_format", Kind.CACHE_FORMAT,
+        help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}."),
+    Opt(("--window",), "window", Kind.COUNT, help="Sliding-window override [default: the model's]."),
+    Opt(("--query-len",), "query_len", Kind.COUNT, default=1, show_default=True,
+        help="Tokens per step for scratch workspaces."),
+    Opt(("--device-memory",), "device_memory", Kind.SIZE,
+        help="Per-device memory: bytes, 141GB, 80GiB, or h200/h100/a100-80gb/..."),
+    Opt(("--concurrency",), "concurrency", Kind.COUNT, default=1, show_default=True,
+        help="Concurrent requests for the longest-context answer."),
+    Opt(("--at-length",), "at_length", Kind.COUNT, default=DEFAULT_LINT_LENGTH, show_default=True,
+        help="ONNX lint: total length at which record-axis conflicts are named."),
+    Opt(("--per-layer",), "per_layer", Kind.FLAG, default=False,
+        help="List every layer instead of grouping identical ones."),
+    Opt(("--brief",), "brief", Kind.FLAG, default=False,
+        help="Print only the head: verdict, requests that fit, longest context, "
+             "the engine's log line, the state pool, every refusal."),
+    Opt(("--json",), "as_json", Kind.FLAG, default=False,
+        help="Print the csa-plan/check/v2 JSON document (docs/answers.md)."),
+    *engine_params(),
+    *DEPLOYMENT_PARAMS,
+)
 
 
-@click.command(epilog=EXIT_CODES_HELP)
-@click.argument("model")
-@click.option("--gate", type=enum_choice(Gate), default=None,
-              help="op: ratios 4 and 128; c1: the C1 runtime slice (HCA only) "
-                   "[default: the spec's own 'gate:', else op].")
-@click.option("--layout", default="exact", show_default=True, metavar="NAME",
-              help=f"Layout profile: {', '.join(PROFILES)} (docs/compare.md); engines: --engine.")
-@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
-@click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
-@click.option("--kv-format", "kv_format", type=CACHE_FORMAT, default=None,
-              help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}.")
-@click.option("--window", type=COUNT, default=None, help="Sliding-window override [default: the model's].")
-@click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step for scratch workspaces.")
-@click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB, or h200/h100/a100-80gb/...")
-@click.option("--concurrency", type=COUNT, default=1, show_default=True,
-              help="Concurrent requests for the longest-context answer.")
-@click.option("--at-length", type=COUNT, default=DEFAULT_LINT_LENGTH, show_default=True,
-              help="ONNX lint: total length at which record-axis conflicts are named.")
-@click.option("--per-layer", is_flag=True, help="List every layer instead of grouping identical ones.")
-@click.option("--brief", is_flag=True, help="Print only the head: verdict, requests that fit, longest context, "
-              "the engine's log line, the state pool, every refusal.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/check/v2 JSON document (docs/answers.md).")
 @bad_input_exits
-@engine_options
-@deployment_options
+@with_engine_settings
+@with_deployment
 def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
@@ -80,3 +91,6 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
         write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)
+
+
+COMMAND = CommandSpec("check", PARAMS, check, help=check.__doc__ or "", epilog=EXIT_CODES_HELP)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 # name -> ("module:attribute", one-line help); a new command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("csa_plan.cli.check:check", "Gate every CSA/HCA layer, lay out its state and total the model."),
-    "simulate": ("csa_plan.cli.simulate:simulate", "Replay a request mix or trace through the ledger."),
-    "compare": ("csa_plan.cli.compare:compare", "The same model under each engine's layout, side by side."),
-    "run-gpu": ("csa_plan.cli.run_gpu:run_gpu", "Run the attention path on a GPU and check it against the plan."),
-    "sweep": ("csa_plan.cli.sweep:sweep", "Search deployments for the cheapest one that serves a workload."),
+    "check": ("csa_plan.cli.check:COMMAND", "Gate every CSA/HCA layer, lay out its state and total the model."),
+    "simulate": ("csa_plan.cli.simulate:COMMAND", "Replay a request mix or trace through the ledger."),
+    "compare": ("csa_plan.cli.compare:COMMAND", "The same model under each engine's layout, side by side."),
+    "run-gpu": ("csa_plan.cli.run_gpu:COMMAND", "Run the attention path on a GPU and check it against the plan."),
+    "sweep": ("csa_plan.cli.sweep:COMMAND", "Search deployments for the cheapest one that serves a workload."),
 }
 
 GROUP_HELP = "csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."

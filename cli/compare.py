@@ -3,30 +3,36 @@
 from __future__ import annotations
 
 
-import click
-
+from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, bad_input_exits, deployment_options
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, with_deployment
+from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
+
+PARAMS = (
+    Arg("model"),
+    Opt(("--max-seq-len", "--max-model-len"), "max_seq_len", Kind.COUNT,
+        help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 "
+             "[default: max_position_embeddings]."),
+    Opt(("--device-memory",), "device_memory", Kind.SIZE,
+        help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name."),
+    Opt(("--layout",), "layouts", multiple=True, metavar="NAME",
+        help="Only these layout profiles (repeatable) [default: every profile and engine]."),
+    Opt(("--engine",), "engines", multiple=True, metavar="NAME",
+        help="Only these engine models (repeatable), at their defaults [default: every profile and engine]."),
+    Opt(("--batch",), "batch", Kind.COUNT, help="Sequences per state group [default: 1]."),
+    Opt(("--query-len",), "query_len", Kind.COUNT, default=1, show_default=True,
+        help="Tokens per step (scratch, in-flight window slots)."),
+    Opt(("--brief",), "brief", Kind.FLAG, default=False,
+        help="Print only the head: the verdict and each row's requests that fit."),
+    Opt(("--json",), "as_json", Kind.FLAG, default=False, help="Print the csa-plan/compare/v1 JSON document."),
+    Opt(("--plot",), "plot_file", metavar="FILE.png",
+        help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra)."),
+    *DEPLOYMENT_PARAMS,
+)
 
 
-@click.command(epilog=EXIT_CODES_HELP)
-@click.argument("model")
-@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None,
-              help="Tokens reserved per request: 128k = 128,000, 128K = 131,072 (as vLLM reads them), 1e6, 1,000,000 [default: max_position_embeddings].")
-@click.option("--device-memory", type=SIZE, default=None,
-              help="Per-device memory for the 'requests that fit' row: bytes, 141GB, 80GiB or a GPU name.")
-@click.option("--layout", "layouts", multiple=True, metavar="NAME",
-              help="Only these layout profiles (repeatable) [default: every profile and engine].")
-@click.option("--engine", "engines", multiple=True, metavar="NAME",
-              help="Only these engine models (repeatable), at their defaults [default: every profile and engine].")
-@click.option("--batch", type=COUNT, default=None, help="Sequences per state group [default: 1].")
-@click.option("--query-len", type=COUNT, default=1, show_default=True, help="Tokens per step (scratch, in-flight window slots).")
-@click.option("--brief", is_flag=True, help="Print only the head: the verdict and each row's requests that fit.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/compare/v1 JSON document.")
-@click.option("--plot", "plot_file", default=None, metavar="FILE.png",
-              help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra).")
 @bad_input_exits
-@deployment_options
+@with_deployment
 def compare(model: str, max_seq_len: int | None, device_memory: int | None,
             layouts: tuple[str, ...], engines: tuple[str, ...], batch: int | None, query_len: int, brief: bool,
             as_json: bool,
@@ -87,3 +93,6 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
         plot_compare(outcome.spec, options, (layouts + engines) or None, plot_file)
         say_written(consoles, "plot", plot_file, as_json)
     return int(outcome.exit_code)
+
+
+COMMAND = CommandSpec("compare", PARAMS, compare, help=compare.__doc__ or "", epilog=EXIT_CODES_HELP)

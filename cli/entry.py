@@ -1,8 +1,10 @@
-"""The ``csa-plan`` console script: ``csa-plan --help`` without importing click, else the click CLI.
+"""The ``csa-plan`` console script: ``csa-plan --help`` and plain command lines without importing
+click, else the click CLI.
 
 The top-level help is printed here in click's own layout (``tests/cli/test_entry.py`` requires
 it to equal click's rendering at every terminal width), because importing click is most of
-that command's time; every other invocation goes to ``cli/main.py`` unchanged.
+that command's time. A plain line of a declared command (``cli/invoke.py run_plain``) runs
+without click too; every other invocation goes to ``cli/main.py`` unchanged.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ def main() -> None:
     # generation every 700 allocations (Python's default, for long-lived programs) is about 50
     # collections that find almost nothing (about 7 ms of an engine check, docs/check.md).
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
-    from csa_plan.cli.main import main as click_main
-
     try:
-        click_main()
+        from csa_plan.cli.invoke import run_plain
+
+        run_plain(sys.argv[1:])  # a plain line runs without importing click, and exits
+        from csa_plan.cli.main import main as click_main
+
+        click_main(plain=False)
     except SystemExit as exc:
         leave(exc.code)
     leave(0)

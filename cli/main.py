@@ -8,15 +8,19 @@ a documented exit code, never a traceback.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import click
 
 from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available
-from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_INTERNAL
-from csa_plan.cli.options import one_line
-from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, guarded, set_color_mode
+from csa_plan.cli.params import CommandSpec
+from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP
+from csa_plan.cli.invoke import run_guarded, run_plain
+from csa_plan.cli.error_doc import one_line
+from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, set_color_mode
+
+_built: dict[str, click.Command] = {}  # a declared command's click form, built once
+
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -25,8 +29,15 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS or not available(name):
             return None
-        module_name, attr = COMMANDS[name][0].split(":")
-        command = getattr(importlib.import_module(module_name), attr)
+        command = _built.get(name)
+        if command is None:
+            module_name, attr = COMMANDS[name][0].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            if isinstance(command, CommandSpec):
+                from csa_plan.cli.click_command import build
+
+                command = build(command)
+            _built[name] = command
         if DOCS_HELP not in (command.epilog or ""):
             command.epilog = f"{command.epilog}\n{DOCS_HELP}" if command.epilog else DOCS_HELP
         return command
@@ -56,15 +67,20 @@ def cli(color: str | None) -> None:
     set_color_mode(color)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI through the guarded streams (``cli/stream.py``: a closed pipe, a full disk or
-    an encoding that cannot carry a character end as documented, never as an internal error)."""
-    set_color_mode(None)
-    with guarded():
-        _main(argv)
+def main(argv: list[str] | None = None, *, plain: bool = True) -> None:
+    """Run the CLI as the console script does: a plain line without click (``cli/invoke.py
+    run_plain``; ``plain=False`` when the caller has tried it), any other through click; both
+    through the guarded streams (a closed pipe, a full disk or an encoding that cannot carry a
+    character end as documented, never as an internal error)."""
+    from csa_plan.cli.error_doc import json_asked
+
+    words = sys.argv[1:] if argv is None else argv
+    if plain:
+        run_plain(words)
+    run_guarded(lambda: _main(argv), json_asked(words))
 
 
-def _main(argv: list[str] | None) -> None:
+def _main(argv: list[str] | None) -> int:
     """Click usage errors become one line and exit 2 (with --json, also the error document)."""
     from csa_plan.cli.error_doc import json_asked, tell_failure
 
@@ -83,13 +99,7 @@ def _main(argv: list[str] | None) -> None:
         sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # a bug in csa-plan, not in the input: still one line by default
-        if os.environ.get("CSA_PLAN_DEBUG"):
-            raise
-        tell_failure(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
-                     "(set CSA_PLAN_DEBUG=1 for the traceback)", EXIT_INTERNAL, as_json)
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

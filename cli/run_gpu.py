@@ -3,39 +3,43 @@
 from __future__ import annotations
 
 
-import click
-
+from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_CODES_HELP, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
-from csa_plan.cli.options import COUNT, SIZE, SuggestChoice, bad_input_exits
+from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_SEQ_LEN, MAX_REQUESTS, MAX_STEPS,
                                       MIN_STEPS, TINY_MAX_SEQ_LEN)
 
+PARAMS = (
+    Arg("model", default="deepseek-v4-pro", required=False),
+    Opt(("--layers",), "layers", metavar="IDS",
+        help="Comma-separated layer ids [default: the first CSA and the first HCA layer]."),
+    Opt(("--requests",), "requests", Kind.COUNT, default=2, show_default=True,
+        help=f"Concurrent requests, own groups each (at most {MAX_REQUESTS}); one more request's groups "
+             "are reserved for the recompute check."),
+    Opt(("--max-seq-len", "--max-model-len"), "max_seq_len", Kind.COUNT,
+        help=f"Tokens reserved per group, up to 1,048,576 [default: {DEFAULT_MAX_SEQ_LEN:,}; "
+             f"{EMULATE_DEFAULT_MAX_SEQ_LEN:,} with --backend emulate; {TINY_MAX_SEQ_LEN} with --tiny]."),
+    Opt(("--steps",), "steps", Kind.COUNT, default=MIN_STEPS, show_default=True,
+        help=f"Decode steps ({MIN_STEPS}..{MAX_STEPS})."),
+    Opt(("--limit",), "limit", Kind.SIZE, help="Ledger limit for the device: bytes, GB, GiB or a GPU name."),
+    Opt(("--tp",), "tp", Kind.COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads per device)."),
+    Opt(("--seed",), "seed", Kind.COUNT, default=0, show_default=True, help="Seed of the random weights and inputs."),
+    Opt(("--tiny",), "tiny", Kind.FLAG, default=False,
+        help="Scaled-down geometry: 4 heads, window 16, 4 index heads, top-8."),
+    Opt(("--backend",), "backend", Kind.NAME, choices=("cupy", "emulate"), default="cupy", show_default=True,
+        help="cupy: the GPU; emulate: the same CUDA C on the CPU (device-memory checks n/a)."),
+    Opt(("--json",), "as_json", Kind.FLAG, default=False, help="Print the csa-plan/run-gpu/v1 JSON document."),
+)
 
-@click.command(epilog=EXIT_CODES_HELP)
-@click.argument("model", default="deepseek-v4-pro")
-@click.option("--layers", default=None, metavar="IDS",
-              help="Comma-separated layer ids [default: the first CSA and the first HCA layer].")
-@click.option("--requests", type=COUNT, default=2, show_default=True,
-              help=f"Concurrent requests, own groups each (at most {MAX_REQUESTS}); one more request's groups "
-                   "are reserved for the recompute check.")
-@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None,
-              help=f"Tokens reserved per group, up to 1,048,576 [default: {DEFAULT_MAX_SEQ_LEN:,}; "
-                   f"{EMULATE_DEFAULT_MAX_SEQ_LEN:,} with --backend emulate; {TINY_MAX_SEQ_LEN} with --tiny].")
-@click.option("--steps", type=COUNT, default=MIN_STEPS, show_default=True,
-              help=f"Decode steps ({MIN_STEPS}..{MAX_STEPS}).")
-@click.option("--limit", type=SIZE, default=None, help="Ledger limit for the device: bytes, GB, GiB or a GPU name.")
-@click.option("--tp", type=COUNT, default=1, show_default=True, help="Tensor-parallel ranks (heads per device).")
-@click.option("--seed", type=COUNT, default=0, show_default=True, help="Seed of the random weights and inputs.")
-@click.option("--tiny", is_flag=True, help="Scaled-down geometry: 4 heads, window 16, 4 index heads, top-8.")
-@click.option("--backend", type=SuggestChoice(["cupy", "emulate"]), default="cupy", show_default=True,
-              help="cupy: the GPU; emulate: the same CUDA C on the CPU (device-memory checks n/a).")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/run-gpu/v1 JSON document.")
+
 @bad_input_exits
 def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | None, steps: int, limit: int | None,
             tp: int, seed: int, tiny: bool, backend: str, as_json: bool) -> int:
     """Run prefill and STEPS decode steps of CSA/HCA layers of MODEL and check them against the
     NumPy oracle and the plan."""
+    from csa_plan.cli.stream import echo
     from csa_plan.kernels.run_plan import check_counts, plan_run
+    from csa_plan.planner.text import printable
 
     check_counts(requests, steps, limit)
     if backend == "cupy":
@@ -43,14 +47,14 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
 
         reason = gpu_unavailable_reason()
         if reason:
-            click.echo(f"csa-plan: {reason}", err=True)
+            echo(printable(f"csa-plan: {reason}"), err=True)
             return EXIT_NO_GPU
 
     plan, refusals = plan_run(model, layers, requests, max_seq_len, steps, tp, tiny, backend)
     refusal = refusals[0] if refusals else plan.limit_refusal(limit)
     if refusal:
         for line in refusals or [refusal]:
-            click.echo(f"csa-plan: refused: {line}", err=True)
+            echo(printable(f"csa-plan: refused: {line}"), err=True)
         return EXIT_REFUSED
 
     from csa_plan.kernels.backends import make_backend
@@ -69,3 +73,6 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
 
     emit(make_consoles(), report, as_json, render)
     return code
+
+
+COMMAND = CommandSpec("run-gpu", PARAMS, run_gpu, help=run_gpu.__doc__ or "", epilog=EXIT_CODES_HELP)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-import click
-
+from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, SIZE, FloatType, bad_input_exits, deployment_options, engine_options, enum_choice
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
@@ -19,51 +19,70 @@ def _layouts() -> list[str]:
     return list(PROFILES)
 
 
-@click.command(epilog=EXIT_CODES_HELP)
-@click.argument("workload")
-@click.option("--model", default=None, help="Preset, config.json, model directory or YAML spec [default: the mix's model].")
-@click.option("--layout", default=None, metavar="NAME",
-              help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine.")
-@click.option("--max-seq-len", "--max-model-len", "max_seq_len", type=COUNT, default=None, help="Tokens per request at most [default: max_position_embeddings].")
-@click.option("--router", type=enum_choice(Router), default=None,
-              help="How a request picks its replica [default: round-robin].")
-@click.option("--device-memory", type=SIZE, default=None, help="Per-device memory: bytes, 141GB, 80GiB or h200/h100/... "
-              "[default: unlimited, everything accounted, nothing refused].")
-@click.option("--reserve", type=enum_choice(Reserve), default=None,
-              help="max: every group reserved for max_seq_len; fit: prompt + output rounded up to --bucket [default: max].")
-@click.option("--bucket", type=COUNT, default=None, help=f"Token bucket for --reserve fit [default: {DEFAULT_BUCKET}].")
-@click.option("--policy", type=enum_choice(Policy), default=None,
-              help="refuse: fail closed; queue: FIFO wait [default: refuse].")
-@click.option("--prefill-tok-s", type=FloatType(MAX_PREFILL_TOK_S), default=None, help=f"Prefill throughput, tokens/s [default: {TimeModel.prefill_tok_s:g}].")
-@click.option("--tpot-ms", type=FloatType(MAX_TPOT_MS), default=None, help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}].")
-@click.option("--rate-scale", type=FloatType(MAX_RATE_SCALE), default=None, help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}].")
-@click.option("--sort", "sort_rows", is_flag=True, help="Accept a trace whose timestamps are out of order (sorted stably).")
-@click.option("--format", "trace_format", type=click.Choice(list(FORMAT_NAMES)), default=None,
-              help="Trace layout [default: recognised from the header or first record].")
-@click.option("--columns", default=None, metavar="arrival=NAME,prompt=NAME,output=NAME",
-              help="Which columns (or JSON keys) hold the arrival time and the token counts.")
-@click.option("--time-unit", type=click.Choice([u.value for u in TimeUnit]), default=None,
-              help="Unit of numeric arrival times [default: the format's: s, or ms for Mooncake].")
-@click.option("--where", "where", multiple=True, metavar="COLUMN=VALUE",
-              help="Keep only rows whose COLUMN equals VALUE (case-insensitive; repeatable), e.g. model=ChatGPT.")
-@click.option("--keep-failures", is_flag=True, help="Keep BurstGPT's failed requests (0 response tokens); "
-              "by default they are left out and counted.")
-@click.option("--find-capacity", is_flag=True, help="Bisect the largest --rate-scale with zero memory refusals "
-              "(or, under --policy queue, wait p99 under --max-wait).")
-@click.option("--max-wait", type=FloatType(MAX_WAIT_S), default=None, help="Seconds: the wait p99 bound for --find-capacity under queue.")
-@click.option("--verify", is_flag=True, help="Also replay event by event through the ledger and require identical results.")
-@click.option("--brief", is_flag=True, help="Print only the head: the verdict, requests admitted and refused, "
-              "the sustainable rate, requests of max_seq_len that fit.")
-@click.option("--disable-radix-cache", is_flag=True, default=False,
-              help="SGLang's --disable-radix-cache: no prefix sharing in its runtime replay [default: radix cache on].")
-@click.option("--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching", default=None,
-              help="vLLM's prefix caching, as vLLM spells it (runtime-replayed engines) [default: the engine's: on].")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/simulate/v1 JSON document.")
-@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
-              help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot]).")
+def _values(enum: type) -> tuple[str, ...]:
+    return tuple(member.value for member in enum)
+
+
+PARAMS = (
+    Arg("workload"),
+    Opt(("--model",), "model", help="Preset, config.json, model directory or YAML spec [default: the mix's model]."),
+    Opt(("--layout",), "layout", metavar="NAME",
+        help=f"Layout profile: {', '.join(_layouts())} [default: exact]; engines: --engine."),
+    Opt(("--max-seq-len", "--max-model-len"), "max_seq_len", Kind.COUNT,
+        help="Tokens per request at most [default: max_position_embeddings]."),
+    Opt(("--router",), "router", Kind.NAME, choices=_values(Router),
+        help="How a request picks its replica [default: round-robin]."),
+    Opt(("--device-memory",), "device_memory", Kind.SIZE,
+        help="Per-device memory: bytes, 141GB, 80GiB or h200/h100/... "
+             "[default: unlimited, everything accounted, nothing refused]."),
+    Opt(("--reserve",), "reserve", Kind.NAME, choices=_values(Reserve),
+        help="max: every group reserved for max_seq_len; fit: prompt + output rounded up to --bucket [default: max]."),
+    Opt(("--bucket",), "bucket", Kind.COUNT, help=f"Token bucket for --reserve fit [default: {DEFAULT_BUCKET}]."),
+    Opt(("--policy",), "policy", Kind.NAME, choices=_values(Policy),
+        help="refuse: fail closed; queue: FIFO wait [default: refuse]."),
+    Opt(("--prefill-tok-s",), "prefill_tok_s", Kind.NUMBER, high=MAX_PREFILL_TOK_S,
+        help=f"Prefill throughput, tokens/s [default: {TimeModel.prefill_tok_s:g}]."),
+    Opt(("--tpot-ms",), "tpot_ms", Kind.NUMBER, high=MAX_TPOT_MS,
+        help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}]."),
+    Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
+        help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
+    Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,
+        help="Accept a trace whose timestamps are out of order (sorted stably)."),
+    Opt(("--format",), "trace_format", Kind.CHOICE, choices=tuple(FORMAT_NAMES),
+        help="Trace layout [default: recognised from the header or first record]."),
+    Opt(("--columns",), "columns", metavar="arrival=NAME,prompt=NAME,output=NAME",
+        help="Which columns (or JSON keys) hold the arrival time and the token counts."),
+    Opt(("--time-unit",), "time_unit", Kind.CHOICE, choices=_values(TimeUnit),
+        help="Unit of numeric arrival times [default: the format's: s, or ms for Mooncake]."),
+    Opt(("--where",), "where", multiple=True, metavar="COLUMN=VALUE",
+        help="Keep only rows whose COLUMN equals VALUE (case-insensitive; repeatable), e.g. model=ChatGPT."),
+    Opt(("--keep-failures",), "keep_failures", Kind.FLAG, default=False,
+        help="Keep BurstGPT's failed requests (0 response tokens); by default they are left out and counted."),
+    Opt(("--find-capacity",), "find_capacity", Kind.FLAG, default=False,
+        help="Bisect the largest --rate-scale with zero memory refusals "
+             "(or, under --policy queue, wait p99 under --max-wait)."),
+    Opt(("--max-wait",), "max_wait", Kind.NUMBER, high=MAX_WAIT_S,
+        help="Seconds: the wait p99 bound for --find-capacity under queue."),
+    Opt(("--verify",), "verify", Kind.FLAG, default=False,
+        help="Also replay event by event through the ledger and require identical results."),
+    Opt(("--brief",), "brief", Kind.FLAG, default=False,
+        help="Print only the head: the verdict, requests admitted and refused, "
+             "the sustainable rate, requests of max_seq_len that fit."),
+    Opt(("--disable-radix-cache",), "disable_radix_cache", Kind.FLAG, default=False,
+        help="SGLang's --disable-radix-cache: no prefix sharing in its runtime replay [default: radix cache on]."),
+    Opt(("--enable-prefix-caching",), "prefix_caching", Kind.SWITCH, off=("--no-enable-prefix-caching",),
+        help="vLLM's prefix caching, as vLLM spells it (runtime-replayed engines) [default: the engine's: on]."),
+    Opt(("--json",), "as_json", Kind.FLAG, default=False, help="Print the csa-plan/simulate/v1 JSON document."),
+    Opt(("--plot",), "plot_path", metavar="FILE.png",
+        help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot])."),
+    *engine_params(multiple=True),
+    *DEPLOYMENT_PARAMS,
+)
+
+
 @bad_input_exits
-@engine_options(multiple=True)
-@deployment_options
+@with_engine_settings(multiple=True)
+@with_deployment
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
              router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
@@ -175,3 +194,6 @@ def _side_by_side_output(consoles, outcome, as_json: bool, budget_plot: str | No
         write_budget_plot(consoles, doc.get("budget"), budget_plot, as_json)
         break
     return int(outcome.exit_code)
+
+
+COMMAND = CommandSpec("simulate", PARAMS, simulate, help=simulate.__doc__ or "", epilog=EXIT_CODES_HELP)

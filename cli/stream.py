@@ -197,6 +197,14 @@ def _bad_input() -> int:
     return int(ExitCode.BAD_INPUT)
 
 
+def echo(text: str, err: bool = False) -> None:
+    """One line to stdout (or stderr), flushed: what ``click.echo`` does for csa-plan's own text,
+    which ``planner/text.printable`` has already made safe for a terminal."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"{text}\n")
+    stream.flush()
+
+
 # -- colour ---------------------------------------------------------------------------------------
 
 _color_mode: list[str] = []  # set by ``csa-plan --color``; else CSA_PLAN_COLOR; else auto

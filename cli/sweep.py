@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-import click
-
+from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.exit_codes import EXIT_CODES_HELP
-from csa_plan.cli.options import COUNT, bad_input_exits, deployment_options
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, with_deployment
+from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 
 SWEEP_EXIT_HELP = EXIT_CODES_HELP + """\b
 For sweep: 0 some point meets every constraint (the answer is the first ranked),
@@ -14,24 +14,28 @@ For sweep: 0 some point meets every constraint (the answer is the first ranked),
 in --resume FILE; the worker processes end with the sweep).
 """
 
+PARAMS = (
+    Arg("spec_path", metavar="SPEC"),
+    Opt(("--jobs", "-j"), "jobs", Kind.COUNT, default=0, show_default=True,
+        help="Local worker processes; 0 = every core, 1 = run in this process."),
+    Opt(("--ray",), "ray_address", metavar="ADDRESS",
+        help="Run the points on a Ray cluster (auto, ray://host:port); needs csa-plan[ray]."),
+    Opt(("--resume",), "resume_path", metavar="FILE",
+        help="Append each finished point to FILE (JSON lines) and skip points already in it. FILE is "
+             "created by csa-plan with a header naming the spec and workload; any other file is refused "
+             "unchanged (docs/output-and-resume.md)."),
+    Opt(("--top",), "top", Kind.COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json)."),
+    Opt(("--brief",), "brief", Kind.FLAG, default=False,
+        help="Print only the head: the answer point, its devices, rate and capacity."),
+    Opt(("--json",), "as_json", Kind.FLAG, default=False, help="Print the csa-plan/sweep/v2 JSON document."),
+    Opt(("--plot",), "plot_path", metavar="FILE.png",
+        help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot])."),
+    *DEPLOYMENT_PARAMS,
+)
 
-@click.command(epilog=SWEEP_EXIT_HELP)
-@click.argument("spec_path", metavar="SPEC")
-@click.option("--jobs", "-j", type=COUNT, default=0, show_default=True,
-              help="Local worker processes; 0 = every core, 1 = run in this process.")
-@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
-              help="Run the points on a Ray cluster (auto, ray://host:port); needs csa-plan[ray].")
-@click.option("--resume", "resume_path", default=None, metavar="FILE",
-              help="Append each finished point to FILE (JSON lines) and skip points already in it. FILE is "
-                   "created by csa-plan with a header naming the spec and workload; any other file is refused "
-                   "unchanged (docs/output-and-resume.md).")
-@click.option("--top", type=COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json).")
-@click.option("--brief", is_flag=True, help="Print only the head: the answer point, its devices, rate and capacity.")
-@click.option("--json", "as_json", is_flag=True, help="Print the csa-plan/sweep/v2 JSON document.")
-@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
-              help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot]).")
+
 @bad_input_exits
-@deployment_options
+@with_deployment
 def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, brief: bool,
           as_json: bool,
           plot_path: str | None, deployment, budget_plot: str | None) -> int:
@@ -57,6 +61,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     from csa_plan.planner.commands.sweep import SweepRequest, run_sweep
 
     from csa_plan.planner.files import check_distinct_outputs, check_output_path
+    from csa_plan.cli.stream import echo
     from csa_plan.planner.text import printable
 
     if plot_path is not None:  # before any work: a bad path must not cost a whole sweep
@@ -74,8 +79,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     if outcome.report is None:
         where = f"; they are kept in {resume_path} (run again with --resume {resume_path})" if resume_path else \
             " (pass --resume FILE to keep finished points)"
-        click.echo(printable(f"csa-plan: interrupted after {outcome.finished} of {outcome.to_run} points{where}"),
-                   err=True)
+        echo(printable(f"csa-plan: interrupted after {outcome.finished} of {outcome.to_run} points{where}"), err=True)
         return int(outcome.exit_code)
     report = outcome.report
     plot_note = None
@@ -95,3 +99,6 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     if plot_path is not None and plot_note is None:
         say_written(consoles, "plot", plot_path, as_json)
     return int(outcome.exit_code)
+
+
+COMMAND = CommandSpec("sweep", PARAMS, sweep, help=sweep.__doc__ or "", epilog=SWEEP_EXIT_HELP)

@@ -69,8 +69,38 @@ def test_a_device_without_an_engine_imports_no_engine_model():
         assert banned not in mods, banned
 
 
+def imported_by_plain_run(*args: str) -> set[str]:
+    """The modules a plain line run as the console script runs it has loaded (cli/invoke.py run_plain)."""
+    return imported_after("from csa_plan.cli.invoke import run_plain\n"
+                          f"try:\n    run_plain({list(args)!r})\n    raise AssertionError('left to click')\n"
+                          "except SystemExit:\n    pass\n")
+
+
+PLAIN_JSON_LINES = (
+    ("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+     "--engine", "vllm-0.33", "--json"),
+    ("check", "no-such-model", "--json"),
+    ("check", "deepseek-v4-pro", "--kv-memory", "40GiB", "--json"),  # bad input (no --engine), read without click
+    ("compare", "deepseek-v4-flash", "--json"),
+    ("simulate", "examples/traces/sample.jsonl", "--model", "deepseek-v4-flash", "--json"),
+    ("sweep", "examples/sweeps/small.yaml", "--json", "--jobs", "1"),
+)
+
+
+def test_a_plain_line_imports_no_click_and_json_no_rich():
+    """The console script reads a plain line from the command's declaration (cli/fast_parse.py):
+    neither click nor the click CLI is imported, and ``--json`` never imports rich."""
+    for args in PLAIN_JSON_LINES:
+        mods = imported_by_plain_run(*args)
+        assert "csa_plan.cli.invoke" in mods, args
+        for banned in ("click", "csa_plan.cli.main", "rich"):
+            assert banned not in mods, (args, banned)
+    mods = imported_by_plain_run("check", "deepseek-v4-pro", "--device-memory", "h200")  # tables: rich, not click
+    assert "rich" in mods and "click" not in mods
+
+
 def test_no_json_path_imports_rich():
-    """``--json`` prints through click: rich (consoles, tables) is for the terminal only."""
+    """``--json`` prints with the guarded stream's writer: rich (consoles, tables) is for the terminal only."""
     for args in (("check", "deepseek-v4-pro", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
                   "--engine", "vllm-0.33", "--json"),
                  ("check", "no-such-model", "--json"),

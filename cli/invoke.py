@@ -1,0 +1,66 @@
+"""One way a command runs, whichever parser read its line: guarded streams, one exit code, and a
+bug told in one line (never a traceback unless ``CSA_PLAN_DEBUG`` is set).
+
+``run_plain`` runs a plain command line without importing click (``cli/fast_parse.py`` reads it
+from the command's declaration); ``cli/main.py`` runs every other line through click. Both end
+in ``run_guarded`` and call the same command function with the same arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+
+def run_guarded(call: Callable[[], Any], as_json: bool) -> NoReturn:
+    """Run ``call`` with stdout and stderr guarded (``cli/stream.py``) and exit with its code.
+
+    A ``SystemExit`` from the command passes through; any other exception is a bug in csa-plan,
+    not in the input: one line on stderr (and the error document under ``--json``), exit 1."""
+    from csa_plan.cli.stream import guarded, set_color_mode
+
+    set_color_mode(None)
+    with guarded():
+        try:
+            rv = call()
+        except Exception as exc:
+            if os.environ.get("CSA_PLAN_DEBUG"):
+                raise
+            from csa_plan.cli.error_doc import one_line, tell_failure
+            from csa_plan.cli.exit_codes import EXIT_INTERNAL
+
+            tell_failure(f"internal error: {type(exc).__name__}: {one_line(str(exc), 300)} "
+                         "(set CSA_PLAN_DEBUG=1 for the traceback)", EXIT_INTERNAL, as_json)
+            sys.exit(EXIT_INTERNAL)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def run_plain(argv: Sequence[str]) -> None:
+    """Run ``csa-plan ARGV`` without click when the line is plain (returns only when it is not:
+    click must read it). Plain: a declared command (``cli/params.py``), no group option before
+    it, ``CSA_PLAN_COLOR`` unset or one of its modes, and words ``cli/fast_parse.py`` reads."""
+    from csa_plan.cli.commands import COMMANDS
+    from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES
+
+    if not argv or argv[0] not in COMMANDS:
+        return
+    color = os.environ.get(COLOR_ENV)
+    if color and color not in COLOR_MODES:  # click says what is wrong with it
+        return
+    import importlib
+
+    from csa_plan.cli.fast_parse import parse
+    from csa_plan.cli.params import CommandSpec
+
+    module_name, attr = COMMANDS[argv[0]][0].split(":")
+    try:
+        spec = getattr(importlib.import_module(module_name), attr)
+    except ImportError:  # a command whose module is not installed: click lists the others
+        return
+    if not isinstance(spec, CommandSpec):
+        return
+    kwargs = parse(spec, argv[1:])
+    if kwargs is None:
+        return
+    run_guarded(lambda: spec.callback(**kwargs), bool(kwargs.get("as_json")))

@@ -1,0 +1,173 @@
+"""The option groups every planning command shares, declared once: engine settings and deployment.
+
+A command lists ``engine_params()`` and ``DEPLOYMENT_PARAMS`` among its parameters and wraps its
+body in ``with_engine_settings`` and ``with_deployment``, which turn the group's values into the
+one object the body takes (an ``EngineSettings``, a ``Deployment``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from csa_plan.cli.params import Kind, Opt
+
+
+def _engine_help(opt: Opt) -> str:
+    """``--engine``'s help names the registry's engines, read only when help is shown, so that
+    parsing a command never imports the engine models (start-up: docs/check.md)."""
+    from csa_plan.planner.engines.registry import ENGINES
+
+    return (f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)"
+            + ("; repeat it to run engines side by side." if opt.multiple else "."))
+
+
+# -- engine settings, spelled as the engines spell them ---------------------------------------
+
+ENGINE_PARAMS: tuple[Opt, ...] = (
+    Opt(("--engine",), "engine", metavar="NAME", help_from=_engine_help),
+    Opt(("--kv-memory",), "kv_memory", Kind.SIZE,
+        help="KV cache memory per device, as the engine logs it (vLLM: 'Available KV cache memory')."),
+    Opt(("--gpu",), "gpu", metavar="NAME",
+        help="Target GPU for engine rules and defaults; alone it also sets --device-memory "
+             "(docs/gpus.md) [default: the --device-memory card, else h200]."),
+    Opt(("--block-size",), "block_size", Kind.COUNT, help="vLLM --block-size [default: 256 for DeepSeek-V4]."),
+    Opt(("--page-size",), "page_size", Kind.COUNT, help="SGLang --page-size [default: 256 for DeepSeek-V4]."),
+    Opt(("--kv-cache-dtype",), "kv_cache_dtype", metavar="DTYPE", help="Engine --kv-cache-dtype [default: auto]."),
+    Opt(("--indexer-kv-dtype",), "indexer_kv_dtype", metavar="DTYPE",
+        help="Indexer key cache: vLLM auto|fp8|mxfp4, SGLang fp8|fp4 [default: fp8]."),
+    Opt(("--max-num-batched-tokens",), "max_num_batched_tokens", Kind.COUNT,
+        help="vLLM --max-num-batched-tokens [default: 8192 for vllm serve on an H200]."),
+    Opt(("--chunked-prefill-size",), "chunked_prefill_size", Kind.COUNT,
+        help="SGLang --chunked-prefill-size [default: 8192 on an H200]."),
+    Opt(("--max-num-seqs",), "max_num_seqs", Kind.COUNT, help="vLLM --max-num-seqs [default: 1024]."),
+    Opt(("--max-running-requests",), "max_running_requests", Kind.COUNT,
+        help="SGLang --max-running-requests [default: 256 for DeepSeek-V4]."),
+    Opt(("--async-scheduling",), "async_scheduling", Kind.SWITCH, off=("--no-async-scheduling",),
+        help="vLLM async scheduling [default: on]: two batches in flight."),
+    Opt(("--num-speculative-tokens",), "num_speculative_tokens", Kind.COUNT,
+        help="vLLM MTP speculative decoding with N draft tokens a step [default: off]."),
+    Opt(("--speculative-num-steps",), "speculative_num_steps", Kind.COUNT,
+        help="SGLang EAGLE/MTP draft steps (draft tokens = steps + 1 at top-k 1) [default: off]."),
+    Opt(("--speculative-eagle-topk",), "speculative_eagle_topk", Kind.COUNT,
+        help="SGLang draft branches a step (DeepSeek-V4: 1) [default: 1 with --speculative-num-steps]."),
+    Opt(("--speculative-num-draft-tokens",), "speculative_num_draft_tokens", Kind.COUNT,
+        help="SGLang tokens verified a step [default: --speculative-num-steps + 1]."),
+    Opt(("--gpu-memory-utilization",), "gpu_memory_utilization", Kind.FLOAT,
+        help="vLLM fraction of the card [default: 0.92]."),
+    Opt(("--mem-fraction-static",), "mem_fraction_static", Kind.FLOAT, help="SGLang static memory fraction."),
+    Opt(("--moe-runner-backend",), "moe_runner_backend", metavar="NAME",
+        help="SGLang MoE runner: auto | flashinfer_mxfp4 | marlin (how FP4 experts shard) [default: auto]."),
+    Opt(("--shared-expert-tp1",), "shared_expert_tp1", Kind.FLAG, default=None,
+        help="SGLang run with SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated on every rank "
+             "(lifts its 128-column block rule) [default: off]."),
+    Opt(("--usage",), "usage", Kind.CHOICE, choices=("serve", "llm"),
+        help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
+)
+ENGINE_OPTION_NAMES = tuple(opt.dest for opt in ENGINE_PARAMS)
+
+
+def engine_params(*, multiple: bool = False) -> tuple[Opt, ...]:
+    """The engine group; with ``multiple``, ``--engine`` may be repeated."""
+    if not multiple:
+        return ENGINE_PARAMS
+    from dataclasses import replace
+
+    return (replace(ENGINE_PARAMS[0], multiple=True), *ENGINE_PARAMS[1:])
+
+
+def with_engine_settings(func: Callable[..., Any] | None = None, *, multiple: bool = False) -> Any:
+    """The body receives ``engine`` (a name or None), ``kv_memory`` (bytes or None) and
+    ``engine_settings`` (an EngineSettings). With ``multiple`` it also receives ``engines``
+    (every name given, in order; ``engine`` is the first)."""
+    if func is None:
+        return functools.partial(with_engine_settings, multiple=multiple)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from csa_plan.planner.engines.settings import EngineSettings
+
+        values = {name: kwargs.pop(name) for name in ENGINE_OPTION_NAMES}
+        engine, kv_memory = values.pop("engine"), values.pop("kv_memory")
+        names = tuple(engine) if multiple else ((engine,) if engine is not None else ())
+        if names:
+            from csa_plan.cli.stream import echo
+            from csa_plan.planner.engines.registry import resolve_engine_name
+
+            resolved = []
+            for name in names:
+                name, note = resolve_engine_name(name)
+                if note:
+                    echo(f"note: {note}", err=True)
+                resolved.append(name)
+            names = tuple(resolved)
+        engine = names[0] if names else None
+        if multiple:
+            kwargs["engines"] = names
+        gpu = values.pop("gpu")
+        if "device_memory" in kwargs:  # one target GPU: a card named by either option names it for both
+            from csa_plan.planner.cards import resolve_target
+
+            given_gpu = gpu
+            kwargs["device_memory"], card = resolve_target(kwargs["device_memory"], gpu)
+            if card is not None and given_gpu is None and engine is not None:
+                from csa_plan.planner.engines.registry import get_engine
+
+                if "gpu" in get_engine(engine).options:  # an engine with no --gpu is not given one
+                    gpu = card.name
+            if kwargs["device_memory"] is not None:
+                values["gpu_memory_bytes"] = int(kwargs["device_memory"])
+        settings = EngineSettings(gpu=gpu, **values)
+        if engine is None and (kv_memory is not None or settings.given()):
+            from csa_plan.planner.errors import BadInput
+            from csa_plan.planner.engines.settings import OPTION_SPELLING
+
+            others = [n for n in settings.given() if n != "gpu" or "device_memory" not in kwargs]
+            if kv_memory is not None or others:
+                given = "--kv-memory" if kv_memory is not None else OPTION_SPELLING[others[0]]
+                raise BadInput("options", given, "is an engine setting: name the engine with --engine")
+        return func(*args, engine=engine, kv_memory=kv_memory, engine_settings=settings, **kwargs)
+
+    return wrapper
+
+
+# -- deployment: check, compare, simulate and sweep ----------------------------------------------
+
+DEPLOYMENT_PARAMS: tuple[Opt, ...] = (
+    Opt(("--tp",), "tp", Kind.COUNT,
+        help="Tensor-parallel ranks per data-parallel rank: attention heads split [default: 1]."),
+    Opt(("--pp",), "pp", Kind.COUNT, help="Pipeline stages (contiguous layer split) [default: 1]."),
+    Opt(("--dp",), "dp", Kind.COUNT, help="Data-parallel attention ranks, each serving its own requests [default: 1]."),
+    Opt(("--ep",), "ep", Kind.COUNT, help="Expert-parallel ranks over the tp x dp GPUs [default: the engine's]."),
+    Opt(("--weights",), "weights", Kind.SIZE,
+        help="Weights per device (replaces the tensor inventory / checkpoint figure)."),
+    Opt(("--reserved",), "reserved", Kind.SIZE,
+        help="Engine buffers, activations and CUDA graphs per device (replaces the engine rules' "
+             "figures) [default: from the engine's start-up rules]."),
+    Opt(("--budget-plot",), "budget_plot", metavar="FILE.png",
+        help="Draw the device budget as a waterfall (needs matplotlib: csa-plan[plot])."),
+)
+DEPLOYMENT_OPTION_NAMES = tuple(opt.dest for opt in DEPLOYMENT_PARAMS)
+
+
+def with_deployment(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The body receives ``deployment`` (a planner Deployment; None fields = the command's or
+    engine's default) and ``budget_plot`` (a path or None)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from csa_plan.planner.budget.deployment import Deployment
+
+        v = {name: kwargs.pop(name) for name in DEPLOYMENT_OPTION_NAMES}
+        if v["budget_plot"] is not None:
+            from csa_plan.planner.files import check_output_path
+
+            check_output_path(v["budget_plot"], "--budget-plot")  # before any work
+            from csa_plan.cli.plots import require_plotting
+
+            require_plotting("--budget-plot")
+        deployment = Deployment(tp=v["tp"], pp=v["pp"], dp=v["dp"], ep=v["ep"], weights_bytes=v["weights"],
+                                reserved_bytes=v["reserved"])
+        return func(*args, deployment=deployment, budget_plot=v["budget_plot"], **kwargs)
+
+    return wrapper
