@@ -27,6 +27,14 @@ What the figures mean: docs/CONTRACT.md in the csa-plan sources
 """
 
 
+def load_command(name: str):
+    """The command's declaration (a ``cli/params.py`` CommandSpec), its module imported now."""
+    import importlib
+
+    module_name, attr = COMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 def available(name: str) -> bool:
     """A command is listed when its module is installed."""
     import importlib.util

@@ -48,17 +48,12 @@ def run_plain(argv: Sequence[str]) -> None:
     color = os.environ.get(COLOR_ENV)
     if color and color not in COLOR_MODES:  # click says what is wrong with it
         return
-    import importlib
-
+    from csa_plan.cli.commands import load_command
     from csa_plan.cli.fast_parse import parse
-    from csa_plan.cli.params import CommandSpec
 
-    module_name, attr = COMMANDS[argv[0]][0].split(":")
     try:
-        spec = getattr(importlib.import_module(module_name), attr)
+        spec = load_command(argv[0])
     except ImportError:  # a command whose module is not installed: click lists the others
-        return
-    if not isinstance(spec, CommandSpec):
         return
     kwargs = parse(spec, argv[1:])
     if kwargs is None:

@@ -7,13 +7,11 @@ a documented exit code, never a traceback.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
 
-from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available
-from csa_plan.cli.params import CommandSpec
+from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, available, load_command
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP
 from csa_plan.cli.invoke import run_guarded, run_plain
 from csa_plan.cli.error_doc import one_line
@@ -31,13 +29,9 @@ class LazyGroup(click.Group):
             return None
         command = _built.get(name)
         if command is None:
-            module_name, attr = COMMANDS[name][0].split(":")
-            command = getattr(importlib.import_module(module_name), attr)
-            if isinstance(command, CommandSpec):
-                from csa_plan.cli.click_command import build
+            from csa_plan.cli.click_command import build
 
-                command = build(command)
-            _built[name] = command
+            command = _built[name] = build(load_command(name))
         if DOCS_HELP not in (command.epilog or ""):
             command.epilog = f"{command.epilog}\n{DOCS_HELP}" if command.epilog else DOCS_HELP
         return command
