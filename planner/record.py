@@ -137,24 +137,103 @@ def _check_order(every: tuple[Any, ...]) -> None:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
 
 
-class _FirstInit:
-    """A record's ``__init__`` until it is first looked up (the class's first construction,
-    ``inspect.signature``, ``Cls.__init__``): it compiles the real one then and puts it in its
-    place, so a class that a command never builds costs no compile (a check with an engine
-    defines some fifty records and builds about half of them)."""
+COMPILE_AFTER = 16  # constructions of a record before its __init__ is compiled
 
-    __slots__ = ("cls",)
+
+class _FirstInit:
+    """A record's ``__init__`` until it is compiled. The first ``COMPILE_AFTER`` constructions bind
+    their arguments here, by the fields' plan, with no compile; the next one, or any other lookup
+    (``Cls.__init__``, ``inspect.signature``), compiles the real one and puts it in its place. A
+    class a command builds a few times costs no compile (an engine check defines some fifty
+    records and builds forty of them, thirty fewer than 16 times); a class built thousands of
+    times gets the compiled one. A call that does not bind (too many or unknown arguments, a
+    required one missing) is made through the compiled ``__init__``, so its ``TypeError`` is the
+    one ``dataclass`` gives."""
+
+    __slots__ = ("cls", "calls", "plan")
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
+        self.calls = 0
+        self.plan: tuple[Any, ...] | None = None
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None or self.calls >= COMPILE_AFTER:
+            return self.compiled().__get__(obj, owner)
+        self.calls += 1
+        return _BoundInit(self, obj)
+
+    def compiled(self) -> Callable[..., None]:
         cls = self.cls
         fn = cls.__dict__["__init__"]
         if fn is self:
             fn = _init(cls, tuple(cls.__dataclass_fields__.values()))
             cls.__init__ = fn
-        return fn.__get__(obj, owner)
+        return fn
+
+    def construct(self, obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """What the compiled ``__init__`` does with these arguments, without compiling it."""
+        plan = self.plan
+        if plan is None:
+            plan = self.plan = _init_plan(tuple(self.cls.__dataclass_fields__.values()), hasattr(self.cls, "__post_init__"))
+        positional, accepted, required, steps, post_init = plan
+        if len(args) > len(positional) or (kwargs and not accepted.issuperset(kwargs)):
+            return self.compiled()(obj, *args, **kwargs)
+        given = dict(zip(positional, args))
+        for name in kwargs:
+            if name in given:
+                return self.compiled()(obj, *args, **kwargs)
+        given.update(kwargs)
+        for name in required:
+            if name not in given:
+                return self.compiled()(obj, *args, **kwargs)
+        assign = object.__setattr__
+        for name, init, default, factory in steps:
+            if init:
+                value = given.get(name, default)
+                if value is _HAS_FACTORY and factory is not None:
+                    value = factory()
+            else:
+                value = factory()
+            assign(obj, name, value)
+        if post_init:
+            obj.__post_init__()
+        return None
+
+
+class _BoundInit:
+    """``_FirstInit`` bound to the instance being built (what ``type.__call__`` calls)."""
+
+    __slots__ = ("first", "obj")
+
+    def __init__(self, first: _FirstInit, obj: Any) -> None:
+        self.first, self.obj = first, obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return self.first.construct(self.obj, args, kwargs)
+
+
+def _init_plan(every: tuple[Any, ...], post_init: bool) -> tuple[Any, ...]:
+    """The binding ``_init`` compiles, as data: the positional names, every name accepted, the
+    required names, and per field set in order (name, from an argument, its default, its factory)."""
+    positional, accepted, required, steps = [], set(), [], []
+    for f in every:
+        factory = None if f.default_factory is MISSING else f.default_factory
+        if f.init:
+            accepted.add(f.name)
+            if not f.kw_only:
+                positional.append(f.name)
+            if f.default is not MISSING:
+                default = f.default
+            elif factory is not None:
+                default = _HAS_FACTORY
+            else:
+                default = MISSING
+                required.append(f.name)
+            steps.append((f.name, True, default, factory))
+        elif factory is not None:
+            steps.append((f.name, False, MISSING, factory))
+    return tuple(positional), frozenset(accepted), tuple(required), tuple(steps), post_init
 
 
 def _own_methods(cls: type, options: dict[str, Any]) -> bool:

@@ -187,3 +187,52 @@ def test_init_is_compiled_when_first_looked_up():
     assert not callable(getattr(Lazy.__dict__["__init__"], "__code__", None))  # not compiled yet
     assert Lazy(1) == Lazy(1, 2) and Lazy.__dict__["__init__"].__code__.co_varnames[:3] == ("self", "a", "b")
     assert Lazy.__init__ is Lazy.__dict__["__init__"] and Lazy.__init__.__qualname__.endswith("Lazy.__init__")
+
+
+def test_the_first_constructions_bind_without_a_compile_as_the_compiled_init_does():
+    """Until ``COMPILE_AFTER`` constructions a record binds its arguments from the fields' plan; every
+    call gives what the compiled ``__init__`` (and ``dataclass``) gives: the same fields, fresh
+    factory values, ``__post_init__``, and for a call that does not bind, the same TypeError."""
+    from csa_plan.planner.record import COMPILE_AFTER
+
+    def body():
+        class Shape:
+            """A record with every kind of field."""
+
+            a: int
+            b: str = "b"
+            c: list = field(default_factory=list)
+            d: int = field(default=7, init=False)
+            e: tuple = field(default_factory=tuple, init=False)
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "seen", (self.a, self.b))
+        return Shape
+
+    calls = [((1,), {}), ((1, "x"), {}), ((1, "x", [2]), {}), ((), {"a": 1}), ((1,), {"c": [5], "b": "y"}),
+             ((), {"a": 1, "b": "z", "c": []}), ((), {}), ((1, 2, 3, 4), {}), ((1,), {"a": 2}),
+             ((1,), {"d": 3}), ((1,), {"nope": 0}), ((), {"b": "only"})]
+    for options in ({}, {"kw_only": True}):
+        D = dataclass(body(), frozen=True, **options)
+        for args, kwargs in calls:
+            R = record(body(), **options)  # a fresh class: not compiled yet
+            assert type(R.__dict__["__init__"]).__name__ == "_FirstInit"
+            try:
+                want = D(*args, **kwargs)
+            except TypeError as exc:
+                with pytest.raises(TypeError) as got:
+                    R(*args, **kwargs)
+                assert str(got.value) == str(exc)
+                continue
+            got = R(*args, **kwargs)
+            assert type(R.__dict__["__init__"]).__name__ == "_FirstInit"  # bound without a compile
+            assert repr(got) == repr(want) and got.seen == want.seen and got.d == want.d and got.e == want.e
+            if len(args) < 3 and "c" not in kwargs:
+                assert R(*args, **kwargs).c is not got.c  # a fresh list each time
+    built = record(body())
+    for _ in range(COMPILE_AFTER):
+        built(1)
+    assert type(built.__dict__["__init__"]).__name__ == "_FirstInit"
+    built(1)
+    assert type(built.__dict__["__init__"]).__name__ == "function"  # the next one compiled it
+    assert repr(built(1, "q")) == repr(dataclass(body(), frozen=True)(1, "q"))
