@@ -107,22 +107,31 @@ def test_refuses_options_it_does_not_carry():
             record(type("X", (), {"__annotations__": {"a": "int"}}), **options)
 
 
+def shape_class(doc: str | None) -> type:
+    """A fresh class with every kind of field (required, default, factory, ``init=False``) and a
+    ``__post_init__``; with ``doc`` a docstring (a docstring-less record compiles its ``__init__``
+    when it is defined, to document its signature)."""
+    class Shape:
+        a: int
+        b: str = "b"
+        c: list = field(default_factory=list)
+        d: int = field(default=7, init=False)
+        e: tuple = field(default_factory=tuple, init=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "seen", (self.a, self.b))
+
+    Shape.__doc__ = doc
+    return Shape
+
+
 def test_init_and_frozen_guards_as_dataclass():
     """``__init__`` and the frozen ``__setattr__``/``__delattr__`` are written by ``record`` itself:
     the same signature, defaults, factories, ``init=False`` fields, ``__post_init__`` and errors."""
     import inspect
 
     def body():
-        class Shape:
-            a: int
-            b: str = "b"
-            c: list = field(default_factory=list)
-            d: int = field(default=7, init=False)
-            e: tuple = field(default_factory=tuple, init=False)
-
-            def __post_init__(self) -> None:
-                object.__setattr__(self, "seen", self.a + 1)
-        return Shape
+        return shape_class(doc=None)
 
     for options in ({}, {"kw_only": True}, {"eq": False}):
         R, D = record(body(), **options), dataclass(body(), frozen=True, **options)
@@ -132,7 +141,7 @@ def test_init_and_frozen_guards_as_dataclass():
         assert repr(R.__init__.__kwdefaults__) == repr(D.__init__.__kwdefaults__)
         assert R.__init__.__qualname__ == D.__init__.__qualname__.replace("Shape", "Shape")
         r, d = R(a=1, b="x"), D(a=1, b="x")
-        assert repr(r) == repr(d) and r.seen == d.seen == 2 and r.d == 7 and r.e == () and r.c == [] == d.c
+        assert repr(r) == repr(d) and r.seen == d.seen == (1, "x") and r.d == 7 and r.e == () and r.c == [] == d.c
         assert R(a=1).c is not R(a=1).c  # a fresh list per instance
         assert dataclasses.fields(R)[3].init is False and R.__dataclass_params__.frozen is True
         assert R.__dataclass_params__.init is True and R.__match_args__ == D.__match_args__
@@ -196,18 +205,7 @@ def test_the_first_constructions_bind_without_a_compile_as_the_compiled_init_doe
     from csa_plan.planner.record import COMPILE_AFTER
 
     def body():
-        class Shape:
-            """A record with every kind of field."""
-
-            a: int
-            b: str = "b"
-            c: list = field(default_factory=list)
-            d: int = field(default=7, init=False)
-            e: tuple = field(default_factory=tuple, init=False)
-
-            def __post_init__(self) -> None:
-                object.__setattr__(self, "seen", (self.a, self.b))
-        return Shape
+        return shape_class(doc="A record with every kind of field.")
 
     calls = [((1,), {}), ((1, "x"), {}), ((1, "x", [2]), {}), ((), {"a": 1}), ((1,), {"c": [5], "b": "y"}),
              ((), {"a": 1, "b": "z", "c": []}), ((), {}), ((1, 2, 3, 4), {}), ((1,), {"a": 2}),
