@@ -57,6 +57,8 @@ KVFIT: dict[str, tuple[list[str], float]] = {
     "check deepseek-v4-pro --json": (["deepseek-ai/DeepSeek-V4-Pro", "--hardware", "h200", "--json"], 0.8),
     "check ... 1M h200 --tp 8 --engine vllm-0.33": (["deepseek-ai/DeepSeek-V4-Pro", "--hardware", "h200", "--gpus", "8",
                                                     "--json"], 0.8),
+    "check ... h200 --tp 8 --engine vllm-0.33": (["deepseek-ai/DeepSeek-V4-Pro", "--hardware", "h200", "--gpus", "8",
+                                                 "--json"], 0.8),
 }
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
