@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
@@ -93,4 +92,4 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     return int(outcome.exit_code)
 
 
-COMMAND = CommandSpec("check", PARAMS, check, help=check.__doc__ or "", epilog=EXIT_CODES_HELP)
+COMMAND = CommandSpec("check", PARAMS, check)

@@ -65,4 +65,4 @@ def click_param(param: Arg | Opt) -> click.Parameter:
 
 def build(spec: CommandSpec) -> click.Command:
     return click.Command(spec.name, callback=spec.callback, params=[click_param(p) for p in spec.params],
-                         help=spec.help, epilog=spec.epilog, short_help=spec.short_help)
+                         help=spec.callback.__doc__, epilog=spec.epilog)

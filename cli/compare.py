@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, with_deployment
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 
@@ -95,4 +94,4 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     return int(outcome.exit_code)
 
 
-COMMAND = CommandSpec("compare", PARAMS, compare, help=compare.__doc__ or "", epilog=EXIT_CODES_HELP)
+COMMAND = CommandSpec("compare", PARAMS, compare)

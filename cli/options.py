@@ -15,6 +15,15 @@ from csa_plan.cli import params
 from csa_plan.planner.errors import I63_LIMIT, BadInput
 
 
+def _read(kind: click.ParamType, reader: Any, value: Any, param: click.Parameter | None,
+          ctx: click.Context | None, what: str, *extra: Any) -> Any:
+    """``reader(text, option, *extra)``; its ``BadInput`` becomes click's usage error for ``param``."""
+    try:
+        return reader(str(value), param.opts[0] if param else what, *extra)
+    except BadInput as exc:
+        kind.fail(exc.problem, param, ctx)
+
+
 class SizeType(click.ParamType):
     """``--device-memory`` / ``--reserved`` / ``--limit``: bytes, GB, GiB or a GPU name."""
 
@@ -23,10 +32,7 @@ class SizeType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        try:
-            return params.read_size(str(value), param.opts[0] if param else "size")
-        except BadInput as exc:
-            self.fail(exc.problem, param, ctx)
+        return _read(self, params.read_size, value, param, ctx, "size")
 
 
 class CountType(click.ParamType):
@@ -42,10 +48,7 @@ class CountType(click.ParamType):
             if value >= I63_LIMIT:
                 self.fail(f"{value} is too large (must be below 2^63)", param, ctx)
             return value
-        try:
-            return params.read_count(str(value), param.opts[0] if param else "count")
-        except BadInput as exc:
-            self.fail(exc.problem, param, ctx)
+        return _read(self, params.read_count, value, param, ctx, "count")
 
 
 class SuggestChoice(click.Choice):
@@ -55,10 +58,7 @@ class SuggestChoice(click.Choice):
         super().__init__(list(choices), case_sensitive=False)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            return params.read_name(str(value), param.opts[0] if param else "value", tuple(self.choices))
-        except BadInput as exc:
-            self.fail(exc.problem, param, ctx)
+        return _read(self, params.read_name, value, param, ctx, "value", tuple(self.choices))
 
 
 class CacheFormatName(click.ParamType):
@@ -67,10 +67,7 @@ class CacheFormatName(click.ParamType):
     name = "FORMAT"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        try:
-            return params.read_cache_format(str(value), param.opts[0] if param else "cache format")
-        except BadInput as exc:
-            self.fail(exc.problem, param, ctx)
+        return _read(self, params.read_cache_format, value, param, ctx, "cache format")
 
 
 class FloatType(click.ParamType):
@@ -83,15 +80,15 @@ class FloatType(click.ParamType):
         self.high = high
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from csa_plan.planner.values import check_range
+        if isinstance(value, float):  # a default: only its range to check
+            from csa_plan.planner.values import check_range
 
-        option = param.opts[0] if param else "value"
-        try:
-            if isinstance(value, float):
-                return check_range("options", option, value, low=-self.high, high=self.high)
-            return params.read_number(str(value), option, self.high)
-        except BadInput as exc:
-            self.fail(exc.problem, param, ctx)
+            try:
+                return check_range("options", param.opts[0] if param else "value", value, low=-self.high,
+                                   high=self.high)
+            except BadInput as exc:
+                self.fail(exc.problem, param, ctx)
+        return _read(self, params.read_number, value, param, ctx, "value", self.high)
 
 
 SIZE = SizeType()

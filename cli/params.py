@@ -18,6 +18,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Callable
 
+from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.planner.record import record
 
 
@@ -70,14 +71,13 @@ class Opt:
 
 @record
 class CommandSpec:
-    """A command: its parameters in help order and the function they are passed to (by ``dest``)."""
+    """A command: its parameters in help order and the function they are passed to (by ``dest``);
+    its help is that function's docstring, and ``epilog`` ends the help."""
 
     name: str
     params: tuple[Arg | Opt, ...]
     callback: Callable[..., int]
-    help: str
-    epilog: str | None = None
-    short_help: str | None = None
+    epilog: str = EXIT_CODES_HELP
 
 
 def convert(opt: Opt, text: str, spelling: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_CODES_HELP, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
+from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_SEQ_LEN, MAX_REQUESTS, MAX_STEPS,
                                       MIN_STEPS, TINY_MAX_SEQ_LEN)
@@ -75,4 +75,4 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
     return code
 
 
-COMMAND = CommandSpec("run-gpu", PARAMS, run_gpu, help=run_gpu.__doc__ or "", epilog=EXIT_CODES_HELP)
+COMMAND = CommandSpec("run-gpu", PARAMS, run_gpu)

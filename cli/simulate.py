@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.exit_codes import EXIT_CODES_HELP
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
@@ -196,4 +195,4 @@ def _side_by_side_output(consoles, outcome, as_json: bool, budget_plot: str | No
     return int(outcome.exit_code)
 
 
-COMMAND = CommandSpec("simulate", PARAMS, simulate, help=simulate.__doc__ or "", epilog=EXIT_CODES_HELP)
+COMMAND = CommandSpec("simulate", PARAMS, simulate)

@@ -101,4 +101,4 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     return int(outcome.exit_code)
 
 
-COMMAND = CommandSpec("sweep", PARAMS, sweep, help=sweep.__doc__ or "", epilog=SWEEP_EXIT_HELP)
+COMMAND = CommandSpec("sweep", PARAMS, sweep, epilog=SWEEP_EXIT_HELP)

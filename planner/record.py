@@ -180,16 +180,13 @@ class _FirstInit:
         if plan is None:
             plan = self.plan = _init_plan(tuple(self.cls.__dataclass_fields__.values()), hasattr(self.cls, "__post_init__"))
         positional, accepted, required, steps, post_init = plan
-        if len(args) > len(positional) or (kwargs and not accepted.issuperset(kwargs)):
-            return self.compiled()(obj, *args, **kwargs)
         given = dict(zip(positional, args))
-        for name in kwargs:
-            if name in given:
-                return self.compiled()(obj, *args, **kwargs)
+        if len(args) > len(positional) or (kwargs and not (accepted.issuperset(kwargs)
+                                                            and given.keys().isdisjoint(kwargs))):
+            return self.compiled()(obj, *args, **kwargs)  # unknown, duplicated or too many: its TypeError
         given.update(kwargs)
-        for name in required:
-            if name not in given:
-                return self.compiled()(obj, *args, **kwargs)
+        if not given.keys() >= required:
+            return self.compiled()(obj, *args, **kwargs)  # a required one missing: its TypeError
         assign = object.__setattr__
         for name, init, default, factory in steps:
             if init:
@@ -236,7 +233,7 @@ def _init_plan(every: tuple[Any, ...], post_init: bool) -> tuple[Any, ...]:
             steps.append((f.name, True, default, factory))
         elif factory is not None:
             steps.append((f.name, False, MISSING, factory))
-    return tuple(positional), frozenset(accepted), tuple(required), tuple(steps), post_init
+    return tuple(positional), frozenset(accepted), frozenset(required), tuple(steps), post_init
 
 
 def _own_methods(cls: type, options: dict[str, Any]) -> bool:
