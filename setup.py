@@ -6,9 +6,13 @@ with a warning and the pure-Python loop runs; results are the same, only slower.
 
 from setuptools import Extension, setup
 
+# -ffp-contract=off: the step-time model (planner/runtime/steptime.h) must round as Python does
+FLAGS = ["-O2", "-ffp-contract=off"]
+
 setup(ext_modules=[Extension("csa_plan.planner.simulate.cdecide", ["planner/simulate/cdecide.c"],
-                             optional=True, extra_compile_args=["-O2"]),
+                             optional=True, extra_compile_args=FLAGS),
                    Extension("csa_plan.planner.engines.cvllm", ["planner/engines/cvllm.c"],
-                             optional=True, extra_compile_args=["-O2"]),
+                             depends=["planner/runtime/steptime.h"], optional=True, extra_compile_args=FLAGS),
                    Extension("csa_plan.planner.engines.sglang_runtime.csglang",
-                             ["planner/engines/sglang_runtime/csglang.c"], optional=True, extra_compile_args=["-O2"])])
+                             ["planner/engines/sglang_runtime/csglang.c"], depends=["planner/runtime/steptime.h"],
+                             optional=True, extra_compile_args=FLAGS)])

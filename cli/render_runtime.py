@@ -10,9 +10,16 @@ from csa_plan.cli.format import plural
 from csa_plan.cli.tables import KEY, Col, print_table
 
 
-def _q(q: dict[str, Any]) -> list[str]:
-    f = lambda v: "-" if v is None else f"{v:,.3f}"
-    return [f(q["p50_s"]), f(q["p99_s"]), f(q["max_s"])]
+def _q(q: dict[str, Any], scale: float = 1.0, unit: str = "s") -> list[str]:
+    f = lambda v: "-" if v is None else f"{v * scale:,.3f}"
+    return [unit, f(q["p50_s"]), f(q.get("p90_s")), f(q["p99_s"]), f(q["max_s"])]
+
+
+def _step_time(t: dict[str, Any]) -> str:
+    """The step-time source line: its label and stated error band."""
+    st = t.get("step_time") or {}
+    label = st.get("label") or t["step_model"]
+    return label + (f" (error band: {st['band']})" if st.get("band") else "")
 
 
 def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None, brief: bool = False) -> None:
@@ -40,9 +47,10 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     pc = rt["prefix_cache"]
     out.print(f"  settings: {settings}; prefix caching {'on' if pc['enabled'] else 'off'}", highlight=False)
     t = report["time"]
-    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
-              f"arrivals x{t['rate_scale']:g}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s",
-              highlight=False)
+    out.print(f"  step time: {_step_time(t)}", highlight=False)
+    client = (f"closed loop, at most {t['max_concurrency']:,} in flight" if t.get("max_concurrency")
+              else f"arrivals x{t['rate_scale']:g}")
+    out.print(f"  {client}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s", highlight=False)
     out.print(f"  served {rt['served']:,} of {rt['requests']:,}"
               + "".join(f"; refused {n:,}: {r}" for r, n in ((x['reason'], x['requests']) for x in rt["refused"])),
               highlight=False)
@@ -56,9 +64,12 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     for p in occ["pools"]:
         size = "" if p.get("usable") is None else f" of {p['usable']:,}"
         out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
-    print_table(out, "per request (s)", [Col("", KEY), Col("p50", "right"), Col("p99", "right"), Col("max", "right")],
+    print_table(out, "per request", [Col("", KEY), Col("", KEY), Col("p50", "right"), Col("p90", "right"),
+                                     Col("p99", "right"), Col("max", "right")],
                 [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
-                 ["end to end", *_q(rt["e2e"])]])
+                 ["time per output token", *_q(rt["tpot"], 1000.0, "ms")], ["end to end", *_q(rt["e2e"])]])
+    if rt.get("output_tok_s_per_gpu") is not None:
+        out.print(f"  output: {rt['output_tokens']:,} tokens, {rt['output_tok_s_per_gpu']:,.1f} tokens/s per GPU")
     for note in rt["modelled"]:
         out.print(f"  modelled: {note}", highlight=False)
     cap = report.get("capacity")
@@ -84,9 +95,9 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
         out.print(f"  {d['runtime']['headline']}", highlight=False)
     if not runs:
         return
-    t = runs[0]["time"]
-    out.print(f"  time: {t['step_model']} (tpot {t['tpot_ms']:g} ms, prefill {t['prefill_tok_s']:g} tok/s), "
-              f"arrivals x{t['rate_scale']:g}", highlight=False)
+    for d in runs:
+        out.print(f"  step time [{d['engine']['name']}]: {_step_time(d['time'])}; arrivals x{d['time']['rate_scale']:g}",
+                  highlight=False)
     rows: list[list[str]] = []
 
     def row(label, f):

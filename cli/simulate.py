@@ -43,6 +43,13 @@ PARAMS = (
         help=f"Prefill throughput, tokens/s [default: {TimeModel.prefill_tok_s:g}]."),
     Opt(("--tpot-ms",), "tpot_ms", Kind.NUMBER, high=MAX_TPOT_MS,
         help=f"Decode time per output token, ms [default: {TimeModel.tpot_ms:g}]."),
+    Opt(("--step-time",), "step_time", Kind.CHOICE, choices=("physics", "measured", "fixed"),
+        help="How long an engine replay's step lasts: physics (roofline on the card, fitted on published "
+             "measurements), measured (aiconfigurator-core's kernel data: csa-plan[perf]) or fixed (--tpot-ms, "
+             "--prefill-tok-s) [default: physics; fixed when --tpot-ms or --prefill-tok-s is given]."),
+    Opt(("--max-concurrency",), "max_concurrency", Kind.COUNT,
+        help="A closed-loop client, as vllm bench serve spells it: at most this many requests in flight, the next "
+             "sent when one ends (trace times ignored; engine replays)."),
     Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
         help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
     Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,
@@ -85,7 +92,8 @@ PARAMS = (
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
              router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
-             tpot_ms: float | None, rate_scale: float | None, sort_rows: bool, trace_format: str | None,
+             tpot_ms: float | None, step_time: str | None, max_concurrency: int | None, rate_scale: float | None,
+             sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
              brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
@@ -121,7 +129,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=d.tp, pp=d.pp, dp=d.dp, router=router,
                         device_memory_bytes=device_memory, reserved_bytes=d.reserved_bytes, reserve=reserve,
                         bucket=bucket, policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms,
-                        rate_scale=rate_scale, ep=d.ep, weights_bytes=d.weights_bytes)
+                        rate_scale=rate_scale, ep=d.ep, weights_bytes=d.weights_bytes, step_time=step_time,
+                        max_concurrency=max_concurrency)
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,

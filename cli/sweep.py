@@ -27,6 +27,9 @@ PARAMS = (
     Opt(("--top",), "top", Kind.COUNT, default=10, show_default=True, help="Ranked rows to show (all in --json)."),
     Opt(("--brief",), "brief", Kind.FLAG, default=False,
         help="Print only the head: the answer point, its devices, rate and capacity."),
+    Opt(("--step-time",), "step_time", Kind.CHOICE, choices=("physics", "measured", "fixed"),
+        help="Engine points' step-time source, overriding the spec's time.step_time [default: physics; fixed when "
+             "the spec gives time.tpot_ms or time.prefill_tok_s]."),
     Opt(("--json",), "as_json", Kind.FLAG, default=False, help="Print the csa-plan/sweep/v2 JSON document."),
     Opt(("--plot",), "plot_path", metavar="FILE.png",
         help="Draw the Pareto front, devices vs sustainable rate (needs matplotlib: csa-plan[plot])."),
@@ -37,14 +40,14 @@ PARAMS = (
 @bad_input_exits
 @with_deployment
 def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, brief: bool,
-          as_json: bool,
+          step_time: str | None, as_json: bool,
           plot_path: str | None, deployment, budget_plot: str | None) -> int:
     """Expand the grid of SPEC (YAML), skip the points that cannot work, simulate the rest,
     and rank those that meet the constraints; also print the Pareto front.
 
     \b
     SPEC keys: name, workload (a trace or mix, relative to SPEC), sort, seed, time
-    (prefill_tok_s, tpot_ms), grid (each axis a
+    (step_time, prefill_tok_s, tpot_ms), grid (each axis a
     value or a list: model, device, reserved, tp, pp, dp, router, reserve, policy,
     layout, engine, rate_scale, max_seq_len), objective (fewest_devices or
     rate_per_device), constraints (zero_refusals, wait_p99_max_s,
@@ -74,7 +77,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         from csa_plan.planner.errors import BadInput
 
         raise BadInput("options", "--budget-plot", "a sweep has one budget per point: use check --budget-plot")
-    outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path, deployment),
+    outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path, deployment, step_time),
                         lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     if outcome.report is None:
         where = f"; they are kept in {resume_path} (run again with --resume {resume_path})" if resume_path else \

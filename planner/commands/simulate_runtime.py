@@ -67,9 +67,11 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> 
     n = len(wl)
     with progress("simulating", n, n >= 200_000) as tick:
         result = serve(setup, wl, rate, progress=lambda done, total: tick(done, total, None))
-    rep = report(setup, result)
+    rep = report(setup, result, wl)
     code = ExitCode.REFUSED if rep.refused else ExitCode.OK
     doc = _document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
+    doc["time"].update(step_time=setup.time.as_dict(), max_concurrency=setup.max_concurrency,
+                       step_model=setup.time.label)
     doc["runtime"] = rep.as_dict()
     doc["capacity"] = capacity
     return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")

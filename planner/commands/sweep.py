@@ -23,6 +23,7 @@ class SweepRequest:
     ray_address: str | None = None
     resume_path: str | None = None
     deployment: Any = None  # planner.budget.Deployment: --tp/--pp/--dp/--weights/--reserved override the grid
+    step_time: str | None = None  # --step-time: overrides the spec's time.step_time
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +45,10 @@ def run_sweep(req: SweepRequest,
     from csa_plan.planner.sweep.spec import load_spec
 
     spec = _override(load_spec(req.spec_path), req.deployment)
+    if req.step_time is not None:
+        from dataclasses import replace
+
+        spec = replace(spec, context=replace(spec.context, step_time=req.step_time))
     digest = spec.digest
     resume_path = req.resume_path
     sink = None

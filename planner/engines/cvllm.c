@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/steptime.h"
+
 typedef int64_t i64;
 
 #define NUL 0 /* block 0: the null block */
@@ -81,7 +83,7 @@ typedef struct { i64 chain, tokens; int32_t gid, head, tail, used; } Entry;
 /* a hit list: `lead` nulls, then m real blocks (vllm_prefix hit lists are always of this shape) */
 typedef struct { i64 lead, m; Vec v; int some; } Hit;
 
-typedef struct { Vec rid, n, spec; Vec samples; i64 end, prefill, total; } StepBuf;
+typedef struct { Vec rid, n, spec; Vec samples; i64 end, prefill, total; CsaBatch batch; } StepBuf;
 
 typedef struct {
     /* settings */
@@ -939,6 +941,7 @@ static int schedule(K *k, StepBuf *st, Sched *sc) {
     }
     /* _update_after_schedule + AsyncScheduler._update_after_schedule */
     i64 prefill = 0, recomputed = 0, total = 0;
+    memset(&st->batch, 0, sizeof st->batch);
     if (vec_reserve(&st->samples, st->rid.n) < 0) OOM(k);
     for (i64 x = 0; x < st->rid.n; x++) {
         i64 r = st->rid.a[x], n = st->n.a[x], spec = st->spec.a[x];
@@ -954,7 +957,8 @@ static int schedule(K *k, StepBuf *st, Sched *sc) {
             q->placeholders += (int32_t)(1 + spec);
             q->spec = (int32_t)k->num_spec;
         }
-        if (before < ntok - 1) prefill += n;
+        if (before < ntok - 1) { prefill += n; csa_batch_prefill(&st->batch, before, n); }
+        else csa_batch_decode(&st->batch, before, n);
         if (q->ever_computed > before) recomputed += mn(q->ever_computed, nc) - before;
         st->samples.a[x] = samples;
         total += n;
@@ -1068,6 +1072,7 @@ typedef struct {
     int8_t *refused;
     i64 decode_ns, max_clock;
     double prefill_tok_s;
+    CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
     Col cols[5]; /* end_ns, running, waiting, tokens, prefill_tokens */
     Col used;    /* steps x groups */
     Col stranded;
@@ -1075,10 +1080,13 @@ typedef struct {
     i64 clock_at; /* the step start whose end would pass the clock */
 } Out;
 
-/* steptime.step_ns; -1 when the end would pass max_clock */
-static i64 step_end(Out *o, i64 t, i64 prefill) {
+/* steptime.batch_ns; -1 when the end would pass max_clock */
+static i64 step_end(Out *o, i64 t, i64 prefill, const CsaBatch *batch) {
     i64 dt = o->decode_ns;
-    if (prefill > 0) {
+    if (o->model.on) {
+        dt = csa_linear_ns(&o->model, batch);
+        if (dt == INT64_MAX) return -1;
+    } else if (prefill > 0) {
         double x = ceil((double)(prefill * 1000000000LL) / o->prefill_tok_s);
         if (!(x < 9.0e18)) return -1;
         i64 p = (i64)x;
@@ -1119,7 +1127,7 @@ static int replay(K *k, Out *o) {
         o->hit += sc.hit;
         o->query += sc.query;
         if (st->rid.n) {
-            i64 end = step_end(o, t, st->prefill);
+            i64 end = step_end(o, t, st->prefill, &st->batch);
             if (end < 0) { o->clock_at = t; rc = 1; break; }
             st->end = end;
             fl_count++;
@@ -1199,19 +1207,19 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 2
+#define CVLLM_ABI 3
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_specs, *o_lk, *o_lks;
-    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded;
+    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model;
     long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, hl, decode_ns, max_clock;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
+    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
                           &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
                           &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &prefill_tok_s,
-                          &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded))
+                          &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model))
         return NULL;
     Py_ssize_t n = PyObject_Length(o_arr);
     Py_ssize_t G = PyObject_Length(o_lk);
@@ -1262,6 +1270,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     o.admitted = (i64 *)b[6].buf; o.first_token = (i64 *)b[7].buf; o.finished = (i64 *)b[8].buf;
     o.preemptions = (i64 *)b[9].buf; o.refused = (int8_t *)b[10].buf;
     o.decode_ns = decode_ns; o.max_clock = max_clock; o.prefill_tok_s = prefill_tok_s;
+    if (csa_parse_model(o_model, &o.model) < 0) goto fail;
     for (int c = 0; c < 5; c++) o.cols[c].ba = PyList_GET_ITEM(o_cols, c);
     o.used.ba = o_used;
     o.stranded.ba = o_stranded;
@@ -1368,7 +1377,7 @@ static PyMethodDef methods[] = {
      "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
      " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching), prefill_tok_s, admitted, first_token, finished,"
-     " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded)"
+     " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded, step model|None)"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},
 };

@@ -244,6 +244,7 @@ class VllmRuntime(EngineRuntime):
         rows = []
         async_on = self.async_on
         prefill_tokens = recomputed = 0
+        batch = step.batch
         for req, n, spec in zip(sched_reqs, sched_n, sched_spec):
             before = req.num_computed
             nc = req.num_computed = before + n
@@ -256,6 +257,9 @@ class VllmRuntime(EngineRuntime):
                 req.spec = num_spec
             if before < ntok - 1:  # a prompt (or recomputation) chunk, not a decode
                 prefill_tokens += n
+                batch.add_prefill(before, n)
+            else:
+                batch.add_decode(before, n)
             if req.ever_computed > before:
                 recomputed += min(req.ever_computed, nc) - before
             rows.append((req, n, samples, spec))

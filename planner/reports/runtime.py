@@ -24,6 +24,8 @@ class Quantiles:
     p50_s: float | None
     p99_s: float | None
     max_s: float | None
+    p90_s: float | None = None
+    mean_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ class RuntimeReport:
     ttft: Quantiles
     e2e: Quantiles
     series: dict[str, list]
+    tpot: Quantiles = Quantiles(0, None, None, None)  # per request: (finished - first token) / (output - 1)
+    output_tokens: int = 0  # served requests' output tokens
+    output_tok_s_per_gpu: float | None = None  # output_tokens / makespan / GPUs
+    step_time: dict[str, Any] | None = None  # the step-time source (``StepTime.as_dict``)
 
     @property
     def headline(self) -> str:
@@ -107,8 +113,9 @@ def _quantiles(values_ns) -> Quantiles:
     v = np.asarray(values_ns, dtype=np.int64)
     if not len(v):
         return Quantiles(0, None, None, None)
-    q = np.quantile(v, [0.5, 0.99])
-    return Quantiles(int(len(v)), float(q[0]) / 1e9, float(q[1]) / 1e9, float(v.max()) / 1e9)
+    q = np.quantile(v, [0.5, 0.99, 0.9])
+    return Quantiles(int(len(v)), float(q[0]) / 1e9, float(q[1]) / 1e9, float(v.max()) / 1e9, float(q[2]) / 1e9,
+                     float(v.mean()) / 1e9)
 
 
 def _series(res: "RuntimeResult", points: int) -> dict[str, list]:
@@ -129,8 +136,9 @@ def _series(res: "RuntimeResult", points: int) -> dict[str, list]:
             "waiting": wait.tolist()}
 
 
-def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block",
-                   points: int = SERIES_POINTS) -> RuntimeReport:
+def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block", points: int = SERIES_POINTS,
+                   output_tokens=None, devices: int = 1, step_time: dict[str, Any] | None = None) -> RuntimeReport:
+    """``output_tokens`` (per request, the trace's) gives TPOT and output tokens/s over ``devices`` GPUs."""
     import numpy as np
 
     arrival = np.asarray(res.arrival_ns, dtype=np.int64)
@@ -167,4 +175,21 @@ def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block",
         ttft=_quantiles((first - arrival)[first >= 0]),
         e2e=_quantiles((done - arrival)[served]),
         series=_series(res, points),
+        **_latency(first, done, served, output_tokens, makespan, devices),
+        step_time=step_time,
     )
+
+
+def _latency(first, done, served, output_tokens, makespan_s: float, devices: int) -> dict[str, Any]:
+    """TPOT per request (its inter-token latency: the time after its first token over the tokens after it)
+    and output tokens/s per GPU."""
+    import numpy as np
+
+    if output_tokens is None:
+        return {}
+    out = np.asarray(output_tokens, dtype=np.int64)
+    many = served & (out >= 2) & (first >= 0)
+    tpot = (done[many] - first[many]) / (out[many] - 1)
+    total = int(out[served].sum())
+    rate = total / makespan_s / max(1, devices) if makespan_s > 0 else None
+    return {"tpot": _quantiles(np.round(tpot).astype(np.int64)), "output_tokens": total, "output_tok_s_per_gpu": rate}

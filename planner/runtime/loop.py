@@ -2,13 +2,19 @@
 
 Order of one iteration at clock ``t`` (integer ns): add every arrival with
 ``arrival_ns <= t`` (a request the server refuses is recorded, never added); ask the
-engine for a step; a step with tokens lasts ``steptime.step_ns`` and ends at
+engine for a step; a step with tokens lasts ``steptime.batch_ns`` of what it holds and ends at
 ``t + dt``; with ``pipeline_depth`` 1 its output is applied at its end, with depth 2 the
 previous step's output is applied now (it ended at ``t``) and this one's after the next
 step is scheduled — vLLM's async scheduling, where step k+1 is scheduled while step k runs.
 A step with nothing scheduled waits for the batch in flight, else jumps to the next
 arrival; with nothing in flight and nothing to come the requests still waiting are
 stranded (refused as never fitting) instead of spinning.
+
+``max_concurrency`` C makes the client closed-loop, as ``vllm bench serve --max-concurrency``
+and SGLang's ``bench_serving`` run every published row: the trace's order is kept but not its
+times; the first C requests are sent at the first arrival, and each request that ends (served,
+refused or stranded) sends the next at that moment. The compiled loops replay open-loop traces
+only: a closed-loop replay steps this loop.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Callable
 from csa_plan.planner.runtime.protocol import EngineRuntime, RuntimeTrace, Step
 from csa_plan.planner.runtime.result import RuntimeResult, StepSeries
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.runtime.steptime import StepTime, step_ns
+from csa_plan.planner.runtime.steptime import StepTime, batch_ns, step_ns
 from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS
 from csa_plan.planner.units import NS_PER_S
 
@@ -28,9 +34,17 @@ STRANDED = "never fits: nothing running could free enough memory"
 
 
 def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
-           progress: Callable[[int, int], None] | None = None, compiled: bool | None = None) -> RuntimeResult:
+           progress: Callable[[int, int], None] | None = None, compiled: bool | None = None,
+           max_concurrency: int | None = None, on_step: Callable[[Step], None] | None = None) -> RuntimeResult:
     """The trace through ``rt``: by the engine's compiled loop when it offers one (``compiled=False``
-    forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here."""
+    forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here.
+    ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``)."""
+    if on_step is not None:
+        compiled = False
+    if max_concurrency is not None:
+        if compiled:
+            raise RuntimeError("a closed-loop client (max_concurrency) runs in the Python loop only")
+        compiled = False
     if compiled is not False:
         fast = rt.compiled_replay()
         if fast is not None:
@@ -39,6 +53,10 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             raise RuntimeError(f"{rt.label or 'this engine'}: no compiled loop for these settings (not built?)")
     n = len(trace)
     arrival = trace.arrival_ns.tolist()
+    sent = n  # requests whose arrival is set (closed loop: the rest wait for one to end)
+    if max_concurrency is not None and n:
+        sent = min(n, max_concurrency)
+        arrival = [arrival[0]] * sent + [MAX_CLOCK_NS + 1] * (n - sent)
     admitted = [NEVER] * n
     first_token = [NEVER] * n
     finished = [NEVER] * n
@@ -51,6 +69,14 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     nxt = 0
     done = 0
     depth = rt.pipeline_depth
+    linear = time.linear
+
+    def release(k: int, at: int) -> None:  # a closed loop: k requests ended at ``at``; as many more are sent
+        nonlocal sent
+        while k > 0 and sent < n:
+            arrival[sent] = at
+            sent += 1
+            k -= 1
 
     def apply(step: Step, end: int) -> None:
         nonlocal done
@@ -61,6 +87,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         for r in c.finished:
             finished[r] = end
         done += len(c.finished)
+        release(len(c.finished), end)
 
     while True:
         while nxt < n and arrival[nxt] <= t:
@@ -70,6 +97,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             else:
                 refused[nxt] = reason
                 done += 1
+                release(1, t)
             nxt += 1
         step = rt.schedule()
         for r in step.admitted:
@@ -81,7 +109,9 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         totals["hit"] += step.prefix_hit_tokens
         totals["query"] += step.prefix_query_tokens
         if step.tokens:
-            end = t + step_ns(step.prefill_tokens, time)
+            end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time))
+            if on_step is not None:
+                on_step(step)
             if end > MAX_CLOCK_NS:  # the simulate loops' bound: bad input, never a wrapped (or unstorable) time
                 raise BadInput("options", "--tpot-ms / --prefill-tok-s",
                                f"the engine step starting at {t / NS_PER_S:,.0f} s would end past the int64 "
@@ -103,18 +133,28 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             apply(s, e)
             t = max(t, e)
             continue
-        if nxt < n:
+        if nxt < n and arrival[nxt] <= MAX_CLOCK_NS:
             t = max(t, arrival[nxt])
             continue
-        if rt.running() == 0 and rt.waiting() == 0:
+        if rt.running() == 0 and rt.waiting() == 0 and nxt == n:
             break
         for r in rt.stranded():
+            refused[r] = STRANDED
+            done += 1
+        for r in range(nxt, n):  # a closed loop whose requests in flight stranded: the rest are never sent
             refused[r] = STRANDED
             done += 1
         break
     if progress is not None:
         progress(done, n)
-    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=trace.arrival_ns,
+    if max_concurrency is not None:
+        import numpy as np
+
+        sent_ns = np.array(arrival, dtype=np.int64)
+        sent_ns[sent_ns > MAX_CLOCK_NS] = NEVER  # never sent: the loop ended with them still unsent (stranded ahead)
+    else:
+        sent_ns = trace.arrival_ns
+    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=sent_ns,
                          admitted_ns=admitted, first_token_ns=first_token, finished_ns=finished,
                          preemptions=preemptions, refused=refused, series=series.freeze(),
                          recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from csa_plan.planner.runtime.steptime import StepBatch
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -56,7 +58,8 @@ class Step:
 
     requests: list[int] = field(default_factory=list)  # scheduled requests, in the engine's order
     tokens: list[int] = field(default_factory=list)  # tokens scheduled per request (parallel)
-    prefill_tokens: int = 0  # of those, tokens of prompt (or recomputation) chunks: the step-time input
+    prefill_tokens: int = 0  # of those, tokens of prompt (or recomputation) chunks
+    batch: StepBatch = field(default_factory=StepBatch)  # what the step holds: the step-time input
     admitted: list[int] = field(default_factory=list)  # taken from waiting this step (resumed ones too)
     preempted: list[int] = field(default_factory=list)  # sent back to waiting this step
     recomputed_tokens: int = 0  # tokens scheduled again for preempted requests' earlier progress

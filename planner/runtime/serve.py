@@ -39,6 +39,12 @@ class RuntimeSetup:
     time: "StepTime"
     options: "RuntimeOptions"
     dp: int = 1
+    max_concurrency: int | None = None  # a closed-loop client per replica's share (vllm bench serve's flag)
+    plan_devices: int = 1  # GPUs of one replica (tp x pp)
+
+    @property
+    def devices(self) -> int:
+        return self.plan_devices * self.dp
 
     @property
     def caching(self) -> bool:
@@ -58,7 +64,7 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     ``config.engine``'s or the device budget's limit. EngineRefused passes to the caller."""
     from csa_plan.planner.placement import Router
     from csa_plan.planner.runtime.protocol import RuntimeOptions
-    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.runtime.sources import step_time_for
 
     p = config.placement
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
@@ -70,8 +76,9 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
-    return RuntimeSetup(plan, sizing, StepTime(config.time.tpot_ms, config.time.prefill_tok_s),
-                        RuntimeOptions(enable_prefix_caching=enable_prefix_caching), p.dp)
+    return RuntimeSetup(plan, sizing, step_time_for(spec, config, plan),
+                        RuntimeOptions(enable_prefix_caching=enable_prefix_caching), p.dp,
+                        config.time.max_concurrency, p.tp * p.pp)
 
 
 def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick | None = None) -> "RuntimeResult":
@@ -82,14 +89,18 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
 
     plan, sizing, options, time = setup.plan, setup.sizing, setup.options, setup.time
     trace = runtime_trace(wl, rate_scale)
-    return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress),
-                           trace, setup.dp)
+    closed = None if setup.max_concurrency is None else max(1, -(-setup.max_concurrency // setup.dp))
+    return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
+                                            max_concurrency=closed), trace, setup.dp)
 
 
-def report(setup: RuntimeSetup, result: "RuntimeResult") -> "RuntimeReport":
+def report(setup: RuntimeSetup, result: "RuntimeResult", wl: "Workload | None" = None) -> "RuntimeReport":
+    """The replay's report; with ``wl`` (its output tokens) TPOT and output tokens/s per GPU too."""
     from csa_plan.planner.reports.runtime import runtime_report
 
-    return runtime_report(result, caching=setup.caching, unit=setup.sizing.unit_name)
+    out = None if wl is None else wl.output_tokens
+    return runtime_report(result, caching=setup.caching, unit=setup.sizing.unit_name, output_tokens=out,
+                          devices=setup.devices, step_time=setup.time.as_dict())
 
 
 def wait_p99_ns(rep: "RuntimeReport") -> int | None:
@@ -129,7 +140,7 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
     probes = [0]
 
     def good(scale: float) -> bool:
-        rep = report(setup, serve(setup, wl, scale))
+        rep = report(setup, serve(setup, wl, scale), wl)
         probes[0] += 1
         if tick:
             tick(probes[0], scale)

@@ -71,6 +71,8 @@ class TimeModel:
     prefill_tok_s: float = 10_000.0
     tpot_ms: float = 20.0
     rate_scale: float = 1.0  # > 1 compresses arrivals (a faster arrival rate)
+    step_time: str = "fixed"  # steptime.StepSource: engine replays only (the ledger's steps are the constants)
+    max_concurrency: int | None = None  # a closed-loop client (engine replays): at most this many in flight
 
     def __post_init__(self) -> None:
         from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS

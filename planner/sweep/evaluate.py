@@ -280,7 +280,8 @@ def evaluate(task: Task) -> PointResult:
     spec = load_point_model(p.model, p.max_seq_len)
     config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
                        reserve=p.reserve, bucket=p.bucket, policy=p.policy,
-                       time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale),
+                       time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
+                                      step_time=ctx.step_time),
                        layout=p.layout, max_seq_len=p.max_seq_len,
                        engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
     if config.engine is not None:
@@ -319,7 +320,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     setup = runtime_setup(spec, config)
     if not setup.plan.runtime_modelled:
         return None
-    rep = report(setup, serve(setup, wl, p.rate_scale))
+    rep = report(setup, serve(setup, wl, p.rate_scale), wl)
     cons = ctx.constraints
     cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
                            scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale)

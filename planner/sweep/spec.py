@@ -160,6 +160,7 @@ class Context:
     seed: int | None = None  # overrides a mix spec's seed
     prefill_tok_s: float = TimeModel.prefill_tok_s
     tpot_ms: float = TimeModel.tpot_ms
+    step_time: str = "physics"  # an engine point's step-time source (steptime.StepSource)
     search: Search = Search()
     constraints: Constraints = Constraints()
 
@@ -283,7 +284,14 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
 
     time = read_mapping(source, "time", spec.get("time", {}))
-    check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms"})
+    check_keys(source, "time", time, {"prefill_tok_s", "tpot_ms", "step_time"})
+    fixed = "prefill_tok_s" in time or "tpot_ms" in time
+    step_time = read_str(source, "time.step_time", time.get("step_time", "fixed" if fixed else "physics"))
+    if step_time not in ("physics", "measured", "fixed"):
+        raise BadInput(source, "time.step_time", f"must be physics, measured or fixed, got {step_time[:40]!r}")
+    if fixed and step_time != "fixed":
+        raise BadInput(source, "time.step_time", f"prefill_tok_s and tpot_ms are the constants of fixed, not of "
+                                                 f"{step_time}")
     prefill = read_number(source, "time.prefill_tok_s", time.get("prefill_tok_s", TimeModel.prefill_tok_s),
                           positive=True, at_most=MAX_PREFILL_TOK_S)
     tpot = read_number(source, "time.tpot_ms", time.get("tpot_ms", TimeModel.tpot_ms), at_most=MAX_TPOT_MS)
@@ -381,7 +389,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
             layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
-                      search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
+                      step_time=step_time, search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
 
 

@@ -75,11 +75,15 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
             out[k] = read_str(source, k, data[k])
     if "bucket" in data:
         out["bucket"] = read_int(source, "bucket", data["bucket"])
+    if "max_concurrency" in data:
+        out["max_concurrency"] = read_int(source, "max_concurrency", data["max_concurrency"])
     if "rate_scale" in data:
         out["rate_scale"] = read_number(source, "rate_scale", data["rate_scale"], positive=True)
     if "time" in data:
         tm = read_mapping(source, "time", data["time"])
-        check_keys(source, "time", tm, {"prefill_tok_s", "tpot_ms"})
+        check_keys(source, "time", tm, {"prefill_tok_s", "tpot_ms", "step_time"})
+        if "step_time" in tm:
+            out["step_time"] = read_str(source, "time.step_time", tm["step_time"])
         if "prefill_tok_s" in tm:
             out["prefill_tok_s"] = read_number(source, "time.prefill_tok_s", tm["prefill_tok_s"], positive=True)
         if "tpot_ms" in tm:

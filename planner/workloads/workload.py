@@ -53,6 +53,8 @@ class MixSettings:
     prefill_tok_s: float | None = None
     tpot_ms: float | None = None
     rate_scale: float | None = None
+    step_time: str | None = None      # physics | measured | fixed (steptime.StepSource); None: see settings.merge
+    max_concurrency: int | None = None  # a closed-loop client: at most this many requests in flight
 
 
 @dataclass(frozen=True)

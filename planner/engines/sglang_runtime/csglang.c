@@ -27,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CSGLANG_ABI 1
+#include "../../runtime/steptime.h"
+
+#define CSGLANG_ABI 2
 #define CLIP_MAX_NEW 4096 /* adder.CLIP_MAX_NEW_TOKENS */
 #define EVICTION_INTERVAL 128 /* window.EVICTION_INTERVAL */
 #define RETRACT_DECODE_STEPS 20 /* ratio.RETRACT_DECODE_STEPS */
@@ -374,6 +376,7 @@ typedef struct {
     double ratio_min, ratio_decay;
     /* state */
     Req *req;
+    CsaBatch batch; /* the step being scheduled (steptime.StepBatch) */
     const int32_t *kid; /* interned page key ids, per request from req.keys_off */
     Tree T;
     double ratio;
@@ -733,6 +736,7 @@ static int prefill(Sched *s, int64_t t, int64_t *prefill_tokens) {
         q->own_full += pages;
         q->own_swa += pages;
         if (q->done_before > q->kv_len) s->recomputed += min64(end, q->done_before) - q->kv_len;
+        csa_batch_prefill(&s->batch, q->kv_len, n);
         q->kv_len = end;
         *prefill_tokens += n;
     }
@@ -879,6 +883,7 @@ typedef struct {
     int64_t *first_ns, *finished_ns;
     int64_t decode_ns, max_clock;
     double prefill_tok_s;
+    CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
     int64_t err_t; /* the step start whose end would pass the clock */
 } Clock;
 
@@ -903,6 +908,7 @@ static int run(Sched *s, Clock *k, Col *cols) {
             nxt++;
         }
         int64_t prefill_tokens = 0, tokens = 0;
+        memset(&s->batch, 0, sizeof s->batch);
         int kind = prefill(s, t, &prefill_tokens); /* scheduler.schedule */
         if (kind < 0) return -1;
         if (kind) {
@@ -911,10 +917,17 @@ static int run(Sched *s, Clock *k, Col *cols) {
             if (decode(s) < 0) return -1;
             kind = s->n_running ? 2 : 0;
             tokens = s->n_running;
+            for (int64_t i = 0; i < s->n_running; i++) { /* runtime.schedule's decode batch */
+                Req *q = &s->req[s->running[i]];
+                csa_batch_decode(&s->batch, q->prompt + q->out, 1);
+            }
         }
         if (kind) {
             int64_t dt = k->decode_ns;
-            if (prefill_tokens > 0) {
+            if (k->model.on) {
+                dt = csa_linear_ns(&k->model, &s->batch);
+                if (dt == INT64_MAX) { k->err_t = t; return -3; }
+            } else if (prefill_tokens > 0) {
                 double v = ceil((double)prefill_tokens * 1e9 / k->prefill_tok_s); /* steptime.step_ns */
                 if (!(v < 9.2233720368547758e18)) { k->err_t = t; return -3; }
                 if ((int64_t)v > dt) dt = (int64_t)v;
@@ -1078,11 +1091,11 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     int radix, compensated;
     double ratio_init, ratio_min, ratio_decay, prefill_tok_s;
     Py_ssize_t n, n_ids;
-    PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref;
-    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
+    PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_model;
+    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
                           &max_req_len, &max_input, &capacity, &radix, &compensated, &ratio_init, &ratio_min,
                           &ratio_decay, &n, &o_arr, &o_prompt, &o_out, &n_ids, &o_ids, &o_offs, &B, &decode_ns,
-                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref))
+                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_model))
         return NULL;
     const long long BOUND = 1LL << 40;
     if (n < 0 || n > 0x3FFFFFFF || P < 1 || W < 0 || B < 1 || F < 0 || S < 0 || F > BOUND || S > BOUND || P > BOUND ||
@@ -1124,6 +1137,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     memset(&s, 0, sizeof s);
     Clock k;
     memset(&k, 0, sizeof k);
+    if (csa_parse_model(o_model, &k.model) < 0) goto fail_buf;
     s.F = F; s.S = S; s.P = P; s.W = W; s.mrr = mrr; s.chunk = chunk; s.max_prefill = max_prefill;
     s.max_req_len = max_req_len; s.max_input = max_input; s.capacity = capacity;
     s.radix = radix; s.compensated = compensated;
@@ -1211,7 +1225,7 @@ static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
      "replay(F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, radix, compensated, ratio_init,"
      " ratio_min, ratio_decay, n, arrival, prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens,"
-     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused) ->"
+     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, step model|None) ->"
      " (0, 0, recomputed, hit, query, aborted, stranded, end_ns, used, running, waiting, tokens, prefill) or (-3, t, aborted, stranded)"},
     {NULL, NULL, 0, NULL},
 };

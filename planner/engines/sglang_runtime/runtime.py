@@ -84,7 +84,10 @@ class SglangRuntime(EngineRuntime):
         if d.kind == "decode":  # one token each, in the running batch's order
             s.requests = list(map(_RID, self.sched.running))
             s.tokens = [1] * len(s.requests)
+            for r in self.sched.running:
+                s.batch.add_decode(r.prompt + r.out, 1)
         else:
+            s.batch = d.step_batch
             s.requests = [req.rid for req, _n, _c in d.batch]
             s.tokens = [n for _req, n, _c in d.batch]
         s.prefill_tokens = d.prefill_tokens

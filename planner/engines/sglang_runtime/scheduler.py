@@ -31,6 +31,7 @@ from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule, ratio_after
 from csa_plan.planner.engines.sglang_runtime.retract import retract
 from csa_plan.planner.engines.sglang_runtime.window import EVICTION_INTERVAL, evicted_after, next_change
 from csa_plan.planner.units import ceil_div
+from csa_plan.planner.runtime.steptime import StepBatch
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Decision:
     kind: str  # "prefill" | "decode" | "idle"
     batch: list[tuple[Req, int, bool]] = field(default_factory=list)  # (request, tokens, chunk continues)
     prefill_tokens: int = 0  # tokens computed by prefill chunks (recomputation included)
+    step_batch: StepBatch = field(default_factory=StepBatch)  # a prefill step's batch, for the step time
     admitted: list[int] = field(default_factory=list)  # rids taken from waiting this step
     retracted: list[int] = field(default_factory=list)
     aborted: list[int] = field(default_factory=list)  # the last request OOM even alone (schedule_batch.py:3511-3533)
@@ -321,6 +323,7 @@ class SglangScheduler:
             req.own_swa += pages
             if req.done_before > req.kv_len:
                 d.recomputed_tokens += min(end, req.done_before) - req.kv_len
+            d.step_batch.add_prefill(req.kv_len, n)
             req.kv_len = end
             d.prefill_tokens += n
         return d
