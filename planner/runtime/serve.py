@@ -109,12 +109,28 @@ def wait_p99_ns(rep: "RuntimeReport") -> int | None:
     return None if p99 is None else int(round(p99 * 1e9))
 
 
-def sustains(rep: "RuntimeReport", max_wait_ns: int | None) -> bool:
-    """The rate criterion: every request served, none refused, queue-wait p99 within the bound."""
+def sustains(rep: "RuntimeReport", max_wait_ns: int | None,
+             latency: tuple[float | None, float | None] = (None, None)) -> bool:
+    """The rate criterion: every request served, none refused, queue-wait p99 within the bound, and
+    the TTFT and TPOT p99 (seconds) within ``latency`` where given."""
     if rep.refused or rep.served != rep.requests:
         return False
     wait = wait_p99_ns(rep)
-    return max_wait_ns is None or wait is None or wait <= max_wait_ns
+    if not (max_wait_ns is None or wait is None or wait <= max_wait_ns):
+        return False
+    return not latency_violations(rep.ttft.p99_s, rep.tpot.p99_s, latency)
+
+
+def latency_violations(ttft_p99_s: float | None, tpot_p99_s: float | None,
+                       latency: tuple[float | None, float | None]) -> tuple[str, ...]:
+    """The latency bounds a replay's p99s break, as shown (sweep ``ttft_p99_max_s``, ``tpot_p99_max_ms``)."""
+    out = []
+    ttft_max, tpot_max = latency
+    if ttft_max is not None and ttft_p99_s is not None and ttft_p99_s > ttft_max:
+        out.append(f"TTFT p99 {ttft_p99_s:.3f} s > {ttft_max:g} s")
+    if tpot_max is not None and tpot_p99_s is not None and tpot_p99_s > tpot_max:
+        out.append(f"TPOT p99 {tpot_p99_s * 1000:.2f} ms > {tpot_max * 1000:g} ms")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,8 @@ class RuntimeCapacity:
 
 def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,
                      rel_tol: float = 1e-2, scale_min: float | None = None, scale_max: float | None = None,
-                     tick: Callable[[int, float], None] | None = None) -> RuntimeCapacity:
+                     tick: Callable[[int, float], None] | None = None,
+                     latency: tuple[float | None, float | None] = (None, None)) -> RuntimeCapacity:
     """The largest rate scale that ``sustains``, by the one rate search (``bisect_rate``), from ``start``."""
     from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN, bisect_rate
     from csa_plan.planner.simulate.scenario import MAX_SIM_NS
@@ -144,7 +161,7 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
         probes[0] += 1
         if tick:
             tick(probes[0], scale)
-        ok = sustains(rep, max_wait_ns)
+        ok = sustains(rep, max_wait_ns, latency)
         if ok:
             best.clear()
             best[scale] = rep

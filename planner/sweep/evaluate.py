@@ -197,13 +197,16 @@ class RuntimeFigures:
     usable_units: int
     peak_running: int
     steps: int
+    tpot_p99_s: float | None = None
+    step_time: str = ""  # the step-time source's label
 
     @staticmethod
     def of(rep: Any) -> "RuntimeFigures":
         p, occ = rep.preemptions, rep.occupancy
         return RuntimeFigures(rep.engine, occ.unit, rep.served, p.count, p.requests, p.most_for_one_request,
                               p.tokens_recomputed, rep.prefix_cache.hit_tokens, rep.queue_wait.p99_s, rep.ttft.p99_s,
-                              rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps)
+                              rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps,
+                              rep.tpot.p99_s, (rep.step_time or {}).get("label", ""))
 
 
 @dataclass(frozen=True)
@@ -323,14 +326,15 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     rep = report(setup, serve(setup, wl, p.rate_scale), wl)
     cons = ctx.constraints
     cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
-                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale)
+                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale,
+                           latency=cons.latency_bounds)
     refusals = runtime_refusals(rep.refused, STRANDED)
     occ = rep.occupancy
     usable = occ.usable_units
     mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
     peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
     wait = wait_p99_ns(rep)
-    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale)
+    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s)
     rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
     return PointResult(
         key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,
@@ -350,7 +354,8 @@ def runtime_refusals(refused: tuple[tuple[str, int], ...], stranded: str) -> tup
 
 
 def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], wait_p99_ns: int | None,
-                     mean_util: float, rate_scale: float | None) -> tuple[str, ...]:
+                     mean_util: float, rate_scale: float | None, ttft_p99_s: float | None = None,
+                     tpot_p99_s: float | None = None) -> tuple[str, ...]:
     """The constraints a point's run breaks, as shown; a pure function of the run's figures, so
     a resumed record's violations are checked by computing them again (``planner/sweep/resume.py``)."""
     violations = []
@@ -363,6 +368,9 @@ def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], w
             violations.append("no request admitted")
         elif wait_p99_ns > cons.wait_p99_max_ns:
             violations.append(f"wait p99 {wait_p99_ns / NS_PER_S:.3f} s > {cons.wait_p99_max_s:g} s")
+    from csa_plan.planner.runtime.serve import latency_violations
+
+    violations.extend(latency_violations(ttft_p99_s, tpot_p99_s, cons.latency_bounds))
     if mean_util < cons.min_mean_utilization:
         violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
     if dict(refusals).get(REASONS[Outcome.OUT_OF_MEMORY], 0) == 0 and rate_scale is None:

@@ -236,7 +236,9 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
     if feasible != (not violations):
         raise r.fail("feasible", f"{str(feasible).lower()}, but the record lists {len(violations)} violation(s)")
     if identity is not None and identity.constraints is not None:
-        expected = point_violations(identity.constraints, refusals, wait, mean_util, scale)
+        expected = point_violations(identity.constraints, refusals, wait, mean_util, scale,
+                                    None if runtime is None else runtime.ttft_p99_s,
+                                    None if runtime is None else runtime.tpot_p99_s)
         if violations != expected:
             raise r.fail("violations", f"not what this sweep's constraints give for the record's figures "
                                        f"({'; '.join(expected) or 'none'})")
@@ -273,7 +275,7 @@ def _runtime(r: _Record, point: SweepPoint | None, requests: int, admitted: int,
                                                               "steps")}
     usable = rt.count("usable_units", low=1)
     s = {name: rt.number(name, high=MAX_RESUME_SECONDS, nullable=True)
-         for name in ("queue_wait_p99_s", "ttft_p99_s", "e2e_p99_s")}
+         for name in ("queue_wait_p99_s", "ttft_p99_s", "e2e_p99_s", "tpot_p99_s")}
     if n["served"] != admitted:
         raise fail("served", f"{n['served']:,}, but the record admitted {admitted:,}")
     if n["preempted_requests"] > min(n["preemptions"], requests):
@@ -295,7 +297,8 @@ def _runtime(r: _Record, point: SweepPoint | None, requests: int, admitted: int,
     if (s["e2e_p99_s"] is None) != (n["served"] == 0):
         raise fail("e2e_p99_s", "null exactly when nothing was served")
     return RuntimeFigures(engine=engine, unit=unit, queue_wait_p99_s=p99, ttft_p99_s=s["ttft_p99_s"],
-                          e2e_p99_s=s["e2e_p99_s"], usable_units=usable, **n)
+                          e2e_p99_s=s["e2e_p99_s"], usable_units=usable, tpot_p99_s=s["tpot_p99_s"],
+                          step_time=rt.text(rt.get("step_time"), "runtime.step_time"), **n)
 
 
 def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, rate: float | None,

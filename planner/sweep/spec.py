@@ -136,10 +136,17 @@ class Constraints:
     zero_refusals: bool = True
     wait_p99_max_s: float | None = None
     min_mean_utilization: float = 0.0
+    ttft_p99_max_s: float | None = None  # engine points: time to first token p99 at most this
+    tpot_p99_max_ms: float | None = None  # engine points: time per output token p99 at most this
 
     @property
     def wait_p99_max_ns(self) -> int | None:
         return None if self.wait_p99_max_s is None else int(round(self.wait_p99_max_s * NS_PER_S))
+
+    @property
+    def latency_bounds(self) -> tuple[float | None, float | None]:
+        """(TTFT p99 s, TPOT p99 s) bounds: what ``serve.sustains`` reads beside the wait."""
+        return self.ttft_p99_max_s, None if self.tpot_p99_max_ms is None else self.tpot_p99_max_ms / 1000
 
 
 @dataclass(frozen=True)
@@ -308,14 +315,18 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
 
     cons_raw = read_mapping(source, "constraints", spec.get("constraints", {}))
-    check_keys(source, "constraints", cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization"})
+    check_keys(source, "constraints", cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization",
+                                                 "ttft_p99_max_s", "tpot_p99_max_ms"})
     wait = cons_raw.get("wait_p99_max_s")
+    latency = {k: None if cons_raw.get(k) is None else read_number(source, f"constraints.{k}", cons_raw[k],
+                                                                  positive=True, at_most=MAX_WAIT_S * 1000)
+               for k in ("ttft_p99_max_s", "tpot_p99_max_ms")}
     constraints = Constraints(
         zero_refusals=read_bool(source, "constraints.zero_refusals", cons_raw.get("zero_refusals", True)),
         wait_p99_max_s=None if wait is None else read_number(source, "constraints.wait_p99_max_s", wait,
                                                              at_most=MAX_WAIT_S),
         min_mean_utilization=read_number(source, "constraints.min_mean_utilization",
-                                     cons_raw.get("min_mean_utilization", 0.0), at_most=1.0))
+                                     cons_raw.get("min_mean_utilization", 0.0), at_most=1.0), **latency)
     objective = _enum(Objective, spec.get("objective", Objective.FEWEST_DEVICES.value), source, "objective")
 
     grid = read_mapping(source, "grid", spec.get("grid", {}))

@@ -24,6 +24,7 @@ grid:
   engine: {engines}
 constraints: {{zero_refusals: true, wait_p99_max_s: {wait}}}
 search: {{rel_tol: 0.2, max_scale: 4}}
+time: {{step_time: fixed}}  # the reservation model's clock: the two are compared under one clock
 """
 
 
