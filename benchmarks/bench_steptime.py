@@ -35,7 +35,7 @@ def cases(measured: bool) -> list[tuple[str, list[str], list[str]]]:
         base = ["simulate", AZURE, *DEPLOY, "--engine", engine, "--json"]
         for source in ("fixed", "physics") + (("measured",) if measured else ()):
             out.append((f"azure-conv {engine} {source}", base + ["--step-time", source], base))
-    million = ["simulate", MILLION, "--json"]
+    million = ["simulate", MILLION, "--engine", "vllm-0.33", "--json"]
     for source in ("fixed", "physics"):
         out.append((f"million-vllm {source}", million + ["--step-time", source], million))
     return out

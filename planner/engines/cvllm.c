@@ -1068,6 +1068,8 @@ static int build_chains(K *k, const i64 *ids, i64 nids) {
 /* ---- loop.replay ---------------------------------------------------------------------------- */
 typedef struct {
     const i64 *arrival;
+    i64 *sent; /* a closed-loop client (closed > 0): the arrivals, set as requests end (loop.replay's release) */
+    i64 closed, nsent;
     i64 *admitted, *first_token, *finished, *preemptions;
     int8_t *refused;
     i64 decode_ns, max_clock;
@@ -1096,6 +1098,12 @@ static i64 step_end(Out *o, i64 t, i64 prefill, const CsaBatch *batch) {
     return t + dt;
 }
 
+/* loop.replay's release: k requests ended at ``at``; a closed loop sends as many more */
+static void release(Out *o, i64 n, i64 k, i64 at) {
+    if (!o->closed) return;
+    while (k-- > 0 && o->nsent < n) o->sent[o->nsent++] = at;
+}
+
 static int replay(K *k, Out *o) {
     i64 n = k->n;
     StepBuf bufs[3];
@@ -1106,8 +1114,8 @@ static int replay(K *k, Out *o) {
     i64 t = n ? o->arrival[0] : 0, nxt = 0, done = 0, depth = k->async_on ? 2 : 1;
     int rc = 0;
     for (;;) {
-        while (nxt < n && o->arrival[nxt] <= t) {
-            if (k->prompt[nxt] >= k->mml) { o->refused[nxt] = 1; done++; }
+        while (nxt < (o->closed ? o->nsent : n) && o->arrival[nxt] <= t) {
+            if (k->prompt[nxt] >= k->mml) { o->refused[nxt] = 1; done++; release(o, n, 1, t); }
             else {
                 Req *q = &k->R[nxt];
                 q->num_prompt = (int32_t)k->prompt[nxt];
@@ -1135,7 +1143,9 @@ static int replay(K *k, Out *o) {
                 StepBuf *s = &bufs[fl_start];
                 fl_start = (fl_start + 1) % 3;
                 fl_count--;
+                i64 before = done;
                 if (complete(k, s, s->end, o->first_token, o->finished, &done) < 0) { rc = -1; break; }
+                release(o, n, done - before, s->end);
                 if (s == st) break;
             }
             if (rc) break;
@@ -1152,12 +1162,14 @@ static int replay(K *k, Out *o) {
             StepBuf *s = &bufs[fl_start];
             fl_start = (fl_start + 1) % 3;
             fl_count--;
+            i64 before = done;
             if (complete(k, s, s->end, o->first_token, o->finished, &done) < 0) { rc = -1; break; }
+            release(o, n, done - before, s->end);
             t = mx(t, s->end);
             continue;
         }
-        if (nxt < n) { t = mx(t, o->arrival[nxt]); continue; }
-        if (k->run.n == 0 && k->wlen == 0) break;
+        if (nxt < (o->closed ? o->nsent : n)) { t = mx(t, o->arrival[nxt]); continue; }
+        if (k->run.n == 0 && k->wlen == 0 && nxt == n) break;
         for (i64 r = k->whead; r >= 0; r = k->R[r].wnext) {
             o->refused[r] = 2;
             if (col_push(&o->stranded, r) < 0) { rc = -2; break; }
@@ -1165,6 +1177,10 @@ static int replay(K *k, Out *o) {
         for (i64 x = 0; x < k->run.n && !rc; x++) {
             o->refused[k->run.a[x]] = 2;
             if (col_push(&o->stranded, k->run.a[x]) < 0) rc = -2;
+        }
+        for (i64 r = nxt; r < n && !rc; r++) { /* a closed loop whose requests in flight stranded: never sent */
+            o->refused[r] = 2;
+            if (col_push(&o->stranded, r) < 0) rc = -2;
         }
         break;
     }
@@ -1207,19 +1223,21 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 3
+#define CVLLM_ABI 4
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_specs, *o_lk, *o_lks;
-    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model;
+    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model, *o_sent;
+    Py_ssize_t closed;
     long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, hl, decode_ns, max_clock;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
+    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOOOnO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
                           &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
                           &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &prefill_tok_s,
-                          &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model))
+                          &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model, &closed,
+                          &o_sent))
         return NULL;
     Py_ssize_t n = PyObject_Length(o_arr);
     Py_ssize_t G = PyObject_Length(o_lk);
@@ -1350,7 +1368,23 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (!own_offs || !k.chains) { free(own_offs); k_free(&k); PyErr_NoMemory(); goto fail; }
         k.offs = own_offs;
     }
+    Py_buffer sent_view;
+    int has_sent = 0;
+    if (closed < 0 || (closed > 0 && o_sent == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "cvllm.run: a closed loop needs its arrivals array");
+        { k_free(&k); free(own_offs); goto fail; }
+    }
+    if (closed > 0) {
+        if (get(o_sent, &sent_view, 1, 8, n, "sent") < 0) { k_free(&k); free(own_offs); goto fail; }
+        has_sent = 1;
+        o.closed = closed;
+        o.sent = (i64 *)sent_view.buf;
+        o.nsent = closed < n ? closed : n;
+        for (Py_ssize_t r = 0; r < n; r++) o.sent[r] = r < o.nsent ? (n ? k.arrival[0] : 0) : -1; /* -1: not sent */
+        o.arrival = o.sent;
+    }
     int rc = replay(&k, &o);
+    if (has_sent) PyBuffer_Release(&sent_view);
     int err = k.err;
     free(own_offs);
     k_free(&k);
@@ -1377,7 +1411,8 @@ static PyMethodDef methods[] = {
      "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
      " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching), prefill_tok_s, admitted, first_token, finished,"
-     " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded, step model|None)"
+     " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded, step model|None,"
+     " max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written))"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},
 };

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CVLLM_ABI = 3  # cvllm.c's CVLLM_ABI: the calling convention used below
+CVLLM_ABI = 4  # cvllm.c's CVLLM_ABI: the calling convention used below
 INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
 MTP_MAX = 1 << 20  # draft / lookahead tokens
 BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
@@ -72,10 +72,11 @@ def compiled_replay(rt: "VllmRuntime") -> "CompiledReplay | None":
     mod = compiled_module()
     if mod is None or refusal(rt) is not None:
         return None
-    return lambda trace, time: _run(mod, rt, trace, time)
+    return lambda trace, time, max_concurrency=None: _run(mod, rt, trace, time, max_concurrency)
 
 
-def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime") -> "RuntimeResult":
+def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
+         max_concurrency: int | None = None) -> "RuntimeResult":
     import numpy as np
 
     from csa_plan.planner.engines.vllm_prefix import ALIGN, HASH_BLOCK
@@ -100,13 +101,15 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime") -> "Ru
     cols = [bytearray() for _ in range(5)]
     used, stranded = bytearray(), bytearray()
     hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
+    closed = 0 if max_concurrency is None else int(max_concurrency)
+    sent = np.empty(n, dtype=np.int64) if closed else None
     ints = (kv.pool.num_blocks, rt.max_model_len, rt.budget, rt.max_seqs, rt.num_spec, rt.lookahead,
             rt.prefill_lookahead, ALIGN, HASH_BLOCK, hash_lookahead, time.decode_ns, MAX_CLOCK_NS, rt.async_on,
             rt.prefix is not None)
     status, recomputed, hit, query, at = mod.run(
         i64(trace.arrival_ns), i64(trace.prompt_tokens), i64(trace.output_tokens), ids, offs,
         int(trace.id_block_tokens), specs, lookup, starts, ints, float(time.prefill_tok_s),
-        admitted, first, finished, preempt, refused, cols, used, stranded, time.linear)
+        admitted, first, finished, preempt, refused, cols, used, stranded, time.linear, closed, sent)
     if status == 1:  # the Python loop's words (loop.replay)
         raise BadInput("options", "--tpot-ms / --prefill-tok-s",
                        f"the engine step starting at {at / NS_PER_S:,.0f} s would end past the int64 "
@@ -120,7 +123,8 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime") -> "Ru
         reasons[r] = rt.refuse(r) or ""
     for r in arr(stranded).tolist():
         reasons[r] = STRANDED
-    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=trace.arrival_ns,
+    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units,
+                         arrival_ns=trace.arrival_ns if sent is None else sent,
                          admitted_ns=admitted, first_token_ns=first, finished_ns=finished, preemptions=preempt,
                          refused=reasons, series=series, recomputed_tokens=int(recomputed),
                          prefix_hit_tokens=int(hit), prefix_query_tokens=int(query), notes=rt.notes(),

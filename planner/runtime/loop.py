@@ -13,8 +13,7 @@ stranded (refused as never fitting) instead of spinning.
 ``max_concurrency`` C makes the client closed-loop, as ``vllm bench serve --max-concurrency``
 and SGLang's ``bench_serving`` run every published row: the trace's order is kept but not its
 times; the first C requests are sent at the first arrival, and each request that ends (served,
-refused or stranded) sends the next at that moment. The compiled loops replay open-loop traces
-only: a closed-loop replay steps this loop.
+refused or stranded) sends the next at that moment; the compiled loops do the same.
 """
 
 from __future__ import annotations
@@ -41,14 +40,10 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``)."""
     if on_step is not None:
         compiled = False
-    if max_concurrency is not None:
-        if compiled:
-            raise RuntimeError("a closed-loop client (max_concurrency) runs in the Python loop only")
-        compiled = False
     if compiled is not False:
         fast = rt.compiled_replay()
         if fast is not None:
-            return fast(trace, time)
+            return fast(trace, time) if max_concurrency is None else fast(trace, time, max_concurrency)
         if compiled:
             raise RuntimeError(f"{rt.label or 'this engine'}: no compiled loop for these settings (not built?)")
     n = len(trace)
@@ -56,7 +51,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     sent = n  # requests whose arrival is set (closed loop: the rest wait for one to end)
     if max_concurrency is not None and n:
         sent = min(n, max_concurrency)
-        arrival = [arrival[0]] * sent + [MAX_CLOCK_NS + 1] * (n - sent)
+        arrival = [arrival[0]] * sent + [NEVER] * (n - sent)
     admitted = [NEVER] * n
     first_token = [NEVER] * n
     finished = [NEVER] * n
@@ -90,7 +85,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         release(len(c.finished), end)
 
     while True:
-        while nxt < n and arrival[nxt] <= t:
+        while nxt < sent and arrival[nxt] <= t:
             reason = rt.refuse(nxt)
             if reason is None:
                 rt.add(nxt)
@@ -133,7 +128,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             apply(s, e)
             t = max(t, e)
             continue
-        if nxt < n and arrival[nxt] <= MAX_CLOCK_NS:
+        if nxt < sent:
             t = max(t, arrival[nxt])
             continue
         if rt.running() == 0 and rt.waiting() == 0 and nxt == n:
@@ -150,8 +145,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     if max_concurrency is not None:
         import numpy as np
 
-        sent_ns = np.array(arrival, dtype=np.int64)
-        sent_ns[sent_ns > MAX_CLOCK_NS] = NEVER  # never sent: the loop ended with them still unsent (stranded ahead)
+        sent_ns = np.array(arrival, dtype=np.int64)  # NEVER: not sent (the loop ended with requests stranded)
     else:
         sent_ns = trace.arrival_ns
     return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=sent_ns,

@@ -183,3 +183,26 @@ def test_report_tpot_and_throughput():
     assert rep.tpot.count == n and rep.tpot.max_s == want.max() / 1e9
     assert rep.output_tokens == 44
     assert rep.output_tok_s_per_gpu == 44 / rep.makespan_s / 4
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data(), st.integers(1, 6), st.one_of(st.just(StepTime(20.0, 10_000.0)), _linear_times()))
+def test_compiled_closed_loop_equals_twin(data, conc, time):
+    """A closed-loop client in the compiled loops sends each request exactly when the twin does."""
+    from csa_plan.planner.engines.sglang_runtime.compiled import compiled_module as sglang_module
+    from csa_plan.planner.engines.vllm_compiled import compiled_module as vllm_module
+
+    n = data.draw(st.integers(1, 14))
+    prompts = np.array(data.draw(st.lists(st.one_of(st.integers(1, 3000), st.integers(9000, 9100)),
+                                          min_size=n, max_size=n)))  # some beyond max_model_len: refused
+    outputs = np.array(data.draw(st.lists(st.integers(1, 120), min_size=n, max_size=n)))
+    trace = RuntimeTrace(np.zeros(n, dtype=np.int64), prompts.astype(np.int64), outputs.astype(np.int64))
+    for engine, module in (("vllm-0.33", vllm_module), ("sglang-0.5.23", sglang_module)):
+        if module() is None:
+            continue
+        a = replay(_runtime(engine, trace), trace, time, compiled=False, max_concurrency=conc)
+        b = replay(_runtime(engine, trace), trace, time, compiled=True, max_concurrency=conc) \
+            if engine == "vllm-0.33" else _runtime(engine, trace).compiled_replay()(trace, time, conc)
+        assert a.same_as(b), engine
+        assert np.array_equal(np.asarray(a.arrival_ns), np.asarray(b.arrival_ns)), engine
+        assert list(a.refused.items()) == list(b.refused.items()), engine

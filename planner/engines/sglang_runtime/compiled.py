@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CSGLANG_ABI = 2  # csglang.c's CSGLANG_ABI: the calling convention used below
+CSGLANG_ABI = 3  # csglang.c's CSGLANG_ABI: the calling convention used below
 BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c checks it again)
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
@@ -73,18 +73,19 @@ def replay_for(rt: "SglangRuntime") -> "Callable[[RuntimeTrace, StepTime], Runti
     if mod is None or not takes(rt):
         return None
 
-    def run(trace: "RuntimeTrace", time: "StepTime") -> "RuntimeResult":
+    def run(trace: "RuntimeTrace", time: "StepTime", max_concurrency: int | None = None) -> "RuntimeResult":
         from csa_plan.planner.runtime.loop import replay
 
         if not _trace_taken(trace, time):
-            return replay(rt, trace, time, compiled=False)
-        out = _run(mod, rt, trace, time)
-        return replay(rt, trace, time, compiled=False) if out is None else out
+            return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency)
+        out = _run(mod, rt, trace, time, max_concurrency)
+        return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency) if out is None else out
 
     return run
 
 
-def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime") -> "RuntimeResult | None":
+def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
+         max_concurrency: int | None = None) -> "RuntimeResult | None":
     import numpy as np
 
     from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule
@@ -105,11 +106,13 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime") -> "
     preempt = np.zeros(n, dtype=np.int64)
     refused_code = np.zeros(n, dtype=np.int8)
     rule = RatioRule.from_config(c.schedule_conservativeness)
+    closed = 0 if max_concurrency is None else int(max_concurrency)
+    sent = np.empty(n, dtype=np.int64) if closed else None
     got = mod.replay(c.full_pages, c.swa_pages, c.page, c.window, c.max_running_requests, c.chunked_prefill_size,
                      c.max_prefill_tokens, rt.max_req_len, rt.max_input, rt.capacity, c.radix_cache, COMPENSATED_SUM,
                      rule.init, rule.min, rule.decay, n, arrival, prompt, output, n_ids, ids, offs,
                      trace.id_block_tokens, time.decode_ns, MAX_CLOCK_NS, float(time.prefill_tok_s),
-                     admitted, first, finished, preempt, refused_code, time.linear)
+                     admitted, first, finished, preempt, refused_code, time.linear, closed, sent)
     if got[0] != 0:  # a step would end past the int64 clock: the twin raises its own error
         return None
     _, _, recomputed, hit, query, aborted, stranded, *cols = got
@@ -124,7 +127,8 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime") -> "
     rt.retractions = int(preempt.sum())
     rt.retracted_requests = set(np.flatnonzero(preempt).tolist())
     rt.aborted = list(aborted)
-    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=trace.arrival_ns,
+    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units,
+                         arrival_ns=trace.arrival_ns if sent is None else sent,
                          admitted_ns=admitted, first_token_ns=first, finished_ns=finished, preemptions=preempt,
                          refused=refused, series=series, recomputed_tokens=recomputed, prefix_hit_tokens=hit,
                          prefix_query_tokens=query, notes=rt.notes(), pool_units=tuple(rt.pool_units),

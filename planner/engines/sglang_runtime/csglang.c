@@ -29,7 +29,7 @@
 
 #include "../../runtime/steptime.h"
 
-#define CSGLANG_ABI 2
+#define CSGLANG_ABI 3
 #define CLIP_MAX_NEW 4096 /* adder.CLIP_MAX_NEW_TOKENS */
 #define EVICTION_INTERVAL 128 /* window.EVICTION_INTERVAL */
 #define RETRACT_DECODE_STEPS 20 /* ratio.RETRACT_DECODE_STEPS */
@@ -884,8 +884,15 @@ typedef struct {
     int64_t decode_ns, max_clock;
     double prefill_tok_s;
     CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
+    int64_t *sent; /* a closed-loop client (closed > 0): the arrivals, set as requests end (loop.replay's release) */
+    int64_t closed, nsent, n;
     int64_t err_t; /* the step start whose end would pass the clock */
 } Clock;
+
+static void client_release(Clock *k, int64_t cnt, int64_t at) { /* loop.replay's release */
+    if (!k->closed) return;
+    while (cnt-- > 0 && k->nsent < k->n) k->sent[k->nsent++] = at;
+}
 
 static void add_request(Sched *s, int32_t r) { /* runtime.add */
     Req *q = &s->req[r];
@@ -902,8 +909,8 @@ static int run(Sched *s, Clock *k, Col *cols) {
     int64_t n = s->n, nxt = 0;
     int64_t t = n ? k->arrival[0] : 0;
     for (;;) {
-        while (nxt < n && k->arrival[nxt] <= t) {
-            if (s->req[nxt].prompt >= s->max_input) s->refused[nxt] = 1; /* runtime.refuse */
+        while (nxt < (k->closed ? k->nsent : n) && k->arrival[nxt] <= t) {
+            if (s->req[nxt].prompt >= s->max_input) { s->refused[nxt] = 1; client_release(k, 1, t); } /* runtime.refuse */
             else add_request(s, (int32_t)nxt);
             nxt++;
         }
@@ -951,6 +958,7 @@ static int run(Sched *s, Clock *k, Col *cols) {
                     if (q->out >= q->max_new) {
                         if (release(s, r, 1) < 0) return -1;
                         k->finished_ns[r] = end;
+                        client_release(k, 1, end);
                     } else {
                         if (s->radix && checkpoint_unfinished(s, r) < 0) return -1;
                         s->running[s->n_running++] = r;
@@ -971,6 +979,7 @@ static int run(Sched *s, Clock *k, Col *cols) {
                         if (s->req[r].out >= s->req[r].max_new) {
                             if (release(s, r, 1) < 0) return -1;
                             k->finished_ns[r] = end;
+                            client_release(k, 1, end);
                         }
                     }
                     for (int64_t i = 0; i < s->n_running; i++) {
@@ -990,17 +999,21 @@ static int run(Sched *s, Clock *k, Col *cols) {
                 return -2;
             continue;
         }
-        if (nxt < n) {
+        if (nxt < (k->closed ? k->nsent : n)) {
             t = max64(t, k->arrival[nxt]);
             continue;
         }
-        if (s->n_running + (s->chunked >= 0 ? 1 : 0) == 0 && s->w_len == 0) break;
+        if (s->n_running + (s->chunked >= 0 ? 1 : 0) == 0 && s->w_len == 0 && nxt == n) break;
         if (!s->n_running && s->chunked < 0) /* scheduler.stranded */
             for (int64_t w = 0; w < s->w_len; w++) {
                 int32_t r = s->waiting[(s->w_head + w) % s->n];
                 s->refused[r] = 2;
                 s->stranded[s->n_stranded++] = r;
             }
+        for (int64_t r = nxt; r < n; r++) { /* a closed loop whose requests in flight stranded: never sent */
+            s->refused[r] = 2;
+            s->stranded[s->n_stranded++] = (int32_t)r;
+        }
         break;
     }
     return 0;
@@ -1091,11 +1104,13 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     int radix, compensated;
     double ratio_init, ratio_min, ratio_decay, prefill_tok_s;
     Py_ssize_t n, n_ids;
-    PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_model;
-    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
+    PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_model, *o_sent;
+    Py_ssize_t closed;
+    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOOnO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
                           &max_req_len, &max_input, &capacity, &radix, &compensated, &ratio_init, &ratio_min,
                           &ratio_decay, &n, &o_arr, &o_prompt, &o_out, &n_ids, &o_ids, &o_offs, &B, &decode_ns,
-                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_model))
+                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_model, &closed,
+                          &o_sent))
         return NULL;
     const long long BOUND = 1LL << 40;
     if (n < 0 || n > 0x3FFFFFFF || P < 1 || W < 0 || B < 1 || F < 0 || S < 0 || F > BOUND || S > BOUND || P > BOUND ||
@@ -1187,7 +1202,24 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     k.decode_ns = decode_ns;
     k.max_clock = max_clock;
     k.prefill_tok_s = prefill_tok_s;
+    Py_buffer sent_view;
+    int has_sent = 0;
+    if (closed > 0) {
+        if (o_sent == Py_None || get(o_sent, &sent_view, 1, 8, n, "sent") < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a closed loop needs its arrivals array");
+            rc = -4;
+            goto done;
+        }
+        has_sent = 1;
+        k.closed = closed;
+        k.n = n;
+        k.sent = (int64_t *)sent_view.buf;
+        k.nsent = closed < n ? closed : n;
+        for (Py_ssize_t i = 0; i < n; i++) k.sent[i] = i < k.nsent ? (n ? arrival[0] : 0) : -1; /* -1: not sent */
+        k.arrival = k.sent;
+    }
     rc = run(&s, &k, cols);
+    if (has_sent) PyBuffer_Release(&sent_view);
     if (rc == 0)
         for (int c = 0; c < 6; c++)
             if (PyByteArray_Resize(cols[c].obj, (Py_ssize_t)(cols[c].len * 8)) < 0) { rc = -2; break; }
@@ -1225,7 +1257,8 @@ static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
      "replay(F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, radix, compensated, ratio_init,"
      " ratio_min, ratio_decay, n, arrival, prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens,"
-     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, step model|None) ->"
+     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, step model|None,"
+     " max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written)) ->"
      " (0, 0, recomputed, hit, query, aborted, stranded, end_ns, used, running, waiting, tokens, prefill) or (-3, t, aborted, stranded)"},
     {NULL, NULL, 0, NULL},
 };
