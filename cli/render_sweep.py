@@ -22,9 +22,16 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
     cons = spec["constraints"]
     wanted = ["zero refusals" if cons["zero_refusals"] else None,
               f"wait p99 <= {cons['wait_p99_max_s']:g} s" if cons["wait_p99_max_s"] is not None else None,
-              f"mean utilization >= {cons['min_mean_utilization']:.0%}" if cons["min_mean_utilization"] else None]
+              f"mean utilization >= {cons['min_mean_utilization']:.0%}" if cons["min_mean_utilization"] else None,
+              f"TTFT p99 <= {cons['ttft_p99_max_s']:g} s" if cons.get("ttft_p99_max_s") is not None else None,
+              f"TPOT p99 <= {cons['tpot_p99_max_ms']:g} ms" if cons.get("tpot_p99_max_ms") is not None else None]
     out.print(f"  objective: {spec['objective'].replace('_', ' ')}; constraints: "
               + (", ".join(w for w in wanted if w) or "none"))
+    labels = sorted({r["runtime"]["step_time"] for r in report["results"] if r.get("runtime")})
+    for label in labels[:4]:  # the engine points' clock (the ledger points keep the fixed constants)
+        out.print(f"  step time: {label}", highlight=False)
+    if len(labels) > 4:
+        out.print(f"  step time: {len(labels) - 4} more sources (--json: each point's runtime.step_time)")
     out.print(f"  grid: {grid['points']:,} points; skipped {grid['skipped']:,} before running, "
               f"resumed {grid['resumed']:,}, ran {grid['ran']:,} ({report['executor']}, {report['elapsed_s']:.1f} s"
               + (f", {report['points_per_s']:.2f} points/s" if report["points_per_s"] else "") + ")")
