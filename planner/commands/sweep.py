@@ -48,6 +48,9 @@ def run_sweep(req: SweepRequest,
     if req.step_time is not None:
         from dataclasses import replace
 
+        if any(p.step_time for p in spec.points):
+            raise BadInput("options", "--step-time", f"{spec.source} has a step_time grid axis: give the sources "
+                                                     "there, or drop the axis to use --step-time")
         spec = replace(spec, context=replace(spec.context, step_time=req.step_time))
     digest = spec.digest
     resume_path = req.resume_path

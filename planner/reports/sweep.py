@@ -26,7 +26,7 @@ def _label(point: dict[str, Any], axes: list[str]) -> str:
         value = point[a]
         if a == "model" and isinstance(value, str) and "/" in value:
             value = value.rsplit("/", 1)[-1]
-        missing = "exact (no engine)" if a == "engine" else "model"  # max_seq_len None: the model's own
+        missing = {"engine": "exact (no engine)", "step_time": "the spec's"}.get(a, "model")  # max_seq_len: model
         parts.append(f"{a} {value if value is not None else missing}")
     return ", ".join(parts) or "the only point"
 

@@ -284,7 +284,7 @@ def evaluate(task: Task) -> PointResult:
     config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
                        reserve=p.reserve, bucket=p.bucket, policy=p.policy,
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
-                                      step_time=ctx.step_time),
+                                      step_time=p.step_time or ctx.step_time),
                        layout=p.layout, max_seq_len=p.max_seq_len,
                        engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
     if config.engine is not None:

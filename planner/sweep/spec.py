@@ -34,7 +34,7 @@ MAX_POINTS = 100_000
 BUDGET = "budget"  # the reserved axis's default: the device budget (weights from the inventory)
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
-        "rate_scale", "max_seq_len", "engine")
+        "rate_scale", "max_seq_len", "engine", "step_time")
 TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
 
 
@@ -89,6 +89,7 @@ class SweepPoint:
     rate_scale: float = 1.0  # the traffic the constraints are checked at
     max_seq_len: int | None = None
     engine: str | None = None  # an engine model (planner/engines): charge what it charges, limit = its pool
+    step_time: str | None = None  # the grid's step_time axis; None: the spec's time.step_time
 
     @property
     def devices(self) -> int:
@@ -120,7 +121,8 @@ class SweepPoint:
             f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"router={self.router.value}",
             f"reserve={self.reserve_label}", f"policy={self.policy.value}", f"layout={self.layout}",
             f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}")
-            + ((f"engine={self.engine}",) if self.engine else ()))
+            + ((f"engine={self.engine}",) if self.engine else ())
+            + ((f"step_time={self.step_time}",) if self.step_time else ()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
@@ -128,7 +130,7 @@ class SweepPoint:
                 "limit_bytes": self.limit_bytes, "tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "devices": self.devices, "router": self.router.value, "reserve": self.reserve_label,
                 "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
-                "max_seq_len": self.max_seq_len, "engine": self.engine}
+                "max_seq_len": self.max_seq_len, "engine": self.engine, "step_time": self.step_time}
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,10 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                     from csa_plan.planner.engines.registry import get_engine
 
                     values.append(get_engine(read_str(source, where, v), source, where).name)
+            elif axis == "step_time":
+                if v is not None and v not in ("physics", "measured", "fixed"):
+                    raise BadInput(source, where, f"must be physics, measured or fixed, got {str(v)[:40]!r}")
+                values.append(v)
             elif axis == "rate_scale":
                 values.append(read_number(source, where, v, positive=True, at_least=MIN_RATE_SCALE,
                                           at_most=MAX_RATE_SCALE))
@@ -398,7 +404,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         points.append(SweepPoint(
             model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
-            layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"]))
+            layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"],
+            step_time=v["step_time"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
                       step_time=step_time, search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
@@ -407,7 +414,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 _AXIS_DEFAULTS: dict[str, Any] = {
     "model": [], "device": [], "reserved": [BUDGET], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
-    "engine": [None],
+    "engine": [None], "step_time": [None],
 }
 
 

@@ -84,3 +84,20 @@ def test_sweep_latency_bound_and_device_axis(tmp_path, csa):
     figures = {p["key"].split(",")[1]: p["runtime"] for p in points}
     assert figures["device=h200"]["tpot_p99_s"] != figures["device=b200"]["tpot_p99_s"]
     assert all("physics" in f["step_time"] for f in figures.values())
+
+
+def test_sweep_step_time_axis(tmp_path, csa):
+    """The step-time source as a grid axis: the same deployment under each clock, named in each point."""
+    shutil.copy(TRACE, tmp_path / "azure_conv_sample_200.csv")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: clocks\nworkload: azure_conv_sample_200.csv\n"
+                    "grid: {model: deepseek-v4-flash, device: h200, tp: 4, max_seq_len: 65536, engine: vllm-0.33,\n"
+                    "       step_time: [physics, fixed]}\n"
+                    "constraints: {zero_refusals: true, wait_p99_max_s: 5}\nsearch: {rel_tol: 0.2, max_scale: 4}\n")
+    doc = csa("sweep", str(spec), "--json").json()
+    points = doc["points"] if "points" in doc else doc["results"]
+    by = {p["key"].rsplit("step_time=", 1)[1]: p["runtime"] for p in points}
+    assert by["physics"]["step_time"].startswith("physics") and by["fixed"]["step_time"].startswith("fixed")
+    assert by["physics"]["tpot_p99_s"] != by["fixed"]["tpot_p99_s"]
+    r = csa("sweep", str(spec), "--step-time", "fixed")
+    assert r.code == 2 and "step_time grid axis" in r.err
