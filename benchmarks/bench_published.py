@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 
 def main() -> int:
-    from fit_steptime import split, usable
+    from fit_steptime import row_settings, split, usable
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "published_serving.csv"))
@@ -47,8 +47,8 @@ def main() -> int:
     errors: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, row in enumerate(rows):
-            if usable(row) is not None:
-                continue
+            if usable(row) is not None or row["spec_method"] not in ("", "none"):
+                continue  # the SGLang replay has no drafts: EAGLE rows enter the fit only (tools/fit_steptime.py)
             conc = int(row["max_concurrency"])
             n = min(int(row["num_prompts"] or 2 * conc), args.max_requests)
             mix = Path(tmp) / f"row{i}.yaml"
@@ -58,8 +58,9 @@ def main() -> int:
                            f"    output: {{dist: fixed, value: {row['osl']}}}\n")
             gpus = row["num_gpus"] or row["tp"]
             for source in sources:
+                flags = [x for k, v in row_settings(row).items() for x in (f"--{k.replace('_', '-')}", str(v))]
                 argv = [exe, "simulate", str(mix), "--engine", "sglang-0.5.23", "--device-memory", row["gpu"],
-                        "--tp", gpus, "--max-concurrency", str(conc), "--step-time", source, "--json"]
+                        "--tp", gpus, "--max-concurrency", str(conc), "--step-time", source, *flags, "--json"]
                 p = subprocess.run(argv, capture_output=True, text=True)
                 if p.returncode not in (0, 3) or not p.stdout:
                     print(f"{i:>4} {row['model']:18} {row['gpu']:5} {gpus:>2} {conc:>5} {'':17} {source:9} "

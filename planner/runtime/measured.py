@@ -4,7 +4,7 @@ kernel data (NVIDIA, measured on real GPUs), through its compiled per-step estim
 Imported only when a replay asks for it; without the ``[perf]`` extra it is bad input naming
 the extra. The compiled loops take one linear form (``steptime.py``), so the estimator is
 sampled once per deployment over decode batches (1..1024 requests at 1K..64K of context) and
-prefill chunks (256..16K tokens), and the seven coefficients are fitted to the samples by
+prefill chunks (256..16K tokens), and the eight coefficients are fitted to the samples by
 non-negative least squares on relative error; the fit's error against the direct calls is
 measured there and stated in the band. Where aiconfigurator lacks the exact case (its data are
 vLLM 0.24 / SGLang 0.5.14; V4-Flash's MXFP4 experts have no H200 data), the nearest case is
@@ -52,10 +52,10 @@ def _features(q: float) -> tuple[list[list[float]], list[tuple[str, int, int]]]:
     rows, asks = [], []
     for d in DECODE_BATCHES:
         for ctx in DECODE_CONTEXTS:
-            rows.append([1.0, float(d), 0.0, float(d), float(d * ctx), 1.0 - math.exp(q * d)])
+            rows.append([1.0, float(d), 0.0, 0.0, float(d), float(d * ctx), 1.0 - math.exp(q * d)])
             asks.append(("decode", d, ctx))
     for p in PREFILL_TOKENS:
-        rows.append([1.0, float(p), float(p * (p + 1) // 2), 0.0, 0.0, 1.0 - math.exp(q * p)])
+        rows.append([1.0, float(p), float(p), float(p * (p + 1) // 2), 0.0, 0.0, 1.0 - math.exp(q * p)])
         asks.append(("prefill", p, 0))
     return rows, asks
 

@@ -11,9 +11,11 @@ The basis terms of one step, in seconds, per rank of a TP-wide replica:
   (every indexer key, the top-k CSA records, every HCA record, the sliding window) over HBM;
 * ``flops``: the linears' 2 x active parameters per token over the card's GEMM peak, plus the
   attention and indexer work that grows with each token's position, over the BF16 peak;
+* ``prefill_flops``: the linears' work of the prefill tokens again, so a fit can cost a prompt
+  token apart from a decoded one (large-batch GEMMs, activations, chunk overheads);
 * ``comm``: two TP all-reduces of the hidden state per layer per token over the link.
 
-``StepTime.linear``'s seven coefficients are these terms collected by batch feature, so the
+``StepTime.linear``'s eight coefficients are these terms collected by batch feature, so the
 compiled loops evaluate the model without knowing its parts. What is approximated: the
 top-k records are read in full from the first token (a short context reads fewer), a draft
 token costs what a decoded token costs, and DP attention and EP all-to-all are not modelled
@@ -32,7 +34,7 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.runtime.hardware import CardPerf, card_perf
 from csa_plan.planner.runtime.steptime import StepSource, StepTime
 
-BASIS = ("step", "layer", "weights", "state", "flops", "comm")
+BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "comm")
 FIT_FILE = "steptime_fit.json"
 
 
@@ -115,26 +117,26 @@ def basis_rows(cost: ModelCost, perf: CardPerf, tp: int) -> dict[str, tuple[floa
     bw, gemm, bf16 = perf.hbm_bytes_s, perf.gemm_flops, perf.bf16_flops
     q = math.log1p(-cost.experts_per_token / cost.experts) if cost.experts_per_token < cost.experts else -1e300
     ring = 2.0 * (tp - 1) / tp if tp > 1 else 0.0
-    zero = (0.0,) * 6
     return {
-        "step": (1.0, 0, 0, 0, 0, 0, q),
-        "layer": (float(cost.layers), 0, 0, 0, 0, 0, q),
-        "weights": (cost.dense_bytes / tp / bw, 0, 0, 0, 0, cost.expert_bytes / tp / bw, q),
-        "state": (0, 0, 0, cost.request_read_bytes / bw, cost.context_read_bytes / bw, 0, q),
-        "flops": (0, (cost.token_gemm_flops / gemm + cost.token_attn_flops / bf16) / tp,
+        "step": (1.0, 0, 0, 0, 0, 0, 0, q),
+        "layer": (float(cost.layers), 0, 0, 0, 0, 0, 0, q),
+        "weights": (cost.dense_bytes / tp / bw, 0, 0, 0, 0, 0, cost.expert_bytes / tp / bw, q),
+        "state": (0, 0, 0, 0, cost.request_read_bytes / bw, cost.context_read_bytes / bw, 0, q),
+        "flops": (0, (cost.token_gemm_flops / gemm + cost.token_attn_flops / bf16) / tp, 0,
                   cost.position_flops / bf16 / tp, 0, cost.position_flops / bf16 / tp, 0, q),
-        "comm": (0, cost.comm_bytes_per_token * ring / perf.link_bytes_s, 0, 0, 0, 0, q) if tp > 1 else zero + (q,),
+        "prefill_flops": (0, 0, cost.token_gemm_flops / gemm / tp, 0, 0, 0, 0, q),
+        "comm": (0, cost.comm_bytes_per_token * ring / perf.link_bytes_s, 0, 0, 0, 0, 0, q),
     }
 
 
 def linear_model(rows: Mapping[str, tuple[float, ...]], beta: Mapping[str, float]) -> tuple[float, ...]:
     """The coefficients of ``sum(beta[t] * rows[t])`` (the expert term's exponent is shared)."""
-    out = [0.0] * 6
+    out = [0.0] * 7
     for term, vec in rows.items():
         b = float(beta.get(term, 0.0))
-        for i in range(6):
+        for i in range(7):
             out[i] += b * float(vec[i])
-    return (*out, float(next(iter(rows.values()))[6]))
+    return (*out, float(next(iter(rows.values()))[7]))
 
 
 @lru_cache(maxsize=1)

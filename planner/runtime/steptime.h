@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define CSA_LINEAR_TERMS 7
+#define CSA_LINEAR_TERMS 8
 
 typedef struct { int on; double c[CSA_LINEAR_TERMS]; } CsaStepModel; /* on = 0: the fixed constants */
 typedef struct { int64_t prefill, decode_reqs, decode_tokens, decode_ctx; double prefill_pos; } CsaBatch;
@@ -25,8 +25,8 @@ static inline void csa_batch_decode(CsaBatch *b, int64_t context, int64_t n) { /
 static inline int64_t csa_linear_ns(const CsaStepModel *m, const CsaBatch *b) {
     const double *c = m->c;
     double t = (double)(b->prefill + b->decode_tokens);
-    double s = c[0] + c[1] * t + c[2] * b->prefill_pos + c[3] * (double)b->decode_reqs + c[4] * (double)b->decode_ctx
-               + c[5] * (1.0 - exp(c[6] * t));
+    double s = c[0] + c[1] * t + c[2] * (double)b->prefill + c[3] * b->prefill_pos + c[4] * (double)b->decode_reqs
+               + c[5] * (double)b->decode_ctx + c[6] * (1.0 - exp(c[7] * t));
     if (!(s == s && s < 9.2e9)) return INT64_MAX;
     double x = ceil(s * 1e9);
     return x < 1.0 ? 1 : (int64_t)x;
@@ -36,7 +36,7 @@ static inline int csa_parse_model(PyObject *o, CsaStepModel *m) {
     m->on = 0;
     if (o == Py_None) return 0;
     if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != CSA_LINEAR_TERMS) {
-        PyErr_SetString(PyExc_ValueError, "step model: None or a tuple of 7 floats");
+        PyErr_SetString(PyExc_ValueError, "step model: None or a tuple of 8 floats");
         return -1;
     }
     for (int i = 0; i < CSA_LINEAR_TERMS; i++) {

@@ -8,8 +8,8 @@ context lengths. Two forms, one of which a replay carries (``StepTime``):
 * **fixed** (``--step-time fixed``, or ``--tpot-ms`` / ``--prefill-tok-s`` given): the two
   constants of issue 25, ``max(tpot_ms / 1000, prefill tokens / prefill_tok_s)`` seconds.
 * **linear** (``physics``, the default, and ``measured``): seconds =
-  ``c0 + c_tok*T + c_pos*PA + c_req*D + c_ctx*DC + c_exp*(1 - exp(q_log*T))`` where T is the
-  step's tokens, PA the prefill tokens' summed positions, D the decoding requests, DC their
+  ``c0 + c_tok*T + c_pre*P + c_pos*PA + c_req*D + c_ctx*DC + c_exp*(1 - exp(q_log*T))`` where T
+  is the step's tokens, P its prefill tokens, PA their summed positions, D the decoding requests, DC their
   summed context, and the last term the routed-expert weights the T tokens touch per rank
   (each token picks k of E experts: ``q_log = log(1 - k/E)``). ``planner/runtime/physics.py``
   derives the coefficients from the card, the model and the deployment, with coefficients
@@ -28,7 +28,7 @@ from enum import Enum
 
 from csa_plan.planner.units import NS_PER_S
 
-LINEAR_TERMS = 7  # c0, c_tok, c_pos, c_req, c_ctx, c_exp, q_log
+LINEAR_TERMS = 8  # c0, c_tok, c_pre, c_pos, c_req, c_ctx, c_exp, q_log
 
 
 class StepSource(str, Enum):
@@ -73,8 +73,9 @@ class StepTime:
         if self.linear is None:
             d.update(tpot_ms=self.tpot_ms, prefill_tok_s=self.prefill_tok_s)
         else:
-            d["coefficients"] = dict(zip(("c0_s", "per_token_s", "per_prefill_position_s", "per_decode_request_s",
-                                          "per_decode_context_token_s", "experts_s", "expert_miss_log"), self.linear))
+            d["coefficients"] = dict(zip(("c0_s", "per_token_s", "per_prefill_token_s", "per_prefill_position_s",
+                                          "per_decode_request_s", "per_decode_context_token_s", "experts_s",
+                                          "expert_miss_log"), self.linear))
         return d
 
 
@@ -101,19 +102,20 @@ class StepBatch:
         self.decode_ctx += context
 
 
-def linear_seconds(c: tuple[float, ...], tokens: int, prefill_pos: float, decode_reqs: int, decode_ctx: int) -> float:
+def linear_seconds(c: tuple[float, ...], tokens: int, prefill: int, prefill_pos: float, decode_reqs: int,
+                   decode_ctx: int) -> float:
     """The linear form (module docstring), in the order ``steptime.h`` evaluates it."""
     t = float(tokens)
-    return (c[0] + c[1] * t + c[2] * prefill_pos + c[3] * float(decode_reqs) + c[4] * float(decode_ctx)
-            + c[5] * (1.0 - math.exp(c[6] * t)))
+    return (c[0] + c[1] * t + c[2] * float(prefill) + c[3] * prefill_pos + c[4] * float(decode_reqs)
+            + c[5] * float(decode_ctx) + c[6] * (1.0 - math.exp(c[7] * t)))
 
 
 def batch_ns(batch: StepBatch, time: StepTime) -> int:
     """Nanoseconds a step holding ``batch`` lasts (see the module docstring)."""
     if time.linear is None:
         return step_ns(batch.prefill, time)
-    s = linear_seconds(time.linear, batch.prefill + batch.decode_tokens, batch.prefill_pos, batch.decode_reqs,
-                       batch.decode_ctx)
+    s = linear_seconds(time.linear, batch.prefill + batch.decode_tokens, batch.prefill, batch.prefill_pos,
+                       batch.decode_reqs, batch.decode_ctx)
     x = math.ceil(s * 1e9) if s == s and s < 9.2e9 else 1 << 63
     return max(1, x)
 

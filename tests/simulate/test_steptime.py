@@ -29,16 +29,16 @@ def test_batch_counts_positions_and_contexts():
 
 
 def test_linear_form_by_hand():
-    c = (0.001, 1e-6, 1e-9, 2e-5, 1e-8, 0.004, math.log(0.5))
+    c = (0.001, 1e-6, 3e-6, 1e-9, 2e-5, 1e-8, 0.004, math.log(0.5))
     b = StepBatch()
     b.add_prefill(0, 2)  # positions 1 + 2
     b.add_decode(1000, 1)
     tokens = 3
-    want = 0.001 + 1e-6 * 3 + 1e-9 * 3 + 2e-5 * 1 + 1e-8 * 1000 + 0.004 * (1 - 0.5 ** 3)
-    assert linear_seconds(c, tokens, 3.0, 1, 1000) == pytest.approx(want, rel=1e-15)
+    want = 0.001 + 1e-6 * 3 + 3e-6 * 2 + 1e-9 * 3 + 2e-5 * 1 + 1e-8 * 1000 + 0.004 * (1 - 0.5 ** 3)
+    assert linear_seconds(c, tokens, 2, 3.0, 1, 1000) == pytest.approx(want, rel=1e-15)
     t = StepTime(20.0, 10_000.0, linear=c, source=StepSource.PHYSICS)
-    assert batch_ns(b, t) == math.ceil(linear_seconds(c, tokens, 3.0, 1, 1000) * 1e9)
-    assert batch_ns(StepBatch(), StepTime(20.0, 10_000.0, linear=(0.0,) * 6 + (-1.0,))) == 1  # never a 0 ns step
+    assert batch_ns(b, t) == math.ceil(linear_seconds(c, tokens, 2, 3.0, 1, 1000) * 1e9)
+    assert batch_ns(StepBatch(), StepTime(20.0, 10_000.0, linear=(0.0,) * 7 + (-1.0,))) == 1  # never a 0 ns step
     with pytest.raises(ValueError):
         StepTime(20.0, 10_000.0, linear=(1.0, 2.0))
 
@@ -89,10 +89,12 @@ def test_physics_terms_by_hand():
     assert c.comm_bytes_per_token == 2.0 * 3 * 10 * 2
     perf = CardPerf("x", "hopper", 1e12, 1e15, 2e15, 1e11, "hand")
     rows = basis_rows(c, perf, 2)
-    assert rows["weights"][0] == 1100 / 2 / 1e12 and rows["weights"][5] == 400 / 2 / 1e12
+    assert rows["weights"][0] == 1100 / 2 / 1e12 and rows["weights"][6] == 400 / 2 / 1e12
     assert rows["flops"][1] == (c.token_gemm_flops / 2e15 + c.token_attn_flops / 1e15) / 2
+    assert rows["prefill_flops"][2] == c.token_gemm_flops / 2e15 / 2
+    assert rows["state"][4] == c.request_read_bytes / 1e12 and rows["state"][5] == c.context_read_bytes / 1e12
     assert rows["comm"][1] == c.comm_bytes_per_token * 1.0 / 1e11
-    assert rows["step"][6] == math.log1p(-0.5)
+    assert rows["step"][7] == math.log1p(-0.5)
 
 
 def test_unknown_card_refuses_physics():
@@ -109,10 +111,10 @@ def test_unknown_card_refuses_physics():
 
 
 def _linear_times():
-    return st.builds(lambda c0, tok, pos, req, ctx, exp: StepTime(
-        20.0, 10_000.0, linear=(c0, tok, pos, req, ctx, exp, math.log1p(-6 / 256)), source=StepSource.PHYSICS),
-        st.floats(1e-4, 0.02), st.floats(0, 1e-5), st.floats(0, 1e-11), st.floats(0, 1e-4), st.floats(0, 1e-8),
-        st.floats(0, 0.05))
+    return st.builds(lambda c0, tok, pre, pos, req, ctx, exp: StepTime(
+        20.0, 10_000.0, linear=(c0, tok, pre, pos, req, ctx, exp, math.log1p(-6 / 256)), source=StepSource.PHYSICS),
+        st.floats(1e-4, 0.02), st.floats(0, 1e-5), st.floats(0, 1e-5), st.floats(0, 1e-11), st.floats(0, 1e-4),
+        st.floats(0, 1e-8), st.floats(0, 0.05))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
