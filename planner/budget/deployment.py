@@ -52,7 +52,14 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            mem_fraction_static=get("mem_fraction_static"),
                            speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
                            moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
-                           shared_expert_tp1=bool(get("shared_expert_tp1")))
+                           shared_expert_tp1=bool(get("shared_expert_tp1")), max_num_seqs=get("max_num_seqs"),
+                           cudagraph_capture_sizes=get("cudagraph_capture_sizes"),
+                           max_cudagraph_capture_size=get("max_cudagraph_capture_size"),
+                           enforce_eager=bool(get("enforce_eager")), cudagraph_mode=get("cudagraph_mode"),
+                           estimate_cudagraphs=get("estimate_cudagraphs"), moe_backend=get("moe_backend"),
+                           cuda_graph_max_bs=get("cuda_graph_max_bs"),
+                           disable_cuda_graph=bool(get("disable_cuda_graph")),
+                           moe_a2a_backend=get("moe_a2a_backend"))
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
