@@ -55,11 +55,19 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            shared_expert_tp1=bool(get("shared_expert_tp1")), max_num_seqs=get("max_num_seqs"),
                            cudagraph_capture_sizes=get("cudagraph_capture_sizes"),
                            max_cudagraph_capture_size=get("max_cudagraph_capture_size"),
-                           enforce_eager=bool(get("enforce_eager")), cudagraph_mode=get("cudagraph_mode"),
+                           enforce_eager=bool(get("enforce_eager")), cudagraph_mode=_cudagraph_mode(get("compilation_config")),
                            estimate_cudagraphs=get("estimate_cudagraphs"), moe_backend=get("moe_backend"),
                            cuda_graph_max_bs=get("cuda_graph_max_bs"),
                            disable_cuda_graph=bool(get("disable_cuda_graph")),
                            moe_a2a_backend=get("moe_a2a_backend"))
+
+
+def _cudagraph_mode(compilation_config: str | None) -> str | None:
+    if compilation_config is None:
+        return None
+    from csa_plan.planner.engines.settings import cudagraph_mode
+
+    return cudagraph_mode(compilation_config)
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
