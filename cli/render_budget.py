@@ -60,6 +60,17 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         label = step["label"] + marker(step)
         table.add_row(f"{label}\n[dim]  {step['source']}[/dim]", shown, fmt_bytes_short(left))
     console.print(table)
+    cal = budget.get("calibration")
+    if cal:
+        t = Table(title=f"--from-log {escape(cal['source'])}: what the log implies, what csa-plan predicts "
+                        "(at the log's flags)", title_justify="left")
+        for col in ("term", "implied", "predicted", "implied - predicted"):
+            t.add_column(col, justify="left" if col == "term" else "right", overflow="fold")
+        for term in cal["terms"]:
+            i, p = term["implied_bytes"], term["predicted_bytes"]
+            t.add_row(escape(term["term"]), "not in the log" if i is None else fmt_bytes_short(i),
+                      fmt_bytes_short(p), "" if i is None else f"{i - p:+,} B")
+        console.print(t)
     if not budget["weights_fit"] or head_shown:
         return
     console.print(f"State pool (KV memory) per GPU: {fmt_bytes(budget['kv_memory_bytes'])}")
