@@ -164,3 +164,17 @@ def test_sglang_preload_usage_is_a_step():
     b = budget(sglang_req(mem_fraction_static=0.85))
     pre = step(b, "memory in use before the weights load")
     assert pre.bytes == SGLANG_PRELOAD_BYTES * 85 // 100 and "InferenceX#2128" in pre.source and pre.band_pct == 30
+
+
+def test_the_waterfall_names_each_term_with_its_source_and_band(csa, tmp_path):
+    """Text (label, band, source), --json (source, band_pct) and --budget-plot all carry the terms."""
+    args = ("check", "deepseek-v4-flash", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000", "--tp", "2",
+            "--max-seq-len", "1M", "--max-num-batched-tokens", "4096", "--max-num-seqs", "64",
+            "--num-speculative-tokens", "2", "--gpu-memory-utilization", "0.95")
+    out = csa(*args).out
+    for part in ("CUDA graph estimate: PIECEWISE=42 (largest=384),", "FULL=26 (largest=192) (est. ±35 %)",
+                 "(est. ±60 %)", "(est. ±50 %)", "profile_cudagraph_memory"):
+        assert part in out, part
+    path = tmp_path / "budget.png"
+    r = csa(*args, "--budget-plot", str(path))
+    assert r.code == 0 and path.stat().st_size > 1000
