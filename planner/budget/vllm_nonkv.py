@@ -135,15 +135,26 @@ def capture_sizes(release: str, *, max_num_seqs: int, mnbt: int, spec_tokens: in
     return tuple(out)
 
 
-def capture_descs(mode: str, sizes: tuple[int, ...], max_num_seqs: int, spec_tokens: int) -> dict[str, list[int]]:
+def capture_descs(mode: str, sizes: tuple[int, ...], max_num_seqs: int, spec_tokens: int,
+                  v2: bool = False) -> dict[str, list[int]]:
     """Token counts per runtime mode, largest first (v1/cudagraph_dispatcher.py initialize_cudagraph_keys,
     get_capture_descs); with spec decoding and FULL decode graphs the sizes are first rounded up to a
-    multiple of the decode query length (compilation.py adjust_cudagraph_sizes_for_spec_decode)."""
+    multiple of the decode query length (compilation.py adjust_cudagraph_sizes_for_spec_decode). ``v2``:
+    vllm-0.33's Model Runner V2 (v1/worker/gpu/cudagraph_utils.py:256-379): no such rounding; the FULL
+    decode graphs are each size rounded up to the query length, up to max_num_seqs requests."""
     dq = 1 + spec_tokens
     mixed = {"PIECEWISE": "PIECEWISE", "FULL": "FULL", "FULL_AND_PIECEWISE": "PIECEWISE"}.get(mode)
     full_decode = mode in ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
     if mode == "NONE" or not sizes:
         return {}
+    if v2:
+        out = {mixed: sorted(sizes, reverse=True)} if mixed is not None else {}
+        if full_decode:
+            top = max(sizes)
+            decode = {_round_up(s, dq) for s in sizes}
+            out["FULL"] = sorted({t for t in decode if t <= min(dq * max_num_seqs, top)} | set(out.get("FULL", [])),
+                                 reverse=True)
+        return {m: d for m, d in out.items() if d}
     if (full_decode or mode == "FULL") and dq > 1:
         top = max(sizes)
         rounded = sorted({_round_up(s, dq) for s in sizes if _round_up(s, dq) <= top})
@@ -158,12 +169,18 @@ def capture_descs(mode: str, sizes: tuple[int, ...], max_num_seqs: int, spec_tok
     return {m: d for m, d in out.items() if d}
 
 
-def graph_estimate_bytes(descs: dict[str, list[int]], token_bytes: int, factor_ppm: int) -> int:
-    """Sum over modes of first capture + (n - 1) x max(second capture, 1 MiB) (gpu_model_runner.py:6560-6590)."""
+def graph_estimate_bytes(descs: dict[str, list[int]], token_bytes: int, factor_ppm: int,
+                         piecewise_measured: bool = False) -> int:
+    """Sum over modes of first capture + (n - 1) x max(second capture, 1 MiB) (gpu_model_runner.py:6560-6590).
+    ``piecewise_measured``: vllm-0.33's Model Runner V2 captures every PIECEWISE graph into one shared pool and
+    measures it (cudagraph_utils.py:922-1010): csa-plan takes the largest capture plus 1 MiB a further graph."""
     total = 0
-    for d in descs.values():
+    for mode, d in descs.items():
         first = d[0] * token_bytes * factor_ppm // 1_000_000
-        per = max(d[1] * token_bytes * factor_ppm // 1_000_000, MIN_PER_GRAPH_BYTES) if len(d) > 1 else 0
+        if piecewise_measured and mode == "PIECEWISE":
+            per = MIN_PER_GRAPH_BYTES
+        else:
+            per = max(d[1] * token_bytes * factor_ppm // 1_000_000, MIN_PER_GRAPH_BYTES) if len(d) > 1 else 0
         total += first + (len(d) - 1) * per
     return total
 
@@ -197,7 +214,13 @@ def graph_plan(c: StageContext, release: str, max_num_seqs: int, mnbt: int) -> G
     sm100 = gpu_target(s.gpu, memory_bytes=c.card_bytes).capability[0] == 10
     sizes = capture_sizes(release, max_num_seqs=max_num_seqs, mnbt=mnbt, spec_tokens=s.speculative_tokens,
                           sm100=sm100, sizes=s.cudagraph_capture_sizes, max_size=s.max_cudagraph_capture_size)
-    return GraphPlan(mode, source, estimated, sizes, capture_descs(mode, sizes, max_num_seqs, s.speculative_tokens))
+    return GraphPlan(mode, source, estimated, sizes,
+                     capture_descs(mode, sizes, max_num_seqs, s.speculative_tokens, v2=release in V2_RUNNER))
+
+
+# Releases whose default model runner for DeepSeek-V4 is Model Runner V2 (vllm-0.33.0 config/vllm.py:731-767:
+# on unless VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature; MTP is supported).
+V2_RUNNER = ("vllm-0.33",)
 
 
 def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int) -> tuple[Step, ...]:
@@ -231,12 +254,16 @@ def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int
         steps.append(Step(StepKind.RESERVE, "CUDA graphs: none captured", 0, g.mode_source))
     else:
         counts = ", ".join(f"{m}={len(v)} (largest={v[0]})" for m, v in g.descs.items())
-        est = graph_estimate_bytes(g.descs, token_bytes, fit.graph_factor_ppm)
+        v2 = release in V2_RUNNER
+        est = graph_estimate_bytes(g.descs, token_bytes, fit.graph_factor_ppm, piecewise_measured=v2)
+        shape = ("Model Runner V2 (v1/worker/gpu/cudagraph_utils.py:922-1039): PIECEWISE measured in one pool "
+                 "(largest + 1 MiB a graph), FULL first + (n-1) x second" if v2 else
+                 "profile_cudagraph_memory (v1/worker/gpu_model_runner.py): first + (n-1) x second capture")
         if g.estimated:
             steps.append(Step(StepKind.RESERVE, f"CUDA graph estimate: {counts}", est,
-                              f"profile_cudagraph_memory (gpu_model_runner.py; subtracted: gpu_worker.py "
+                              f"{shape} (subtracted: gpu_worker.py "
                               f"determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); mode "
-                              f"{g.mode} ({g.mode_source}); first + (n-1) x second capture, one capture = "
+                              f"{g.mode} ({g.mode_source}); one capture = "
                               f"{fit.graph_factor_ppm / 1e6:.3f} x its tokens' activation bytes; {how}",
                               estimate=True, band_pct=fit.graph_band_pct * widen))
         else:

@@ -62,6 +62,22 @@ def test_release_rules_differ_where_the_code_does():
     assert given == (1, 2, 4)  # sizes above max_num_batched_tokens dropped (config/vllm.py:1742-1747)
 
 
+def test_vllm_033_runs_model_runner_v2():
+    """0.33's default runner for DeepSeek-V4 is Model Runner V2 (config/vllm.py:731-767): no spec-decode
+    rounding of the capture sizes; FULL decode graphs are the sizes rounded up to the query length
+    (cudagraph_utils.py:256-379); PIECEWISE graphs are measured in one pool, not extrapolated (:922-1010)."""
+    sizes = capture_sizes("vllm-0.33", max_num_seqs=64, mnbt=4096, spec_tokens=2, sm100=False, sizes=None,
+                          max_size=None)
+    descs = capture_descs("FULL_AND_PIECEWISE", sizes, 64, 2, v2=True)
+    assert len(descs["PIECEWISE"]) == len(sizes) and descs["PIECEWISE"][0] == 384
+    assert all(t % 3 == 0 and t <= 192 for t in descs["FULL"]) and descs["FULL"][0] == 192
+    v1 = graph_estimate_bytes({"PIECEWISE": [10_000, 8_000, 4]}, 1000, 1_000_000)
+    v2 = graph_estimate_bytes({"PIECEWISE": [10_000, 8_000, 4]}, 1000, 1_000_000, piecewise_measured=True)
+    assert (v1, v2) == (10_000_000 + 2 * 8_000_000, 10_000_000 + 2 * MiB)
+    g = step(rtx_budget(engine="vllm-0.33"), "CUDA graph estimate")
+    assert "Model Runner V2" in g.source
+
+
 def test_estimator_shape_first_plus_per_graph():
     """first capture + (n - 1) x second capture, at least 1 MiB a graph (gpu_model_runner.py:6560-6590)."""
     assert graph_estimate_bytes({"PIECEWISE": [10, 8, 4]}, 1000, 1_000_000) == 10_000 + 2 * MiB
