@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.record import record
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.units import GiB
 
 MAX_LOG_BYTES = 64 << 20      # a start-up log is a few MB; larger is not one
@@ -142,7 +143,8 @@ def check_matches(log: StartupLog, *, model: str, engine: str, capability: tuple
         want = _model_key(model)
         got = re.sub(r"[^a-z0-9]", "", log.model.lower())
         if want not in got:
-            raise BadInput(log.path, "--from-log", f"model: the log loads {log.model}, the command names {model}")
+            raise BadInput(log.path, "--from-log", f"model: the log loads {excerpt(log.model)}, the command names "
+                           f"{excerpt(model)}")
     if log.capability is not None and log.capability != capability:
         raise BadInput(log.path, "--from-log", f"GPU: the log's device is sm_{log.capability[0]}{log.capability[1]}, "
                        f"the command's {card} is sm_{capability[0]}{capability[1]}")

@@ -60,7 +60,7 @@ def test_a_mismatched_log_is_bad_input_naming_the_mismatch(csa):
         assert r.code == 2 and why in r.err and len(r.err.strip().splitlines()) == 1, r.err
     r = csa("check", "deepseek-v4-pro", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000", "--tp", "2",
             "--from-log", RTX_LOG)
-    assert r.code == 2 and "model: the log loads deepseek-ai/DeepSeek-V4-Flash" in r.err
+    assert r.code == 2 and "model: the log loads 'deepseek-ai/DeepSeek-V4-Flash'" in r.err
     for path, why in (("/nonexistent.log", "cannot read the log"), (SGLANG_LOG, "engine: the log is sglang's")):
         r = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000",
                 "--tp", "2", "--from-log", path)
