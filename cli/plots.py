@@ -250,7 +250,7 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
             heights.append(n)
             colors.append("tab:orange" if s["kind"] == "weights" else ("tab:gray" if s["estimate"] else "tab:red"))
             level -= n
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(steps) + 1.5))
+    fig, ax = plt.subplots(figsize=(12, 0.65 * len(steps) + 1.5))  # two-line labels: the step and its source
     y = list(range(len(steps)))[::-1]
     ax.barh(y, heights, left=bottoms, color=colors)
     ax.set_yticks(y, labels, fontsize=8)
