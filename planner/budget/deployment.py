@@ -145,7 +145,7 @@ def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
     log = read_startup_log(path)
     gpu = gpu_target(req.settings.gpu, memory_bytes=req.card_bytes)
     check_matches(log, model=req.model, engine=req.engine, capability=gpu.capability, card=gpu.name,
-                  tp_dp=req.placement.tp * req.placement.dp)
+                  tp_dp=req.placement.tp * req.placement.dp, card_bytes=req.card_bytes)
     a = log.args
     flags = {"max_num_batched_tokens": a.get("max_num_batched_tokens"), "max_num_seqs": a.get("max_num_seqs"),
              "gpu_memory_utilization": a.get("gpu_memory_utilization"),

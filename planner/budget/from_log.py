@@ -40,6 +40,8 @@ class StartupLog:
     graph_counts: str | None = None             # vLLM "Profiling CUDA graph memory: ..."
     kv_gib: float | None = None                 # vLLM "Available KV cache memory: X GiB"
     kv_tokens: int | None = None                # vLLM "GPU KV cache size: N tokens"; SGLang max_total_num_tokens
+    total_gib: float | None = None              # vLLM "Free memory on device (free/total GiB)"
+    actual: tuple[float, float, float] | None = None  # vLLM "Actual usage is W ... A ... G GiB" (after capture)
     avail_gb: float | None = None               # SGLang "Load weight end ... avail mem=X GB"
     usage_gb: float | None = None               # SGLang "mem usage=Y GB"
 
@@ -55,6 +57,9 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "graphs": re.compile(r"Profiling CUDA graph memory: (.*)$"),
     "kv": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
     "tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "device": re.compile(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\)"),
+    "actual": re.compile(r"Actual usage is ([\d.]+) GiB for consumed memory \(weights \+ non-torch\), "
+                         r"([\d.]+) GiB for peak activation, and ([\d.]+) GiB for CUDAGraph memory"),
     "sglang_load": re.compile(r"Load weight end\..*avail mem=([\d.]+) GB, mem usage=([\d.]+) GB"),
     "sglang_tokens": re.compile(r"max_total_num_tokens=(\d+)"),
     "args": re.compile(r"non-default args: (\{.*\})\s*$"),
@@ -92,7 +97,7 @@ def read_startup_log(path: str) -> StartupLog:
                 if len(line) > MAX_LINE_CHARS:
                     continue
                 for name, pat in _PATTERNS.items():
-                    if name in found and name not in ("tokens", "kv"):
+                    if name in found:  # the first of each (every worker prints its own)
                         continue
                     m = pat.search(line)
                     if m:
@@ -100,11 +105,11 @@ def read_startup_log(path: str) -> StartupLog:
     except OSError as exc:
         raise BadInput(path, "--from-log", f"cannot read the log: {exc.strerror or exc}") from None
     g = lambda n, i=1: found[n].group(i) if n in found else None  # noqa: E731
-    vllm = any(n in found for n in ("loading", "kv", "tokens", "util"))
+    vllm = any(n in found for n in ("loading", "kv", "tokens", "util", "device", "actual"))
     sglang = any(n in found for n in ("sglang_load", "sglang_tokens"))
     if vllm == sglang:
         raise BadInput(path, "--from-log", "not a vLLM or SGLang start-up log csa-plan can read: it needs vLLM's "
-                       "'Available KV cache memory' / 'GPU KV cache size' lines or SGLang's 'Load weight end' / "
+                       "'Available KV cache memory' / 'GPU KV cache size' / 'Actual usage' lines or SGLang's 'Load weight end' / "
                        "'max_total_num_tokens=' lines" + (" (it has both)" if vllm else ""))
     cap = (int(g("capability")), int(g("capability", 2))) if "capability" in found else None
     tp_m = found.get("tp")
@@ -118,7 +123,9 @@ def read_startup_log(path: str) -> StartupLog:
                           util=float(g("util")) if g("util") else None,
                           util_eq=float(g("util", 2)) if g("util") else None, graph_counts=g("graphs"),
                           kv_gib=float(g("kv")) if g("kv") else None,
-                          kv_tokens=int(tokens.replace(",", "")) if tokens else None)
+                          kv_tokens=int(tokens.replace(",", "")) if tokens else None,
+                          total_gib=float(g("device", 2)) if g("device") else None,
+                          actual=tuple(float(g("actual", i)) for i in (1, 2, 3)) if g("actual") else None)
     return StartupLog(engine="sglang", version=g("sglang_version"), **common,
                       avail_gb=float(g("sglang_load")) if g("sglang_load") else None,
                       usage_gb=float(g("sglang_load", 2)) if g("sglang_load") else None,
@@ -130,7 +137,7 @@ def _model_key(name: str) -> str:
 
 
 def check_matches(log: StartupLog, *, model: str, engine: str, capability: tuple[int, int], card: str,
-                  tp_dp: int) -> None:
+                  tp_dp: int, card_bytes: int | None = None) -> None:
     """Bad input naming the first thing the log and the command disagree on."""
     family, _, release = engine.partition("-")
     if family != log.engine:
@@ -148,6 +155,9 @@ def check_matches(log: StartupLog, *, model: str, engine: str, capability: tuple
     if log.capability is not None and log.capability != capability:
         raise BadInput(log.path, "--from-log", f"GPU: the log's device is sm_{log.capability[0]}{log.capability[1]}, "
                        f"the command's {card} is sm_{capability[0]}{capability[1]}")
+    if log.total_gib is not None and card_bytes is not None and abs(log.total_gib - card_bytes / GiB) > 0.01:
+        raise BadInput(log.path, "--from-log", f"GPU memory: the log's device has {log.total_gib} GiB, the command's "
+                       f"{card} {card_bytes / GiB:.2f} GiB")
     if log.tp is not None and log.tp != tp_dp:
         raise BadInput(log.path, "--from-log", f"tensor parallel: the log ran tp {log.tp}, the command tp x dp "
                        f"{tp_dp}")
@@ -200,10 +210,18 @@ def calibrate(log: StartupLog, at_log: Any, tokens_at: Callable[[int], int]) -> 
         g = round((log.util - log.util_eq) * card) if log.util is not None and log.util_eq is not None else None
         m = int(log.model_loading_gib * GiB) if log.model_loading_gib is not None else None
         rest = s.usable_bytes - kv - (g or 0) - (m or 0) if g is not None and m is not None else None
+        if log.actual is not None:  # after capture: consumed (weights + non-torch), peak activation, graphs
+            w_nt, peak, actual_graphs = (int(x * GiB) for x in log.actual)
+            nt_pred = by("non-torch memory")
+            extra = (("weights + non-torch ('Actual usage ... consumed memory')", w_nt, predicted_model + nt_pred),
+                     ("peak activation ('Actual usage ... peak activation')", peak, predicted_rest - nt_pred),
+                     ("CUDA graphs as captured ('Actual usage ... CUDAGraph memory')", actual_graphs, graphs))
+        else:
+            extra = ()
         terms = (("weights + buffers built with the model ('Model loading took')", m, predicted_model),
                  ("profile-run peak + non-torch (what is left)", rest, predicted_rest),
                  ("CUDA graph estimate ((u - u_eq) x total)", g, graphs),
-                 ("KV cache memory ('Available KV cache memory')", kv, s.kv_memory_bytes))
+                 ("KV cache memory ('Available KV cache memory')", kv, s.kv_memory_bytes), *extra)
     else:
         if log.kv_tokens is None:
             raise BadInput(log.path, "--from-log", "no 'max_total_num_tokens=' line to calibrate on")

@@ -89,3 +89,13 @@ def test_sglang_log_calibrates_the_pool(csa):
     assert d["engine"]["pool"]["tokens"] == 1_059_584
     terms = d["budget"]["calibration"]["terms"]
     assert terms[0]["implied_bytes"] is None and 8.05 < terms[-1]["implied_bytes"] / (1 << 30) < 8.07
+
+
+def test_after_capture_lines_are_read_and_the_card_is_checked(csa):
+    """vllm#50576's "Free memory on device (46.93/47.4 GiB)" and "Actual usage is 40.33 GiB ..., 3.12 GiB for peak
+    activation, and 2.51 GiB for CUDAGraph memory": read; against a 95.59 GiB card it is the wrong GPU."""
+    path = str(LOGS / "vllm-fork-50576-sm8x.log")
+    log = read_startup_log(path)
+    assert log.total_gib == 47.4 and log.actual == (40.33, 3.12, 2.51)
+    r = csa(*RTX, "--from-log", path)
+    assert r.code == 2 and "GPU memory: the log's device has 47.4 GiB" in r.err
