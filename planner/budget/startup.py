@@ -207,9 +207,19 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
 def _vllm_resolved(c: StageContext, release: str = "vllm-0.33") -> dict[str, Any]:
     mnbt, src = _vllm_mnbt(c, release)
     util = c.settings.gpu_memory_utilization
-    return {"max_num_batched_tokens": {"value": mnbt, "source": src},
-            "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
-                                       "source": "given" if util is not None else "config/cache.py:215"}}
+    out = {"max_num_batched_tokens": {"value": mnbt, "source": src},
+           "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
+                                      "source": "given" if util is not None else "config/cache.py:215"}}
+    if c.dims is not None:
+        from csa_plan.planner.budget.vllm_nonkv import graph_plan
+
+        g = graph_plan(c, release, _vllm_max_num_seqs(c, release), mnbt)
+        out["cudagraph_mode"] = {"value": g.mode, "source": g.mode_source}
+        out["cudagraph_capture_sizes"] = {"value": list(g.sizes), "source": "the release's capture list "
+                                          "(config/vllm.py _set_cudagraph_sizes) or --cudagraph-capture-sizes"}
+        out["estimate_cudagraphs"] = {"value": g.estimated, "source": "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS "
+                                      "(default 1) or --estimate-cudagraphs/--no-estimate-cudagraphs"}
+    return out
 
 
 VLLM = StartupRules("vllm-0.33", _vllm_usable, _vllm_reserves, _vllm_resolved)

@@ -38,6 +38,8 @@ def test_capture_list_is_the_logs():
     graph memory: PIECEWISE=42 (largest=384), FULL=26 (largest=192)"; csa-plan builds the same list."""
     sizes = capture_sizes("vllm-0.25", max_num_seqs=64, mnbt=4096, spec_tokens=2, sm100=False, sizes=None,
                           max_size=None)
+    # the log's own compilation_config: 'cudagraph_capture_sizes': [1, 2, 4, 8, 16, ..., 248, 256, 272, ..., 384]
+    assert sizes == (1, 2, 4, *range(8, 256, 8), *range(256, 385, 16))
     descs = capture_descs("FULL_AND_PIECEWISE", sizes, 64, 2)
     assert {m: (len(d), d[0], d[1]) for m, d in descs.items()} == {"PIECEWISE": (42, 384, 369), "FULL": (26, 192, 186)}
     # without speculative decoding: 51 sizes up to 512 (ENGINES.md), FULL decode graphs up to max_num_seqs
