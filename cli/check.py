@@ -42,6 +42,9 @@ PARAMS = (
         help="Print the csa-plan/check/v2 JSON document (docs/answers.md)."),
     *engine_params(),
     *DEPLOYMENT_PARAMS,
+    Opt(("--from-log",), "from_log", metavar="FILE",
+        help="A vLLM or SGLang start-up log of this model, release, GPU and TP: calibrate the start-up terms "
+             "on it and show what it implies beside the prediction (docs/device-budget.md)."),
 )
 
 
@@ -51,7 +54,8 @@ PARAMS = (
 def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, batch: int | None, kv_format: str | None,
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
-          kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
+          kv_memory: int | None, engine_settings, deployment, budget_plot: str | None,
+          from_log: str | None = None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -60,6 +64,14 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     from csa_plan.planner.plan import PlanOptions
 
 
+    if from_log is not None:
+        if device_memory is None:
+            from csa_plan.planner.errors import BadInput
+
+            raise BadInput("options", "--from-log", "needs a device (--device-memory or --gpu) to budget")
+        from dataclasses import replace
+
+        deployment = replace(deployment, from_log=from_log)
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from csa_plan.cli.options import CACHE_FORMAT, COUNT, SIZE, FloatType, SuggestChoice
+from csa_plan.cli.options import CACHE_FORMAT, COUNT, COUNTS, SIZE, FloatType, SuggestChoice
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 
 
@@ -35,6 +35,8 @@ def click_type(opt: Opt) -> Any:
     kind = opt.kind
     if kind is Kind.COUNT:
         return COUNT
+    if kind is Kind.COUNTS:
+        return COUNTS
     if kind is Kind.SIZE:
         return SIZE
     if kind is Kind.NUMBER:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from csa_plan.planner.units import GiB, KiB, MiB
 
 
@@ -46,3 +48,11 @@ def plural(n: int, noun: str, plural_form: str | None = None) -> str:
     """``1 device``, ``2 devices``, ``1,000 requests``: the count with separators, the noun agreeing."""
     word = noun if n == 1 else (plural_form or noun + "s")
     return f"{n:,} {word}"
+
+
+def marker(step: dict[str, Any]) -> str:
+    """What a step's label gets: " (est. ±30 %)" for an estimate with its band, " (est.)", or nothing."""
+    if not step["estimate"]:
+        return ""
+    band = step.get("band_pct")
+    return f" (est. ±{band} %)" if band is not None else " (est.)"

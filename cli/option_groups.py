@@ -24,6 +24,14 @@ def _engine_help(opt: Opt) -> str:
 
 # -- engine settings, spelled as the engines spell them ---------------------------------------
 
+# vllm-0.25.0 config/kernel.py MoEBackend; sglang-0.5.23 layers/moe/utils.py MoeA2ABackend (names only:
+# no planner module is imported to parse a command)
+VLLM_MOE_BACKENDS = ("auto", "triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+                     "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_b12x", "marlin", "humming",
+                     "triton_unfused", "aiter")
+SGLANG_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "ascend_tp", "flashinfer",
+                       "megamoe", "deepep_v2", "pplx", "flashinfer_megamoe", "customized")
+
 ENGINE_PARAMS: tuple[Opt, ...] = (
     Opt(("--engine",), "engine", metavar="NAME", help_from=_engine_help),
     Opt(("--kv-memory",), "kv_memory", Kind.SIZE,
@@ -61,6 +69,25 @@ ENGINE_PARAMS: tuple[Opt, ...] = (
     Opt(("--shared-expert-tp1",), "shared_expert_tp1", Kind.FLAG, default=None,
         help="SGLang run with SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated on every rank "
              "(lifts its 128-column block rule) [default: off]."),
+    Opt(("--cudagraph-capture-sizes",), "cudagraph_capture_sizes", Kind.COUNTS, metavar="N,N,...",
+        help="vLLM CUDA-graph capture sizes [default: the release's list up to --max-cudagraph-capture-size]."),
+    Opt(("--max-cudagraph-capture-size",), "max_cudagraph_capture_size", Kind.COUNT,
+        help="vLLM largest CUDA-graph capture [default: min(max_num_seqs x (1 + draft tokens) x 2, 512)]."),
+    Opt(("--enforce-eager",), "enforce_eager", Kind.FLAG, default=None,
+        help="vLLM eager mode: no CUDA graphs captured nor subtracted [default: off]."),
+    Opt(("--compilation-config",), "compilation_config", metavar="JSON",
+        help="vLLM compilation config; its cudagraph_mode is read (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, "
+             "FULL_AND_PIECEWISE) [default: FULL_AND_PIECEWISE]."),
+    Opt(("--estimate-cudagraphs",), "estimate_cudagraphs", Kind.SWITCH, off=("--no-estimate-cudagraphs",),
+        help="vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1/0: subtract the CUDA-graph estimate [default: on]."),
+    Opt(("--moe-backend",), "moe_backend", Kind.NAME, metavar="NAME", choices=VLLM_MOE_BACKENDS,
+        help="vLLM MoE backend; deep_gemm_mega_moe adds its symmetric buffer [default: auto]."),
+    Opt(("--cuda-graph-max-bs",), "cuda_graph_max_bs", Kind.COUNT,
+        help="SGLang decode CUDA-graph max batch [default: by card memory, 256/512 on an H200]."),
+    Opt(("--disable-cuda-graph",), "disable_cuda_graph", Kind.FLAG, default=None,
+        help="SGLang: no decode CUDA graphs (their reserve is dropped) [default: off]."),
+    Opt(("--moe-a2a-backend",), "moe_a2a_backend", Kind.NAME, metavar="NAME", choices=SGLANG_A2A_BACKENDS,
+        help="SGLang MoE all-to-all backend; deepep adds 2 GiB to the reserve [default: none]."),
     Opt(("--usage",), "usage", Kind.CHOICE, choices=("serve", "llm"),
         help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
 )

@@ -51,6 +51,17 @@ class CountType(click.ParamType):
         return _read(self, params.read_count, value, param, ctx, "count")
 
 
+class CountsType(click.ParamType):
+    """Whole numbers separated by commas or spaces (``params.read_counts``)."""
+
+    name = "N,N,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        return _read(self, params.read_counts, value, param, ctx, "counts")
+
+
 class SuggestChoice(click.Choice):
     """A choice matched without regard to case; a miss names the closest choice (did you mean)."""
 
@@ -93,4 +104,5 @@ class FloatType(click.ParamType):
 
 SIZE = SizeType()
 COUNT = CountType()
+COUNTS = CountsType()
 CACHE_FORMAT = CacheFormatName()

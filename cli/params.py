@@ -27,6 +27,7 @@ class Kind(Enum):
 
     TEXT = "text"  # the text as given
     COUNT = "count"  # planner/amounts.py parse_count: 128k, 128K, 1e6, 1,000,000
+    COUNTS = "counts"  # counts separated by commas or spaces: 1,2,4,8
     SIZE = "size"  # planner/memory.py parse_size: bytes, 141GB, 80GiB, a GPU name
     NUMBER = "number"  # a finite decimal number within +-high (planner/values.py)
     FLOAT = "float"  # Python's float(), as click.FLOAT reads it
@@ -87,6 +88,8 @@ def convert(opt: Opt, text: str, spelling: str) -> Any:
         return text
     if kind is Kind.COUNT:
         return read_count(text, spelling)
+    if kind is Kind.COUNTS:
+        return read_counts(text, spelling)
     if kind is Kind.SIZE:
         return read_size(text, spelling)
     if kind is Kind.NUMBER:
@@ -112,6 +115,16 @@ def read_count(text: str, spelling: str) -> int:
     from csa_plan.planner.amounts import parse_count
 
     return parse_count(text, "options", spelling)
+
+
+def read_counts(text: str, spelling: str) -> tuple[int, ...]:
+    """Whole numbers separated by commas or spaces, at most 1,024 of them (vLLM's list options)."""
+    parts = text.replace(",", " ").split()
+    if not parts:
+        raise _bad(spelling, "expected one or more whole numbers, e.g. 1,2,4,8")
+    if len(parts) > 1024:
+        raise _bad(spelling, f"{len(parts):,} values: at most 1,024")
+    return tuple(read_count(part, spelling) for part in parts)
 
 
 def read_size(text: str, spelling: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from csa_plan.cli.format import fmt_rate
+from csa_plan.cli.format import fmt_rate, marker
 from csa_plan.planner.reports.text import id_runs
 from csa_plan.planner.units import GiB
 
@@ -222,6 +222,11 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     _save(fig, path, bbox_inches="tight")
 
 
+def _short(source: str, width: int = 70) -> str:
+    """A step's source on one line of the chart (the table and --json carry it whole)."""
+    return source if len(source) <= width else source[:width - 1] + "…"
+
+
 def plot_budget(budget: dict[str, Any], path: str) -> str | None:
     """The tightest stage's budget as a waterfall: each step a bar from the level before it; None on success."""
     try:
@@ -240,12 +245,12 @@ def plot_budget(budget: dict[str, Any], path: str) -> str | None:
             colors.append("tab:green" if s["kind"] == "kv" else "tab:blue")
             level = n
         else:
-            labels.append(s["label"] + (" (est.)" if s["estimate"] else ""))
+            labels.append(s["label"] + marker(s) + f"\n{_short(s['source'])}")
             bottoms.append(level - n)
             heights.append(n)
             colors.append("tab:orange" if s["kind"] == "weights" else ("tab:gray" if s["estimate"] else "tab:red"))
             level -= n
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(steps) + 1.5))
+    fig, ax = plt.subplots(figsize=(12, 0.65 * len(steps) + 1.5))  # two-line labels: the step and its source
     y = list(range(len(steps)))[::-1]
     ax.barh(y, heights, left=bottoms, color=colors)
     ax.set_yticks(y, labels, fontsize=8)

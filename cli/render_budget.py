@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from csa_plan.cli.format import fmt_bytes, fmt_bytes_short
+from csa_plan.cli.format import fmt_bytes, fmt_bytes_short, marker
 
 
 def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str, Any] | None = None,
@@ -41,7 +41,7 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         elements = f", {w['elements']:,} elements" if w["elements"] is not None else ""
         console.print(f"Model weights: {fmt_bytes(w['total_bytes'])} in {w['tensors']:,} tensors{elements}; "
                       f"{w['note']}")
-    table = Table(title="Waterfall (est. = csa-plan's estimate, not an engine rule)", title_justify="left")
+    table = Table(title="Waterfall (est. = csa-plan's estimate, not an engine rule; ± its error band)", title_justify="left")
     table.add_column("step / source", overflow="fold")
     table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("left", justify="right", no_wrap=True)
@@ -57,9 +57,20 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         else:
             left -= n
             shown = "- " + fmt_bytes_short(n)
-        label = step["label"] + (" (est.)" if step["estimate"] else "")
+        label = step["label"] + marker(step)
         table.add_row(f"{label}\n[dim]  {step['source']}[/dim]", shown, fmt_bytes_short(left))
     console.print(table)
+    cal = budget.get("calibration")
+    if cal:
+        t = Table(title=f"--from-log {escape(cal['source'])}: what the log implies, what csa-plan predicts "
+                        "(at the log's flags)", title_justify="left")
+        for col in ("term", "implied", "predicted", "implied - predicted"):
+            t.add_column(col, justify="left" if col == "term" else "right", overflow="fold")
+        for term in cal["terms"]:
+            i, p = term["implied_bytes"], term["predicted_bytes"]
+            t.add_row(escape(term["term"]), "not in the log" if i is None else fmt_bytes_short(i),
+                      fmt_bytes_short(p), "" if i is None else f"{i - p:+,} B")
+        console.print(t)
     if not budget["weights_fit"] or head_shown:
         return
     console.print(f"State pool (KV memory) per GPU: {fmt_bytes(budget['kv_memory_bytes'])}")

@@ -25,6 +25,7 @@ class Deployment:
     ep: int | None = None
     weights_bytes: int | None = None
     reserved_bytes: int | None = None
+    from_log: str | None = None    # --from-log FILE: calibrate the start-up terms on a real log
 
     def require_one_stage(self, why: str) -> None:
         """Bad input when ``--pp`` asks for more than one pipeline stage where only one is modelled."""
@@ -52,7 +53,22 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            mem_fraction_static=get("mem_fraction_static"),
                            speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
                            moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
-                           shared_expert_tp1=bool(get("shared_expert_tp1")))
+                           shared_expert_tp1=bool(get("shared_expert_tp1")), max_num_seqs=get("max_num_seqs"),
+                           cudagraph_capture_sizes=get("cudagraph_capture_sizes"),
+                           max_cudagraph_capture_size=get("max_cudagraph_capture_size"),
+                           enforce_eager=bool(get("enforce_eager")), cudagraph_mode=_cudagraph_mode(get("compilation_config")),
+                           estimate_cudagraphs=get("estimate_cudagraphs"), moe_backend=get("moe_backend"),
+                           cuda_graph_max_bs=get("cuda_graph_max_bs"),
+                           disable_cuda_graph=bool(get("disable_cuda_graph")),
+                           moe_a2a_backend=get("moe_a2a_backend"))
+
+
+def _cudagraph_mode(compilation_config: str | None) -> str | None:
+    if compilation_config is None:
+        return None
+    from csa_plan.planner.engines.settings import cudagraph_mode
+
+    return cudagraph_mode(compilation_config)
 
 
 def deployment_budget(model: str, device_memory_bytes: int | None, deployment: Deployment, max_seq_len: int,
@@ -82,7 +98,75 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                         placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
                         kv_memory_bytes=kv_memory_bytes)
-    return budget(req, search=search, facts=facts)
+    if deployment.from_log is None:
+        return budget(req, search=search, facts=facts)
+    return _calibrated(req, deployment.from_log, engine_settings, search, facts)
+
+
+_CALIBRATIONS: dict[Any, Any] = {}  # one calibration per log and command (a bisection over lengths reuses it)
+
+
+def _calibrated(req: Any, path: str, engine_settings: Any, search: bool, facts: Any) -> Budget:
+    """--from-log: the budget with one calibration step, the difference the log implies at its own flags."""
+    import os
+    from dataclasses import replace
+
+    from csa_plan.planner.budget.device import budget
+
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size, replace(req, max_seq_len=0), engine_settings)
+        hash(key)
+    except (OSError, TypeError):
+        key = None
+    if key is None or key not in _CALIBRATIONS:
+        cal, facts = _calibration(req, path, engine_settings, facts)
+        if key is not None:
+            _CALIBRATIONS[key] = cal
+    else:
+        cal = _CALIBRATIONS[key]
+    out = budget(replace(req, calibration=(cal.offset_bytes, path)), search=search, facts=facts)
+    return replace(out, calibration=cal)
+
+
+def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
+    from dataclasses import replace
+
+    from csa_plan.planner.budget.device import budget
+    from csa_plan.planner.budget.from_log import calibrate, check_matches, read_startup_log
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings, gpu_target
+    from csa_plan.planner.loaders.model_files import load_model
+
+    if req.engine is None:
+        raise BadInput("options", "--from-log", "needs --engine (the release whose log it is)")
+    if req.kv_memory_bytes is not None or req.reserved_bytes is not None:
+        raise BadInput("options", "--from-log", "replaces --kv-memory / --reserved: give one of them")
+    log = read_startup_log(path)
+    gpu = gpu_target(req.settings.gpu, memory_bytes=req.card_bytes)
+    check_matches(log, model=req.model, engine=req.engine, capability=gpu.capability, card=gpu.name,
+                  tp_dp=req.placement.tp * req.placement.dp, card_bytes=req.card_bytes)
+    a = log.args
+    flags = {"max_num_batched_tokens": a.get("max_num_batched_tokens"), "max_num_seqs": a.get("max_num_seqs"),
+             "gpu_memory_utilization": a.get("gpu_memory_utilization"),
+             "max_cudagraph_capture_size": a.get("max_cudagraph_capture_size")}
+    flags = {k: v for k, v in flags.items() if v is not None}
+    spec = a.get("num_speculative_tokens")
+    at_log_settings = replace(req.settings, **flags, **({"speculative_tokens": spec} if spec is not None else {}))
+    if "gpu_memory_utilization" in flags and req.settings.gpu_memory_utilization not in (None, flags[
+            "gpu_memory_utilization"]):
+        raise BadInput(path, "--from-log", f"gpu_memory_utilization: the log ran {flags['gpu_memory_utilization']}, "
+                       f"the command gives {req.settings.gpu_memory_utilization} (the share is not a flag to rescale)")
+    length = a.get("max_model_len") or req.max_seq_len
+    at_log = budget(replace(req, settings=at_log_settings, max_seq_len=length), search=False, facts=facts)
+    es = engine_settings or EngineSettings()
+    engine_flags = {k: v for k, v in (("max_num_batched_tokens", flags.get("max_num_batched_tokens")),
+                                      ("max_num_seqs", flags.get("max_num_seqs")),
+                                      ("num_speculative_tokens", spec)) if v is not None}
+    if req.engine.startswith("sglang"):
+        engine_flags = {}
+    plan = get_engine(req.engine).configure(load_model(req.model), replace(es, **engine_flags), length)
+    return calibrate(log, at_log, lambda kv: plan.size_pool(kv).tokens if kv > 0 else 0), at_log.facts
 
 
 def reserve_warnings(b: Budget, model: str, deployment: Deployment, engine: str | None = None,

@@ -39,6 +39,7 @@ class BudgetRequest:
     weights_bytes: int | None = None      # --weights (per device)
     reserved_bytes: int | None = None     # --reserved (per device: replaces every reserve step)
     kv_memory_bytes: int | None = None    # --kv-memory (per device: the answer itself)
+    calibration: tuple[int, str] | None = None  # --from-log: (bytes taken besides the terms, the log's name)
 
 
 @record(eq=False)
@@ -120,6 +121,7 @@ class Budget:
     smallest_fitting: tuple[dict[str, int], ...] = ()
     searched: bool = False   # whether smallest_fitting was searched (not with --weights / --kv-memory)
     facts: ModelFacts | None = field(default=None, repr=False, compare=False)  # for the next budget of this model
+    calibration: Any = None   # --from-log: the log's implied terms beside csa-plan's (from_log.Calibration)
 
     @property
     def binding(self) -> StageBudget:
@@ -196,6 +198,11 @@ def _stage(req: BudgetRequest, stage: int, engine: str, mtp: bool, dims: ModelDi
                                            req.reserved_bytes, "option --reserved"),)
     else:
         reserves = startup.reserves(ctx)
+    if req.calibration is not None and req.reserved_bytes is None:
+        offset, log = req.calibration
+        reserves = (*reserves, Step(StepKind.RESERVE, "calibration to the start-up log (what it implies beyond "
+                                    "the terms above)", offset, f"--from-log {log}: predicted - implied KV memory "
+                                    "at the log's flags, kept when the flags change"))
     steps += reserves
     r_bytes = sum(s.bytes for s in reserves)
     if req.kv_memory_bytes is not None:

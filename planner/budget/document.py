@@ -46,4 +46,5 @@ def budget_document(b: Budget) -> dict[str, Any]:
         "stages": [s.as_dict() for s in b.stages],
         "smallest_fitting": list(b.smallest_fitting),
         "smallest_fitting_searched": b.searched,
+        "calibration": b.calibration.as_dict() if b.calibration is not None else None,
     }

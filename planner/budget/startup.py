@@ -14,7 +14,7 @@ from csa_plan.planner.budget.steps import Step, StepKind, Usable
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
 from csa_plan.planner.record import record
-from csa_plan.planner.units import GiB, MiB, ceil_div, round_up, scale_ceil, scale_trunc
+from csa_plan.planner.units import MiB, ceil_div, round_up, scale_ceil, scale_trunc
 from csa_plan.planner.values import read_int
 
 
@@ -33,6 +33,15 @@ class StartupSettings:
     shared_expert_tp1: bool = False               # SGLang: SGLANG_SHARED_EXPERT_TP1=1 (shared expert replicated)
     gpu: str | None = None                        # the engine's target card (rules needing a capability; its
                                                   # device name picks vLLM's batch defaults)
+    max_num_seqs: int | None = None               # vLLM (its CUDA-graph capture list)
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # vLLM --cudagraph-capture-sizes
+    max_cudagraph_capture_size: int | None = None  # vLLM --max-cudagraph-capture-size
+    enforce_eager: bool = False                   # vLLM --enforce-eager
+    cudagraph_mode: str | None = None             # vLLM --compilation-config cudagraph_mode
+    estimate_cudagraphs: bool | None = None       # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default on)
+    moe_backend: str | None = None                # vLLM --moe-backend
+    disable_cuda_graph: bool = False              # SGLang --disable-cuda-graph
+    moe_a2a_backend: str | None = None            # SGLang --moe-a2a-backend
 
 
 @record
@@ -46,6 +55,8 @@ class ModelDims:
     rope_head_dim: int
     compress_ratios: tuple[int, ...]   # main layers, then MTP layers
     num_main: int
+    experts_per_token: int = 0         # num_experts_per_tok (0: not in the config)
+    moe_intermediate: int = 0          # moe_intermediate_size
 
     def ratios_of(self, layers: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.compress_ratios[i] for i in layers)
@@ -62,7 +73,9 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      read_int(source, "max_position_embeddings", config["max_position_embeddings"]),
                      read_int(source, "qk_rope_head_dim", config.get("qk_rope_head_dim", 64)),
                      tuple(read_int(source, "compress_ratios", r) for r in config["compress_ratios"]),
-                     read_int(source, "num_hidden_layers", config["num_hidden_layers"]))
+                     read_int(source, "num_hidden_layers", config["num_hidden_layers"]),
+                     read_int(source, "num_experts_per_tok", config.get("num_experts_per_tok", 0)),
+                     read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)))
 
 
 @record
@@ -101,19 +114,30 @@ class StartupRules:
 VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 
 
-def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
-    """vLLM's max_num_batched_tokens: the option, else the engine model's default rule for that release
+def _vllm_defaults(c: StageContext, release: str) -> tuple[int, int, str]:
+    """(max_num_batched_tokens, max_num_seqs, rule) by the engine model's default rule for that release
     (one copy: ``engines/vllm_0_33.py default_batched_tokens``, by card memory, device name and usage;
     0.25/0.26 lack 0.33's >= 160 GiB tier)."""
-    if c.settings.max_num_batched_tokens is not None:
-        return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
     from csa_plan.planner.engines.settings import gpu_target
     from csa_plan.planner.engines.vllm_0_33 import V025, V026, V033, default_batched_tokens
 
     rel = {r.engine: r for r in (V033, V026, V025)}[release]
-    tokens, _, rule = default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
-                                             c.settings.usage or "serve", rel)
+    return default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
+                                  c.settings.usage or "serve", rel)
+
+
+def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
+    """vLLM's max_num_batched_tokens: the option, else the release's default rule."""
+    if c.settings.max_num_batched_tokens is not None:
+        return c.settings.max_num_batched_tokens, "option --max-num-batched-tokens"
+    tokens, _, rule = _vllm_defaults(c, release)
     return tokens, rule
+
+
+def _vllm_max_num_seqs(c: StageContext, release: str) -> int:
+    if c.settings.max_num_seqs is not None:
+        return c.settings.max_num_seqs
+    return _vllm_defaults(c, release)[1]
 
 
 def _vllm_usable(c: StageContext) -> Usable:
@@ -174,21 +198,28 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
                           "model_executor/layers/indexer_topk.py:15"))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
                           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:481-510"))
-    steps.append(Step(StepKind.RESERVE, "other activations, NCCL/cuBLAS and CUDA graphs", VLLM_OTHER_ESTIMATE,
-                      "csa-plan estimate (vLLM measures these at start-up: profile run, gpu_worker.py:683-757; "
-                      "CUDA graphs, gpu_worker.py:707-725); replace with --reserved", estimate=True))
+    from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
+
+    steps += vllm_nonkv_steps(c, release, mnbt, _vllm_max_num_seqs(c, release))
     return tuple(steps)
-
-
-VLLM_OTHER_ESTIMATE = 2 * GiB
 
 
 def _vllm_resolved(c: StageContext, release: str = "vllm-0.33") -> dict[str, Any]:
     mnbt, src = _vllm_mnbt(c, release)
     util = c.settings.gpu_memory_utilization
-    return {"max_num_batched_tokens": {"value": mnbt, "source": src},
-            "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
-                                       "source": "given" if util is not None else "config/cache.py:215"}}
+    out = {"max_num_batched_tokens": {"value": mnbt, "source": src},
+           "gpu_memory_utilization": {"value": VLLM_UTIL_DEFAULT if util is None else util,
+                                      "source": "given" if util is not None else "config/cache.py:215"}}
+    if c.dims is not None:
+        from csa_plan.planner.budget.vllm_nonkv import graph_plan
+
+        g = graph_plan(c, release, _vllm_max_num_seqs(c, release), mnbt)
+        out["cudagraph_mode"] = {"value": g.mode, "source": g.mode_source}
+        out["cudagraph_capture_sizes"] = {"value": list(g.sizes), "source": "the release's capture list "
+                                          "(config/vllm.py _set_cudagraph_sizes) or --cudagraph-capture-sizes"}
+        out["estimate_cudagraphs"] = {"value": g.estimated, "source": "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS "
+                                      "(default 1) or --estimate-cudagraphs/--no-estimate-cudagraphs"}
+    return out
 
 
 VLLM = StartupRules("vllm-0.33", _vllm_usable, _vllm_reserves, _vllm_resolved)
@@ -229,8 +260,9 @@ def sglang_reserved_mib(c: StageContext) -> tuple[float, str]:
     if c.settings.cuda_graph_max_bs is not None:
         max_bs = c.settings.cuda_graph_max_bs
     reserved = 512 + max(chunk, 2048) * 1.5 + tp_size * p.pp / 8 * 1024
-    graph = max_bs * 2.0
-    if p.dp > 1:  # DP attention
+    graphs_on = not c.settings.disable_cuda_graph   # --disable-cuda-graph: decode backend DISABLED (:365-369)
+    graph = max_bs * 2.0 if graphs_on else 0.0
+    if p.dp > 1:  # DP attention (:371-378, whatever the graph backend)
         graph += max_bs * p.dp * 3
         if max_bs > 300:
             graph += max_bs * p.dp * 1.5
@@ -239,8 +271,11 @@ def sglang_reserved_mib(c: StageContext) -> tuple[float, str]:
     floor = mib > 60 * 1024 and reserved < 10 * 1024
     if mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
+    deepep = 2 * 1024 if graphs_on and c.settings.moe_a2a_backend == "deepep" else 0  # :402-414, after the floor
+    reserved += deepep
     how = (f"512 + max({chunk}, 2048) x 1.5 + {tp_size} x {p.pp} / 8 x 1024 + graphs {graph:g}"
-           + (" -> floor 10 GiB" if floor else ""))
+           + (" (--disable-cuda-graph)" if not graphs_on else "") + (" -> floor 10 GiB" if floor else "")
+           + (" + DeepEP a2a 2048 (--moe-a2a-backend deepep)" if deepep else ""))
     return reserved, how
 
 
@@ -261,17 +296,34 @@ def _sglang_usable(c: StageContext) -> Usable:
     usable = scale_trunc(c.card_bytes, f)  # int(Fraction(total) x Fraction(str(f)))
     return Usable(usable, f"mem_fraction_static {f}",
                   f"KV pool = free after load - pre-load memory x (1 - {f}) "
-                  f"(mem_cache/kv_cache_configurator.py:2990-3038); {how}; pre-load memory taken as the card")
+                  f"(mem_cache/kv_cache_configurator.py:2990-3038); {how}; the pre-load memory's share is its own step")
+
+
+# SGLang's memory in use before the weights load (CUDA context, NCCL, custom all-reduce): the pool is
+# free-after-load - pre-load free x (1 - f), so this much x f is not the pool's. Fitted on
+# SemiAnalysisAI/InferenceX#2128 (8x H200, TP 8, "Load weight end ... avail mem=12.25 GB, mem usage=125.65 GB":
+# 143,771 MiB - 137.90 GiB = 2.50 GiB); TP 1 has no posted figure (the TP > 1 one is used, band doubled).
+SGLANG_PRELOAD_BYTES = 2_684_354_560  # 2.50 GiB
+SGLANG_PRELOAD_BAND_PCT = 30
+SGLANG_PRELOAD_SOURCE = ("pre_model_load_memory (mem_cache/kv_cache_configurator.py:2990-3038: KV = free after load - "
+                         "pre-load free x (1 - f)); fitted on SemiAnalysisAI/InferenceX#2128 (SGLang, 8x H200 TP 8: "
+                         "avail mem=12.25 GB + mem usage=125.65 GB of 143,771 MiB)")
 
 
 def _sglang_reserves(c: StageContext) -> tuple[Step, ...]:
+    f, _ = _sglang_fraction(c)
+    tp_many = c.placement.tp * c.placement.dp > 1
+    pre = Step(StepKind.RESERVE, f"memory in use before the weights load x mem_fraction_static {f}",
+               scale_trunc(SGLANG_PRELOAD_BYTES, f),
+               SGLANG_PRELOAD_SOURCE + ("" if tp_many else "; TP 1: the TP 8 figure (no TP 1 log), an upper bound"),
+               estimate=True, band_pct=SGLANG_PRELOAD_BAND_PCT * (1 if tp_many else 2))
     if c.dims is None:
-        return ()
+        return (pre,)
     d = c.dims
     tables = _rope_tables(c)
-    return (Step(StepKind.RESERVE, f"RoPE freqs_cis, {tables} x complex64 [{d.max_position_embeddings}, "
-                 f"{d.rope_head_dim // 2}]", tables * d.max_position_embeddings * (d.rope_head_dim // 2) * 8,
-                 "kernels/ops/attention/dsv4/rope.py:27-68 (lru_cache(2)); models/deepseek_v4.py:1199-1200"),)
+    return (pre, Step(StepKind.RESERVE, f"RoPE freqs_cis, {tables} x complex64 [{d.max_position_embeddings}, "
+                      f"{d.rope_head_dim // 2}]", tables * d.max_position_embeddings * (d.rope_head_dim // 2) * 8,
+                      "kernels/ops/attention/dsv4/rope.py:27-68 (lru_cache(2)); models/deepseek_v4.py:1199-1200"))
 
 
 def _sglang_resolved(c: StageContext) -> dict[str, Any]:

@@ -29,10 +29,11 @@ class Step:
     bytes: int
     source: str
     estimate: bool = False
+    band_pct: int | None = None  # an estimate's error band, +- percent of ``bytes`` (None: an exact rule)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "label": self.label, "bytes": self.bytes, "source": self.source,
-                "estimate": self.estimate}
+                "estimate": self.estimate, "band_pct": self.band_pct}
 
 
 @record

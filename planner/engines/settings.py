@@ -81,6 +81,16 @@ class EngineSettings:
     moe_runner_backend: str | None = None  # SGLang --moe-runner-backend (auto | flashinfer_mxfp4 | marlin)
     shared_expert_tp1: bool | None = None  # SGLang's SGLANG_SHARED_EXPERT_TP1=1: the shared expert replicated
     usage: str | None = None  # vLLM usage context: "serve" (vllm serve) or "llm" (the LLM class)
+    # start-up memory (planner/budget/vllm_nonkv.py, budget/startup.py): what the non-KV terms read
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # vLLM --cudagraph-capture-sizes
+    max_cudagraph_capture_size: int | None = None  # vLLM --max-cudagraph-capture-size
+    enforce_eager: bool | None = None  # vLLM --enforce-eager
+    compilation_config: str | None = None  # vLLM --compilation-config JSON (its cudagraph_mode is read)
+    estimate_cudagraphs: bool | None = None  # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1/0
+    moe_backend: str | None = None  # vLLM --moe-backend
+    cuda_graph_max_bs: int | None = None  # SGLang --cuda-graph-max-bs
+    disable_cuda_graph: bool | None = None  # SGLang --disable-cuda-graph
+    moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
     gpu_memory_bytes: int | None = None
@@ -99,6 +109,13 @@ class EngineSettings:
             if value is not None and not (math.isfinite(value) and 0 < value <= 1):
                 raise BadInput("options", OPTION_SPELLING[name], f"{value:g} is outside its range 0 < x <= 1 "
                                                                  "(a fraction of the card)")
+        if self.compilation_config is not None:
+            cudagraph_mode(self.compilation_config)  # bad input now, naming the option
+        if self.cudagraph_capture_sizes is not None:
+            for size in self.cudagraph_capture_sizes:
+                if not 1 <= size <= MAX_BATCH_TOKENS:
+                    raise BadInput("options", "--cudagraph-capture-sizes", f"{size:,} is outside its range "
+                                   f"1..{MAX_BATCH_TOKENS:,} (MAX_BATCH_TOKENS)")
         for name in ("kv_cache_dtype", "indexer_kv_dtype"):
             value = getattr(self, name)
             if value is not None and not (0 < len(value) <= MAX_NAME_CHARS):
@@ -122,6 +139,8 @@ SETTING_RANGES: dict[str, tuple[float, float, str]] = {
     "max_num_seqs": (1, MAX_RUNNING_REQUESTS, "MAX_RUNNING_REQUESTS"),
     "max_running_requests": (1, MAX_RUNNING_REQUESTS, "MAX_RUNNING_REQUESTS"),
     "num_speculative_tokens": (0, MAX_SPECULATIVE_TOKENS, "MAX_SPECULATIVE_TOKENS; 0 = no speculative decoding"),
+    "max_cudagraph_capture_size": (1, MAX_BATCH_TOKENS, "MAX_BATCH_TOKENS"),
+    "cuda_graph_max_bs": (1, MAX_RUNNING_REQUESTS, "MAX_RUNNING_REQUESTS"),
 }
 
 # How each engine spells each setting (for messages: "vLLM has no --page-size; use --block-size").
@@ -145,7 +164,67 @@ OPTION_SPELLING: dict[str, str] = {
     "moe_runner_backend": "--moe-runner-backend",
     "shared_expert_tp1": "--shared-expert-tp1",
     "usage": "--usage",
+    "cudagraph_capture_sizes": "--cudagraph-capture-sizes",
+    "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
+    "enforce_eager": "--enforce-eager",
+    "compilation_config": "--compilation-config",
+    "estimate_cudagraphs": "--estimate-cudagraphs/--no-estimate-cudagraphs",
+    "moe_backend": "--moe-backend",
+    "cuda_graph_max_bs": "--cuda-graph-max-bs",
+    "disable_cuda_graph": "--disable-cuda-graph",
+    "moe_a2a_backend": "--moe-a2a-backend",
 }
+
+# Whose option each engine-only setting is (for "vllm-0.33 has no such setting; --cuda-graph-max-bs is SGLang's").
+OWNER: dict[str, str] = {
+    **{name: "vLLM" for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "async_scheduling",
+                                 "num_speculative_tokens", "gpu_memory_utilization", "usage",
+                                 "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager",
+                                 "compilation_config", "estimate_cudagraphs", "moe_backend")},
+    **{name: "SGLang" for name in ("page_size", "chunked_prefill_size", "max_running_requests",
+                                   "speculative_num_steps", "speculative_eagle_topk",
+                                   "speculative_num_draft_tokens", "mem_fraction_static", "moe_runner_backend",
+                                   "shared_expert_tp1", "cuda_graph_max_bs", "disable_cuda_graph",
+                                   "moe_a2a_backend")},
+}
+
+# The same setting under another engine's name, where the memory it governs is alike.
+GRAPH_COUNTERPART: dict[str, str] = {
+    "enforce_eager": "disable_cuda_graph", "disable_cuda_graph": "enforce_eager",
+    "max_cudagraph_capture_size": "cuda_graph_max_bs", "cuda_graph_max_bs": "max_cudagraph_capture_size",
+    "moe_backend": "moe_runner_backend", "moe_runner_backend": "moe_backend",
+}
+
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")  # vLLM CUDAGraphMode
+COMPILATION_KEYS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size", "custom_ops", "mode")
+
+
+def cudagraph_mode(text: str) -> str | None:
+    """--compilation-config's cudagraph_mode (None: not given), from vLLM's JSON form. Keys that change no
+    start-up memory (custom_ops, mode) are taken; a key csa-plan does not read is bad input, not ignored."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise BadInput("options", "--compilation-config", f"{excerpt(text)} is not a JSON object "
+                       "(for example '{\"cudagraph_mode\": \"PIECEWISE\"}')")
+    for key in value:
+        if key not in COMPILATION_KEYS:
+            raise BadInput("options", "--compilation-config", f"key {excerpt(key)} is not one csa-plan reads "
+                           f"({', '.join(COMPILATION_KEYS)}); give the capture sizes with --cudagraph-capture-sizes")
+    if "cudagraph_capture_sizes" in value or "max_cudagraph_capture_size" in value:
+        raise BadInput("options", "--compilation-config", "give cudagraph_capture_sizes / max_cudagraph_capture_size "
+                       "as --cudagraph-capture-sizes / --max-cudagraph-capture-size")
+    mode = value.get("cudagraph_mode")
+    if mode is None:
+        return None
+    if not isinstance(mode, str) or mode.upper() not in CUDAGRAPH_MODES:
+        raise BadInput("options", "--compilation-config", f"cudagraph_mode {excerpt(mode)} is not one of "
+                       f"{', '.join(CUDAGRAPH_MODES)} (vllm config/compilation.py CUDAGraphMode)")
+    return mode.upper()
 
 # The same setting under another engine's name: what to say instead of a bare "unknown".
 COUNTERPART: dict[str, str] = {
@@ -182,6 +261,9 @@ def check_accepted(settings: EngineSettings, engine: str, accepted: tuple[str, .
     for name in settings.given():
         if name in accepted:
             continue
-        other = COUNTERPART.get(name)
-        hint = f"; {engine} spells it {OPTION_SPELLING[other]}{MEANING.get(name, '')}" if other in accepted else ""
+        other = COUNTERPART.get(name) or GRAPH_COUNTERPART.get(name)
+        owner = OWNER.get(name)
+        hint = f"; it is {owner}'s option" if owner else ""
+        if other in accepted:
+            hint += f"; {engine} spells it {OPTION_SPELLING[other]}{MEANING.get(name, '')}"
         raise BadInput(source, OPTION_SPELLING[name], f"{engine} has no such setting{hint}")

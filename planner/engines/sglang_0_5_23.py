@@ -56,7 +56,8 @@ EVICTION_INTERVAL = 128  # environ.py SGLANG_SWA_EVICTION_INTERVAL
 MAX_PREFILL_TOKENS = 16384  # server args default max_prefill_tokens
 ACCEPTS = ("gpu", "page_size", "kv_cache_dtype", "indexer_kv_dtype", "chunked_prefill_size", "max_running_requests",
            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
-           "moe_runner_backend", "shared_expert_tp1")
+           "moe_runner_backend", "shared_expert_tp1",
+           "cuda_graph_max_bs", "disable_cuda_graph", "moe_a2a_backend")  # the last three: start-up memory only
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:

@@ -94,7 +94,10 @@ def _refuse_as(rel: VllmRelease, rule: str, setting: str, expected: str, actual:
 
 
 ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_batched_tokens", "max_num_seqs",
-           "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage")
+           "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage",
+           # start-up memory only (the device budget's non-KV terms: budget/vllm_nonkv.py)
+           "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager", "compilation_config",
+           "estimate_cudagraphs", "moe_backend")
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str, engine: str = ENGINE) -> EngineRefused:

@@ -71,7 +71,9 @@ def test_each_step_adds_up_and_names_its_source():
     t = L * 8 * 2 // 4
     assert reserves["indexer K-gather workspace"] == t * 132
     estimates = [step for step in s.steps if step.estimate]
-    assert len(estimates) == 1 and "--reserved" in estimates[0].source
+    assert [e.label.split(" (")[0].split(":")[0] for e in estimates] == \
+        ["other profile-run activations", "non-torch memory", "CUDA graph estimate"]  # each with its band
+    assert all(e.band_pct is not None and e.source for e in estimates)
 
 
 def test_flash_has_two_rope_tables_and_a_64k_indexer_factor_of_5():

@@ -33,6 +33,7 @@ TEXTS = {
     Kind.NUMBER: ["0.5", "2", "1", "nan", "inf", "1e300", "-3", "0x10", "abc"],
     Kind.FLOAT: ["0.9", "1", "abc", "nan", " 0.5", "1_0", "-0.5"],
     Kind.CACHE_FORMAT: ["f32", "FP8_E4M3_BLOCK64", " fp4_e2m1_block32 ", "bogus"],
+    Kind.COUNTS: ["1,2,4", "8", "1 2 4", "1,,2", "", "x,1", "-1,2", "128k,1"],
 }
 
 
