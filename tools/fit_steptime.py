@@ -39,6 +39,7 @@ FIT_PATH = ROOT / "planner" / "runtime" / "steptime_fit.json"
 ACCEPTANCE = 0.65
 FIT_CONCURRENCY = (1, 16, 1024, 4096)
 TTFT_MAX_CONCURRENCY = 16
+TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"
 
 
 def usable(row: dict) -> str | None:
@@ -279,7 +280,14 @@ def main(argv: list[str] | None = None) -> int:
                          f"EAGLE rows at acceptance {ACCEPTANCE}", "acceptance": ACCEPTANCE,
                "fits": fits, "rows": table, "summary": summary}
         FIT_PATH.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {FIT_PATH}")
+        from csa_plan.planner.runtime.physics import fit_table_markdown
+
+        doc = ROOT / "docs" / "steptime.md"
+        text = doc.read_text(encoding="utf-8")
+        head, rest = text.split(TABLE_START, 1)
+        _, tail = rest.split(TABLE_END, 1)
+        doc.write_text(head + TABLE_START + "\n" + fit_table_markdown(out) + TABLE_END + tail, encoding="utf-8")
+        print(f"wrote {FIT_PATH} and the table in {doc}")
     return 0
 
 

@@ -176,3 +176,21 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
     c = linear_model(basis_rows(cost, perf, tp), beta)
     provenance = f"roofline on {card_name} x{tp} ({perf.family}), {fitted}; replaying {engine_label}"
     return StepTime(20.0, 10_000.0, linear=c, source=StepSource.PHYSICS, provenance=provenance, band=band)
+
+
+def fit_table_markdown(fit: dict[str, Any]) -> str:
+    """The fit's row-by-row errors as docs/steptime.md shows them (generated, and tested equal)."""
+    pct = lambda v: "-" if v is None else f"{v:+.1%}"
+    lines = ["| row | model | GPU | GPUs | concurrency | spec | split | TPOT published (ms) | TPOT physics (ms) | error "
+             "| error, other family's fit | TTFT published (ms) | TTFT physics (ms) | error |",
+             "|---:|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for t in fit["rows"]:
+        ttft = "-" if t["ttft_pred_ms"] is None else f"{t['ttft_pred_ms']:,.0f}"
+        lines.append(f"| {t['row']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['concurrency']:,} | {t['spec']} "
+                     f"| {t['split']} | {t['tpot_ms']:.2f} | {t['tpot_pred_ms']:.2f} | {pct(t['tpot_err'])} "
+                     f"| {pct(t['tpot_err_other_family_fit'])} | {t['ttft_ms']:,.0f} | {ttft} | {pct(t['ttft_err'])} |")
+    lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]
+    for name, s in fit["summary"].items():
+        lines.append(f"| {name} | {s['rows']} | {s['median_abs_err']:.1%} | {s['max_abs_err']:.1%} |")
+    return "\n".join(lines) + "\n"
+

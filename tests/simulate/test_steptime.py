@@ -208,3 +208,16 @@ def test_compiled_closed_loop_equals_twin(data, conc, time):
         assert a.same_as(b), engine
         assert np.array_equal(np.asarray(a.arrival_ns), np.asarray(b.arrival_ns)), engine
         assert list(a.refused.items()) == list(b.refused.items()), engine
+
+
+def test_docs_fit_table_is_the_shipped_fit():
+    """docs/steptime.md's row-by-row table is generated from steptime_fit.json (one fact, one place)."""
+    from pathlib import Path
+
+    from csa_plan.planner.runtime.physics import fit_table_markdown, shipped_fit
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "steptime.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- fit-table: tools/fit_steptime.py --write -->\n", 1)[1].split("<!-- /fit-table -->", 1)[0]
+    assert block == fit_table_markdown(shipped_fit())
+    for name, fit in shipped_fit()["fits"].items():
+        assert fit["band"] and fit["data"] and all(v >= 0 for v in fit["beta"].values()), name
