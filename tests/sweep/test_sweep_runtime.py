@@ -160,7 +160,7 @@ def test_a_runtime_engine_needs_a_wait_bound(csa, tmp_path):
 def test_find_capacity_replays_each_engine(csa, engine):
     """simulate --find-capacity for both runtimes: the answer sustains the bound, a faster rate does not."""
     args = ("simulate", str(TRACE), "--model", "deepseek-v4-pro", "--kv-memory", "31GiB", "--max-seq-len", "65536",
-            "--engine", engine)
+            "--engine", engine, "--step-time", "fixed")  # the rate search under a clock that is monotone in load
     assert csa(*args, "--find-capacity").code == 2  # the engine queues: the wait bound is the criterion
     doc = csa(*args, "--find-capacity", "--max-wait", "1", "--json").json()
     cap = doc["capacity"]
