@@ -9,6 +9,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("csa_plan.planner.simulate.cdecide", ["planner/simulate/cdecide.c"],
                              optional=True, extra_compile_args=["-O2"]),
                    Extension("csa_plan.planner.engines.cvllm", ["planner/engines/cvllm.c"],
-                             optional=True, extra_compile_args=["-O2"]),
+                             depends=["planner/runtime/stepseries.h"], optional=True, extra_compile_args=["-O2"]),
                    Extension("csa_plan.planner.engines.sglang_runtime.csglang",
-                             ["planner/engines/sglang_runtime/csglang.c"], optional=True, extra_compile_args=["-O2"])])
+                             ["planner/engines/sglang_runtime/csglang.c"],
+                             depends=["planner/runtime/stepseries.h"], optional=True, extra_compile_args=["-O2"])])

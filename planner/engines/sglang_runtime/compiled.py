@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CSGLANG_ABI = 1  # csglang.c's CSGLANG_ABI: the calling convention used below
+CSGLANG_ABI = 2  # csglang.c's CSGLANG_ABI: the calling convention used below
 BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c checks it again)
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
@@ -89,7 +89,7 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime") -> "
 
     from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule
     from csa_plan.planner.runtime.loop import STRANDED
-    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult
+    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult, step_buckets
     from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS
 
     c = rt.cfg
@@ -109,13 +109,11 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime") -> "
                      c.max_prefill_tokens, rt.max_req_len, rt.max_input, rt.capacity, c.radix_cache, COMPENSATED_SUM,
                      rule.init, rule.min, rule.decay, n, arrival, prompt, output, n_ids, ids, offs,
                      trace.id_block_tokens, time.decode_ns, MAX_CLOCK_NS, float(time.prefill_tok_s),
-                     admitted, first, finished, preempt, refused_code)
+                     admitted, first, finished, preempt, refused_code, step_buckets())
     if got[0] != 0:  # a step would end past the int64 clock: the twin raises its own error
         return None
     _, _, recomputed, hit, query, aborted, stranded, *cols = got
-    col = lambda b: np.frombuffer(b, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
-    end_ns, used, running, waiting, tokens, prefill = (col(b) for b in cols)
-    series = FrozenSeries(end_ns, used.reshape(len(end_ns), len(rt.pools)), running, waiting, tokens, prefill)
+    series = FrozenSeries.from_buffers(*cols, len(rt.pools))
     refused: dict[int, str] = {}
     for r in np.flatnonzero(refused_code == 1).tolist():
         refused[r] = rt.refuse(r)
