@@ -72,7 +72,9 @@ def compiled_replay(rt: "VllmRuntime") -> "CompiledReplay | None":
     mod = compiled_module()
     if mod is None or refusal(rt) is not None:
         return None
-    return lambda trace, time: _run(mod, rt, trace, time)
+    from csa_plan.planner.errors import ReplayInputError
+
+    return lambda trace, time: ReplayInputError.guard(lambda: _run(mod, rt, trace, time), "cvllm")
 
 
 def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime") -> "RuntimeResult":

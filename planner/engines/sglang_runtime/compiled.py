@@ -74,11 +74,12 @@ def replay_for(rt: "SglangRuntime") -> "Callable[[RuntimeTrace, StepTime], Runti
         return None
 
     def run(trace: "RuntimeTrace", time: "StepTime") -> "RuntimeResult":
+        from csa_plan.planner.errors import ReplayInputError
         from csa_plan.planner.runtime.loop import replay
 
         if not _trace_taken(trace, time):
             return replay(rt, trace, time, compiled=False)
-        out = _run(mod, rt, trace, time)
+        out = ReplayInputError.guard(lambda: _run(mod, rt, trace, time), "csglang")
         return replay(rt, trace, time, compiled=False) if out is None else out
 
     return run
