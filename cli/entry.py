@@ -17,8 +17,12 @@ GC_YOUNG_THRESHOLD = 10_000  # allocations between young-generation collections 
 
 def main() -> None:
     if sys.argv[1:] in HELP_FLAGS:
-        sys.stdout.write(top_level_help())
-        sys.stdout.flush()
+        from csa_plan.cli.stream import GuardedStream, refuse_unusable_streams
+
+        refuse_unusable_streams()  # an encoding that cannot carry text: one line, exit 2
+        out = GuardedStream(sys.stdout, "stdout")  # what the encoding cannot carry, escaped
+        out.write(top_level_help())
+        out.flush()
         sys.exit(0)
     import gc
 

@@ -170,8 +170,11 @@ class _JsonlReader:
                         if problem:
                             raise KeyError
                     ids = row.get(hk, ()) if hk else ()
-                    if ids and (type(ids) is not list or len(ids) > MAX_HASH_IDS
-                                or not all(type(v) is int and 0 <= v < I63_LIMIT for v in ids)):
+                    if type(ids) is not list:  # present and not a list (null, 0, false, "", {}): the slow path says so
+                        if hk and hk in row:
+                            raise KeyError
+                        ids = ()
+                    elif len(ids) > MAX_HASH_IDS or not all(type(v) is int and 0 <= v < I63_LIMIT for v in ids):
                         raise KeyError
                     if self.last is not None and a < self.last and not self.unsorted:
                         raise KeyError
