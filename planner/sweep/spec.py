@@ -365,6 +365,11 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if Policy.QUEUE in axes["policy"] and constraints.wait_p99_max_s is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
                        "required when the grid has policy queue (a queue never refuses; waits are the limit)")
+    if constraints.wait_p99_max_s is not None and Policy.QUEUE not in axes["policy"] \
+            and all(e is None for e in axes["engine"]):
+        raise BadInput(source, "constraints.wait_p99_max_s",
+                       "bounds a queue wait, but under policy refuse nothing waits (a request is refused): drop "
+                       "it, or add policy queue or an engine (the engines queue) to the grid")
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
