@@ -43,6 +43,7 @@ def test_round3_reproduction(csa, tmp_path, case):
         for needle in EXPECT.get(case.name, ()):
             assert needle in line, (needle, line)
     assert elapsed < 30, elapsed  # the full sizes are measured by fuzz/measure_hostile.py
+    assert len(r.out) < 200_000, len(r.out)  # the text report is bounded (8,192 distinct layers: 64 rows shown)
     if args[0] in JSON_COMMANDS and r.code == 2:
         j = csa(*args, "--json")
         assert j.code == r.code and not control_bytes(j.out + j.err)

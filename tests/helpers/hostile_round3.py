@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from helpers import EXAMPLES, ROOT
-from helpers.hostile import Case, _w
+from helpers.hostile import Case, _w, csa_node, field, onnx_bytes
 from helpers.hostile_io import forged, resume_file
 
 FLASH = "deepseek-v4-flash"
@@ -168,6 +168,27 @@ def csv_long(where: str) -> Callable[[Path, int], list[str]]:
     return build
 
 
+def onnx_node_flood(where: str) -> Callable[[Path, int], list[str]]:
+    """Ten million empty inputs on a non-CSA node (old main: 12.7 s), or ten million doc strings on the CSA
+    node (29.3 s): every field of a node that could be a CSA node was walked; now at most NODE_FIELDS_WALKED."""
+    def build(folder: Path, scale: int) -> list[str]:
+        n = 10_000_000 if scale > 1 else 600_000
+        node = csa_node(attrs={"compression_ratio": 128, "num_heads": 64})
+        if where == "inputs":
+            nodes = [node, field(3, b"o") + field(4, b"Add") + b"\x0a\x00" * n]
+        else:
+            nodes = [node + b"\x32\x00" * n]
+        return ["check", _w(folder, f"flood-{where}.onnx", onnx_bytes(nodes)), "--max-seq-len", "4096"]
+    return build
+
+
+def distinct_layers(folder: Path, scale: int) -> list[str]:
+    """A spec of 8,192 layers, 4,096 distinct groups (old main: 11.7 s, rendering 8,192-column tables)."""
+    lines = "".join(f"  - {{compression_ratio: {(4, 128)[i % 2]}, window: {128 + i}}}\n" for i in range(8192))
+    text = "num_heads: 64\nmax_seq_len: 65536\nhead_dim: 512\nqk_rope_head_dim: 64\nlayers:\n" + lines
+    return ["check", _w(folder, "layers.yaml", text), "--device-memory", "h200"]
+
+
 def _t(name: str) -> str:
     return f"test_round3_reproduction[{name}]"
 
@@ -205,6 +226,9 @@ CASES: tuple[Case, ...] = STEPS_CASES + (
     _case("csv-2MB-row-in-the-middle", csv_long("middle"), (2,)),
     _case("csv-2MB-row-last", csv_long("last"), (2,)),
     _case("csv-5000-byte-unread-field", csv_long("field"), (2,)),
+    _case("onnx-non-csa-node-10M-empty-inputs", onnx_node_flood("inputs"), (2,), 2),
+    _case("onnx-csa-node-10M-doc-strings", onnx_node_flood("docs"), (2,), 2),
+    _case("spec-8192-layers-4096-distinct-groups", distinct_layers, (0, 3)),
 )
 
 EXPECT: dict[str, tuple[str, ...]] = {
@@ -227,6 +251,8 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "csv-2MB-row-in-the-middle": ("long.csv:2", "MAX_LINE_BYTES"),
     "csv-2MB-row-last": ("long.csv:3", "MAX_LINE_BYTES"),
     "csv-5000-byte-unread-field": ("long.csv:2", "note", "MAX_FIELD_BYTES"),
+    "onnx-non-csa-node-10M-empty-inputs": ("flood-inputs.onnx", "node #1", "MAX_ONNX_NODE_FIELDS"),
+    "onnx-csa-node-10M-doc-strings": ("flood-docs.onnx", "node #0", "MAX_ONNX_NODE_FIELDS"),
 }
 
 # An output encoding that cannot carry text (old main: idna exited 0 printing nothing, or 1 with an
