@@ -201,6 +201,20 @@ def refuse_unusable_streams() -> None:
         raise SystemExit(_bad_input())
 
 
+def refuse_bad_color_env() -> None:
+    """CSA_PLAN_COLOR set to no mode: the line click gives a command, also where click never reads the
+    variable (``--help``, ``--version`` and a bare ``csa-plan`` exit first), exit 2."""
+    value = os.environ.get(COLOR_ENV)
+    if not value or value in COLOR_MODES:  # empty is unset, as click reads it
+        return
+    from csa_plan.planner.text import printable
+
+    modes = ", ".join(f"'{m}'" for m in COLOR_MODES)
+    echo(f"csa-plan: error: Invalid value for '--color' (env var: '{COLOR_ENV}'): '{printable(value[:80])}' is not "
+         f"one of {modes}.", err=True)
+    raise SystemExit(_bad_input())
+
+
 @contextlib.contextmanager
 def guarded() -> Iterator[Streams]:
     """Run with ``sys.stdout`` / ``sys.stderr`` guarded; turn an output failure into its exit.

@@ -276,8 +276,10 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if "workload" not in spec:
         raise BadInput(source, "workload", "missing (a mix spec, a CSV trace or JSONL requests, relative to this file)")
     wl_path = base / read_str(source, "workload", spec["workload"])
-    if path_kind(wl_path) != "file":
-        raise BadInput(source, "workload", f"no such file: {str(wl_path)[:200]}")
+    kind = path_kind(wl_path)
+    if kind != "file":
+        what = "no such file" if kind is None else _what_is(wl_path)  # a directory, /dev/null: said as it is
+        raise BadInput(source, "workload", f"{what}: {str(wl_path)[:200]}")
     name = read_str(source, "name", spec.get("name", Path(source).stem))
     sort = read_bool(source, "sort", spec.get("sort", False))
     seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
@@ -408,3 +410,15 @@ def load_spec(path: str) -> SweepSpec:
     return replace(spec, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
+
+
+def _what_is(path: Path) -> str:
+    """What a workload path that exists but is no regular file is (a directory, a character device ...)."""
+    import os
+
+    from csa_plan.planner.files import describe_mode
+
+    try:
+        return f"{describe_mode(os.stat(path).st_mode)}, not a workload file"
+    except OSError:
+        return "not a regular file"

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.hostile import JSON_COMMANDS, control_bytes, one_line
 from helpers.hostile_round3 import CASES, ENCODINGS, EXPECT, steps_trace
@@ -138,3 +140,34 @@ def test_an_encoding_that_cannot_carry_text_is_one_line_and_exit_2(encoding, arg
     assert done.returncode == 2, (done.returncode, err[-500:])
     assert err.count("\n") == 1 and err.startswith("csa-plan: error: stdout: its encoding")
     assert "PYTHONIOENCODING" in err and done.stdout == b""
+
+
+# -- smaller: CSA_PLAN_COLOR on the eager paths, the two parsers on --json ---------------------------
+
+@pytest.mark.parametrize("argv", [("--help",), ("--version",), ("-h",), ()], ids=["help", "version", "h", "bare"])
+def test_a_bogus_color_variable_is_one_line_everywhere(argv):
+    env = {**os.environ, "CSA_PLAN_COLOR": "bogus"}
+    done = subprocess.run([CSA, *argv], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout[:200])
+    assert done.stderr.count("\n") == 1 and "CSA_PLAN_COLOR" in done.stderr and "'bogus'" in done.stderr
+
+
+WORDS = ["--json", "--resume", "--top", "abc", "5", "-j", "1", "--plot", "x.png", "--", "s.yaml", "--resume=--json"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), max_size=7))
+def test_json_mode_is_what_click_parses(words):
+    """The error document goes to stdout exactly when click's own parse of the line sets --json."""
+    import click
+
+    from csa_plan.cli.click_command import build
+    from csa_plan.cli.commands import load_command
+    from csa_plan.cli.error_doc import json_asked
+
+    command = build(load_command("sweep"))
+    try:
+        ctx = command.make_context("sweep", list(words), resilient_parsing=True)
+    except click.exceptions.ClickException:
+        return  # click stops before it knows (a usage error it reports by itself)
+    assert json_asked(["sweep", *words]) == bool(ctx.params.get("as_json")), words

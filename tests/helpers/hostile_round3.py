@@ -189,6 +189,16 @@ def distinct_layers(folder: Path, scale: int) -> list[str]:
     return ["check", _w(folder, "layers.yaml", text), "--device-memory", "h200"]
 
 
+def sweep_workload(target: str) -> Callable[[Path, int], list[str]]:
+    """A sweep whose workload: is a directory or /dev/null (old main: "no such file")."""
+    def build(folder: Path, scale: int) -> list[str]:
+        path = str(folder) if target == "dir" else target
+        spec = (f"name: s\nworkload: {path}\ngrid:\n  model: {FLASH}\n  device: h200\n  tp: 2\n"
+                "objective: fewest_devices\n")
+        return ["sweep", _w(folder, "s.yaml", spec), "-j", "1"]
+    return build
+
+
 def _t(name: str) -> str:
     return f"test_round3_reproduction[{name}]"
 
@@ -229,6 +239,8 @@ CASES: tuple[Case, ...] = STEPS_CASES + (
     _case("onnx-non-csa-node-10M-empty-inputs", onnx_node_flood("inputs"), (2,), 2),
     _case("onnx-csa-node-10M-doc-strings", onnx_node_flood("docs"), (2,), 2),
     _case("spec-8192-layers-4096-distinct-groups", distinct_layers, (0, 3)),
+    _case("sweep-workload-a-directory", sweep_workload("dir"), (2,)),
+    _case("sweep-workload-/dev/null", sweep_workload("/dev/null"), (2,)),
 )
 
 EXPECT: dict[str, tuple[str, ...]] = {
@@ -253,6 +265,8 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "csv-5000-byte-unread-field": ("long.csv:2", "note", "MAX_FIELD_BYTES"),
     "onnx-non-csa-node-10M-empty-inputs": ("flood-inputs.onnx", "node #1", "MAX_ONNX_NODE_FIELDS"),
     "onnx-csa-node-10M-doc-strings": ("flood-docs.onnx", "node #0", "MAX_ONNX_NODE_FIELDS"),
+    "sweep-workload-a-directory": ("s.yaml", "workload", "a directory"),
+    "sweep-workload-/dev/null": ("s.yaml", "workload", "a character device"),
 }
 
 # An output encoding that cannot carry text (old main: idna exited 0 printing nothing, or 1 with an
