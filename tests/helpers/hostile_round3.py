@@ -199,6 +199,18 @@ def sweep_workload(target: str) -> Callable[[Path, int], list[str]]:
     return build
 
 
+def hash_id_volume(folder: Path, scale: int) -> list[str]:
+    """A Mooncake trace of 100,000 records of 328 distinct ids, 32.8M in all (325 MB; old main: about 45 s
+    and 2.5 GB); the suite writes just past MAX_TRACE_HASH_IDS (6,400 records, 2.1M ids)."""
+    rows = 100_000 if scale > 1 else 6_400
+    path = folder / "volume.jsonl"
+    with open(path, "w") as f:
+        for i in range(rows):
+            ids = ", ".join(map(str, range(i * 328, (i + 1) * 328)))
+            f.write(f'{{"timestamp": {i * 1000}, "input_length": 167936, "output_length": 10, "hash_ids": [{ids}]}}\n')
+    return ["simulate", str(path), "--model", FLASH]
+
+
 def _t(name: str) -> str:
     return f"test_round3_reproduction[{name}]"
 
@@ -241,6 +253,7 @@ CASES: tuple[Case, ...] = STEPS_CASES + (
     _case("spec-8192-layers-4096-distinct-groups", distinct_layers, (0, 3)),
     _case("sweep-workload-a-directory", sweep_workload("dir"), (2,)),
     _case("sweep-workload-/dev/null", sweep_workload("/dev/null"), (2,)),
+    _case("mooncake-32.8M-distinct-hash-ids", hash_id_volume, (2,), 2),
 )
 
 EXPECT: dict[str, tuple[str, ...]] = {
@@ -267,6 +280,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "onnx-csa-node-10M-doc-strings": ("flood-docs.onnx", "node #0", "MAX_ONNX_NODE_FIELDS"),
     "sweep-workload-a-directory": ("s.yaml", "workload", "a directory"),
     "sweep-workload-/dev/null": ("s.yaml", "workload", "a character device"),
+    "mooncake-32.8M-distinct-hash-ids": ("volume.jsonl", "hash_ids", "MAX_TRACE_HASH_IDS"),
 }
 
 # An output encoding that cannot carry text (old main: idna exited 0 printing nothing, or 1 with an
