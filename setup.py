@@ -12,7 +12,9 @@ FLAGS = ["-O2", "-ffp-contract=off"]
 setup(ext_modules=[Extension("csa_plan.planner.simulate.cdecide", ["planner/simulate/cdecide.c"],
                              optional=True, extra_compile_args=FLAGS),
                    Extension("csa_plan.planner.engines.cvllm", ["planner/engines/cvllm.c"],
-                             depends=["planner/runtime/steptime.h"], optional=True, extra_compile_args=FLAGS),
+                             depends=["planner/runtime/steptime.h", "planner/runtime/stepseries.h"], optional=True,
+                             extra_compile_args=FLAGS),
                    Extension("csa_plan.planner.engines.sglang_runtime.csglang",
-                             ["planner/engines/sglang_runtime/csglang.c"], depends=["planner/runtime/steptime.h"],
-                             optional=True, extra_compile_args=FLAGS)])
+                             ["planner/engines/sglang_runtime/csglang.c"],
+                             depends=["planner/runtime/steptime.h", "planner/runtime/stepseries.h"], optional=True,
+                             extra_compile_args=FLAGS)])

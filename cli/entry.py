@@ -17,8 +17,13 @@ GC_YOUNG_THRESHOLD = 10_000  # allocations between young-generation collections 
 
 def main() -> None:
     if sys.argv[1:] in HELP_FLAGS:
-        sys.stdout.write(top_level_help())
-        sys.stdout.flush()
+        from csa_plan.cli.stream import GuardedStream, refuse_bad_color_env, refuse_unusable_streams
+
+        refuse_unusable_streams()  # an encoding that cannot carry text: one line, exit 2
+        refuse_bad_color_env()  # CSA_PLAN_COLOR=bogus: the line a command gets
+        out = GuardedStream(sys.stdout, "stdout")  # what the encoding cannot carry, escaped
+        out.write(top_level_help())
+        out.flush()
         sys.exit(0)
     import gc
 

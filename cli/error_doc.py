@@ -16,13 +16,41 @@ ERROR_SCHEMA = "csa-plan/error/v1"
 
 
 def json_asked(argv: Sequence[str]) -> bool:
-    """``--json`` among the options (before a ``--`` that ends them)."""
+    """``--json`` among the options as click reads the line: before a ``--`` that ends them, and not the
+    value of an option that takes one (``--resume --json`` names a file called --json, as
+    ``--resume=--json`` does), so both parsers agree on every line."""
+    valued = _valued_options(argv)
+    skip = False
     for word in argv:
-        if word == "--":
+        if skip:
+            skip = False
+        elif word == "--":
             return False
-        if word == "--json":
+        elif word == "--json":
             return True
+        else:
+            skip = word in valued
     return False
+
+
+def _valued_options(argv: Sequence[str]) -> frozenset[str]:
+    """Every spelling of an option that takes a value, for the group and the line's command."""
+    from csa_plan.cli.commands import COMMANDS
+
+    names = {"--color"}  # the group's one valued option (cli/main.py)
+    command = next((w for w in argv if w in COMMANDS), None)
+    if command is not None:
+        try:
+            from csa_plan.cli.commands import load_command
+            from csa_plan.cli.params import VALUELESS, Opt
+
+            spec = load_command(command)
+        except Exception:  # noqa: BLE001 - not installed, or a bug: click's path tells it
+            return frozenset(names)
+        for param in spec.params:
+            if isinstance(param, Opt) and param.kind not in VALUELESS:
+                names.update(param.decls)
+    return frozenset(names)
 
 
 def tell_failure(line: str, exit_code: int, as_json: bool) -> None:

@@ -15,7 +15,7 @@ from csa_plan.cli.commands import COLOR_HELP, COMMANDS, DOCS_HELP, GROUP_HELP, a
 from csa_plan.cli.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP
 from csa_plan.cli.invoke import run_guarded, run_plain
 from csa_plan.cli.error_doc import one_line
-from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, set_color_mode
+from csa_plan.cli.stream import COLOR_ENV, COLOR_MODES, refuse_bad_color_env, set_color_mode
 
 _built: dict[str, click.Command] = {}  # a declared command's click form, built once
 
@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None, *, plain: bool = True) -> None:
     from csa_plan.cli.error_doc import json_asked
 
     words = sys.argv[1:] if argv is None else argv
+    if not words or words[0] in ("--help", "-h", "--version"):  # click exits on these before it reads the variable
+        refuse_bad_color_env()
     if plain:
         run_plain(words)
     run_guarded(lambda: _main(argv), json_asked(words))

@@ -12,6 +12,8 @@ from csa_plan.cli.tables import KEY, TEXT, Col, print_table
 
 CLASSES = ("compressed", "carry", "index", "index_carry", "dense_ring", "scratch")
 HEADERS = ("compressed", "carry", "index", "idx carry", "ring", "scratch")
+MAX_GROUP_ROWS = 64  # groups shown in the text report (8,192 distinct layers took 9 s to render); --json has all
+MAX_CLASS_COLUMNS = 8  # groups shown side by side in the class table
 
 
 def render_check(console: Console, report: dict[str, Any], *, per_layer: bool = False) -> None:
@@ -63,25 +65,33 @@ def _layer_table(console: Console, report: dict[str, Any], per_layer: bool) -> N
         return
     cols = [Col("layers", KEY), Col("kind", KEY), Col("count"), Col("bytes per group"), Col("bytes all groups")]
     rows = []
-    for row in report["groups"]:
+    for row in report["groups"][:MAX_GROUP_ROWS]:
         b = row["bytes_per_group"]
         if b is None:
             sizes = [f"[red]refused: {', '.join(row['refusal_types'])}[/]", ""]
         else:
             sizes = [f"{b['total']:,}", f"{row['bytes_all']['total']:,}"]
         rows.append([id_runs(row["layer_ids"]), _kind(row), f"{row['count']:,}", *sizes])
-    if any(r["bytes_per_group"] is None for r in report["groups"]):
+    if any(r["bytes_per_group"] is None for r in report["groups"][:MAX_GROUP_ROWS]):
         cols[3] = Col("bytes per group", TEXT, "right")
     print_table(console, title, cols, rows)
+    _more(console, len(report["groups"]), MAX_GROUP_ROWS)
+
+
+def _more(console: Console, count: int, shown: int) -> None:
+    if count > shown:
+        console.print(f"  ... {count - shown:,} more groups (at most {shown} shown; --json has every one)")
 
 
 def _class_table(console: Console, report: dict[str, Any]) -> None:
     sized = [g for g in report["groups"] if g["bytes_per_group"] is not None]
     if not sized:
         return
-    cols = [Col("class", KEY)] + [Col(f"{_kind(g)} x{g['count']:,}") for g in sized]
-    rows = [[k, *[f"{g['bytes_per_group'][k]:,}" for g in sized]] for k in CLASSES + ("total",)]
+    shown = sized[:MAX_CLASS_COLUMNS]
+    cols = [Col("class", KEY)] + [Col(f"{_kind(g)} x{g['count']:,}") for g in shown]
+    rows = [[k, *[f"{g['bytes_per_group'][k]:,}" for g in shown]] for k in CLASSES + ("total",)]
     print_table(console, "Bytes of one state group by class", cols, rows)
+    _more(console, len(sized), MAX_CLASS_COLUMNS)
 
 
 def _kind(row: dict[str, Any]) -> str:

@@ -11,7 +11,9 @@ stream into the documented endings instead of an internal error:
 * the stream cannot take the bytes (``ENOSPC`` on ``/dev/full``, ``EIO``, ``EFBIG``): one
   line on stderr naming the stream and the reason, exit 2;
 * a character the stream's encoding cannot carry (``PYTHONIOENCODING=ascii``, ``latin-1``):
-  written as a ``\\u2588``-style escape, never raised.
+  written as a ``\\u2588``-style escape, never raised;
+* an encoding that cannot carry text at all (``idna``, ``punycode``, ``utf-16``): one ASCII line
+  on descriptor 2 before anything is written, exit 2 (``refuse_unusable_streams``).
 
 After a failure the stream's descriptor is pointed at ``/dev/null``, so the interpreter's
 own last flush at exit has nothing left to fail on.
@@ -162,6 +164,57 @@ class Streams:
             self.err.flush()
 
 
+_PROBE = "csa-plan: " + "-" * 100 + " \u2588 \u2260.\n"  # a long line (idna's 63-byte labels), a block, newline
+
+
+def unusable_encoding(stream: Any) -> str | None:
+    """The stream's encoding when it cannot carry csa-plan's text, else None: its ASCII must come out
+    as ASCII and what it cannot encode as an escape (``PYTHONIOENCODING=idna``, ``punycode``,
+    ``utf-16``: nothing, mangled or not ASCII-compatible)."""
+    name = getattr(stream, "encoding", None)
+    if stream is None or not name:
+        return None
+    ascii_form = _PROBE.encode("ascii", "backslashreplace")
+    try:
+        got = _PROBE.encode(name, "backslashreplace")
+    except (UnicodeError, LookupError, TypeError, ValueError):
+        return str(name)
+    if got == ascii_form or got == _PROBE.encode("utf-8"):
+        return None
+    head = _PROBE[:-6].encode("ascii")  # the ASCII part must come out unchanged, the newline last
+    return None if got.startswith(head) and got.endswith(b".\n") else str(name)
+
+
+def refuse_unusable_streams() -> None:
+    """One ASCII line on descriptor 2 and exit 2 when stdout or stderr cannot carry text (written
+    below Python's streams: an idna stderr cannot even say why)."""
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        enc = unusable_encoding(stream)
+        if enc is None:
+            continue
+        from csa_plan.planner.text import excerpt
+
+        line = (f"csa-plan: error: {name}: its encoding {excerpt(enc)} cannot carry the output "
+                "(set PYTHONIOENCODING=utf-8, or a locale with UTF-8)\n")
+        with contextlib.suppress(OSError):
+            os.write(2, line.encode("ascii", "backslashreplace"))
+        raise SystemExit(_bad_input())
+
+
+def refuse_bad_color_env() -> None:
+    """CSA_PLAN_COLOR set to no mode: the line click gives a command, also where click never reads the
+    variable (``--help``, ``--version`` and a bare ``csa-plan`` exit first), exit 2."""
+    value = os.environ.get(COLOR_ENV)
+    if not value or value in COLOR_MODES:  # empty is unset, as click reads it
+        return
+    from csa_plan.planner.text import printable
+
+    modes = ", ".join(f"'{m}'" for m in COLOR_MODES)
+    echo(f"csa-plan: error: Invalid value for '--color' (env var: '{COLOR_ENV}'): '{printable(value[:80])}' is not "
+         f"one of {modes}.", err=True)
+    raise SystemExit(_bad_input())
+
+
 @contextlib.contextmanager
 def guarded() -> Iterator[Streams]:
     """Run with ``sys.stdout`` / ``sys.stderr`` guarded; turn an output failure into its exit.
@@ -170,6 +223,7 @@ def guarded() -> Iterator[Streams]:
     could not take the output; otherwise the run's own exit, after a final flush that is
     guarded the same way.
     """
+    refuse_unusable_streams()
     saved = sys.stdout, sys.stderr
     streams = Streams(GuardedStream(saved[0], "stdout"), GuardedStream(saved[1], "stderr"))
     sys.stdout, sys.stderr = streams.out, streams.err  # type: ignore[assignment]

@@ -33,6 +33,16 @@ EXPECT = {**EXPECT, **hostile_bounds.EXPECT}
 LIMIT_S_BY_CASE = {c.name: 10.0 for c in hostile_bounds.CASES}
 # -- end issue 24, core bounds ------------------------------------------------------------------------
 
+# -- issue 37 (steps bombs, rate scales, hash ids, forged records, leftovers): 10 s and 500 MB, except a
+# steps bomb's time, which grows with its steps (32M steps: about 3 s compiled); its memory may not.
+from helpers import hostile_round3  # noqa: E402
+
+CASES = CASES + hostile_round3.CASES
+EXPECT = {**EXPECT, **hostile_round3.EXPECT}
+LIMIT_S_BY_CASE.update({c.name: 10.0 for c in hostile_round3.CASES})
+LIMIT_S_BY_CASE.update({c.name: 120.0 for c in hostile_round3.STEPS_CASES})
+# -- end issue 37 -------------------------------------------------------------------------------------
+
 LIMIT_S = 5.0
 LIMIT_MB = 500.0
 

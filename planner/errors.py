@@ -69,3 +69,19 @@ class BadInput(CsaPlanError):
         self.problem = clip(str(problem), MAX_PROBLEM_CHARS)
         where = f"{self.source}: {self.field}" if self.field else self.source
         super().__init__(f"{where}: {self.problem}")
+
+
+class ReplayInputError(BadInput):
+    """A compiled replay loop (cvllm.c, csglang.c) refused the arrays it was given: one typed line, exit 2,
+    never a ValueError from inside (the callers check first; this is what reaches the user if one misses)."""
+
+    def __init__(self, loop: str, problem: str) -> None:
+        super().__init__("the engine replay", loop, f"{problem} (the compiled loop refused its input)")
+
+    @classmethod
+    def guard(cls, call, loop: str):
+        """``call()``, with the compiled loop's own ValueError / OverflowError (its checks of the arrays) typed."""
+        try:
+            return call()
+        except (ValueError, OverflowError) as e:
+            raise cls(loop, str(e)) from None

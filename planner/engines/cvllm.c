@@ -12,7 +12,8 @@
  *
  * Memory: per request a fixed record (O(requests)); block tables only while a request holds blocks
  * (a slot, recycled at free); the free queue, the reference counts and the cached-block map sized
- * by the pool (O(blocks)); the step series appended to bytearrays the caller reads as int64 arrays.
+ * by the pool (O(blocks)); the step series bounded (planner/runtime/stepseries.h: at most `cap` buckets of
+ * steps, O(cap x groups) however many steps run), written at the end to bytearrays read as int64 arrays.
  * Token counts are int32 in the records: the caller passes max_model_len below 2^30 (so every count
  * a request forms stays below 2^31) and computes in int64.
  */
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "../runtime/steptime.h"
+#include "../runtime/stepseries.h"
 
 typedef int64_t i64;
 
@@ -1075,8 +1077,7 @@ typedef struct {
     i64 decode_ns, max_clock;
     double prefill_tok_s;
     CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
-    Col cols[5]; /* end_ns, running, waiting, tokens, prefill_tokens */
-    Col used;    /* steps x groups */
+    StepSeries ser; /* end_ns, running, waiting, tokens, prefill_tokens, used (buckets x groups) */
     Col stranded;
     i64 recomputed, hit, query;
     i64 clock_at; /* the step start whose end would pass the clock */
@@ -1150,12 +1151,7 @@ static int replay(K *k, Out *o) {
             }
             if (rc) break;
             t = end;
-            if (col_push(&o->cols[0], t) < 0) { rc = -2; break; }
-            for (i64 g = 0; g < k->G; g++)
-                if (col_push(&o->used, k->in_use[g]) < 0) { rc = -2; break; }
-            if (rc) break;
-            if (col_push(&o->cols[1], k->run.n) < 0 || col_push(&o->cols[2], k->wlen) < 0 ||
-                col_push(&o->cols[3], st->total) < 0 || col_push(&o->cols[4], st->prefill) < 0) { rc = -2; break; }
+            if (ss_add(&o->ser, t, k->in_use, k->run.n, k->wlen, st->total, st->prefill) < 0) { rc = -1; break; }
             continue;
         }
         if (fl_count) {
@@ -1223,7 +1219,7 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 4
+#define CVLLM_ABI 5
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
@@ -1231,11 +1227,12 @@ static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model, *o_sent;
     Py_ssize_t closed;
     long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, hl, decode_ns, max_clock;
+    long long series_cap;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLpp)dOOOOOOOOOnO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
+    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLppL)dOOOOOOOOOnO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
                           &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
-                          &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &prefill_tok_s,
+                          &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &series_cap, &prefill_tok_s,
                           &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model, &closed,
                           &o_sent))
         return NULL;
@@ -1248,12 +1245,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
         mml < 1 || mml > (1LL << 30) || num_spec < 0 || num_spec > (1 << 20) || lookahead < 0 ||
         lookahead > (1 << 20) || pl < 0 || pl > (1 << 20) || budget < 0 || budget > 9000000000LL ||
         max_seqs < 0 || align < 1 || hb < 1 || hl < 0 || hl > (1 << 20) || chunk < 1 || decode_ns < 1 || !(prefill_tok_s > 0) ||
-        !PyList_Check(o_cols) || PyList_GET_SIZE(o_cols) != 5 || !PyByteArray_Check(o_used) ||
+        series_cap < 2 || series_cap % 2 || series_cap > (1 << 24) ||
+        !PyList_Check(o_cols) || PyList_GET_SIZE(o_cols) != 6 || !PyByteArray_Check(o_used) ||
         !PyByteArray_Check(o_stranded)) {
         PyErr_SetString(PyExc_ValueError, "cvllm.run: settings out of range");
         return NULL;
     }
-    for (int c = 0; c < 5; c++)
+    for (int c = 0; c < 6; c++)
         if (!PyByteArray_Check(PyList_GET_ITEM(o_cols, c))) {
             PyErr_SetString(PyExc_ValueError, "cvllm.run: series columns must be bytearrays");
             return NULL;
@@ -1289,8 +1287,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     o.preemptions = (i64 *)b[9].buf; o.refused = (int8_t *)b[10].buf;
     o.decode_ns = decode_ns; o.max_clock = max_clock; o.prefill_tok_s = prefill_tok_s;
     if (csa_parse_model(o_model, &o.model) < 0) goto fail;
-    for (int c = 0; c < 5; c++) o.cols[c].ba = PyList_GET_ITEM(o_cols, c);
-    o.used.ba = o_used;
     o.stranded.ba = o_stranded;
     int bad = 0;
     if (k.lk_start[0] != 0 || k.lk_start[nb1 - 1] != G) bad = 1;
@@ -1383,15 +1379,18 @@ static PyObject *run(PyObject *self, PyObject *args) {
         for (Py_ssize_t r = 0; r < n; r++) o.sent[r] = r < o.nsent ? (n ? k.arrival[0] : 0) : -1; /* -1: not sent */
         o.arrival = o.sent;
     }
+    if (ss_init(&o.ser, G, series_cap) < 0) { free(own_offs); k_free(&k); PyErr_NoMemory(); goto fail; }
     int rc = replay(&k, &o);
     if (has_sent) PyBuffer_Release(&sent_view);
     int err = k.err;
     free(own_offs);
     k_free(&k);
     if (rc == 0 || rc == 1) {
-        for (int c = 0; c < 5 && rc >= 0; c++) if (col_close(&o.cols[c]) < 0) rc = -2;
-        if (rc >= 0 && (col_close(&o.used) < 0 || col_close(&o.stranded) < 0)) rc = -2;
+        PyObject *c[6];
+        for (int x = 0; x < 6; x++) c[x] = PyList_GET_ITEM(o_cols, x);
+        if (ss_write(&o.ser, c[0], o_used, c[1], c[2], c[3], c[4], c[5]) < 0 || col_close(&o.stranded) < 0) rc = -2;
     }
+    ss_free(&o.ser);
     for (int x = 0; x < got; x++) PyBuffer_Release(&b[x]);
     if (rc == -2) return NULL; /* a bytearray resize failed: its error is set */
     if (rc == -1) {
@@ -1410,9 +1409,9 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
-     " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching), prefill_tok_s, admitted, first_token, finished,"
-     " preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens], used, stranded, step model|None,"
-     " max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written))"
+     " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching, series_cap), prefill_tok_s, admitted,"
+     " first_token, finished, preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens, meta], used, stranded,"
+     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written))"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},
 };

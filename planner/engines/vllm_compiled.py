@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CVLLM_ABI = 4  # cvllm.c's CVLLM_ABI: the calling convention used below
+CVLLM_ABI = 5  # cvllm.c's CVLLM_ABI: the calling convention used below
 INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
 MTP_MAX = 1 << 20  # draft / lookahead tokens
 BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
@@ -72,7 +72,10 @@ def compiled_replay(rt: "VllmRuntime") -> "CompiledReplay | None":
     mod = compiled_module()
     if mod is None or refusal(rt) is not None:
         return None
-    return lambda trace, time, max_concurrency=None: _run(mod, rt, trace, time, max_concurrency)
+    from csa_plan.planner.errors import ReplayInputError
+
+    return lambda trace, time, max_concurrency=None: ReplayInputError.guard(
+        lambda: _run(mod, rt, trace, time, max_concurrency), "cvllm")
 
 
 def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
@@ -82,7 +85,7 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
     from csa_plan.planner.engines.vllm_prefix import ALIGN, HASH_BLOCK
     from csa_plan.planner.errors import BadInput
     from csa_plan.planner.runtime.loop import STRANDED
-    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult
+    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult, step_buckets
     from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS
     from csa_plan.planner.units import NS_PER_S
 
@@ -98,14 +101,14 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
         ids, offs = i64(trace.block_ids), i64(trace.block_offsets)
     admitted, first, finished, preempt = (np.empty(n, dtype=np.int64) for _ in range(4))
     refused = np.empty(n, dtype=np.int8)
-    cols = [bytearray() for _ in range(5)]
+    cols = [bytearray() for _ in range(6)]  # end_ns, running, waiting, tokens, prefill, meta
     used, stranded = bytearray(), bytearray()
     hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
     closed = 0 if max_concurrency is None else int(max_concurrency)
     sent = np.empty(n, dtype=np.int64) if closed else None
     ints = (kv.pool.num_blocks, rt.max_model_len, rt.budget, rt.max_seqs, rt.num_spec, rt.lookahead,
             rt.prefill_lookahead, ALIGN, HASH_BLOCK, hash_lookahead, time.decode_ns, MAX_CLOCK_NS, rt.async_on,
-            rt.prefix is not None)
+            rt.prefix is not None, step_buckets())
     status, recomputed, hit, query, at = mod.run(
         i64(trace.arrival_ns), i64(trace.prompt_tokens), i64(trace.output_tokens), ids, offs,
         int(trace.id_block_tokens), specs, lookup, starts, ints, float(time.prefill_tok_s),
@@ -116,8 +119,8 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
                        "nanosecond clock (about 292 years, MAX_CLOCK_NS): shorten the trace, its token "
                        "counts or the step times")
     arr = lambda b: np.frombuffer(b, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
-    end_ns, running, waiting, tokens, prefill = (arr(c) for c in cols)
-    series = FrozenSeries(end_ns, arr(used).reshape(len(end_ns), len(kv.groups)), running, waiting, tokens, prefill)
+    end_ns, running, waiting, tokens, prefill, meta = cols
+    series = FrozenSeries.from_buffers(end_ns, used, running, waiting, tokens, prefill, meta, len(kv.groups))
     reasons: dict[int, str] = {}
     for r in np.flatnonzero(refused == 1).tolist():  # at arrival, in arrival order (as the loop records them)
         reasons[r] = rt.refuse(r) or ""

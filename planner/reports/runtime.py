@@ -3,7 +3,8 @@
 ``runtime_report`` condenses a ``RuntimeResult`` into frozen values: preemptions, the
 prefix cache, units in use against the pool (peak, mean over steps, per pool at the
 peak), running and waiting, per-request queue wait / time to first token / end-to-end,
-refusals, and a downsampled series for the plot. ``as_dict`` is the ``runtime`` section
+refusals, and a downsampled series for the plot (from the replay's bounded step buckets,
+``result.StepSeries``). ``as_dict`` is the ``runtime`` section
 of the ``csa-plan/simulate/v1`` document.
 """
 
@@ -122,9 +123,9 @@ def _series(res: "RuntimeResult", points: int) -> dict[str, list]:
     import numpy as np
 
     s = res.series
-    if not s.steps:
+    if not s.buckets:
         return {"t_s": [], "units": [], "running": [], "waiting": []}
-    idx = np.unique(np.linspace(0, s.steps - 1, min(points, s.steps)).astype(np.int64))
+    idx = np.unique(np.linspace(0, s.buckets - 1, min(points, s.buckets)).astype(np.int64))
     total = s.total_used
     # every point shows the largest value since the previous point: peaks survive downsampling
     edges = np.concatenate([[0], idx[1:]])
@@ -152,13 +153,14 @@ def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block", 
         reasons[reason] = reasons.get(reason, 0) + 1
     s = res.series
     total = s.total_used
-    if s.steps:
+    if s.buckets:  # every figure exact over every step, whatever the series' bucket width
         k = int(np.argmax(total))
-        pools = tuple(PoolUse(name, int(s.used[k, i]), int(s.used[:, i].max()),
+        pools = tuple(PoolUse(name, int(s.used[k, i]), int(s.pool_peak[i]),
                               res.pool_units[i] if i < len(res.pool_units) else None)
                       for i, name in enumerate(res.pools))
-        occ = Occupancy(unit, res.usable_units, int(total[k]), float(total.mean()), pools, int(s.running.max()),
-                        float(s.running.mean()), int(s.waiting.max()), float(s.waiting.mean()))
+        mean_used, mean_running, mean_waiting = s.means()
+        occ = Occupancy(unit, res.usable_units, int(total[k]), mean_used, pools, int(s.running.max()),
+                        mean_running, int(s.waiting.max()), mean_waiting)
         makespan = (int(s.end_ns[-1]) - int(arrival[0])) / 1e9
     else:
         occ = Occupancy(unit, res.usable_units, 0, 0.0, tuple(PoolUse(n, 0, 0) for n in res.pools), 0, 0.0, 0, 0.0)

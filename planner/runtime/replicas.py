@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from csa_plan.planner.runtime.protocol import RuntimeTrace
-from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult
+from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult, step_buckets
 
 
 def split_round_robin(trace: RuntimeTrace, dp: int) -> list[tuple[RuntimeTrace, "object"]]:
@@ -45,7 +45,7 @@ def _summed_series(parts: list[FrozenSeries], n_pools: int) -> FrozenSeries:
     tokens = np.zeros(len(ends), dtype=np.int64)
     prefill = np.zeros(len(ends), dtype=np.int64)
     for p in parts:
-        if not p.steps:
+        if not p.buckets:
             continue
         at = np.searchsorted(p.end_ns, ends, side="right") - 1  # the replica's latest step at each end
         live = at >= 0
@@ -87,4 +87,13 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
                          prefix_query_tokens=sum(r.prefix_query_tokens for r in results),
                          notes=r0.notes + (f"{dp} data-parallel replicas, requests split round-robin; "
-                                           "blocks, running and waiting summed over replicas",))
+                                           "blocks, running and waiting summed over replicas",) + _coarse(parts))
+
+
+def _coarse(parts: list[FrozenSeries]) -> tuple[str, ...]:
+    """A replica past the series' bucket cap sums at its buckets' peaks: said, never silent."""
+    width = max((p.width for p in parts), default=1)
+    if width == 1:
+        return ()
+    return (f"a replica ran past {step_buckets():,} steps: the summed series adds each replica's peaks over "
+            f"buckets of up to {width:,} steps (docs/limits.md), so its summed peak and means are estimates",)

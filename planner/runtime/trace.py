@@ -15,8 +15,12 @@ def runtime_trace(wl: "Workload", rate_scale: float = 1.0) -> RuntimeTrace:
     tokens asks for one (the server's minimum, ``max_tokens >= 1``)."""
     import numpy as np
 
+    from csa_plan.planner.simulate.scenario import refuse_past_clock
+
     arrival = wl.arrival_ns.astype(np.int64)
     if rate_scale != 1.0:
+        if len(arrival):  # the ledger's bound: a tiny scale would wrap the int64 clock (a negative wait)
+            refuse_past_clock(int(arrival.max()), rate_scale)
         arrival = np.rint(arrival / rate_scale).astype(np.int64)
     block = MOONCAKE_BLOCK_TOKENS
     if wl.trace is not None and getattr(wl.trace, "prefix", None) is not None:

@@ -151,7 +151,7 @@ class Scenario:
             base = self.base_arrival_ns
             with np.errstate(over="ignore", invalid="ignore"):  # _ns refuses what overflowed
                 if len(base):
-                    _ns(np.array([float(base.max())]) / rate_scale, "--rate-scale")
+                    refuse_past_clock(int(base.max()), rate_scale)
                 arrival = np.empty(len(base), dtype=np.int64)
                 for lo in range(0, len(base), SLICE):
                     x = base[lo:lo + SLICE] / rate_scale
@@ -186,6 +186,15 @@ def clock_overflow(scn: Scenario, request: int, admit_ns: int) -> BadInput:
                     f"admitted at {admit_ns / NS_PER_S:,.0f} s (after queueing), it would be released "
                     f"{hold / NS_PER_S:,.0f} s later, past the int64 nanosecond clock (about 292 years, "
                     "MAX_CLOCK_NS): shorten the trace, its token counts or --tpot-ms / --prefill-tok-s")
+
+
+def refuse_past_clock(latest_arrival_ns: int, rate_scale: float) -> None:
+    """A rate scale that puts the latest arrival past the simulated clock (``MAX_SIM_NS``) is bad input
+    naming --rate-scale, on every path (the ledger's, the engine replays'), never a wrapped time."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        _ns(np.array([float(latest_arrival_ns)]) / rate_scale, "--rate-scale")
 
 
 def _ns(seconds_ns: "np.ndarray", option: str, workload: "Workload | None" = None, role: int = 0) -> "np.ndarray":

@@ -57,6 +57,7 @@ MAX_RESUME_RATE_PER_S = 1e18  # far above any trace (1e9 requests/s x 2^20 rate 
 MAX_RESUME_LIST = 64  # refusal reasons or violations in one record
 MAX_RESUME_PROBES = 1 << 20
 MAX_RESUME_SECONDS = 1e12  # a replay's wait or latency: far past any trace's span at the slowest rate
+MAX_RESUME_BLANK_LINES = 1024  # csa-plan writes none; a flood of them (100 MB took 21 s) is no resume file
 MAX_RECORD_BYTES = 64 << 10  # one record line; a torn tail longer than this is no torn record
 REL_TOL = 1e-9  # figures derived by one float operation from others agree to this
 
@@ -242,6 +243,8 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
         if violations != expected:
             raise r.fail("violations", f"not what this sweep's constraints give for the record's figures "
                                        f"({'; '.join(expected) or 'none'})")
+    if point is not None and runtime is None:
+        _check_ledger_point(r, point, devices, wait, peak_bytes, peak_util)
     return PointResult(
         key=key, devices=devices, requests=requests, admitted=admitted, refused=refused, refusals=refusals,
         wait_p99_ns=wait, peak_bytes=peak_bytes, mean_utilization=mean_util, peak_utilization=peak_util,
@@ -321,6 +324,28 @@ def _check_rates(r: _Record, devices: int, scale: float | None, at_least: bool, 
         high = max(identity.search.max_scale, point.rate_scale)
         if not low <= scale <= high:
             raise r.fail("sustainable_rate_scale", f"{scale!r} is outside the search's {low!r}..{high!r}")
+        top = identity.search.max_scale  # capped (bisect_rate): doubled until twice it passes the ceiling
+        if at_least and not (top / 2 < scale <= top):
+            raise r.fail("at_least", f"true, but the rate scale {scale!r} is not within a doubling of the search's "
+                                     f"ceiling {top!r} (a capped search stops there)")
+
+
+def _check_ledger_point(r: _Record, point: SweepPoint, devices: int, wait: int | None, peak_bytes: int | None,
+                        peak_util: float) -> None:
+    """A point the ledger ran: no wait under policy refuse (a request is refused, never queued), and the
+    peak bytes of all devices between the fullest device's peak (peak utilization x limit) and devices times it."""
+    from csa_plan.planner.simulate.scenario import Policy
+
+    if point.policy is Policy.REFUSE and wait not in (None, 0):
+        raise r.fail("wait_p99_ns", f"{wait:,} ns, but under policy refuse nothing waits (the point "
+                                    f"{excerpt(point.key)})")
+    limit = point.limit_bytes
+    if peak_bytes is None or limit <= 0:
+        return
+    fullest = peak_util * limit
+    if not fullest * (1 - REL_TOL) - 1 <= peak_bytes <= devices * fullest * (1 + REL_TOL) + devices:
+        raise r.fail("peak_bytes", f"{peak_bytes:,} does not agree with the peak utilization {peak_util!r} of "
+                                   f"the {limit:,}-byte limit on {devices:,} device(s)")
 
 
 def parse_resume(text: str, source: str, digest: str, points: Mapping[str, SweepPoint] | AbstractSet[str],
@@ -330,13 +355,17 @@ def parse_resume(text: str, source: str, digest: str, points: Mapping[str, Sweep
 
     done: dict = {}
     whole = text.rfind("\n") + 1  # everything after the last newline is a torn write
-    start, n = 0, first_line - 1
+    start, n, blank = 0, first_line - 1, 0
     while start < whole:
         end = text.index("\n", start)
         n += 1
         line = text[start:end]
         start = end + 1
         if not line.strip():
+            blank += 1
+            if blank > MAX_RESUME_BLANK_LINES:
+                raise BadInput(f"{source}:{n}", None, f"more than {MAX_RESUME_BLANK_LINES:,} blank lines "
+                                                      "(MAX_RESUME_BLANK_LINES; csa-plan writes none)")
             continue
         where = f"{source}:{n}"
         result = parse_record(_json_line(line, where, load_json), where, digest, points, identity)

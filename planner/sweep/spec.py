@@ -286,8 +286,10 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if "workload" not in spec:
         raise BadInput(source, "workload", "missing (a mix spec, a CSV trace or JSONL requests, relative to this file)")
     wl_path = base / read_str(source, "workload", spec["workload"])
-    if path_kind(wl_path) != "file":
-        raise BadInput(source, "workload", f"no such file: {str(wl_path)[:200]}")
+    kind = path_kind(wl_path)
+    if kind != "file":
+        what = "no such file" if kind is None else _what_is(wl_path)  # a directory, /dev/null: said as it is
+        raise BadInput(source, "workload", f"{what}: {str(wl_path)[:200]}")
     name = read_str(source, "name", spec.get("name", Path(source).stem))
     sort = read_bool(source, "sort", spec.get("sort", False))
     seed = read_int(source, "seed", spec["seed"]) if "seed" in spec else None
@@ -390,6 +392,11 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if Policy.QUEUE in axes["policy"] and constraints.wait_p99_max_s is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
                        "required when the grid has policy queue (a queue never refuses; waits are the limit)")
+    if constraints.wait_p99_max_s is not None and Policy.QUEUE not in axes["policy"] \
+            and all(e is None for e in axes["engine"]):
+        raise BadInput(source, "constraints.wait_p99_max_s",
+                       "bounds a queue wait, but under policy refuse nothing waits (a request is refused): drop "
+                       "it, or add policy queue or an engine (the engines queue) to the grid")
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
@@ -429,3 +436,15 @@ def load_spec(path: str) -> SweepSpec:
     return replace(spec, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
+
+
+def _what_is(path: Path) -> str:
+    """What a workload path that exists but is no regular file is (a directory, a character device ...)."""
+    import os
+
+    from csa_plan.planner.files import describe_mode
+
+    try:
+        return f"{describe_mode(os.stat(path).st_mode)}, not a workload file"
+    except OSError:
+        return "not a regular file"

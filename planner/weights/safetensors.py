@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from csa_plan.planner.errors import BadInput
+from csa_plan.planner.errors import I63_LIMIT, U64_LIMIT, BadInput
 from csa_plan.planner.files import decode_utf8, open_regular, path_kind, read_text
 from csa_plan.planner.text import excerpt
 from csa_plan.planner.weights.tensors import StoredDType, TensorSpec
@@ -28,6 +28,7 @@ MAX_SHARD_BYTES = 1 << 44  # 16 TiB: one shard file (only its header is read)
 MAX_INDEX_BYTES = 64 << 20  # an index file (a 91,280-tensor index is about 8 MB)
 MAX_CHECKPOINT_HEADER_BYTES = 32 << 20  # every shard's JSON header together (a 163-shard checkpoint: ~16 MB)
 MAX_CHECKPOINT_TENSORS = 200_000  # tensors in every header together (DeepSeek-V3: 91,280)
+MAX_TENSOR_DIMS = 64  # dimensions of one tensor (20,000 gave a 6,000-digit element count in a message)
 INDEX_NAME = "model.safetensors.index.json"
 
 
@@ -163,8 +164,11 @@ def _tensor(source: str, key: str, entry: Any, data_size: int) -> tuple[TensorSp
     if dtype is None:
         raise BadInput(source, f"{field()}.dtype", f"unknown dtype {excerpt(str(entry.get('dtype')), 20)}")
     shape = entry.get("shape")
-    if type(shape) is not list or not all(type(s) is int and s >= 0 for s in shape):
-        raise BadInput(source, f"{field()}.shape", "expected a list of non-negative integers")
+    if type(shape) is not list or not all(type(s) is int and 0 <= s < I63_LIMIT for s in shape[:MAX_TENSOR_DIMS + 1]):
+        raise BadInput(source, f"{field()}.shape", "expected a list of non-negative integers below 2^63")
+    if len(shape) > MAX_TENSOR_DIMS:
+        raise BadInput(source, f"{field()}.shape", f"{len(shape):,} dimensions (at most {MAX_TENSOR_DIMS}, "
+                                                   "MAX_TENSOR_DIMS)")
     offsets = entry.get("data_offsets")
     if type(offsets) is not list or len(offsets) != 2 or not all(type(o) is int for o in offsets):
         raise BadInput(source, f"{field()}.data_offsets", "expected [begin, end]")
@@ -174,8 +178,9 @@ def _tensor(source: str, key: str, entry: Any, data_size: int) -> tuple[TensorSp
         raise BadInput(source, f"{field()}.data_offsets", f"[{begin}, {end}] is outside the {data_size} data bytes")
     nbytes = spec.nbytes
     if end - begin != nbytes:
+        size = f"{nbytes}" if nbytes < U64_LIMIT else "more than 2^64"  # never a thousand-digit number
         raise BadInput(source, f"{field()}.data_offsets",
-                       f"{end - begin} bytes for a {dtype.value} {list(shape)} tensor of {nbytes} bytes")
+                       f"{end - begin} bytes for a {dtype.value} {list(shape)} tensor of {size} bytes")
     return spec, begin, end
 
 
@@ -258,6 +263,8 @@ def read_index(path: Path) -> Checkpoint:
     total = meta.get("total_size") if isinstance(meta, dict) else None
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:
         raise BadInput(name, "metadata.total_size", "missing or not a non-negative integer")
+    if total >= U64_LIMIT:  # bytes are below 2^64 everywhere (10^4000 overflowed a float later)
+        raise BadInput(name, "metadata.total_size", "above 2^64 - 1 bytes")
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise BadInput(name, "weight_map", "missing or not a mapping of tensor name to file")

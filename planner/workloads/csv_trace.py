@@ -105,6 +105,8 @@ class _CsvReader:
                 raise BadInput("options", "--where", f"no column {printable(key, 40)!r} in {source}'s header "
                                f"(columns: {_names(header)})")
             self.where.append((spaced.index(key), value.encode("utf-8")))
+        read = set(self.idx.values()) | {j for j, _ in self.where} | ({self.model_idx} - {None})
+        self.unread = [j for j in range(self.width) if j not in read]  # checked for length only
         self.cols = Columns(source, capacity)
         self.classes: dict[bytes, int] = {}
         self.st = _State()
@@ -134,6 +136,12 @@ class _CsvReader:
             line = self.st.line + buf.count(b"\n", 0, consumed)
             raise BadInput(f"{self.source}:{line}", None,
                            f"line longer than {MAX_LINE_BYTES:,} bytes (an unterminated quote?)")
+        long = np.flatnonzero(ends - starts > MAX_LINE_BYTES)  # a whole row too, not only a partial one
+        if long.size:
+            r = int(long[0])
+            raise BadInput(f"{self.source}:{self._line(b, int(starts[r]))}", None,
+                           f"line of {int(ends[r] - starts[r]):,} bytes, longer than {MAX_LINE_BYTES:,} "
+                           "(MAX_LINE_BYTES)")
         cm = cm[cm < consumed]  # a partial row's commas wait for the next chunk
         cb = col.Bytes(b, dots=buf.find(b".") >= 0)
         rs, re_ = col.trim(cb, starts, ends, unquote=False)
@@ -187,6 +195,15 @@ class _CsvReader:
         st, fmt = self.st, self.fmt
         b = cb.b
         n = len(rs)
+        if commas is not None and self.unread:  # the fields not parsed, within MAX_FIELD_BYTES (and two quotes)
+            widths = (np.diff(np.column_stack([rs - 1, commas, re_]), axis=1) - 1)[:, self.unread]
+            over = np.flatnonzero((widths > MAX_FIELD_BYTES + 2).any(axis=1))
+            if over.size:
+                r = int(over[0])
+                k = int(np.argmax(widths[r] > MAX_FIELD_BYTES + 2))
+                raise BadInput(f"{self.source}:{self._line(b, int(rs[r]))}", printable(self.header[self.unread[k]], 40),
+                               f"field is {int(widths[r, k]):,} bytes long (limit {MAX_FIELD_BYTES:,}, "
+                               "MAX_FIELD_BYTES)")
         spans = {role: self._field(cb, rs, re_, commas, j) for role, j in self.idx.items()}
         errors: list[tuple[str, "np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]] = []
         # arrival: dates (Azure) or numbers in the format's unit

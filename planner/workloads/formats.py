@@ -109,6 +109,16 @@ def with_columns(base: TraceFormat | None, container: Container, columns: tuple[
             raise BadInput("options", "--columns", f"name the {', '.join(absent)} column(s) too "
                            "(arrival=NAME,prompt=NAME,output=NAME)")
     fmt = replace(fmt, **{r: mapping[r] for r in ROLES if r in mapping})
+    taken: dict[str, str] = {}
+    for role in ROLES:  # with the layout's own names too: prompt=output_tokens leaves output on that column
+        name = fmt.column(role)
+        other = taken.get(fold(name))
+        if other is not None:
+            given = [r for r in (other, role) if r not in mapping]
+            why = f" ({given[0]} by the {fmt.name} layout)" if given else ""
+            raise BadInput("options", "--columns", f"the column {printable(name, 40)!r} is named for both {other} "
+                                                   f"and {role}{why}: each role needs its own column")
+        taken[fold(name)] = role
     if unit is not None:
         fmt = replace(fmt, unit=unit)
     return fmt

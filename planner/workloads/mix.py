@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.suggest import unknown_problem
 from csa_plan.planner.values import check_keys, read_int, read_mapping, read_number, read_str
+from csa_plan.planner.limits import MAX_RATE_SCALE, MIN_RATE_SCALE
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
     import numpy as np
@@ -78,7 +79,8 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
     if "max_concurrency" in data:
         out["max_concurrency"] = read_int(source, "max_concurrency", data["max_concurrency"])
     if "rate_scale" in data:
-        out["rate_scale"] = read_number(source, "rate_scale", data["rate_scale"], positive=True)
+        out["rate_scale"] = read_number(source, "rate_scale", data["rate_scale"], positive=True,
+                                        at_least=MIN_RATE_SCALE, at_most=MAX_RATE_SCALE)
     if "time" in data:
         tm = read_mapping(source, "time", data["time"])
         check_keys(source, "time", tm, {"prefill_tok_s", "tpot_ms", "step_time"})

@@ -23,6 +23,7 @@ MAX_LINE_BYTES = 1 << 20  # one CSV row or JSONL record
 MAX_FIELD_BYTES = 1024  # one CSV field (numbers, dates and model names are short)
 MAX_TRACE_CLASSES = 256  # distinct request classes (BurstGPT models)
 MAX_HASH_IDS = 1 << 16  # prefix-block ids in one record
+MAX_TRACE_HASH_IDS = 1 << 21  # prefix-block ids in one trace: 2,097,152 (Mooncake's traces: under 0.5M; 32.8M took 44 s, 2.5 GB)
 MAX_GENERATED_REQUESTS = 10_000_000  # bounds memory: the simulator holds a few arrays per request
 MAX_RATE_PER_S = 1e9
 MIN_RATE_PER_S = 1e-9

@@ -69,7 +69,8 @@ def small_identity():
         rate = 2.0 * bounds.base_rate_per_s
         record = {"schema": "csa-plan/sweep-point/v2", "spec_digest": spec.digest, "key": p.key, "devices": p.devices,
                   "requests": bounds.requests, "admitted": bounds.requests, "refused": 0, "refusals": {},
-                  "wait_p99_ns": 0, "peak_bytes": 1, "mean_utilization": 0.1, "peak_utilization": 0.2,
+                  "wait_p99_ns": 0, "peak_bytes": round(0.2 * p.limit_bytes), "mean_utilization": 0.1,
+                  "peak_utilization": 0.2,
                   "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": rate,
                   "rate_per_device_per_s": rate / p.devices, "feasible": True, "violations": [], "runtime": None}
         _IDENTITY.extend([spec, identity, record])

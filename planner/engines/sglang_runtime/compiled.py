@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CSGLANG_ABI = 3  # csglang.c's CSGLANG_ABI: the calling convention used below
+CSGLANG_ABI = 4  # csglang.c's CSGLANG_ABI: the calling convention used below
 BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c checks it again)
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
@@ -74,11 +74,12 @@ def replay_for(rt: "SglangRuntime") -> "Callable[[RuntimeTrace, StepTime], Runti
         return None
 
     def run(trace: "RuntimeTrace", time: "StepTime", max_concurrency: int | None = None) -> "RuntimeResult":
+        from csa_plan.planner.errors import ReplayInputError
         from csa_plan.planner.runtime.loop import replay
 
         if not _trace_taken(trace, time):
             return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency)
-        out = _run(mod, rt, trace, time, max_concurrency)
+        out = ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "csglang")
         return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency) if out is None else out
 
     return run
@@ -90,7 +91,7 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
 
     from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule
     from csa_plan.planner.runtime.loop import STRANDED
-    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult
+    from csa_plan.planner.runtime.result import FrozenSeries, RuntimeResult, step_buckets
     from csa_plan.planner.simulate.scenario import MAX_CLOCK_NS
 
     c = rt.cfg
@@ -112,13 +113,11 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
                      c.max_prefill_tokens, rt.max_req_len, rt.max_input, rt.capacity, c.radix_cache, COMPENSATED_SUM,
                      rule.init, rule.min, rule.decay, n, arrival, prompt, output, n_ids, ids, offs,
                      trace.id_block_tokens, time.decode_ns, MAX_CLOCK_NS, float(time.prefill_tok_s),
-                     admitted, first, finished, preempt, refused_code, time.linear, closed, sent)
+                     admitted, first, finished, preempt, refused_code, step_buckets(), time.linear, closed, sent)
     if got[0] != 0:  # a step would end past the int64 clock: the twin raises its own error
         return None
     _, _, recomputed, hit, query, aborted, stranded, *cols = got
-    col = lambda b: np.frombuffer(b, dtype=np.int64) if len(b) else np.zeros(0, dtype=np.int64)
-    end_ns, used, running, waiting, tokens, prefill = (col(b) for b in cols)
-    series = FrozenSeries(end_ns, used.reshape(len(end_ns), len(rt.pools)), running, waiting, tokens, prefill)
+    series = FrozenSeries.from_buffers(*cols, len(rt.pools))
     refused: dict[int, str] = {}
     for r in np.flatnonzero(refused_code == 1).tolist():
         refused[r] = rt.refuse(r)

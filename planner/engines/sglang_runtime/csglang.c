@@ -18,7 +18,8 @@
  * and one open-addressing child table; the two LRU heaps keep lazily deleted entries as the Python
  * heaps do, compacted when they outgrow the tree (dropping only entries that can never pop as
  * valid: every node that becomes evictable is offered again, so the pop sequence is unchanged);
- * the per-step series are written straight into bytearrays the caller wraps without a copy.
+ * the step series bounded (planner/runtime/stepseries.h: at most `cap` buckets of steps, whatever the
+ * number of steps), written at the end into bytearrays the caller wraps without a copy.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,8 +29,9 @@
 #include <string.h>
 
 #include "../../runtime/steptime.h"
+#include "../../runtime/stepseries.h"
 
-#define CSGLANG_ABI 3
+#define CSGLANG_ABI 4
 #define CLIP_MAX_NEW 4096 /* adder.CLIP_MAX_NEW_TOKENS */
 #define EVICTION_INTERVAL 128 /* window.EVICTION_INTERVAL */
 #define RETRACT_DECODE_STEPS 20 /* ratio.RETRACT_DECODE_STEPS */
@@ -868,16 +870,6 @@ typedef struct {
     int64_t len, cap; /* int64 items */
 } Col;
 
-static int col_push(Col *c, int64_t v) {
-    if (c->len == c->cap) {
-        int64_t cap = c->cap ? 2 * c->cap : 4096;
-        if (PyByteArray_Resize(c->obj, (Py_ssize_t)(cap * 8)) < 0) return -1;
-        c->cap = cap;
-    }
-    ((int64_t *)PyByteArray_AS_STRING(c->obj))[c->len++] = v;
-    return 0;
-}
-
 typedef struct {
     const int64_t *arrival, *prompt, *output;
     int64_t *first_ns, *finished_ns;
@@ -904,8 +896,8 @@ static void add_request(Sched *s, int32_t r) { /* runtime.add */
     s->w_len++;
 }
 
-/* Col order: end_ns, used (pools interleaved), running, waiting, tokens, prefill */
-static int run(Sched *s, Clock *k, Col *cols) {
+/* the series: end_ns, used (full, swa), running, waiting, tokens, prefill */
+static int run(Sched *s, Clock *k, StepSeries *ser) {
     int64_t n = s->n, nxt = 0;
     int64_t t = n ? k->arrival[0] : 0;
     for (;;) {
@@ -990,13 +982,10 @@ static int run(Sched *s, Clock *k, Col *cols) {
                 }
             }
             t = end;
-            if ((cols[0].len & 0xFFFF) == 0xFFFF && PyErr_CheckSignals() < 0) return -2; /* Ctrl-C within a long run */
-            if (col_push(&cols[0], t) < 0 || col_push(&cols[1], s->req_full + s->T.locked) < 0 ||
-                col_push(&cols[1], s->req_swa + s->T.swa_locked) < 0 ||
-                col_push(&cols[2], s->n_running + (s->chunked >= 0 ? 1 : 0)) < 0 ||
-                col_push(&cols[3], s->w_len) < 0 || col_push(&cols[4], tokens) < 0 ||
-                col_push(&cols[5], prefill_tokens) < 0)
-                return -2;
+            if ((ser->steps & 0xFFFF) == 0xFFFF && PyErr_CheckSignals() < 0) return -2; /* Ctrl-C within a long run */
+            int64_t used[2] = {s->req_full + s->T.locked, s->req_swa + s->T.swa_locked};
+            if (ss_add(ser, t, used, s->n_running + (s->chunked >= 0 ? 1 : 0), s->w_len, tokens, prefill_tokens) < 0)
+                return -1;
             continue;
         }
         if (nxt < (k->closed ? k->nsent : n)) {
@@ -1100,16 +1089,16 @@ static PyObject *int_list(const int32_t *a, int64_t n) {
 
 static PyObject *replay(PyObject *self, PyObject *args) {
     (void)self;
-    long long F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, B, decode_ns, max_clock;
+    long long F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, B, decode_ns, max_clock, cap;
     int radix, compensated;
     double ratio_init, ratio_min, ratio_decay, prefill_tok_s;
     Py_ssize_t n, n_ids;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_model, *o_sent;
     Py_ssize_t closed;
-    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOOnO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
+    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOLOnO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
                           &max_req_len, &max_input, &capacity, &radix, &compensated, &ratio_init, &ratio_min,
                           &ratio_decay, &n, &o_arr, &o_prompt, &o_out, &n_ids, &o_ids, &o_offs, &B, &decode_ns,
-                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_model, &closed,
+                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &cap, &o_model, &closed,
                           &o_sent))
         return NULL;
     const long long BOUND = 1LL << 40;
@@ -1117,7 +1106,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         W > BOUND || B > BOUND || chunk > BOUND || max_prefill > BOUND || llabs(mrr) > BOUND ||
         llabs(max_req_len) > BOUND || llabs(max_input) > BOUND || llabs(chunk) > BOUND ||
         llabs(max_prefill) > BOUND || capacity < 0 || capacity > BOUND || decode_ns < 1 || max_clock < 0 ||
-        !(prefill_tok_s > 0) || n_ids < 0) {
+        !(prefill_tok_s > 0) || n_ids < 0 || cap < 2 || cap % 2 || cap > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "settings out of the compiled loop's range");
         return NULL;
     }
@@ -1174,11 +1163,13 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     s.aborted = (int32_t *)malloc(nn * sizeof(int32_t));
     s.stranded = (int32_t *)malloc(nn * sizeof(int32_t));
     int32_t *kid = NULL;
-    Col cols[6];
+    Col cols[7]; /* the series' bytearrays (ss_write's order), meta last */
     memset(cols, 0, sizeof cols);
+    StepSeries ser;
+    memset(&ser, 0, sizeof ser);
     int rc = -1;
     if (!s.req || !s.waiting || !s.running || !s.b_req || !s.b_n || !s.b_cont || !s.sort_buf || !s.tmp ||
-        !s.aborted || !s.stranded || tree_init(&s.T, W, P) < 0)
+        !s.aborted || !s.stranded || tree_init(&s.T, W, P) < 0 || ss_init(&ser, 2, cap) < 0)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         Req *q = &s.req[i];
@@ -1190,7 +1181,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     if (radix && nbuf == 10 && intern_keys(&s, (const int64_t *)b[8].buf, (const int64_t *)b[9].buf, n_ids, B, &kid) < 0)
         goto done;
     s.kid = kid;
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 7; c++) {
         cols[c].obj = PyByteArray_FromStringAndSize(NULL, 0);
         if (!cols[c].obj) { rc = -2; goto done; }
     }
@@ -1218,20 +1209,20 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < n; i++) k.sent[i] = i < k.nsent ? (n ? arrival[0] : 0) : -1; /* -1: not sent */
         k.arrival = k.sent;
     }
-    rc = run(&s, &k, cols);
+    rc = run(&s, &k, &ser);
     if (has_sent) PyBuffer_Release(&sent_view);
-    if (rc == 0)
-        for (int c = 0; c < 6; c++)
-            if (PyByteArray_Resize(cols[c].obj, (Py_ssize_t)(cols[c].len * 8)) < 0) { rc = -2; break; }
+    if (rc == 0 && ss_write(&ser, cols[0].obj, cols[1].obj, cols[2].obj, cols[3].obj, cols[4].obj, cols[5].obj,
+                            cols[6].obj) < 0)
+        rc = -2;
 done:;
     PyObject *result = NULL;
     if (rc == 0 || rc == -3) {
         PyObject *ab = int_list(s.aborted, s.n_aborted), *st = int_list(s.stranded, s.n_stranded);
         if (ab && st) {
             if (rc == 0)
-                result = Py_BuildValue("iLLLLNNOOOOOO", 0, 0LL, (long long)s.recomputed, (long long)s.hit,
+                result = Py_BuildValue("iLLLLNNOOOOOOO", 0, 0LL, (long long)s.recomputed, (long long)s.hit,
                                        (long long)s.query, ab, st, cols[0].obj, cols[1].obj, cols[2].obj,
-                                       cols[3].obj, cols[4].obj, cols[5].obj);
+                                       cols[3].obj, cols[4].obj, cols[5].obj, cols[6].obj);
             else
                 result = Py_BuildValue("iLNN", -3, (long long)k.err_t, ab, st);
         } else {
@@ -1241,7 +1232,8 @@ done:;
     } else if (rc == -1) {
         PyErr_NoMemory();
     }
-    for (int c = 0; c < 6; c++) Py_XDECREF(cols[c].obj);
+    for (int c = 0; c < 7; c++) Py_XDECREF(cols[c].obj);
+    ss_free(&ser);
     tree_free(&s.T);
     free(kid);
     free(s.req); free(s.waiting); free(s.running); free(s.b_req); free(s.b_n); free(s.b_cont);
@@ -1257,9 +1249,10 @@ static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
      "replay(F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, radix, compensated, ratio_init,"
      " ratio_min, ratio_decay, n, arrival, prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens,"
-     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, step model|None,"
-     " max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written)) ->"
-     " (0, 0, recomputed, hit, query, aborted, stranded, end_ns, used, running, waiting, tokens, prefill) or (-3, t, aborted, stranded)"},
+     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, series_cap,"
+     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written)) ->"
+     " (0, 0, recomputed, hit, query, aborted, stranded, end_ns, used, running, waiting, tokens, prefill, meta)"
+     " or (-3, t, aborted, stranded)"},
     {NULL, NULL, 0, NULL},
 };
 
