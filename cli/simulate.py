@@ -50,6 +50,9 @@ PARAMS = (
     Opt(("--max-concurrency",), "max_concurrency", Kind.COUNT,
         help="A closed-loop client, as vllm bench serve spells it: at most this many requests in flight, the next "
              "sent when one ends (trace times ignored; engine replays)."),
+    Opt(("--spec-acceptance",), "spec_acceptance", Kind.NUMBER, high=1.0,
+        help="vLLM MTP replays (--num-speculative-tokens): each draft token's acceptance rate, given the ones "
+             "before it were accepted [default: 0.65, the middle of the published 0.57-0.70]."),
     Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
         help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
     Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,
@@ -92,7 +95,8 @@ PARAMS = (
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
              router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
-             tpot_ms: float | None, step_time: str | None, max_concurrency: int | None, rate_scale: float | None,
+             tpot_ms: float | None, step_time: str | None, max_concurrency: int | None,
+             spec_acceptance: float | None, rate_scale: float | None,
              sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
@@ -130,7 +134,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                         device_memory_bytes=device_memory, reserved_bytes=d.reserved_bytes, reserve=reserve,
                         bucket=bucket, policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms,
                         rate_scale=rate_scale, ep=d.ep, weights_bytes=d.weights_bytes, step_time=step_time,
-                        max_concurrency=max_concurrency)
+                        max_concurrency=max_concurrency, spec_acceptance=spec_acceptance)
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,

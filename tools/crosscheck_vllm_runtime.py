@@ -10,7 +10,9 @@ For each case it builds DeepSeek-V4's KV cache config with vLLM's own planning
 with async scheduling) over it, and drives it through csa-plan's own replay loop
 (``planner/runtime/loop.py``: the same arrivals, clock and step order as ``simulate``) with a
 fabricated model output: one sampled token for every scheduled request whose chunk reached
-the end of its tokens (plus every scheduled draft, all accepted). Token ids: Mooncake
+the end of its tokens, plus the scheduled drafts ``--acceptance`` accepts (every one at 1, the
+default; otherwise ``planner/engines/draft_acceptance.py``'s deterministic share, the same one
+csa-plan's replay is given with ``RuntimeOptions(spec_acceptance=...)``). Token ids: Mooncake
 ``hash_ids`` become 512-token runs (equal ids, equal tokens); everything else is unique to
 its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime and every
 step is compared: tokens scheduled per request, running, waiting, preempted, free blocks,
@@ -153,7 +155,8 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
 class VllmReference:
     """vLLM's own Scheduler behind csa-plan's EngineRuntime protocol."""
 
-    def __init__(self, sched, trace, hash_block: int, max_model_len: int, spec_tokens: int, caching: bool):
+    def __init__(self, sched, trace, hash_block: int, max_model_len: int, spec_tokens: int, caching: bool,
+                 acceptance: float = 1.0):
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -172,6 +175,10 @@ class VllmReference:
         self.preemption_word = "preempt"
         self.max_model_len = max_model_len
         self.spec_tokens = spec_tokens
+        from csa_plan.planner.engines.draft_acceptance import milli_table
+
+        self.milli = None if acceptance >= 1.0 else milli_table(acceptance, max(spec_tokens, 1))
+        self.credit: dict = {}
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
         # engine/core.py:219-230: the request block hasher covers num_hash_lookahead_tokens (MTP + caching)
@@ -243,6 +250,10 @@ class VllmReference:
             rq = s.requests.get(rid)
             outputs_before[rid] = rq.num_output_tokens if rq is not None else None
             if samples:
+                if spec and self.milli is not None and rq is not None and not rq.is_finished():
+                    from csa_plan.planner.engines.draft_acceptance import accept
+
+                    spec, self.credit[rid] = accept(self.credit.get(rid, 0), spec, self.milli)
                 base = OUT_BASE + int(rid) * (1 << 20)
                 k = self.next_token.get(rid, 0)
                 sampled.append([base + k + j for j in range(1 + spec)])
@@ -331,7 +342,7 @@ def mix_trace(traces):
 
 
 def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
-             verbose=False, release="vllm-0.33"):
+             verbose=False, release="vllm-0.33", acceptance=1.0):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
@@ -346,7 +357,7 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     t0 = time.time()
     sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching,
                                                 release)
-    ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching)
+    ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching, acceptance)
     if spec and caching and release == "vllm-0.33" and not sched.num_hash_lookahead_tokens:
         raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
     a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
@@ -360,13 +371,13 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
         engine = replace(engine, release=replace(engine.release, scheduler_replayed=True))
     plan = engine.configure(model, settings, max_model_len)
     sizing = plan.size_pool(kv)
-    ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching)))
+    ours = Recorder(plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching, spec_acceptance=acceptance)))
     b = replay(ours, trace, time_model, compiled=False)  # the Python twin, step by step (it is what is logged)
     t2 = time.time()
     problems = []
     # the compiled loop (cvllm) where built: per-request outcomes and per-step counts against vLLM's own run
     c = None
-    fresh = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching))
+    fresh = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=caching, spec_acceptance=acceptance))
     if fresh.compiled_replay() is not None:
         c = replay(fresh, trace, time_model, compiled=True)
         t3 = time.time()
@@ -497,6 +508,8 @@ def main(argv=None) -> int:
                    "vllm-0.26, vllm-0.25): its own Scheduler over its own start-up pool, against csa-plan's "
                    "0.33 replay over that pool [default: the installed release]")
     p.add_argument("--no-mtp", action="store_true", help="skip the MTP cases")
+    p.add_argument("--acceptance", type=float, default=1.0,
+                   help="each draft's acceptance rate in the fabricated output [default: 1, every draft]")
     args = p.parse_args(argv)
     from crosscheck_engines import installed_vllm_release
 
@@ -508,7 +521,8 @@ def main(argv=None) -> int:
         if args.only and args.only not in f"{label} {model}" or (args.no_mtp and spec):
             continue
         try:
-            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec, release=release)
+            ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec, release=release,
+                                acceptance=args.acceptance)
         except Exception as exc:  # a case that cannot run is a failure, named
             ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
         print(line, flush=True)

@@ -36,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT_PATH = ROOT / "planner" / "runtime" / "steptime_fit.json"
-ACCEPTANCE = 0.65
+from csa_plan.planner.engines.draft_acceptance import DEFAULT_RATE as ACCEPTANCE  # noqa: E402
 FIT_CONCURRENCY = (1, 16, 1024, 4096)
 TTFT_MAX_CONCURRENCY = 16
 TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"

@@ -63,6 +63,7 @@ typedef struct {
     int32_t num_prompt, max_tokens, num_output, num_computed, num_in_flight, placeholders;
     int32_t spec, stale, ever_computed, spb, cache_n, slot;
     int32_t wprev, wnext; /* the waiting queue (a linked list over requests) */
+    int32_t credit; /* draft_acceptance: accepted drafts owed, in thousandths */
     int8_t status, prefill_chunk;
     /* the Python runtime's thresholds (KvCacheManager._thresholds): allocate_slots without new hits
      * changes nothing while need_slot <= next_slot and processed < next_free; -1: no tables */
@@ -92,6 +93,7 @@ typedef struct {
     i64 n, G, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, chunk;
     i64 hl; /* PrefixCache.lookahead: num_hash_lookahead_tokens (MTP with caching) */
     int async_on, caching;
+    i64 *milli, nmilli; /* draft_acceptance.milli_table (NULL: every draft accepted) */
     Spec *spec;
     const i64 *lk; const i64 *lk_start; i64 nbuckets;
     /* trace */
@@ -983,6 +985,17 @@ static int complete(K *k, StepBuf *st, i64 end, i64 *first_token, i64 *finished,
         int stale = q->stale > 0;
         if (stale) q->stale -= (int32_t)n;
         if (!samples || q->status == FINISHED) continue;
+        if (spec > 0 && k->milli) { /* draft_acceptance.accept; rejected drafts roll back (:2345-2366) */
+            i64 credit = (i64)q->credit + k->milli[spec < k->nmilli ? spec : k->nmilli - 1];
+            i64 taken = credit / 1000;
+            if (taken > spec) taken = spec;
+            q->credit = (int32_t)(credit - taken * 1000);
+            if (!stale && spec > taken) {
+                if (q->num_computed > 0) q->num_computed -= (int32_t)(spec - taken);
+                if (q->placeholders > 0) q->placeholders -= (int32_t)(spec - taken);
+            }
+            spec = taken;
+        }
         i64 tokens = 1 + spec;
         int stopped = 0;
         int had_placeholders = q->placeholders > 0;
@@ -1198,6 +1211,7 @@ static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize
 }
 
 static void k_free(K *k) {
+    free(k->milli);
     free(k->chains);
     free(k->R);
     free(k->run.a);
@@ -1219,22 +1233,22 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 5
+#define CVLLM_ABI 6
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_specs, *o_lk, *o_lks;
-    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model, *o_sent;
+    PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model, *o_sent, *o_milli;
     Py_ssize_t closed;
     long long chunk, num_blocks, mml, budget, max_seqs, num_spec, lookahead, pl, align, hb, hl, decode_ns, max_clock;
     long long series_cap;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLppL)dOOOOOOOOOnO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
+    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLppL)dOOOOOOOOOnOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
                           &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
                           &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &series_cap, &prefill_tok_s,
                           &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model, &closed,
-                          &o_sent))
+                          &o_sent, &o_milli))
         return NULL;
     Py_ssize_t n = PyObject_Length(o_arr);
     Py_ssize_t G = PyObject_Length(o_lk);
@@ -1364,6 +1378,24 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (!own_offs || !k.chains) { free(own_offs); k_free(&k); PyErr_NoMemory(); goto fail; }
         k.offs = own_offs;
     }
+    if (o_milli != Py_None) { /* a tuple of non-negative ints, milli[0..num_spec] */
+        Py_ssize_t m = PyTuple_Check(o_milli) ? PyTuple_GET_SIZE(o_milli) : -1;
+        if (m < 2 || m > (1 << 20) + 1) {
+            PyErr_SetString(PyExc_ValueError, "cvllm.run: the acceptance table is a tuple of 2 or more ints");
+            { k_free(&k); free(own_offs); goto fail; }
+        }
+        k.milli = (i64 *)malloc((size_t)m * sizeof(i64));
+        if (!k.milli) { k_free(&k); free(own_offs); PyErr_NoMemory(); goto fail; }
+        k.nmilli = m;
+        for (Py_ssize_t x = 0; x < m; x++) {
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(o_milli, x));
+            if ((v == -1 && PyErr_Occurred()) || v < 0 || v > 1000LL * x) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cvllm.run: acceptance table out of range");
+                k_free(&k); free(own_offs); goto fail;
+            }
+            k.milli[x] = v;
+        }
+    }
     Py_buffer sent_view;
     int has_sent = 0;
     if (closed < 0 || (closed > 0 && o_sent == Py_None)) {
@@ -1411,7 +1443,8 @@ static PyMethodDef methods[] = {
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
      " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching, series_cap), prefill_tok_s, admitted,"
      " first_token, finished, preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens, meta], used, stranded,"
-     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written))"
+     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written),"
+     " acceptance milli table|None)"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},
 };

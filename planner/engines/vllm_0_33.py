@@ -523,7 +523,8 @@ class VllmPlan(EnginePlan):
         return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
-                           self.prefill_lookahead(), prefix=prefix, label=self.engine.label())
+                           self.prefill_lookahead(), prefix=prefix, label=self.engine.label(),
+                           acceptance=options.spec_acceptance)
 
     def tp_rules(self) -> tuple[TpRule, ...]:
         src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CVLLM_ABI = 5  # cvllm.c's CVLLM_ABI: the calling convention used below
+CVLLM_ABI = 6  # cvllm.c's CVLLM_ABI: the calling convention used below
 INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
 MTP_MAX = 1 << 20  # draft / lookahead tokens
 BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
@@ -112,7 +112,8 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
     status, recomputed, hit, query, at = mod.run(
         i64(trace.arrival_ns), i64(trace.prompt_tokens), i64(trace.output_tokens), ids, offs,
         int(trace.id_block_tokens), specs, lookup, starts, ints, float(time.prefill_tok_s),
-        admitted, first, finished, preempt, refused, cols, used, stranded, time.linear, closed, sent)
+        admitted, first, finished, preempt, refused, cols, used, stranded, time.linear, closed, sent,
+        rt.accept_milli)
     if status == 1:  # the Python loop's words (loop.replay)
         raise BadInput("options", "--tpot-ms / --prefill-tok-s",
                        f"the engine step starting at {at / NS_PER_S:,.0f} s would end past the int64 "

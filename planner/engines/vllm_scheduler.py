@@ -27,7 +27,8 @@ One step (``schedule``, :699-1660):
 
 ``update_from_output`` (:2259-2540) with a fabricated model output: every scheduled request
 whose chunk reached the end of its tokens samples one token (plus every scheduled draft,
-all accepted); a request stops at max_tokens or max_model_len (``sched/utils.py``
+accepted at ``acceptance``: ``draft_acceptance.py``, rejected drafts rolled back as
+:2345-2366 does); a request stops at max_tokens or max_model_len (``sched/utils.py``
 ``check_stop`` :98-119) and its blocks are freed; a preempted request's stale in-flight
 output is still appended on return (:2316-2323).
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from csa_plan.planner.engines.draft_acceptance import accept, milli_table
 from csa_plan.planner.engines.vllm_blocks import GroupSpec, KvCacheManager
 from csa_plan.planner.engines.vllm_prefix import ALIGN
 from csa_plan.planner.runtime.protocol import Completion, EngineRuntime, Step
@@ -52,12 +54,13 @@ if TYPE_CHECKING:
 WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
 
 
+
 class Req:
     """The fields of ``v1/request.py`` Request the scheduler reads."""
 
     __slots__ = ("rid", "num_prompt", "max_tokens", "num_output", "num_computed", "num_in_flight", "placeholders",
                  "status", "spec", "preemptions", "stale", "prefill_chunk", "ever_computed", "hashes", "spb",
-                 "next_slot", "next_free", "slot_th", "free_th", "cache_n")
+                 "next_slot", "next_free", "slot_th", "free_th", "cache_n", "credit")
 
     def __init__(self, rid: int, prompt: int, max_tokens: int) -> None:
         self.rid, self.num_prompt, self.max_tokens = rid, prompt, max_tokens
@@ -75,6 +78,7 @@ class Req:
         self.slot_th: list[int] = []
         self.free_th: list[int] = []
         self.cache_n = -1  # vllm_prefix: the tokens last cached (rounded), -1 = none since the last free
+        self.credit = 0  # draft_acceptance: accepted drafts owed, in thousandths
 
     @property
     def num_tokens(self) -> int:
@@ -88,7 +92,7 @@ class VllmRuntime(EngineRuntime):
                  num_blocks: int, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
                  async_scheduling: bool, num_spec_tokens: int, lookahead: int, prefill_lookahead: int = 0,
                  prefix=None,
-                 label: str = "vLLM 0.33.0") -> None:
+                 label: str = "vLLM 0.33.0", acceptance: float = 1.0) -> None:
         self.trace = trace
         self.pools = pool_names
         self.usable_units = num_blocks - 1
@@ -100,6 +104,8 @@ class VllmRuntime(EngineRuntime):
         self.max_seqs = max_num_seqs
         self.async_on = async_scheduling
         self.num_spec = num_spec_tokens
+        self.acceptance = acceptance  # each draft's acceptance rate (draft_acceptance.py)
+        self.accept_milli = None if acceptance >= 1.0 else milli_table(acceptance, max(num_spec_tokens, 1))
         self.lookahead = lookahead
         self.prefill_lookahead = prefill_lookahead
         self.prefix = prefix
@@ -297,6 +303,7 @@ class VllmRuntime(EngineRuntime):
         c = Completion()
         sync_drafts = self.num_spec and not self.async_on
         prefix, mml, num_spec = self.prefix, self.max_model_len, self.num_spec
+        milli = self.accept_milli
         check_cache = prefix is not None and not self.kv.fast
         for req, n, samples, spec in step.payload:
             req.num_in_flight -= n
@@ -305,6 +312,14 @@ class VllmRuntime(EngineRuntime):
                 req.stale -= n
             if not samples or req.status == FINISHED:
                 continue
+            if spec and milli is not None:  # rejected drafts roll back (:2345-2366); a stale count does not apply
+                accepted, req.credit = accept(req.credit, spec, milli)
+                if not stale and spec > accepted:
+                    if req.num_computed > 0:
+                        req.num_computed -= spec - accepted
+                    if req.placeholders > 0:
+                        req.placeholders -= spec - accepted
+                spec = accepted
             tokens = 1 + spec
             stopped = False
             had_placeholders = req.placeholders > 0
@@ -358,7 +373,9 @@ class VllmRuntime(EngineRuntime):
                                              if self.prefix.lookahead else "") + ")")
                   if self.prefix is not None else "no prefix caching"),
                "model output fabricated: one token per step per request past its prompt"
-               + (" plus every draft, all accepted" if self.num_spec else "")]
+               + ((" plus every draft, all accepted" if self.accept_milli is None else
+                   f" plus its accepted drafts: each accepted at {self.acceptance:g} given the ones before "
+                   "(--spec-acceptance), rejected ones rolled back") if self.num_spec else "")]
         return tuple(out)
 
     def stranded(self) -> tuple[int, ...]:

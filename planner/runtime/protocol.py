@@ -51,6 +51,7 @@ class RuntimeOptions:
     """Runtime settings that are not start-up settings (None: the engine's default)."""
 
     enable_prefix_caching: bool | None = None
+    spec_acceptance: float = 1.0  # vLLM MTP: each draft's acceptance rate (draft_acceptance.py); 1 = all accepted
 
 
 @dataclass

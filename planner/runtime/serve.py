@@ -77,7 +77,8 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
     return RuntimeSetup(plan, sizing, step_time_for(spec, config, plan),
-                        RuntimeOptions(enable_prefix_caching=enable_prefix_caching), p.dp,
+                        RuntimeOptions(enable_prefix_caching=enable_prefix_caching,
+                                       spec_acceptance=config.time.spec_acceptance), p.dp,
                         config.time.max_concurrency, p.tp * p.pp)
 
 

@@ -73,6 +73,7 @@ class TimeModel:
     rate_scale: float = 1.0  # > 1 compresses arrivals (a faster arrival rate)
     step_time: str = "fixed"  # steptime.StepSource: engine replays only (the ledger's steps are the constants)
     max_concurrency: int | None = None  # a closed-loop client (engine replays): at most this many in flight
+    spec_acceptance: float = 0.65  # vLLM MTP replays: each draft's acceptance rate (draft_acceptance.DEFAULT_RATE)
 
     def __post_init__(self) -> None:
         from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS

@@ -12,6 +12,7 @@ from enum import Enum
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.memory import DeviceBudget, device_budget
 from csa_plan.planner.placement import Placement, Router
+from csa_plan.planner.engines.draft_acceptance import DEFAULT_RATE
 from csa_plan.planner.runtime.steptime import StepSource
 from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, SimConfig, TimeModel
 from csa_plan.planner.workloads.workload import MixSettings
@@ -57,8 +58,11 @@ def sim_config(s: MixSettings, source: str) -> tuple[SimConfig, DeviceBudget | N
     step_time = _member(StepSource, s.step_time or StepSource.FIXED.value, source, "--step-time").value
     if s.max_concurrency is not None and s.max_concurrency < 1:
         raise BadInput(source, "--max-concurrency", f"must be at least 1, got {s.max_concurrency}")
+    acceptance = DEFAULT_RATE if s.spec_acceptance is None else s.spec_acceptance
+    if not (0 < acceptance <= 1):
+        raise BadInput(source, "--spec-acceptance", f"must be in (0, 1], got {acceptance:g}")
     time = TimeModel(prefill_tok_s=s.prefill_tok_s, tpot_ms=s.tpot_ms, rate_scale=s.rate_scale, step_time=step_time,
-                     max_concurrency=s.max_concurrency)
+                     max_concurrency=s.max_concurrency, spec_acceptance=acceptance)
     config = SimConfig(placement=placement, limit_bytes=budget.limit_bytes if budget else 0,
                        reserve=_member(Reserve, s.reserve, source, "reserve"), bucket=s.bucket,
                        policy=_member(Policy, s.policy, source, "policy"), time=time, layout=s.layout,

@@ -26,7 +26,7 @@ from csa_plan.planner.workloads.workload import MAX_ARRIVAL_S, MAX_GENERATED_REQ
 # -- generated mixes ----------------------------------------------------------------------
 
 MIX_KEYS = {"name", "seed", "requests", "duration_s", "classes", "model", "layout", "max_seq_len", "deployment",
-            "memory", "reserve", "bucket", "policy", "time", "rate_scale"}
+            "memory", "reserve", "bucket", "policy", "time", "rate_scale", "max_concurrency", "spec_acceptance"}
 CLASS_KEYS = {"name", "rate", "prompt", "output"}
 MIX_SLICE = 1 << 19  # requests drawn together (bounds the temporaries)
 FLOAT_BELOW_2_63 = 9223372036854774784.0  # nextafter(2^63, 0): converts to int64 exactly
@@ -76,6 +76,8 @@ def _settings(data: Mapping[str, Any], source: str) -> MixSettings:
             out[k] = read_str(source, k, data[k])
     if "bucket" in data:
         out["bucket"] = read_int(source, "bucket", data["bucket"])
+    if "spec_acceptance" in data:
+        out["spec_acceptance"] = read_number(source, "spec_acceptance", data["spec_acceptance"], positive=True)
     if "max_concurrency" in data:
         out["max_concurrency"] = read_int(source, "max_concurrency", data["max_concurrency"])
     if "rate_scale" in data:

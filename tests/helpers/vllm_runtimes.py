@@ -11,7 +11,7 @@ from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
 
 
-def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, max_model_len):
+def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, max_model_len, acceptance=1.0):
     """A function that builds a fresh ``VllmRuntime`` over ``trace`` on each call (twins need two)."""
     m = load_model(model, max_seq_len=max_model_len)
     plan = get_engine("vllm-0.33").configure(m, EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs,
@@ -19,7 +19,7 @@ def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spar
                                                                num_speculative_tokens=spec or None),
                                              max_model_len)
     sizing = plan.size_pool(plan.needed_bytes(max_model_len) + (spare + 1) * plan.block_bytes)
-    options = RuntimeOptions(enable_prefix_caching=caching)
+    options = RuntimeOptions(enable_prefix_caching=caching, spec_acceptance=acceptance)
     return lambda: plan.runtime(sizing, trace, options)
 
 

@@ -217,3 +217,34 @@ def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
     rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 2048, 8, True, 0, 0)
     assert rt.compiled_replay() is None
     assert replay(rt, trace, TIME).finished_ns[0] > 0
+
+
+@needs_cvllm
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), mnbt=st.sampled_from([256, 2048, 8192]), seqs=st.sampled_from([3, 1024]),
+       async_on=st.booleans(), spec=st.sampled_from([1, 2, 3]), caching=st.booleans(),
+       acceptance=st.sampled_from([0.05, 0.3, 0.65, 0.9]), spare=st.sampled_from([0, 40, 5000]))
+def test_compiled_equals_python_with_drafts_rejected(trace, mnbt, seqs, async_on, spec, caching, acceptance, spare):
+    """MTP with a draft acceptance below 1 (--spec-acceptance): rejected drafts roll back num_computed and the
+    placeholders in both loops alike (tools/crosscheck_vllm_runtime.py --acceptance checks vLLM's own)."""
+    from helpers.vllm_runtimes import vllm_runtime_factory
+
+    assert_twins(vllm_runtime_factory("deepseek-v4-flash", trace, mnbt, seqs, async_on, caching, spec, spare,
+                                      MAX_MODEL_LEN, acceptance), trace)
+
+
+def test_fewer_drafts_accepted_mean_more_steps():
+    from csa_plan.planner.engines.draft_acceptance import accept, milli_table
+    from helpers.vllm_runtimes import vllm_runtime_factory
+
+    milli = milli_table(0.5, 3)
+    assert milli == (0, 500, 750, 875)  # 0.5, 0.5 + 0.25, + 0.125
+    credit, got = 0, []
+    for _ in range(8):
+        a, credit = accept(credit, 3, milli)
+        got.append(a)
+    assert sum(got) == 7 and credit == 0 and max(got) <= 3  # 8 x 0.875 = 7 drafts accepted
+    trace = RuntimeTrace(np.zeros(4, dtype=np.int64), np.full(4, 300, dtype=np.int64), np.full(4, 200, dtype=np.int64))
+    steps = [replay(vllm_runtime_factory("deepseek-v4-flash", trace, 8192, 1024, True, False, 3, 5000, MAX_MODEL_LEN,
+                                         p)(), trace, TIME).series.steps for p in (1.0, 0.5)]
+    assert steps[1] > steps[0]
