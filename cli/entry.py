@@ -35,6 +35,9 @@ def main() -> None:
         click_main(plain=False)
     except SystemExit as exc:
         leave(exc.code)
+    except KeyboardInterrupt:  # before a command's guard (while importing): still one line
+        sys.stderr.write("csa-plan: interrupted\n")
+        leave(130)
     leave(0)
 
 

@@ -82,8 +82,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("csa-plan: aborted", err=True)
-        sys.exit(130)
+        from csa_plan.cli.invoke import interrupted
+
+        interrupted(as_json)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)

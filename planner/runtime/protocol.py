@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time) -> the same result.
-CompiledReplay = Callable[["RuntimeTrace", "StepTime"], "RuntimeResult"]
+# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time, progress) -> the same
+# result; progress (or None) is called with (requests done, requests) as the loop goes.
+CompiledReplay = Callable[["RuntimeTrace", "StepTime", "Callable[[int, int], None] | None"], "RuntimeResult"]
 
 MOONCAKE_BLOCK_TOKENS = 512  # the published Mooncake trace: one hash id per 512 prompt tokens
 
