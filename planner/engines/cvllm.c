@@ -1114,7 +1114,7 @@ static int replay(K *k, Out *o) {
     for (i64 turn = 1;; turn++) {
         if ((turn & (TICK_TURNS - 1)) == 0 && tick(done, n) < 0) { rc = -3; break; }
         while (nxt < n && o->arrival[nxt] <= t) {
-            if (k->prompt[nxt] >= k->mml) { o->refused[nxt] = 1; done++; }
+            if (k->prompt[nxt] >= k->mml || k->prompt[nxt] < 1) { o->refused[nxt] = 1; done++; } /* refuse() */
             else {
                 Req *q = &k->R[nxt];
                 q->num_prompt = (int32_t)k->prompt[nxt];

@@ -914,7 +914,7 @@ static int run(Sched *s, Clock *k, Col *cols) {
     for (int64_t turn = 1;; turn++) {
         if ((turn & (TICK_TURNS - 1)) == 0 && tick(k->finished + refused + s->n_aborted, n) < 0) return -2;
         while (nxt < n && k->arrival[nxt] <= t) {
-            if (s->req[nxt].prompt >= s->max_input) s->refused[nxt] = 1, refused++; /* runtime.refuse */
+            if (s->req[nxt].prompt >= s->max_input || s->req[nxt].prompt < 1) s->refused[nxt] = 1, refused++; /* runtime.refuse */
             else add_request(s, (int32_t)nxt);
             nxt++;
         }
