@@ -29,3 +29,21 @@ def test_kv_memory_is_said_to_replace_the_budget_not_summed_wrongly(csa):
     m = re.search(r"usable ([\d,]+) - weights ([\d,]+) - reserves ([\d,]+) = ([\d,]+) B", derived)
     usable, weights, reserves, pool = (int(g.replace(",", "")) for g in m.groups())
     assert usable - weights - reserves == pool  # the sum shown is the sum
+
+
+def test_compare_per_request_has_one_meaning_and_no_count_is_not_fits(csa):
+    """Item 9: vllm-0.33's "per request" read 5.51 GiB without a device (a decoding request) and
+    14.41 GiB with one (its admission charge); `compare --brief` said FITS while every row said "no
+    count". Now "per request" is the table's figure everywhere and the charge is named as such."""
+    bare = csa("compare", "deepseek-v4-pro", "--brief")
+    assert bare.code == 0
+    assert bare.out.splitlines()[0].startswith("deepseek-v4-pro at max_seq_len 1,048,576: ADMITTED (exit 0)")
+    assert "FITS" not in bare.out
+    assert csa("compare", "deepseek-v4-pro", "--json").json()["verdict"] == "admitted"
+    line = lambda out: next(_one_line(l) for l in out.splitlines() if l.strip().startswith("vllm-0.33:"))
+    without = line(csa("compare", "deepseek-v4-pro", "--engine", "vllm-0.33").out)
+    assert without.endswith("5,919,060,096 (5.51 GiB) per decoding request (engine: vllm-0.33)")
+    with_device = line(csa("compare", "deepseek-v4-pro", "--engine", "vllm-0.33", "--device-memory", "h200",
+                           "--tp", "8").out)
+    assert with_device.endswith("5,919,060,096 (5.51 GiB) per decoding request, 15,476,863,104 (14.41 GiB) "
+                                "charged per request at admission (engine: vllm-0.33)")
