@@ -47,3 +47,21 @@ def test_compare_per_request_has_one_meaning_and_no_count_is_not_fits(csa):
                            "--tp", "8").out)
     assert with_device.endswith("5,919,060,096 (5.51 GiB) per decoding request, 15,476,863,104 (14.41 GiB) "
                                 "charged per request at admission (engine: vllm-0.33)")
+
+
+def test_no_wider_tp_is_searched_past_the_heads_and_replicas_are_offered(csa):
+    """Item 10: `no deployment up to --tp 256 passes every check` for 64 requests of V4-Pro: widening
+    tp cannot help (each rank keeps the full latent state) and tp 256 exceeds the 128 heads. The search
+    now stops at the heads and offers the data-parallel replicas that hold the 64."""
+    r = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64", "--json")
+    assert r.code == 3
+    head = r.json()["head"]
+    assert head["smallest_fitting"] == [] and head["searched_max_tp"] == 128
+    assert head["replicas"] == {"tp": 8, "pp": 1, "dp": 11, "gpus": 88, "per_replica": 6, "in_all": 66}
+    text = _one_line(csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency",
+                         "64").out)
+    assert "no --tp up to 128 (the model's attention heads) passes every check" in text and "256" not in text
+    assert "data-parallel replicas instead: --tp 8 --dp 11 (88 GPUs) admit 6 per replica, 66 in all" in text
+    # the replicas suggested do admit 6 each
+    six = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--dp", "11", "--concurrency", "6")
+    assert six.code == 0
