@@ -70,7 +70,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
         from csa_plan.cli.render_budget import render_budget
         from csa_plan.cli.render_compare import render_compare, render_compare_head
 
-        render_compare_head(out, report)  # the answer first; the detail follows
+        from csa_plan.cli.console import whole_lines_when_piped
+
+        with whole_lines_when_piped(out):
+            render_compare_head(out, report)  # the answer first; the detail follows
         if brief:
             return
         out.print()

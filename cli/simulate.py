@@ -161,7 +161,10 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
             if brief:
                 return
         else:
-            render_simulate_head(out, r)  # the answer first; the detail follows
+            from csa_plan.cli.console import whole_lines_when_piped
+
+            with whole_lines_when_piped(out):
+                render_simulate_head(out, r)  # the answer first; the detail follows
             if brief:
                 return
             out.print()

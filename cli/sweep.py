@@ -89,7 +89,10 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     def render(out, r):  # rich and the renderer are imported for tables only
         from csa_plan.cli.render_sweep import render_sweep, render_sweep_head
 
-        render_sweep_head(out, r)  # the answer first; the detail follows
+        from csa_plan.cli.console import whole_lines_when_piped
+
+        with whole_lines_when_piped(out):
+            render_sweep_head(out, r)  # the answer first; the detail follows
         if brief:
             return
         out.print()

@@ -65,3 +65,55 @@ def test_no_wider_tp_is_searched_past_the_heads_and_replicas_are_offered(csa):
     # the replicas suggested do admit 6 each
     six = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--dp", "11", "--concurrency", "6")
     assert six.code == 0
+
+
+def test_engine_names_as_the_engines_print_them(csa):
+    """Item 11: `--engine vllm-0.33.0` (what `vllm --version` prints) and `vLLM-0.33` were refused."""
+    for spelled, canonical in (("vllm-0.33.0", "vllm-0.33"), ("vLLM-0.33", "vllm-0.33"),
+                               ("SGLang-0.5.23", "sglang-0.5.23")):
+        r = csa("check", "deepseek-v4-flash", "--engine", spelled, "--json")
+        assert r.code == 0, r.err
+        assert r.json()["head"]["engine"].startswith(canonical + " ")
+
+
+def test_a_global_option_after_the_command_says_where_it_goes(csa):
+    """Item 11: `check ... --color never` gave `No such option` with no hint."""
+    r = csa("check", "deepseek-v4-pro", "--color", "never")
+    assert r.code == 2
+    assert r.err.strip() == ("csa-plan: error: No such option '--color'. (--color is an option of csa-plan itself, "
+                             "given before the command: csa-plan --color auto|always|never check ...)")
+    assert "option of csa-plan itself" not in csa("check", "deepseek-v4-pro", "--colr", "never").err
+
+
+def test_no_suggestion_of_another_model_or_release(csa):
+    """Item 11: `check deepseek-v3` suggested deepseek-v4-pro, `--engine vllm-0.8.5` suggested vllm-0.25:
+    other models and releases, not typos. A typo with the same digits still gets its suggestion."""
+    assert "did you mean" not in csa("check", "deepseek-v3").err
+    assert "did you mean" not in csa("check", "deepseek-v4-pro", "--engine", "vllm-0.8.5").err
+    assert "did you mean 'deepseek-v4-pro'?" in csa("check", "deepseek-v4-prp").err
+    assert "did you mean 'vllm-0.33'?" in csa("check", "deepseek-v4-pro", "--engine", "vlm-0.33").err
+
+
+def test_piped_answer_lines_are_whole():
+    """Item 11: piped output wrapped the answer lines at 80 columns (`grep Longest` lost half a line)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    run = subprocess.run([sys.executable, "-c", "from csa_plan.cli.entry import main; main()", "check",
+                          "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64"],
+                         capture_output=True, text=True, env=env)
+    refusal = [l for l in run.stdout.splitlines() if l.startswith("fit refusal StatePoolTooSmall")]
+    assert refusal == ["fit refusal StatePoolTooSmall (--concurrency): 64 requests of 1,048,576 tokens do not fit: "
+                       "layout: exact admits 6; the longest max_seq_len for 64 is 106,472"]
+
+
+def test_a_refused_engine_run_does_not_print_csa_plans_reservation_settings(csa):
+    """Item 11: engine replays printed `reserve max; policy refuse`, which do not apply to them."""
+    r = csa("simulate", str(EXAMPLES / "mixes" / "million-requests-vllm.yaml"), "--engine", "sglang-0.5.23")
+    assert r.code == 3
+    limit = next(l for l in r.out.splitlines() if "limit per device" in l)
+    assert "reserve" not in limit and "policy" not in limit
+    own = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "2")
+    assert "; reserve max; policy refuse;" in _one_line(own.out)
