@@ -117,3 +117,31 @@ def test_a_refused_engine_run_does_not_print_csa_plans_reservation_settings(csa)
     assert "reserve" not in limit and "policy" not in limit
     own = csa("simulate", SAMPLE, "--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "2")
     assert "; reserve max; policy refuse;" in _one_line(own.out)
+
+
+def test_the_sweep_plot_labels_several_ticks_and_keeps_cards_apart(monkeypatch, tmp_path):
+    """Item 11: the sweep plot's log axis labelled one tick, and points of different cards hid each other."""
+    import pytest
+
+    pytest.importorskip("matplotlib", reason="--plot draws only with the [plot] extra")
+    from csa_plan.cli import plots
+
+    def point(key, card, devices, rate):
+        return {"key": key, "point": {"device": card}, "devices": devices, "sustainable_rate_per_s": rate,
+                "rate_limited_by_memory": True, "at_least": False, "feasible": True, "label": key}
+
+    results = [point("a", "h100", 8, 12.0), point("b", "h200", 8, 12.0), point("c", "h200", 16, 30.0)]
+    report = {"results": results, "pareto_front": ["a", "c"], "not_limited_by_memory": [],
+              "spec": {"name": "t"}, "grid": {"ran": 3, "resumed": 0, "skipped": 0}}
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig))
+    assert plots.plot_sweep(report, str(tmp_path / "p.png")) is None
+    ax = figs[0].axes[0]
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and ax.get_ylim()[0] <= t.get_position()[1]
+              <= ax.get_ylim()[1]]
+    assert len(labels) >= 2, labels  # 12 to 30 req/s lies within one decade
+    spots = [tuple(xy) for c in ax.collections for xy in c.get_offsets()]
+    at_8 = sorted(x for x, y in spots if abs(y - 12.0) < 1e-9 and 7 < x < 9)
+    assert len(at_8) >= 2 and len(set(at_8)) == len(at_8)  # the two cards' equal points side by side
+    assert {t.get_text() for t in ax.get_legend().get_texts()} >= {"feasible, h100", "feasible, h200"}
