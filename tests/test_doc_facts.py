@@ -103,3 +103,12 @@ def test_every_gpu_table_in_the_docs_is_the_card_table():
         for name, card in CARDS.items():
             cells = [c.strip() for c in rows[name].split("|")[1:-1]]
             assert cells[1:5] == [card.device_name, f"{card.memory_mib:,}", card.sm, card.vendor], (page, name)
+
+
+def test_the_docs_count_the_shipped_onnx_graphs_alike():
+    """README said two example graphs ship, onnx.md three: each page's count is the folder's."""
+    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    shipped = len(list((ROOT / "examples" / "onnx").glob("*.onnx")))
+    for page in (ROOT / "README.md", ROOT / "docs" / "onnx.md"):
+        said = re.search(r"\b(\w+) example graphs are shipped", page.read_text(), re.I)
+        assert said and said.group(1).lower() == words[shipped], (page.name, said and said.group(1), shipped)
