@@ -112,3 +112,13 @@ def test_the_docs_count_the_shipped_onnx_graphs_alike():
     for page in (ROOT / "README.md", ROOT / "docs" / "onnx.md"):
         said = re.search(r"\b(\w+) example graphs are shipped", page.read_text(), re.I)
         assert said and said.group(1).lower() == words[shipped], (page.name, said and said.group(1), shipped)
+
+
+def test_check_md_is_for_users_and_the_internals_live_in_architecture_md():
+    """Half of check.md was contributor material (record __init__ compiles, gc thresholds, kvfit
+    benchmarks); it lives in architecture.md, and check.md links there."""
+    check = (ROOT / "docs" / "check.md").read_text()
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    for internal in ("`@record`", "young generation", "atexit", "Inventory.blocks", "--kvfit-python", "ModelFacts"):
+        assert internal not in check and internal in arch, internal
+    assert "architecture.md#start-up-and-latency-benchmarksbench_clipy" in check

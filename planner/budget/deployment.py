@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.record import record
 
-if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/check.md)
+if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/architecture.md)
     from csa_plan.planner.budget.device import Budget, ModelFacts
     from csa_plan.planner.budget.startup import StartupSettings
     from csa_plan.planner.memory import DeviceBudget

@@ -5,7 +5,7 @@ name is bad input listing the known ones, and the retired per-layer ``--layout v
 ``sglang`` names say what replaced them.
 
 An engine model's module is imported when that engine is first looked up, not with the
-registry: a command pays only for the engine it names (start-up: docs/check.md), and
+registry: a command pays only for the engine it names (start-up: docs/architecture.md), and
 listing the names (help, did-you-mean) imports none of them.
 """
 
