@@ -19,7 +19,7 @@ PARAMS = (
     Opt(("--jobs", "-j"), "jobs", Kind.COUNT, default=0, show_default=True,
         help="Local worker processes; 0 = every core, 1 = run in this process."),
     Opt(("--ray",), "ray_address", metavar="ADDRESS",
-        help="Run the points on a Ray cluster (auto, ray://host:port); needs csa-plan[ray]."),
+        help="Run the points on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT); needs csa-plan[ray]."),
     Opt(("--resume",), "resume_path", metavar="FILE",
         help="Append each finished point to FILE (JSON lines) and skip points already in it. FILE is "
              "created by csa-plan with a header naming the spec and workload; any other file is refused "
