@@ -148,3 +148,19 @@ def test_the_compiled_loops_report_progress_and_stop_when_it_raises(make):
         replay(make(trace), trace, TIME, progress=stop, compiled=True)
     again = replay(make(trace), trace, TIME, compiled=True)  # the callback is cleared after a run
     assert again.same_as(plain)
+
+
+@needs_both
+@pytest.mark.parametrize("args, delay_s", [
+    (("sweep", "examples/sweeps/azure-200.yaml", "-j", "1"), 0.7),  # before any point runs (was 50 lines)
+    (("simulate", MILLION, "--engine", "vllm-0.33", "--find-capacity", "--max-wait", "5"), 3.0),  # was 43 lines
+], ids=["sweep-early", "find-capacity"])
+def test_an_interrupt_anywhere_is_one_line_and_exit_130(args, delay_s):
+    proc = subprocess.Popen(_cli(*args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(delay_s)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("csa-plan: interrupted"), err[-600:]
+    assert time.monotonic() - sent < 2.0
