@@ -84,7 +84,10 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
         from csa_plan.cli.render_check import render_check, render_head
         from csa_plan.cli.render_engine import render_engine
 
-        render_head(out, report)  # the answer first; the detail follows
+        from csa_plan.cli.console import whole_lines_when_piped
+
+        with whole_lines_when_piped(out):
+            render_head(out, report)  # the answer first; the detail follows
         if brief:
             return
         out.print()

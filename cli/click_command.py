@@ -54,7 +54,10 @@ def click_type(opt: Opt) -> Any:
 
 def click_param(param: Arg | Opt) -> click.Parameter:
     if isinstance(param, Arg):
-        return click.Argument([param.dest], required=param.required, default=param.default, metavar=param.metavar)
+        # A required argument gets no default: click 8.2+ treats an explicit default=None as a
+        # default and passes None on, where the user should read "Missing argument".
+        extra: dict[str, Any] = {} if param.required else {"default": param.default}
+        return click.Argument([param.dest], required=param.required, metavar=param.metavar, **extra)
     common: dict[str, Any] = {"default": param.default, "help": param.help or None, "declared": param}
     if param.kind is Kind.FLAG:
         return DeclaredOption([*param.decls, param.dest], is_flag=True, **common)

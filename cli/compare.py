@@ -70,7 +70,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
         from csa_plan.cli.render_budget import render_budget
         from csa_plan.cli.render_compare import render_compare, render_compare_head
 
-        render_compare_head(out, report)  # the answer first; the detail follows
+        from csa_plan.cli.console import whole_lines_when_piped
+
+        with whole_lines_when_piped(out):
+            render_compare_head(out, report)  # the answer first; the detail follows
         if brief:
             return
         out.print()
@@ -80,11 +83,12 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
             if not b["weights_fit"]:
                 render_budget(out, b)
         render_compare(out, report)
+        from csa_plan.cli.render_budget import budget_arithmetic
+
         for row, b in budgets:  # each row's pool, under the sharding rules it was sized by
             if b["weights_fit"]:
-                out.print(f"state pool per GPU ({row}, {b['engine']} rules): {b['kv_memory_bytes']:,} B "
-                          f"(usable {b['usable_bytes']:,} - weights {b['weights_bytes']:,} - reserves "
-                          f"{b['reserve_bytes']:,}; check --device-memory ... --engine NAME shows each step)")
+                out.print(f"state pool per GPU ({row}, {b['engine']} rules): {budget_arithmetic(b)} "
+                          "(check --device-memory ... --engine NAME shows each step)")
 
     emit(consoles, outcome.report, as_json, render)
     write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)

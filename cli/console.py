@@ -23,8 +23,9 @@ if that hook is ever bypassed.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterator
 
 from csa_plan.planner.text import printable
 
@@ -54,6 +55,21 @@ class Consoles:
 
 def make_consoles() -> Consoles:
     return Consoles()
+
+
+@contextmanager
+def whole_lines_when_piped(console: Any) -> Iterator[None]:
+    """The answer lines printed whole (not wrapped at rich's 80 columns) when stdout is not a
+    terminal and COLUMNS is not set: ``csa-plan check ... | grep Longest`` keeps the whole line."""
+    import os
+
+    saved = console.soft_wrap
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.soft_wrap = True
+    try:
+        yield
+    finally:
+        console.soft_wrap = saved
 
 
 def esc(value: Any) -> str:

@@ -29,7 +29,7 @@ def main() -> None:
 
     # A run allocates some 250,000 objects, nearly all kept to the end: collecting the young
     # generation every 700 allocations (Python's default, for long-lived programs) is about 50
-    # collections that find almost nothing (about 7 ms of an engine check, docs/check.md).
+    # collections that find almost nothing (about 7 ms of an engine check, docs/architecture.md).
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     try:
         from csa_plan.cli.invoke import run_plain
@@ -40,12 +40,15 @@ def main() -> None:
         click_main(plain=False)
     except SystemExit as exc:
         leave(exc.code)
+    except KeyboardInterrupt:  # before a command's guard (while importing): still one line
+        sys.stderr.write("csa-plan: interrupted\n")
+        leave(130)
     leave(0)
 
 
 def leave(code: object) -> None:
     """End the process with ``code`` once the output is flushed, skipping the interpreter's
-    teardown (freeing every module and object: about 14 ms of an engine check, docs/check.md).
+    teardown (freeing every module and object: about 14 ms of an engine check, docs/architecture.md).
 
     Only when nothing is left for the teardown to do: no ``atexit`` callback registered and no
     other thread running; a code that is not an int or None, a flush that fails, or a Python

@@ -1,6 +1,6 @@
 """A plain command line parsed without click, or handed to click.
 
-Importing click is about a third of a ``check``'s start-up (docs/check.md). Most command lines
+Importing click is about a third of a ``check``'s start-up (docs/architecture.md). Most command lines
 are plain: long options, each once or last-wins, values that convert, one positional. This
 parser reads exactly those, from the command's declaration (``cli/params.py``), and gives up
 (returns None) on everything else: help, a short or unknown option, ``--``, a value that

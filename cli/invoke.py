@@ -24,6 +24,8 @@ def run_guarded(call: Callable[[], Any], as_json: bool) -> NoReturn:
     with guarded():
         try:
             rv = call()
+        except KeyboardInterrupt:  # Ctrl-C, also inside a compiled replay (it checks for signals as it goes)
+            interrupted(as_json)
         except Exception as exc:
             if os.environ.get("CSA_PLAN_DEBUG"):
                 raise
@@ -34,6 +36,15 @@ def run_guarded(call: Callable[[], Any], as_json: bool) -> NoReturn:
                          "(set CSA_PLAN_DEBUG=1 for the traceback)", EXIT_INTERNAL, as_json)
             sys.exit(EXIT_INTERNAL)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def interrupted(as_json: bool) -> NoReturn:
+    """Ctrl-C: one line (and the error document under ``--json``), exit 130, no traceback."""
+    from csa_plan.cli.error_doc import tell_failure
+    from csa_plan.cli.exit_codes import EXIT_INTERRUPTED
+
+    tell_failure("interrupted", EXIT_INTERRUPTED, as_json)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def run_plain(argv: Sequence[str]) -> None:

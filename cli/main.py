@@ -84,18 +84,35 @@ def _main(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="csa-plan", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("csa-plan: aborted", err=True)
-        sys.exit(130)
+        from csa_plan.cli.invoke import interrupted
+
+        interrupted(as_json)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
         code = EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code
-        tell_failure(f"error: {one_line(exc.format_message())}", code, as_json)
+        tell_failure(f"error: {one_line(exc.format_message() + group_option_hint(exc))}", code, as_json)
         sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     return rv if isinstance(rv, int) else 0
+
+
+def group_option_hint(exc: click.ClickException) -> str:
+    """A command refusing one of csa-plan's own options (``check ... --color never``): where it goes."""
+    name = getattr(exc, "option_name", None) if isinstance(exc, click.NoSuchOption) else None
+    if name is None:
+        return ""
+    spelled = name.partition("=")[0]
+    param = next((p for p in cli.params if spelled in (*p.opts, *p.secondary_opts)), None)
+    if param is None:
+        return ""
+    command = exc.ctx.info_name if exc.ctx is not None else "COMMAND"
+    choices = getattr(param.type, "choices", None)
+    value = "|".join(choices) if choices else (param.metavar or param.name or "VALUE").upper()
+    example = f"csa-plan {spelled}" if getattr(param, "is_flag", False) else f"csa-plan {spelled} {value} {command} ..."
+    return f" ({spelled} is an option of csa-plan itself, given before the command: {example})"
 
 
 if __name__ == "__main__":  # pragma: no cover

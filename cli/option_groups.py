@@ -15,7 +15,7 @@ from csa_plan.cli.params import Kind, Opt
 
 def _engine_help(opt: Opt) -> str:
     """``--engine``'s help names the registry's engines, read only when help is shown, so that
-    parsing a command never imports the engine models (start-up: docs/check.md)."""
+    parsing a command never imports the engine models (start-up: docs/architecture.md)."""
     from csa_plan.planner.engines.registry import ENGINES
 
     return (f"Plan as this engine release does: {', '.join(ENGINES)} (docs/engines.md)"

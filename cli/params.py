@@ -6,7 +6,7 @@ function (``CommandSpec``). Two readers take the same declaration:
 * ``cli/click_command.py`` builds the click command from it: help, usage errors, every
   unusual spelling, the reference behaviour;
 * ``cli/fast_parse.py`` parses a plain command line (long options and values that convert)
-  without importing click, and hands anything else to click (start-up: docs/check.md).
+  without importing click, and hands anything else to click (start-up: docs/architecture.md).
 
 Values are converted by ``convert`` below on both paths, so ``--max-seq-len 1M`` is one number
 whichever parser read it; ``tests/cli/test_fast_parse.py`` requires the two parsers to give the

@@ -83,10 +83,12 @@ def log_scale(ax: Any, which: str, base: int = 10) -> None:
     """A log ``which`` ("x" or "y") axis whose tick labels are plain numbers (1, 4, 1,024, 0.5):
     matplotlib's default log labels are mathtext, which ``_pyplot`` turns off so that no input text
     is read as a formula."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     getattr(ax, f"set_{which}scale")("log", base=base)
     axis = getattr(ax, f"{which}axis")
+    if base == 10:  # 1, 2, 5 per decade: a range within one decade still gets several labelled ticks
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -162,8 +164,13 @@ def plot_sweep(report: dict[str, Any], path: str) -> str | None:
     if others:
         ax.scatter([r["devices"] for r in others], [r["sustainable_rate_per_s"] for r in others], marker="x",
                    color="lightgrey", label="not feasible at the target rate")
-    ax.scatter([r["devices"] for r in feasible], [r["sustainable_rate_per_s"] for r in feasible], color="tab:blue",
-               alpha=0.5, label="feasible")
+    cards = sorted({r["point"]["device"] for r in feasible})
+    for i, card in enumerate(cards):  # a marker per card, set side by side: equal points never hide each other
+        mine = [r for r in feasible if r["point"]["device"] == card]
+        shift = 1.06 ** (i - (len(cards) - 1) / 2)
+        ax.scatter([r["devices"] * shift for r in mine], [r["sustainable_rate_per_s"] for r in mine],
+                   color="tab:blue", alpha=0.6, marker="osD^v<>"[i % 7],
+                   label="feasible" if len(cards) == 1 else f"feasible, {card}")
     if front:
         xs = [r["devices"] for r in front]
         ys = [r["sustainable_rate_per_s"] for r in front]

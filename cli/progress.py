@@ -13,9 +13,9 @@ class progress_bar:
     def __enter__(self):
         if not self.enabled:
             return lambda *a: None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                             console=self.console, transient=True)
         self.bar.start()
         task = self.bar.add_task(self.label, total=self.total)

@@ -83,3 +83,10 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         else:
             console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {fit['source']}")
 
+
+def budget_arithmetic(budget: dict) -> str:
+    """How the state pool per GPU was reached: the option that gave it, or the sum that adds up."""
+    if budget.get("kv_memory_given"):
+        return f"--kv-memory {budget['kv_memory_bytes']:,} B (replaces usable - weights - reserves)"
+    return (f"usable {budget['usable_bytes']:,} - weights {budget['weights_bytes']:,} - reserves "
+            f"{budget['reserve_bytes']:,} = {budget['kv_memory_bytes']:,} B")

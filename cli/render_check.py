@@ -206,6 +206,13 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
                           + f" ({f['gpus']} GPUs; {fmt_size(f['kv_memory_bytes'])} state pool per GPU)",
                           highlight=False)
     elif head["smallest_fitting_searched"]:
-        console.print("  no deployment up to --tp 256 passes every check", highlight=False)
+        console.print(f"  no --tp up to {head['searched_max_tp']} (the model's attention heads) passes every check: "
+                      "every rank keeps each request's whole latent state, so a wider tp frees only weight memory",
+                      highlight=False)
+        rep = head["replicas"]
+        if rep:
+            console.print(f"  data-parallel replicas instead: --tp {rep['tp']}" + (f" --pp {rep['pp']}" if rep["pp"] > 1
+                          else "") + f" --dp {rep['dp']} ({rep['gpus']} GPUs) admit {rep['per_replica']:,} per "
+                          f"replica, {rep['in_all']:,} in all", highlight=False)
     for w in doc["warnings"]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)

@@ -15,7 +15,8 @@ from csa_plan.cli.tables import KEY, Col, print_table
 from csa_plan.planner.reports.text import id_runs
 
 
-VERDICT_TEXT = {"fits": "[green]FITS[/] (exit 0)", "does_not_fit": "[red]DOES NOT FIT[/] (exit 3)",
+VERDICT_TEXT = {"admitted": "[green]ADMITTED[/] (exit 0): every layer; no device memory named, so no count",
+                "fits": "[green]FITS[/] (exit 0)", "does_not_fit": "[red]DOES NOT FIT[/] (exit 3)",
                 "refused": "[red]REFUSED[/] (exit 3)"}
 
 
@@ -37,13 +38,22 @@ def render_compare_head(console: Console, report: dict[str, Any]) -> None:
             what = f"no count: refuses a pool of {r['limit_bytes']:,} B at start-up (below)"
         else:
             what = f"no count: {r['no_answer']}"
-        charge = r["charge_bytes"] if r["charge_bytes"] is not None else r["per_request_bytes"]
         pool = f" in {fmt_bytes(r['limit_bytes'])}" if r["limit_bytes"] and r["requests_that_fit"] is not None else ""
         best = " (the most)" if r["profile"] in h["most"] and len(h["most"]) < len(h["rows"]) else ""
-        console.print(f"  {r['profile']}: {what}{best}{pool}; {fmt_bytes(charge)} per request "
-                      f"({r['authority']})", soft_wrap=True, highlight=False)
+        console.print(f"  {r['profile']}: {what}{best}{pool}; {request_cost(r)} ({r['authority']})",
+                      soft_wrap=True, highlight=False)
     for line in h["refusals"]:
         console.print(f"  [red]{line}[/]", soft_wrap=True)
+
+
+def request_cost(row: dict[str, Any]) -> str:
+    """A row's bytes per request under one meaning per label: "per request" is the table's column (for
+    an engine, a decoding request); what the engine's admission charges one is said as that."""
+    engine = row["authority"].startswith("engine:")
+    text = f"{fmt_bytes(row['per_request_bytes'])} per {'decoding ' if engine else ''}request"
+    if row["charge_bytes"] is not None and row["charge_bytes"] != row["per_request_bytes"]:
+        text += f", {fmt_bytes(row['charge_bytes'])} charged per request at admission"
+    return text
 
 
 def render_compare(console: Console, report: dict[str, Any]) -> None:

@@ -38,10 +38,15 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     split = f", stages {dep['stage_split']}" if "stage_split" in dep else ""
     out.print(f"  deployment: tp {dep['tp']} x pp {dep['pp']} x dp {dep['dp']} = {plural(dep['devices'], 'device')}"
               f" ({dep['router']}){split}")
-    out.print(f"  limit per device: {'unlimited' if not limit else fmt_bytes(limit)}; reserve {report['reserve']['mode']}"
-              + (f" (bucket {report['reserve']['bucket']:,})" if report['reserve']['mode'] == "fit" else "")
-              + f"; policy {report['policy']}; time x{report['time']['rate_scale']:g}")
     engine = report.get("engine")
+    engine_named = (report.get("fit") or {}).get("authority", "").startswith("engine:")
+    replayed = engine.get("replayed") if engine else engine_named  # None: the engine refused, nothing ran
+    reserve = "" if replayed else (  # an engine's own scheduler reserves and queues: csa-plan's model is not it
+        f"; reserve {report['reserve']['mode']}"
+        + (f" (bucket {report['reserve']['bucket']:,})" if report['reserve']['mode'] == "fit" else "")
+        + f"; policy {report['policy']}")
+    out.print(f"  limit per device: {'unlimited' if not limit else fmt_bytes(limit)}{reserve}; "
+              f"time x{report['time']['rate_scale']:g}")
     if engine:
         pool = engine["pool"]
         unit = f"{pool['unit']}s of {pool['unit_bytes']:,} B" if pool else f"units of {engine['unit_bytes']:,} B"

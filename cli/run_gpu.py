@@ -60,7 +60,12 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
     from csa_plan.kernels.backends import make_backend
     from csa_plan.kernels.run_checks import run_report
 
-    report = run_report(make_backend(backend), plan, model=model, limit=limit or 0, tp=tp, seed=seed, tiny=tiny)
+    def told(check) -> None:  # the CPU emulator takes minutes: a line per check as it is decided
+        layer = "" if check.layer is None else f" (layer {check.layer})"
+        echo(printable(f"csa-plan: check {check.name}{layer}: {check.status}"), err=True)
+
+    report = run_report(make_backend(backend), plan, model=model, limit=limit or 0, tp=tp, seed=seed, tiny=tiny,
+                        on_check=told if backend == "emulate" else None)
     code = EXIT_CHECK_FAILED if report["failed"] else EXIT_OK
     report["exit_code"] = code
     from csa_plan.cli.console import make_consoles

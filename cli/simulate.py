@@ -174,16 +174,20 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
             if brief:
                 return
         else:
-            render_simulate_head(out, r)  # the answer first; the detail follows
+            from csa_plan.cli.console import whole_lines_when_piped
+
+            with whole_lines_when_piped(out):
+                render_simulate_head(out, r)  # the answer first; the detail follows
             if brief:
                 return
             out.print()
         if not runtime:
             render_simulate(out, r, series=outcome.series, plot_note=plot_note)
         if budget is not None and budget["weights_fit"]:
-            out.print(f"device limit = the state pool per GPU ({budget['engine']}): usable "
-                      f"{budget['usable_bytes']:,} - weights {budget['weights_bytes']:,} - reserves "
-                      f"{budget['reserve_bytes']:,} = {budget['kv_memory_bytes']:,} B (check shows each step)")
+            from csa_plan.cli.render_budget import budget_arithmetic
+
+            out.print(f"device limit = the state pool per GPU ({budget['engine']}): {budget_arithmetic(budget)}"
+                      " (check shows each step)")
 
     emit(consoles, report, as_json, render)
     write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)

@@ -19,7 +19,7 @@ PARAMS = (
     Opt(("--jobs", "-j"), "jobs", Kind.COUNT, default=0, show_default=True,
         help="Local worker processes; 0 = every core, 1 = run in this process."),
     Opt(("--ray",), "ray_address", metavar="ADDRESS",
-        help="Run the points on a Ray cluster (auto, ray://host:port); needs csa-plan[ray]."),
+        help="Run the points on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT); needs csa-plan[ray]."),
     Opt(("--resume",), "resume_path", metavar="FILE",
         help="Append each finished point to FILE (JSON lines) and skip points already in it. FILE is "
              "created by csa-plan with a header naming the spec and workload; any other file is refused "
@@ -92,7 +92,10 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     def render(out, r):  # rich and the renderer are imported for tables only
         from csa_plan.cli.render_sweep import render_sweep, render_sweep_head
 
-        render_sweep_head(out, r)  # the answer first; the detail follows
+        from csa_plan.cli.console import whole_lines_when_piped
+
+        with whole_lines_when_piped(out):
+            render_sweep_head(out, r)  # the answer first; the detail follows
         if brief:
             return
         out.print()

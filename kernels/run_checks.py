@@ -24,6 +24,7 @@ What is verified at long contexts (up to 1,048,576 tokens), and what is sampled:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -60,9 +61,13 @@ class Check:
 class Run:
     checks: list[Check] = field(default_factory=list)
     timings: list[dict] = field(default_factory=list)
+    on_check: Callable[[Check], None] | None = None  # told each check as it is decided (emulate: minutes)
 
     def add(self, name, ok, detail, layer=None, value=None, applicable=True):
-        self.checks.append(Check(name, "n/a" if not applicable else ("pass" if ok else "fail"), detail, layer, value))
+        check = Check(name, "n/a" if not applicable else ("pass" if ok else "fail"), detail, layer, value)
+        self.checks.append(check)
+        if self.on_check is not None:
+            self.on_check(check)
 
 
 def prefill_length(max_seq_len: int, steps: int) -> int:
@@ -138,14 +143,16 @@ def _reset(dl: DeviceLayer) -> None:
     dl.tokens = 0
 
 
-def run_report(backend, plan, *, model: str, limit: int, tp: int, seed: int, tiny: bool) -> dict:
-    """The csa-plan/run-gpu/v1 document (the CLI adds ``exit_code``)."""
+def run_report(backend, plan, *, model: str, limit: int, tp: int, seed: int, tiny: bool,
+               on_check: Callable[[Check], None] | None = None) -> dict:
+    """The csa-plan/run-gpu/v1 document (the CLI adds ``exit_code``); ``on_check`` is told each check
+    as it is decided."""
     from csa_plan.kernels.backends import device_name
 
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.reports.vocabulary import device_limit, model_info
 
-    result = run_checks(backend, plan, limit=limit, seed=seed)
+    result = run_checks(backend, plan, limit=limit, seed=seed, on_check=on_check)
     ds = plan.descriptors
     spec = load_model(model, max_seq_len=ds[0].max_seq_len)  # its name and source, as every document gives them
     return {
@@ -172,9 +179,9 @@ def recompute_steps(tokens: int, steps: int) -> list[int]:
     return sorted({0, steps // 2, steps - 1})
 
 
-def run_checks(backend, plan, *, limit: int, seed: int) -> dict:
+def run_checks(backend, plan, *, limit: int, seed: int, on_check: Callable[[Check], None] | None = None) -> dict:
     descriptors, requests, steps = plan.descriptors, plan.requests, plan.steps
-    run = Run()
+    run = Run(on_check=on_check)
     mem = DeviceMemory(backend)
     xp = backend.xp
     ledger = Ledger(limits={DEVICE: limit} if limit else None)

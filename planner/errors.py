@@ -29,7 +29,7 @@ MAX_PROBLEM_CHARS = 480
 
 
 class ExitCode(IntEnum):
-    """The process exit codes every command shares (docs/json-schemas.md, "Exit codes")."""
+    """The process exit codes every command shares (docs/CONTRACT.md §6)."""
 
     OK = 0
     INTERNAL = 1  # a bug in csa-plan itself

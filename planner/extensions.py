@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class OptionalExtension:
@@ -32,3 +35,16 @@ class OptionalExtension:
                 module = None
             self._module = module if module is not None and getattr(module, "ABI", None) == self.abi else None
         return self._module  # type: ignore[return-value]
+
+
+def reporting(module: ModuleType, progress: Callable[[int, int], None] | None, call: Callable[[], T]) -> T:
+    """``call()`` (a compiled replay) with ``module``'s loop calling ``progress(done, total)`` every few
+    thousand turns (``set_progress``). The loops check for signals on the same beat whether or not a
+    callback is set, so Ctrl-C ends a compiled replay within a fraction of a second (KeyboardInterrupt)."""
+    if progress is None:
+        return call()
+    module.set_progress(progress)
+    try:
+        return call()
+    finally:
+        module.set_progress(None)

@@ -3,7 +3,7 @@
 ``dataclasses.dataclass(frozen=True)`` compiles six methods from source for every class
 (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``); on
 Python 3.11 that is about half a millisecond a class, and a ``check`` imports some fifty of
-them before it answers (start-up: docs/check.md). ``@record`` is ``@dataclass(frozen=True)``
+them before it answers (start-up: docs/architecture.md). ``@record`` is ``@dataclass(frozen=True)``
 with the three comparison and display methods taken from this module instead of compiled
 per class; they behave as the generated ones do (the same fields compared and hashed,
 ``NotImplemented`` for another class, the same repr text, ``...`` on recursion). The class

@@ -40,8 +40,9 @@ def closest(value: str, known: Iterable[str]) -> str | None:
 
 
 def did_you_mean_model(value: str, known: Iterable[str]) -> str:
-    """``did_you_mean`` for names whose digits are a model number (GPU cards): only a name with the
-    same digits is offered, so ``h20`` is never "corrected" to ``h200``, a different card."""
+    """``did_you_mean`` for names whose digits are a model number or a version (GPU cards, model
+    presets, engine releases): only a name with the same digits is offered, so ``h20`` is never
+    "corrected" to ``h200``, ``deepseek-v3`` to ``deepseek-v4-pro`` or ``vllm-0.8.5`` to ``vllm-0.25``."""
     def digits(text: str) -> str:  # an 'o' typed after a digit is read as the 0 it stands for (h2O)
         import re
 
@@ -63,10 +64,12 @@ def did_you_mean(value: str, known: Iterable[str]) -> str:
     return f"; did you mean {best!r}?" if best is not None else ""
 
 
-def unknown_problem(what: str, value: str, known: Iterable[str]) -> str:
-    """The whole problem text: ``unknown WHAT 'v' (known: ...); did you mean '...'?``."""
+def unknown_problem(what: str, value: str, known: Iterable[str], versioned: bool = False) -> str:
+    """The whole problem text: ``unknown WHAT 'v' (known: ...); did you mean '...'?`` (``versioned``:
+    the digits are a version, offered only with the same digits: ``did_you_mean_model``)."""
     names = [str(k) for k in known]
     shown = str(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    return f"unknown {what} {shown!r} (known: {listed(names)}){did_you_mean(value, names)}"
+    hint = did_you_mean_model(value, names) if versioned else did_you_mean(value, names)
+    return f"unknown {what} {shown!r} (known: {listed(names)}){hint}"

@@ -119,7 +119,7 @@ def test_top_level_help_imports_no_click():
         assert banned not in mods, banned
 
 
-# Start-up budget of the engine path (issue 28; docs/check.md "Start-up and latency"): what a
+# Start-up budget of the engine path (issue 28; docs/architecture.md "Start-up and latency"): what a
 # command does not use, it does not import.
 ENGINE_MODEL_MODULES = {"vllm-0.33": "csa_plan.planner.engines.vllm_0_33",
                         "sglang-0.5.23": "csa_plan.planner.engines.sglang_0_5_23",
@@ -170,7 +170,7 @@ def test_the_registry_lists_engines_without_importing_them():
 
 
 def test_the_engine_check_defines_records_and_compiles_only_the_inits_it_builds():
-    """Start-up (docs/check.md): every frozen dataclass the vLLM check loads is a ``@record``
+    """Start-up (docs/architecture.md): every frozen dataclass the vLLM check loads is a ``@record``
     (no per-class ``__setattr__``/``__delattr__`` compiled), and a record's ``__init__`` is
     compiled only when the class is first built."""
     out = subprocess.run([sys.executable, "-c",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.record import record
 
-if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/check.md)
+if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/architecture.md)
     from csa_plan.planner.budget.device import Budget, ModelFacts
     from csa_plan.planner.budget.startup import StartupSettings
     from csa_plan.planner.memory import DeviceBudget
@@ -230,18 +230,39 @@ def card_settings(engine_settings: Any, device_memory_bytes: int | None, engine:
 
 @lru_cache(maxsize=1024)
 def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
-                          engine: str | None = None) -> int:
+                          engine: str | None = None, reserved_bytes: int | None = None) -> int:
     """What the device budget sets aside on each device (card minus the state pool of the tightest
     stage): a sweep point's ``reserved: budget``. The same budget as check and simulate: with an
     engine, its usable share (gpu_memory_utilization / mem_fraction_static), its weight sharding and
-    start-up reserves, at this tp x dp. A deployment the rules refuse, or whose weights do not fit,
-    sets aside the whole card (the point is skipped: no memory left)."""
+    start-up reserves (``reserved_bytes``, as ``--reserved``: None for the rules'), at this tp x dp. A
+    deployment the rules refuse, or whose weights do not fit, sets aside the whole card (the point is
+    skipped: no memory left)."""
     from csa_plan.planner.loaders.model_files import load_model
 
     length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
     try:
-        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp), length, engine,
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, reserved_bytes=reserved_bytes),
+                              length, engine,
                               card_settings(None, memory_bytes), search=False)
     except BadInput:
         return memory_bytes
     return memory_bytes - b.kv_memory_bytes if b is not None and b.fits else memory_bytes
+
+
+def budget_shortfall(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
+                     engine: str | None = None, reserved_bytes: int | None = None) -> str:
+    """Why ``budget_reserved_bytes`` sets aside the whole card, in words: the weights and start-up
+    reserves per device against what is usable, or the problem the engine's rules name."""
+    from csa_plan.planner.loaders.model_files import load_model
+
+    length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
+    try:
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, reserved_bytes=reserved_bytes),
+                              length, engine, card_settings(None, memory_bytes), search=False)
+    except BadInput as exc:
+        return f"{exc.field}: {exc.problem}"
+    if b is None or b.fits:
+        return f"device memory {memory_bytes:,} B leaves no state pool"
+    s = b.binding
+    return (f"the weights ({s.weights_bytes:,} B per device) and start-up reserves ({s.reserve_bytes:,} B) exceed "
+            f"the {s.usable_bytes:,} B usable of device memory {memory_bytes:,} B")

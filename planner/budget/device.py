@@ -120,6 +120,8 @@ class Budget:
     resolved: dict[str, Any] = field(default_factory=dict)
     smallest_fitting: tuple[dict[str, int], ...] = ()
     searched: bool = False   # whether smallest_fitting was searched (not with --weights / --kv-memory)
+    searched_max_tp: int = MAX_SEARCH_TP  # the widest tp that search tried (the model's heads)
+    replicas: dict[str, int] | None = None  # none passes: data-parallel replicas that serve the requests in all
     facts: ModelFacts | None = field(default=None, repr=False, compare=False)  # for the next budget of this model
     calibration: Any = None   # --from-log: the log's implied terms beside csa-plan's (from_log.Calibration)
 
@@ -250,18 +252,19 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
 
 def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,
                      passes: "Callable[[Budget], bool] | None" = None, *,
-                     facts: ModelFacts | None = None) -> tuple[dict[str, int], ...]:
+                     facts: ModelFacts | None = None, max_tp: int = MAX_SEARCH_TP) -> tuple[dict[str, int], ...]:
     """The smallest --tp that fits with the engine's default EP, and the smallest with full EP
     (ep = tp x dp), keeping --pp and --dp; tp values the engine refuses are skipped. ``weights``
     is the model's figure, already read by the caller. ``passes``: every other check a suggested
     deployment must pass (the engine's admission of the requests asked for); a deployment that
-    fails it is not suggested. ``facts``: the model as the caller's budget read it."""
+    fails it is not suggested. ``facts``: the model as the caller's budget read it. ``max_tp``: the
+    widest tp the model allows (its attention heads), never above MAX_SEARCH_TP."""
     found: list[dict[str, int]] = []
     p = req.placement
     floor_bytes = _weights_floor_bytes(weights)
     for full_ep in (False, True):
         tp = 1
-        while tp <= MAX_SEARCH_TP:
+        while tp <= min(max_tp, MAX_SEARCH_TP):
             if floor_bytes > req.card_bytes * tp * p.dp * p.pp:  # cannot fit: skip without building it
                 tp += 1
                 continue

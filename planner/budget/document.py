@@ -40,6 +40,7 @@ def budget_document(b: Budget) -> dict[str, Any]:
         "weights_bytes": binding.weights_bytes,
         "reserve_bytes": binding.reserve_bytes,
         "kv_memory_bytes": b.kv_memory_bytes,
+        "kv_memory_given": b.request.kv_memory_bytes is not None,  # --kv-memory replaces usable - weights - reserves
         "weights_fit": b.fits,
         "estimates": any(s.estimate for s in binding.steps),
         "resolved_settings": b.resolved,

@@ -127,9 +127,26 @@ def run_check(req: CheckRequest) -> CheckOutcome:
 
     searchable = device is not None and deployment.weights_bytes is None and req.kv_memory_bytes is None
     if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
-        from csa_plan.planner.budget.device import smallest_fitting
+        from csa_plan.planner.budget.device import MAX_SEARCH_TP, smallest_fitting
 
-        device = with_(device, smallest_fitting=smallest_fitting(device.request, device.weights, passes,
-                                                                 facts=device.facts), searched=True)
+        max_tp = min(min(d.num_heads for d in spec.layers), MAX_SEARCH_TP)  # tp splits heads: no wider
+        found = smallest_fitting(device.request, device.weights, passes, facts=device.facts, max_tp=max_tp)
+        device = with_(device, smallest_fitting=found, searched=True, searched_max_tp=max_tp,
+                       replicas=None if found else replicas_for(device, answer, req.concurrency))
     doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)
     return CheckOutcome(doc, ExitCode(code))
+
+
+def replicas_for(device, answer, concurrency: int) -> dict[str, int] | None:
+    """Where no wider tp passes (each rank keeps every request's full latent state, so tp frees only
+    weight memory): the data-parallel replicas of this deployment that hold ``concurrency`` requests
+    of max_seq_len in all, each admitting what this one does. None when this one admits none."""
+    count = answer.requests_that_fit
+    if not count or count >= concurrency:
+        return None
+    from csa_plan.planner.units import ceil_div
+
+    p = device.request.placement
+    dp = ceil_div(concurrency, count) * p.dp
+    return {"tp": p.tp, "pp": p.pp, "dp": dp, "gpus": p.tp * p.pp * dp, "per_replica": count,
+            "in_all": count * (dp // p.dp)}

@@ -92,7 +92,7 @@ def run_sweep(req: SweepRequest,
 
 def _override(spec: Any, deployment: Any) -> Any:
     """The grid with the command line's deployment options in place of its tp / pp / dp / reserved axes
-    (``--weights`` and ``--reserved`` per device replace the device budget; ``--ep`` is the reference
+    (``--weights`` replaces the weights the budget counts, ``--reserved`` its start-up reserves; ``--ep`` is the reference
     split's, tp, since a sweep names no engine)."""
     from dataclasses import replace
 
@@ -107,9 +107,10 @@ def _override(spec: Any, deployment: Any) -> Any:
     for k, v in changes.items():
         if v < 1:
             raise BadInput("options", f"--{k}", f"must be at least 1, got {v}")
-    if d.weights_bytes is not None or d.reserved_bytes is not None:
-        if d.weights_bytes is None:
-            raise BadInput("options", "--reserved", "a sweep's --reserved replaces the whole budget: give --weights too")
+    if d.weights_bytes is None and d.reserved_bytes is not None:  # the model's weights, these start-up reserves
+        changes["reserved"] = Reserved(f"weights counted + reserved {d.reserved_bytes} per device", budget=True,
+                                       runtime_bytes=d.reserved_bytes)
+    elif d.weights_bytes is not None:
         fixed = d.weights_bytes + (d.reserved_bytes or 0)
         changes["reserved"] = Reserved(f"weights {d.weights_bytes} + reserved {d.reserved_bytes or 0} per device",
                                        fixed)

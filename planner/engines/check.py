@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.record import record
 
-if TYPE_CHECKING:  # the engine models load only when an engine is named (start-up: docs/check.md)
+if TYPE_CHECKING:  # the engine models load only when an engine is named (start-up: docs/architecture.md)
     from csa_plan.planner.engines.engine import EngineModel, EnginePlan, EngineRefusal, PoolSizing
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.model import ModelSpec

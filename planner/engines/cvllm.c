@@ -1118,6 +1118,20 @@ static void release(Out *o, i64 n, i64 k, i64 at) {
     while (k-- > 0 && o->nsent < n) o->sent[o->nsent++] = at;
 }
 
+/* Ctrl-C and progress within a long replay (the loop holds the GIL): every TICK_TURNS turns the loop
+ * runs pending signal handlers (SIGINT raises KeyboardInterrupt) and calls the callback set_progress
+ * gave, with (requests done, requests); either raising ends the replay with that exception (rc -3). */
+#define TICK_TURNS 4096
+static PyObject *progress_cb = NULL;
+
+static int tick(i64 done, i64 n) {
+    if (PyErr_CheckSignals() < 0) return -1;
+    if (progress_cb == NULL) return 0;
+    PyObject *r = PyObject_CallFunction(progress_cb, "LL", (long long)done, (long long)n);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 static int replay(K *k, Out *o) {
     i64 n = k->n;
     StepBuf bufs[3];
@@ -1127,9 +1141,12 @@ static int replay(K *k, Out *o) {
     memset(&sc, 0, sizeof sc);
     i64 t = n ? o->arrival[0] : 0, nxt = 0, done = 0, depth = k->async_on ? 2 : 1;
     int rc = 0;
-    for (;;) {
+    for (i64 turn = 1;; turn++) {
+        if ((turn & (TICK_TURNS - 1)) == 0 && tick(done, n) < 0) { rc = -3; break; }
         while (nxt < (o->closed ? o->nsent : n) && o->arrival[nxt] <= t) {
-            if (k->prompt[nxt] >= k->mml) { o->refused[nxt] = 1; done++; release(o, n, 1, t); }
+            if (k->prompt[nxt] >= k->mml || k->prompt[nxt] < 1) { /* refuse() */
+                o->refused[nxt] = 1; done++; release(o, n, 1, t);
+            }
             else {
                 Req *q = &k->R[nxt];
                 q->num_prompt = (int32_t)k->prompt[nxt];
@@ -1233,7 +1250,7 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm_compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 6
+#define CVLLM_ABI 7
 
 static PyObject *run(PyObject *self, PyObject *args) {
     (void)self;
@@ -1424,7 +1441,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     ss_free(&o.ser);
     for (int x = 0; x < got; x++) PyBuffer_Release(&b[x]);
-    if (rc == -2) return NULL; /* a bytearray resize failed: its error is set */
+    if (rc == -2 || rc == -3) return NULL; /* a bytearray resize failed, or a signal / the callback raised */
     if (rc == -1) {
         if (err == 2) PyErr_SetString(PyExc_RuntimeError, "cvllm.run: an invariant of the Python twin broke");
         else PyErr_NoMemory();
@@ -1437,7 +1454,19 @@ fail:
     return NULL;
 }
 
+static PyObject *set_progress(PyObject *self, PyObject *cb) {
+    (void)self;
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "cvllm.set_progress: a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(progress_cb, cb == Py_None ? NULL : Py_NewRef(cb));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"set_progress", set_progress, METH_O,
+     "set_progress(callable | None): run() calls it with (requests done, requests) every few thousand turns"},
     {"run", run, METH_VARARGS,
      "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
      " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"

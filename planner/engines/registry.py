@@ -5,7 +5,7 @@ name is bad input listing the known ones, and the retired per-layer ``--layout v
 ``sglang`` names say what replaced them.
 
 An engine model's module is imported when that engine is first looked up, not with the
-registry: a command pays only for the engine it names (start-up: docs/check.md), and
+registry: a command pays only for the engine it names (start-up: docs/architecture.md), and
 listing the names (help, did-you-mean) imports none of them.
 """
 
@@ -82,7 +82,7 @@ def lookup(kind: str, registry: Mapping[str, T], name: str, source: str, field: 
             raise BadInput(source, field, retired) from None
         from csa_plan.planner.suggest import unknown_problem
 
-        raise BadInput(source, field, unknown_problem(kind, name, registry)) from None
+        raise BadInput(source, field, unknown_problem(kind, name, registry, versioned=True)) from None
 
 
 def resolve_engine_name(name: str) -> tuple[str, str | None]:
@@ -90,6 +90,10 @@ def resolve_engine_name(name: str) -> tuple[str, str | None]:
     key = name.strip().lower() if isinstance(name, str) else name
     if key in NEWEST:
         return NEWEST[key], f"--engine {key} names the newest modelled release, {NEWEST[key]}"
+    if isinstance(key, str):  # vLLM-0.33, and vllm-0.33.0 as `vllm --version` prints it
+        for spelled in (key, key.removesuffix(".0")):
+            if spelled in ENGINES:
+                return spelled, None
     return name, None
 
 

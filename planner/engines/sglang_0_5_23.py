@@ -368,17 +368,44 @@ class SglangPlan(EnginePlan):
                 "bytes_per_full_token": bytes_per_full_token, "bytes_per_swa_token": bytes_per_swa_token,
                 "c128_state_fixed": c128_fixed, "swa_fixed": swa_fixed}
 
+    def pool_config_for(self, max_running_requests: int, kv_memory_bytes: int) -> dict[str, Any]:
+        """``pool_config`` had the server been started with ``--max-running-requests`` this value."""
+        from dataclasses import replace
+
+        plan = replace(self, resolved=replace(self.resolved, max_running_requests=max_running_requests))
+        return plan.pool_config(kv_memory_bytes)
+
+    def max_running_requests_that_fit(self, kv_memory_bytes: int) -> int | None:
+        """The largest --max-running-requests below this plan's whose SWA pool cap leaves a full KV
+        pool of at least one max_seq_len request in ``kv_memory_bytes`` (else one of any size; None:
+        not even 1 leaves a full pool)."""
+        from csa_plan.planner.bisection import largest_passing
+
+        def full_tokens(mrr: int) -> int:
+            return self.pool_config_for(mrr, kv_memory_bytes)["full"]
+
+        high = max(1, self.resolved.max_running_requests - 1)
+        one_request = largest_passing(lambda m: full_tokens(m) >= self.max_seq_len, 1, high)
+        return one_request if one_request is not None else largest_passing(lambda m: full_tokens(m) > 0, 1, high)
+
     def size_pool(self, kv_memory_bytes: int) -> PoolSizing:
         r, L = self.resolved, self.layers
         p = r.page_size
         cfg = self.pool_config(kv_memory_bytes)
         if cfg["full"] <= 0:
-            raise _refuse(f"{SRC}/model_executor/pool_configurator.py calculate_pool_sizes", "--kv-memory",
-                          f"> {int(cfg['swa_fixed'] + cfg['c128_state_fixed']):,} bytes", str(kv_memory_bytes),
-                          f"The DSV4 SWA pool cap ({cfg['swa']} tokens, {cfg['swa_fixed'] / (1 << 30):.2f} GB) leaves "
-                          f"no room for the full KV pool within the available {kv_memory_bytes / (1 << 30):.2f} GB. "
-                          "Reduce --max-running-requests, lower --swa-prefix-tails or SGLANG_SWA_EVICTION_INTERVAL, "
-                          "or increase --mem-fraction-static.")
+            rule = f"{SRC}/model_executor/pool_configurator.py calculate_pool_sizes"
+            why = (f"The DSV4 SWA pool cap ({cfg['swa']} tokens, {cfg['swa_fixed'] / (1 << 30):.2f} GB) leaves "
+                   f"no room for the full KV pool within the available {kv_memory_bytes / (1 << 30):.2f} GB. ")
+            fits = self.max_running_requests_that_fit(kv_memory_bytes)
+            if fits is not None:  # the cap grows with max_running_requests: name the value that fixes it
+                one = self.max_seq_len if self.pool_config_for(fits, kv_memory_bytes)["full"] >= self.max_seq_len else 0
+                room = f"a request of {one:,} tokens" if one else "a full KV pool"
+                raise _refuse(rule, "--max-running-requests", f"<= {fits:,}", str(r.max_running_requests),
+                              why + f"--max-running-requests {fits:,} (or fewer) leaves room for {room}; "
+                              "or increase --mem-fraction-static.")
+            raise _refuse(rule, "--kv-memory", f"> {int(cfg['swa_fixed'] + cfg['c128_state_fixed']):,} bytes",
+                          str(kv_memory_bytes), why + "Even --max-running-requests 1 leaves none: lower "
+                          "--swa-prefix-tails or SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static.")
         ring4, ring128 = self.rings
         key = indexer_key_bytes(L.index_head_dim, r.indexer_fp4)
         pools = [PoolSize("SWA KV (every main layer)", physical_pages(cfg["swa"], p), L.main * page_bytes(p),

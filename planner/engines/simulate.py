@@ -57,7 +57,8 @@ class EngineRun:
         e = plan.engine
         return {"name": e.name, "engine": e.engine_name, "version": e.version,
                 "settings": [s.as_dict() for s in plan.settings], "unit_bytes": plan.unit_bytes,
-                "pool": sizing.as_dict() if sizing else None}
+                "pool": sizing.as_dict() if sizing else None,
+                "replayed": bool(plan.runtime_modelled)}  # its own scheduler decides: no reserve or policy
 
 
 def plan_cap(plan: "EnginePlan") -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from csa_plan.planner.extensions import OptionalExtension
+from csa_plan.planner.extensions import OptionalExtension, reporting
 
 if TYPE_CHECKING:
     from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CVLLM_ABI = 6  # cvllm.c's CVLLM_ABI: the calling convention used below
+CVLLM_ABI = 7  # cvllm.c's CVLLM_ABI: the calling convention used below
 INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
 MTP_MAX = 1 << 20  # draft / lookahead tokens
 BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
@@ -74,8 +74,8 @@ def compiled_replay(rt: "VllmRuntime") -> "CompiledReplay | None":
         return None
     from csa_plan.planner.errors import ReplayInputError
 
-    return lambda trace, time, max_concurrency=None: ReplayInputError.guard(
-        lambda: _run(mod, rt, trace, time, max_concurrency), "cvllm")
+    return lambda trace, time, progress=None, max_concurrency=None: reporting(
+        mod, progress, lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "cvllm"))
 
 
 def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",

@@ -119,6 +119,8 @@ class VllmRuntime(EngineRuntime):
 
     def refuse(self, r: int) -> str | None:
         p = self._prompt[r]
+        if p < 1:  # nothing to prefill or sample from: the server refuses it before scheduling
+            return "an empty prompt (0 tokens): vLLM refuses it (\"The decoder prompt cannot be empty\")"
         if p >= self.max_model_len:
             return (f"prompt of {p:,} tokens: vLLM refuses a prompt that leaves no room below max_model_len "
                     f"{self.max_model_len:,} (renderers/params.py _token_len_check, api_utils.py get_max_tokens)")

@@ -72,11 +72,11 @@ def load_model(ref: str, *, max_seq_len: int | None = None, window: int | None =
 
         return from_hf_config(_parse_json(read_preset(PRESETS[preset]), preset), source=preset, name=preset)
     if kind is None:
-        from csa_plan.planner.suggest import did_you_mean
+        from csa_plan.planner.suggest import did_you_mean_model
 
-        known = ", ".join(PRESETS)
+        known = ", ".join(PRESETS)  # deepseek-v3 is another model, not a typo of deepseek-v4-pro: same digits only
         raise BadInput(ref, None, f"no such file, directory or preset (presets: {known}, or their Hugging Face "
-                       f"ids {', '.join(PRESET_REPOS)}){did_you_mean(ref, [*PRESETS, *PRESET_REPOS])}")
+                       f"ids {', '.join(PRESET_REPOS)}){did_you_mean_model(ref, [*PRESETS, *PRESET_REPOS])}")
     if kind == "dir":
         return _from_directory(path, max_seq_len)
     return _from_file(path, max_seq_len=max_seq_len, window=window, at_length=at_length)

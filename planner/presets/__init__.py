@@ -1,5 +1,5 @@
 """The bundled Hugging Face configs of the presets, read beside this module (``importlib.resources``
-and ``pathlib`` would cost every check start-up time: docs/check.md)."""
+and ``pathlib`` would cost every check start-up time: docs/architecture.md)."""
 
 from __future__ import annotations
 

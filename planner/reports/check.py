@@ -163,6 +163,8 @@ class CheckHead:
     smallest_fitting: tuple[dict[str, int], ...]
     smallest_fitting_searched: bool
     warnings: tuple[str, ...]
+    searched_max_tp: int = 0          # the widest tp the search tried (the model's heads)
+    replicas: dict[str, int] | None = None  # none passes: dp replicas that hold the requests in all
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "exit_code": self.exit_code, "fit": self.capacity.as_dict(),
@@ -170,7 +172,8 @@ class CheckHead:
                 "head": {"model": self.model, "engine": self.engine, "deployment": self.deployment,
                          "log_lines": list(self.log_lines), "kv_memory_bytes": self.kv_memory_bytes,
                          "smallest_fitting": list(self.smallest_fitting),
-                         "smallest_fitting_searched": self.smallest_fitting_searched},
+                         "smallest_fitting_searched": self.smallest_fitting_searched,
+                         "searched_max_tp": self.searched_max_tp, "replicas": self.replicas},
                 "warnings": list(self.warnings)}
 
 
@@ -245,7 +248,9 @@ def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any
                  + (f"{card.name} ({gib:.2f} GiB)" if card else f"{gib:.2f} GiB") + f", budget {device.engine}")
     head = CheckHead(v, int(code), plan.model.name, engine_label, where, answer, tuple(refusals), log_lines,
                      answer.kv_memory_bytes, tuple(device.smallest_fitting) if device is not None else (),
-                     bool(device is not None and device.searched), tuple(warnings))
+                     bool(device is not None and device.searched), tuple(warnings),
+                     device.searched_max_tp if device is not None and device.searched else 0,
+                     device.replicas if device is not None else None)
     doc = check_report(plan, None, None, int(code))
     doc.update(head.as_dict())
     doc["options"]["layout"] = layout

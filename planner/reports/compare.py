@@ -36,7 +36,8 @@ def comparison_report(c: Comparison) -> dict[str, Any]:
 
 
 class CompareVerdict:
-    FITS = "fits"                  # no layer refused, every row admits at least one request (or no limit)
+    ADMITTED = "admitted"          # no layer refused, no device memory named: nothing to count requests in
+    FITS = "fits"                  # no layer refused, every row admits at least one request
     DOES_NOT_FIT = "does_not_fit"  # the weights leave no pool, or some row admits none
     REFUSED = "refused"            # a layer refused by the gate (no count for a refused model)
 
@@ -111,6 +112,8 @@ def compare_head(c: Comparison, report: dict[str, Any], exit_code: int, weights_
         verdict = CompareVerdict.REFUSED
     elif exit_code:
         verdict = CompareVerdict.DOES_NOT_FIT
+    elif all(r.limit_bytes is None for r in rows):  # exit 0 without a count: not "fits"
+        verdict = CompareVerdict.ADMITTED
     else:
         verdict = CompareVerdict.FITS
     return CompareHead(verdict, exit_code, c.model.name, report["options"]["max_seq_len"], deployment, tuple(rows),

@@ -43,7 +43,10 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     if compiled is not False:
         fast = rt.compiled_replay()
         if fast is not None:
-            return fast(trace, time) if max_concurrency is None else fast(trace, time, max_concurrency)
+            result = fast(trace, time, progress, max_concurrency)
+            if progress is not None:
+                progress(len(trace), len(trace))
+            return result
         if compiled:
             raise RuntimeError(f"{rt.label or 'this engine'}: no compiled loop for these settings (not built?)")
     n = len(trace)

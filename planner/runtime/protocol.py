@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time[, max_concurrency]) -> the same
-# result (max_concurrency: a closed-loop client, as in ``loop.replay``).
+# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time, progress, max_concurrency) -> the
+# same result; progress (or None) is called with (requests done, requests) as the loop goes; max_concurrency (or
+# None) is a closed-loop client, as in ``loop.replay``.
 CompiledReplay = Callable[..., "RuntimeResult"]
 
 MOONCAKE_BLOCK_TOKENS = 512  # the published Mooncake trace: one hash id per 512 prompt tokens

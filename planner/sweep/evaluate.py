@@ -102,9 +102,6 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     from csa_plan.planner.plan import PlanOptions, plan_model
     from csa_plan.planner.simulate import reserved_tokens
 
-    if point.limit_bytes <= 0:
-        return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
-                    f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     spec = load_point_model(point.model, point.max_seq_len)
     try:
         split_stages(spec.num_main_layers, spec.num_mtp_layers, point.pp)
@@ -115,6 +112,15 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         r = plan.refusals[0]
         more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {r.message}{more}")
+    if point.limit_bytes <= 0:  # after the deployment's own checks: a bad tp is not 'no memory'
+        if point.reserved.budget:  # the weights (or the rules) leave nothing: say which
+            from csa_plan.planner.budget.deployment import budget_shortfall
+
+            return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
+                point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
+                point.reserved.runtime_bytes))
+        return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
+                    f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:

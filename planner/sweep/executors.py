@@ -156,22 +156,25 @@ def signals_interrupt() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class RayExecutor:
-    """Tasks on a Ray cluster: ``address`` is ``auto``, ``ray://host:port``, or None for an
-    already initialized (or a fresh local) Ray. Workers need csa_plan installed and the
-    workload file at the same path."""
+    """Tasks on a Ray cluster: ``address`` is ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``
+    (checked first: ``ray_address.prepare``), or None for an already initialized (or a fresh
+    local) Ray. Workers need csa_plan installed and the workload file at the same path."""
 
     address: str | None = None
     name: str = "ray"
     workers: int = 0
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        from csa_plan.planner.sweep.ray_address import prepare
+
+        address = prepare(self.address)  # before Ray is imported: it reads RAY_AUTH_MODE then
         try:
             import ray
         except ImportError:
             raise BadInput("options", "--ray", "Ray is not installed (pip install 'csa-plan[ray]')") from None
         if not ray.is_initialized():
             try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise BadInput("options", "--ray", f"cannot connect to Ray at {self.address!r}: {exc}") from None
         remote = ray.remote(num_cpus=1)(fn)

@@ -48,7 +48,7 @@ class SkipReason(str, Enum):
 
     BAD_DEPLOYMENT = "BadDeployment"  # tp does not divide the heads, more stages than layers, ...
     PLAN_REFUSED = "PlanRefused"  # the descriptor gate refuses a layer under this point
-    NO_MEMORY_LEFT = "NoMemoryLeft"  # device memory minus reserved is zero or less
+    NO_MEMORY_LEFT = "NoMemoryLeft"  # device memory minus the weights and reserves is zero or less
     NEVER_FITS = RefusalType.NEVER_FITS.value  # even the smallest request's bundle exceeds an empty device
     LARGEST_NEVER_FITS = "LargestRequestNeverFits"  # some request can never fit: zero refusals impossible
     EXCEEDS_MAX_SEQ_LEN = RefusalType.REQUEST_EXCEEDS_CAPACITY.value  # some request is longer than max_seq_len: same
@@ -59,14 +59,18 @@ class SkipReason(str, Enum):
 
 @dataclass(frozen=True)
 class Reserved:
-    """Per-device memory set aside: a fixed amount plus weights split over the tp x pp devices of a
-    replica, or (``budget``, the default) the device budget's: the model's weights on each device by
-    its tensor inventory or checkpoint (planner/budget), everything but the state pool."""
+    """Per-device memory set aside besides the state pool. ``budget`` (the default) and a plain size
+    are the device budget's (planner/budget): the model's weights on each device by its tensor
+    inventory or checkpoint, plus the start-up reserves: the engine rules' figure, or the size given
+    (``runtime_bytes``), which is what ``reserved`` means in a mix and ``--reserved`` on the command
+    line. ``{weights, runtime}`` names the weights too (split over the tp x pp devices of a replica)
+    and fixes the sum."""
 
     label: str
     fixed_bytes: int = 0
     weights_bytes: int = 0
     budget: bool = False
+    runtime_bytes: int | None = None  # with ``budget``: the start-up reserves per device (None: the rules')
 
     def per_device_bytes(self, tp: int, pp: int) -> int:
         return self.fixed_bytes + ceil_div(self.weights_bytes, tp * pp)
@@ -101,7 +105,7 @@ class SweepPoint:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
             return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len,
-                                         self.engine)
+                                         self.engine, self.reserved.runtime_bytes)
         return self.reserved.per_device_bytes(self.tp, self.pp)
 
     @property
@@ -239,7 +243,7 @@ def _reserved(value: Any, source: str, where: str) -> Reserved:
         fixed = _size(value.get("runtime", 0), source, f"{where}.runtime")
         weights = _size(value.get("weights", 0), source, f"{where}.weights")
         return Reserved(f"weights {value.get('weights', 0)}/(tp*pp) + {value.get('runtime', 0)}", fixed, weights)
-    return Reserved(str(value), _size(value, source, where))
+    return Reserved(str(value), budget=True, runtime_bytes=_size(value, source, where))  # as --reserved means
 
 
 def _reserve(value: Any, source: str, where: str) -> tuple[Reserve, int]:

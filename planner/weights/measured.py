@@ -16,7 +16,7 @@ from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.registry import ARCHITECTURES, architecture_of, inventory_for
 from csa_plan.planner.weights.tensors import Inventory
 
-if TYPE_CHECKING:  # the safetensors reader loads only for a model directory (start-up: docs/check.md)
+if TYPE_CHECKING:  # the safetensors reader loads only for a model directory (start-up: docs/architecture.md)
     from csa_plan.planner.weights.safetensors import Checkpoint
 
 

@@ -222,7 +222,7 @@ class Inventory:
     ``layout``, the checkpoint's order of (block, layer, name prefix) entries. Totals and the
     per-device shards are each block's figures times its multiplicity; ``weights``, the
     one-entry-per-layer listing (checkpoint comparisons, tests), is built only when read
-    (start-up: docs/check.md).
+    (start-up: docs/architecture.md).
     """
 
     architecture: str

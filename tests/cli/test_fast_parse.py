@@ -8,6 +8,7 @@ click (else the start-up saving is gone without any test noticing).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -170,3 +171,21 @@ def test_a_bad_colour_variable_is_left_to_click():
     env = {"CSA_PLAN_COLOR": "purple"}
     fast, slow = _run(args, True, env), _run(args, False, env)
     assert fast == slow and fast[0] == 2 and b"--color" in fast[2]
+
+
+@pytest.mark.parametrize("args, metavar", [
+    (["check"], "MODEL"), (["check", "--engine", "vllm-0.33"], "MODEL"), (["compare"], "MODEL"),
+    (["compare", "--tp", "2"], "MODEL"), (["simulate", "--model", "deepseek-v4-pro"], "WORKLOAD"),
+    (["sweep"], "SPEC"), (["sweep", "--jobs", "2"], "SPEC"),
+])
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_missing_argument_is_clicks_usage_error(args, metavar, plain):
+    """Issue 36 item 2: the first thing many people type was an internal TypeError, exit 1."""
+    code, out, err = _run(args, plain)
+    assert (code, out, err) == (2, b"", f"csa-plan: error: Missing argument '{metavar}'.\n".encode())
+    code, out, err = _run([*args, "--json"], plain)
+    assert code == 2 and err == f"csa-plan: error: Missing argument '{metavar}'.\n".encode()
+    assert json.loads(out) == {"schema": "csa-plan/error/v1", "exit_code": 2,
+                               "message": f"Missing argument '{metavar}'."}
+    assert parse(SPECS[args[0]], args[1:]) is None  # the fast parser leaves it to click
+    assert click_params(SPECS[args[0]], args[1:]) is None

@@ -79,7 +79,7 @@ workload: {trace.name}
 grid:
   model: deepseek-v4-flash
   device: h200
-  reserved: 110GiB
+  reserved: {{weights: 0, runtime: 110GiB}}
   max_seq_len: 65536
   engine: [vllm-0.33, vllm-0.26]
 constraints: {{zero_refusals: true, wait_p99_max_s: 5}}

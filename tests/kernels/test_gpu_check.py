@@ -155,16 +155,18 @@ def test_every_steps_host_work_fits_half_its_limit(tmp_path, capsys):
     r, s = _run(tmp_path, fake=True, FAKE_CUPY_KERNELS="skip", CSA_GPU_CHECK_SLOWDOWN="6",
                 COMPUTE_SANITIZER=str(_pass_through_sanitizer(tmp_path)))
     by = {st["name"]: st for st in s["steps"]}
-    figures = {n: (st["host_cpu_s"], st["limit_s"], st["status"]) for n, st in by.items()}
-    with capsys.disabled():
-        print("\nhost work per step (CPU s / limit s, status on the fake with kernels skipped):",
+    checked = ("tiny", "memcheck", "racecheck", "probe", "run_gpu", "bench")  # their checks fail: kernels skipped
+    outcome = lambda n, st: "exit 4 as expected" if n in checked and st["rc"] == 4 else st["status"]  # noqa: E731
+    figures = {n: (st["host_cpu_s"], st["limit_s"], outcome(n, st)) for n, st in by.items()}
+    with capsys.disabled():  # never "fail" for what this run expects (issue 36 item 11)
+        print("\nhost work per step (CPU s / limit s, outcome on the fake with kernels skipped):",
               ", ".join(f"{n} {c:.1f}/{lim} {st}" for n, (c, lim, st) in figures.items()))
     assert sum(st["limit_s"] for st in s["steps"]) <= s["budget_s"] == BUDGET_S
     for name, st in by.items():
         assert st["status"] not in ("timeout", "skipped", "no-gpu"), (name, st["log_tail"])
         assert st["host_cpu_s"] * 2 <= st["limit_s"], (name, st["host_cpu_s"], st["limit_s"])
     # the kernels were skipped, so the GPU steps that check outputs fail their checks (exit 4), and only that
-    for name in ("tiny", "memcheck", "racecheck", "probe", "run_gpu", "bench"):
+    for name in checked:
         assert by[name]["rc"] in (0, 4), (name, by[name]["log_tail"])
     assert by["compile"]["status"] == "pass"
     probe = json.loads((tmp_path / "out" / "probe.json").read_text())

@@ -93,6 +93,10 @@ def test_emulated_run_passes_every_applicable_check(csa):
     assert {l["ratio"] for l in doc["layers"]} == {4, 128}
     assert doc["planned_bytes"] == 3 * sum(l["planned"]["total"] for l in doc["layers"])
     assert doc["steps"] >= 16
+    # the emulator takes minutes at full size: each check is told on stderr as it is decided (issue 36 item 6)
+    where = lambda c: "" if c["layer"] is None else f" (layer {c['layer']})"
+    told = [f"csa-plan: check {c['name']}{where(c)}: {c['status']}" for c in doc["checks"]]
+    assert r.err.splitlines() == told
 
 
 def test_table_output(csa):

@@ -204,7 +204,7 @@ def test_compiled_closed_loop_equals_twin(data, conc, time):
             continue
         a = replay(_runtime(engine, trace), trace, time, compiled=False, max_concurrency=conc)
         b = replay(_runtime(engine, trace), trace, time, compiled=True, max_concurrency=conc) \
-            if engine == "vllm-0.33" else _runtime(engine, trace).compiled_replay()(trace, time, conc)
+            if engine == "vllm-0.33" else _runtime(engine, trace).compiled_replay()(trace, time, max_concurrency=conc)
         assert a.same_as(b), engine
         assert np.array_equal(np.asarray(a.arrival_ns), np.asarray(b.arrival_ns)), engine
         assert list(a.refused.items()) == list(b.refused.items()), engine

@@ -27,14 +27,16 @@ def test_static_skips_counted_with_reasons():
     spec = load_spec(SMALL)
     plan = triage(spec)
     assert len(spec.points) == 54
-    assert dict(plan.skip_counts()) == {"NoMemoryLeft": 27, "BadDeployment": 9, "NeverFits": 6}
-    assert len(plan.to_run) == 12
+    assert dict(plan.skip_counts()) == {"BadDeployment": 18, "NoMemoryLeft": 18, "NeverFits": 3}
+    assert len(plan.to_run) == 15
     by_reason = {s.reason: s for s in plan.skipped}
     assert by_reason[SkipReason.BAD_DEPLOYMENT].detail == "--tp: layer 0: num_heads 128 is not divisible by tp 3"
-    assert by_reason[SkipReason.NO_MEMORY_LEFT].detail == \
-        "reserved 146,028,888,064 bytes >= device memory 85,520,809,984 bytes"
+    # the weights are counted (issue 36 item 3: `reserved` means what --reserved means) and the skip says so
+    assert by_reason[SkipReason.NO_MEMORY_LEFT].detail == (
+        "the weights (60,961,132,376 B per device) and start-up reserves (33,285,996,544 B) exceed the "
+        "85,520,809,984 B usable of device memory 85,520,809,984 B")
     assert "tp=3" not in " ".join(p.key for p in plan.to_run)
-    assert all(p.device == "h200" and p.reserve.value == "fit" for p in plan.to_run)
+    assert all(p.device == "h200" for p in plan.to_run)
 
 
 def test_ranked_answer_matches_each_point_run_by_hand(csa):
@@ -48,16 +50,17 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
     r = csa("sweep", SMALL, "--jobs", "1", "--json")
     assert r.code == 0, r.err
     doc = r.json()
-    assert doc["grid"] == {"points": 54, "skipped": 42, "resumed": 0, "ran": 12, "feasible": 10}
+    assert doc["grid"] == {"points": 54, "skipped": 39, "resumed": 0, "ran": 15, "feasible": 11}
     wl = load_workload(str(SAMPLE))
     spec = load_model("deepseek-v4-pro")
     base_rate = 200 * 1e9 / int(wl.arrival_ns[-1] - wl.arrival_ns[0])
     by_hand = []
     for row in doc["results"]:
         p = row["point"]
-        bucket = int(p["reserve"].split("/")[1])
+        fit = p["reserve"] != "max"
+        bucket = int(p["reserve"].split("/")[1]) if fit else 4096
         sim = csa("simulate", str(SAMPLE), "--model", "deepseek-v4-pro", "--tp", str(p["tp"]), "--dp", str(p["dp"]),
-                  "--device-memory", "h200", "--weights", "0", "--reserved", "136GiB", "--reserve", "fit",
+                  "--device-memory", "h200", "--reserved", "31GiB", "--reserve", "fit" if fit else "max",
                   "--bucket", str(bucket),
                   "--json")
         assert sim.code in (0, 3), sim.err
@@ -66,25 +69,27 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
         assert row["peak_bytes"] == target["peak"]["bytes"]
         feasible = sim.code == 0
         assert row["feasible"] is feasible
+        assert p["limit_bytes"] == target["device_limit"]["limit_bytes"]  # the same budget: weights counted
         config = SimConfig(placement=Placement(tp=p["tp"], dp=p["dp"]), limit_bytes=p["limit_bytes"],
-                           reserve=Reserve.FIT, bucket=bucket)
+                           reserve=Reserve.FIT if fit else Reserve.MAX, bucket=bucket)
         cap = find_capacity(prepare(spec, wl, config), rel_tol=0.01)
         assert row["sustainable_rate_scale"] == cap.rate_scale
         per_device = cap.rate_scale * base_rate / p["devices"]
         assert row["rate_per_device_per_s"] == pytest.approx(per_device, rel=1e-12)
         assert row["rate_limited_by_memory"] is (not cap.capped)
         if feasible:  # a search ceiling is no rate: such a point ranks by devices only (issue 12)
-            by_hand.append((p["devices"], 0 if cap.capped else 1, 0.0 if cap.capped else -per_device, row["key"]))
+            by_hand.append((p["devices"], 0 if cap.capped else 1, 0.0 if cap.capped else -per_device, len(by_hand),
+                            row["key"]))  # ties in the grid's order
     assert doc["ranked"] == [key for *_, key in sorted(by_hand)]
     assert doc["answer"]["key"] == doc["ranked"][0]
-    assert doc["answer"]["label"] == "device h200, tp 1, dp 1, reserve fit/4096"
+    assert doc["answer"]["label"] == "device h200, tp 8, dp 1, reserve fit/4096"
     front_devices = [doc["results"][[x["key"] for x in doc["results"]].index(k)]["devices"]
                      for k in doc["pareto_front"]]
-    # the 4- and 32-device fit/4096 points reach the search ceiling: not limited by memory within
-    # this trace, so they are listed apart and never on the front (measured rates only)
-    assert front_devices == [1, 2, 16]
+    # the tp 16 points (52.6 GiB per device) and tp 8 x dp 4 at fit/4096 reach the search ceiling: not
+    # limited by memory within this trace, so they are listed apart and never on the front (measured rates only)
+    assert front_devices == [8, 16]
     unbounded = [doc["results"][[x["key"] for x in doc["results"]].index(k)] for k in doc["not_limited_by_memory"]]
-    assert [r["devices"] for r in unbounded] == [4, 32] and all(r["at_least"] for r in unbounded)
+    assert [r["devices"] for r in unbounded] == [16, 16, 32, 32, 32, 64, 64] and all(r["at_least"] for r in unbounded)
 
 
 def _result(key: str, devices: int, rate: float | None, feasible: bool = True):
@@ -126,7 +131,7 @@ def test_local_pool_and_serial_return_identical_results():
     tasks = [Task(spec.context, p) for p in triage(spec).to_run]
     serial = list(SerialExecutor().map(evaluate, tasks))
     pooled = sorted(LocalPoolExecutor(workers=2).map(evaluate, tasks), key=lambda r: [t.point.key for t in tasks].index(r.key))
-    assert pooled == serial and len(serial) == 12
+    assert pooled == serial and len(serial) == 15
 
 
 def test_ray_and_local_executors_return_identical_results():
@@ -143,7 +148,7 @@ def test_ray_and_local_executors_return_identical_results():
         remote = {r.key: r for r in RayExecutor().map(evaluate, tasks)}
     finally:
         ray.shutdown()
-    assert remote == local and len(local) == 12
+    assert remote == local and len(local) == 15
     assert [json.dumps(remote[k].as_dict()) for k in local] == [json.dumps(local[k].as_dict()) for k in local]
 
 
@@ -152,12 +157,12 @@ def test_resume_keeps_finished_points_and_gives_the_same_answer(csa, tmp_path):
     first = csa("sweep", SMALL, "-j", "1", "--json", "--resume", str(resume))
     assert first.code == 0, first.err
     lines = resume.read_text().splitlines()
-    assert len(lines) == 13 and json.loads(lines[0])["schema"] == "csa-plan/sweep-resume/v1"  # header + 12 points
+    assert len(lines) == 16 and json.loads(lines[0])["schema"] == "csa-plan/sweep-resume/v1"  # header + 15 points
     resume.write_text("\n".join(lines[:6]) + "\n" + lines[6][:40])  # as if interrupted mid-write
     second = csa("sweep", SMALL, "-j", "1", "--json", "--resume", str(resume))
     assert second.code == 0, second.err
     a, b = first.json(), second.json()
-    assert b["grid"]["resumed"] == 5 and b["grid"]["ran"] == 7
+    assert b["grid"]["resumed"] == 5 and b["grid"]["ran"] == 10
     assert b["results"] == a["results"] and b["ranked"] == a["ranked"] and b["pareto_front"] == a["pareto_front"]
 
 
@@ -168,7 +173,7 @@ def test_resume_file_from_another_spec_is_bad_input(csa, tmp_path):
     r = csa("sweep", other, "-j", "1", "--resume", str(resume))
     assert r.code == 2
     assert "done.jsonl:1: spec_sha256: written for another sweep spec" in r.err and "nothing" not in r.err
-    assert len(resume.read_text().splitlines()) == 13  # untouched
+    assert len(resume.read_text().splitlines()) == 16  # untouched
 
 
 @pytest.mark.parametrize("zero_refusals, reason, ran", [
@@ -177,7 +182,7 @@ def test_resume_file_from_another_spec_is_bad_input(csa, tmp_path):
 ])
 def test_request_longer_than_max_seq_len(csa, tmp_path, zero_refusals, reason, ran):
     path = _spec(tmp_path, "workload: trace.csv\n"
-                 "grid: {model: deepseek-v4-pro, device: h200, reserved: 100GiB, max_seq_len: 2048, reserve: fit}\n"
+                 "grid: {model: deepseek-v4-pro, device: h200, reserved: {weights: 0, runtime: 100GiB}, max_seq_len: 2048, reserve: fit}\n"
                  f"constraints: {{zero_refusals: {zero_refusals}}}\n")
     r = csa("sweep", path, "-j", "1", "--json")
     doc = r.json()
@@ -190,7 +195,7 @@ def test_request_longer_than_max_seq_len(csa, tmp_path, zero_refusals, reason, r
 
 
 def test_no_point_meets_the_constraints_exits_3(csa, tmp_path):
-    path = _spec(tmp_path, "workload: trace.csv\ngrid: {model: deepseek-v4-pro, device: h200, reserved: 136GiB, "
+    path = _spec(tmp_path, "workload: trace.csv\ngrid: {model: deepseek-v4-pro, device: h200, reserved: {weights: 0, runtime: 136GiB}, "
                  "reserve: fit}\nconstraints: {min_mean_utilization: 0.99}\n")
     r = csa("sweep", path, "-j", "1")
     assert r.code == 3
@@ -232,8 +237,8 @@ def test_human_output_and_plot(csa, tmp_path):
     png = tmp_path / "front.png"
     r = csa("sweep", SMALL, "-j", "1", "--plot", str(png))
     assert r.code == 0, r.err
-    assert "skipped BadDeployment: 9" in r.out and "Pareto front" in r.out
-    assert "answer: device h200, tp 1, dp 1, reserve fit/4096" in r.out
+    assert "skipped BadDeployment: 18" in r.out and "Pareto front" in r.out
+    assert "answer: device h200, tp 8, dp 1, reserve fit/4096" in r.out
     pytest.importorskip("matplotlib", reason="--plot draws only with the [plot] extra")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

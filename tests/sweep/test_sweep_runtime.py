@@ -18,7 +18,7 @@ workload: azure_conv_sample_200.csv
 grid:
   model: deepseek-v4-pro
   device: h200
-  reserved: 110GiB
+  reserved: {{weights: 0, runtime: 110GiB}}
   max_seq_len: 65536
   reserve: fit
   engine: {engines}
@@ -183,7 +183,7 @@ def test_a_preempting_point_with_refusals_is_simulate_engine(csa, tmp_path):
     reserved = parse_size("h200", "test", "device") - 7 * 2**30  # an H200 (vLLM's >= 70 GiB defaults), 7 GiB of KV
     path = tmp_path / "tight.yaml"
     path.write_text("workload: mooncake_conversation_head200.jsonl\n"
-                    f"grid: {{model: deepseek-v4-flash, device: h200, reserved: {reserved}, max_seq_len: 32768, "
+                    f"grid: {{model: deepseek-v4-flash, device: h200, reserved: {{weights: 0, runtime: {reserved}}}, max_seq_len: 32768, "
                     "engine: vllm-0.33}\n"
                     "constraints: {zero_refusals: true, wait_p99_max_s: 100}\nsearch: {min_scale: 0.5, max_scale: 2}\n")
     spec, results = _evaluate(path)

@@ -18,17 +18,17 @@ past the int64 clock, so that the twin raises its own error.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from csa_plan.planner.extensions import OptionalExtension
+from csa_plan.planner.extensions import OptionalExtension, reporting
 
 if TYPE_CHECKING:
     from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
-    from csa_plan.planner.runtime.protocol import RuntimeTrace
+    from csa_plan.planner.runtime.protocol import CompiledReplay, RuntimeTrace
     from csa_plan.planner.runtime.result import RuntimeResult
     from csa_plan.planner.runtime.steptime import StepTime
 
-CSGLANG_ABI = 4  # csglang.c's CSGLANG_ABI: the calling convention used below
+CSGLANG_ABI = 5  # csglang.c's CSGLANG_ABI: the calling convention used below
 BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c checks it again)
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
@@ -67,20 +67,21 @@ def _trace_taken(trace: "RuntimeTrace", time: "StepTime") -> bool:
     return bool(np.all(np.diff(trace.arrival_ns) >= 0)) if n > 1 else True
 
 
-def replay_for(rt: "SglangRuntime") -> "Callable[[RuntimeTrace, StepTime], RuntimeResult] | None":
+def replay_for(rt: "SglangRuntime") -> "CompiledReplay | None":
     """The compiled replay over ``rt``'s settings, or None (not built, or settings it does not take)."""
     mod = compiled_module()
     if mod is None or not takes(rt):
         return None
 
-    def run(trace: "RuntimeTrace", time: "StepTime", max_concurrency: int | None = None) -> "RuntimeResult":
+    def run(trace: "RuntimeTrace", time: "StepTime", progress=None, max_concurrency: int | None = None) -> "RuntimeResult":
         from csa_plan.planner.errors import ReplayInputError
         from csa_plan.planner.runtime.loop import replay
 
         if not _trace_taken(trace, time):
-            return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency)
-        out = ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "csglang")
-        return replay(rt, trace, time, compiled=False, max_concurrency=max_concurrency) if out is None else out
+            return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency)
+        out = reporting(mod, progress,
+                        lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "csglang"))
+        return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency) if out is None else out
 
     return run
 

@@ -31,7 +31,7 @@
 #include "../../runtime/steptime.h"
 #include "../../runtime/stepseries.h"
 
-#define CSGLANG_ABI 4
+#define CSGLANG_ABI 5
 #define CLIP_MAX_NEW 4096 /* adder.CLIP_MAX_NEW_TOKENS */
 #define EVICTION_INTERVAL 128 /* window.EVICTION_INTERVAL */
 #define RETRACT_DECODE_STEPS 20 /* ratio.RETRACT_DECODE_STEPS */
@@ -879,6 +879,7 @@ typedef struct {
     int64_t *sent; /* a closed-loop client (closed > 0): the arrivals, set as requests end (loop.replay's release) */
     int64_t closed, nsent, n;
     int64_t err_t; /* the step start whose end would pass the clock */
+    int64_t finished; /* requests finished so far (progress) */
 } Clock;
 
 static void client_release(Clock *k, int64_t cnt, int64_t at) { /* loop.replay's release */
@@ -896,13 +897,31 @@ static void add_request(Sched *s, int32_t r) { /* runtime.add */
     s->w_len++;
 }
 
+/* Ctrl-C and progress within a long replay (the loop holds the GIL): every TICK_TURNS turns the loop
+ * runs pending signal handlers (SIGINT raises KeyboardInterrupt) and calls the callback set_progress
+ * gave, with (requests done, requests); either raising ends the replay with that exception (rc -2). */
+#define TICK_TURNS 4096
+static PyObject *progress_cb = NULL;
+
+static int tick(int64_t done, int64_t n) {
+    if (PyErr_CheckSignals() < 0) return -1;
+    if (progress_cb == NULL) return 0;
+    PyObject *r = PyObject_CallFunction(progress_cb, "LL", (long long)done, (long long)n);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 /* the series: end_ns, used (full, swa), running, waiting, tokens, prefill */
 static int run(Sched *s, Clock *k, StepSeries *ser) {
-    int64_t n = s->n, nxt = 0;
+    int64_t n = s->n, nxt = 0, refused = 0;
     int64_t t = n ? k->arrival[0] : 0;
-    for (;;) {
+    for (int64_t turn = 1;; turn++) {
+        if ((turn & (TICK_TURNS - 1)) == 0 && tick(k->finished + refused + s->n_aborted, n) < 0) return -2;
         while (nxt < (k->closed ? k->nsent : n) && k->arrival[nxt] <= t) {
-            if (s->req[nxt].prompt >= s->max_input) { s->refused[nxt] = 1; client_release(k, 1, t); } /* runtime.refuse */
+            if (s->req[nxt].prompt >= s->max_input || s->req[nxt].prompt < 1) { /* runtime.refuse */
+                s->refused[nxt] = 1, refused++;
+                client_release(k, 1, t);
+            }
             else add_request(s, (int32_t)nxt);
             nxt++;
         }
@@ -949,7 +968,7 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                     q->decode_due = 0;
                     if (q->out >= q->max_new) {
                         if (release(s, r, 1) < 0) return -1;
-                        k->finished_ns[r] = end;
+                        k->finished_ns[r] = end, k->finished++;
                         client_release(k, 1, end);
                     } else {
                         if (s->radix && checkpoint_unfinished(s, r) < 0) return -1;
@@ -970,7 +989,7 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                         int32_t r = s->running[i];
                         if (s->req[r].out >= s->req[r].max_new) {
                             if (release(s, r, 1) < 0) return -1;
-                            k->finished_ns[r] = end;
+                            k->finished_ns[r] = end, k->finished++;
                             client_release(k, 1, end);
                         }
                     }
@@ -982,7 +1001,6 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                 }
             }
             t = end;
-            if ((ser->steps & 0xFFFF) == 0xFFFF && PyErr_CheckSignals() < 0) return -2; /* Ctrl-C within a long run */
             int64_t used[2] = {s->req_full + s->T.locked, s->req_swa + s->T.swa_locked};
             if (ss_add(ser, t, used, s->n_running + (s->chunked >= 0 ? 1 : 0), s->w_len, tokens, prefill_tokens) < 0)
                 return -1;
@@ -1245,7 +1263,19 @@ fail_buf:
     return NULL;
 }
 
+static PyObject *set_progress(PyObject *self, PyObject *cb) {
+    (void)self;
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "csglang.set_progress: a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(progress_cb, cb == Py_None ? NULL : Py_NewRef(cb));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"set_progress", set_progress, METH_O,
+     "set_progress(callable | None): replay() calls it with (requests done, requests) every few thousand turns"},
     {"replay", replay, METH_VARARGS,
      "replay(F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, radix, compensated, ratio_init,"
      " ratio_min, ratio_decay, n, arrival, prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens,"

@@ -61,6 +61,8 @@ class SglangRuntime(EngineRuntime):
 
     def refuse(self, r: int) -> str | None:
         prompt = int(self.trace.prompt_tokens[r])
+        if prompt < 1:  # nothing to prefill: refused before scheduling, never counted as served
+            return "an empty prompt (0 tokens): refused up front (SGLang has no prompt token to prefill)"
         if prompt >= self.max_input:
             return (f"prompt of max_req_input_len ({self.max_input:,}) tokens or more: SGLang refuses it "
                     "(\"Input length exceeds the maximum allowed length\")")
