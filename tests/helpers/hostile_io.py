@@ -191,7 +191,7 @@ RESUME_EXPECT: dict[str, tuple[str, ...]] = {
     "resume-mean-above-peak": ("done.jsonl:2", "mean_utilization", "above the peak"),
     "resume-point-of-another-spec": ("done.jsonl:2", "key", "no point of this sweep"),
     "resume-feasible-despite-refusals": ("done.jsonl:2", "violations"),
-    "resume-rate-not-scale-x-base": ("done.jsonl:2", "sustainable_rate_per_s"),
+    "resume-rate-not-scale-x-base": ("done.jsonl:2", "rate"),  # the first inconsistent rate (the point has 8 devices)
     "resume-wait-with-nothing-admitted": ("done.jsonl:2", "wait_p99_ns"),
     "resume-conflicting-duplicate": ("done.jsonl:3", "differs"),
     "resume-unknown-key": ("done.jsonl:2", "note", "unknown key"),
@@ -399,7 +399,7 @@ ORPHAN_MIX = (EXAMPLES / "mixes" / "chat-h200.yaml")
 def slow_sweep(folder: Path) -> list[str]:
     """A sweep whose points take seconds each, so the pool is busy when the parent is killed."""
     _w(folder, "mix.yaml", ORPHAN_MIX.read_text().replace("requests: 20000", "requests: 100000"))
-    spec = _w(folder, "s.yaml", "workload: mix.yaml\ngrid: {model: deepseek-v4-pro, device: h200, reserved: 120GiB, "
+    spec = _w(folder, "s.yaml", "workload: mix.yaml\ngrid: {model: deepseek-v4-pro, device: h200, reserved: {weights: 0, runtime: 120GiB}, "
                                 "tp: 8, dp: [1, 2, 3, 4, 5, 6, 7, 8], reserve: fit}\nsearch: {rel_tol: 0.0001}\n")
     return ["sweep", spec, "--jobs", "2", "--resume", str(folder / "r.jsonl")]
 
