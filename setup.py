@@ -6,15 +6,15 @@ with a warning and the pure-Python loop runs; results are the same, only slower.
 
 from setuptools import Extension, setup
 
-# -ffp-contract=off: the step-time model (planner/runtime/steptime.h) must round as Python does
+# -ffp-contract=off: the step-time model (planner/steptime/steptime.h) must round as Python does
 FLAGS = ["-O2", "-ffp-contract=off"]
 
-setup(ext_modules=[Extension("csa_plan.planner.simulate.cdecide", ["planner/simulate/cdecide.c"],
+setup(ext_modules=[Extension("csa_plan.planner.reserve.cdecide", ["planner/reserve/cdecide.c"],
                              optional=True, extra_compile_args=FLAGS),
-                   Extension("csa_plan.planner.engines.cvllm", ["planner/engines/cvllm.c"],
-                             depends=["planner/runtime/steptime.h", "planner/runtime/stepseries.h"], optional=True,
+                   Extension("csa_plan.planner.engines.vllm.cvllm", ["planner/engines/vllm/cvllm.c"],
+                             depends=["planner/steptime/steptime.h", "planner/replay/stepseries.h"], optional=True,
                              extra_compile_args=FLAGS),
-                   Extension("csa_plan.planner.engines.sglang_runtime.csglang",
-                             ["planner/engines/sglang_runtime/csglang.c"],
-                             depends=["planner/runtime/steptime.h", "planner/runtime/stepseries.h"], optional=True,
+                   Extension("csa_plan.planner.engines.sglang.csglang",
+                             ["planner/engines/sglang/csglang.c"],
+                             depends=["planner/steptime/steptime.h", "planner/replay/stepseries.h"], optional=True,
                              extra_compile_args=FLAGS)])

@@ -3,7 +3,7 @@
     python benchmarks/bench_published.py [--sources physics,fixed,measured] [--max-requests 1024]
 
 A row of ``benchmarks/published_serving.csv`` that csa-plan can replay (DeepSeek-V4, a card in
-``planner/runtime/hardware.py``, no speculative decoding) becomes a workload of its fixed
+``planner/steptime/hardware.py``, no speculative decoding) becomes a workload of its fixed
 lengths (isl/osl), its prompt count (at most ``--max-requests``), replayed by ``csa-plan
 simulate --engine sglang-0.5.23 --max-concurrency C`` (the closed-loop client every published
 row was measured with) on its GPUs. Printed per row and source: the replay's TPOT p50 and TTFT

@@ -7,7 +7,7 @@ from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
-from csa_plan.planner.engines import PROFILES
+from csa_plan.planner.profiles import PROFILES
 from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
 

@@ -204,7 +204,7 @@ def plot_compare(spec, options, layouts, path: str) -> None:
     """Bytes per request against context length, one line per layout profile or engine model."""
     plt = _pyplot()
 
-    from csa_plan.planner.engines.compare import context_lengths, curves
+    from csa_plan.planner.budget.comparison import context_lengths, curves
     from csa_plan.planner.plan import apply_options
 
     descriptors = apply_options(spec, options)

@@ -113,7 +113,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
                                     Col("mean util"), Col("peak util"), Col("final")], rows)
     _more(out, len(shown), "rows of the per-device table")
     if series is not None:
-        from csa_plan.planner.simulate.series import sparkline
+        from csa_plan.planner.reserve.series import sparkline
 
         for devices, values in series.groups[:MAX_DEVICE_ROWS]:
             top = series.limit_bytes or int(values.max())

@@ -10,7 +10,7 @@ from csa_plan.cli.console import esc
 from csa_plan.cli.exit_codes import EXIT_OK
 from csa_plan.cli.format import fmt_bytes, fmt_rate, plural
 from csa_plan.cli.tables import KEY, TEXT, Col, print_table
-from csa_plan.planner.sweep.evaluate import NOT_LIMITED
+from csa_plan.planner.sweep.results import NOT_LIMITED
 
 
 def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note: str | None = None) -> None:

@@ -8,12 +8,12 @@ from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_de
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
-from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
+from csa_plan.planner.reserve.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.workloads.formats import FORMAT_NAMES, TimeUnit
 
 
 def _layouts() -> list[str]:
-    from csa_plan.planner.engines import PROFILES
+    from csa_plan.planner.profiles import PROFILES
 
     return list(PROFILES)
 

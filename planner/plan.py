@@ -13,7 +13,8 @@ from csa_plan.planner.descriptor import CacheFormat, Descriptor
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.gate import Gate, run_gate
 from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
-from csa_plan.planner.engines import LayoutProfile, get_profile
+from csa_plan.planner.profile import LayoutProfile
+from csa_plan.planner.profiles import get_profile
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.record import record
 from csa_plan.planner.refusals import Clause, Refusal, RefusalType

@@ -183,3 +183,159 @@ def test_checker_finds(module, source, expected):
 ])
 def test_checker_accepts(module, source):
     assert violations(source, module) == []
+
+
+# --- the walls: no import circle between files, no two folders importing each other, data flows down ----
+#
+# Every import counts here, the lazy ones inside functions and those under ``TYPE_CHECKING`` too: a
+# circle hidden from Python by a lazy import is still a circle for the reader (docs/architecture.md,
+# "One way down").
+
+# The floors of the package, top to bottom: a module imports only its own floor's folders or lower
+# ones, never a higher floor. Folders on one floor may import one another in one direction only.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("kernels",),
+    ("planner/commands",),
+    ("planner/reports", "planner/sweep"),
+    ("planner/reserve", "planner/serving", "planner/budget"),
+    ("planner/engines", "planner/engines/vllm", "planner/engines/sglang"),
+    ("planner/replay",),
+    ("planner/steptime",),
+    ("planner/weights", "planner/workloads", "planner/loaders", "planner/onnx", "planner/presets"),
+    ("planner",),
+)
+FLOOR_OF = {folder: len(FLOORS) - i for i, floor in enumerate(FLOORS) for folder in floor}
+
+
+def folder_of(module: str, is_package: bool = False) -> str:
+    """The repository folder a module's file sits in (``csa_plan.planner.engines.vllm.startup`` ->
+    ``planner/engines/vllm``; a package's ``__init__`` sits in its own folder)."""
+    parts = module.split(".")[1:]
+    return "/".join(parts if is_package else parts[:-1])
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the csa_plan modules it imports (every import statement; ``from pkg import mod`` is
+    the module ``pkg.mod`` when that is a module, else ``pkg``), from ``{module: (source, is_package)}``."""
+    known = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, (source, is_package) in sources.items():
+        out = set()
+        for imp in imports_of(ast.parse(source), module, is_package):
+            targets = [f"{imp.module}.{n}" for n in imp.names if f"{imp.module}.{n}" in known] or [imp.module]
+            for t in targets:
+                while t and t not in known:
+                    t = t.rpartition(".")[0]
+                if t and t != module:
+                    out.add(t)
+        graph[module] = out
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of two or more modules (Tarjan), each sorted, as a list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def folder_pairs(graph: dict[str, set[str]], packages: set[str]) -> list[tuple[str, str]]:
+    """Pairs of folders each of which imports the other."""
+    edges = {(folder_of(a, a in packages), folder_of(b, b in packages)) for a in graph for b in graph[a]}
+    return sorted((x, y) for x, y in edges if x < y and (y, x) in edges)
+
+
+def upward(graph: dict[str, set[str]], packages: set[str]) -> list[str]:
+    """Imports from a lower floor to a higher one (``FLOORS``), as 'module -> module'."""
+    out = []
+    for a in sorted(graph):
+        fa = FLOOR_OF.get(folder_of(a, a in packages))
+        for b in sorted(graph[a]):
+            fb = FLOOR_OF.get(folder_of(b, b in packages))
+            if fa is None or fb is None or fb > fa:
+                out.append(f"{a} -> {b}" + ("" if fa is not None and fb is not None else " (a folder with no floor)"))
+    return out
+
+
+def tree_sources() -> dict[str, tuple[str, bool]]:
+    return {module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py") for p in all_modules()}
+
+
+def test_no_file_level_import_circle():
+    found = circles(import_graph(tree_sources()))
+    assert not found, "import circles (lazy and TYPE_CHECKING imports counted; docs/architecture.md):\n  " + \
+        "\n  ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_two_folders_import_each_other():
+    sources = tree_sources()
+    packages = {m for m, (_, pkg) in sources.items() if pkg}
+    found = folder_pairs(import_graph(sources), packages)
+    assert not found, "folders that import each other:\n  " + "\n  ".join(f"{a} <-> {b}" for a, b in found)
+
+
+def test_every_folder_has_a_floor_and_imports_flow_down():
+    sources = tree_sources()
+    packages = {m for m, (_, pkg) in sources.items() if pkg}
+    assert {folder_of(m, m in packages) for m in sources} <= set(FLOOR_OF), "a new folder gets its floor in FLOORS"
+    found = upward(import_graph(sources), packages)
+    assert not found, "imports that climb a floor (FLOORS, docs/architecture.md):\n  " + "\n  ".join(found)
+
+
+def _graph(**modules: str) -> tuple[dict[str, set[str]], set[str]]:
+    sources = {name.replace("__", "."): (src, False) for name, src in modules.items()}
+    return import_graph(sources), set()
+
+
+def test_the_walls_find_a_lazy_circle_a_type_checking_circle_and_a_two_way_seam():
+    graph, packages = _graph(
+        csa_plan__planner__reserve__a="def f():\n    from csa_plan.planner.reserve.b import g\n",
+        csa_plan__planner__reserve__b="from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from csa_plan.planner.reserve.a import f\n",
+        csa_plan__planner__engines__x="from csa_plan.planner.replay.y import z\n",
+        csa_plan__planner__replay__y="def z():\n    from csa_plan.planner.engines import x\n",
+    )
+    assert circles(graph) == [["csa_plan.planner.engines.x", "csa_plan.planner.replay.y"],
+                              ["csa_plan.planner.reserve.a", "csa_plan.planner.reserve.b"]]
+    assert folder_pairs(graph, packages) == [("planner/engines", "planner/replay")]
+    assert upward(graph, packages) == ["csa_plan.planner.replay.y -> csa_plan.planner.engines.x"]
+
+
+def test_the_walls_accept_a_one_way_flow():
+    graph, packages = _graph(
+        csa_plan__planner__serving__s="from csa_plan.planner.engines.registry import get_engine\n",
+        csa_plan__planner__engines__registry="from csa_plan.planner.profiles import lookup\n",
+        csa_plan__planner__profiles="import math\n",
+    )
+    assert circles(graph) == [] and folder_pairs(graph, packages) == [] and upward(graph, packages) == []

@@ -19,7 +19,7 @@ def test_planner_imports_no_cli_or_gpu():
         "import importlib, pkgutil, csa_plan.planner as p\n"
         "for m in pkgutil.walk_packages(p.__path__, 'csa_plan.planner.'):\n"
         "    importlib.import_module(m.name)")
-    assert "csa_plan.planner.simulate" in mods and "csa_plan.planner.engines.vllm_0_33" in mods
+    assert "csa_plan.planner.reserve" in mods and "csa_plan.planner.engines.vllm.startup" in mods
     for banned in ("click", "rich", "cupy", "onnx", "numpy"):
         assert banned not in mods, banned
 
@@ -47,7 +47,7 @@ def imported_by_run(*args: str) -> set[str]:
 
 
 ENGINE_MODELS = ("csa_plan.planner.engines.registry", "csa_plan.planner.engines.engine",
-                 "csa_plan.planner.engines.vllm_0_33", "csa_plan.planner.engines.sglang_0_5_23")
+                 "csa_plan.planner.engines.vllm.startup", "csa_plan.planner.engines.sglang.startup")
 BUDGET = ("csa_plan.planner.budget.device", "csa_plan.planner.budget.startup", "csa_plan.planner.weights.measured",
           "csa_plan.planner.weights.sharding")
 
@@ -65,7 +65,7 @@ def test_check_without_a_device_or_engine_imports_neither():
 def test_a_device_without_an_engine_imports_no_engine_model():
     mods = imported_by_run("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--json")
     assert "csa_plan.planner.budget.device" in mods
-    for banned in ("csa_plan.planner.engines.sglang_0_5_23", "rich", "numpy"):
+    for banned in ("csa_plan.planner.engines.sglang.startup", "rich", "numpy"):
         assert banned not in mods, banned
 
 
@@ -121,9 +121,9 @@ def test_top_level_help_imports_no_click():
 
 # Start-up budget of the engine path (issue 28; docs/architecture.md "Start-up and latency"): what a
 # command does not use, it does not import.
-ENGINE_MODEL_MODULES = {"vllm-0.33": "csa_plan.planner.engines.vllm_0_33",
-                        "sglang-0.5.23": "csa_plan.planner.engines.sglang_0_5_23",
-                        "onnx-genai": "csa_plan.planner.engines.onnx_genai_engine"}
+ENGINE_MODEL_MODULES = {"vllm-0.33": "csa_plan.planner.engines.vllm.startup",
+                        "sglang-0.5.23": "csa_plan.planner.engines.sglang.startup",
+                        "onnx-genai": "csa_plan.planner.engines.onnx_genai"}
 # Never on a check of a preset: fractions/decimal (exact decimals are done with ints), importlib.resources
 # (and the zipfile/tempfile it pulls in: presets are read beside their module), the safetensors reader
 # (a model directory only), YAML, and the table and array libraries.

@@ -35,7 +35,7 @@ def test_regular_install_is_not_shadowed_by_the_checkout(tmp_path):
     assert not (target / "csa_plan" / "__init__.py").exists()  # a namespace, nothing to shadow
     assert {"cli", "planner", "kernels"} & {p.name for p in target.iterdir()} == set()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    probe = subprocess.run([sys.executable, "-c", "import csa_plan.planner, csa_plan.planner.simulate, "
+    probe = subprocess.run([sys.executable, "-c", "import csa_plan.planner, csa_plan.planner.reserve, "
                             "csa_plan.cli.main, csa_plan.kernels; print(csa_plan.planner.__file__)"],
                            cwd=clone, env=env, capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr

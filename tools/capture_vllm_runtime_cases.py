@@ -45,8 +45,8 @@ def digest(log: list[dict]) -> str:
 
 def main() -> int:
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.steptime.model import StepTime
 
     out = {"release": "vllm 0.33.0 (its own v1/core/sched/scheduler.py Scheduler / AsyncScheduler)", "cases": {}}
     for name, model_name, path, n, skip, kv, mnbt, seqs, caching, async_on, *rest in CASES:

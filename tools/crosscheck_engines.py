@@ -290,7 +290,7 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
     out = []
     ok = True
     for gpu in ("h200", "b200"):
-        from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+        from csa_plan.planner.engines.vllm.startup import default_batched_tokens
         from csa_plan.planner.engines.settings import gpu_target
 
         vt, vs = vllm_defaults(gpu)
@@ -464,7 +464,7 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
 def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import gpu_target
-    from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+    from csa_plan.planner.engines.vllm.startup import default_batched_tokens
     from csa_plan.planner.loaders.model_files import load_model
 
     out = []
@@ -563,7 +563,7 @@ def sglang_case(model, length: int, kv_memory: int, mrr: int, chunk: int, drafts
 
 
 def run_sglang(quick: bool) -> list[tuple[bool, str]]:
-    from csa_plan.planner.engines import sglang_0_5_23 as ours
+    from csa_plan.planner.engines.sglang import startup as ours
     from csa_plan.planner.loaders.model_files import load_model
 
     out = []

@@ -24,7 +24,7 @@ that finished its prompt or decoded):
 * each SWA window eviction: ``mem_cache/common.py free_swa_out_of_window_slots`` on a
   ``ReqKvInfo`` must free exactly the pages csa-plan frees.
 
-Then the compiled loop (``sglang_runtime/csglang.c``, what ``simulate`` runs when it is built) replays the
+Then the compiled loop (``engines/sglang/csglang.c``, what ``simulate`` runs when it is built) replays the
 same case and must give the same run (``RuntimeResult.same_as``): it agrees with SGLang's code through its
 checked Python twin. A case fails when the extension is not built.
 
@@ -300,11 +300,11 @@ def sglang_side(sched):
 
 
 def run_case(label: str, trace, cfg, steps_limit: int | None = None) -> tuple[bool, str]:
-    from csa_plan.planner.engines.sglang_runtime import scheduler as S
-    from csa_plan.planner.engines.sglang_runtime.retract import retraction_order as ours_order
-    from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.engines.sglang import scheduler as S
+    from csa_plan.planner.engines.sglang.retract import retraction_order as ours_order
+    from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.steptime.model import StepTime
 
     rt = SglangRuntime(cfg, trace, "sglang-0.5.23")
     sched = rt.sched
@@ -349,7 +349,7 @@ def run_case(label: str, trace, cfg, steps_limit: int | None = None) -> tuple[bo
     # the compiled loop (csglang.c) must give the same run, so it agrees with SGLang's code through the twin
     compiled = SglangRuntime(cfg, trace, "sglang-0.5.23")
     if compiled.compiled_replay() is None:
-        mismatches.append("the compiled loop (csa_plan.planner.engines.sglang_runtime.csglang) is not built")
+        mismatches.append("the compiled loop (csa_plan.planner.engines.sglang.csglang) is not built")
     elif not replay(compiled, trace, StepTime(20.0, 10_000.0), compiled=True).same_as(res):
         mismatches.append("the compiled loop's run differs from the Python model's")
     ok = not mismatches
@@ -366,7 +366,7 @@ def cases(quick: bool):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.protocol import RuntimeTrace
+    from csa_plan.planner.replay.protocol import RuntimeTrace
     from csa_plan.planner.workloads import load_workload
 
     def trace_of(path: str, n: int):
@@ -392,7 +392,7 @@ def cases(quick: bool):
         ("deepseek-v4-flash", 6, 64, 8192, (("long outputs", storm),)),  # retraction storm
         ("deepseek-v4-pro", 8, 64, 8192, (azure,)),  # retracts on a real trace
     )
-    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.replay.protocol import RuntimeOptions
 
     for model, gib, mrr, chunk, trs in plan_cases:
         spec = load_model(model)

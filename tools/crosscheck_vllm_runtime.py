@@ -8,10 +8,10 @@ For each case it builds DeepSeek-V4's KV cache config with vLLM's own planning
 (``crosscheck_engines.vllm_specs`` -> ``get_kv_cache_configs`` ->
 ``generate_scheduler_kv_cache_config``), constructs vLLM's ``Scheduler`` (``AsyncScheduler``
 with async scheduling) over it, and drives it through csa-plan's own replay loop
-(``planner/runtime/loop.py``: the same arrivals, clock and step order as ``simulate``) with a
+(``planner/replay/loop.py``: the same arrivals, clock and step order as ``simulate``) with a
 fabricated model output: one sampled token for every scheduled request whose chunk reached
 the end of its tokens, plus the scheduled drafts ``--acceptance`` accepts (every one at 1, the
-default; otherwise ``planner/engines/draft_acceptance.py``'s deterministic share, the same one
+default; otherwise ``planner/replay/draft_acceptance.py``'s deterministic share, the same one
 csa-plan's replay is given with ``RuntimeOptions(spec_acceptance=...)``). Token ids: Mooncake
 ``hash_ids`` become 512-token runs (equal ids, equal tokens); everything else is unique to
 its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime and every
@@ -161,7 +161,7 @@ class VllmReference:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
-        from csa_plan.planner.runtime.protocol import EngineRuntime
+        from csa_plan.planner.replay.protocol import EngineRuntime
 
         EngineRuntime.register(type(self))
         self.sched, self.trace = sched, trace
@@ -175,7 +175,7 @@ class VllmReference:
         self.preemption_word = "preempt"
         self.max_model_len = max_model_len
         self.spec_tokens = spec_tokens
-        from csa_plan.planner.engines.draft_acceptance import milli_table
+        from csa_plan.planner.replay.draft_acceptance import milli_table
 
         self.milli = None if acceptance >= 1.0 else milli_table(acceptance, max(spec_tokens, 1))
         self.credit: dict = {}
@@ -204,7 +204,7 @@ class VllmReference:
         self.sched.add_request(req)
 
     def schedule(self):
-        from csa_plan.planner.runtime.protocol import Step
+        from csa_plan.planner.replay.protocol import Step
 
         s = self.sched
         before = {rid: rq.status for rid, rq in s.requests.items()}
@@ -239,7 +239,7 @@ class VllmReference:
     def complete(self, step):
         from vllm.v1.outputs import ModelRunnerOutput
 
-        from csa_plan.planner.runtime.protocol import Completion
+        from csa_plan.planner.replay.protocol import Completion
 
         out, rows = step.payload
         s = self.sched
@@ -251,7 +251,7 @@ class VllmReference:
             outputs_before[rid] = rq.num_output_tokens if rq is not None else None
             if samples:
                 if spec and self.milli is not None and rq is not None and not rq.is_finished():
-                    from csa_plan.planner.engines.draft_acceptance import accept
+                    from csa_plan.planner.replay.draft_acceptance import accept
 
                     spec, self.credit[rid] = accept(self.credit.get(rid, 0), spec, self.milli)
                 base = OUT_BASE + int(rid) * (1 << 20)
@@ -316,8 +316,8 @@ class Recorder:
 
 
 def load_trace(path: str, n: int, skip: int = 0):
-    """Requests skip .. skip + n of a trace, as csa-plan's tests slice it (planner/runtime/trace.py)."""
-    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+    """Requests skip .. skip + n of a trace, as csa-plan's tests slice it (planner/replay/trace.py)."""
+    from csa_plan.planner.replay.trace import runtime_trace, slice_trace
     from csa_plan.planner.workloads import load_workload
 
     return slice_trace(runtime_trace(load_workload(path)), skip, n)
@@ -327,7 +327,7 @@ def mix_trace(traces):
     """Interleave traces by arrival; a request keeps its prefix ids (none for a trace without them)."""
     import numpy as np
 
-    from csa_plan.planner.runtime.protocol import RuntimeTrace
+    from csa_plan.planner.replay.protocol import RuntimeTrace
 
     arr = np.concatenate([t.arrival_ns for t in traces])
     order = np.argsort(arr, kind="stable")
@@ -346,9 +346,9 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.protocol import RuntimeOptions
-    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.replay.protocol import RuntimeOptions
+    from csa_plan.planner.steptime.model import StepTime
     import numpy as np
 
     model = load_model(model_ref(model_name), max_seq_len=max_model_len)

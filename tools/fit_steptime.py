@@ -2,7 +2,7 @@
 
     python tools/fit_steptime.py [--csv benchmarks/published_serving.csv] [--write] [--max-requests 1024]
 
-Each usable row (DeepSeek-V4, a card with figures in ``planner/runtime/hardware.py``, no
+Each usable row (DeepSeek-V4, a card with figures in ``planner/steptime/hardware.py``, no
 speculative decoding or EAGLE with its steps stated) is replayed once through csa-plan's own
 engine runtime (sglang-0.5.23, the closest replayed release to the rows' 0.5.15; fixed lengths
 at the row's concurrency, a closed-loop client), every step lasting 1 ns, while each step's batch
@@ -20,7 +20,7 @@ rows at concurrency 16 or less (prefill, little queueing).
 Fitted per GPU family on V4-Flash at concurrency 1, 16, 1024 and 4096, by non-negative least
 squares on relative error (Lawson-Hanson); held out: V4-Pro (another model), concurrency 64 and
 256 (another regime), and each family's rows under the other family's fit (another GPU family).
-``--write`` stores the fits in ``planner/runtime/steptime_fit.json`` with every row's error.
+``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT_PATH = ROOT / "planner" / "runtime" / "steptime_fit.json"
-from csa_plan.planner.engines.draft_acceptance import DEFAULT_RATE as ACCEPTANCE  # noqa: E402
+FIT_PATH = ROOT / "planner" / "steptime" / "steptime_fit.json"
+from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE as ACCEPTANCE
 FIT_CONCURRENCY = (1, 16, 1024, 4096)
 TTFT_MAX_CONCURRENCY = 16
 TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"
@@ -44,12 +44,12 @@ TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<
 
 def usable(row: dict) -> str | None:
     """Why a row is not replayed, or None."""
-    from csa_plan.planner.runtime.hardware import card_perf
+    from csa_plan.planner.steptime.hardware import card_perf
 
     if not row["model"].startswith("deepseek-v4"):
         return "not DeepSeek-V4 (the roofline reads V4's compressed layers)"
     if card_perf(row["gpu"]) is None:
-        return f"no card figures for {row['gpu']} in planner/runtime/hardware.py"
+        return f"no card figures for {row['gpu']} in planner/steptime/hardware.py"
     if row["spec_method"] not in ("", "none", "EAGLE") or (row["spec_method"] == "EAGLE" and not row["spec_steps"]):
         return f"speculative decoding ({row['spec_method']}) without its steps stated"
     if not row["tpot_ms"] or not row["max_concurrency"] or not row["isl"] or not row["osl"]:
@@ -83,13 +83,13 @@ def split(row: dict) -> str:
 
 def replay_row(row: dict, max_requests: int) -> dict:
     """The row's workload through the SGLang runtime (1 ns steps): every step's batch and every request's times."""
-    import csa_plan.planner.runtime.serve as serve_mod
+    import csa_plan.planner.serving.serve as serve_mod
     from csa_plan.planner.cards import CardBytes, card
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.engines.settings import EngineSettings
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.steptime import StepSource, StepTime
-    from csa_plan.planner.runtime.trace import runtime_trace
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.steptime.model import StepSource, StepTime
+    from csa_plan.planner.replay.trace import runtime_trace
     from csa_plan.planner.workloads import MixSettings
 
     conc = int(row["max_concurrency"])
@@ -138,10 +138,10 @@ def replay_row(row: dict, max_requests: int) -> dict:
 def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray, np.ndarray | None]:
     """(TPOT basis, TTFT basis or None): per-request means of the steps' basis terms (module docstring)."""
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.hardware import card_perf
-    from csa_plan.planner.runtime.physics import BASIS, basis_rows, model_cost
-    from csa_plan.planner.runtime.sources import model_inputs
-    from csa_plan.planner.runtime.steptime import linear_seconds
+    from csa_plan.planner.steptime.hardware import card_perf
+    from csa_plan.planner.steptime.physics import BASIS, basis_rows, model_cost
+    from csa_plan.planner.serving.step_source import model_inputs
+    from csa_plan.planner.steptime.model import linear_seconds
 
     spec = load_model(row["model"])
     data, inventory = model_inputs(spec)
@@ -180,9 +180,9 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from csa_plan.planner.runtime.hardware import card_perf
-    from csa_plan.planner.runtime.nnls import nnls
-    from csa_plan.planner.runtime.physics import BASIS
+    from csa_plan.planner.steptime.hardware import card_perf
+    from csa_plan.planner.steptime.nnls import nnls
+    from csa_plan.planner.steptime.physics import BASIS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "published_serving.csv"))
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"EAGLE rows at acceptance {ACCEPTANCE}", "acceptance": ACCEPTANCE,
                "fits": fits, "rows": table, "summary": summary}
         FIT_PATH.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        from csa_plan.planner.runtime.physics import fit_table_markdown
+        from csa_plan.planner.steptime.physics import fit_table_markdown
 
         doc = ROOT / "docs" / "steptime.md"
         text = doc.read_text(encoding="utf-8")

@@ -86,7 +86,7 @@ def layout_answer(cap: DeviceFit | None, length: int, concurrency: int, kv_memor
 class EngineCount:
     """The engine's admission at one max_seq_len: the check, and the count (None: refused / no pool)."""
 
-    check: Any                        # engines.check.EngineCheck
+    check: Any                        # budget.engine_pool.EngineCheck
     count: int | None
     charge_units: int | None
     charge_bytes: int | None
@@ -95,7 +95,7 @@ class EngineCount:
 
 def engine_count(spec: ModelSpec, engine: str, settings: Any, length: int, kv_memory_bytes: int | None) -> EngineCount:
     from csa_plan.planner.budget.admission import engine_admits
-    from csa_plan.planner.engines.check import engine_check
+    from csa_plan.planner.budget.engine_pool import engine_check
 
     result = engine_check(spec, engine, settings, length, kv_memory_bytes)
     if result.refusal is not None or result.sizing is None or result.plan is None:

@@ -10,7 +10,7 @@ from csa_plan.planner.record import record
 
 if TYPE_CHECKING:  # the budget modules load only when a device is named (start-up: docs/architecture.md)
     from csa_plan.planner.budget.device import Budget, ModelFacts
-    from csa_plan.planner.budget.startup import StartupSettings
+    from csa_plan.planner.budget.stage import StartupSettings
     from csa_plan.planner.memory import DeviceBudget
     from csa_plan.planner.placement import Placement, Router
 
@@ -42,7 +42,7 @@ class Deployment:
 
 def startup_settings(engine_settings: Any) -> StartupSettings:
     """The start-up settings an engine's settings (EngineSettings, duck-typed) carry."""
-    from csa_plan.planner.budget.startup import StartupSettings
+    from csa_plan.planner.budget.stage import StartupSettings
 
     if engine_settings is None:
         return StartupSettings()

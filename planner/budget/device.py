@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import field, replace
 from typing import Any, Callable
 
-from csa_plan.planner.budget.startup import ModelDims, StageContext, StartupSettings, model_dims, startup_for
+from csa_plan.planner.budget.startup import startup_for
+from csa_plan.planner.budget.stage import ModelDims, StageContext, StartupSettings, model_dims
 from csa_plan.planner.budget.steps import Step, StepKind
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement

@@ -8,95 +8,13 @@ replaces all of them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
+from csa_plan.planner.budget.stage import StageContext
 from csa_plan.planner.budget.steps import Step, StepKind, Usable
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.placement import Placement
 from csa_plan.planner.record import record
 from csa_plan.planner.units import MiB, ceil_div, round_up, scale_ceil, scale_trunc
-from csa_plan.planner.values import read_int
-
-
-@record
-class StartupSettings:
-    """Engine settings a start-up budget reads; None = the engine's default for the card."""
-
-    max_num_batched_tokens: int | None = None    # vLLM
-    usage: str | None = None                      # vLLM: "serve" (vllm serve) or "llm" (the LLM class)
-    gpu_memory_utilization: float | None = None   # vLLM
-    chunked_prefill_size: int | None = None       # SGLang
-    mem_fraction_static: float | None = None      # SGLang
-    cuda_graph_max_bs: int | None = None          # SGLang
-    speculative_tokens: int = 0                   # MTP draft tokens (0: no speculative decoding)
-    moe_runner_backend: str | None = None         # SGLang: the MoE runner (how FP4 experts are sharded)
-    shared_expert_tp1: bool = False               # SGLang: SGLANG_SHARED_EXPERT_TP1=1 (shared expert replicated)
-    gpu: str | None = None                        # the engine's target card (rules needing a capability; its
-                                                  # device name picks vLLM's batch defaults)
-    max_num_seqs: int | None = None               # vLLM (its CUDA-graph capture list)
-    cudagraph_capture_sizes: tuple[int, ...] | None = None  # vLLM --cudagraph-capture-sizes
-    max_cudagraph_capture_size: int | None = None  # vLLM --max-cudagraph-capture-size
-    enforce_eager: bool = False                   # vLLM --enforce-eager
-    cudagraph_mode: str | None = None             # vLLM --compilation-config cudagraph_mode
-    estimate_cudagraphs: bool | None = None       # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default on)
-    moe_backend: str | None = None                # vLLM --moe-backend
-    disable_cuda_graph: bool = False              # SGLang --disable-cuda-graph
-    moe_a2a_backend: str | None = None            # SGLang --moe-a2a-backend
-
-
-@record
-class ModelDims:
-    """The config sizes the start-up buffers depend on (from a checkpoint config)."""
-
-    hidden: int
-    hc_mult: int
-    index_topk: int
-    max_position_embeddings: int
-    rope_head_dim: int
-    compress_ratios: tuple[int, ...]   # main layers, then MTP layers
-    num_main: int
-    experts_per_token: int = 0         # num_experts_per_tok (0: not in the config)
-    moe_intermediate: int = 0          # moe_intermediate_size
-
-    def ratios_of(self, layers: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(self.compress_ratios[i] for i in layers)
-
-
-def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
-    """None when the config lacks a field (a budget then lists the buffers as not modelled)."""
-    keys = ("hidden_size", "hc_mult", "index_topk", "max_position_embeddings", "num_hidden_layers")
-    if not all(k in config for k in keys) or not isinstance(config.get("compress_ratios"), list):
-        return None
-    return ModelDims(read_int(source, "hidden_size", config["hidden_size"]),
-                     read_int(source, "hc_mult", config["hc_mult"]),
-                     read_int(source, "index_topk", config["index_topk"]),
-                     read_int(source, "max_position_embeddings", config["max_position_embeddings"]),
-                     read_int(source, "qk_rope_head_dim", config.get("qk_rope_head_dim", 64)),
-                     tuple(read_int(source, "compress_ratios", r) for r in config["compress_ratios"]),
-                     read_int(source, "num_hidden_layers", config["num_hidden_layers"]),
-                     read_int(source, "num_experts_per_tok", config.get("num_experts_per_tok", 0)),
-                     read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)))
-
-
-@record
-class StageContext:
-    """What one pipeline stage's start-up depends on."""
-
-    card_bytes: int
-    placement: Placement
-    stage: int
-    layers: tuple[int, ...]   # decoder layers on this stage (MTP layers included when loaded)
-    max_seq_len: int
-    dims: ModelDims | None
-    settings: StartupSettings
-
-    @property
-    def first(self) -> bool:
-        return self.stage == 0
-
-    @property
-    def last(self) -> bool:
-        return self.stage == self.placement.pp - 1
 
 
 @record
@@ -116,10 +34,10 @@ VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 
 def _vllm_defaults(c: StageContext, release: str) -> tuple[int, int, str]:
     """(max_num_batched_tokens, max_num_seqs, rule) by the engine model's default rule for that release
-    (one copy: ``engines/vllm_0_33.py default_batched_tokens``, by card memory, device name and usage;
+    (one copy: ``engines/vllm/startup.py default_batched_tokens``, by card memory, device name and usage;
     0.25/0.26 lack 0.33's >= 160 GiB tier)."""
     from csa_plan.planner.engines.settings import gpu_target
-    from csa_plan.planner.engines.vllm_0_33 import V025, V026, V033, default_batched_tokens
+    from csa_plan.planner.engines.vllm.startup import V025, V026, V033, default_batched_tokens
 
     rel = {r.engine: r for r in (V033, V026, V025)}[release]
     return default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),

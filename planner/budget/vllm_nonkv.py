@@ -34,7 +34,7 @@ from csa_plan.planner.record import record
 from csa_plan.planner.units import MiB
 
 if TYPE_CHECKING:
-    from csa_plan.planner.budget.startup import ModelDims, StageContext
+    from csa_plan.planner.budget.stage import ModelDims, StageContext
 
 DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"   # DeepSeek-V4's resolved default (the logs: PIECEWISE + FULL)
 MIN_PER_GRAPH_BYTES = 1 << 20  # "at least 1 MiB per graph for driver overhead" (gpu_model_runner.py:6580)

@@ -47,7 +47,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     from csa_plan.planner.budget.answer import engine_answer, layout_answer, no_answer, engine_authority
     from csa_plan.planner.budget.deployment import Deployment, deployment_budget, reserve_warnings
     from csa_plan.planner.capacity import capacity
-    from csa_plan.planner.engines.check import max_seq_len_of
+    from csa_plan.planner.budget.engine_pool import max_seq_len_of
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.plan import plan_model

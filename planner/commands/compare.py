@@ -30,8 +30,8 @@ class CompareOutcome:
 
 def run_compare(req: CompareRequest) -> CompareOutcome:
     """Exit 3 when a layer is refused or when not even one request fits under some profile."""
-    from csa_plan.planner.engines import get_profile
-    from csa_plan.planner.engines.compare import compare
+    from csa_plan.planner.profiles import get_profile
+    from csa_plan.planner.budget.comparison import compare
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.memory import device_budget
     from csa_plan.planner.reports.compare import comparison_report
@@ -44,7 +44,7 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
         get_engine(name, "options", "--engine")
     from csa_plan.planner.budget.deployment import Deployment, deployment_budget
     from csa_plan.planner.budget.document import budget_document
-    from csa_plan.planner.engines.check import max_seq_len_of
+    from csa_plan.planner.budget.engine_pool import max_seq_len_of
     from csa_plan.planner.engines.registry import ENGINES
 
     deployment = req.deployment or Deployment(tp=req.options.tp, reserved_bytes=req.reserved_bytes or None)

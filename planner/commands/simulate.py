@@ -19,7 +19,8 @@ from csa_plan.planner.placement import Placement
 from csa_plan.planner.workloads.workload import MixSettings, TraceOptions
 
 if TYPE_CHECKING:
-    from csa_plan.planner.simulate.series import Series
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.reserve.series import Series
 
 LONG_RUN_REQUESTS = 200_000
 """From this many requests on (or for a rate search) a run is long enough to show progress."""
@@ -65,16 +66,14 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.plan import PlanOptions, plan_model
     from csa_plan.planner.reports.simulate import simulate_report
-    from csa_plan.planner.simulate.capacity import find_capacity as search
-    from csa_plan.planner.simulate.fast import simulate as run
-    from csa_plan.planner.simulate.replay import replay
-    from csa_plan.planner.simulate.scenario import Policy, prepare
-    from csa_plan.planner.simulate.settings import merge, sim_config
+    from csa_plan.planner.reserve.capacity import find_capacity as search
+    from csa_plan.planner.reserve.fast import simulate as run
+    from csa_plan.planner.reserve.replay import replay
+    from csa_plan.planner.reserve.scenario import Policy, prepare
+    from csa_plan.planner.reserve.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
     if len(req.engines) > 1:
-        from csa_plan.planner.commands.simulate_runtime import run_side_by_side
-
         return run_side_by_side(req, run_simulate, progress)
 
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
@@ -99,7 +98,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if req.engine is not None:
         from csa_plan.planner.engines.registry import get_engine
         from csa_plan.planner.engines.settings import EngineSettings
-        from csa_plan.planner.engines.simulate import EngineRun
+        from csa_plan.planner.reserve.engine_run import EngineRun
 
         get_engine(req.engine)
         kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
@@ -114,8 +113,6 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                                              layout=config.layout))
     runtime_plan = _runtime_plan(req, spec, config)
     if runtime_plan is not None:
-        from csa_plan.planner.commands.simulate_runtime import refuse_reservation_options
-
         refuse_reservation_options(req, runtime_plan)
     elif req.enable_prefix_caching is not None:
         raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
@@ -130,8 +127,6 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.engines.engine import EngineRefused
 
     if runtime_plan is not None:
-        from csa_plan.planner.commands.simulate_runtime import run_runtime_simulate
-
         try:
             outcome = run_runtime_simulate(req, wl, spec, config, progress)
         except EngineRefused as exc:  # the engine refuses the KV memory: the same typed document as below
@@ -165,7 +160,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         verified = reference == result and reference.decisions.same_as(result.decisions) and ledger.at_baseline
     series = None
     if result is not None:
-        from csa_plan.planner.simulate.series import residency_series
+        from csa_plan.planner.reserve.series import residency_series
 
         series = residency_series(scn, result.decisions, buckets=SERIES_BUCKETS)
     code = ExitCode.REFUSED if result is None or result.refused or verified is False else ExitCode.OK
@@ -182,7 +177,7 @@ def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
     from csa_plan.planner.engines.engine import EngineRefused
 
     try:
-        plan = config.engine.sized(spec, replace(config, limit_bytes=0), config.max_seq_len or
+        plan = config.engine.sized(spec, config.placement.pp, 0, config.max_seq_len or
                                    max(d.max_seq_len for d in spec.layers))[0]
     except EngineRefused:
         return None
@@ -248,3 +243,121 @@ def _capacity(spec: Any, config: Any, engine: str | None, engine_settings: Any, 
         return None
     length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
     return point_answer(spec, engine, engine_settings, length, kv, tp=config.placement.tp, layout=config.layout)
+
+
+# --- an engine whose runtime is replayed step by step (``EnginePlan.runtime_modelled``) ------------
+#
+# The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not apply (refused,
+# saying why); the start-up pool is the one ``check --engine`` sizes from the device budget (or ``--kv-memory``);
+# the trace is replayed through the engine's own scheduler by the one loop (``planner/replay``);
+# ``--find-capacity`` searches the largest ``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with
+# every request served (``planner/serving/serve.py``: the same entry ``sweep``'s engine axis uses).
+
+NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
+                "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
+                "and to --engine onnx-genai)")
+
+
+def refuse_reservation_options(req: SimulateRequest, plan) -> None:
+    from csa_plan.planner.serving.serve import refuse_unreplayed
+
+    refuse_unreplayed(plan)  # first: no other option matters where the scheduler is not modelled
+    for option, value in (("--reserve", req.given.reserve), ("--policy", req.given.policy),
+                          ("--bucket", req.given.bucket)):
+        if value is not None:
+            raise BadInput("options", option, NOT_RESERVED.format(engine=plan.engine.label(), name=plan.engine.name,
+                                                                  option=option))
+    if req.verify:
+        raise BadInput("options", "--verify", f"the ledger replay does not apply to --engine {plan.engine.name}: "
+                                              "its runtime is cross-checked against the engine's own scheduler "
+                                              "(tools/crosscheck_vllm_runtime.py)")
+
+
+def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> SimulateOutcome:
+    """The outcome without the budget sections (the caller adds them, as for every simulate)."""
+    from csa_plan.planner.reports.simulate import runtime_document
+    from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve
+
+    setup = runtime_setup(spec, config, req.enable_prefix_caching)  # EngineRefused: the caller's typed document
+    plan, sizing = setup.plan, setup.sizing
+    capacity = None
+    if req.find_capacity:
+        if req.max_wait_s is None:
+            raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
+                                                    "--max-wait SECONDS (the engine queues; it never refuses for "
+                                                    "memory)")
+        with progress("finding capacity", None, True) as tick:
+            cap = runtime_capacity(setup, wl, int(round(req.max_wait_s * 1e9)), start=config.time.rate_scale,
+                                   tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        if cap.rate_scale is None:
+            raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under "
+                                                    f"{req.max_wait_s:g} s with every request served")
+        capacity = {"rate_scale": cap.rate_scale, "probes": cap.probes, "max_wait_s": req.max_wait_s,
+                    "at_least": cap.capped}
+        rate = cap.rate_scale
+    else:
+        rate = config.time.rate_scale
+    n = len(wl)
+    with progress("simulating", n, n >= 200_000) as tick:
+        result = serve(setup, wl, rate, progress=lambda done, total: tick(done, total, None))
+    rep = report(setup, result, wl)
+    code = ExitCode.REFUSED if rep.refused else ExitCode.OK
+    doc = runtime_document(wl, spec, replace(config, time=replace(config.time, rate_scale=rate)), plan, sizing, code)
+    doc["time"].update(step_time=setup.time.as_dict(), max_concurrency=setup.max_concurrency,
+                       step_model=setup.time.label)
+    doc["runtime"] = rep.as_dict()
+    doc["capacity"] = capacity
+    return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
+
+
+def run_side_by_side(req: SimulateRequest, run_one, progress) -> SimulateOutcome:
+    """Several ``--engine`` on the same trace and deployment: each engine's own runtime replay (the one
+    path above, ``run_one`` = run_simulate), each given the settings it has (``settings_for``)."""
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.reports.simulate import side_by_side_document
+
+    names = req.engines
+    docs, code = [], ExitCode.OK
+    for name in names:
+        es = settings_for(get_engine(name), req.engine_settings or EngineSettings(), names)
+        try:
+            out = run_one(replace(req, engine=name, engines=(), engine_settings=es), progress)
+        except EngineRefused as exc:  # this engine would not start: said in its column, the others still run
+            docs.append({"engine": {"name": name}, "engine_refusal": exc.refusal.as_dict(), "runtime": None})
+            code = max(code, ExitCode.REFUSED)
+            continue
+        if out.report.get("runtime") is None and out.report.get("engine_refusal") is None \
+                and out.report.get("engine") is not None:
+            raise BadInput("options", "--engine", f"side by side needs engines whose runtime is replayed step by "
+                                                  f"step; {name} reserves at admission instead (run it alone)")
+        if out.report.get("engine_refusal") is not None:  # refused alone (its own document): no runtime column
+            out.report.setdefault("runtime", None)
+        docs.append(out.report)
+        code = max(code, out.exit_code)
+    first = next((d for d in docs if "workload" in d), None)
+    if first is None:  # every engine refused to start: the first refusal is the answer
+        raise EngineRefused(_refusal(docs[0]))
+    title = f"{first['model']['name']} — {first['workload']['source']}"
+    return SimulateOutcome(side_by_side_document(first, docs, code), ExitCode(code), None, title=title)
+
+
+def settings_for(model, settings: "EngineSettings", names: tuple[str, ...]) -> "EngineSettings":
+    """The settings this engine has, when several engines share one command line: an option only some of
+    them have goes to those (--max-running-requests is SGLang's, --max-num-seqs vLLM's); one none has is
+    bad input."""
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import OPTION_SPELLING
+
+    accepted = set(model.options)
+    for name in settings.given():
+        if not any(name in get_engine(n).options for n in names):
+            raise BadInput("options", OPTION_SPELLING[name], f"none of {', '.join(names)} has this setting")
+    return replace(settings, **{f: None for f in settings.given() if f not in accepted})
+
+
+def _refusal(doc):
+    from csa_plan.planner.engines.engine import EngineRefusal
+
+    return EngineRefusal(**{k: v for k, v in doc["engine_refusal"].items() if k != "type"})

@@ -38,8 +38,8 @@ def run_sweep(req: SweepRequest,
               progress: Callable[[str, int], ContextManager[Tick]] = lambda label, total: nullcontext(
                   lambda *a: None)) -> SweepOutcome:
     from csa_plan.planner.reports.sweep import sweep_report
-    from csa_plan.planner.sweep.evaluate import (Task, WorkloadBounds, answer, evaluate, load_context_workload,
-                                                 resume_line, triage)
+    from csa_plan.planner.sweep.evaluate import Task, WorkloadBounds, answer, evaluate, load_context_workload, triage
+    from csa_plan.planner.sweep.resume import resume_line
     from csa_plan.planner.sweep.resume import ResumeFile, ResumeIdentity
     from csa_plan.planner.sweep.executors import make_executor, signals_interrupt
     from csa_plan.planner.sweep.spec import load_spec

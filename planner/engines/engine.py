@@ -15,7 +15,7 @@ An ``EnginePlan`` answers, in the engine's own granularity (blocks, pages, slots
   what is reserved before the first request, and the start-up log line(s);
 * ``admits(sizing, used_units, running, tokens)`` — whether one more request is admitted;
 * ``runtime(sizing, trace, options)`` — the engine's own scheduler and memory manager in
-  motion (``planner/runtime``: the one replay loop steps it), or None for an engine whose
+  motion (``planner/replay``: the one replay loop steps it), or None for an engine whose
   runtime is not modelled step by step (it reserves at admission: ``simulate`` charges
   ``charge(tokens)`` instead).
 
@@ -38,7 +38,7 @@ from csa_plan.planner.record import record
 if TYPE_CHECKING:
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.model import ModelSpec
-    from csa_plan.planner.runtime.protocol import EngineRuntime, RuntimeOptions, RuntimeTrace
+    from csa_plan.planner.replay.protocol import EngineRuntime, RuntimeOptions, RuntimeTrace
 
 
 class Phase(str, Enum):
@@ -265,7 +265,7 @@ class EnginePlan(ABC):
 
     def runtime(self, sizing: PoolSizing, trace: "RuntimeTrace", options: "RuntimeOptions") -> "EngineRuntime":
         """The engine's scheduler and memory manager over ``trace`` in the pool ``sizing`` gives
-        (``planner/runtime/protocol.py``); raises where ``runtime_modelled`` is False."""
+        (``planner/replay/protocol.py``); raises where ``runtime_modelled`` is False."""
         raise NotImplementedError(f"{self.engine.name}: the runtime is not modelled step by step")
 
 

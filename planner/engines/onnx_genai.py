@@ -1,63 +1,120 @@
-"""``onnx-genai-b6``: what the reference runtime's CSA buffer manager reserves today.
+"""``onnx-genai``: the reference runtime's CSA buffer manager as an engine model.
 
-Source: justinchuby/onnx-genai, crates/onnx-runtime-ep-cuda/src/kernels/csa_device_state.rs
-(commit 2a7703a469a562795a39438b031add72234f944e), ``CsaBufferLayout::from_values``:
-it computes ``records4 = ceil(max_seq_len/4)`` and ``records128 = ceil(max_seq_len/128)``
-and sizes all seven buffers for every node, whatever the node's own ratio:
-``attention_r4``, ``attention_r4_carry``, ``attention_r128``, ``attention_r128_carry``,
-``index_r4``, ``index_r4_carry`` and ``dense_ring``. Its pooled workspaces are the
-CONTRACT §2 scratch formulas with the top-k hard-coded to 512 (CONTRACT §2 note).
-
-Class mapping: both attention buffers -> compressed; both attention carries -> carry;
-index_r4 -> index; index_r4_carry -> index_carry; dense_ring -> dense_ring;
-workspaces -> scratch. Nothing is padding: the excess over ``exact`` is
-over-reservation (unneeded buffers), reported as such by ``compare``.
+Source: justinchuby/onnx-genai ``crates/onnx-runtime-ep-cuda/src/kernels/csa_device_state.rs``
+(commit 2a7703a4): ``CsaBufferLayout::from_values`` sizes all seven buffers of every CSA
+node for the request's max_seq_len at admission (the ``onnx-genai-b6`` layout profile's
+bytes: both ratios' records and carries, the index cache, the dense ring, top-k-512
+scratch) and keeps them until the request ends; sliding-window-only layers keep their
+ring. There are no blocks or pages: the unit is one request's whole reservation, so a
+request holds the same bytes in every phase and at every length up to max_seq_len.
+When a node carries no window attribute, its window is max_seq_len
+(``csa_device_state.rs`` ~96-98) — read here from the ONNX reader's note that the window
+came from the default. No engine caps running requests; TP is not modelled by the
+runtime (one device).
 """
 
 from __future__ import annotations
 
-from csa_plan.planner.descriptor import Descriptor
-from csa_plan.planner.layout import FP32_BYTES, GroupBytes, scratch_workspaces, swa_ring_bytes
-from csa_plan.planner.engines.base import LayoutProfile
-from csa_plan.planner.units import ceil_div
+from dataclasses import dataclass, field
+from typing import Any
 
-_SRC = "justinchuby/onnx-genai crates/onnx-runtime-ep-cuda/src/kernels/csa_device_state.rs @2a7703a4"
+from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
+                                              Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
+from csa_plan.planner.profile_onnx_genai import b6_group_bytes
+from csa_plan.planner.engines.settings import EngineSettings, check_accepted
+from csa_plan.planner.layout import GroupBytes, swa_ring_bytes
 
-ATTN_WIDTH_BYTES = 583  # csa_device_state.rs: const ATTN_WIDTH: usize = 583
-INDEX_WIDTH_BYTES = 68  # csa_device_state.rs: const INDEX_WIDTH: usize = 68
-DENSE_WIDTH_BYTES = 583  # csa_device_state.rs: const DENSE_WIDTH: usize = 583
-R4_CARRY_SHAPE = (8, 2, 1024)  # csa_device_state.rs: attention_r4_carry_bytes = bytes(&[batch, 8, 2, 1024], 4)
-R128_CARRY_SHAPE = (128, 2, 512)  # csa_device_state.rs: attention_r128_carry_bytes = bytes(&[batch, 128, 2, 512], 4)
-INDEX_CARRY_SHAPE = (8, 2, 256)  # csa_device_state.rs: index_r4_carry_bytes = bytes(&[batch, 8, 2, 256], 4)
-RUNTIME_TOPK = 512  # CONTRACT §2: "The reference runtime hard-codes a top-k of 512" (its scratch formulas)
+ENGINE = "onnx-genai"
+SRC = "justinchuby/onnx-genai crates/onnx-runtime-ep-cuda/src/kernels/csa_device_state.rs @2a7703a4"
+UNLIMITED_RUNNING = 1 << 62
 
 
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for n in shape:
-        out *= n
-    return out
+def window_from_default(notes: tuple[str, ...]) -> bool:
+    return any(n.startswith("window ") and "from the default (no" in n for n in notes)
 
 
-def b6_group_bytes(d: Descriptor, query_len: int = 1) -> GroupBytes:
-    """All seven fixed buffers for any node, plus the runtime's scratch (top-k 512)."""
-    b, length = d.batch, d.max_seq_len
-    records4, records128 = ceil_div(length, 4), ceil_div(length, 128)
-    scratch_d = d.with_(index_topk=RUNTIME_TOPK) if d.compression_ratio == 4 else d
-    return GroupBytes(
-        compressed_bytes=b * (records4 + records128) * ATTN_WIDTH_BYTES,
-        carry_bytes=b * (_prod(R4_CARRY_SHAPE) + _prod(R128_CARRY_SHAPE)) * FP32_BYTES,
-        index_bytes=b * records4 * INDEX_WIDTH_BYTES,
-        index_carry_bytes=b * _prod(INDEX_CARRY_SHAPE) * FP32_BYTES,
-        dense_ring_bytes=b * d.window * DENSE_WIDTH_BYTES,
-        scratch_bytes=sum(max(size, 1) for size in scratch_workspaces(scratch_d, query_len)),
-    )
+@dataclass(frozen=True)
+class OnnxGenaiPlan(EnginePlan):
+    model_name: str
+    max_seq_len: int
+    settings: tuple[Resolved, ...]
+    per_request: GroupBytes
+    window_is_max_seq_len: bool
+    _engine: EngineModel = field(repr=False)
+
+    @property
+    def engine(self) -> EngineModel:
+        return self._engine
+
+    @property
+    def unit_bytes(self) -> int:
+        return self.per_request.total_bytes
+
+    def _uses(self) -> tuple[PoolUse, ...]:
+        return tuple(PoolUse(f"{c.value} buffers", 1, v, c) for c, v in self.per_request.by_class().items() if v)
+
+    def footprint(self, tokens: int, phase: Phase = Phase.DECODE) -> Footprint:
+        return Footprint(tokens, Phase(phase).value, 1, self._uses())
+
+    def startup_budget(self) -> Footprint:
+        return Footprint(self.max_seq_len, "startup", 1, self._uses())
+
+    def size_pool(self, kv_memory_bytes: int) -> PoolSizing:
+        per = self.unit_bytes
+        n = kv_memory_bytes // per
+        if n < 1:
+            raise EngineRefused(EngineRefusal(ENGINE, f"{SRC} (buffers allocated per request)", "--kv-memory",
+                                              f">= {per} bytes", str(kv_memory_bytes),
+                                              f"{ENGINE}: one request's buffers take {per:,} B"))
+        return PoolSizing(kv_memory_bytes=kv_memory_bytes, unit_name="request", unit_bytes=per, total_units=n,
+                          usable_units=n, max_running=UNLIMITED_RUNNING, max_seq_len=self.max_seq_len,
+                          budget_units_per_request=1, concurrency=float(n), tokens=n * self.max_seq_len,
+                          pools=(PoolSize("per-request CSA buffers", n, per, "allocated at admission"),),
+                          reserved_bytes=0, log_lines=())
+
+    def admits(self, sizing: PoolSizing, used_units: int, running: int, tokens: int) -> bool:
+        return used_units + 1 <= sizing.usable_units
+
+    def charge(self, tokens: int) -> Footprint:
+        return self.startup_budget()
+
+    def admission_units(self, tokens: int) -> int:
+        return 1
+
+    def tp_rules(self) -> tuple[TpRule, ...]:
+        return (TpRule("all seven CSA buffers", "replicated", f"{SRC}: one device per runtime (no TP split)"),)
+
+    def describe(self) -> dict[str, Any]:
+        return {"startup_note": "onnx-genai reserves every CSA node's seven buffers for max_seq_len at admission"
+                                + (" (window = max_seq_len: the graph gives no window)" if self.window_is_max_seq_len
+                                   else ""),
+                "startup_budget_setting": "--max-seq-len",
+                "per_request": self.per_request.as_dict()}
 
 
-ONNX_GENAI_B6 = LayoutProfile(
-    name="onnx-genai-b6",
-    summary="reference runtime today: ratio-4 and ratio-128 buffers on every node, 583-B records, top-k 512 scratch",
-    group_bytes=b6_group_bytes,
-    swa_bytes=swa_ring_bytes,  # SWA-only layers are not CSA nodes; their ring is as in exact
-    sources=(_SRC, "CONTRACT §2 (scratch formulas, fixed top-k 512)"),
-)
+@dataclass(frozen=True)
+class OnnxGenai(EngineModel):
+    def configure(self, model, settings: EngineSettings, max_seq_len: int) -> OnnxGenaiPlan:
+        check_accepted(settings, ENGINE, ())
+        no_window = window_from_default(model.notes)
+        total = GroupBytes()
+        for d in model.layers:
+            d = d.with_(max_seq_len=max_seq_len, layer_id=0, is_mtp=False)
+            if no_window:
+                d = d.with_(window=max_seq_len)
+            if d.compression_ratio == 0:
+                total = total + swa_ring_bytes(d)
+            elif d.compression_ratio in (4, 128):
+                total = total + b6_group_bytes(d, 1)
+            else:
+                raise EngineRefused(EngineRefusal(ENGINE, f"{SRC} CsaBufferLayout (ratios 4 and 128)",
+                                                  "compress_ratios", "0, 4 or 128", str(d.compression_ratio),
+                                                  f"{ENGINE}: compress ratio {d.compression_ratio} is not supported"))
+        out = (Resolved("--max-seq-len", max_seq_len, "buffers sized for max_seq_len at admission"),)
+        return OnnxGenaiPlan(model_name=model.name, max_seq_len=max_seq_len, settings=out, per_request=total,
+                             window_is_max_seq_len=no_window, _engine=self)
+
+
+ONNX_GENAI = OnnxGenai(name=ENGINE, engine_name="onnx-genai", version="2a7703a4",
+                       summary="onnx-genai reference runtime: seven buffers per CSA node, reserved for max_seq_len "
+                               "per request", options=(), sources=(SRC,))

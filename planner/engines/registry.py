@@ -12,23 +12,22 @@ listing the names (help, did-you-mean) imports none of them.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Iterator, Mapping
 
-from csa_plan.planner.errors import BadInput
+from csa_plan.planner.profiles import lookup
 
 if TYPE_CHECKING:
     from csa_plan.planner.engines.engine import EngineModel
 
-T = TypeVar("T")
 
 # Every engine model, in listing order: its name -> "module:attribute" (the model's own ``name`` is the
 # key; tests/test_imports.py checks every entry). A new engine is a new line here.
 ENGINE_MODULES: dict[str, str] = {
-    "vllm-0.33": "csa_plan.planner.engines.vllm_0_33:VLLM_033",
-    "vllm-0.26": "csa_plan.planner.engines.vllm_0_33:VLLM_026",
-    "vllm-0.25": "csa_plan.planner.engines.vllm_0_33:VLLM_025",
-    "sglang-0.5.23": "csa_plan.planner.engines.sglang_0_5_23:SGLANG_0523",
-    "onnx-genai": "csa_plan.planner.engines.onnx_genai_engine:ONNX_GENAI",
+    "vllm-0.33": "csa_plan.planner.engines.vllm.startup:VLLM_033",
+    "vllm-0.26": "csa_plan.planner.engines.vllm.startup:VLLM_026",
+    "vllm-0.25": "csa_plan.planner.engines.vllm.startup:VLLM_025",
+    "sglang-0.5.23": "csa_plan.planner.engines.sglang.startup:SGLANG_0523",
+    "onnx-genai": "csa_plan.planner.engines.onnx_genai:ONNX_GENAI",
 }
 
 
@@ -56,34 +55,6 @@ ENGINES: Mapping[str, EngineModel] = _Engines()
 
 # An engine named without a release: its newest modelled release (every output names the one used).
 NEWEST: dict[str, str] = {"vllm": "vllm-0.33", "sglang": "sglang-0.5.23"}
-
-# The per-layer layout profiles these names used to select under-counted what the engines hold.
-RETIRED_LAYOUTS: dict[str, str] = {
-    "vllm": "vllm-0.33", "vllm-fp4": "vllm-0.33 (with --indexer-kv-dtype mxfp4)",
-    "sglang": "sglang-0.5.23", "sglang-fp4": "sglang-0.5.23 (with --indexer-kv-dtype fp4)",
-}
-
-
-def retired_message(name: str) -> str | None:
-    new = RETIRED_LAYOUTS.get(name)
-    if new is None:
-        return None
-    return (f"the per-layer layout {name!r} was replaced by the engine model {new.split()[0]!r}: "
-            f"use --engine {new}")
-
-
-def lookup(kind: str, registry: Mapping[str, T], name: str, source: str, field: str) -> T:
-    """``registry[name]``, else bad input: the replacement of a retired layout, or the closest name."""
-    try:
-        return registry[name]
-    except KeyError:
-        retired = retired_message(name)
-        if retired:
-            raise BadInput(source, field, retired) from None
-        from csa_plan.planner.suggest import unknown_problem
-
-        raise BadInput(source, field, unknown_problem(kind, name, registry, versioned=True)) from None
-
 
 def resolve_engine_name(name: str) -> tuple[str, str | None]:
     """``(registry name, note)``: a bare engine name is its newest modelled release, and the note says so."""

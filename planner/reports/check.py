@@ -21,7 +21,7 @@ from csa_plan.planner.record import record
 if TYPE_CHECKING:  # a check without a device never loads the memory module (start-up)
     from csa_plan.planner.memory import DeviceBudget
 
-from csa_plan.planner.reports.schemas import CHECK as CHECK_SCHEMA
+from csa_plan.planner.schemas import CHECK as CHECK_SCHEMA
 
 
 class Verdict:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from csa_plan.planner.engines.compare import Comparison
+from csa_plan.planner.budget.comparison import Comparison
 from csa_plan.planner.plan import apply_options
-from csa_plan.planner.reports.schemas import COMPARE
+from csa_plan.planner.schemas import COMPARE
 
 
 def comparison_report(c: Comparison) -> dict[str, Any]:

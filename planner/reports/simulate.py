@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from csa_plan.planner.reports.schemas import SIMULATE
+from csa_plan.planner.schemas import SIMULATE
 from csa_plan.planner.reports.text import id_runs
 from csa_plan.planner.reports.vocabulary import device_limit, model_info, waits
 from csa_plan.planner.workloads.formats import trace_document
@@ -35,7 +35,7 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
         "engine": None,
     }
     if getattr(config, "engine", None) is not None and scn is not None:
-        report["engine"] = config.engine.describe(spec, config, scn.max_seq_len)
+        report["engine"] = config.engine.describe(spec, p.pp, config.limit_bytes, scn.max_seq_len)
         report["engine"]["max_running"] = config.max_running or None
     report["model_info"] = model_info(spec.name, spec.source)
     report["device_limit"] = device_limit(config.limit_bytes)
@@ -80,3 +80,39 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
     report["baseline_ok"] = result.baseline_ok
     report["verified_against_ledger_replay"] = verified
     return report
+
+
+def runtime_document(wl, spec, config, plan, sizing, code) -> dict[str, Any]:
+    """The head of a ``simulate --engine`` document whose engine runtime is replayed step by step (the
+    replay's own sections are added by the caller)."""
+    p = config.placement
+    engine = None
+    if plan is not None:
+        e = plan.engine
+        engine = {"name": e.name, "engine": e.engine_name, "version": e.version,
+                  "settings": [s.as_dict() for s in plan.settings], "unit_bytes": plan.unit_bytes,
+                  "pool": sizing.as_dict() if sizing else None}
+    return {
+        "schema": SIMULATE,
+        "workload": {"source": wl.source, "requests": len(wl), "classes": list(wl.class_names),
+                     "notes": list(wl.notes), **trace_document(wl.trace)},
+        "model": {"name": spec.name, "source": spec.source, "layout": config.layout},
+        "deployment": {"tp": p.tp, "pp": p.pp, "dp": p.dp, "router": p.router.value, "devices": p.device_count},
+        "memory": {"limit_bytes": config.limit_bytes, "unlimited": config.limit_bytes == 0},
+        "reserve": None,
+        "policy": None,
+        "time": {"prefill_tok_s": config.time.prefill_tok_s, "tpot_ms": config.time.tpot_ms,
+                 "rate_scale": config.time.rate_scale,
+                 "step_model": "a step lasts max(tpot_ms / 1000, prefill tokens in it / prefill_tok_s) s"},
+        "plan_refusals": [],
+        "exit_code": int(code),
+        "engine": engine,
+        "model_info": model_info(spec.name, spec.source),
+    }
+
+
+def side_by_side_document(first: dict[str, Any], docs: list[dict[str, Any]], code: int) -> dict[str, Any]:
+    """Several engines on one trace: the shared head of the first engine that started, then each engine's
+    own document (or its refusal) in the order named."""
+    return {"schema": SIMULATE, "workload": first["workload"], "model": first["model"],
+            "deployment": first["deployment"], "side_by_side": docs, "exit_code": int(code)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from csa_plan.planner.reports.schemas import SWEEP
+from csa_plan.planner.schemas import SWEEP
 from csa_plan.planner.reports.text import shown_path
 from csa_plan.planner.sweep.spec import AXES as POINT_AXES
 

@@ -14,17 +14,15 @@ every point (common random numbers: a mix spec is drawn from its seed, or the sw
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.simulate import Outcome, Policy
-from csa_plan.planner.simulate.scenario import REASONS
+from csa_plan.planner.reserve import Policy
 from csa_plan.planner.units import NS_PER_S
-from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
+from csa_plan.planner.sweep.results import PointResult, RuntimeFigures, point_violations, runtime_refusals
 from csa_plan.planner.sweep.spec import Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
 
 if TYPE_CHECKING:
@@ -100,7 +98,7 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     """A reason this point cannot work, found without simulating it; None if it must be run."""
     from csa_plan.planner.placement import split_stages
     from csa_plan.planner.plan import PlanOptions, plan_model
-    from csa_plan.planner.simulate import reserved_tokens
+    from csa_plan.planner.reserve import reserved_tokens
 
     spec = load_point_model(point.model, point.max_seq_len)
     try:
@@ -165,7 +163,7 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
         plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
-    from csa_plan.planner.runtime.serve import refuse_unreplayed
+    from csa_plan.planner.serving.serve import refuse_unreplayed
 
     refuse_unreplayed(plan, source, "grid.engine")
     if plan.runtime_modelled and constraints.wait_p99_max_s is None:
@@ -184,92 +182,6 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
 
 
 @dataclass(frozen=True)
-class RuntimeFigures:
-    """An engine point whose runtime is replayed step by step: what the replay at the target rate
-    observed, exactly the figures ``simulate --engine`` reports (``planner/reports/runtime.py``)."""
-
-    engine: str  # the release as the replay names it ("vLLM 0.33.0")
-    unit: str  # the engine's memory unit (block, page)
-    served: int
-    preemptions: int  # the engine's own word: vLLM preempts, SGLang retracts
-    preempted_requests: int
-    most_preemptions_for_one_request: int
-    tokens_recomputed: int
-    prefix_hit_tokens: int
-    queue_wait_p99_s: float | None
-    ttft_p99_s: float | None
-    e2e_p99_s: float | None
-    peak_units: int  # all replicas together
-    usable_units: int
-    peak_running: int
-    steps: int
-    tpot_p99_s: float | None = None
-    step_time: str = ""  # the step-time source's label
-
-    @staticmethod
-    def of(rep: Any) -> "RuntimeFigures":
-        p, occ = rep.preemptions, rep.occupancy
-        return RuntimeFigures(rep.engine, occ.unit, rep.served, p.count, p.requests, p.most_for_one_request,
-                              p.tokens_recomputed, rep.prefix_cache.hit_tokens, rep.queue_wait.p99_s, rep.ttft.p99_s,
-                              rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps,
-                              rep.tpot.p99_s, (rep.step_time or {}).get("label", ""))
-
-
-@dataclass(frozen=True)
-class PointResult:
-    """One simulated point: the run at its target rate and its sustainable rate. JSON round-trips exactly."""
-
-    key: str
-    devices: int
-    requests: int
-    admitted: int
-    refused: int
-    refusals: tuple[tuple[str, int], ...]
-    wait_p99_ns: int | None
-    peak_bytes: int | None  # all devices together, at the target rate (None: a runtime point counts units)
-    mean_utilization: float  # resident / limit, averaged over time and devices
-    peak_utilization: float  # the fullest device's peak / limit
-    sustainable_rate_scale: float | None  # the largest rate scale meeting the rate criterion
-    at_least: bool  # the search hit its upper bound
-    probes: int
-    sustainable_rate_per_s: float | None  # requests per second at that scale
-    rate_per_device_per_s: float | None
-    feasible: bool  # every constraint holds at the target rate
-    violations: tuple[str, ...]
-    runtime: RuntimeFigures | None = None  # the engine's runtime replayed step by step (else the reservation model)
-
-    @property
-    def rate_measured(self) -> bool:
-        """The sustainable rate was found inside the search; False when the search reached its
-        ceiling (``at_least``): every rate the trace can be replayed at fits, so memory does not
-        limit the rate within this trace and the ceiling is no measurement."""
-        return self.sustainable_rate_scale is not None and not self.at_least
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["refusals"] = dict(self.refusals)
-        d["violations"] = list(self.violations)
-        return d
-
-    def report_dict(self) -> dict[str, Any]:
-        """``as_dict`` plus the keys documents add (a resume line keeps ``as_dict`` exactly)."""
-        d = self.as_dict()
-        d["model"] = "reservation" if self.runtime is None else "runtime"  # how the point was evaluated
-        d["rate_limited_by_memory"] = self.rate_measured
-        d["rate_note"] = None if self.rate_measured or self.sustainable_rate_scale is None else NOT_LIMITED
-        return d
-
-    @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "PointResult":
-        values = {f.name: d[f.name] for f in fields(PointResult)}
-        values["refusals"] = tuple((str(k), int(v)) for k, v in dict(d["refusals"]).items())
-        values["violations"] = tuple(d["violations"])
-        if d.get("runtime") is not None:
-            values["runtime"] = RuntimeFigures(**{f.name: d["runtime"][f.name] for f in fields(RuntimeFigures)})
-        return PointResult(**values)
-
-
-@dataclass(frozen=True)
 class Task:
     """What a worker receives: the point and the shared context (no arrays: workers load and cache them)."""
 
@@ -280,9 +192,9 @@ class Task:
 def evaluate(task: Task) -> PointResult:
     """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate.capacity import find_capacity
-    from csa_plan.planner.engines.simulate import EngineRun
-    from csa_plan.planner.simulate import SimConfig, TimeModel, prepare, simulate
+    from csa_plan.planner.reserve.capacity import find_capacity
+    from csa_plan.planner.reserve.engine_run import EngineRun
+    from csa_plan.planner.reserve import SimConfig, TimeModel, prepare, simulate
 
     ctx, p = task.context, task.point
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
@@ -320,11 +232,11 @@ def evaluate(task: Task) -> PointResult:
 
 def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
     """A point whose engine's runtime is replayed step by step (``EnginePlan.runtime_modelled``):
-    the same replay as ``simulate --engine`` (``planner/runtime/serve.py``) at the point's rate
+    the same replay as ``simulate --engine`` (``planner/serving/serve.py``) at the point's rate
     scale, and the same rate search as ``simulate --engine --find-capacity`` (every request served,
     queue-wait p99 within ``constraints.wait_p99_max_s``). None: the engine reserves (the ledger)."""
-    from csa_plan.planner.runtime.loop import STRANDED
-    from csa_plan.planner.runtime.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
+    from csa_plan.planner.replay.loop import STRANDED
+    from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
     setup = runtime_setup(spec, config)
     if not setup.plan.runtime_modelled:
@@ -350,40 +262,6 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
         violations=violations, runtime=RuntimeFigures.of(rep))
 
 
-def runtime_refusals(refused: tuple[tuple[str, int], ...], stranded: str) -> tuple[tuple[str, int], ...]:
-    """A replay's refusals in the sweep's vocabulary: the server refuses a request up front
-    (RequestExceedsCapacity) or nothing running could ever free enough memory for it (NeverFits)."""
-    counts = {REASONS[Outcome.EXCEEDS_CAPACITY]: 0, REASONS[Outcome.NEVER_FITS]: 0}
-    for reason, n in refused:
-        counts[REASONS[Outcome.NEVER_FITS] if reason == stranded else REASONS[Outcome.EXCEEDS_CAPACITY]] += n
-    return tuple((reason, n) for reason, n in counts.items() if n)
-
-
-def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], wait_p99_ns: int | None,
-                     mean_util: float, rate_scale: float | None, ttft_p99_s: float | None = None,
-                     tpot_p99_s: float | None = None) -> tuple[str, ...]:
-    """The constraints a point's run breaks, as shown; a pure function of the run's figures, so
-    a resumed record's violations are checked by computing them again (``planner/sweep/resume.py``)."""
-    violations = []
-    refused = sum(n for _, n in refusals)
-    if cons.zero_refusals and refused:
-        detail = ", ".join(f"{reason} {n:,}" for reason, n in refusals)
-        violations.append(f"{refused:,} refused ({detail})")
-    if cons.wait_p99_max_ns is not None:
-        if wait_p99_ns is None:
-            violations.append("no request admitted")
-        elif wait_p99_ns > cons.wait_p99_max_ns:
-            violations.append(f"wait p99 {wait_p99_ns / NS_PER_S:.3f} s > {cons.wait_p99_max_s:g} s")
-    from csa_plan.planner.runtime.serve import latency_violations
-
-    violations.extend(latency_violations(ttft_p99_s, tpot_p99_s, cons.latency_bounds))
-    if mean_util < cons.min_mean_utilization:
-        violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
-    if dict(refusals).get(REASONS[Outcome.OUT_OF_MEMORY], 0) == 0 and rate_scale is None:
-        violations.append("no sustainable rate")  # cannot happen when the target run is clean; kept honest
-    return tuple(violations)
-
-
 def point_capacity(p: SweepPoint):
     """The point's capacity answer (requests of max_seq_len that fit its state pool), from the same
     budget and admission as check: ``budget.answer.point_answer``."""
@@ -405,7 +283,7 @@ def _card_settings(memory_bytes: int, engine: str | None):
 # -- the answer ---------------------------------------------------------------------------
 
 
-NOT_LIMITED = "not limited by memory within this trace"
+
 
 
 def rank(results: list[PointResult], objective: Objective, order: Mapping[str, int]) -> list[PointResult]:
@@ -452,22 +330,6 @@ def pareto_front(results: list[PointResult], order: Mapping[str, int]) -> list[P
             front.append(r)
             top = r.sustainable_rate_per_s or 0.0
     return front
-
-
-# -- resume files -------------------------------------------------------------------------
-
-
-def resume_line(digest: str, result: PointResult) -> str:
-    return json.dumps({"schema": RESUME_SCHEMA, "spec_digest": digest, **result.as_dict()}, sort_keys=True)
-
-
-def read_resume(text: str, source: str, digest: str, keys: "AbstractSet[str] | Mapping[str, SweepPoint]") \
-        -> dict[str, PointResult]:
-    """Finished points of an earlier run of the same spec, validated record by record
-    (``planner/sweep/resume.py``); a torn last line (interrupted write) is dropped."""
-    from csa_plan.planner.sweep.resume import parse_resume
-
-    return parse_resume(text, source, digest, keys)[0]
 
 
 # -- the whole sweep ----------------------------------------------------------------------

@@ -48,8 +48,9 @@ from typing import AbstractSet, Any, Mapping
 from csa_plan.planner.errors import I63_LIMIT, U64_LIMIT, BadInput
 from csa_plan.planner.files import describe_mode
 from csa_plan.planner.limits import MAX_DEVICES, MAX_RATE_SCALE, MAX_RESUME_BYTES, MAX_STRING_CHARS
-from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
-from csa_plan.planner.reports.schemas import SWEEP_RESUME as HEADER_SCHEMA
+from csa_plan.planner.schemas import SWEEP_POINT as RESUME_SCHEMA
+from csa_plan.planner.schemas import SWEEP_RESUME as HEADER_SCHEMA
+from csa_plan.planner.sweep.results import PointResult, RuntimeFigures, point_violations
 from csa_plan.planner.sweep.spec import Constraints, Search, SweepPoint
 from csa_plan.planner.text import excerpt
 
@@ -156,7 +157,7 @@ def _close(a: float, b: float) -> bool:
 
 def _refusals(r: _Record) -> tuple[tuple[str, int], ...]:
     """The refusal counts in the simulator's own order (the file's order is sorted by name)."""
-    from csa_plan.planner.simulate.scenario import REASONS
+    from csa_plan.planner.reserve.scenario import REASONS
 
     known = list(REASONS.values())
     raw = r.get("refusals")
@@ -173,10 +174,8 @@ def _refusals(r: _Record) -> tuple[tuple[str, int], ...]:
 
 @lru_cache(maxsize=1)
 def _record_keys() -> frozenset[str]:
-    """Exactly the keys ``evaluate.resume_line`` writes."""
+    """Exactly the keys ``resume_line`` writes."""
     from dataclasses import fields
-
-    from csa_plan.planner.sweep.evaluate import PointResult
 
     return frozenset({"schema", "spec_digest"} | {f.name for f in fields(PointResult)})
 
@@ -185,7 +184,6 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
                  identity: ResumeIdentity | None = None):
     """One resume record as a PointResult, validated for consistency and for belonging to
     this sweep (``identity``: the workload's request count and base rate, the constraints)."""
-    from csa_plan.planner.sweep.evaluate import PointResult, point_violations
 
     if not isinstance(data, dict) or data.get("schema") != RESUME_SCHEMA:
         raise BadInput(where, "schema", f"expected {RESUME_SCHEMA}")
@@ -259,7 +257,6 @@ def _runtime(r: _Record, point: SweepPoint | None, requests: int, admitted: int,
     queue-wait p99 in whole nanoseconds, the peak utilization its peak units over usable units."""
     from dataclasses import fields
 
-    from csa_plan.planner.sweep.evaluate import RuntimeFigures
 
     raw = r.get("runtime")
     if raw is None:
@@ -334,7 +331,7 @@ def _check_ledger_point(r: _Record, point: SweepPoint, devices: int, wait: int |
                         peak_util: float) -> None:
     """A point the ledger ran: no wait under policy refuse (a request is refused, never queued), and the
     peak bytes of all devices between the fullest device's peak (peak utilization x limit) and devices times it."""
-    from csa_plan.planner.simulate.scenario import Policy
+    from csa_plan.planner.reserve.scenario import Policy
 
     if point.policy is Policy.REFUSE and wait not in (None, 0):
         raise r.fail("wait_p99_ns", f"{wait:,} ns, but under policy refuse nothing waits (the point "
@@ -550,3 +547,17 @@ class ResumeFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- the lines a sweep writes and reads back -------------------------------------------------------------------------
+
+
+def resume_line(digest: str, result: PointResult) -> str:
+    return json.dumps({"schema": RESUME_SCHEMA, "spec_digest": digest, **result.as_dict()}, sort_keys=True)
+
+
+def read_resume(text: str, source: str, digest: str, keys: "AbstractSet[str] | Mapping[str, SweepPoint]") \
+        -> dict[str, PointResult]:
+    """Finished points of an earlier run of the same spec, validated record by record
+    (``planner/sweep/resume.py``); a torn last line (interrupted write) is dropped."""
+    return parse_resume(text, source, digest, keys)[0]

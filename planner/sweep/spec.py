@@ -20,8 +20,8 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.suggest import unknown_problem
 from csa_plan.planner.placement import Router
 from csa_plan.planner.refusals import RefusalType
-from csa_plan.planner.simulate.capacity import SCALE_MAX, SCALE_MIN
-from csa_plan.planner.simulate.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
+from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN
+from csa_plan.planner.reserve.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.units import NS_PER_S, ceil_div
 from csa_plan.planner.files import hash_file, path_kind, read_text
 from csa_plan.planner.limits import MAX_SPEC_BYTES
@@ -282,7 +282,7 @@ def _model_ref(value: Any, base: Path, source: str, where: str) -> str:
 
 def parse_spec(data: Any, source: str) -> SweepSpec:
     """Validate every key (unknown ones are bad input) and expand the grid in axis order."""
-    from csa_plan.planner.engines import get_profile
+    from csa_plan.planner.profiles import get_profile
 
     spec = read_mapping(source, "", data)
     check_keys(source, "", spec, TOP_KEYS)

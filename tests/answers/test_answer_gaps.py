@@ -47,8 +47,9 @@ def _overlapping_long_trace(tmp_path):
 
 
 def test_rate_search_stops_at_the_clock_floor_and_says_so(csa, tmp_path):
-    from csa_plan.planner.simulate.capacity import CLOCK_FLOOR, SCALE_MIN
-    from csa_plan.planner.simulate.scenario import MAX_SIM_NS
+    from csa_plan.planner.reserve.capacity import CLOCK_FLOOR
+    from csa_plan.planner.bisection import SCALE_MIN
+    from csa_plan.planner.clock import MAX_SIM_NS
 
     trace = _overlapping_long_trace(tmp_path)
     per_request = 5_473_376_512  # V4-Pro at its max_seq_len, per device at tp 8: one fits, two do not
@@ -80,7 +81,7 @@ def test_budget_takes_vllms_batch_default_from_the_engine_rule():
     from csa_plan.planner.budget.deployment import Deployment, deployment_budget
     from csa_plan.planner.cards import CardBytes, card
     from csa_plan.planner.engines.settings import EngineSettings, gpu_target
-    from csa_plan.planner.engines.vllm_0_33 import default_batched_tokens
+    from csa_plan.planner.engines.vllm.startup import default_batched_tokens
 
     for name in ("a100-80gb", "h100", "h200", "b200"):
         memory = CardBytes(card(name))

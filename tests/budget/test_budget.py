@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from csa_plan.planner.budget.device import BudgetRequest, budget
-from csa_plan.planner.budget.startup import StartupSettings
+from csa_plan.planner.budget.stage import StartupSettings
 from csa_plan.planner.budget.steps import StepKind
 from csa_plan.planner.placement import Placement
 from csa_plan.planner.weights.config import read_model_config

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from csa_plan.planner.budget.device import BudgetRequest, budget
-from csa_plan.planner.budget.startup import SGLANG_PRELOAD_BYTES, StartupSettings, sglang_reserved_mib
+from csa_plan.planner.budget.startup import SGLANG_PRELOAD_BYTES, sglang_reserved_mib
+from csa_plan.planner.budget.stage import StartupSettings
 from csa_plan.planner.budget.vllm_nonkv import (FIT_025, activation_token_bytes, capture_descs, capture_sizes,
                                                  fit_for, graph_estimate_bytes)
 from csa_plan.planner.cards import card

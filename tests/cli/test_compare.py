@@ -7,9 +7,9 @@ from fractions import Fraction
 
 import pytest
 
-from csa_plan.planner.engines.compare import compare, context_lengths, curves
+from csa_plan.planner.budget.comparison import compare, context_lengths, curves
 from csa_plan.planner.plan import PlanOptions
-from csa_plan.planner.engines import PROFILES
+from csa_plan.planner.profiles import PROFILES
 from csa_plan.planner.engines.registry import ENGINES
 
 H200 = 143771 << 20

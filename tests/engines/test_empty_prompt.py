@@ -13,13 +13,13 @@ import csv
 import numpy as np
 import pytest
 
-from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
-from csa_plan.planner.engines.sglang_runtime.scheduler import SchedulerConfig
-from csa_plan.planner.engines.vllm_blocks import GroupSpec
-from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
+from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
+from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
 from helpers import EXAMPLES
 
 TIME = StepTime(20.0, 10_000.0)

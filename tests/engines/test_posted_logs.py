@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from csa_plan.planner.budget.device import BudgetRequest, budget
-from csa_plan.planner.budget.startup import StartupSettings
+from csa_plan.planner.budget.stage import StartupSettings
 from csa_plan.planner.engines.engine import EngineRefused
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's scheduler pieces (planner/engines/sglang_runtime) against SGLang's own code.
+"""SGLang 0.5.23's scheduler pieces (planner/engines/sglang) against SGLang's own code.
 
 Every expected figure marked "captured" was computed by SGLang 0.5.23's own functions and classes,
 run on CPU (sglang==0.5.23 installed --no-deps; the fakes for the allocator, tree and requests are
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from csa_plan.planner.engines.sglang_runtime.adder import AddResult, PrefillAdder, estimate_swa_kv_tokens
-from csa_plan.planner.engines.sglang_runtime.radix import RadixCache
-from csa_plan.planner.engines.sglang_runtime.ratio import RatioRule, ratio_after_retract
-from csa_plan.planner.engines.sglang_runtime.retract import retraction_order
-from csa_plan.planner.engines.sglang_runtime.window import evicted_after
+from csa_plan.planner.engines.sglang.adder import AddResult, PrefillAdder, estimate_swa_kv_tokens
+from csa_plan.planner.engines.sglang.radix import RadixCache
+from csa_plan.planner.engines.sglang.ratio import RatioRule, ratio_after_retract
+from csa_plan.planner.engines.sglang.retract import retraction_order
+from csa_plan.planner.engines.sglang.window import evicted_after
 
 PAGE, WINDOW = 256, 128
 
@@ -171,7 +171,7 @@ def test_swa_eviction_tombstones_internal_nodes_and_removes_leaves():
 @pytest.mark.parametrize("window,page", [(128, 256), (512, 256), (100, 64), (256, 256)])
 @pytest.mark.parametrize("sharing", [True, False])
 def test_next_change_is_the_first_length_that_frees(window, page, sharing):
-    from csa_plan.planner.engines.sglang_runtime.window import next_change
+    from csa_plan.planner.engines.sglang.window import next_change
 
     for evicted in range(0, 3 * page, page // 4):
         first = next(pre for pre in range(evicted, evicted + 8 * page)

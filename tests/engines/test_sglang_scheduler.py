@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's scheduler in motion (planner/engines/sglang_runtime/scheduler.py) through the one loop.
+"""SGLang 0.5.23's scheduler in motion (planner/engines/sglang/scheduler.py) through the one loop.
 
 Small cases worked from the source (file:line in scheduler.py's docstring); Hypothesis invariants over
 random traces and pools, retraction storms included. The per-step agreement with SGLang's own
@@ -12,11 +12,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime, page_keys
-from csa_plan.planner.engines.sglang_runtime.scheduler import SchedulerConfig
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.engines.sglang.runtime import SglangRuntime, page_keys
+from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
 
 TIME = StepTime(tpot_ms=20.0, prefill_tok_s=10_000.0)
 

@@ -7,10 +7,10 @@ import pytest
 from csa_plan.planner.engines.engine import Phase
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
-from csa_plan.planner.engines.simulate import EngineRun
+from csa_plan.planner.reserve.engine_run import EngineRun
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.simulate import Outcome, Policy, Reserve, SimConfig, prepare, simulate
-from csa_plan.planner.simulate.replay import replay
+from csa_plan.planner.reserve import Outcome, Policy, Reserve, SimConfig, prepare, simulate
+from csa_plan.planner.reserve.replay import replay
 from csa_plan.planner.units import GiB
 from csa_plan.planner.workloads import load_workload
 

@@ -11,7 +11,7 @@ import pytest
 from csa_plan.planner.engines.engine import EngineRefused, Phase
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
-from csa_plan.planner.engines.vllm_kv import KvSpec, SpecKind, approximate_gcd
+from csa_plan.planner.engines.vllm.kv_cache_utils import KvSpec, SpecKind, approximate_gcd
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.units import GiB, ceil_div
 

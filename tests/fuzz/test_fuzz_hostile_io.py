@@ -119,7 +119,7 @@ _values = (st.none() | st.booleans() | st.integers(min_value=-5, max_value=400) 
 @SMALL
 @given(st.dictionaries(st.sampled_from(_FIELDS), _values, max_size=4))
 def test_whatever_a_forged_record_says_what_is_accepted_is_consistent(changes):
-    from csa_plan.planner.sweep.evaluate import point_violations
+    from csa_plan.planner.sweep.results import point_violations
     from csa_plan.planner.sweep.resume import parse_resume
 
     spec, identity, record = small_identity()

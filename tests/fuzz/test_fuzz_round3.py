@@ -85,7 +85,7 @@ def test_replay_memory_is_flat_in_the_number_of_steps(tmp_path, engine):
 def test_a_replay_past_the_bucket_cap_reports_the_exact_figures(csa, tmp_path, monkeypatch):
     """The same trace with the step series capped at 64 buckets: every figure of the report (steps,
     peaks, means, waits, makespan) as with the default cap; only the plot's points are coarser."""
-    from csa_plan.planner.runtime import result
+    from csa_plan.planner.replay import result
 
     args = steps_trace("vllm-0.33", 4)(tmp_path, 1)
     full = csa(*args, "--json").json()["runtime"]
@@ -99,14 +99,14 @@ def test_a_replay_past_the_bucket_cap_reports_the_exact_figures(csa, tmp_path, m
 # -- the compiled loops' own refusals --------------------------------------------------------------
 
 def test_the_compiled_loops_refuse_inconsistent_arrays_with_a_typed_error():
-    from csa_plan.planner.engines.sglang_runtime.compiled import compiled_module as sglang_module
-    from csa_plan.planner.engines.vllm_blocks import GroupSpec
-    from csa_plan.planner.engines.vllm_compiled import compiled_module
-    from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
+    from csa_plan.planner.engines.sglang.compiled import compiled_module as sglang_module
+    from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
+    from csa_plan.planner.engines.vllm.compiled import compiled_module
+    from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
     from csa_plan.planner.errors import ReplayInputError
-    from csa_plan.planner.runtime.loop import replay
-    from csa_plan.planner.runtime.protocol import RuntimeTrace
-    from csa_plan.planner.runtime.steptime import StepTime
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.steptime.model import StepTime
 
     if compiled_module() is None or sglang_module() is None:
         pytest.skip("the compiled replays are not built (pip install -e . builds them; CI does)")
@@ -120,7 +120,7 @@ def test_the_compiled_loops_refuse_inconsistent_arrays_with_a_typed_error():
 
 def test_a_rate_scale_past_the_clock_is_refused_before_any_replay(monkeypatch, csa):
     """Refused where the arrivals are scaled (``runtime_trace``), before a replay or a compiled loop runs."""
-    from csa_plan.planner.runtime import loop
+    from csa_plan.planner.replay import loop
 
     ran = []
     monkeypatch.setattr(loop, "replay", lambda *a, **k: ran.append(1))

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from csa_plan.planner.placement import Placement, Router
-from csa_plan.planner.simulate import Policy, Reserve, SimConfig, TimeModel, prepare
+from csa_plan.planner.reserve import Policy, Reserve, SimConfig, TimeModel, prepare
 from csa_plan.planner.workloads import Workload
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
 
 
 def vllm_runtime_factory(model, trace, mnbt, seqs, async_on, caching, spec, spare, max_model_len, acceptance=1.0):

@@ -14,9 +14,9 @@ import pytest
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.plan import PlanOptions, plan_model
-from csa_plan.planner.engines import PROFILES, get_profile
-from csa_plan.planner.engines import bf16_reference as bf16
-from csa_plan.planner.engines import onnx_genai
+from csa_plan.planner.profiles import PROFILES, get_profile
+from csa_plan.planner import profile_bf16_reference as bf16
+from csa_plan.planner import profile_onnx_genai as onnx_genai
 
 GIB = 1 << 30
 ONE_M = 1 << 20

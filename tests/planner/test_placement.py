@@ -44,6 +44,6 @@ def test_zero_parallelism_is_bad_input(field):
 
 
 def test_simulate_command_module_does_not_import_numpy():
-    code = ("import sys, csa_plan.cli.simulate, csa_plan.planner.simulate, csa_plan.planner.ledger, "
+    code = ("import sys, csa_plan.cli.simulate, csa_plan.planner.reserve, csa_plan.planner.ledger, "
             "csa_plan.planner.workloads\nassert 'numpy' not in sys.modules, 'numpy imported'")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,12 +1,12 @@
-"""The engine-neutral replay loop (planner/runtime): clock, arrivals, step time, pipelining."""
+"""The engine-neutral replay loop (planner/replay): clock, arrivals, step time, pipelining."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import Completion, EngineRuntime, RuntimeTrace, Step
-from csa_plan.planner.runtime.steptime import StepTime, step_ns
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import Completion, EngineRuntime, RuntimeTrace, Step
+from csa_plan.planner.steptime.model import StepTime, step_ns
 
 
 class OneAtATime(EngineRuntime):

@@ -1,4 +1,4 @@
-"""The compiled SGLang replay (``sglang_runtime/csglang.c``) equals its Python twin (``loop.replay`` stepping
+"""The compiled SGLang replay (``engines/sglang/csglang.c``) equals its Python twin (``loop.replay`` stepping
 ``SglangRuntime``): every per-request time, retraction count, refusal and per-step count (``RuntimeResult.same_as``).
 
 Hypothesis draws traces and settings: retraction storms (tiny pools, long outputs), the radix cache on and
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from csa_plan.planner.engines.sglang_runtime.compiled import compiled_module
-from csa_plan.planner.engines.sglang_runtime.runtime import SglangRuntime
-from csa_plan.planner.engines.sglang_runtime.scheduler import SchedulerConfig
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.engines.sglang.compiled import compiled_module
+from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
 
 pytestmark = pytest.mark.skipif(compiled_module() is None,
                                 reason="the csglang extension is not built (pip install -e . builds it; CI does)")
@@ -136,7 +136,7 @@ def test_compiled_equals_python_twin_on_v4_pools(v4_pools, trace, key, radix):
 
 
 def _bundled(name: str, n: int) -> RuntimeTrace:
-    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+    from csa_plan.planner.replay.trace import runtime_trace, slice_trace
     from csa_plan.planner.workloads import load_workload
 
     return slice_trace(runtime_trace(load_workload(str(TRACES / name))), 0, n)
@@ -181,12 +181,12 @@ def test_a_step_past_the_clock_is_the_twins_error():
 
 def test_an_extension_of_another_abi_is_set_aside(monkeypatch):
     """An editable install not rebuilt since csglang.c changed: its ABI differs and it is never called."""
-    from csa_plan.planner.engines.sglang_runtime import compiled
+    from csa_plan.planner.engines.sglang import compiled
 
     class Stale:
         ABI = compiled.CSGLANG_ABI + 1
 
-    import csa_plan.planner.engines.sglang_runtime as package
+    import csa_plan.planner.engines.sglang as package
 
     monkeypatch.setattr(compiled.CSGLANG, "_module", False)
     monkeypatch.setattr(package, "csglang", Stale, raising=False)  # (a sanitized build is in sys.modules only)

@@ -6,8 +6,8 @@ import pytest
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Router
-from csa_plan.planner.simulate.settings import DEFAULTS, merge, sim_config
-from csa_plan.planner.simulate import Policy, Reserve
+from csa_plan.planner.reserve.settings import DEFAULTS, merge, sim_config
+from csa_plan.planner.reserve import Policy, Reserve
 from csa_plan.planner.workloads import MixSettings
 
 

@@ -10,12 +10,10 @@ from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.memory import parse_size
 from csa_plan.planner.placement import Placement, Router, split_stages
-from csa_plan.planner.simulate.capacity import find_capacity
-from csa_plan.planner.simulate.fast import compiled_fits, compiled_loop, observe
-from csa_plan.planner.simulate.replay import replay
-from csa_plan.planner.simulate import (
-    Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate,
-)
+from csa_plan.planner.reserve.capacity import find_capacity
+from csa_plan.planner.reserve.fast import compiled_fits, compiled_loop, observe
+from csa_plan.planner.reserve.replay import replay
+from csa_plan.planner.reserve import (Outcome, Policy, Reserve, Scenario, SimConfig, TimeModel, decide, nearest_rank, prepare, reserved_tokens, simulate)
 from csa_plan.planner.workloads import load_workload
 
 from helpers import EXAMPLES, ROOT
@@ -277,19 +275,19 @@ def test_a_stale_compiled_loop_is_set_aside(monkeypatch):
     import sys
     import types
 
-    from csa_plan.planner.simulate import fast
+    from csa_plan.planner.reserve import fast
 
     source = (ROOT / "planner" / "simulate" / "cdecide.c").read_text()
     assert int(re.search(r"#define CDECIDE_ABI (\d+)", source).group(1)) == fast.CDECIDE_ABI
     try:
-        from csa_plan.planner.simulate import cdecide
+        from csa_plan.planner.reserve import cdecide
     except ImportError:
         cdecide = None
     if cdecide is not None:
         assert cdecide.ABI == fast.CDECIDE_ABI
-    stale = types.ModuleType("csa_plan.planner.simulate.cdecide")
+    stale = types.ModuleType("csa_plan.planner.reserve.cdecide")
     stale.ABI = fast.CDECIDE_ABI - 1
-    monkeypatch.setitem(sys.modules, "csa_plan.planner.simulate.cdecide", stale)
-    monkeypatch.setattr(sys.modules["csa_plan.planner.simulate"], "cdecide", stale, raising=False)
+    monkeypatch.setitem(sys.modules, "csa_plan.planner.reserve.cdecide", stale)
+    monkeypatch.setattr(sys.modules["csa_plan.planner.reserve"], "cdecide", stale, raising=False)
     monkeypatch.setattr(fast.CDECIDE, "_module", False)
     assert fast.compiled_loop() is None

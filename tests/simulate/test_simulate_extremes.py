@@ -26,7 +26,7 @@ def _queued_chain(requests: int, hold_ns: int):
     """``requests`` requests arriving together near 2^61 ns on a device that holds one at a time."""
     from csa_plan.planner.layout import GroupBytes
     from csa_plan.planner.placement import Placement, split_stages
-    from csa_plan.planner.simulate import Policy, Scenario, SimConfig
+    from csa_plan.planner.reserve import Policy, Scenario, SimConfig
     import numpy as np
 
     arrival = np.full(requests, 2_300_000_000_000_100_000, dtype=np.int64)
@@ -41,9 +41,9 @@ def test_a_release_past_the_int64_clock_is_bad_input_in_every_loop(loop):
     """A fourth queued release of 2^61 ns after an arrival at 2.3e18 ns pass 2^63 - 1: the first request
     whose release would wrap is named (it wrapped to a span of 0.0 s and utilisation 0.0 before)."""
     from csa_plan.planner.errors import BadInput
-    from csa_plan.planner.simulate import decide
-    from csa_plan.planner.simulate.fast import compiled_loop
-    from csa_plan.planner.simulate.replay import replay
+    from csa_plan.planner.reserve import decide
+    from csa_plan.planner.reserve.fast import compiled_loop
+    from csa_plan.planner.reserve.replay import replay
 
     if loop == "compiled" and compiled_loop() is None:
         pytest.skip("the compiled decision loop is not built here")

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.placement import Placement
-from csa_plan.planner.simulate import Policy, Reserve, SimConfig, TimeModel, prepare, simulate
-from csa_plan.planner.simulate import fast, scenario, timeline
-from csa_plan.planner.simulate.replay import replay
-from csa_plan.planner.simulate.series import residency_series
+from csa_plan.planner.reserve import Policy, Reserve, SimConfig, TimeModel, prepare, simulate
+from csa_plan.planner.reserve import fast, scenario, timeline
+from csa_plan.planner.reserve.replay import replay
+from csa_plan.planner.reserve.series import residency_series
 from csa_plan.planner.units import NS_PER_S
 from csa_plan.planner.workloads import Workload, load_workload, mix
 from csa_plan.planner.workloads.mix import parse_mix
@@ -232,7 +232,7 @@ def test_refuse_policy_keeps_no_admission_times():
 def test_a_long_capacity_search_runs_its_answer_again_instead_of_keeping_it(monkeypatch):
     """From KEEP_RESULTS_BELOW requests on, the search keeps only the best scale and runs it once
     more for the answer: the same result as the kept one."""
-    from csa_plan.planner.simulate import capacity
+    from csa_plan.planner.reserve import capacity
 
     wl = load_workload(str(EXAMPLES / "traces" / "azure_conv_sample_200.csv"))
     scn = prepare(PRO, wl, SimConfig(placement=Placement(tp=8), limit_bytes=(141 * 10 ** 9) - (120 << 30)))

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from csa_plan.planner.reports.runtime import runtime_report
-from csa_plan.planner.runtime import result
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions
-from csa_plan.planner.runtime.result import StepSeries
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.serving.report import runtime_report
+from csa_plan.planner.replay import result
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeOptions
+from csa_plan.planner.replay.result import StepSeries
+from csa_plan.planner.steptime.model import StepTime
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME = StepTime(20.0, 10_000.0)
@@ -80,7 +80,7 @@ def _vllm(name: str, n: int, model: str, gib: int, caching: bool):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+    from csa_plan.planner.replay.trace import runtime_trace, slice_trace
     from csa_plan.planner.workloads.load import load_workload
 
     trace = slice_trace(runtime_trace(load_workload(str(ROOT / "examples" / "traces" / name))), 0, n)
@@ -94,7 +94,7 @@ def _sglang(name: str, n: int, model: str, gib: int, caching: bool):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+    from csa_plan.planner.replay.trace import runtime_trace, slice_trace
     from csa_plan.planner.workloads.load import load_workload
 
     trace = slice_trace(runtime_trace(load_workload(str(ROOT / "examples" / "traces" / name))), 0, n)

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepBatch, StepSource, StepTime, batch_ns, linear_seconds
-from csa_plan.planner.simulate.settings import merge
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeTrace
+from csa_plan.planner.steptime.model import StepBatch, StepSource, StepTime, batch_ns, linear_seconds
+from csa_plan.planner.reserve.settings import merge
 from csa_plan.planner.workloads import MixSettings
 
 
@@ -65,8 +65,8 @@ def test_physics_terms_by_hand():
     from types import SimpleNamespace
 
     from csa_plan.planner.descriptor import Descriptor
-    from csa_plan.planner.runtime.physics import basis_rows, model_cost
-    from csa_plan.planner.runtime.hardware import CardPerf
+    from csa_plan.planner.steptime.physics import basis_rows, model_cost
+    from csa_plan.planner.steptime.hardware import CardPerf
     from csa_plan.planner.weights.tensors import Role
 
     d = dict(num_heads=8, head_dim=512, qk_rope_head_dim=64, window=128, max_seq_len=4096, cache_format="fp8_e4m3_block64")
@@ -99,8 +99,8 @@ def test_physics_terms_by_hand():
 
 def test_unknown_card_refuses_physics():
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.physics import physics_step_time
-    from csa_plan.planner.runtime.sources import model_inputs
+    from csa_plan.planner.steptime.physics import physics_step_time
+    from csa_plan.planner.serving.step_source import model_inputs
 
     spec = load_model("deepseek-v4-flash")
     data, inv = model_inputs(spec)
@@ -121,8 +121,8 @@ def _linear_times():
 @given(st.data(), _linear_times())
 def test_compiled_loops_equal_twins_under_a_linear_model(data, time):
     """Both compiled loops time each step from its batch exactly as their Python twins do."""
-    from csa_plan.planner.engines.sglang_runtime.compiled import compiled_module as sglang_module
-    from csa_plan.planner.engines.vllm_compiled import compiled_module as vllm_module
+    from csa_plan.planner.engines.sglang.compiled import compiled_module as sglang_module
+    from csa_plan.planner.engines.vllm.compiled import compiled_module as vllm_module
 
     n = data.draw(st.integers(1, 12))
     arrival = np.cumsum(data.draw(st.lists(st.integers(0, 50_000_000), min_size=n, max_size=n)))
@@ -147,7 +147,7 @@ def _runtime(engine: str, trace):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.runtime.protocol import RuntimeOptions
+    from csa_plan.planner.replay.protocol import RuntimeOptions
 
     if engine not in _PLANS:
         settings_ = EngineSettings(max_num_seqs=8) if engine.startswith("vllm") else EngineSettings(max_running_requests=8)
@@ -174,7 +174,7 @@ def test_closed_loop_sends_the_next_request_when_one_ends():
 
 
 def test_report_tpot_and_throughput():
-    from csa_plan.planner.reports.runtime import runtime_report
+    from csa_plan.planner.serving.report import runtime_report
 
     n = 4
     trace = RuntimeTrace(np.zeros(n, dtype=np.int64), np.full(n, 100, dtype=np.int64), np.full(n, 11, dtype=np.int64))
@@ -191,8 +191,8 @@ def test_report_tpot_and_throughput():
 @given(st.data(), st.integers(1, 6), st.one_of(st.just(StepTime(20.0, 10_000.0)), _linear_times()))
 def test_compiled_closed_loop_equals_twin(data, conc, time):
     """A closed-loop client in the compiled loops sends each request exactly when the twin does."""
-    from csa_plan.planner.engines.sglang_runtime.compiled import compiled_module as sglang_module
-    from csa_plan.planner.engines.vllm_compiled import compiled_module as vllm_module
+    from csa_plan.planner.engines.sglang.compiled import compiled_module as sglang_module
+    from csa_plan.planner.engines.vllm.compiled import compiled_module as vllm_module
 
     n = data.draw(st.integers(1, 14))
     prompts = np.array(data.draw(st.lists(st.one_of(st.integers(1, 3000), st.integers(9000, 9100)),
@@ -214,7 +214,7 @@ def test_docs_fit_table_is_the_shipped_fit():
     """docs/steptime.md's row-by-row table is generated from steptime_fit.json (one fact, one place)."""
     from pathlib import Path
 
-    from csa_plan.planner.runtime.physics import fit_table_markdown, shipped_fit
+    from csa_plan.planner.steptime.physics import fit_table_markdown, shipped_fit
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "steptime.md").read_text(encoding="utf-8")
     block = doc.split("<!-- fit-table: tools/fit_steptime.py --write -->\n", 1)[1].split("<!-- /fit-table -->", 1)[0]

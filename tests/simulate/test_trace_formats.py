@@ -78,8 +78,8 @@ FIXTURES = [
 def _peak(wl, limit_gib: int | None = None, policy: str = "refuse"):
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate import prepare, simulate
-    from csa_plan.planner.simulate.scenario import Policy, Reserve, SimConfig
+    from csa_plan.planner.reserve import prepare, simulate
+    from csa_plan.planner.reserve.scenario import Policy, Reserve, SimConfig
 
     spec = load_model("deepseek-v4-flash")
     config = SimConfig(placement=Placement(), limit_bytes=(limit_gib or 0) << 30, reserve=Reserve.FIT,
@@ -284,8 +284,8 @@ def test_jsonl_blocks_split_anywhere():
 
 def test_a_huge_output_count_blames_the_trace_field_not_the_option(tmp_path):
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.simulate import prepare
-    from csa_plan.planner.simulate.scenario import SimConfig
+    from csa_plan.planner.reserve import prepare
+    from csa_plan.planner.reserve.scenario import SimConfig
 
     wl = read_trace_csv(HEADER + f"2023-11-16 18:15:46.0,1,1\n2023-11-16 18:15:47.0,1,{2**63 - 1}\n", "t.csv")
     with pytest.raises(BadInput, match=r"^t.csv: GeneratedTokens: request 2 has 9,223,372,036,854,775,807 tokens"):

@@ -22,15 +22,15 @@ from hypothesis import strategies as st
 
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
-from csa_plan.planner.engines.vllm_blocks import GroupSpec
-from csa_plan.planner.engines.vllm_compiled import compiled_module, refusal
-from csa_plan.planner.engines.vllm_prefix import PrefixCache
-from csa_plan.planner.engines.vllm_scheduler import VllmRuntime
+from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
+from csa_plan.planner.engines.vllm.compiled import compiled_module, refusal
+from csa_plan.planner.engines.vllm.prefix_caching import PrefixCache
+from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
-from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
+from csa_plan.planner.replay.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads.load import load_workload
 from helpers.vllm_runtimes import drawn_trace, vllm_runtime_factory
 
@@ -203,13 +203,13 @@ def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
     import sys
     import types
 
-    from csa_plan.planner.engines import vllm_compiled
+    from csa_plan.planner.engines.vllm import compiled as vllm_compiled
 
     source = (ROOT / "planner" / "engines" / "cvllm.c").read_text()
     assert int(re.search(r"#define CVLLM_ABI (\d+)", source).group(1)) == vllm_compiled.CVLLM_ABI
-    stale = types.ModuleType("csa_plan.planner.engines.cvllm")
+    stale = types.ModuleType("csa_plan.planner.engines.vllm.cvllm")
     stale.ABI = vllm_compiled.CVLLM_ABI - 1
-    monkeypatch.setitem(sys.modules, "csa_plan.planner.engines.cvllm", stale)
+    monkeypatch.setitem(sys.modules, "csa_plan.planner.engines.vllm.cvllm", stale)
     monkeypatch.setattr(sys.modules["csa_plan.planner.engines"], "cvllm", stale, raising=False)
     monkeypatch.setattr(vllm_compiled.CVLLM, "_module", False)
     assert vllm_compiled.compiled_module() is None
@@ -234,7 +234,7 @@ def test_compiled_equals_python_with_drafts_rejected(trace, mnbt, seqs, async_on
 
 
 def test_fewer_drafts_accepted_mean_more_steps():
-    from csa_plan.planner.engines.draft_acceptance import accept, milli_table
+    from csa_plan.planner.replay.draft_acceptance import accept, milli_table
     from helpers.vllm_runtimes import vllm_runtime_factory
 
     milli = milli_table(0.5, 3)

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
 from helpers.runtime_spy import RuntimeSpy
 from helpers.vllm_runtimes import drawn_trace, vllm_runtime_factory
 

@@ -20,9 +20,9 @@ import pytest
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
 from helpers.runtime_spy import RuntimeSpy
 
 TIME = StepTime(20.0, 10_000.0)
@@ -100,7 +100,7 @@ def test_a_prompts_last_block_is_hashed_one_token_later_with_mtp():
 def test_mtp_with_caching_compiled_equals_the_python_twin(spec):
     """The compiled loop (``cvllm``) models lookahead hashes too: it takes MTP with prefix caching and
     equals the Python runtime (tests/simulate/test_vllm_compiled.py checks it under Hypothesis)."""
-    from csa_plan.planner.engines.vllm_compiled import compiled_module
+    from csa_plan.planner.engines.vllm.compiled import compiled_module
 
     if compiled_module() is None:
         pytest.skip("the cvllm extension is not built")

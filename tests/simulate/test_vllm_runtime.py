@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.runtime.loop import replay
-from csa_plan.planner.runtime.protocol import RuntimeOptions, RuntimeTrace
-from csa_plan.planner.runtime.steptime import StepTime
-from csa_plan.planner.runtime.trace import runtime_trace, slice_trace
+from csa_plan.planner.replay.loop import replay
+from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
+from csa_plan.planner.steptime.model import StepTime
+from csa_plan.planner.replay.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads import load_workload
 from helpers.runtime_spy import RuntimeSpy
 from helpers.vllm_runtimes import drawn_trace

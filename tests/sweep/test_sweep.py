@@ -43,8 +43,8 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
     """Every remaining point through `csa-plan simulate` (target run) and find_capacity (rate)."""
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate.capacity import find_capacity
-    from csa_plan.planner.simulate import Reserve, SimConfig, prepare
+    from csa_plan.planner.reserve.capacity import find_capacity
+    from csa_plan.planner.reserve import Reserve, SimConfig, prepare
     from csa_plan.planner.workloads import load_workload
 
     r = csa("sweep", SMALL, "--jobs", "1", "--json")
@@ -93,7 +93,7 @@ def test_ranked_answer_matches_each_point_run_by_hand(csa):
 
 
 def _result(key: str, devices: int, rate: float | None, feasible: bool = True):
-    from csa_plan.planner.sweep.evaluate import PointResult
+    from csa_plan.planner.sweep.results import PointResult
 
     return PointResult(key=key, devices=devices, requests=1, admitted=1, refused=0, refusals=(), wait_p99_ns=0,
                        peak_bytes=1, mean_utilization=0.5, peak_utilization=0.5, sustainable_rate_scale=rate,
@@ -114,7 +114,7 @@ def test_rank_and_pareto_front():
 
 
 def test_point_result_round_trips_through_the_resume_line():
-    from csa_plan.planner.sweep.evaluate import read_resume, resume_line
+    from csa_plan.planner.sweep.resume import read_resume, resume_line
 
     r = replace(_result("k", 2, 1.0 / 3.0), requests=3, admitted=0, refused=3, refusals=(("OutOfMemory", 3),),
                 wait_p99_ns=None)
@@ -263,8 +263,8 @@ def test_search_bounds_are_parsed_and_checked():
 def test_find_capacity_stays_within_its_bounds():
     """An unlimited deployment never saturates: the search stops at max_scale and says 'at least'."""
     from csa_plan.planner.loaders.model_files import load_model
-    from csa_plan.planner.simulate.capacity import find_capacity
-    from csa_plan.planner.simulate import SimConfig, prepare
+    from csa_plan.planner.reserve.capacity import find_capacity
+    from csa_plan.planner.reserve import SimConfig, prepare
     from csa_plan.planner.workloads import load_workload
 
     scn = prepare(load_model("deepseek-v4-flash"), load_workload(str(SAMPLE)), SimConfig())

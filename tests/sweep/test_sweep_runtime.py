@@ -46,9 +46,9 @@ def _evaluate(path: Path):
 def test_runtime_points_differ_from_the_reservation_model(tmp_path):
     """vLLM's in-flight budget charged at admission refuses requests on one H200; vLLM itself queues
     them and serves all 200 (what the sweep now answers)."""
-    from csa_plan.planner.engines.simulate import EngineRun
+    from csa_plan.planner.reserve.engine_run import EngineRun
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate import SimConfig, TimeModel, prepare, simulate
+    from csa_plan.planner.reserve import SimConfig, TimeModel, prepare, simulate
     from csa_plan.planner.sweep.evaluate import _card_settings, load_context_workload, load_point_model
 
     spec, results = _evaluate(_spec(tmp_path))
@@ -106,11 +106,11 @@ def test_a_runtime_point_is_simulate_engine_on_the_same_deployment(csa, tmp_path
     assert (f.peak_units, f.usable_units, f.peak_running, f.steps) == (
         rt["occupancy"]["peak_units"], rt["occupancy"]["usable_units"], rt["occupancy"]["peak_running"], rt["steps"])
     # and the point's rate search is simulate --find-capacity's (same start, bound and search)
-    from csa_plan.planner.runtime.serve import runtime_capacity, runtime_setup
+    from csa_plan.planner.serving.serve import runtime_capacity, runtime_setup
     from csa_plan.planner.sweep.evaluate import _card_settings, load_context_workload, load_point_model
-    from csa_plan.planner.engines.simulate import EngineRun
+    from csa_plan.planner.reserve.engine_run import EngineRun
     from csa_plan.planner.placement import Placement
-    from csa_plan.planner.simulate import SimConfig
+    from csa_plan.planner.reserve import SimConfig
 
     config = SimConfig(placement=Placement(tp=p.tp), limit_bytes=p.limit_bytes, max_seq_len=p.max_seq_len,
                        engine=EngineRun(engine, _card_settings(p.memory_bytes, engine)))

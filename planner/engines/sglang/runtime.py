@@ -1,0 +1,143 @@
+"""SGLang 0.5.23's scheduler behind the one replay loop's ``EngineRuntime`` protocol.
+
+The pools are the ones ``check --engine sglang-0.5.23`` sizes (``SglangPlan.pool_config``): the
+full pool's ``max_total_num_tokens`` and the SWA pool's tokens, in 256-token pages. Token identity
+for the radix cache: a trace's prefix-block ids (Mooncake ``hash_ids``, one per 512 prompt tokens)
+make equal pages of equal ids (``page_keys``); a page without ids, any page holding output tokens,
+and the prompt's partial last page are the request's own.
+
+What the server does before scheduling: ``max_req_len`` = min(context_len - 1, max_total_num_tokens - 1)
+and ``max_req_input_len`` = max_req_len - 5 (``managers/tp_worker.py:535-575``); a prompt of
+max_req_input_len tokens or more is refused (``managers/utils.py:259-287``); max_new_tokens is clipped to
+max_req_len - prompt - 1 and then to max_total_num_tokens - ceil_page(prompt) - page - 1
+(``init_req_max_new_tokens``, ``managers/scheduler.py:2693-2735``; ``mem_cache/allocator/base.py:88-105``).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import TYPE_CHECKING, Callable, Hashable
+
+from csa_plan.planner.engines.sglang.scheduler import Decision, Req, SchedulerConfig, SglangScheduler
+from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
+
+if TYPE_CHECKING:
+    from csa_plan.planner.replay.protocol import CompiledReplay, RuntimeTrace
+
+_RID = attrgetter("rid")
+POOLS = ("full pages (c4 KV + indexer + c128 KV)", "SWA pages (+ c4 state rows)")
+
+
+def page_keys(ids, id_block_tokens: int, prompt: int, page: int) -> tuple[Hashable, ...]:
+    """Keys of the prompt's full pages that the block ids determine: a page's tokens are fixed by
+    the ids of the blocks it overlaps and its offset in the first (equal ids = equal tokens)."""
+    if ids is None or len(ids) == 0:
+        return ()
+    covered = min(prompt, len(ids) * id_block_tokens)
+    keys = []
+    for j in range(covered // page):
+        lo, hi = j * page, (j + 1) * page
+        first, last = lo // id_block_tokens, (hi - 1) // id_block_tokens
+        keys.append((tuple(int(x) for x in ids[first:last + 1]), lo - first * id_block_tokens))
+    return tuple(keys)
+
+
+class SglangRuntime(EngineRuntime):
+    pools = POOLS
+    pipeline_depth = 1
+    preemption_word = "retract"  # scheduler.py:4493 retract_decode
+
+    def __init__(self, cfg: SchedulerConfig, trace: "RuntimeTrace", label: str,
+                 compiled: "Callable[[SglangRuntime], CompiledReplay | None] | None" = None) -> None:
+        self.cfg, self.trace, self.label = cfg, trace, label
+        self.compiled = compiled  # the compiled twin's provider, handed in by the engine plan
+        self.sched = SglangScheduler(cfg)
+        self.usable_units = cfg.full_pages + cfg.swa_pages
+        self.pool_units = (cfg.full_pages, cfg.swa_pages)
+        self.capacity = cfg.full_pages * cfg.page  # max_total_num_tokens
+        self.max_req_len = min(cfg.context_len - 1, self.capacity - 1)
+        self.max_input = self.max_req_len - 5
+        self.retractions = 0
+        self.retracted_requests: set[int] = set()
+        self.aborted: list[int] = []
+
+    def refuse(self, r: int) -> str | None:
+        prompt = int(self.trace.prompt_tokens[r])
+        if prompt < 1:  # nothing to prefill: refused before scheduling, never counted as served
+            return "an empty prompt (0 tokens): refused up front (SGLang has no prompt token to prefill)"
+        if prompt >= self.max_input:
+            return (f"prompt of max_req_input_len ({self.max_input:,}) tokens or more: SGLang refuses it "
+                    "(\"Input length exceeds the maximum allowed length\")")
+        return None
+
+    def add(self, r: int) -> None:
+        prompt = int(self.trace.prompt_tokens[r])
+        p = self.cfg.page
+        max_new = min(int(self.trace.output_tokens[r]), self.max_req_len - prompt - 1)
+        max_new = min(max_new, self.capacity - -(-prompt // p) * p - p - 1)
+        max_new = max(0, max_new)  # 0 reserves nothing and finishes at its prefill (scheduler.py:2710-2735)
+        keys = page_keys(self.trace.ids_of(r), self.trace.id_block_tokens, prompt, self.cfg.page) \
+            if self.cfg.radix_cache else ()
+        self.sched.add(Req(rid=r, prompt=prompt, max_new=max_new, keys=keys))
+
+    def schedule(self) -> Step:
+        d = self.sched.schedule()
+        s = Step(payload=d)
+        if d.kind == "idle":
+            return s
+        if d.kind == "decode":  # one token each, in the running batch's order
+            s.requests = list(map(_RID, self.sched.running))
+            s.tokens = [1] * len(s.requests)
+            for r in self.sched.running:
+                s.batch.add_decode(r.prompt + r.out, 1)
+        else:
+            s.batch = d.step_batch
+            s.requests = [req.rid for req, _n, _c in d.batch]
+            s.tokens = [n for _req, n, _c in d.batch]
+        s.prefill_tokens = d.prefill_tokens
+        s.admitted = d.admitted
+        s.preempted = d.retracted
+        s.recomputed_tokens = d.recomputed_tokens
+        s.prefix_hit_tokens = d.hit_tokens
+        s.prefix_query_tokens = d.query_tokens
+        self.retractions += len(d.retracted)
+        self.retracted_requests.update(d.retracted)
+        self.aborted += d.aborted
+        return s
+
+    def complete(self, step: Step) -> Completion:
+        d: Decision = step.payload
+        o = self.sched.complete(d)
+        return Completion(first_token=o.first_token, finished=o.finished)
+
+    def used_units(self) -> tuple[int, ...]:
+        """Pages held, the radix cache's evictable pages not counted — SGLang's own "token usage"
+        (``max_total_num_tokens - (available + evictable)``, managers/scheduler_components/pool_stats_observer.py:235-246)."""
+        s = self.sched
+        return (s.req_full + s.tree.locked, s.req_swa + s.tree.swa_locked)
+
+    def running(self) -> int:
+        return len(self.sched.running) + (1 if self.sched.chunked is not None else 0)
+
+    def waiting(self) -> int:
+        return len(self.sched.waiting)
+
+    def stranded(self) -> tuple[int, ...]:
+        return tuple(r.rid for r in self.sched.stranded())
+
+    def compiled_replay(self) -> "CompiledReplay | None":
+        """The compiled loop (``compiled.py``, ``csglang.c``) as the engine plan handed it in, when built and
+        every setting is in its range; else None (the loop steps the methods above, its checked twin)."""
+        return None if self.compiled is None else self.compiled(self)
+
+    def notes(self) -> tuple[str, ...]:
+        notes = [
+            f"{self.label}: scheduler stepped as its source does (PrefillAdder with SWAPrefillBudget, new-token "
+            f"ratio, FCFS, prefill steps before decode steps, retraction by length); radix cache "
+            f"{'on (page-granular, SWA tombstones, LRU)' if self.cfg.radix_cache else 'off (--disable-radix-cache)'}",
+            "not modelled: the overlap scheduler's one-step lag, HiCache, priority scheduling, speculative "
+            "decoding at run time, mixed prefill/decode chunks (off by default)",
+        ]
+        if self.aborted:
+            notes.append(f"{len(self.aborted)} request(s) aborted: out of memory even alone in the decode batch")
+        return tuple(notes)

@@ -1,0 +1,647 @@
+"""``vllm-0.33``: vLLM 0.33.0's memory planning for DeepSeek-V4 (H200-class defaults).
+
+What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
+
+* Specs per main layer (``models/deepseek_v4/attention.py``): every layer owns a
+  ``DeepseekV4SWACache`` (``v1/attention/backends/mla/sparse_swa.py`` ~85-146: a
+  SlidingWindowMLASpec, block 64, 584 B per row padded to 576, window = sliding_window);
+  ratio-4/128 layers add the compressed MLAAttentionSpec (block = cache block size,
+  tokens_per_state = ratio, 584 B, alignment 576; attention.py ~860-883) and a compressor
+  state (``compressor.py`` ~157-192: SlidingWindowMLASpec, fp32, state_dim 2 x coff x
+  head_dim, window coff x ratio, block 4 for ratio 4 / 8 for ratio 128); ratio-4 layers add
+  the indexer key cache (attention.py ~911-926, ~1019-1030: 132 B FP8 or 68 B MXFP4 per key,
+  alignment 576) and the indexer's own compressor state (head_dim = index_head_dim).
+  Ratio-0 layers (compress_ratio 1 in vLLM) keep only the SWA cache.
+* MTP layers are not part of the target model (``nvidia/model.py`` ~864); with
+  speculative decoding (``--num-speculative-tokens N``, method mtp) each draft layer adds a
+  SWA cache (``nvidia/mtp.py``), and a decode step carries 1 + N tokens.
+* Layout block-outermost (the V4 indexer backend declares only BLHNC/BLNHC,
+  ``v1/attention/backends/mla/indexer.py`` ~349-352) -> ``_get_packed_kv_cache_groups``;
+  one shared block pool, every block costs ``bytes_per_block`` (see ``vllm_kv``).
+* num_blocks = kv_memory // bytes_per_block, the null block included
+  (``kv_cache_planning.py`` ``get_kv_cache_config_from_groups``); the memory check plans
+  against kv_memory - one block (``get_kv_cache_configs``: "Reserve the null block").
+* The start-up log: ``GPU KV cache size: N tokens, Maximum concurrency for L tokens per
+  request: X.XXx`` (``v1/core/kv_cache_utils.py`` ``update_kv_cache_capacity``), with
+  concurrency = num_blocks / sum of groups' blocks per request at max_model_len and the
+  engine's in-flight tokens = max_concurrent_batches x max_num_batched_tokens
+  (``config/vllm.py`` ~588-609: 2 batches with async scheduling, the default).
+* Admission (``v1/core/kv_cache_manager.py`` ``allocate_slots``, scheduler_reserve_full_isl
+  on): a new request needs sum of min(cdiv(tokens, block), cap) blocks free, and the
+  running requests stay below max_num_seqs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from csa_plan.planner.descriptor import Descriptor
+from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
+                                              Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
+from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, known, target_of
+from csa_plan.planner.engines.vllm.kv_cache_utils import (KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups, tuple_blocks_per_request, tuple_bytes_per_block, tuple_groups, tuple_needed_bytes)
+from csa_plan.planner.layout import FP32_BYTES, StateClass
+from csa_plan.planner.record import record
+from csa_plan.planner.units import GiB
+
+ENGINE = "vllm-0.33"
+SRC = "vllm-0.33.0"
+
+RECORD_BYTES = 584  # attention.py: 448 B NoPE + 128 B RoPE + 8 B fp8 scale (state_content_bytes=584)
+FP8_DS_MLA_ALIGNMENT = 576  # attention.py / compressor.py / sparse_swa.py: alignment=576 for fp8_ds_mla
+SWA_BLOCK_TOKENS = 64  # sparse_swa.py DeepseekV4SWACache(block_size=64)
+KERNEL_BLOCK_TOKENS = 256  # sparse_mla.py / indexer.py get_supported_kernel_block_sizes -> [256]
+STATE_BLOCK = {4: 4, 128: 8}  # compressor.py CompressorStateCache: block_size 4 (C4) / 8 (C128)
+INDEX_SCALE_BLOCK = 128  # attention.py DeepseekV4Indexer.quant_block_size
+MXFP4_BLOCK = 32  # models/deepseek_v4/common/ops/fused_indexer_q.py MXFP4_BLOCK_SIZE
+KV_DTYPES_FP8 = ("auto", "fp8", "fp8_ds_mla", "fp8_e4m3")  # _resolve_dsv4_kv_cache_dtype: startswith("fp8")
+INDEXER_DTYPES = ("auto", "fp8", "mxfp4")  # indexer.py DSA_INDEXER_KV_DTYPES (+ "auto" -> fp8)
+# Every value vLLM's own argument types take (anything else is bad input; a known value the V4 paths
+# do not serve is the typed refusal): config/cache.py CacheDType, config/attention.py IndexerKVDType.
+CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+                "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+                "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+                "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
+USAGES = ("serve", "llm")
+
+@record
+class VllmRelease:
+    """What one modelled vLLM release decides differently; every other rule is shared (a release is its
+    differences). The 0.25.0 / 0.26.0 pointers are into those wheels' v1/core/kv_cache_utils.py,
+    v1/kv_cache_interface.py, config/vllm.py and engine/arg_utils.py."""
+
+    engine: str  # registry name, e.g. "vllm-0.33"
+    src: str  # the wheel the file:line pointers are into, e.g. "vllm-0.33.0"
+    layer_tuples: bool  # 0.25/0.26: tuple groups (kv_cache_utils.py _get_kv_cache_groups_uniform_groups);
+    #                     0.33: packed groups (kv_cache_planning.py _get_packed_kv_cache_groups)
+    windows_in_flight: bool  # windows sized for max_in_flight_tokens (0.26+), else max_num_batched_tokens
+    extra_retained: bool  # 0.33: SWA windows keep the MTP lookahead's extra_retained_tokens
+    null_block_in_check: bool  # 0.33: the memory check plans against kv memory - one block
+    tier_160_gib: bool  # 0.33: a >= 160 GiB tier of batch defaults (16384 / 1024)
+    one_log_line: bool  # 0.33: tokens and concurrency on one log line; older: two lines
+    fp4_keys_fp8_sized: bool = False  # 0.25/0.26: an FP4 indexer cache still allocates FP8's 132 B per key
+    #                                   (models/deepseek_v4/attention.py ~730-733)
+    scheduler_replayed: bool = False  # runtime() steps this release's own scheduler (0.33 only: 0.25/0.26's
+    #                                   v1/core/sched and kv cache managers differ from 0.33's; not modelled)
+
+
+def _refuse_as(rel: VllmRelease, rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
+    return _refuse(rule, setting, expected, actual, message, engine=rel.engine)
+
+
+ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_batched_tokens", "max_num_seqs",
+           "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage",
+           # start-up memory only (the device budget's non-KV terms: budget/vllm_nonkv.py)
+           "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager", "compilation_config",
+           "estimate_cudagraphs", "moe_backend")
+
+
+def _refuse(rule: str, setting: str, expected: str, actual: str, message: str, engine: str = ENGINE) -> EngineRefused:
+    return EngineRefused(EngineRefusal(engine, rule, setting, expected, actual, f"{engine}: {message} ({rule})"))
+
+
+def format_gib(b: int) -> str:
+    """utils/mem_utils.py format_gib: round(bytes / GiB, 2), as Python prints it."""
+    return f"{round(b / GiB, 2)}"
+
+
+def default_batched_tokens(gpu: GpuTarget, usage: str, rel: "VllmRelease | None" = None) -> tuple[int, int, str]:
+    """engine/arg_utils.py get_batch_defaults: (max_num_batched_tokens, max_num_seqs, rule) by GPU memory
+    tier (0.33: ~2983-2996, with a >= 160 GiB tier; 0.25/0.26: no such tier)."""
+    rel = rel or V033
+    rule = f"{rel.src} engine/arg_utils.py default_max_num_batched_tokens"
+    if rel.tier_160_gib and gpu.memory_bytes >= 160 * GiB:
+        return 16384, 1024, rule + " (>= 160 GiB)"
+    # vLLM matches "a100" in the driver's device name and keeps GB10 (cc 12.1) on the small tier
+    if gpu.memory_bytes >= 70 * GiB and "a100" not in (gpu.device_name or gpu.name).lower() \
+            and gpu.capability != (12, 1):
+        return (8192 if usage == "serve" else 16384), 1024, rule + " (>= 70 GiB)"
+    return (2048 if usage == "serve" else 8192), 256, rule + " (other GPUs)"
+
+
+@record
+class VllmSettings:
+    """The engine arguments the plan reads, each resolved to the value vLLM would use."""
+
+    gpu: GpuTarget
+    usage: str
+    block_size: int
+    kv_cache_dtype: str
+    indexer_fp4: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    async_scheduling: bool
+    num_speculative_tokens: int
+    gpu_memory_utilization: float
+    pp: int = 1
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        """config/vllm.py VllmConfig.max_concurrent_batches (model runner V2, the default)."""
+        return self.pp + 1 if self.async_scheduling else self.pp
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        return self.max_concurrent_batches * self.max_num_batched_tokens
+
+
+def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple[VllmSettings, tuple[Resolved, ...]]:
+    rel = rel or V033
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
+    check_accepted(settings, rel.engine, ACCEPTS)
+    gpu, gpu_source = target_of(settings)
+    usage = settings.usage or "serve"
+    if usage not in USAGES:
+        raise _refuse("usage context", "--usage", "|".join(USAGES), usage, f"unknown usage context {usage!r}")
+    if gpu.vendor != "nvidia":
+        raise _refuse(f"{SRC} models/deepseek_v4/__init__.py (current_platform.is_rocm(): models/deepseek_v4/amd)",
+                      "--gpu", "an NVIDIA card (sm_90/sm_100)", f"{gpu.name} ({gpu.vendor})",
+                      f"DeepSeek-V4 on {gpu.name} runs vLLM's ROCm path, whose memory planning csa-plan does not "
+                      "model")
+    if gpu.capability[0] < 9:
+        raise _refuse(f"{SRC} models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls", "--gpu", "sm_90 or sm_100",
+                      gpu.sm, f"DeepSeek-V4's FlashMLA sparse path is modelled for sm_90/sm_100 only, not {gpu.sm}")
+    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage, rel)
+    out: list[Resolved] = [Resolved("--gpu", gpu.name, gpu_source),
+                           Resolved("--usage", usage, "given" if settings.usage else "vllm serve")]
+
+    block = settings.block_size
+    if block is None:
+        block = KERNEL_BLOCK_TOKENS
+        out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends"
+                                                   " (FLASHMLA_SPARSE_DSV4 [256], DEEPSEEK_V4_INDEXER [256])"))
+    else:
+        _check_block_size(block, _refuse, rel)
+        out.append(Resolved("--block-size", block, "given"))
+
+    kv_dtype = settings.kv_cache_dtype or "auto"
+    known("--kv-cache-dtype", kv_dtype, CACHE_DTYPES, f"{SRC} config/cache.py CacheDType")
+    if kv_dtype not in KV_DTYPES_FP8 and not kv_dtype.startswith("fp8"):
+        raise _refuse(f"{SRC} models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype", "--kv-cache-dtype",
+                      "auto | fp8 | fp8_ds_mla", kv_dtype,
+                      f"the fp8_ds_mla layout only supports fp8 kv-cache, got {kv_dtype!r}")
+    out.append(Resolved("--kv-cache-dtype", "fp8_ds_mla",
+                        f"{'given ' + kv_dtype if settings.kv_cache_dtype else 'auto'} -> fp8_ds_mla "
+                        f"({SRC} attention.py _resolve_dsv4_kv_cache_dtype)"))
+
+    idx = settings.indexer_kv_dtype or "auto"
+    known("--indexer-kv-dtype", idx, INDEXER_KV_DTYPES, f"{SRC} config/attention.py IndexerKVDType")
+    if idx not in INDEXER_DTYPES:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "auto | fp8 | mxfp4", idx, f"indexer_kv_dtype={idx!r} is not supported by the sparse indexer")
+    fp4 = idx == "mxfp4"
+    if fp4 and gpu.capability[0] != 10:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "fp8 on sm_90 (mxfp4 needs sm_10x)", f"mxfp4 on {gpu.sm} ({gpu.name})",
+                      "indexer_kv_dtype='mxfp4' requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200)")
+    out.append(Resolved("--indexer-kv-dtype", "mxfp4" if fp4 else "fp8",
+                        "given" if settings.indexer_kv_dtype else f"auto -> fp8 ({SRC} config/attention.py "
+                                                                  "resolve_indexer_kv_dtype)"))
+
+    mnbt = settings.max_num_batched_tokens
+    if mnbt is not None and mnbt < 1:
+        raise _refuse(f"{SRC} config/scheduler.py", "--max-num-batched-tokens", ">= 1", str(mnbt),
+                      "max_num_batched_tokens must be positive")
+    out.append(Resolved("--max-num-batched-tokens", mnbt or mnbt_default, "given" if mnbt else tier_rule))
+    seqs = settings.max_num_seqs
+    if seqs is not None and seqs < 1:
+        raise _refuse(f"{SRC} config/scheduler.py", "--max-num-seqs", ">= 1", str(seqs), "max_num_seqs must be positive")
+    out.append(Resolved("--max-num-seqs", seqs or seqs_default, "given" if seqs else tier_rule))
+    async_on = True if settings.async_scheduling is None else settings.async_scheduling
+    out.append(Resolved("--async-scheduling", async_on, "given" if settings.async_scheduling is not None
+                        else f"{SRC} config/vllm.py: on unless an incompatible option"))
+    spec = settings.num_speculative_tokens or 0
+    out.append(Resolved("--num-speculative-tokens", spec, "given" if settings.num_speculative_tokens is not None
+                        else "no speculative decoding"))
+    util = settings.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise _refuse(f"{SRC} config/cache.py", "--gpu-memory-utilization", "0 < x <= 1", str(util),
+                      "gpu_memory_utilization must be in (0, 1]")
+    out.append(Resolved("--gpu-memory-utilization", util if util is not None else 0.92,
+                        "given" if util is not None else f"{SRC} config/cache.py CacheConfig.gpu_memory_utilization"))
+    resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype="fp8_ds_mla", indexer_fp4=fp4,
+                            max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
+                            async_scheduling=async_on, num_speculative_tokens=spec,
+                            gpu_memory_utilization=util if util is not None else 0.92)
+    return resolved, tuple(out)
+
+
+C128 = 128  # the largest compress ratio: a block must hold one compressed C128 record
+
+
+def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
+    """Block sizes as vLLM decides them: every block size its planning can size is planned (the worker
+    then picks a kernel block size that divides it); one below 128 tokens leaves a C128 layer's page
+    empty (``block_size // compress_ratio`` = 0 records) and vLLM's own start-up fails dividing by that
+    zero page (``ZeroDivisionError``). 0.25/0.26 fail earlier on a small block: its sliding-window page
+    outgrows every full-attention page and their grouping's assertion fails (``kv_cache_utils.tuple_groups``);
+    that is also how they decide a size that is not a multiple of 128 (192 and 200 fail it, 320 plans:
+    tools/crosscheck_engines.py drives their code on each)."""
+    src = rel.src
+    if block < 1:
+        raise refuse(f"{src} config/cache.py CacheConfig.block_size", "--block-size", ">= 1", str(block),
+                     "--block-size must be positive")
+    if block < C128 and not rel.layer_tuples:
+        raise refuse(f"{src} v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes", "--block-size",
+                     f">= {C128} (one C128 record per block)", str(block),
+                     f"--block-size {block} gives the compress-ratio-128 layers block_size // 128 = 0 records per "
+                     "page: a 0-byte page, and vLLM's start-up fails with ZeroDivisionError dividing by it")
+    if block > C128 and block % C128 and not rel.layer_tuples:
+        raise refuse("csa-plan (not modelled)", "--block-size", f"a multiple of {C128}", str(block),
+                     f"--block-size {block} is not a multiple of 128: a block would hold a partial C128 record, "
+                     "which csa-plan does not model")
+
+
+def index_key_bytes(index_head_dim: int, fp4: bool) -> int:
+    """attention.py DeepseekV4Indexer: FP8 head_dim + head_dim//128*4 (132); MXFP4 head_dim//2 + head_dim//32 (68)."""
+    if fp4:
+        return index_head_dim // 2 + index_head_dim // MXFP4_BLOCK
+    return index_head_dim + index_head_dim // INDEX_SCALE_BLOCK * 4
+
+
+def _state_spec(name: str, role: str, layer: int, ratio: int, head_dim: int, extra: int) -> KvSpec:
+    """A compressor state cache: a SlidingWindowSpec too, so 0.33 tags it with extra_retained_tokens like the
+    SWA caches (kv_cache_planning.py:1634-1641: every SlidingWindowSpec, multi-module MTP only)."""
+    coff = 1 + (ratio == 4)
+    return KvSpec(name=name, role=role, layer_id=layer, kind=SpecKind.SLIDING, block_size=STATE_BLOCK[ratio],
+                  tokens_per_state=1, num_heads=1, state_content_bytes=2 * coff * head_dim * FP32_BYTES,
+                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=coff * ratio, extra_retained_tokens=extra)
+
+
+def _swa_spec(name: str, layer: int, window: int, extra: int, draft: bool) -> KvSpec:
+    return KvSpec(name=name, role="MTP SWA cache" if draft else "SWA cache", layer_id=layer, kind=SpecKind.SLIDING,
+                  block_size=SWA_BLOCK_TOKENS, tokens_per_state=1, num_heads=1, state_content_bytes=RECORD_BYTES,
+                  alignment=FP8_DS_MLA_ALIGNMENT, sliding_window=window, extra_retained_tokens=extra, is_draft=draft)
+
+
+def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers: int,
+                rel: "VllmRelease | None" = None) -> list[KvSpec]:
+    """Every KV spec in registration order (static_forward_context insertion order)."""
+    rel = rel or V033
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
+    spec_tokens = s.num_speculative_tokens
+    lookahead = 0
+    if spec_tokens:
+        lookahead = spec_tokens if min(num_mtp_layers, spec_tokens) > 1 else 1  # num_prefill_lookahead_tokens
+    # 0.33 kv_cache_planning.py get_global_kv_cache_groups: extra_retained_tokens (0.25/0.26: none)
+    extra = max(0, lookahead - 1) if rel.extra_retained else 0
+    out: list[KvSpec] = []
+    for d in layers:
+        if d.is_mtp:
+            continue
+        i, r = d.layer_id, d.compression_ratio
+        p = f"model.layers.{i}.self_attn"
+        if r not in (0, 1, 4, 128):
+            raise _refuse(f"{SRC} models/deepseek_v4/compressor.py CompressorStateCache (assert compress_ratio in "
+                          "[4, 128])", "compress_ratios", "0, 4 or 128", str(r),
+                          f"layer {i}: compress ratio {r} is not one DeepSeek-V4's compressor supports")
+        if r == 4:
+            out.append(KvSpec(name=f"{p}.indexer.k_cache", role="C4 indexer keys", layer_id=i, kind=SpecKind.FULL,
+                              block_size=s.block_size, tokens_per_state=4, num_heads=1,
+                              state_content_bytes=index_key_bytes(d.index_head_dim,
+                                                                  s.indexer_fp4 and not rel.fp4_keys_fp8_sized),
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
+            out.append(_state_spec(f"{p}.indexer.compressor.state_cache", "C4 indexer state", i, 4, d.index_head_dim,
+                                   extra))
+        out.append(_swa_spec(f"{p}.swa_cache", i, d.window, extra, False))
+        if r in (4, 128):
+            out.append(KvSpec(name=p, role=f"C{r} attention", layer_id=i, kind=SpecKind.FULL, block_size=s.block_size,
+                              tokens_per_state=r, num_heads=1, state_content_bytes=RECORD_BYTES,
+                              alignment=FP8_DS_MLA_ALIGNMENT).with_kernel_stride())
+            out.append(_state_spec(f"{p}.compressor.state_cache", f"C{r} state", i, r, d.head_dim, extra))
+    if spec_tokens:
+        mtp = [d for d in layers if d.is_mtp]
+        if not mtp:
+            raise _refuse(f"{SRC} config/speculative.py (method mtp needs num_nextn_predict_layers)",
+                          "--num-speculative-tokens", "a model with MTP layers", "0 MTP layers",
+                          "MTP speculative decoding needs the model's MTP layers")
+        for d in mtp:
+            out.append(_swa_spec(f"model.layers.{d.layer_id}.self_attn.swa_cache", d.layer_id, d.window, extra, True))
+    return out
+
+
+_CLASS = {"C4 attention": StateClass.COMPRESSED, "C128 attention": StateClass.COMPRESSED,
+          "C4 indexer keys": StateClass.INDEX, "C4 state": StateClass.CARRY, "C128 state": StateClass.CARRY,
+          "C4 indexer state": StateClass.INDEX_CARRY, "SWA cache": StateClass.DENSE_RING,
+          "MTP SWA cache": StateClass.DENSE_RING}
+
+
+def group_class(g: KvGroup) -> StateClass:
+    """The ledger class a group's blocks are booked under: its widest layer's class."""
+    widest = max(g.specs, key=lambda s: s.page_bytes)
+    return _CLASS[widest.role]
+
+
+@record
+class VllmPlan(EnginePlan):
+    """One deployment's KV specs, groups and block size, as the release plans them."""
+
+    model_name: str
+    max_seq_len: int
+    settings: tuple[Resolved, ...]
+    resolved: VllmSettings
+    specs: tuple[KvSpec, ...]
+    groups: tuple[KvGroup, ...]
+    repeats_per_group: int | None
+    block_bytes: int
+    _engine: EngineModel = field(repr=False)
+
+    @property
+    def engine(self) -> EngineModel:
+        return self._engine
+
+    @property
+    def unit_bytes(self) -> int:
+        return self.block_bytes
+
+    @property
+    def release(self) -> VllmRelease:
+        return getattr(self._engine, "release", V033)
+
+    @property
+    def window_tokens(self) -> int:
+        """The in-flight tokens the windowed specs are sized for: 0.26+ ``VllmConfig.max_in_flight_tokens``
+        (max_concurrent_batches x max_num_batched_tokens); 0.25 and older ``max_num_batched_tokens``
+        (0.25.0 v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes)."""
+        r = self.resolved
+        return r.max_in_flight_tokens if self.release.windows_in_flight else r.max_num_batched_tokens
+
+    def in_flight(self, phase: Phase | str) -> int:
+        if phase == Phase.DECODE:
+            return 1 + self.resolved.num_speculative_tokens
+        return self.window_tokens
+
+    def _uses(self, blocks: list[int]) -> tuple[PoolUse, ...]:
+        return tuple(PoolUse(f"group {g.index}: {g.label}", n, self.block_bytes, group_class(g),
+                             sum(s.unpadded_page_bytes for s in g.specs))
+                     for g, n in zip(self.groups, blocks))
+
+    def footprint(self, tokens: int, phase: Phase = Phase.DECODE) -> Footprint:
+        q = self.in_flight(phase)
+        blocks = [g.blocks_held(tokens, self.max_seq_len, q) for g in self.groups]
+        return Footprint(tokens, Phase(phase).value, q, self._uses(blocks))
+
+    def startup_budget(self) -> Footprint:
+        q = self.window_tokens
+        blocks = [g.blocks_per_request(self.max_seq_len, q) for g in self.groups]
+        return Footprint(self.max_seq_len, "startup", q, self._uses(blocks))
+
+    def budget_blocks_per_request(self) -> int:
+        """The divisor of "Maximum concurrency": 0.33 the groups' blocks per request summed; 0.25/0.26
+        cdiv(sum of groups' pages x page sums, the first group's page sum) (``kv_cache_utils.tuple_blocks_per_request``)."""
+        if self.release.layer_tuples:
+            return tuple_blocks_per_request(list(self.groups), self.max_seq_len, self.window_tokens)
+        return self.startup_budget().units
+
+    def needed_bytes(self, max_model_len: int) -> int:
+        """_max_memory_usage_bytes_from_groups: 0.33 bytes_per_block x sum of groups' blocks per request;
+        0.25/0.26 the layer-tuple sum (``kv_cache_utils.tuple_needed_bytes``)."""
+        q = self.window_tokens
+        if self.release.layer_tuples:
+            return tuple_needed_bytes(list(self.groups), max_model_len, q)
+        return self.block_bytes * sum(g.blocks_per_request(max_model_len, q) for g in self.groups)
+
+    def estimate_max_model_len(self, available: int) -> int:
+        """_estimate_max_model_len_from_groups: binary search, 0 if one token does not fit."""
+        if self.needed_bytes(1) > available:
+            return 0
+        left, right, result = 1, self.max_seq_len, 1
+        while left <= right:
+            mid = (left + right) // 2
+            if self.needed_bytes(mid) <= available:
+                result, left = mid, mid + 1
+            else:
+                right = mid - 1
+        return result
+
+    def size_pool(self, kv_memory_bytes: int) -> PoolSizing:
+        bpb, rel = self.block_bytes, self.release
+        # 0.33 get_kv_cache_configs: the null block is reserved for the check; 0.25/0.26 check the whole budget
+        check = kv_memory_bytes - bpb if rel.null_block_in_check else kv_memory_bytes
+        where = "v1/core/kv_cache_planning.py" if rel.null_block_in_check else "v1/core/kv_cache_utils.py"
+        rule = f"{rel.src} {where} _check_enough_kv_cache_memory"
+        if check <= 0:
+            raise _refuse(rule, "--kv-memory", f"> {kv_memory_bytes - check} bytes", str(kv_memory_bytes),
+                          "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+                          engine=rel.engine)
+        needed = self.needed_bytes(self.max_seq_len)
+        if needed > check:
+            est = self.estimate_max_model_len(check)
+            hint = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
+            raise _refuse(rule, "--kv-memory", f">= {needed + kv_memory_bytes - check} bytes", str(kv_memory_bytes),
+                          f"To serve at least one request with the model's max seq len ({self.max_seq_len}), "
+                          f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV "
+                          f"cache memory ({format_gib(check)} GiB). {hint}Try increasing `gpu_memory_utilization` "
+                          "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when "
+                          "initializing the engine.", engine=rel.engine)
+        num_blocks = kv_memory_bytes // bpb
+        per_request = self.budget_blocks_per_request()
+        concurrency = num_blocks / per_request  # get_max_concurrency_for_kv_cache_config (float, as Python does)
+        tokens = int(concurrency * self.max_seq_len)  # get_kv_cache_capacity
+        size = f"GPU KV cache size: {tokens:,} tokens"
+        conc = f"Maximum concurrency for {self.max_seq_len:,} tokens per request: {concurrency:.2f}x"
+        lines = (f"{size}, {conc}",) if rel.one_log_line else (size, conc)
+        pools = (PoolSize("shared block pool", num_blocks, bpb, "one block = every group's pages side by side; "
+                          "block 0 is the null block"),)
+        return PoolSizing(kv_memory_bytes=kv_memory_bytes, unit_name="block", unit_bytes=bpb, total_units=num_blocks,
+                          usable_units=num_blocks - 1, max_running=self.resolved.max_num_seqs,
+                          max_seq_len=self.max_seq_len, budget_units_per_request=per_request,
+                          concurrency=concurrency, tokens=tokens, pools=pools, reserved_bytes=bpb,
+                          log_lines=lines, extra=(("num_blocks", num_blocks), ("release", rel.engine),
+                                                    ("blocks_per_request", per_request),
+                                                    ("bytes_per_block", bpb)))
+
+    def admits(self, sizing: PoolSizing, used_units: int, running: int, tokens: int) -> bool:
+        """scheduler: running < max_num_seqs; kv_cache_manager.allocate_slots (full_sequence_must_fit):
+        sum of min(cdiv(tokens, block), cap) <= free blocks."""
+        if running >= sizing.max_running:
+            return False
+        need = self.footprint(min(tokens, self.max_seq_len), Phase.PREFILL).units
+        return need <= sizing.usable_units - used_units
+
+    @property
+    def runtime_modelled(self) -> bool:
+        return True
+
+    @property
+    def replay_refusal(self) -> str | None:
+        rel = self.release
+        if rel.scheduler_replayed:
+            return None
+        return (f"the step-by-step replay models vLLM {V033.src.removeprefix('vllm-')}'s scheduler; {rel.engine}'s "
+                f"start-up is modelled (check --engine {rel.engine}), its scheduler is not: use --engine {V033.engine}")
+
+    def prefill_lookahead(self) -> int:
+        """VllmConfig.num_prefill_lookahead_tokens (config/vllm.py:655-675): N for multi-module MTP, 1 for one module."""
+        n = self.resolved.num_speculative_tokens
+        if not n:
+            return 0
+        mtp = sum(1 for s in self.specs if s.is_draft)
+        return n if min(mtp, n) > 1 else 1
+
+    def hash_lookahead(self) -> int:
+        """VllmConfig.num_hash_lookahead_tokens (config/vllm.py:677-690) with prefix caching on: MTP is an
+        EAGLE-style drafter needing the block drop (speculative.py:2122-2149), no KV connector, and
+        ``disable_lookahead_block_hashes`` off, so each block hash covers the prefill lookahead tokens after
+        it (and the scheduler then turns the EAGLE block drop off, sched/scheduler.py:342-345)."""
+        return self.prefill_lookahead()
+
+    def runtime(self, sizing: PoolSizing, trace, options):
+        """vLLM 0.33.0's scheduler and KV cache manager over ``trace`` (``scheduler``); only for a release
+        whose scheduler that is (``replay_refusal``)."""
+        if self.replay_refusal:
+            raise NotImplementedError(self.replay_refusal)
+        from csa_plan.planner.engines.vllm.compiled import compiled_replay
+        from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
+        from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+
+        r = self.resolved
+        q = r.max_in_flight_tokens
+        specs = tuple(GroupSpec(block_size=g.first.block_size,
+                                window=g.first.sliding_window if g.first.kind is SpecKind.SLIDING else None,
+                                extra_retained=g.first.extra_retained_tokens,
+                                admission_cap=(g.blocks_per_request(self.max_seq_len, q)
+                                               if g.first.kind is SpecKind.SLIDING else None))
+                      for g in self.groups)
+        caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
+        prefix = None
+        if caching:
+            from csa_plan.planner.engines.vllm.prefix_caching import PrefixCache
+
+            prefix = PrefixCache(trace, specs, self, hash_lookahead_tokens=self.hash_lookahead())
+        return VllmRuntime(trace, specs, tuple(f"group {g.index}: {g.label}" for g in self.groups),
+                           sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
+                           r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
+                           self.prefill_lookahead(), prefix=prefix, label=self.engine.label(),
+                           acceptance=options.spec_acceptance, compiled=compiled_replay)
+
+    def tp_rules(self) -> tuple[TpRule, ...]:
+        src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
+               "compressor.py ~181-192, sparse_swa.py ~120-146); kv_cache_planning.py kv_cache_groups_tp_replicas")
+        roles = dict.fromkeys(s.role for s in self.specs)
+        return tuple(TpRule(role, "replicated", src) for role in roles)
+
+    def startup_note(self) -> str:
+        r = self.resolved
+        q, d = self.window_tokens, self.in_flight(Phase.DECODE)
+        budget = self.budget_blocks_per_request()
+        held = self.footprint(self.max_seq_len, Phase.DECODE).units
+        alt_tokens = 2048 if r.max_num_batched_tokens > 2048 else r.max_num_batched_tokens
+        alt_q = alt_tokens * (r.max_concurrent_batches if self.release.windows_in_flight else 1)
+        alt = (tuple_blocks_per_request(list(self.groups), self.max_seq_len, alt_q) if self.release.layer_tuples
+               else sum(g.blocks_per_request(self.max_seq_len, alt_q) for g in self.groups))
+        mode = "async scheduling" if r.async_scheduling else "no async scheduling"
+        batches = (f"{r.max_concurrent_batches} concurrent batches, {mode}, x" if self.release.windows_in_flight
+                   else f"{self.release.src} sizes windows for one batch whatever the scheduling ({mode}):")
+        return (f"{self.release.engine}: vLLM budgets every windowed group for {q:,} in-flight tokens ({batches} "
+                f"--max-num-batched-tokens {r.max_num_batched_tokens:,}): "
+                f"{budget:,} blocks per request at start-up, while a decoding request holds {held:,} "
+                f"({d} token{'s' if d > 1 else ''} in flight). That budget is the divisor of its 'Maximum "
+                f"concurrency'; --max-num-batched-tokens {alt_tokens:,} would make it {alt:,} blocks.")
+
+    def describe(self) -> dict[str, Any]:
+        q = self.window_tokens
+        d = self.in_flight(Phase.DECODE)
+        return {
+            "release": self.release.engine,
+            "startup_note": self.startup_note(),
+            "startup_budget_setting": "--max-num-batched-tokens",
+            "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)"
+                      + ("; layer tuples (0.25/0.26 grouping)" if self.release.layer_tuples else "; packed groups"),
+            "bytes_per_block": self.block_bytes,
+            "repeats_per_group": self.repeats_per_group,
+            "max_in_flight_tokens": q,
+            "max_concurrent_batches": self.resolved.max_concurrent_batches,
+            "groups": [{
+                "index": g.index, "label": g.label, "spec": g.first.kind.value, "layers": len(g.specs),
+                "block_tokens": g.first.block_size, "sliding_window": g.first.sliding_window,
+                "page_sum_bytes": g.page_sum_bytes,
+                "pages": sorted({s.page_bytes for s in g.specs}),
+                "blocks_per_request_startup": g.blocks_per_request(self.max_seq_len, q),
+                "blocks_decoding": g.blocks_held(self.max_seq_len, self.max_seq_len, d),
+            } for g in self.groups],
+            "specs": [{"name": s.name, "role": s.role, "spec": s.kind.value, "block_size": s.block_size,
+                       "page_bytes": s.page_bytes, "unpadded_page_bytes": s.unpadded_page_bytes,
+                       "sliding_window": s.sliding_window, "is_draft": s.is_draft} for s in self.specs],
+        }
+
+
+@record
+class Vllm033(EngineModel):
+    """One vLLM release's engine model; ``release`` holds what that release decides differently."""
+
+    release: VllmRelease = field(default=None)  # type: ignore[assignment]  # set for every registered release
+
+    def configure(self, model, settings: EngineSettings, max_seq_len: int) -> VllmPlan:
+        rel = self.release or V033
+        src = rel.src
+        resolved, out = resolve(settings, rel)
+        specs = layer_specs(model.layers, resolved, model.num_mtp_layers, rel)
+        where = "v1/core/kv_cache_utils.py" if rel.layer_tuples else "v1/core/kv_cache_planning.py"
+        try:
+            if rel.layer_tuples:
+                groups, repeats = tuple_groups(specs), None
+                block_bytes = tuple_bytes_per_block(groups)
+            else:
+                groups, repeats = kv_cache_groups(specs)
+                block_bytes = bytes_per_block(groups) if groups else 0
+        except NotImplementedError as exc:
+            raise _refuse(f"{src} {where} get_kv_cache_groups", "model", "DeepSeek-V4 specs",
+                          "other", str(exc), engine=rel.engine) from None
+        if not groups:
+            raise _refuse(f"{src} {where} get_kv_cache_groups", "model", "KV cache layers",
+                          "none", "the model has no KV cache layers", engine=rel.engine)
+        return VllmPlan(model_name=model.name, max_seq_len=max_seq_len, settings=out, resolved=resolved,
+                        specs=tuple(specs), groups=tuple(groups), repeats_per_group=repeats,
+                        block_bytes=block_bytes, _engine=self)
+
+
+V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight=True, extra_retained=True,
+                   null_block_in_check=True, tier_160_gib=True, one_log_line=True, scheduler_replayed=True)
+# 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
+V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
+                   extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
+                   fp4_keys_fp8_sized=True)
+# 0.25.0: the same grouping code as 0.26.0; windows for one max_num_batched_tokens
+V025 = VllmRelease(engine="vllm-0.25", src="vllm-0.25.0", layer_tuples=True, windows_in_flight=False,
+                   extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
+                   fp4_keys_fp8_sized=True)
+
+
+def _sources(src: str, planning: str) -> tuple[str, ...]:
+    return (f"{src} {planning}", f"{src} v1/core/kv_cache_utils.py", f"{src} v1/kv_cache_interface.py",
+            f"{src} models/deepseek_v4/attention.py", f"{src} models/deepseek_v4/compressor.py",
+            f"{src} v1/attention/backends/mla/sparse_swa.py", f"{src} config/vllm.py", f"{src} engine/arg_utils.py")
+
+
+VLLM_033 = Vllm033(
+    name=ENGINE, engine_name="vLLM", version="0.33.0",
+    summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
+            "windowed groups budgeted for the in-flight tokens",
+    options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
+)
+VLLM_026 = Vllm033(
+    name=V026.engine, engine_name="vLLM", version="0.26.0",
+    summary="vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, window groups padded "
+            "to its pages), windowed groups budgeted for the in-flight tokens",
+    options=ACCEPTS, sources=_sources(V026.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
+    release=V026,
+)
+VLLM_025 = Vllm033(
+    name=V025.engine, engine_name="vLLM", version="0.25.0",
+    summary="vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one --max-num-batched-tokens",
+    options=ACCEPTS, sources=_sources(V025.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
+    release=V025,
+)
+# The newest modelled release: what ``--engine vllm`` names.
+VLLM_RELEASES = (VLLM_033, VLLM_026, VLLM_025)

@@ -1,0 +1,159 @@
+"""The one replay loop for every engine runtime (protocol: ``protocol.EngineRuntime``).
+
+Order of one iteration at clock ``t`` (integer ns): add every arrival with
+``arrival_ns <= t`` (a request the server refuses is recorded, never added); ask the
+engine for a step; a step with tokens lasts ``steptime.batch_ns`` of what it holds and ends at
+``t + dt``; with ``pipeline_depth`` 1 its output is applied at its end, with depth 2 the
+previous step's output is applied now (it ended at ``t``) and this one's after the next
+step is scheduled — vLLM's async scheduling, where step k+1 is scheduled while step k runs.
+A step with nothing scheduled waits for the batch in flight, else jumps to the next
+arrival; with nothing in flight and nothing to come the requests still waiting are
+stranded (refused as never fitting) instead of spinning.
+
+``max_concurrency`` C makes the client closed-loop, as ``vllm bench serve --max-concurrency``
+and SGLang's ``bench_serving`` run every published row: the trace's order is kept but not its
+times; the first C requests are sent at the first arrival, and each request that ends (served,
+refused or stranded) sends the next at that moment; the compiled loops do the same.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from csa_plan.planner.replay.protocol import EngineRuntime, RuntimeTrace, Step
+from csa_plan.planner.replay.result import RuntimeResult, StepSeries
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.steptime.model import StepTime, batch_ns, step_ns
+from csa_plan.planner.clock import MAX_CLOCK_NS
+from csa_plan.planner.units import NS_PER_S
+
+NEVER = -1
+STRANDED = "never fits: nothing running could free enough memory"
+
+
+def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
+           progress: Callable[[int, int], None] | None = None, compiled: bool | None = None,
+           max_concurrency: int | None = None, on_step: Callable[[Step], None] | None = None) -> RuntimeResult:
+    """The trace through ``rt``: by the engine's compiled loop when it offers one (``compiled=False``
+    forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here.
+    ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``)."""
+    if on_step is not None:
+        compiled = False
+    if compiled is not False:
+        fast = rt.compiled_replay()
+        if fast is not None:
+            result = fast(trace, time, progress, max_concurrency)
+            if progress is not None:
+                progress(len(trace), len(trace))
+            return result
+        if compiled:
+            raise RuntimeError(f"{rt.label or 'this engine'}: no compiled loop for these settings (not built?)")
+    n = len(trace)
+    arrival = trace.arrival_ns.tolist()
+    sent = n  # requests whose arrival is set (closed loop: the rest wait for one to end)
+    if max_concurrency is not None and n:
+        sent = min(n, max_concurrency)
+        arrival = [arrival[0]] * sent + [NEVER] * (n - sent)
+    admitted = [NEVER] * n
+    first_token = [NEVER] * n
+    finished = [NEVER] * n
+    preemptions = [0] * n
+    refused: dict[int, str] = {}
+    series = StepSeries.empty(len(rt.pools))
+    inflight: deque[tuple[Step, int]] = deque()
+    totals = {"recomputed": 0, "hit": 0, "query": 0}
+    t = arrival[0] if n else 0
+    nxt = 0
+    done = 0
+    depth = rt.pipeline_depth
+    linear = time.linear
+
+    def release(k: int, at: int) -> None:  # a closed loop: k requests ended at ``at``; as many more are sent
+        nonlocal sent
+        while k > 0 and sent < n:
+            arrival[sent] = at
+            sent += 1
+            k -= 1
+
+    def apply(step: Step, end: int) -> None:
+        nonlocal done
+        c = rt.complete(step)
+        for r in c.first_token:
+            if first_token[r] == NEVER:
+                first_token[r] = end
+        for r in c.finished:
+            finished[r] = end
+        done += len(c.finished)
+        release(len(c.finished), end)
+
+    while True:
+        while nxt < sent and arrival[nxt] <= t:
+            reason = rt.refuse(nxt)
+            if reason is None:
+                rt.add(nxt)
+            else:
+                refused[nxt] = reason
+                done += 1
+                release(1, t)
+            nxt += 1
+        step = rt.schedule()
+        for r in step.admitted:
+            if admitted[r] == NEVER:
+                admitted[r] = t
+        for r in step.preempted:
+            preemptions[r] += 1
+        totals["recomputed"] += step.recomputed_tokens
+        totals["hit"] += step.prefix_hit_tokens
+        totals["query"] += step.prefix_query_tokens
+        if step.tokens:
+            end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time))
+            if on_step is not None:
+                on_step(step)
+            if end > MAX_CLOCK_NS:  # the simulate loops' bound: bad input, never a wrapped (or unstorable) time
+                raise BadInput("options", "--tpot-ms / --prefill-tok-s",
+                               f"the engine step starting at {t / NS_PER_S:,.0f} s would end past the int64 "
+                               "nanosecond clock (about 292 years, MAX_CLOCK_NS): shorten the trace, its token "
+                               "counts or the step times")
+            inflight.append((step, end))
+            while len(inflight) >= depth:
+                s, e = inflight.popleft()
+                apply(s, e)
+                if s is step:
+                    break
+            t = end
+            series.add(t, rt.used_units(), rt.running(), rt.waiting(), step.total_tokens, step.prefill_tokens)
+            if progress is not None and len(series) % 4096 == 0:
+                progress(done, n)
+            continue
+        if inflight:
+            s, e = inflight.popleft()
+            apply(s, e)
+            t = max(t, e)
+            continue
+        if nxt < sent:
+            t = max(t, arrival[nxt])
+            continue
+        if rt.running() == 0 and rt.waiting() == 0 and nxt == n:
+            break
+        for r in rt.stranded():
+            refused[r] = STRANDED
+            done += 1
+        for r in range(nxt, n):  # a closed loop whose requests in flight stranded: the rest are never sent
+            refused[r] = STRANDED
+            done += 1
+        break
+    if progress is not None:
+        progress(done, n)
+    if max_concurrency is not None:
+        import numpy as np
+
+        sent_ns = np.array(arrival, dtype=np.int64)  # NEVER: not sent (the loop ended with requests stranded)
+    else:
+        sent_ns = trace.arrival_ns
+    return RuntimeResult(label=rt.label, pools=rt.pools, usable_units=rt.usable_units, arrival_ns=sent_ns,
+                         admitted_ns=admitted, first_token_ns=first_token, finished_ns=finished,
+                         preemptions=preemptions, refused=refused, series=series.freeze(),
+                         recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
+                         prefix_query_tokens=totals["query"], notes=rt.notes(),
+                         pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)

@@ -1,0 +1,129 @@
+"""What an engine runtime implements for the one replay loop (see the package docstring).
+
+``RuntimeTrace`` is the requests as every engine runtime reads them: parallel integer
+arrays (arrival ns after ``--rate-scale``, prompt and output tokens) and, where the trace
+names its prefix blocks (Mooncake ``hash_ids``), the ids of each request's token blocks
+(``block_ids[block_offsets[i]:block_offsets[i+1]]``, one id per ``id_block_tokens``
+prompt tokens). Equal ids are equal tokens; a request without ids shares nothing.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from csa_plan.planner.steptime.model import StepBatch
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from csa_plan.planner.replay.result import RuntimeResult
+    from csa_plan.planner.steptime.model import StepTime
+
+# An engine's compiled twin of ``loop.replay`` over one runtime: (trace, time, progress, max_concurrency) -> the
+# same result; progress (or None) is called with (requests done, requests) as the loop goes; max_concurrency (or
+# None) is a closed-loop client, as in ``loop.replay``.
+CompiledReplay = Callable[..., "RuntimeResult"]
+
+MOONCAKE_BLOCK_TOKENS = 512  # the published Mooncake trace: one hash id per 512 prompt tokens
+
+
+@dataclass(frozen=True, eq=False)
+class RuntimeTrace:
+    arrival_ns: "np.ndarray"  # int64, non-decreasing
+    prompt_tokens: "np.ndarray"  # int64
+    output_tokens: "np.ndarray"  # int64, >= 1
+    block_ids: "np.ndarray | None" = None  # int64 ids, concatenated per request
+    block_offsets: "np.ndarray | None" = None  # int64, len(requests) + 1
+    id_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+
+    def __len__(self) -> int:
+        return len(self.arrival_ns)
+
+    def ids_of(self, i: int) -> "np.ndarray | None":
+        if self.block_ids is None or self.block_offsets is None:
+            return None
+        return self.block_ids[self.block_offsets[i]:self.block_offsets[i + 1]]
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Runtime settings that are not start-up settings (None: the engine's default)."""
+
+    enable_prefix_caching: bool | None = None
+    spec_acceptance: float = 1.0  # vLLM MTP: each draft's acceptance rate (draft_acceptance.py); 1 = all accepted
+
+
+@dataclass
+class Step:
+    """One scheduler step, as the engine decided it (filled by ``EngineRuntime.schedule``)."""
+
+    requests: list[int] = field(default_factory=list)  # scheduled requests, in the engine's order
+    tokens: list[int] = field(default_factory=list)  # tokens scheduled per request (parallel)
+    prefill_tokens: int = 0  # of those, tokens of prompt (or recomputation) chunks
+    batch: StepBatch = field(default_factory=StepBatch)  # what the step holds: the step-time input
+    admitted: list[int] = field(default_factory=list)  # taken from waiting this step (resumed ones too)
+    preempted: list[int] = field(default_factory=list)  # sent back to waiting this step
+    recomputed_tokens: int = 0  # tokens scheduled again for preempted requests' earlier progress
+    prefix_hit_tokens: int = 0  # tokens admissions took from the prefix cache this step
+    prefix_query_tokens: int = 0  # prompt tokens those admissions looked up
+    payload: Any = None  # engine-private state carried to ``complete``
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+@dataclass
+class Completion:
+    """What one step's (fabricated) model output did."""
+
+    first_token: list[int] = field(default_factory=list)  # requests that sampled their first output token
+    finished: list[int] = field(default_factory=list)  # requests done (memory released)
+
+
+class EngineRuntime(ABC):
+    """One engine release's scheduler and memory manager, stepped by ``loop.replay``."""
+
+    pools: tuple[str, ...]
+    usable_units: int
+    pool_units: tuple[int, ...] = ()  # usable units per pool (parallel to ``pools``; () when not separate)
+    pipeline_depth: int = 1
+    label: str = ""  # the engine release, for outputs
+    preemption_word: str = "preempt"  # the engine's own word for sending a running request back (SGLang: retract)
+
+    @abstractmethod
+    def refuse(self, r: int) -> str | None: ...
+
+    @abstractmethod
+    def add(self, r: int) -> None: ...
+
+    @abstractmethod
+    def schedule(self) -> Step: ...
+
+    @abstractmethod
+    def complete(self, step: Step) -> Completion: ...
+
+    @abstractmethod
+    def used_units(self) -> tuple[int, ...]: ...
+
+    @abstractmethod
+    def running(self) -> int: ...
+
+    @abstractmethod
+    def waiting(self) -> int: ...
+
+    def stranded(self) -> tuple[int, ...]:
+        """Requests still waiting when nothing runs, nothing is in flight and nothing arrives."""
+        return ()
+
+    def notes(self) -> tuple[str, ...]:
+        """What this runtime models and what it does not, in one line each."""
+        return ()
+
+    def compiled_replay(self) -> CompiledReplay | None:
+        """The engine's compiled loop for this runtime's settings, or None (not built, or settings it
+        does not take): ``loop.replay`` then steps the Python methods above, the compiled loop's
+        checked twin. Called before any ``add``: the compiled loop replays the whole trace itself."""
+        return None

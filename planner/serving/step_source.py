@@ -1,0 +1,56 @@
+"""Which step time a replay runs under (``--step-time physics|measured|fixed``): the one place a
+``StepTime`` is built for a deployment, so simulate, --find-capacity and sweep time a step alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from csa_plan.planner.errors import BadInput
+from csa_plan.planner.steptime.model import StepSource, StepTime
+
+FIXED_PROVENANCE = "the two constants (--tpot-ms, --prefill-tok-s), the same on every GPU"
+
+
+def engine_family(plan: Any) -> str:
+    """vllm | sglang: whose kernels' data a step-time source reads for this engine release."""
+    name = plan.engine.engine_name.lower()
+    return "sglang" if name.startswith("sglang") else "vllm"
+
+
+def model_inputs(spec: Any) -> tuple[dict[str, Any], Any]:
+    """The checkpoint config and the weight inventory of ``spec`` (bad input when it has none)."""
+    from csa_plan.planner.weights.config import read_model_config
+    from csa_plan.planner.weights.measured import model_weights
+
+    for ref in (spec.source, spec.name):
+        config = read_model_config(ref) if isinstance(ref, str) else None
+        if config is not None and config.data:
+            weights = model_weights(ref, required=False)
+            if weights is not None and weights.inventory is not None:
+                return dict(config.data), weights.inventory
+    raise BadInput("options", "--step-time", f"{spec.name}: a physics or measured step time needs the model's "
+                                             "checkpoint config (a preset, config.json or model directory); "
+                                             "give --step-time fixed for a YAML or ONNX model")
+
+
+def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
+    """The step time of ``config.time.step_time`` for ``plan`` on ``config``'s deployment."""
+    t = config.time
+    source = StepSource(t.step_time)
+    if source is StepSource.FIXED:
+        return StepTime(t.tpot_ms, t.prefill_tok_s, source=StepSource.FIXED, provenance=FIXED_PROVENANCE,
+                        band="none stated: the constants are the user's")
+    from csa_plan.planner.engines.settings import target_of
+
+    gpu, _ = target_of(config.engine.settings)
+    tp = config.placement.tp
+    data, inventory = model_inputs(spec)
+    if source is StepSource.MEASURED:
+        from csa_plan.planner.steptime.measured import measured_step_time
+
+        return measured_step_time(spec, data, gpu.name, tp, config.placement, engine_family(plan),
+                                  plan.engine.label())
+    from csa_plan.planner.steptime.physics import physics_step_time
+
+    return physics_step_time(spec, data, inventory, gpu.name, tp, engine_family(plan), plan.engine.label())
