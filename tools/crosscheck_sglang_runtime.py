@@ -303,10 +303,11 @@ def run_case(label: str, trace, cfg, steps_limit: int | None = None) -> tuple[bo
     from csa_plan.planner.engines.sglang import scheduler as S
     from csa_plan.planner.engines.sglang.retract import retraction_order as ours_order
     from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+    from csa_plan.planner.engines.sglang.compiled import replay_for
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.steptime.model import StepTime
 
-    rt = SglangRuntime(cfg, trace, "sglang-0.5.23")
+    rt = SglangRuntime(cfg, trace, "sglang-0.5.23", compiled=replay_for)
     sched = rt.sched
     prefill_pass, sg_order, follow_ratio, sg_window, _tracker = sglang_side(sched)
     counts = {"prefill": 0, "decode": 0, "window": 0, "retractions": 0}
@@ -347,7 +348,7 @@ def run_case(label: str, trace, cfg, steps_limit: int | None = None) -> tuple[bo
     sched._prefill, sched._decode, sched._evict_window = checked_prefill, checked_decode, checked_evict
     res = replay(rt, trace, StepTime(20.0, 10_000.0), compiled=False)  # the Python model, checked step by step
     # the compiled loop (csglang.c) must give the same run, so it agrees with SGLang's code through the twin
-    compiled = SglangRuntime(cfg, trace, "sglang-0.5.23")
+    compiled = SglangRuntime(cfg, trace, "sglang-0.5.23", compiled=replay_for)
     if compiled.compiled_replay() is None:
         mismatches.append("the compiled loop (csa_plan.planner.engines.sglang.csglang) is not built")
     elif not replay(compiled, trace, StepTime(20.0, 10_000.0), compiled=True).same_as(res):

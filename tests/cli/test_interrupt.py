@@ -25,10 +25,12 @@ import pytest
 
 from csa_plan.planner.engines.sglang.compiled import compiled_module as csglang_module
 from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+from csa_plan.planner.engines.sglang.compiled import replay_for
 from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
 from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
 from csa_plan.planner.engines.vllm.compiled import compiled_module as cvllm_module
 from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+from csa_plan.planner.engines.vllm.compiled import compiled_replay
 from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeTrace
 from csa_plan.planner.steptime.model import StepTime
@@ -110,12 +112,12 @@ def test_ctrl_c_without_a_terminal_is_one_stderr_line():
 
 
 def _vllm_runtime(trace: RuntimeTrace) -> VllmRuntime:
-    return VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 200, 4096, 2048, 8, True, 0, 0)
+    return VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 200, 4096, 2048, 8, True, 0, 0, compiled=compiled_replay)
 
 
 def _sglang_runtime(trace: RuntimeTrace) -> SglangRuntime:
     return SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40, page=16, window=16, max_running_requests=8),
-                         trace, "sglang-0.5.23")
+                         trace, "sglang-0.5.23", compiled=replay_for)
 
 
 def _trace(n: int = 3000) -> RuntimeTrace:

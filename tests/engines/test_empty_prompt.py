@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+from csa_plan.planner.engines.sglang.compiled import replay_for
 from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
 from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
 from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+from csa_plan.planner.engines.vllm.compiled import compiled_replay
 from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeTrace
 from csa_plan.planner.steptime.model import StepTime
@@ -33,11 +35,11 @@ def _trace() -> RuntimeTrace:
 
 
 def _vllm(trace):
-    return VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 200, 4096, 2048, 8, True, 0, 0)
+    return VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 200, 4096, 2048, 8, True, 0, 0, compiled=compiled_replay)
 
 
 def _sglang(trace):
-    return SglangRuntime(SchedulerConfig(full_pages=200, swa_pages=200, page=16, window=16), trace, "sglang-0.5.23")
+    return SglangRuntime(SchedulerConfig(full_pages=200, swa_pages=200, page=16, window=16), trace, "sglang-0.5.23", compiled=replay_for)
 
 
 @pytest.mark.parametrize("compiled", [False, None], ids=["python", "compiled-where-built"])

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from csa_plan.planner.engines.sglang.runtime import SglangRuntime, page_keys
+from csa_plan.planner.engines.sglang.compiled import replay_for
 from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
 from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeTrace
@@ -32,7 +33,7 @@ def _trace(arrival_s, prompt, output, ids=None):
 
 
 def _run(trace, **cfg):
-    rt = SglangRuntime(SchedulerConfig(**cfg), trace, "sglang-0.5.23")
+    rt = SglangRuntime(SchedulerConfig(**cfg), trace, "sglang-0.5.23", compiled=replay_for)
     return rt, replay(rt, trace, TIME, compiled=False)  # the Python model: its internals are read below
 
 

@@ -103,6 +103,7 @@ def test_the_compiled_loops_refuse_inconsistent_arrays_with_a_typed_error():
     from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
     from csa_plan.planner.engines.vllm.compiled import compiled_module
     from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+    from csa_plan.planner.engines.vllm.compiled import compiled_replay
     from csa_plan.planner.errors import ReplayInputError
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.replay.protocol import RuntimeTrace
@@ -112,7 +113,7 @@ def test_the_compiled_loops_refuse_inconsistent_arrays_with_a_typed_error():
         pytest.skip("the compiled replays are not built (pip install -e . builds them; CI does)")
     trace = RuntimeTrace(np.array([5, 0], dtype=np.int64), np.array([100, 100], dtype=np.int64),
                          np.array([3, 3], dtype=np.int64))  # arrivals out of order: no caller passes that
-    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 8192, 2048, 8, True, 0, 0)
+    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 8192, 2048, 8, True, 0, 0, compiled=compiled_replay)
     with pytest.raises(ReplayInputError) as info:
         replay(rt, trace, StepTime(20.0, 10_000.0), compiled=True)
     assert "cvllm" in str(info.value) and info.value.exit_code == 2

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from csa_plan.planner.engines.sglang.compiled import compiled_module
 from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+from csa_plan.planner.engines.sglang.compiled import replay_for
 from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
 from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
@@ -32,8 +33,8 @@ GiB = 1 << 30
 
 
 def _twins(trace: RuntimeTrace, cfg: SchedulerConfig, time: StepTime) -> tuple:
-    py_rt = SglangRuntime(cfg, trace, "sglang-0.5.23")
-    c_rt = SglangRuntime(cfg, trace, "sglang-0.5.23")
+    py_rt = SglangRuntime(cfg, trace, "sglang-0.5.23", compiled=replay_for)
+    c_rt = SglangRuntime(cfg, trace, "sglang-0.5.23", compiled=replay_for)
     assert c_rt.compiled_replay() is not None
     py = replay(py_rt, trace, time, compiled=False)
     c = replay(c_rt, trace, time, compiled=True)
@@ -162,11 +163,11 @@ def test_settings_out_of_range_run_the_python_twin():
     take (a count past 2^40) runs the twin through the compiled entry point."""
     trace = RuntimeTrace(np.array([0, 5], dtype=np.int64), np.array([300, 2], dtype=np.int64),
                          np.array([3, 1 << 41], dtype=np.int64))
-    big = SglangRuntime(SchedulerConfig(full_pages=1 << 41, swa_pages=40), trace, "sglang-0.5.23")
+    big = SglangRuntime(SchedulerConfig(full_pages=1 << 41, swa_pages=40), trace, "sglang-0.5.23", compiled=replay_for)
     assert big.compiled_replay() is None
-    rt = SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "sglang-0.5.23")
+    rt = SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "sglang-0.5.23", compiled=replay_for)
     res = replay(rt, trace, StepTime(20.0, 10_000.0))
-    twin = replay(SglangRuntime(rt.cfg, trace, "sglang-0.5.23"), trace, StepTime(20.0, 10_000.0), compiled=False)
+    twin = replay(SglangRuntime(rt.cfg, trace, "sglang-0.5.23", compiled=replay_for), trace, StepTime(20.0, 10_000.0), compiled=False)
     assert res.same_as(twin) and isinstance(res.finished_ns, list)
 
 
@@ -174,7 +175,7 @@ def test_a_step_past_the_clock_is_the_twins_error():
     from csa_plan.planner.errors import BadInput
 
     trace = RuntimeTrace(np.array([0], dtype=np.int64), np.array([300], dtype=np.int64), np.array([5], dtype=np.int64))
-    rt = SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "sglang-0.5.23")
+    rt = SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "sglang-0.5.23", compiled=replay_for)
     with pytest.raises(BadInput, match="int64"):
         replay(rt, trace, StepTime(4e12, 10_000.0), compiled=True)
 
@@ -192,4 +193,4 @@ def test_an_extension_of_another_abi_is_set_aside(monkeypatch):
     monkeypatch.setattr(package, "csglang", Stale, raising=False)  # (a sanitized build is in sys.modules only)
     assert compiled.compiled_module() is None
     trace = RuntimeTrace(np.array([0], dtype=np.int64), np.array([300], dtype=np.int64), np.array([5], dtype=np.int64))
-    assert SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "x").compiled_replay() is None
+    assert SglangRuntime(SchedulerConfig(full_pages=40, swa_pages=40), trace, "x", compiled=replay_for).compiled_replay() is None

@@ -26,6 +26,7 @@ from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec
 from csa_plan.planner.engines.vllm.compiled import compiled_module, refusal
 from csa_plan.planner.engines.vllm.prefix_caching import PrefixCache
 from csa_plan.planner.engines.vllm.scheduler import VllmRuntime
+from csa_plan.planner.engines.vllm.compiled import compiled_replay
 from csa_plan.planner.loaders.model_files import load_model
 from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
@@ -120,7 +121,7 @@ def test_compiled_equals_python_on_random_groups_and_tiny_pools(trace, specs, sp
     def make():
         prefix = PrefixCache(trace, specs, hash_lookahead_tokens=hash_lookahead) if caching else None
         return VllmRuntime(trace, specs, tuple(f"g{i}" for i in range(len(specs))), blocks, MAX_MODEL_LEN, mnbt,
-                           seqs, async_on, spec, spec, pl if spec else 0, prefix=prefix)
+                           seqs, async_on, spec, spec, pl if spec else 0, prefix=prefix, compiled=compiled_replay)
 
     assert_twins(make, trace)
 
@@ -145,7 +146,7 @@ def test_stranded_and_refused_in_order():
     trace = RuntimeTrace(np.array([0, 5, 9], dtype=np.int64), np.array([3000, 9000, 2000], dtype=np.int64),
                          np.array([10, 10, 10], dtype=np.int64))
     specs = (GroupSpec(16, None), GroupSpec(4, 8, 0, 40))
-    a, b = assert_twins(lambda: VllmRuntime(trace, specs, ("a", "b"), 10, MAX_MODEL_LEN, 2048, 8, True, 0, 0),
+    a, b = assert_twins(lambda: VllmRuntime(trace, specs, ("a", "b"), 10, MAX_MODEL_LEN, 2048, 8, True, 0, 0, compiled=compiled_replay),
                         trace)
     assert list(b.refused) == [1, 0, 2] and "max_model_len" in b.refused[1]
 
@@ -157,7 +158,7 @@ def test_clock_overflow_is_the_same_bad_input():
     trace = RuntimeTrace(np.array([(1 << 63) - 10], dtype=np.int64), np.array([100], dtype=np.int64),
                          np.array([3], dtype=np.int64))
     specs = (GroupSpec(16, None),)
-    make = lambda: VllmRuntime(trace, specs, ("a",), 100, MAX_MODEL_LEN, 2048, 8, True, 0, 0)
+    make = lambda: VllmRuntime(trace, specs, ("a",), 100, MAX_MODEL_LEN, 2048, 8, True, 0, 0, compiled=compiled_replay)
     with pytest.raises(BadInput) as py:
         replay(make(), trace, TIME, compiled=False)
     with pytest.raises(BadInput) as c:
@@ -167,9 +168,9 @@ def test_clock_overflow_is_the_same_bad_input():
 
 def test_settings_outside_int32_run_in_python():
     trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64))
-    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, (1 << 30) + 1, 2048, 8, True, 0, 0)
+    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, (1 << 30) + 1, 2048, 8, True, 0, 0, compiled=compiled_replay)
     assert rt.compiled_replay() is None and "max_model_len" in refusal(rt)
-    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 10 ** 10, 8, True, 0, 0)
+    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 10 ** 10, 8, True, 0, 0, compiled=compiled_replay)
     assert rt.compiled_replay() is None and "max_num_batched_tokens" in refusal(rt)
     assert replay(rt, trace, TIME).finished_ns[0] > 0  # the Python loop takes it
 
@@ -214,7 +215,7 @@ def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
     monkeypatch.setattr(vllm_compiled.CVLLM, "_module", False)
     assert vllm_compiled.compiled_module() is None
     trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64))
-    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 2048, 8, True, 0, 0)
+    rt = VllmRuntime(trace, (GroupSpec(16, None),), ("a",), 100, 4096, 2048, 8, True, 0, 0, compiled=compiled_replay)
     assert rt.compiled_replay() is None
     assert replay(rt, trace, TIME).finished_ns[0] > 0
 
