@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import os
 import stat

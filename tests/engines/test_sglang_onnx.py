@@ -166,7 +166,7 @@ def test_onnx_genai_reserves_the_b6_layout_per_request(pro):
 
 
 def test_onnx_genai_window_defaults_to_max_seq_len():
-    from csa_plan.planner.profile_onnx_genai import window_from_default
+    from csa_plan.planner.engines.onnx_genai import window_from_default
 
     assert window_from_default(("window 128 from the default (no sliding_window / window_size node attribute or "
                                 "metadata_props entry)",))

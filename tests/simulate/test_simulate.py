@@ -277,7 +277,7 @@ def test_a_stale_compiled_loop_is_set_aside(monkeypatch):
 
     from csa_plan.planner.reserve import fast
 
-    source = (ROOT / "planner" / "simulate" / "cdecide.c").read_text()
+    source = (ROOT / "planner" / "reserve" / "cdecide.c").read_text()
     assert int(re.search(r"#define CDECIDE_ABI (\d+)", source).group(1)) == fast.CDECIDE_ABI
     try:
         from csa_plan.planner.reserve import cdecide

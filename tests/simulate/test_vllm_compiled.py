@@ -206,12 +206,12 @@ def test_a_stale_compiled_replay_is_set_aside(monkeypatch):
 
     from csa_plan.planner.engines.vllm import compiled as vllm_compiled
 
-    source = (ROOT / "planner" / "engines" / "cvllm.c").read_text()
+    source = (ROOT / "planner" / "engines" / "vllm" / "cvllm.c").read_text()
     assert int(re.search(r"#define CVLLM_ABI (\d+)", source).group(1)) == vllm_compiled.CVLLM_ABI
     stale = types.ModuleType("csa_plan.planner.engines.vllm.cvllm")
     stale.ABI = vllm_compiled.CVLLM_ABI - 1
     monkeypatch.setitem(sys.modules, "csa_plan.planner.engines.vllm.cvllm", stale)
-    monkeypatch.setattr(sys.modules["csa_plan.planner.engines"], "cvllm", stale, raising=False)
+    monkeypatch.setattr(sys.modules["csa_plan.planner.engines.vllm"], "cvllm", stale, raising=False)
     monkeypatch.setattr(vllm_compiled.CVLLM, "_module", False)
     assert vllm_compiled.compiled_module() is None
     trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64))
