@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../native.h"
+
 typedef struct { int64_t t; int64_t i; int64_t r; int64_t tier; } Ev; /* a release: time, request, replica, tier */
 
 typedef struct {
@@ -210,21 +212,6 @@ static int run(Loop *L, Py_ssize_t n, int queue_policy) {
     return head < tail ? -2 : 0;
 }
 
-/* itemsize 0: any of 1, 2, 4 or 8 bytes (an integer array the loop reads through its size) */
-static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count,
-               const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (!itemsize && (view->itemsize == 1 || view->itemsize == 2 || view->itemsize == 4 || view->itemsize == 8))
-        itemsize = view->itemsize;
-    if (view->itemsize != itemsize || view->len != itemsize * count) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count, itemsize);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *decide(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_arr, *o_hold, *o_tier, *o_up, *o_need, *o_out, *o_rep, *o_adm, *o_ev;
@@ -255,7 +242,7 @@ static PyObject *decide(PyObject *self, PyObject *args) {
     const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
     static const char *names[9] = {"arrival", "hold", "tier", "up", "need", "outcome", "replica", "admit", "events"};
     for (; got < 9; got++)
-        if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
+        if (csa_buffer(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
     Loop L;
     memset(&L, 0, sizeof L);
     L.arr = (const int64_t *)b[0].buf;

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.replay.result import RuntimeResult
     from csa_plan.planner.steptime.model import StepTime
 
-CSGLANG_ABI = 5  # csglang.c's CSGLANG_ABI: the calling convention used below
-BOUND = 1 << 40  # every count the compiled loop takes is below this (csglang.c checks it again)
+CSGLANG_ABI = 6  # csglang.c's CSGLANG_ABI: the calling convention used below
 # CPython 3.12 made sum() of floats compensated (Neumaier); the adder's running offset is a sum()
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
@@ -41,18 +40,19 @@ def compiled_module():
     return CSGLANG.load()
 
 
-def takes(rt: "SglangRuntime") -> bool:
-    """Settings the compiled loop takes: a page of at least one token; every count below 2^40."""
+def takes(rt: "SglangRuntime", bound: int) -> bool:
+    """Settings the compiled loop takes: a page of at least one token; every count below ``bound`` (the
+    built module's ``BOUND``, 2^40 in csglang.c)."""
     import math
 
     c = rt.cfg
     counts = (c.full_pages, c.swa_pages, c.page, c.window, c.chunked_prefill_size, c.max_prefill_tokens, rt.capacity)
     signed = (c.max_running_requests, rt.max_req_len, rt.max_input)
-    return (c.page >= 1 and all(0 <= int(x) < BOUND for x in counts) and all(abs(int(x)) < BOUND for x in signed)
+    return (c.page >= 1 and all(0 <= int(x) < bound for x in counts) and all(abs(int(x)) < bound for x in signed)
             and math.isfinite(c.schedule_conservativeness))
 
 
-def _trace_taken(trace: "RuntimeTrace", time: "StepTime") -> bool:
+def _trace_taken(trace: "RuntimeTrace", time: "StepTime", bound: int) -> bool:
     import numpy as np
 
     if not (time.prefill_tok_s > 0) or time.decode_ns < 1 or trace.id_block_tokens < 1:
@@ -61,8 +61,8 @@ def _trace_taken(trace: "RuntimeTrace", time: "StepTime") -> bool:
     if n == 0:
         return True
     cols = (trace.arrival_ns, trace.prompt_tokens, trace.output_tokens)
-    if any(int(np.min(a)) < 0 for a in cols) or int(np.max(trace.prompt_tokens)) >= BOUND \
-            or int(np.max(trace.output_tokens)) >= BOUND:
+    if any(int(np.min(a)) < 0 for a in cols) or int(np.max(trace.prompt_tokens)) >= bound \
+            or int(np.max(trace.output_tokens)) >= bound:
         return False
     return bool(np.all(np.diff(trace.arrival_ns) >= 0)) if n > 1 else True
 
@@ -70,14 +70,14 @@ def _trace_taken(trace: "RuntimeTrace", time: "StepTime") -> bool:
 def replay_for(rt: "SglangRuntime") -> "CompiledReplay | None":
     """The compiled replay over ``rt``'s settings, or None (not built, or settings it does not take)."""
     mod = compiled_module()
-    if mod is None or not takes(rt):
+    if mod is None or not takes(rt, mod.BOUND):
         return None
 
     def run(trace: "RuntimeTrace", time: "StepTime", progress=None, max_concurrency: int | None = None) -> "RuntimeResult":
         from csa_plan.planner.errors import ReplayInputError
         from csa_plan.planner.replay.loop import replay
 
-        if not _trace_taken(trace, time):
+        if not _trace_taken(trace, time, mod.BOUND):
             return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency)
         out = reporting(mod, progress,
                         lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "csglang"))
@@ -110,11 +110,16 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
     rule = RatioRule.from_config(c.schedule_conservativeness)
     closed = 0 if max_concurrency is None else int(max_concurrency)
     sent = np.empty(n, dtype=np.int64) if closed else None
-    got = mod.replay(c.full_pages, c.swa_pages, c.page, c.window, c.max_running_requests, c.chunked_prefill_size,
-                     c.max_prefill_tokens, rt.max_req_len, rt.max_input, rt.capacity, c.radix_cache, COMPENSATED_SUM,
-                     rule.init, rule.min, rule.decay, n, arrival, prompt, output, n_ids, ids, offs,
-                     trace.id_block_tokens, time.decode_ns, MAX_CLOCK_NS, float(time.prefill_tok_s),
-                     admitted, first, finished, preempt, refused_code, step_buckets(), time.linear, closed, sent)
+    got = mod.replay(
+        full_pages=c.full_pages, swa_pages=c.swa_pages, page=c.page, window=c.window,
+        max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,
+        max_prefill_tokens=c.max_prefill_tokens, max_req_len=rt.max_req_len, max_input=rt.max_input,
+        capacity=rt.capacity, radix_cache=c.radix_cache, compensated_sum=COMPENSATED_SUM, ratio_init=rule.init,
+        ratio_min=rule.min, ratio_decay=rule.decay, n=n, arrival=arrival, prompt=prompt, output=output, n_ids=n_ids,
+        block_ids=ids, block_offsets=offs, id_block_tokens=trace.id_block_tokens, decode_ns=time.decode_ns,
+        max_clock_ns=MAX_CLOCK_NS, prefill_tok_s=float(time.prefill_tok_s), admitted=admitted, first_token=first,
+        finished=finished, preemptions=preempt, refused=refused_code, series_cap=step_buckets(),
+        step_model=time.linear, max_concurrency=closed, sent=sent)
     if got[0] != 0:  # a step would end past the int64 clock: the twin raises its own error
         return None
     _, _, recomputed, hit, query, aborted, stranded, *cols = got

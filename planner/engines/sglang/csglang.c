@@ -28,10 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../steptime/steptime.h"
+#include "../../replay/loop.h"
 #include "../../replay/stepseries.h"
 
-#define CSGLANG_ABI 5
+#define CSGLANG_ABI 6
+/* every count the loop takes stays below this, so no int64 sum it forms overflows; the Python caller
+ * (compiled.py `takes`) reads it from this module as BOUND */
+#define BOUND (1LL << 40)
 #define CLIP_MAX_NEW 4096 /* adder.CLIP_MAX_NEW_TOKENS */
 #define EVICTION_INTERVAL 128 /* window.EVICTION_INTERVAL */
 #define RETRACT_DECODE_STEPS 20 /* ratio.RETRACT_DECODE_STEPS */
@@ -871,21 +874,12 @@ typedef struct {
 } Col;
 
 typedef struct {
-    const int64_t *arrival, *prompt, *output;
+    CsaClient client; /* the arrivals: the trace's, or a closed loop's (replay/loop.h) */
+    CsaClock clock;   /* the step time and the int64 clock (replay/loop.h) */
     int64_t *first_ns, *finished_ns;
-    int64_t decode_ns, max_clock;
-    double prefill_tok_s;
-    CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
-    int64_t *sent; /* a closed-loop client (closed > 0): the arrivals, set as requests end (loop.replay's release) */
-    int64_t closed, nsent, n;
     int64_t err_t; /* the step start whose end would pass the clock */
     int64_t finished; /* requests finished so far (progress) */
 } Clock;
-
-static void client_release(Clock *k, int64_t cnt, int64_t at) { /* loop.replay's release */
-    if (!k->closed) return;
-    while (cnt-- > 0 && k->nsent < k->n) k->sent[k->nsent++] = at;
-}
 
 static void add_request(Sched *s, int32_t r) { /* runtime.add */
     Req *q = &s->req[r];
@@ -897,30 +891,16 @@ static void add_request(Sched *s, int32_t r) { /* runtime.add */
     s->w_len++;
 }
 
-/* Ctrl-C and progress within a long replay (the loop holds the GIL): every TICK_TURNS turns the loop
- * runs pending signal handlers (SIGINT raises KeyboardInterrupt) and calls the callback set_progress
- * gave, with (requests done, requests); either raising ends the replay with that exception (rc -2). */
-#define TICK_TURNS 4096
-static PyObject *progress_cb = NULL;
-
-static int tick(int64_t done, int64_t n) {
-    if (PyErr_CheckSignals() < 0) return -1;
-    if (progress_cb == NULL) return 0;
-    PyObject *r = PyObject_CallFunction(progress_cb, "LL", (long long)done, (long long)n);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
-
 /* the series: end_ns, used (full, swa), running, waiting, tokens, prefill */
 static int run(Sched *s, Clock *k, StepSeries *ser) {
     int64_t n = s->n, nxt = 0, refused = 0;
-    int64_t t = n ? k->arrival[0] : 0;
+    int64_t t = n ? k->client.arrival[0] : 0;
     for (int64_t turn = 1;; turn++) {
-        if ((turn & (TICK_TURNS - 1)) == 0 && tick(k->finished + refused + s->n_aborted, n) < 0) return -2;
-        while (nxt < (k->closed ? k->nsent : n) && k->arrival[nxt] <= t) {
+        if ((turn & (CSA_TICK_TURNS - 1)) == 0 && csa_tick(k->finished + refused + s->n_aborted, n) < 0) return -2;
+        while (nxt < csa_client_sendable(&k->client) && k->client.arrival[nxt] <= t) {
             if (s->req[nxt].prompt >= s->max_input || s->req[nxt].prompt < 1) { /* runtime.refuse */
                 s->refused[nxt] = 1, refused++;
-                client_release(k, 1, t);
+                csa_client_release(&k->client, 1, t);
             }
             else add_request(s, (int32_t)nxt);
             nxt++;
@@ -941,17 +921,8 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
             }
         }
         if (kind) {
-            int64_t dt = k->decode_ns;
-            if (k->model.on) {
-                dt = csa_linear_ns(&k->model, &s->batch);
-                if (dt == INT64_MAX) { k->err_t = t; return -3; }
-            } else if (prefill_tokens > 0) {
-                double v = ceil((double)prefill_tokens * 1e9 / k->prefill_tok_s); /* steptime.step_ns */
-                if (!(v < 9.2233720368547758e18)) { k->err_t = t; return -3; }
-                if ((int64_t)v > dt) dt = (int64_t)v;
-            }
-            if (dt > k->max_clock - t) { k->err_t = t; return -3; }
-            int64_t end = t + dt;
+            int64_t end = csa_step_end(&k->clock, t, prefill_tokens, &s->batch);
+            if (end < 0) { k->err_t = t; return -3; }
             if (kind == 1) { /* scheduler.complete, a prefill batch */
                 int32_t new_chunked = -1;
                 for (int64_t b = 0; b < s->nb; b++) {
@@ -969,7 +940,7 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                     if (q->out >= q->max_new) {
                         if (release(s, r, 1) < 0) return -1;
                         k->finished_ns[r] = end, k->finished++;
-                        client_release(k, 1, end);
+                        csa_client_release(&k->client, 1, end);
                     } else {
                         if (s->radix && checkpoint_unfinished(s, r) < 0) return -1;
                         s->running[s->n_running++] = r;
@@ -990,7 +961,7 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                         if (s->req[r].out >= s->req[r].max_new) {
                             if (release(s, r, 1) < 0) return -1;
                             k->finished_ns[r] = end, k->finished++;
-                            client_release(k, 1, end);
+                            csa_client_release(&k->client, 1, end);
                         }
                     }
                     for (int64_t i = 0; i < s->n_running; i++) {
@@ -1006,8 +977,8 @@ static int run(Sched *s, Clock *k, StepSeries *ser) {
                 return -1;
             continue;
         }
-        if (nxt < (k->closed ? k->nsent : n)) {
-            t = max64(t, k->arrival[nxt]);
+        if (nxt < csa_client_sendable(&k->client)) {
+            t = max64(t, k->client.arrival[nxt]);
             continue;
         }
         if (s->n_running + (s->chunked >= 0 ? 1 : 0) == 0 && s->w_len == 0 && nxt == n) break;
@@ -1084,17 +1055,6 @@ static int intern_keys(Sched *s, const int64_t *ids, const int64_t *offs, int64_
 
 /* -- the module ------------------------------------------------------------------------------- */
 
-static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count, const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (view->itemsize != itemsize || view->len != itemsize * count) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count, itemsize);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *int_list(const int32_t *a, int64_t n) {
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (int64_t i = 0; l && i < n; i++) {
@@ -1105,7 +1065,7 @@ static PyObject *int_list(const int32_t *a, int64_t n) {
     return l;
 }
 
-static PyObject *replay(PyObject *self, PyObject *args) {
+static PyObject *replay(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     long long F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, B, decode_ns, max_clock, cap;
     int radix, compensated;
@@ -1113,13 +1073,18 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     Py_ssize_t n, n_ids;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_model, *o_sent;
     Py_ssize_t closed;
-    if (!PyArg_ParseTuple(args, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOLOnO", &F, &S, &P, &W, &mrr, &chunk, &max_prefill,
-                          &max_req_len, &max_input, &capacity, &radix, &compensated, &ratio_init, &ratio_min,
-                          &ratio_decay, &n, &o_arr, &o_prompt, &o_out, &n_ids, &o_ids, &o_offs, &B, &decode_ns,
-                          &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &cap, &o_model, &closed,
-                          &o_sent))
+    static char *kwlist[] = {"full_pages", "swa_pages", "page", "window", "max_running_requests",
+                             "chunked_prefill_size", "max_prefill_tokens", "max_req_len", "max_input", "capacity",
+                             "radix_cache", "compensated_sum", "ratio_init", "ratio_min", "ratio_decay", "n", "arrival",
+                             "prompt", "output", "n_ids", "block_ids", "block_offsets", "id_block_tokens", "decode_ns",
+                             "max_clock_ns", "prefill_tok_s", "admitted", "first_token", "finished", "preemptions",
+                             "refused", "series_cap", "step_model", "max_concurrency", "sent", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LLLLLLLLLLppdddnOOOnOOLLLdOOOOOLOnO", kwlist, &F, &S, &P, &W, &mrr,
+                                     &chunk, &max_prefill, &max_req_len, &max_input, &capacity, &radix, &compensated,
+                                     &ratio_init, &ratio_min, &ratio_decay, &n, &o_arr, &o_prompt, &o_out, &n_ids, &o_ids,
+                                     &o_offs, &B, &decode_ns, &max_clock, &prefill_tok_s, &o_adm, &o_first, &o_fin,
+                                     &o_pre, &o_ref, &cap, &o_model, &closed, &o_sent))
         return NULL;
-    const long long BOUND = 1LL << 40;
     if (n < 0 || n > 0x3FFFFFFF || P < 1 || W < 0 || B < 1 || F < 0 || S < 0 || F > BOUND || S > BOUND || P > BOUND ||
         W > BOUND || B > BOUND || chunk > BOUND || max_prefill > BOUND || llabs(mrr) > BOUND ||
         llabs(max_req_len) > BOUND || llabs(max_input) > BOUND || llabs(chunk) > BOUND ||
@@ -1138,7 +1103,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     Py_buffer b[10];
     int got = 0;
     for (; got < nbuf; got++)
-        if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail_buf;
+        if (csa_buffer(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail_buf;
     const int64_t *arrival = (const int64_t *)b[0].buf, *prompt = (const int64_t *)b[1].buf;
     const int64_t *output = (const int64_t *)b[2].buf;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -1159,7 +1124,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     memset(&s, 0, sizeof s);
     Clock k;
     memset(&k, 0, sizeof k);
-    if (csa_parse_model(o_model, &k.model) < 0) goto fail_buf;
+    if (csa_parse_model(o_model, &k.clock.model) < 0) goto fail_buf;
     s.F = F; s.S = S; s.P = P; s.W = W; s.mrr = mrr; s.chunk = chunk; s.max_prefill = max_prefill;
     s.max_req_len = max_req_len; s.max_input = max_input; s.capacity = capacity;
     s.radix = radix; s.compensated = compensated;
@@ -1203,32 +1168,17 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         cols[c].obj = PyByteArray_FromStringAndSize(NULL, 0);
         if (!cols[c].obj) { rc = -2; goto done; }
     }
-    k.arrival = arrival;
-    k.prompt = prompt;
-    k.output = output;
     k.first_ns = (int64_t *)b[4].buf;
     k.finished_ns = (int64_t *)b[5].buf;
-    k.decode_ns = decode_ns;
-    k.max_clock = max_clock;
-    k.prefill_tok_s = prefill_tok_s;
-    Py_buffer sent_view;
-    int has_sent = 0;
-    if (closed > 0) {
-        if (o_sent == Py_None || get(o_sent, &sent_view, 1, 8, n, "sent") < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a closed loop needs its arrivals array");
-            rc = -4;
-            goto done;
-        }
-        has_sent = 1;
-        k.closed = closed;
-        k.n = n;
-        k.sent = (int64_t *)sent_view.buf;
-        k.nsent = closed < n ? closed : n;
-        for (Py_ssize_t i = 0; i < n; i++) k.sent[i] = i < k.nsent ? (n ? arrival[0] : 0) : -1; /* -1: not sent */
-        k.arrival = k.sent;
+    k.clock.decode_ns = decode_ns;
+    k.clock.max_clock = max_clock;
+    k.clock.prefill_tok_s = prefill_tok_s;
+    if (csa_client_open(&k.client, arrival, n, closed, o_sent) < 0) {
+        rc = -4;
+        goto done;
     }
     rc = run(&s, &k, &ser);
-    if (has_sent) PyBuffer_Release(&sent_view);
+    csa_client_close(&k.client);
     if (rc == 0 && ss_write(&ser, cols[0].obj, cols[1].obj, cols[2].obj, cols[3].obj, cols[4].obj, cols[5].obj,
                             cols[6].obj) < 0)
         rc = -2;
@@ -1263,24 +1213,14 @@ fail_buf:
     return NULL;
 }
 
-static PyObject *set_progress(PyObject *self, PyObject *cb) {
-    (void)self;
-    if (cb != Py_None && !PyCallable_Check(cb)) {
-        PyErr_SetString(PyExc_TypeError, "csglang.set_progress: a callable or None");
-        return NULL;
-    }
-    Py_XSETREF(progress_cb, cb == Py_None ? NULL : Py_NewRef(cb));
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"set_progress", set_progress, METH_O,
-     "set_progress(callable | None): replay() calls it with (requests done, requests) every few thousand turns"},
-    {"replay", replay, METH_VARARGS,
-     "replay(F, S, P, W, mrr, chunk, max_prefill, max_req_len, max_input, capacity, radix, compensated, ratio_init,"
-     " ratio_min, ratio_decay, n, arrival, prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens,"
-     " decode_ns, max_clock_ns, prefill_tok_s, admitted, first_token, finished, preemptions, refused, series_cap,"
-     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written)) ->"
+    CSA_SET_PROGRESS_METHOD("replay"),
+    {"replay", (PyCFunction)(void (*)(void))replay, METH_VARARGS | METH_KEYWORDS,
+     "replay(*, full_pages, swa_pages, page, window, max_running_requests, chunked_prefill_size, max_prefill_tokens,"
+     " max_req_len, max_input, capacity, radix_cache, compensated_sum, ratio_init, ratio_min, ratio_decay, n, arrival,"
+     " prompt, output, n_ids, block_ids|None, block_offsets|None, id_block_tokens, decode_ns, max_clock_ns,"
+     " prefill_tok_s, admitted, first_token, finished, preemptions, refused, series_cap, step_model|None,"
+     " max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written)), every argument by name ->"
      " (0, 0, recomputed, hit, query, aborted, stranded, end_ns, used, running, waiting, tokens, prefill, meta)"
      " or (-3, t, aborted, stranded)"},
     {NULL, NULL, 0, NULL},
@@ -1292,7 +1232,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "csglang",
 
 PyMODINIT_FUNC PyInit_csglang(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "ABI", CSGLANG_ABI) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "ABI", CSGLANG_ABI) < 0 || PyModule_AddIntConstant(m, "BOUND", BOUND) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

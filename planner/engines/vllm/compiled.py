@@ -24,13 +24,7 @@ if TYPE_CHECKING:
     from csa_plan.planner.replay.result import RuntimeResult
     from csa_plan.planner.steptime.model import StepTime
 
-CVLLM_ABI = 7  # cvllm.c's CVLLM_ABI: the calling convention used below
-INT32_COUNT = 1 << 30  # token counts per request (max_model_len) and request / block counts: int32 in the C loop
-MTP_MAX = 1 << 20  # draft / lookahead tokens
-BUDGET_MAX = 9_000_000_000  # max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64
-GROUPS_MAX = 64
-BLOCK_MAX = 1 << 20
-WINDOW_MAX = 1 << 31
+CVLLM_ABI = 8  # cvllm.c's CVLLM_ABI: the calling convention used below
 
 CVLLM = OptionalExtension("csa_plan.planner.engines.vllm.cvllm", CVLLM_ABI)
 
@@ -41,13 +35,19 @@ def compiled_module():
 
 
 def refusal(rt: "VllmRuntime") -> str | None:
-    """Why the C loop cannot take this runtime's settings (its integer types), or None when it can."""
+    """Why the C loop cannot take this runtime's settings (its integer types, as the built module states
+    them: ``INT32_COUNT``, ``MTP_MAX``, ... in cvllm.c), or None when it can."""
+    mod = compiled_module()
+    if mod is None:
+        return "the cvllm extension is not built (or is stale)"
+    INT32_COUNT, MTP_MAX, BUDGET_MAX = mod.INT32_COUNT, mod.MTP_MAX, mod.BUDGET_MAX
+    GROUPS_MAX, BLOCK_MAX, WINDOW_MAX = mod.GROUPS_MAX, mod.BLOCK_MAX, mod.WINDOW_MAX
     kv = rt.kv
     if not kv.fast:
         return "a step-by-step twin (KvCacheManager(fast=False)) runs in Python by design"
     if rt.max_model_len > INT32_COUNT:
         return f"max_model_len above {INT32_COUNT:,} (per-request token counts are int32 in the C loop)"
-    if len(rt.trace) > INT32_COUNT or kv.pool.num_blocks > INT32_COUNT:
+    if len(rt.trace) >= INT32_COUNT or kv.pool.num_blocks >= INT32_COUNT:
         return f"more than {INT32_COUNT:,} requests or blocks (int32 indexes in the C loop)"
     if rt.budget > BUDGET_MAX:
         return f"max_num_batched_tokens above {BUDGET_MAX:,} (prefill tokens x 1e9 ns must stay in int64)"
@@ -106,14 +106,17 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
     hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
     closed = 0 if max_concurrency is None else int(max_concurrency)
     sent = np.empty(n, dtype=np.int64) if closed else None
-    ints = (kv.pool.num_blocks, rt.max_model_len, rt.budget, rt.max_seqs, rt.num_spec, rt.lookahead,
-            rt.prefill_lookahead, ALIGN, HASH_BLOCK, hash_lookahead, time.decode_ns, MAX_CLOCK_NS, rt.async_on,
-            rt.prefix is not None, step_buckets())
     status, recomputed, hit, query, at = mod.run(
-        i64(trace.arrival_ns), i64(trace.prompt_tokens), i64(trace.output_tokens), ids, offs,
-        int(trace.id_block_tokens), specs, lookup, starts, ints, float(time.prefill_tok_s),
-        admitted, first, finished, preempt, refused, cols, used, stranded, time.linear, closed, sent,
-        rt.accept_milli)
+        arrival=i64(trace.arrival_ns), prompt=i64(trace.prompt_tokens), output=i64(trace.output_tokens),
+        block_ids=ids, block_offsets=offs, id_block_tokens=int(trace.id_block_tokens), specs=specs, lookup=lookup,
+        lookup_start=starts, num_blocks=kv.pool.num_blocks, max_model_len=rt.max_model_len,
+        max_num_batched_tokens=rt.budget, max_num_seqs=rt.max_seqs, num_spec=rt.num_spec, lookahead=rt.lookahead,
+        prefill_lookahead=rt.prefill_lookahead, align=ALIGN, hash_block=HASH_BLOCK, hash_lookahead=hash_lookahead,
+        decode_ns=time.decode_ns, max_clock_ns=MAX_CLOCK_NS, async_scheduling=bool(rt.async_on),
+        caching=rt.prefix is not None, series_cap=step_buckets(), prefill_tok_s=float(time.prefill_tok_s),
+        admitted=admitted, first_token=first, finished=finished, preemptions=preempt, refused=refused, series=cols,
+        used=used, stranded=stranded, step_model=time.linear, max_concurrency=closed, sent=sent,
+        acceptance_milli=rt.accept_milli)
     if status == 1:  # the Python loop's words (loop.replay)
         raise BadInput("options", "--tpot-ms / --prefill-tok-s",
                        f"the engine step starting at {at / NS_PER_S:,.0f} s would end past the int64 "

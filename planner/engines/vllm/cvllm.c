@@ -2,7 +2,7 @@
  *
  * A port of the Python twin, which stays the reference (tests/simulate/test_vllm_compiled.py
  * checks the two equal under Hypothesis): planner/replay/loop.py (clock, arrivals, pipeline
- * depth, step time, stranded requests), planner/engines/vllm/scheduler.py (the scheduler and the
+ * depth, step time, stranded requests; the pieces every compiled loop shares are planner/replay/loop.h), planner/engines/vllm/scheduler.py (the scheduler and the
  * fabricated model output), kv_cache_manager.py (block pool, free queue, per-group managers) and
  * prefix_caching.py (token identity, the hybrid lookup, cache_blocks). Every function names its twin.
  *
@@ -24,10 +24,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../steptime/steptime.h"
+#include "../../replay/loop.h"
 #include "../../replay/stepseries.h"
 
 typedef int64_t i64;
+
+/* The loop's integer range, in one place: run() refuses settings outside it, and the Python caller
+ * (compiled.py `refusal`) reads the same figures from this module (INT32_COUNT, ...) to decide when
+ * to take the Python twin instead. */
+#define INT32_COUNT (1LL << 30) /* requests, blocks, max_model_len: token counts per request stay int32 */
+#define MTP_MAX (1LL << 20)     /* draft, lookahead and hash-lookahead tokens */
+#define BUDGET_MAX 9000000000LL /* max_num_batched_tokens: prefill tokens x 1e9 (the step time) stays in int64 */
+#define GROUPS_MAX 64           /* KV cache groups */
+#define BLOCK_MAX (1LL << 20)   /* a group's block size */
+#define WINDOW_MAX (1LL << 31)  /* a group's window and extra retained tokens */
 
 #define NUL 0 /* block 0: the null block */
 #define ANON (-1) /* a held block that is never hashed: no name (see ANONYMOUS) */
@@ -1082,55 +1092,15 @@ static int build_chains(K *k, const i64 *ids, i64 nids) {
 
 /* ---- loop.replay ---------------------------------------------------------------------------- */
 typedef struct {
-    const i64 *arrival;
-    i64 *sent; /* a closed-loop client (closed > 0): the arrivals, set as requests end (loop.replay's release) */
-    i64 closed, nsent;
+    CsaClient client; /* the arrivals: the trace's, or a closed loop's (replay/loop.h) */
+    CsaClock clock;   /* the step time and the int64 clock (replay/loop.h) */
     i64 *admitted, *first_token, *finished, *preemptions;
     int8_t *refused;
-    i64 decode_ns, max_clock;
-    double prefill_tok_s;
-    CsaStepModel model; /* steptime.StepTime.linear (on = 0: the fixed constants) */
     StepSeries ser; /* end_ns, running, waiting, tokens, prefill_tokens, used (buckets x groups) */
     Col stranded;
     i64 recomputed, hit, query;
     i64 clock_at; /* the step start whose end would pass the clock */
 } Out;
-
-/* steptime.batch_ns; -1 when the end would pass max_clock */
-static i64 step_end(Out *o, i64 t, i64 prefill, const CsaBatch *batch) {
-    i64 dt = o->decode_ns;
-    if (o->model.on) {
-        dt = csa_linear_ns(&o->model, batch);
-        if (dt == INT64_MAX) return -1;
-    } else if (prefill > 0) {
-        double x = ceil((double)(prefill * 1000000000LL) / o->prefill_tok_s);
-        if (!(x < 9.0e18)) return -1;
-        i64 p = (i64)x;
-        if (p > dt) dt = p;
-    }
-    if (dt > o->max_clock - t) return -1;
-    return t + dt;
-}
-
-/* loop.replay's release: k requests ended at ``at``; a closed loop sends as many more */
-static void release(Out *o, i64 n, i64 k, i64 at) {
-    if (!o->closed) return;
-    while (k-- > 0 && o->nsent < n) o->sent[o->nsent++] = at;
-}
-
-/* Ctrl-C and progress within a long replay (the loop holds the GIL): every TICK_TURNS turns the loop
- * runs pending signal handlers (SIGINT raises KeyboardInterrupt) and calls the callback set_progress
- * gave, with (requests done, requests); either raising ends the replay with that exception (rc -3). */
-#define TICK_TURNS 4096
-static PyObject *progress_cb = NULL;
-
-static int tick(i64 done, i64 n) {
-    if (PyErr_CheckSignals() < 0) return -1;
-    if (progress_cb == NULL) return 0;
-    PyObject *r = PyObject_CallFunction(progress_cb, "LL", (long long)done, (long long)n);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
 
 static int replay(K *k, Out *o) {
     i64 n = k->n;
@@ -1139,13 +1109,13 @@ static int replay(K *k, Out *o) {
     i64 fl_start = 0, fl_count = 0; /* in-flight steps: ring over bufs */
     Sched sc;
     memset(&sc, 0, sizeof sc);
-    i64 t = n ? o->arrival[0] : 0, nxt = 0, done = 0, depth = k->async_on ? 2 : 1;
+    i64 t = n ? o->client.arrival[0] : 0, nxt = 0, done = 0, depth = k->async_on ? 2 : 1;
     int rc = 0;
     for (i64 turn = 1;; turn++) {
-        if ((turn & (TICK_TURNS - 1)) == 0 && tick(done, n) < 0) { rc = -3; break; }
-        while (nxt < (o->closed ? o->nsent : n) && o->arrival[nxt] <= t) {
+        if ((turn & (CSA_TICK_TURNS - 1)) == 0 && csa_tick(done, n) < 0) { rc = -3; break; }
+        while (nxt < csa_client_sendable(&o->client) && o->client.arrival[nxt] <= t) {
             if (k->prompt[nxt] >= k->mml || k->prompt[nxt] < 1) { /* refuse() */
-                o->refused[nxt] = 1; done++; release(o, n, 1, t);
+                o->refused[nxt] = 1; done++; csa_client_release(&o->client, 1, t);
             }
             else {
                 Req *q = &k->R[nxt];
@@ -1166,7 +1136,7 @@ static int replay(K *k, Out *o) {
         o->hit += sc.hit;
         o->query += sc.query;
         if (st->rid.n) {
-            i64 end = step_end(o, t, st->prefill, &st->batch);
+            i64 end = csa_step_end(&o->clock, t, st->prefill, &st->batch);
             if (end < 0) { o->clock_at = t; rc = 1; break; }
             st->end = end;
             fl_count++;
@@ -1176,7 +1146,7 @@ static int replay(K *k, Out *o) {
                 fl_count--;
                 i64 before = done;
                 if (complete(k, s, s->end, o->first_token, o->finished, &done) < 0) { rc = -1; break; }
-                release(o, n, done - before, s->end);
+                csa_client_release(&o->client, done - before, s->end);
                 if (s == st) break;
             }
             if (rc) break;
@@ -1190,11 +1160,11 @@ static int replay(K *k, Out *o) {
             fl_count--;
             i64 before = done;
             if (complete(k, s, s->end, o->first_token, o->finished, &done) < 0) { rc = -1; break; }
-            release(o, n, done - before, s->end);
+            csa_client_release(&o->client, done - before, s->end);
             t = mx(t, s->end);
             continue;
         }
-        if (nxt < (o->closed ? o->nsent : n)) { t = mx(t, o->arrival[nxt]); continue; }
+        if (nxt < csa_client_sendable(&o->client)) { t = mx(t, o->client.arrival[nxt]); continue; }
         if (k->run.n == 0 && k->wlen == 0 && nxt == n) break;
         for (i64 r = k->whead; r >= 0; r = k->R[r].wnext) {
             o->refused[r] = 2;
@@ -1216,17 +1186,6 @@ static int replay(K *k, Out *o) {
 }
 
 /* ---- the Python entry ------------------------------------------------------------------------ */
-static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count, const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (view->itemsize != itemsize || view->len != itemsize * count) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count, itemsize);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static void k_free(K *k) {
     free(k->milli);
     free(k->chains);
@@ -1250,9 +1209,9 @@ static void k_free(K *k) {
 
 /* The calling convention's version: bump it whenever run()'s arguments or outputs change.
  * planner/engines/vllm/compiled.py (CVLLM_ABI) accepts only the same number. */
-#define CVLLM_ABI 7
+#define CVLLM_ABI 8
 
-static PyObject *run(PyObject *self, PyObject *args) {
+static PyObject *run(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     PyObject *o_arr, *o_prompt, *o_out, *o_ids, *o_offs, *o_specs, *o_lk, *o_lks;
     PyObject *o_adm, *o_first, *o_fin, *o_pre, *o_ref, *o_cols, *o_used, *o_stranded, *o_model, *o_sent, *o_milli;
@@ -1261,21 +1220,27 @@ static PyObject *run(PyObject *self, PyObject *args) {
     long long series_cap;
     int async_on, caching;
     double prefill_tok_s;
-    if (!PyArg_ParseTuple(args, "OOOOOLOOO(LLLLLLLLLLLLppL)dOOOOOOOOOnOO", &o_arr, &o_prompt, &o_out, &o_ids, &o_offs,
-                          &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget, &max_seqs, &num_spec,
-                          &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock, &async_on, &caching, &series_cap, &prefill_tok_s,
-                          &o_adm, &o_first, &o_fin, &o_pre, &o_ref, &o_cols, &o_used, &o_stranded, &o_model, &closed,
-                          &o_sent, &o_milli))
+    static char *kwlist[] = {"arrival", "prompt", "output", "block_ids", "block_offsets", "id_block_tokens", "specs",
+                             "lookup", "lookup_start", "num_blocks", "max_model_len", "max_num_batched_tokens",
+                             "max_num_seqs", "num_spec", "lookahead", "prefill_lookahead", "align", "hash_block",
+                             "hash_lookahead", "decode_ns", "max_clock_ns", "async_scheduling", "caching", "series_cap",
+                             "prefill_tok_s", "admitted", "first_token", "finished", "preemptions", "refused", "series",
+                             "used", "stranded", "step_model", "max_concurrency", "sent", "acceptance_milli", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOLOOOLLLLLLLLLLLLppLdOOOOOOOOOnOO", kwlist, &o_arr, &o_prompt,
+                                     &o_out, &o_ids, &o_offs, &chunk, &o_specs, &o_lk, &o_lks, &num_blocks, &mml, &budget,
+                                     &max_seqs, &num_spec, &lookahead, &pl, &align, &hb, &hl, &decode_ns, &max_clock,
+                                     &async_on, &caching, &series_cap, &prefill_tok_s, &o_adm, &o_first, &o_fin, &o_pre,
+                                     &o_ref, &o_cols, &o_used, &o_stranded, &o_model, &closed, &o_sent, &o_milli))
         return NULL;
     Py_ssize_t n = PyObject_Length(o_arr);
     Py_ssize_t G = PyObject_Length(o_lk);
     Py_ssize_t nb1 = PyObject_Length(o_lks);
     if (n < 0 || G < 0 || nb1 < 0) return NULL;
     /* the caller's bounds (compiled.fits): every count a request forms stays in int32 */
-    if (n > 0x3FFFFFFF || G < 1 || G > 64 || nb1 < 2 || num_blocks < 2 || num_blocks > 0x3FFFFFFF ||
-        mml < 1 || mml > (1LL << 30) || num_spec < 0 || num_spec > (1 << 20) || lookahead < 0 ||
-        lookahead > (1 << 20) || pl < 0 || pl > (1 << 20) || budget < 0 || budget > 9000000000LL ||
-        max_seqs < 0 || align < 1 || hb < 1 || hl < 0 || hl > (1 << 20) || chunk < 1 || decode_ns < 1 || !(prefill_tok_s > 0) ||
+    if (n >= INT32_COUNT || G < 1 || G > GROUPS_MAX || nb1 < 2 || num_blocks < 2 || num_blocks >= INT32_COUNT ||
+        mml < 1 || mml > INT32_COUNT || num_spec < 0 || num_spec > MTP_MAX || lookahead < 0 ||
+        lookahead > MTP_MAX || pl < 0 || pl > MTP_MAX || budget < 0 || budget > BUDGET_MAX ||
+        max_seqs < 0 || align < 1 || hb < 1 || hl < 0 || hl > MTP_MAX || chunk < 1 || decode_ns < 1 || !(prefill_tok_s > 0) ||
         series_cap < 2 || series_cap % 2 || series_cap > (1 << 24) ||
         !PyList_Check(o_cols) || PyList_GET_SIZE(o_cols) != 6 || !PyByteArray_Check(o_used) ||
         !PyByteArray_Check(o_stranded)) {
@@ -1302,7 +1267,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
                                       "block_offsets"};
     int got = 0, nbufs = has_ids ? NBUF : NBUF - 2;
     for (; got < nbufs; got++)
-        if (get(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
+        if (csa_buffer(objs[got], &b[got], writable[got], sizes[got], counts[got], names[got]) < 0) goto fail;
     K k;
     memset(&k, 0, sizeof k);
     k.n = n; k.G = G; k.num_blocks = num_blocks; k.mml = mml; k.budget = budget; k.max_seqs = max_seqs;
@@ -1313,11 +1278,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
     const i64 *sp = (const i64 *)b[3].buf;
     Out o;
     memset(&o, 0, sizeof o);
-    o.arrival = k.arrival;
     o.admitted = (i64 *)b[6].buf; o.first_token = (i64 *)b[7].buf; o.finished = (i64 *)b[8].buf;
     o.preemptions = (i64 *)b[9].buf; o.refused = (int8_t *)b[10].buf;
-    o.decode_ns = decode_ns; o.max_clock = max_clock; o.prefill_tok_s = prefill_tok_s;
-    if (csa_parse_model(o_model, &o.model) < 0) goto fail;
+    o.clock.decode_ns = decode_ns; o.clock.max_clock = max_clock; o.clock.prefill_tok_s = prefill_tok_s;
+    if (csa_parse_model(o_model, &o.clock.model) < 0) goto fail;
     o.stranded.ba = o_stranded;
     int bad = 0;
     if (k.lk_start[0] != 0 || k.lk_start[nb1 - 1] != G) bad = 1;
@@ -1328,7 +1292,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     for (Py_ssize_t g = 0; g < G && !bad; g++) {
         Spec *s = &k.spec[g];
         s->bs = sp[4 * g]; s->window = sp[4 * g + 1]; s->extra = sp[4 * g + 2]; s->cap = sp[4 * g + 3];
-        if (s->bs < 1 || s->bs > (1 << 20) || s->window < -1 || s->window > (1LL << 31) || s->extra < 0 ||
+        if (s->bs < 1 || s->bs > BLOCK_MAX || s->window < -1 || s->window > WINDOW_MAX || s->extra < 0 ||
             s->extra > (1LL << 31) || s->cap < -1) bad = 1;
         else s->need = s->window >= 1 ? cdiv(s->window - 1, s->bs) : 0;
     }
@@ -1413,24 +1377,12 @@ static PyObject *run(PyObject *self, PyObject *args) {
             k.milli[x] = v;
         }
     }
-    Py_buffer sent_view;
-    int has_sent = 0;
-    if (closed < 0 || (closed > 0 && o_sent == Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "cvllm.run: a closed loop needs its arrivals array");
-        { k_free(&k); free(own_offs); goto fail; }
+    if (csa_client_open(&o.client, k.arrival, n, closed, o_sent) < 0) { k_free(&k); free(own_offs); goto fail; }
+    if (ss_init(&o.ser, G, series_cap) < 0) {
+        csa_client_close(&o.client); free(own_offs); k_free(&k); PyErr_NoMemory(); goto fail;
     }
-    if (closed > 0) {
-        if (get(o_sent, &sent_view, 1, 8, n, "sent") < 0) { k_free(&k); free(own_offs); goto fail; }
-        has_sent = 1;
-        o.closed = closed;
-        o.sent = (i64 *)sent_view.buf;
-        o.nsent = closed < n ? closed : n;
-        for (Py_ssize_t r = 0; r < n; r++) o.sent[r] = r < o.nsent ? (n ? k.arrival[0] : 0) : -1; /* -1: not sent */
-        o.arrival = o.sent;
-    }
-    if (ss_init(&o.ser, G, series_cap) < 0) { free(own_offs); k_free(&k); PyErr_NoMemory(); goto fail; }
     int rc = replay(&k, &o);
-    if (has_sent) PyBuffer_Release(&sent_view);
+    csa_client_close(&o.client);
     int err = k.err;
     free(own_offs);
     k_free(&k);
@@ -1454,26 +1406,15 @@ fail:
     return NULL;
 }
 
-static PyObject *set_progress(PyObject *self, PyObject *cb) {
-    (void)self;
-    if (cb != Py_None && !PyCallable_Check(cb)) {
-        PyErr_SetString(PyExc_TypeError, "cvllm.set_progress: a callable or None");
-        return NULL;
-    }
-    Py_XSETREF(progress_cb, cb == Py_None ? NULL : Py_NewRef(cb));
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"set_progress", set_progress, METH_O,
-     "set_progress(callable | None): run() calls it with (requests done, requests) every few thousand turns"},
-    {"run", run, METH_VARARGS,
-     "run(arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
-     " (num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
-     " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async, caching, series_cap), prefill_tok_s, admitted,"
-     " first_token, finished, preemptions, refused, [end_ns, running, waiting, tokens, prefill_tokens, meta], used, stranded,"
-     " step model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals, written),"
-     " acceptance milli table|None)"
+    CSA_SET_PROGRESS_METHOD("run"),
+    {"run", (PyCFunction)(void (*)(void))run, METH_VARARGS | METH_KEYWORDS,
+     "run(*, arrival, prompt, output, block_ids|None, block_offsets|None, id_block_tokens, specs, lookup, lookup_start,"
+     " num_blocks, max_model_len, max_num_batched_tokens, max_num_seqs, num_spec, lookahead, prefill_lookahead,"
+     " align, hash_block, hash_lookahead, decode_ns, max_clock_ns, async_scheduling, caching, series_cap, prefill_tok_s,"
+     " admitted, first_token, finished, preemptions, refused, series=[end_ns, running, waiting, tokens, prefill_tokens,"
+     " meta], used, stranded, step_model|None, max_concurrency (0: open loop), sent|None (a closed loop's arrivals,"
+     " written), acceptance_milli|None), every argument by name"
      " -> (0 done | 1 clock overflow, recomputed tokens, prefix-hit tokens, prefix-query tokens, step start)"},
     {NULL, NULL, 0, NULL},
 };
@@ -1484,7 +1425,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cvllm",
 
 PyMODINIT_FUNC PyInit_cvllm(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "ABI", CVLLM_ABI) < 0) {
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", CVLLM_ABI) < 0 || PyModule_AddIntConstant(m, "INT32_COUNT", INT32_COUNT) < 0 ||
+        PyModule_AddIntConstant(m, "MTP_MAX", MTP_MAX) < 0 || PyModule_AddIntConstant(m, "BUDGET_MAX", BUDGET_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "GROUPS_MAX", GROUPS_MAX) < 0 || PyModule_AddIntConstant(m, "BLOCK_MAX", BLOCK_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "WINDOW_MAX", WINDOW_MAX) < 0) {
         Py_DECREF(m);
         return NULL;
     }
