@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
@@ -42,6 +42,7 @@ PARAMS = (
         help="Print the csa-plan/check/v2 JSON document (docs/answers.md)."),
     *engine_params(),
     *DEPLOYMENT_PARAMS,
+    *ENGINE_SPELLING_PARAMS,
     Opt(("--from-log",), "from_log", metavar="FILE",
         help="A vLLM or SGLang start-up log of this model, release, GPU and TP: calibrate the start-up terms "
              "on it and show what it implies beside the prediction (docs/device-budget.md)."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
@@ -86,6 +86,7 @@ PARAMS = (
         help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot])."),
     *engine_params(multiple=True),
     *DEPLOYMENT_PARAMS,
+    *ENGINE_SPELLING_PARAMS,
 )
 
 
