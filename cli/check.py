@@ -100,6 +100,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
             render_budget(out, report["budget"], head_shown=True)
 
     consoles = make_consoles()
+    if from_log is not None:  # what the log's reading did not take word for word, whatever the output form
+        from csa_plan.cli.stream import echo
+
+        for note in ((outcome.report.get("budget") or {}).get("calibration") or {}).get("notes", ()):
+            echo(f"note: --from-log: {note}", err=True)
     emit(consoles, outcome.report, as_json, render)
     if budget_plot is not None:
         from csa_plan.cli.plots import write_budget_plot

@@ -78,3 +78,50 @@ def test_no_card_of_another_vendor_is_suggested(csa):
     r = csa(*FLASH, "--brief", "--device-memory", "b300")
     assert r.code == 2 and "mi300x'?" not in r.err and "cannot read size 'b300'" in r.err
     assert "did you mean 'h200'?" in csa(*FLASH[:2], "--device-memory", "H-200x").err
+
+
+# -- item 3: figures pasted from logs -----------------------------------------------------------------
+
+def test_a_decimal_gib_from_the_log_is_read_and_its_bytes_said(csa):
+    """Before: `--kv-memory 84.91GiB` (vLLM's "Available KV cache memory: 84.91 GiB") -> "not a whole number
+    of bytes", exit 2."""
+    r = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--kv-memory", "84.91GiB", "--max-seq-len", "16K",
+            "--json")
+    assert r.code == 0, r.err
+    assert r.json()["head"]["kv_memory_bytes"] == 91_171_418_275 == int(84.91 * (1 << 30))
+    assert ("note: --kv-memory 84.91GiB read as 91,171,418,275 B (84.91 x 2^30 rounded down to a whole byte; a "
+            "figure printed to 2 decimals stands for up to 5,368,709 B either side)") in r.err
+    whole = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--kv-memory", "80GiB", "--json")
+    assert whole.code == 0 and "note:" not in whole.err  # a whole figure needs no word
+    for bad in ("84.5", "1.5G", "0.3B"):  # no unit, a binary suffix, a fraction of a byte: still refused
+        assert csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--kv-memory", bad).code == 2
+
+
+def test_the_other_actual_usage_wording_and_another_length_are_said(csa, tmp_path):
+    """Before: vLLM's "Actual usage is W GiB for weight, A GiB for peak activation, N GiB for non-torch memory, and
+    G GiB for CUDAGraph memory" was skipped without a word, and a log of another max_model_len calibrated silently."""
+    from pathlib import Path
+
+    logs = Path(__file__).resolve().parents[1] / "fixtures" / "startup_logs"
+    text = (logs / "vllm-0.25-rtx-pro-6000-flash-tp2.log").read_text()
+    line = ("(Worker_TP0 pid=1) INFO [gpu_worker.py:857] Free memory on device (94.97/95.59 GiB) on startup. Actual "
+            "usage is 75.64 GiB for weight, 2.10 GiB for peak activation, 0.95 GiB for non-torch memory, and 1.31 GiB "
+            "for CUDAGraph memory. Current kv cache memory in use is 10.29 GiB.\n")
+    log = tmp_path / "split.log"
+    log.write_text(text + line + "INFO Actual usage is 3 GB of something else\n")
+    args = ("check", "deepseek-v4-flash", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000", "--tp", "2",
+            "--max-num-seqs", "64", "--num-speculative-tokens", "2", "--gpu-memory-utilization", "0.95",
+            "--kv-cache-dtype", "fp8", "--max-num-batched-tokens", "4096", "--from-log", str(log))
+    r = csa(*args, "--max-seq-len", "16K", "--json")
+    assert r.code == 0, r.err
+    terms = {t["term"]: t["implied_bytes"] for t in r.json()["budget"]["calibration"]["terms"]}
+    assert terms["weights ('Actual usage ... for weight')"] == int(75.64 * (1 << 30))
+    assert terms["non-torch memory ('Actual usage ... for non-torch memory')"] == int(0.95 * (1 << 30))
+    assert terms["CUDA graphs as captured ('Actual usage ... CUDAGraph memory')"] == int(1.31 * (1 << 30))
+    notes = r.json()["budget"]["calibration"]["notes"]
+    assert notes[0] == "a line of a wording csa-plan does not read, left out: 'Actual usage is 3 GB of something else'"
+    assert notes[1].startswith("the log ran max_model_len 1,048,576, the command asks 16,384: the terms are compared "
+                               "at the log's length")
+    assert all(f"note: --from-log: {n}" in r.err for n in notes)
+    same = csa(*args, "--max-seq-len", "1M", "--json")
+    assert same.code == 0 and not any("max_model_len" in n for n in same.json()["budget"]["calibration"]["notes"])
