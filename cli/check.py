@@ -78,7 +78,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
                                      at_length, engine=engine, engine_settings=engine_settings,
                                      kv_memory_bytes=kv_memory, deployment=deployment,
-                                     gate_from_spec=gate is None))
+                                     gate_from_spec=gate is None,
+                                     length_question=max_seq_len is None and concurrency > 1))
 
     def render(out, report):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget

@@ -179,14 +179,19 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
     elif cap["unbounded"]:
         console.print(f"Requests of {length:,} tokens that fit: any number (0 bytes per request) {authority}")
     else:
-        console.print(f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}",
-                      highlight=False)
+        count = f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}"
         longest = cap["longest_context"]
         if longest is None:
-            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}")
+            longest_line = f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}"
         else:
-            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
-                          f"{authority}", highlight=False)
+            longest_line = (f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
+                            f"{authority}")
+        asked_length = head.get("question") == "length"  # --concurrency N without --max-seq-len: the answer first
+        for line in (longest_line, count) if asked_length else (count, longest_line):
+            console.print(line, highlight=False)
+        if asked_length:
+            console.print(f"  (the question is the length: without --max-seq-len the count is at the model's "
+                          f"{length:,} tokens)", highlight=False)
     for line in head["log_lines"]:
         console.print(f"Engine log: {line}", markup=False, highlight=False)
     if cap["kv_memory_bytes"] is not None and cap["kv_memory_bytes"] > 0:

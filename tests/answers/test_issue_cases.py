@@ -7,7 +7,7 @@ H200_8 = ("--device-memory", "h200", "--tp", "8")
 
 
 def test_engine_decides_count_and_exit_code_with_concurrency(csa):
-    r = csa("check", PRO, *H200_8, "--concurrency", "10", "--engine", "vllm-0.33", "--json")
+    r = csa("check", PRO, *H200_8, "--max-seq-len", "1M", "--concurrency", "10", "--engine", "vllm-0.33", "--json")
     assert r.code == 3  # was ADMITTED (exit 0) with "1 fits"
     cap = r.json()["fit"]
     assert cap["authority"] == "engine: vllm-0.33" and cap["requests_that_fit"] == 1 and cap["fits"] is False

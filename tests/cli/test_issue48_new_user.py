@@ -125,3 +125,27 @@ def test_the_other_actual_usage_wording_and_another_length_are_said(csa, tmp_pat
     assert all(f"note: --from-log: {n}" in r.err for n in notes)
     same = csa(*args, "--max-seq-len", "1M", "--json")
     assert same.code == 0 and not any("max_model_len" in n for n in same.json()["budget"]["calibration"]["notes"])
+
+
+# -- item 4: the length question exits 0 -----------------------------------------------------------
+
+def test_the_longest_context_question_is_answered_with_exit_0(csa):
+    """Before: README question 2 ("the longest context for 64 requests") printed `DOES NOT FIT (exit 3)`,
+    because --max-seq-len defaults to the model's 1M."""
+    args = ("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64")
+    r = csa(*args, "--brief")
+    assert r.code == 0, r.out
+    lines = r.out.splitlines()
+    assert lines[0].startswith("ADMITTED (exit 0)")
+    assert lines[1] == "Longest max_seq_len for 64 concurrent requests: 106,472 tokens [layout: exact]"
+    assert "StatePoolTooSmall" not in r.out
+    doc = csa(*args, "--json").json()
+    assert (doc["exit_code"], doc["verdict"], doc["head"]["question"]) == (0, "admitted", "length")
+    assert doc["fit"]["longest_context"] == 106_472 and doc["fit"]["requests_that_fit"] == 6
+    # the count asked at a length is still the count: 64 of 1M do not fit
+    at = csa(*args, "--max-seq-len", "1M", "--json").json()
+    assert (at["exit_code"], at["head"]["question"]) == (3, "count")
+    # and when no length holds them, the length question fails too
+    none = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "100000",
+               "--json").json()
+    assert none["exit_code"] == 3 and none["fit"]["longest_context"] is None
