@@ -149,3 +149,37 @@ def test_the_longest_context_question_is_answered_with_exit_0(csa):
     none = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "100000",
                "--json").json()
     assert none["exit_code"] == 3 and none["fit"]["longest_context"] is None
+
+
+# -- item 1: the vLLM headline count ----------------------------------------------------------------
+
+def test_vllm_count_is_said_as_admitted_at_once_with_the_decoding_figure_beside_it(csa):
+    """Before: `Requests of 16,384 tokens that fit: 16` (per request 6.27 GiB), read as "it cannot be served",
+    while a decoding request holds 86 MiB and simulate runs hundreds at once."""
+    args = ("check", "deepseek-v4-flash", "--max-seq-len", "16K", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.33")
+    text = " ".join(csa(*args, "--brief").out.split())
+    assert ("Requests of 16,384 tokens admitted at once into an empty cache: 16 (the engine's 'Maximum "
+            "concurrency') [engine: vllm-0.33]") in text
+    assert "decoding (each holds 86.02 MiB): 1,024 at once, admitted one by one (the running cap; memory: 1,179)" in text
+    assert "charged per request at admission: 6.27 GiB (6,735,052,800 B)" in text
+    fit = csa(*args, "--json").json()["fit"]
+    steady = fit["steady_decode"]
+    assert fit["requests_that_fit"] == 16 and fit["per_request_bytes"] == 6_735_052_800
+    assert steady["count"] == 1024 and steady["by_memory"] == 1179 and steady["limited_by"] == "running cap"
+    assert steady["per_request_bytes"] == 90_201_600  # what compare calls a decoding request
+    # the figure is reachable one by one: n-1 decoding plus one admission charge fit the usable blocks
+    units = steady["units_per_request"]
+    need = fit["per_request_bytes"] // (steady["per_request_bytes"] // units)
+    usable = csa(*args, "--json").json()["engine"]["pool"]["usable_units"]
+    n = steady["by_memory"]
+    assert (n - 1) * units + need <= usable < n * units + need
+    # without the running cap the figure is memory's
+    more = csa(*args, "--max-num-seqs", "2048", "--json").json()["fit"]["steady_decode"]
+    assert more["count"] == 1179 and more["limited_by"] == "memory"
+    # SGLang and the exact layout charge a decoding request what they admit: no second figure
+    for other in (("--engine", "sglang-0.5.23"), ()):
+        a = [x for x in args if x not in ("--engine", "vllm-0.33")]
+        r = csa(*a, *other, "--json").json()["fit"]
+        assert r["steady_decode"] is None
+        assert "tokens that fit:" in csa(*a, *other, "--brief").out
