@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 FLASH = ("check", "deepseek-v4-flash", "--device-memory", "h200")
+ROOT_DOCS = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs"
 
 
 def _deployment(r) -> str:
@@ -183,3 +184,24 @@ def test_vllm_count_is_said_as_admitted_at_once_with_the_decoding_figure_beside_
         r = csa(*a, *other, "--json").json()["fit"]
         assert r["steady_decode"] is None
         assert "tokens that fit:" in csa(*a, *other, "--brief").out
+
+
+# -- item 6: run-gpu --json without a GPU -----------------------------------------------------------
+
+def test_run_gpu_json_without_a_gpu_prints_the_error_document(csa, monkeypatch):
+    """Before: `run-gpu --json` printed nothing on stdout without a GPU (exit 5)."""
+    import json
+
+    from csa_plan.kernels import gpu_env
+
+    monkeypatch.setattr(gpu_env, "gpu_unavailable_reason", lambda: "no usable GPU: CuPy not installed (test)")
+    r = csa("run-gpu", "--json")
+    assert r.code == 5
+    assert json.loads(r.out) == {"schema": "csa-plan/error/v1", "exit_code": 5,
+                                 "message": "no usable GPU: CuPy not installed (test)"}
+    assert r.err == "csa-plan: no usable GPU: CuPy not installed (test)\n"
+    plain = csa("run-gpu")
+    assert plain.code == 5 and plain.out == ""
+    refused = csa("run-gpu", "--backend", "emulate", "--limit", "1MiB", "--json")
+    assert refused.code == 3 and json.loads(refused.out)["exit_code"] == 3
+    assert "exit 5" in (ROOT_DOCS / "json-schemas.md").read_text()
