@@ -17,9 +17,9 @@ def _q(q: dict[str, Any], scale: float = 1.0, unit: str = "s") -> list[str]:
 
 def _step_time(t: dict[str, Any]) -> str:
     """The step-time source line: its label and stated error band."""
-    st = t.get("step_time") or {}
-    label = st.get("label") or t["step_model"]
-    return label + (f" (error band: {st['band']})" if st.get("band") else "")
+    from csa_plan.planner.reports.text import step_time_label
+
+    return step_time_label(t.get("step_time") or {}, t["step_model"])
 
 
 def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None, brief: bool = False) -> None:

@@ -164,7 +164,6 @@ def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
                       f"({cap['criterion']})", highlight=False)
     fit = report.get("fit")
     if fit is not None:
-        n = fit["requests_that_fit"]
-        count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
-        out.print(f"  requests of {fit['max_seq_len']:,} tokens that fit the state pool: {count} ({fit['authority']})",
-                  highlight=False)
+        from csa_plan.cli.format import fit_line
+
+        out.print(f"  {fit_line(fit, 'state pool')}", highlight=False)

@@ -27,3 +27,10 @@ def shown_path(path: str) -> str:
 
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
+
+
+def step_time_label(step_time: dict, fallback: str = "") -> str:
+    """A step-time source as every output names it: its label and its stated error band
+    (simulate's `step time:` line, sweep's engine points)."""
+    label, band = step_time.get("label") or fallback, step_time.get("band")
+    return label + (f" (error band: {band})" if band else "")

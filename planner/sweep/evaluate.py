@@ -25,6 +25,7 @@ from csa_plan.planner.simulate import Outcome, Policy
 from csa_plan.planner.simulate.scenario import REASONS
 from csa_plan.planner.units import NS_PER_S
 from csa_plan.planner.reports.schemas import SWEEP_POINT as RESUME_SCHEMA
+from csa_plan.planner.reports.text import step_time_label
 from csa_plan.planner.sweep.spec import Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
 
 if TYPE_CHECKING:
@@ -212,7 +213,8 @@ class RuntimeFigures:
         return RuntimeFigures(rep.engine, occ.unit, rep.served, p.count, p.requests, p.most_for_one_request,
                               p.tokens_recomputed, rep.prefix_cache.hit_tokens, rep.queue_wait.p99_s, rep.ttft.p99_s,
                               rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps,
-                              rep.tpot.p99_s, (rep.step_time or {}).get("label", ""))
+                              rep.tpot.p99_s, step_time_label(rep.step_time or {}))  # the band too
+
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,33 @@ def test_run_gpu_json_without_a_gpu_prints_the_error_document(csa, monkeypatch):
     refused = csa("run-gpu", "--backend", "emulate", "--limit", "1MiB", "--json")
     assert refused.code == 3 and json.loads(refused.out)["exit_code"] == 3
     assert "exit 5" in (ROOT_DOCS / "json-schemas.md").read_text()
+
+
+# -- item 7 (sweep) and item 8: the shipped engines example -------------------------------------------
+
+def test_the_shipped_engine_sweep_answers_a_deployable_engine_and_states_its_band(csa, monkeypatch):
+    """Before: `sweep examples/sweeps/engines.yaml` answered `dp 1, engine exact (no engine) — 2 devices` (no
+    server runs csa-plan's contract layout), and sweep printed its step-time source without the error band the
+    README promised "with every answer". docs/sweep.md's example shows what it prints."""
+    from helpers import EXAMPLES
+
+    monkeypatch.setenv("COLUMNS", "100")
+    spec = str(EXAMPLES / "sweeps" / "engines.yaml")
+    doc = csa("sweep", spec, "--json").json()
+    assert doc["exit_code"] == 0 and doc["answer"]["point"]["engine"] in ("vllm-0.33", "sglang-0.5.23")
+    assert all(r["point"]["engine"] is not None for r in doc["results"])
+    bands = {r["runtime"]["step_time"] for r in doc["results"]}
+    assert bands and all("(error band: TPOT median |error| 34% in-sample" in b for b in bands)  # Hopper's band
+    text = csa("sweep", spec)
+    printed = [line.rstrip() for line in text.out.splitlines()]
+    assert printed[0].startswith("answer: dp 1, engine vllm-0.33 — 2 devices")
+    assert any(line.startswith("  step time: physics") for line in printed) and "error band" in text.out
+    # docs/sweep.md's example block: every line it shows is printed, in order
+    page = (ROOT_DOCS / "sweep.md").read_text()
+    block = page[page.index("$ csa-plan sweep examples/sweeps/engines.yaml\n"):].split("```")[0].splitlines()[1:]
+    at = 0
+    for want in (w.rstrip() for w in block if w.strip() and w.strip() != "…"):
+        while at < len(printed) and printed[at] != want:
+            at += 1
+        assert at < len(printed), f"docs/sweep.md shows a line the sweep no longer prints: {want!r}"
+        at += 1
