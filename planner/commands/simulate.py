@@ -40,6 +40,8 @@ class SimulateRequest:
     sort_rows: bool = False
     find_capacity: bool = False
     max_wait_s: float | None = None
+    max_ttft_s: float | None = None  # --find-capacity with a replayed engine: the TTFT p99 bound (seconds)
+    max_tpot_ms: float | None = None  # ... and the TPOT p99 bound (milliseconds)
     verify: bool = False
     trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
     engine: str | None = None  # an engine model's name: charge what that engine charges
@@ -85,6 +87,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
+    for field, bound in (("--max-ttft", req.max_ttft_s), ("--max-tpot", req.max_tpot_ms)):
+        if bound is not None and (not math.isfinite(bound) or bound <= 0):
+            raise BadInput("options", field, f"must be a positive number, got {bound:g}")
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
 
@@ -104,6 +109,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         get_engine(req.engine)
         kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
         config = replace(config, engine=EngineRun(req.engine, engine_settings or EngineSettings(), kv_memory))
+    latency_bound = "--max-ttft" if req.max_ttft_s is not None else "--max-tpot" if req.max_tpot_ms is not None else None
+    if latency_bound and not req.find_capacity:
+        raise BadInput("options", latency_bound, "bounds the rate --find-capacity searches: add --find-capacity")
     if req.find_capacity:
         if not config.limit_bytes and not req.kv_memory_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
@@ -117,6 +125,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         from csa_plan.planner.commands.simulate_runtime import refuse_reservation_options
 
         refuse_reservation_options(req, runtime_plan)
+    elif latency_bound:
+        raise BadInput("options", latency_bound, "bounds TTFT/TPOT, which only an engine replayed step by step "
+                       "gives (--engine vllm-0.33, --engine sglang-0.5.23)")
     elif req.enable_prefix_caching is not None:
         raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
                        "--no-enable-prefix-caching/--disable-radix-cache", "applies to an engine whose runtime is "

@@ -40,6 +40,14 @@ def refuse_reservation_options(req: "SimulateRequest", plan) -> None:
                                               "(tools/crosscheck_vllm_runtime.py)")
 
 
+def capacity_criterion(max_wait_s: float | None, max_ttft_s: float | None, max_tpot_ms: float | None) -> str:
+    """What a replayed engine's rate search holds: every request served and each bound given, in words."""
+    bounds = [f"queue-wait p99 <= {max_wait_s:g} s" if max_wait_s is not None else None,
+              f"TTFT p99 <= {max_ttft_s:g} s" if max_ttft_s is not None else None,
+              f"TPOT p99 <= {max_tpot_ms:g} ms" if max_tpot_ms is not None else None]
+    return "every request served, " + ", ".join(b for b in bounds if b)
+
+
 def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> "SimulateOutcome":
     """The outcome without the budget sections (the caller adds them, as for every simulate)."""
     from csa_plan.planner.commands.simulate import SimulateOutcome
@@ -49,17 +57,24 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> 
     plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
-        if req.max_wait_s is None:
+        if req.max_wait_s is None and req.max_ttft_s is None and req.max_tpot_ms is None:
             raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
-                                                    "--max-wait SECONDS (the engine queues; it never refuses for "
-                                                    "memory)")
+                                                    "--max-wait SECONDS, --max-ttft SECONDS or --max-tpot MS (the "
+                                                    "engine queues; it never refuses for memory)")
+        latency = (req.max_ttft_s, None if req.max_tpot_ms is None else req.max_tpot_ms / 1000)
+        wait_ns = None if req.max_wait_s is None else int(round(req.max_wait_s * 1e9))
         with progress("finding capacity", None, True) as tick:
-            cap = runtime_capacity(setup, wl, int(round(req.max_wait_s * 1e9)), start=config.time.rate_scale,
+            cap = runtime_capacity(setup, wl, wait_ns, start=config.time.rate_scale, latency=latency,
                                    tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        criterion = capacity_criterion(req.max_wait_s, req.max_ttft_s, req.max_tpot_ms)
         if cap.rate_scale is None:
-            raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under "
-                                                    f"{req.max_wait_s:g} s with every request served")
-        capacity = {"rate_scale": cap.rate_scale, "probes": cap.probes, "max_wait_s": req.max_wait_s,
+            field = "--max-wait" if req.max_wait_s is not None else "--max-ttft" if req.max_ttft_s is not None \
+                else "--max-tpot"
+            raise BadInput("options", field, f"no rate scale keeps {criterion}")
+        base = wl.base_rate_per_s()
+        capacity = {"rate_scale": cap.rate_scale, "rate_per_s": cap.rate_scale * base if base else None,
+                    "probes": [{"rate_scale": s, "ok": ok} for s, ok in cap.tried], "criterion": criterion,
+                    "max_wait_s": req.max_wait_s, "max_ttft_s": req.max_ttft_s, "max_tpot_ms": req.max_tpot_ms,
                     "at_least": cap.capped}
         rate = cap.rate_scale
     else:

@@ -81,9 +81,7 @@ class WorkloadBounds:
     @staticmethod
     def of(wl: "Workload") -> "WorkloadBounds":
         total = wl.prompt_tokens + wl.output_tokens
-        n = len(wl)
-        span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) if n else 0
-        return WorkloadBounds(n, int(total.min()), int(total.max()), n * NS_PER_S / span if span else 0.0)
+        return WorkloadBounds(len(wl), int(total.min()), int(total.max()), wl.base_rate_per_s())
 
 
 def _largest_bundle(spec: "ModelSpec", point: SweepPoint, tokens: int) -> int:

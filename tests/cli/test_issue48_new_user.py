@@ -235,3 +235,75 @@ def test_the_shipped_engine_sweep_answers_a_deployable_engine_and_states_its_ban
             at += 1
         assert at < len(printed), f"docs/sweep.md shows a line the sweep no longer prints: {want!r}"
         at += 1
+
+
+# -- item 5: latency in the short forms ---------------------------------------------------------------
+
+SIM = ("simulate", "examples/traces/azure_conv_sample_200.csv", "--model", "deepseek-v4-flash", "--tp", "2",
+       "--device-memory", "h200", "--engine", "vllm-0.33", "--max-seq-len", "64K")
+
+
+def test_brief_gives_ttft_and_tpot_and_the_rate_found(csa, monkeypatch):
+    """Before: `simulate --brief` gave the queue wait but not TTFT/TPOT; with `--find-capacity --max-wait 2` it
+    omitted the sustainable rate its help promises."""
+    monkeypatch.chdir(ROOT_DOCS.parent)
+    doc = csa(*SIM, "--json").json()["runtime"]
+    brief = csa(*SIM, "--brief").out.splitlines()
+    assert brief[2] == (f"  served 200 of 200; p99: queue wait {doc['queue_wait']['p99_s']:.3f} s, TTFT "
+                        f"{doc['ttft']['p99_s']:.3f} s, TPOT {doc['tpot']['p99_s'] * 1000:.3f} ms")
+    cap = csa(*SIM, "--find-capacity", "--max-wait", "2", "--json").json()["capacity"]
+    found = " ".join(csa(*SIM, "--find-capacity", "--max-wait", "2", "--brief").out.split())
+    assert (f"capacity: x{cap['rate_scale']:.4g} arrival rate = {cap['rate_per_s']:,.3g} req/s keeps every request "
+            f"served, queue-wait p99 <= 2 s ({len(cap['probes'])} probes)") in found
+
+
+def test_find_capacity_reports_req_per_s_and_every_probe_and_bounds_ttft_tpot(csa, monkeypatch):
+    """Before: `capacity: x0.2514 … (10 probes)` without req/s nor the probes; only the wait was bounded (at the
+    rate found, TPOT p99 was 192 ms)."""
+    monkeypatch.chdir(ROOT_DOCS.parent)
+    wait_only = csa(*SIM, "--find-capacity", "--max-wait", "2", "--json").json()
+    cap = wait_only["capacity"]
+    assert cap["rate_per_s"] == pytest.approx(cap["rate_scale"] * 200 / _span_s(), rel=1e-6)  # the trace's own rate
+    assert [p["ok"] for p in cap["probes"]][:2] == [True, True] and any(not p["ok"] for p in cap["probes"])
+    assert max(p["rate_scale"] for p in cap["probes"] if p["ok"]) == cap["rate_scale"]
+    text = " ".join(csa(*SIM, "--find-capacity", "--max-wait", "2").out.split())
+    assert "probes: x1 ok, x2 ok" in text and f"x{cap['rate_scale']:.4g} ok" in text
+    tpot_at_wait_only = wait_only["runtime"]["tpot"]["p99_s"]
+    assert tpot_at_wait_only > 0.1  # the wait bound alone lets TPOT p99 past 100 ms
+    bounded = csa(*SIM, "--find-capacity", "--max-wait", "2", "--max-tpot", "100", "--json").json()
+    assert bounded["runtime"]["tpot"]["p99_s"] <= 0.1 and bounded["capacity"]["max_tpot_ms"] == 100
+    assert bounded["capacity"]["rate_scale"] < cap["rate_scale"]
+    ttft = csa(*SIM, "--find-capacity", "--max-ttft", "0.5", "--json").json()
+    assert ttft["runtime"]["ttft"]["p99_s"] <= 0.5 and ttft["capacity"]["criterion"] == \
+        "every request served, TTFT p99 <= 0.5 s"
+    # the bounds need --find-capacity and a replayed engine: one line each
+    assert "add --find-capacity" in csa(*SIM, "--max-ttft", "1").err
+    ledger = csa("simulate", "examples/traces/azure_conv_sample_200.csv", "--model", "deepseek-v4-pro", "--tp", "8",
+                 "--device-memory", "h200", "--find-capacity", "--max-tpot", "50")
+    assert ledger.code == 2 and "only an engine replayed step by step gives" in ledger.err
+
+
+def _span_s() -> float:
+    import csv
+
+    rows = list(csv.DictReader(open(ROOT_DOCS.parent / "examples" / "traces" / "azure_conv_sample_200.csv")))
+    return _seconds(rows[-1]["TIMESTAMP"]) - _seconds(rows[0]["TIMESTAMP"])
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp[:26]).timestamp()
+
+
+def test_the_two_engine_table_has_a_tpot_row(csa, monkeypatch):
+    """Before: `--engine vllm-0.33 --engine sglang-0.5.23` had queue wait, first token and end to end rows, no TPOT."""
+    monkeypatch.chdir(ROOT_DOCS.parent)
+    monkeypatch.setenv("COLUMNS", "120")
+    args = [a for a in SIM if a not in ("--engine", "vllm-0.33")] + ["--engine", "vllm-0.33", "--engine",
+                                                                        "sglang-0.5.23"]
+    r = csa(*args)
+    docs = csa(*args, "--json").json()["side_by_side"]
+    row = next(line for line in r.out.splitlines() if "per output token p50/p99/max ms" in line)
+    for d in docs:
+        assert "/".join(f"{d['runtime']['tpot'][q] * 1000:,.1f}" for q in ("p50_s", "p99_s", "max_s")) in row
