@@ -307,3 +307,9 @@ def test_the_two_engine_table_has_a_tpot_row(csa, monkeypatch):
     row = next(line for line in r.out.splitlines() if "per output token p50/p99/max ms" in line)
     for d in docs:
         assert "/".join(f"{d['runtime']['tpot'][q] * 1000:,.1f}" for q in ("p50_s", "p99_s", "max_s")) in row
+
+
+def test_compare_reads_the_engine_spellings_too(csa):
+    r = csa("compare", "deepseek-v4-flash", "--engine", "vllm-0.33", "--device-memory", "h200", "-tp", "8", "--json")
+    assert r.code == 0 and r.json()["options"]["tp"] == 8, r.err
+    assert csa("compare", "deepseek-v4-flash", "--device-memory", "h200", "-tp", "8").code == 2
