@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
 from csa_plan.planner.profiles import PROFILES
@@ -42,6 +42,7 @@ PARAMS = (
         help="Print the csa-plan/check/v2 JSON document (docs/answers.md)."),
     *engine_params(),
     *DEPLOYMENT_PARAMS,
+    *ENGINE_SPELLING_PARAMS,
     Opt(("--from-log",), "from_log", metavar="FILE",
         help="A vLLM or SGLang start-up log of this model, release, GPU and TP: calibrate the start-up terms "
              "on it and show what it implies beside the prediction (docs/device-budget.md)."),
@@ -77,7 +78,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
                                      at_length, engine=engine, engine_settings=engine_settings,
                                      kv_memory_bytes=kv_memory, deployment=deployment,
-                                     gate_from_spec=gate is None))
+                                     gate_from_spec=gate is None,
+                                     length_question=max_seq_len is None and concurrency > 1))
 
     def render(out, report):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
@@ -99,6 +101,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
             render_budget(out, report["budget"], head_shown=True)
 
     consoles = make_consoles()
+    if from_log is not None:  # what the log's reading did not take word for word, whatever the output form
+        from csa_plan.cli.stream import echo
+
+        for note in ((outcome.report.get("budget") or {}).get("calibration") or {}).get("notes", ()):
+            echo(f"note: --from-log: {note}", err=True)
     emit(consoles, outcome.report, as_json, render)
     if budget_plot is not None:
         from csa_plan.cli.plots import write_budget_plot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, with_deployment
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, with_deployment
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 
 PARAMS = (
@@ -27,6 +27,7 @@ PARAMS = (
     Opt(("--plot",), "plot_file", metavar="FILE.png",
         help="Also draw bytes per request against context length, one line per profile (needs the [plot] extra)."),
     *DEPLOYMENT_PARAMS,
+    *ENGINE_SPELLING_PARAMS,
 )
 
 

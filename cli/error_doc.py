@@ -86,6 +86,10 @@ def bad_input_exits(func: Callable[..., int]) -> Callable[..., int]:
     def wrapper(*args: Any, **kwargs: Any) -> int:
         from csa_plan.planner.errors import CsaPlanError
 
+        for value in kwargs.values():  # a decimal size pasted from a log (84.91GiB): the bytes it is read as
+            note = getattr(value, "note", None)
+            if isinstance(value, int) and isinstance(note, str):
+                echo(f"note: {note}", err=True)
         try:
             return func(*args, **kwargs)
         except CsaPlanError as exc:

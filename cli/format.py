@@ -56,3 +56,16 @@ def marker(step: dict[str, Any]) -> str:
         return ""
     band = step.get("band_pct")
     return f" (est. ±{band} %)" if band is not None else " (est.)"
+
+
+def fit_line(fit: dict[str, Any], pool: str, article: str = "the") -> str:
+    """A command's count of requests of max_seq_len in ``pool`` ("state pool"), with its authority.
+    Where vLLM's admission charges more than a decoding request holds (``fit.steady_decode``), the
+    count is said as what it is, admitted at once into an empty pool, and the decoding figure follows."""
+    n, length, steady = fit["requests_that_fit"], fit["max_seq_len"], fit.get("steady_decode")
+    if steady and n is not None:
+        return (f"requests of {length:,} tokens admitted at once into an empty {pool}: {n:,}; decoding (each "
+                f"holds {fmt_bytes_short(steady['per_request_bytes'])}): {steady['count']:,} at once "
+                f"({fit['authority']})")
+    count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
+    return f"requests of {length:,} tokens that fit {article} {pool}: {count} ({fit['authority']})"

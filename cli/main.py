@@ -91,12 +91,28 @@ def _main(argv: list[str] | None) -> int:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
+        if isinstance(exc, click.NoSuchOption):
+            exc.possibilities = option_suggestions(exc, sys.argv[1:] if argv is None else argv)
         code = EXIT_BAD_INPUT if exc.exit_code in (1, 2) else exc.exit_code
         tell_failure(f"error: {one_line(exc.format_message() + group_option_hint(exc))}", code, as_json)
         sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     return rv if isinstance(rv, int) else 0
+
+
+def option_suggestions(exc: click.NoSuchOption, words: list[str]) -> list[str]:
+    """What an unknown option may have meant, among the command's options and as the named engine
+    spells them (``planner/engines/flags.py``): never an unrelated option, nor another engine's."""
+    from csa_plan.planner.engines.flags import option_suggestions as suggest
+
+    command = exc.ctx.command if exc.ctx is not None else None
+    if command is None or exc.option_name is None:
+        return list(exc.possibilities or ())
+    options = tuple(o for p in command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts))
+    engines = tuple(words[i + 1] for i, w in enumerate(words[:-1]) if w == "--engine")
+    engines += tuple(w.partition("=")[2] for w in words if w.startswith("--engine="))
+    return suggest(exc.option_name, options, engines)
 
 
 def group_option_hint(exc: click.ClickException) -> str:

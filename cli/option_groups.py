@@ -177,6 +177,21 @@ DEPLOYMENT_PARAMS: tuple[Opt, ...] = (
 DEPLOYMENT_OPTION_NAMES = tuple(opt.dest for opt in DEPLOYMENT_PARAMS)
 
 
+def _spelling_opts() -> tuple[Opt, ...]:
+    """The engines' own spellings of the deployment (``planner/engines/flags.py``: vLLM's
+    ``-tp``/``--enable-expert-parallel``, SGLang's ``--tp-size``/``--enable-dp-attention``, ...),
+    read as the named engine spells them (commands with ``--engine``: check, simulate)."""
+    from csa_plan.planner.engines.flags import SPELLINGS, help_text
+
+    return tuple(Opt((s.spelled,), "engine_flag_" + s.spelled.lstrip("-").replace("-", "_"),
+                     Kind.FLAG if s.switch else Kind.COUNT, default=None,
+                     help=help_text(s.spelled)) for s in SPELLINGS)
+
+
+ENGINE_SPELLING_PARAMS: tuple[Opt, ...] = _spelling_opts()
+ENGINE_SPELLING_NAMES = {opt.dest: opt.decls[0] for opt in ENGINE_SPELLING_PARAMS}
+
+
 def with_deployment(func: Callable[..., Any]) -> Callable[..., Any]:
     """The body receives ``deployment`` (a planner Deployment; None fields = the command's or
     engine's default) and ``budget_plot`` (a path or None)."""
@@ -186,6 +201,18 @@ def with_deployment(func: Callable[..., Any]) -> Callable[..., Any]:
         from csa_plan.planner.budget.deployment import Deployment
 
         v = {name: kwargs.pop(name) for name in DEPLOYMENT_OPTION_NAMES}
+        spelled = {ENGINE_SPELLING_NAMES[name]: kwargs.pop(name) for name in ENGINE_SPELLING_NAMES if name in kwargs}
+        spelled = {k: value for k, value in spelled.items() if value not in (None, False)}
+        if spelled:  # vLLM's -tp, SGLang's --tp-size ...: read as the named engine spells them
+            from csa_plan.planner.engines.flags import read_engine_flags
+
+            engines = kwargs.get("engines") or ((kwargs["engine"],) if kwargs.get("engine") else ())
+            read = read_engine_flags(spelled, tuple(engines), v["tp"], v["pp"], v["dp"], v["ep"])
+            v.update(tp=read.tp, pp=read.pp, dp=read.dp, ep=read.ep)
+            if read.note:
+                from csa_plan.cli.stream import echo
+
+                echo(f"note: {read.note}", err=True)
         if v["budget_plot"] is not None:
             from csa_plan.planner.files import check_output_path
 

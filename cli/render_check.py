@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from csa_plan.cli.format import fmt_bytes, plural
+from csa_plan.cli.format import fmt_bytes, fmt_bytes_short, plural
 from csa_plan.planner.reports.text import id_runs
 from csa_plan.cli.tables import KEY, TEXT, Col, print_table
 
@@ -179,20 +179,35 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
     elif cap["unbounded"]:
         console.print(f"Requests of {length:,} tokens that fit: any number (0 bytes per request) {authority}")
     else:
-        console.print(f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}",
-                      highlight=False)
+        steady = cap.get("steady_decode")
+        if steady:  # vLLM: its admission charge is not what a decoding request holds; both are said
+            count = (f"Requests of {length:,} tokens admitted at once into an empty cache: "
+                     f"[bold]{cap['requests_that_fit']:,}[/] (the engine's 'Maximum concurrency') {authority}\n"
+                     f"  decoding (each holds {fmt_bytes_short(steady['per_request_bytes'])}): "
+                     f"[bold]{steady['count']:,}[/] at once, admitted one by one" + (
+                         f" (the running cap; memory: {steady['by_memory']:,})"
+                         if steady["limited_by"] != "memory" else ""))
+        else:
+            count = f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}"
         longest = cap["longest_context"]
         if longest is None:
-            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}")
+            longest_line = f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}"
         else:
-            console.print(f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
-                          f"{authority}", highlight=False)
+            longest_line = (f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
+                            f"{authority}")
+        asked_length = head.get("question") == "length"  # --concurrency N without --max-seq-len: the answer first
+        for line in (longest_line, count) if asked_length else (count, longest_line):
+            console.print(line, highlight=False)
+        if asked_length:
+            console.print(f"  (the question is the length: without --max-seq-len the count is at the model's "
+                          f"{length:,} tokens)", highlight=False)
     for line in head["log_lines"]:
         console.print(f"Engine log: {line}", markup=False, highlight=False)
     if cap["kv_memory_bytes"] is not None and cap["kv_memory_bytes"] > 0:
         per = cap["per_request_bytes"]
         console.print(f"State pool per GPU: {fmt_size(cap['kv_memory_bytes'])}"
-                      + (f"; per request: {fmt_size(per)}" if per is not None else ""), highlight=False)
+                      + (f"; {'charged per request at admission' if cap.get('steady_decode') else 'per request'}: "
+                         f"{fmt_size(per)}" if per is not None else ""), highlight=False)
     if head["deployment"]:
         console.print(f"Deployment: {head['deployment']}", highlight=False)
     for r in doc["all_refusals"]:

@@ -17,9 +17,9 @@ def _q(q: dict[str, Any], scale: float = 1.0, unit: str = "s") -> list[str]:
 
 def _step_time(t: dict[str, Any]) -> str:
     """The step-time source line: its label and stated error band."""
-    st = t.get("step_time") or {}
-    label = st.get("label") or t["step_model"]
-    return label + (f" (error band: {st['band']})" if st.get("band") else "")
+    from csa_plan.planner.steptime.model import step_time_label
+
+    return step_time_label(t.get("step_time") or {}, t["step_model"])
 
 
 def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None = None, brief: bool = False) -> None:
@@ -30,9 +30,11 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     rt = report["runtime"]
     out.print(f"[bold]{rt['headline']}[/bold]", highlight=False)
     if brief:
-        wait = rt["queue_wait"]
-        out.print(f"  served {rt['served']:,} of {rt['requests']:,}; queue wait p99 "
-                  f"{'-' if wait['p99_s'] is None else format(wait['p99_s'], ',.3f')} s", highlight=False)
+        p99 = lambda q, scale=1.0: "-" if q["p99_s"] is None else format(q["p99_s"] * scale, ",.3f")  # noqa: E731
+        out.print(f"  served {rt['served']:,} of {rt['requests']:,}; p99: queue wait {p99(rt['queue_wait'])} s, "
+                  f"TTFT {p99(rt['ttft'])} s, TPOT {p99(rt['tpot'], 1000.0)} ms", highlight=False)
+        if report.get("capacity"):
+            out.print(f"  {capacity_line(report['capacity'], probes=False)}", highlight=False)
         return
     for note in report["workload"]["notes"]:
         out.print(f"  note: {note}")
@@ -74,10 +76,21 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
         out.print(f"  modelled: {note}", highlight=False)
     cap = report.get("capacity")
     if cap:
-        out.print(f"  capacity: x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= {cap['max_wait_s']:g} s "
-                  f"({cap['probes']} probes)")
+        out.print(f"  {capacity_line(cap)}", highlight=False)
     if plot_note:
         out.print(f"  plot: {plot_note}")
+
+
+def capacity_line(cap: dict[str, Any], probes: bool = True) -> str:
+    """The rate a replayed engine's --find-capacity found: the scale, the requests per second it is, the
+    bounds it keeps, and (``probes``) every probe, as docs/simulate.md says it reports."""
+    from csa_plan.cli.format import fmt_rate
+
+    rate = f" = {fmt_rate(cap['rate_per_s'])} req/s" if cap.get("rate_per_s") else ""
+    tried = cap["probes"]
+    listed = (": " + ", ".join(f"x{p['rate_scale']:.4g} {'ok' if p['ok'] else 'no'}" for p in tried)) if probes else ""
+    return (f"capacity: {'at least ' if cap['at_least'] else ''}x{cap['rate_scale']:.4g} arrival rate{rate} keeps "
+            f"{cap['criterion']} ({plural(len(tried), 'probe')}{listed})")
 
 
 def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
@@ -117,6 +130,8 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
                                                        f"({r['prefix_cache']['hit_rate']:.1%})")
     for key, label in (("queue_wait", "queue wait"), ("ttft", "first token"), ("e2e", "end to end")):
         row(f"{label} p50/p99/max s", lambda r, d, k=key: "/".join(f1(r[k][q]) for q in ("p50_s", "p99_s", "max_s")))
+    row("per output token p50/p99/max ms", lambda r, d: "/".join(
+        f1(None if r["tpot"][q] is None else r["tpot"][q] * 1000) for q in ("p50_s", "p99_s", "max_s")))
     row("units in use: peak", lambda r, d: f"{r['occupancy']['peak_units']:,} {r['occupancy']['unit']}s")
     row("units usable", lambda r, d: f"{r['occupancy']['usable_units']:,}")
     print_table(out, "side by side", [Col("", KEY)] + [Col(d["engine"]["name"]) for d in runs], rows)

@@ -76,7 +76,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
                           f"ceiling, rate scale {cap['rate_scale']:,.4g}, with {cap['criterion']} "
                           f"({plural(len(cap['probes']), 'probe')}); the report below is at that scale")
             else:
-                out.print(f"[bold]capacity:[/bold] rate scale {cap['rate_scale']:,.4g} ({cap['criterion']}; "
+                out.print(f"[bold]capacity:[/bold] rate scale {cap['rate_scale']:,.4g}{_per_s(cap)} ({cap['criterion']}; "
                           f"{plural(len(cap['probes']), 'probe')}); the report below is at that scale")
     if "requests" not in report:
         return
@@ -133,6 +133,12 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
     out.print(f"[bold]{verdict}[/bold] (exit {report['exit_code']})")
 
 
+def _per_s(cap: dict[str, Any]) -> str:
+    from csa_plan.cli.format import fmt_rate
+
+    return f" = {fmt_rate(cap['rate_per_s'])} req/s" if cap.get("rate_per_s") else ""
+
+
 def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
     """The answer first: the verdict and exit code, the requests admitted and refused, the rate the
     search found, and the requests of max_seq_len that fit the state pool (with its authority)."""
@@ -160,11 +166,10 @@ def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
             out.print(f"  sustainable rate scale: none down to {cap['floor_rate_scale']:.4g} ({cap['floor']})",
                       highlight=False)
         else:
-            out.print(f"  sustainable rate scale: {'at least ' if cap['at_least'] else ''}{cap['rate_scale']:,.4g} "
-                      f"({cap['criterion']})", highlight=False)
+            out.print(f"  sustainable rate scale: {'at least ' if cap['at_least'] else ''}{cap['rate_scale']:,.4g}"
+                      f"{_per_s(cap)} ({cap['criterion']})", highlight=False)
     fit = report.get("fit")
     if fit is not None:
-        n = fit["requests_that_fit"]
-        count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
-        out.print(f"  requests of {fit['max_seq_len']:,} tokens that fit the state pool: {count} ({fit['authority']})",
-                  highlight=False)
+        from csa_plan.cli.format import fit_line
+
+        out.print(f"  {fit_line(fit, 'state pool')}", highlight=False)

@@ -91,10 +91,10 @@ def render_sweep_head(out: Console, report: dict[str, Any]) -> None:
                   f"(exit {h['exit_code']})", highlight=False)
         fit = h["fit"]
         if fit is not None:
-            n = fit["requests_that_fit"]
-            count = f"{n:,}" if n is not None else ("any number" if fit["unbounded"] else f"none ({fit['no_answer']})")
-            out.print(f"  requests of {fit['max_seq_len']:,} tokens that fit its state pool "
-                      f"({fmt_bytes(h['limit_bytes'])} per device): {count} ({fit['authority']})", highlight=False)
+            from csa_plan.cli.format import fit_line
+
+            pool = f"state pool ({fmt_bytes(h['limit_bytes'])} per device)"
+            out.print(f"  {fit_line(fit, pool, 'its')}", highlight=False)
     else:
         out.print(f"[bold red]no point meets the constraints[/bold red] (exit {h['exit_code']})")
     out.print(f"  feasible: {h['feasible']:,} of {h['simulated']:,} simulated points ({h['points']:,} in the grid, "

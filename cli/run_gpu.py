@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from csa_plan.cli.error_doc import bad_input_exits
+from csa_plan.cli.error_doc import bad_input_exits, tell_failure
 from csa_plan.cli.exit_codes import EXIT_CHECK_FAILED, EXIT_NO_GPU, EXIT_OK, EXIT_REFUSED
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.kernels.run_plan import (DEFAULT_MAX_SEQ_LEN, EMULATE_DEFAULT_MAX_SEQ_LEN, MAX_REQUESTS, MAX_STEPS,
@@ -46,15 +46,18 @@ def run_gpu(model: str, layers: str | None, requests: int, max_seq_len: int | No
         from csa_plan.kernels.gpu_env import gpu_unavailable_reason
 
         reason = gpu_unavailable_reason()
-        if reason:
-            echo(printable(f"csa-plan: {reason}"), err=True)
+        if reason:  # with --json, the error document on stdout too (docs/json-schemas.md)
+            tell_failure(printable(reason), EXIT_NO_GPU, as_json)
             return EXIT_NO_GPU
 
     plan, refusals = plan_run(model, layers, requests, max_seq_len, steps, tp, tiny, backend)
     refusal = refusals[0] if refusals else plan.limit_refusal(limit)
     if refusal:
-        for line in refusals or [refusal]:
-            echo(printable(f"csa-plan: refused: {line}"), err=True)
+        lines = [printable(f"refused: {line}") for line in refusals or [refusal]]
+        for line in lines[:-1]:
+            echo(f"csa-plan: {line}", err=True)
+        tell_failure(lines[-1] if len(lines) == 1 else f"{lines[-1]} ({len(lines)} refusals; stderr lists each)",
+                     EXIT_REFUSED, as_json)
         return EXIT_REFUSED
 
     from csa_plan.kernels.backends import make_backend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
@@ -71,7 +71,11 @@ PARAMS = (
         help="Bisect the largest --rate-scale with zero memory refusals "
              "(or, under --policy queue, wait p99 under --max-wait)."),
     Opt(("--max-wait",), "max_wait", Kind.NUMBER, high=MAX_WAIT_S,
-        help="Seconds: the wait p99 bound for --find-capacity under queue."),
+        help="Seconds: the wait p99 bound for --find-capacity under queue (and with a replayed engine)."),
+    Opt(("--max-ttft",), "max_ttft", Kind.NUMBER, high=MAX_WAIT_S,
+        help="Seconds: the TTFT p99 bound for --find-capacity with a replayed engine."),
+    Opt(("--max-tpot",), "max_tpot", Kind.NUMBER, high=MAX_WAIT_S * 1000,
+        help="Milliseconds: the TPOT p99 bound for --find-capacity with a replayed engine."),
     Opt(("--verify",), "verify", Kind.FLAG, default=False,
         help="Also replay event by event through the ledger and require identical results."),
     Opt(("--brief",), "brief", Kind.FLAG, default=False,
@@ -86,6 +90,7 @@ PARAMS = (
         help="Draw residency over time per device against its limit (needs matplotlib: csa-plan[plot])."),
     *engine_params(multiple=True),
     *DEPLOYMENT_PARAMS,
+    *ENGINE_SPELLING_PARAMS,
 )
 
 
@@ -99,7 +104,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              spec_acceptance: float | None, rate_scale: float | None,
              sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
-             max_wait: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
+             max_wait: float | None, max_ttft: float | None, max_tpot: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
              brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
@@ -138,7 +143,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
-                              max_wait_s=max_wait, verify=verify, trace=trace, engine=engine,
+                              max_wait_s=max_wait, max_ttft_s=max_ttft, max_tpot_ms=max_tpot, verify=verify, trace=trace, engine=engine,
                               engine_settings=engine_settings, kv_memory_bytes=kv_memory,
                               enable_prefix_caching=False if disable_radix_cache else prefix_caching,
                               engines=engines if len(engines) > 1 else ())

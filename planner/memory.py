@@ -61,13 +61,52 @@ def parse_size(text: str, source: str, field: str | None = None) -> int:
                            f"did you mean {number}{suffix}iB?")
     value = exact_number(number, source, field, "size") * unit
     if value.denominator != 1:
-        raise BadInput(source, field, f"size {shown!r} is not a whole number of bytes")
+        if unit < 1000 or "." not in number:  # a fraction of a byte is no figure an engine prints
+            raise BadInput(source, field, f"size {shown!r} is not a whole number of bytes")
+        return _printed(value, number, suffix, unit, shown, source, field)
     if value >= I63_LIMIT:
         raise BadInput(source, field, f"size {shown!r} is too large (must be below 2^63 bytes)")
     if not suffix and 0 < value < MIB:  # '--device-memory 141' meant 141GB, not 141 bytes
         raise BadInput(source, field, f"size {shown!r} has no unit and is under 1 MiB as bytes: write "
                        f"{number}B for bytes; did you mean {number}GB?")
     return checked_whole(value, shown, source, field, "size")
+
+
+class PrintedBytes(int):
+    """A size given as a decimal figure an engine prints (``84.91GiB``, from vLLM's "Available KV cache
+    memory: 84.91 GiB"): the figure times its unit, rounded down to a whole byte; ``note`` says the
+    bytes it is read as and the range the printed digits stand for (the CLI shows it)."""
+
+    note: str
+
+    def __new__(cls, value: int, note: str) -> "PrintedBytes":
+        made = super().__new__(cls, value)
+        made.note = note
+        return made
+
+    def __reduce__(self):  # pickles (sweep workers) with its note
+        return (PrintedBytes, (int(self), self.note))
+
+
+def _printed(value, number: str, suffix: str, unit: int, shown: str, source: str, field: str | None) -> int:
+    from fractions import Fraction
+
+    if value >= I63_LIMIT:
+        raise BadInput(source, field, f"size {shown!r} is too large (must be below 2^63 bytes)")
+    if value < 0:
+        raise BadInput(source, field, f"size {shown!r} is negative")
+    whole = int(value)  # rounded down: never more than the printed figure
+    places = len(number.partition(".")[2])
+    half = int(Fraction(unit, 2 * 10**places))
+    name = field or source
+    return PrintedBytes(whole, f"{name} {shown} read as {whole:,} B ({number} x {_unit_text(suffix, unit)} "
+                               f"rounded down to a whole byte; a figure printed to {places} decimal"
+                               f"{'s' if places != 1 else ''} stands for up to {half:,} B either side)")
+
+
+def _unit_text(suffix: str, unit: int) -> str:
+    power = unit.bit_length() - 1
+    return f"2^{power}" if unit == 1 << power and power >= 10 else f"{unit:,}"
 
 
 @record

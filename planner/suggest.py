@@ -41,15 +41,18 @@ def closest(value: str, known: Iterable[str]) -> str | None:
 
 def did_you_mean_model(value: str, known: Iterable[str]) -> str:
     """``did_you_mean`` for names whose digits are a model number or a version (GPU cards, model
-    presets, engine releases): only a name with the same digits is offered, so ``h20`` is never
-    "corrected" to ``h200``, ``deepseek-v3`` to ``deepseek-v4-pro`` or ``vllm-0.8.5`` to ``vllm-0.25``."""
+    presets, engine releases): only a name with the same digits and the same first letter is offered,
+    so ``h20`` is never "corrected" to ``h200``, ``b300`` to ``mi300x``, ``deepseek-v3`` to ``deepseek-v4-pro`` or ``vllm-0.8.5`` to ``vllm-0.25``."""
     def digits(text: str) -> str:  # an 'o' typed after a digit is read as the 0 it stands for (h2O)
         import re
 
         return "".join(ch for ch in re.sub(r"(?<=[0-9])[oO]", "0", text) if ch.isdigit())
 
+    def first(text: str) -> str:  # the family letter: b300 (NVIDIA) is never mi300x (AMD)
+        return next((ch for ch in text.casefold() if ch.isalnum()), "")
+
     typed = digits(str(value))
-    return did_you_mean(value, [k for k in known if digits(str(k)) == typed])
+    return did_you_mean(value, [k for k in known if digits(str(k)) == typed and first(str(k)) == first(str(value))])
 
 
 def listed(known: Iterable[str]) -> str:

@@ -122,3 +122,61 @@ def test_check_md_is_for_users_and_the_internals_live_in_architecture_md():
     for internal in ("`@record`", "young generation", "atexit", "Inventory.blocks", "--kvfit-python", "ModelFacts"):
         assert internal not in check and internal in arch, internal
     assert "architecture.md#start-up-and-latency-benchmarksbench_clipy" in check
+
+
+# -- figures the README states, held to what they state (issue 48 item 7) ---------------------------
+
+def _collected(*marker: str) -> int:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marker],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    counts = [int(m.group(1)) for m in re.finditer(r"^tests/\S+: (\d+)$", run.stdout, re.M)]
+    assert counts, run.stdout[-2000:] + run.stderr[-2000:]
+    return sum(counts)
+
+
+@pytest.mark.slow
+def test_the_readme_test_counts_are_the_suites():
+    """The README's "The whole suite (N tests)" and "M of the N tests" (not fuzz, not slow) are counted here:
+    adding or removing tests fails this until the README says the new figures."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    whole = int(re.search(r"The whole suite \(([\d,]+) tests\)", text).group(1).replace(",", ""))
+    quick, of = (int(g.replace(",", "")) for g in re.search(r"([\d,]+) of the ([\d,]+) tests", text).groups())
+    got_whole, got_quick = _collected(), _collected("-m", "not fuzz and not slow")
+    assert (whole, of, quick) == (got_whole, got_whole, got_quick), (
+        f"README.md: write 'The whole suite ({got_whole:,} tests)' and '{got_quick:,} of the {got_whole:,} tests'")
+
+
+def test_the_readme_error_band_is_the_fits():
+    """The README's step-time error figures are the fitted bands (planner/replay/steptime_fit.json), and each
+    family's band is what simulate and sweep print on their `step time:` line."""
+    fit = json.loads((ROOT / "planner" / "runtime" / "steptime_fit.json").read_text())
+    text = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"is (\d+) % in-sample on Blackwell \(B200\) and (\d+) % on Hopper \(H100, H200\), "
+                     r"(\d+)–(\d+) % held out by model and by regime, (\d+) % on the other GPU family", text)
+    assert said, "README.md no longer states the step-time error band as this test reads it"
+    blackwell, hopper, low, high, other = (int(g) for g in said.groups())
+    band = lambda family: int(re.search(r"TPOT median \|error\| (\d+)% in-sample",  # noqa: E731
+                                        fit["fits"][f"sglang/{family}"]["band"]).group(1))
+    assert (blackwell, hopper) == (band("blackwell"), band("hopper"))
+    held = sorted(round(100 * fit["summary"][k]["median_abs_err"]) for k in
+                  ("TPOT held out: model", "TPOT held out: regime"))
+    assert (low, high) == tuple(held)
+    assert other == round(100 * fit["summary"]["TPOT held out: GPU family (the other family's fit)"]["median_abs_err"])
+
+
+def test_the_runtime_docs_describe_the_step_time_source_not_the_old_clock():
+    """docs/vllm-runtime.md and docs/sglang-runtime.md said a step lasts max(tpot_ms / 1000, prefill / rate): that
+    is the `fixed` source only; MTP drafts were "all accepted"; the report list lacked TPOT and p90."""
+    for name in ("vllm-runtime.md", "sglang-runtime.md", "simulate.md", "steptime.md"):
+        for paragraph in (ROOT / "docs" / name).read_text().split("\n\n"):
+            flat = " ".join(paragraph.split())
+            if re.search(r"max\((tpot_ms|--tpot-ms)", flat):
+                assert "fixed" in flat, (name, flat[:200])
+    vllm = " ".join((ROOT / "docs" / "vllm-runtime.md").read_text().split())
+    assert "all accepted" not in vllm and "--spec-acceptance" in vllm
+    for doc in ("vllm-runtime.md", "sglang-runtime.md"):
+        flat = " ".join((ROOT / "docs" / doc).read_text().split())
+        assert "time per output token" in flat and "p90" in flat and "physics" in flat, doc

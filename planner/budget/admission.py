@@ -41,3 +41,29 @@ def engine_admits(plan: Any, sizing: Any) -> dict[str, Any]:
             "max_running": sizing.max_running,
             "source": f"{plan.engine.name} admission: {sizing.usable_units:,} usable {sizing.unit_name}s, "
                       f"{need:,} per request while it prefills, at most {sizing.max_running:,} running"}
+
+
+def steady_decode(plan: Any, sizing: Any) -> dict[str, Any] | None:
+    """How many requests of max_seq_len the pool holds once they decode, where that differs from what
+    admission charges (vLLM: admission budgets every windowed group for a chunk of in-flight tokens, a
+    decoding request holds them for 1 + drafts): ``count`` (at most the running cap), ``by_memory``,
+    ``per_request_bytes``, ``limited_by``. None for an engine whose pools are not one shared unit pool
+    (SGLang: its separate pools), or whose decode charge is the admission charge."""
+    from csa_plan.planner.engines.engine import Phase
+
+    length = plan.max_seq_len
+    held = plan.footprint(length, Phase.DECODE)
+    if not held.uses or any(u.unit_bytes != sizing.unit_bytes for u in held.uses):
+        return None
+    units, need = held.units, plan.admission_units(length)
+    if not units or units >= need or sizing.usable_units < need:
+        return None
+    # admitted one after another, each while the others decode: the n-th needs its whole charge free
+    by_memory = (sizing.usable_units - need) // units + 1
+    count = min(by_memory, sizing.max_running)
+    return {"count": count, "by_memory": by_memory, "per_request_bytes": units * sizing.unit_bytes,
+            "units_per_request": units,
+            "limited_by": "memory" if by_memory <= sizing.max_running else "running cap",
+            "source": f"({sizing.usable_units:,} usable {sizing.unit_name}s - {need:,} one admission charges) // "
+                      f"{units:,} a decoding request holds (1 token in flight) + 1, at most "
+                      f"{sizing.max_running:,} running"}

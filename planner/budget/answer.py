@@ -42,6 +42,7 @@ class CapacityAnswer:
     no_answer: str | None = None      # why there is no count (an engine refusal, no pool, a refused plan)
     unbounded: bool = False           # 0 bytes per request: any number fits
     source: str = ""
+    steady_decode: dict[str, Any] | None = None  # vLLM: requests the pool holds once they decode (admission.py)
 
     @property
     def answered(self) -> bool:
@@ -59,7 +60,7 @@ class CapacityAnswer:
                 "kv_memory_bytes": self.kv_memory_bytes, "per_request_bytes": self.per_request_bytes,
                 "requests_that_fit": self.requests_that_fit, "unbounded": self.unbounded,
                 "longest_context": self.longest_context, "fits": self.fits, "answered": self.answered,
-                "no_answer": self.no_answer, "source": self.source}
+                "no_answer": self.no_answer, "source": self.source, "steady_decode": self.steady_decode}
 
 
 def no_answer(authority: str, length: int, concurrency: int, why: str,
@@ -133,7 +134,15 @@ def engine_answer(spec: ModelSpec, engine: str, settings: Any, length: int, conc
 
     longest = longest_length(count_at, concurrency, upper, known={length: here.count or 0})
     return CapacityAnswer(authority, length, concurrency, kv, here.charge_bytes, here.count, longest,
-                          source=here.source), here
+                          source=here.source, steady_decode=_steady(here)), here
+
+
+def _steady(here: EngineCount) -> dict[str, Any] | None:
+    if here.count is None:
+        return None
+    from csa_plan.planner.budget.admission import steady_decode
+
+    return steady_decode(here.check.plan, here.check.sizing)
 
 
 def longest_length(count_at: Callable[[int], int], concurrency: int, upper: int,
@@ -166,7 +175,7 @@ def point_answer(spec: ModelSpec, engine: str | None, settings: Any, length: int
             return no_answer(engine_authority(engine), length, 1,
                              f"{engine} refuses this configuration ({here.check.refusal.setting})", kv_memory_bytes)
         return CapacityAnswer(engine_authority(engine), length, 1, kv_memory_bytes, here.charge_bytes, here.count,
-                              None, source=here.source)
+                              None, source=here.source, steady_decode=_steady(here))
     if kv_memory_bytes is None or kv_memory_bytes <= 0:
         return no_answer(layout_authority(layout), length, 1, "no state pool", kv_memory_bytes)
     plan = plan_model(spec, PlanOptions(max_seq_len=length, tp=tp, layout=layout))

@@ -126,6 +126,11 @@ def _calibrated(req: Any, path: str, engine_settings: Any, search: bool, facts: 
     else:
         cal = _CALIBRATIONS[key]
     out = budget(replace(req, calibration=(cal.offset_bytes, path)), search=search, facts=facts)
+    logged = cal.log_flags.get("max_model_len")
+    if logged and req.max_seq_len and logged != req.max_seq_len:  # said, not calibrated silently
+        cal = replace(cal, notes=(*cal.notes, f"the log ran max_model_len {logged:,}, the command asks "
+                                  f"{req.max_seq_len:,}: the terms are compared at the log's length and the "
+                                  f"calibration ({cal.offset_bytes:+,} B) is carried to the command's"))
     return replace(out, calibration=cal)
 
 

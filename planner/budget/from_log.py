@@ -42,6 +42,8 @@ class StartupLog:
     kv_tokens: int | None = None                # vLLM "GPU KV cache size: N tokens"; SGLang max_total_num_tokens
     total_gib: float | None = None              # vLLM "Free memory on device (free/total GiB)"
     actual: tuple[float, float, float] | None = None  # vLLM "Actual usage is W ... A ... G GiB" (after capture)
+    actual_split: tuple[float, float] | None = None   # the other wording: weight and non-torch memory apart
+    unread: tuple[str, ...] = ()                # memory lines of a wording csa-plan does not read (said, not skipped)
     avail_gb: float | None = None               # SGLang "Load weight end ... avail mem=X GB"
     usage_gb: float | None = None               # SGLang "mem usage=Y GB"
 
@@ -60,6 +62,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "device": re.compile(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\)"),
     "actual": re.compile(r"Actual usage is ([\d.]+) GiB for consumed memory \(weights \+ non-torch\), "
                          r"([\d.]+) GiB for peak activation, and ([\d.]+) GiB for CUDAGraph memory"),
+    "actual_split": re.compile(r"Actual usage is (-?[\d.]+) GiB for weight, (-?[\d.]+) GiB for peak activation, "
+                               r"(-?[\d.]+) GiB for non-torch memory, and (-?[\d.]+) GiB for CUDAGraph memory"),
     "sglang_load": re.compile(r"Load weight end\..*avail mem=([\d.]+) GB, mem usage=([\d.]+) GB"),
     "sglang_tokens": re.compile(r"max_total_num_tokens=(\d+)"),
     "args": re.compile(r"non-default args: (\{.*\})\s*$"),
@@ -91,6 +95,7 @@ def read_startup_log(path: str) -> StartupLog:
     if size > MAX_LOG_BYTES:
         raise BadInput(path, "--from-log", f"{size:,} bytes: a start-up log is at most {MAX_LOG_BYTES:,}")
     found: dict[str, Any] = {}
+    unread: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -102,10 +107,13 @@ def read_startup_log(path: str) -> StartupLog:
                     m = pat.search(line)
                     if m:
                         found.setdefault(name, m)
+                if ("Actual usage is" in line and not _PATTERNS["actual"].search(line)
+                        and not _PATTERNS["actual_split"].search(line) and len(unread) < 3):
+                    unread.append(excerpt(line.strip()[line.strip().find("Actual usage is"):], 120))
     except OSError as exc:
         raise BadInput(path, "--from-log", f"cannot read the log: {exc.strerror or exc}") from None
     g = lambda n, i=1: found[n].group(i) if n in found else None  # noqa: E731
-    vllm = any(n in found for n in ("loading", "kv", "tokens", "util", "device", "actual"))
+    vllm = any(n in found for n in ("loading", "kv", "tokens", "util", "device", "actual", "actual_split"))
     sglang = any(n in found for n in ("sglang_load", "sglang_tokens"))
     if vllm == sglang:
         raise BadInput(path, "--from-log", "not a vLLM or SGLang start-up log csa-plan can read: it needs vLLM's "
@@ -115,7 +123,7 @@ def read_startup_log(path: str) -> StartupLog:
     tp_m = found.get("tp")
     tp = int(tp_m.group(1) or tp_m.group(2)) if tp_m else None
     common = dict(path=path, model=g("model"), capability=cap, tp=tp,
-                  args=_args(found["args"].group(1)) if "args" in found else {})
+                  args=_args(found["args"].group(1)) if "args" in found else {}, unread=tuple(unread))
     if vllm:
         tokens = g("tokens")
         return StartupLog(engine="vllm", version=g("vllm_version"), **common,
@@ -125,11 +133,22 @@ def read_startup_log(path: str) -> StartupLog:
                           kv_gib=float(g("kv")) if g("kv") else None,
                           kv_tokens=int(tokens.replace(",", "")) if tokens else None,
                           total_gib=float(g("device", 2)) if g("device") else None,
-                          actual=tuple(float(g("actual", i)) for i in (1, 2, 3)) if g("actual") else None)
+                          actual=_actual(g), actual_split=(float(g("actual_split")), float(g("actual_split", 3)))
+                          if g("actual_split") else None)
     return StartupLog(engine="sglang", version=g("sglang_version"), **common,
                       avail_gb=float(g("sglang_load")) if g("sglang_load") else None,
                       usage_gb=float(g("sglang_load", 2)) if g("sglang_load") else None,
                       kv_tokens=int(g("sglang_tokens")) if g("sglang_tokens") else None)
+
+
+def _actual(g: Callable[..., Any]) -> tuple[float, float, float] | None:
+    """(weights + non-torch, peak activation, CUDA graphs) from either wording of vLLM's after-capture line."""
+    if g("actual"):
+        return tuple(float(g("actual", i)) for i in (1, 2, 3))  # type: ignore[return-value]
+    if g("actual_split"):
+        w, peak, nt, graphs = (float(g("actual_split", i)) for i in (1, 2, 3, 4))
+        return (round(w + nt, 2), peak, graphs)
+    return None
 
 
 def _model_key(name: str) -> str:
@@ -172,10 +191,11 @@ class Calibration:
     implied_kv_bytes: int
     terms: tuple[tuple[str, int | None, int], ...]  # (term, implied bytes or None: not in the log, predicted)
     log_flags: dict[str, Any]
+    notes: tuple[str, ...] = ()         # what the reading did not take word for word (unread lines, another length)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "offset_bytes": self.offset_bytes, "implied_kv_bytes": self.implied_kv_bytes,
-                "log_flags": self.log_flags,
+                "log_flags": self.log_flags, "notes": list(self.notes),
                 "terms": [{"term": t, "implied_bytes": i, "predicted_bytes": p} for t, i, p in self.terms]}
 
 
@@ -213,7 +233,13 @@ def calibrate(log: StartupLog, at_log: Any, tokens_at: Callable[[int], int]) -> 
         if log.actual is not None:  # after capture: consumed (weights + non-torch), peak activation, graphs
             w_nt, peak, actual_graphs = (int(x * GiB) for x in log.actual)
             nt_pred = by("non-torch memory")
-            extra = (("weights + non-torch ('Actual usage ... consumed memory')", w_nt, predicted_model + nt_pred),
+            if log.actual_split is not None:  # "... GiB for weight, ... GiB for non-torch memory": each its own term
+                w, nt = (int(x * GiB) for x in log.actual_split)
+                apart = (("weights ('Actual usage ... for weight')", w, predicted_model),
+                         ("non-torch memory ('Actual usage ... for non-torch memory')", nt, nt_pred))
+            else:
+                apart = (("weights + non-torch ('Actual usage ... consumed memory')", w_nt, predicted_model + nt_pred),)
+            extra = (*apart,
                      ("peak activation ('Actual usage ... peak activation')", peak, predicted_rest - nt_pred),
                      ("CUDA graphs as captured ('Actual usage ... CUDAGraph memory')", actual_graphs, graphs))
         else:
@@ -238,4 +264,5 @@ def calibrate(log: StartupLog, at_log: Any, tokens_at: Callable[[int], int]) -> 
                  ("memory in use before the weights load (card - avail - usage)", pre, pre_pred),
                  ("KV pool (from max_total_num_tokens)", kv, s.kv_memory_bytes))
     flags = {k: v for k, v in log.args.items()}
-    return Calibration(log.path, s.kv_memory_bytes - kv, kv, terms, flags)
+    notes = tuple(f"a line of a wording csa-plan does not read, left out: {line}" for line in log.unread)
+    return Calibration(log.path, s.kv_memory_bytes - kv, kv, terms, flags, notes)

@@ -27,6 +27,7 @@ class CheckRequest:
     kv_memory_bytes: int | None = None  # the engine's KV memory per device
     deployment: Any = None  # planner.budget.Deployment (--tp/--pp/--dp/--ep/--weights/--reserved)
     gate_from_spec: bool = False  # no --gate given: a spec's own ``gate:`` applies
+    length_question: bool = False  # --concurrency N without --max-seq-len: the answer asked is the longest length
 
 
 @record(eq=False)
@@ -125,7 +126,11 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         per = plan_model(spec, replace(o, tp=tp)).per_request_per_device_bytes
         return per * req.concurrency <= candidate.kv_memory_bytes
 
-    searchable = device is not None and deployment.weights_bytes is None and req.kv_memory_bytes is None
+    # "the longest context for N requests": answered when some length holds them (exit 0), though N do not
+    # fit at the model's own length
+    question = "length" if req.length_question and answer.fits is False and answer.longest_context else "count"
+    searchable = (device is not None and deployment.weights_bytes is None and req.kv_memory_bytes is None
+                  and question == "count")
     if searchable and (not device.fits or answer.fits is False) and len(device.stages) == 1:
         from csa_plan.planner.budget.device import MAX_SEARCH_TP, smallest_fitting
 
@@ -133,7 +138,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         found = smallest_fitting(device.request, device.weights, passes, facts=device.facts, max_tp=max_tp)
         device = with_(device, smallest_fitting=found, searched=True, searched_max_tp=max_tp,
                        replicas=None if found else replicas_for(device, answer, req.concurrency))
-    doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout)
+    doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout, question)
     return CheckOutcome(doc, ExitCode(code))
 
 

@@ -41,6 +41,8 @@ class SimulateRequest:
     sort_rows: bool = False
     find_capacity: bool = False
     max_wait_s: float | None = None
+    max_ttft_s: float | None = None  # --find-capacity with a replayed engine: the TTFT p99 bound (seconds)
+    max_tpot_ms: float | None = None  # ... and the TPOT p99 bound (milliseconds)
     verify: bool = False
     trace: TraceOptions = TraceOptions()  # how to read a trace (format, columns, filters)
     engine: str | None = None  # an engine model's name: charge what that engine charges
@@ -84,6 +86,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
                                                 f"(MAX_WAIT_S), got {max_wait:g}")
+    for field, bound in (("--max-ttft", req.max_ttft_s), ("--max-tpot", req.max_tpot_ms)):
+        if bound is not None and (not math.isfinite(bound) or bound <= 0):
+            raise BadInput("options", field, f"must be a positive number, got {bound:g}")
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
 
@@ -103,6 +108,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         get_engine(req.engine)
         kv_memory = req.kv_memory_bytes if device is None else (device.kv_memory_bytes if device.fits else None)
         config = replace(config, engine=EngineRun(req.engine, engine_settings or EngineSettings(), kv_memory))
+    latency_bound = "--max-ttft" if req.max_ttft_s is not None else "--max-tpot" if req.max_tpot_ms is not None else None
+    if latency_bound and not req.find_capacity:
+        raise BadInput("options", latency_bound, "bounds the rate --find-capacity searches: add --find-capacity")
     if req.find_capacity:
         if not config.limit_bytes and not req.kv_memory_bytes:
             raise BadInput("options", "--find-capacity", "needs --device-memory (unlimited memory never refuses)")
@@ -114,6 +122,9 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     runtime_plan = _runtime_plan(req, spec, config)
     if runtime_plan is not None:
         refuse_reservation_options(req, runtime_plan)
+    elif latency_bound:
+        raise BadInput("options", latency_bound, "bounds TTFT/TPOT, which only an engine replayed step by step "
+                       "gives (--engine vllm-0.33, --engine sglang-0.5.23)")
     elif req.enable_prefix_caching is not None:
         raise BadInput("options", "--enable-prefix-caching" if req.enable_prefix_caching else
                        "--no-enable-prefix-caching/--disable-radix-cache", "applies to an engine whose runtime is "
@@ -273,6 +284,14 @@ def refuse_reservation_options(req: SimulateRequest, plan) -> None:
                                               "(tools/crosscheck_vllm_runtime.py)")
 
 
+def capacity_criterion(max_wait_s: float | None, max_ttft_s: float | None, max_tpot_ms: float | None) -> str:
+    """What a replayed engine's rate search holds: every request served and each bound given, in words."""
+    bounds = [f"queue-wait p99 <= {max_wait_s:g} s" if max_wait_s is not None else None,
+              f"TTFT p99 <= {max_ttft_s:g} s" if max_ttft_s is not None else None,
+              f"TPOT p99 <= {max_tpot_ms:g} ms" if max_tpot_ms is not None else None]
+    return "every request served, " + ", ".join(b for b in bounds if b)
+
+
 def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> SimulateOutcome:
     """The outcome without the budget sections (the caller adds them, as for every simulate)."""
     from csa_plan.planner.reports.simulate import runtime_document
@@ -282,17 +301,24 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
     plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
-        if req.max_wait_s is None:
+        if req.max_wait_s is None and req.max_ttft_s is None and req.max_tpot_ms is None:
             raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
-                                                    "--max-wait SECONDS (the engine queues; it never refuses for "
-                                                    "memory)")
+                                                    "--max-wait SECONDS, --max-ttft SECONDS or --max-tpot MS (the "
+                                                    "engine queues; it never refuses for memory)")
+        latency = (req.max_ttft_s, None if req.max_tpot_ms is None else req.max_tpot_ms / 1000)
+        wait_ns = None if req.max_wait_s is None else int(round(req.max_wait_s * 1e9))
         with progress("finding capacity", None, True) as tick:
-            cap = runtime_capacity(setup, wl, int(round(req.max_wait_s * 1e9)), start=config.time.rate_scale,
+            cap = runtime_capacity(setup, wl, wait_ns, start=config.time.rate_scale, latency=latency,
                                    tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        criterion = capacity_criterion(req.max_wait_s, req.max_ttft_s, req.max_tpot_ms)
         if cap.rate_scale is None:
-            raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under "
-                                                    f"{req.max_wait_s:g} s with every request served")
-        capacity = {"rate_scale": cap.rate_scale, "probes": cap.probes, "max_wait_s": req.max_wait_s,
+            field = "--max-wait" if req.max_wait_s is not None else "--max-ttft" if req.max_ttft_s is not None \
+                else "--max-tpot"
+            raise BadInput("options", field, f"no rate scale keeps {criterion}")
+        base = wl.base_rate_per_s()
+        capacity = {"rate_scale": cap.rate_scale, "rate_per_s": cap.rate_scale * base if base else None,
+                    "probes": [{"rate_scale": s, "ok": ok} for s, ok in cap.tried], "criterion": criterion,
+                    "max_wait_s": req.max_wait_s, "max_ttft_s": req.max_ttft_s, "max_tpot_ms": req.max_tpot_ms,
                     "at_least": cap.capped}
         rate = cap.rate_scale
     else:

@@ -165,6 +165,7 @@ class CheckHead:
     warnings: tuple[str, ...]
     searched_max_tp: int = 0          # the widest tp the search tried (the model's heads)
     replicas: dict[str, int] | None = None  # none passes: dp replicas that hold the requests in all
+    question: str = "count"           # "length": --concurrency N without --max-seq-len asks the longest length
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "exit_code": self.exit_code, "fit": self.capacity.as_dict(),
@@ -173,7 +174,8 @@ class CheckHead:
                          "log_lines": list(self.log_lines), "kv_memory_bytes": self.kv_memory_bytes,
                          "smallest_fitting": list(self.smallest_fitting),
                          "smallest_fitting_searched": self.smallest_fitting_searched,
-                         "searched_max_tp": self.searched_max_tp, "replicas": self.replicas},
+                         "searched_max_tp": self.searched_max_tp, "replicas": self.replicas,
+                         "question": self.question},
                 "warnings": list(self.warnings)}
 
 
@@ -188,9 +190,10 @@ def _plan_refusals(plan: ModelPlan) -> list[Refusal]:
                     tuple(x for x in layers if x >= 0)) for (t, f, m, e, a), layers in grouped.items()]
 
 
-def fit_refusals(device: Any, answer: Any) -> list[Refusal]:
+def fit_refusals(device: Any, answer: Any, question: str = "count") -> list[Refusal]:
     """The weights (and start-up reserves) that do not fit the card, and a state pool that does not
-    hold the requests asked for, as typed refusals."""
+    hold the requests asked for, as typed refusals (``question`` "length": the longest length for them
+    is the answer asked for, and a default length they do not fit at is no refusal)."""
     out = []
     if device is not None and not device.fits:
         b = device.binding
@@ -201,7 +204,7 @@ def fit_refusals(device: Any, answer: Any) -> list[Refusal]:
                            f"{-b.kv_memory_bytes:,} B: no state pool is left",
                            f"<= {b.usable_bytes:,} B", f"{b.weights_bytes + b.reserve_bytes:,} B",
                            "usable - weights - reserves (planner/budget/device.py)"))
-    elif answer.fits is False:
+    elif answer.fits is False and question != "length":
         n = answer.concurrency
         out.append(Refusal("fit", "StatePoolTooSmall", "--concurrency",
                            f"{n:,} requests of {answer.max_seq_len:,} tokens do not fit: {answer.authority} admits "
@@ -213,7 +216,7 @@ def fit_refusals(device: Any, answer: Any) -> list[Refusal]:
 
 
 def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any, warnings: tuple[str, ...],
-                   layout: str) -> tuple[dict[str, Any], int]:
+                   layout: str, question: str = "count") -> tuple[dict[str, Any], int]:
     """The whole check document and its exit code, with the head first."""
     from csa_plan.planner.errors import ExitCode
 
@@ -221,7 +224,7 @@ def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any
     if engine_result is not None and engine_result.refusal is not None:
         r = engine_result.refusal
         refusals.append(Refusal("configuration", "EngineRefused", r.setting, r.message, r.expected, r.actual, r.rule))
-    refusals += fit_refusals(device, answer)
+    refusals += fit_refusals(device, answer, question)
     if any(r.kind == "configuration" for r in refusals):
         v = Verdict.REFUSED
     elif refusals:
@@ -250,7 +253,7 @@ def check_document(plan: ModelPlan, device: Any, answer: Any, engine_result: Any
                      answer.kv_memory_bytes, tuple(device.smallest_fitting) if device is not None else (),
                      bool(device is not None and device.searched), tuple(warnings),
                      device.searched_max_tp if device is not None and device.searched else 0,
-                     device.replicas if device is not None else None)
+                     device.replicas if device is not None else None, question)
     doc = check_report(plan, None, None, int(code))
     doc.update(head.as_dict())
     doc["options"]["layout"] = layout

@@ -49,8 +49,10 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
             for tokens, stages in list(zip(scn.tier_tokens, scn.bundles))[:MAX_TIERS_LISTED]]
         report["reserve"]["tier_count"] = len(scn.tier_tokens)
     if capacity is not None:
+        base = wl.base_rate_per_s()
         report["capacity"] = {
             "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
+            "rate_per_s": capacity.rate_scale * base if capacity.rate_scale is not None and base else None,
             "floor_rate_scale": capacity.floor, "floor": capacity.floor_reason,
             "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
             "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),

@@ -140,6 +140,7 @@ class RuntimeCapacity:
     capped: bool  # the search reached its ceiling: the capacity is at least rate_scale
     probes: int
     report: "RuntimeReport | None"  # the replay at rate_scale
+    tried: tuple[tuple[float, bool], ...] = ()  # every probe: (rate scale, sustained), in order
 
 
 def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,
@@ -156,6 +157,7 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
     floor = max(scale_min, last / MAX_SIM_NS * (1 + 1e-9) if last > 0 else 0.0)
     best: dict[float, "RuntimeReport"] = {}
     probes = [0]
+    tried: list[tuple[float, bool]] = []
 
     def good(scale: float) -> bool:
         rep = report(setup, serve(setup, wl, scale), wl)
@@ -163,10 +165,11 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
         if tick:
             tick(probes[0], scale)
         ok = sustains(rep, max_wait_ns, latency)
+        tried.append((scale, ok))
         if ok:
             best.clear()
             best[scale] = rep
         return ok
 
     lo, capped = bisect_rate(good, min(max(start, floor), scale_max), floor, scale_max, rel_tol)
-    return RuntimeCapacity(lo, capped, probes[0], None if lo is None else best.get(lo))
+    return RuntimeCapacity(lo, capped, probes[0], None if lo is None else best.get(lo), tuple(tried))

@@ -126,3 +126,10 @@ def step_ns(prefill_tokens: int, time: StepTime) -> int:
     if prefill_tokens <= 0:
         return decode
     return max(decode, math.ceil(prefill_tokens * NS_PER_S / time.prefill_tok_s))
+
+
+def step_time_label(step_time: dict, fallback: str = "") -> str:
+    """A step-time source as every output names it: its label and its stated error band
+    (simulate's `step time:` line, sweep's engine points)."""
+    label, band = step_time.get("label") or fallback, step_time.get("band")
+    return label + (f" (error band: {band})" if band else "")

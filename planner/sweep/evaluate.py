@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.reserve import Policy
-from csa_plan.planner.units import NS_PER_S
 from csa_plan.planner.sweep.results import PointResult, RuntimeFigures, point_violations, runtime_refusals
 from csa_plan.planner.sweep.spec import Constraints, Context, Objective, SkipReason, SweepPoint, SweepSpec
 
@@ -78,9 +77,7 @@ class WorkloadBounds:
     @staticmethod
     def of(wl: "Workload") -> "WorkloadBounds":
         total = wl.prompt_tokens + wl.output_tokens
-        n = len(wl)
-        span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) if n else 0
-        return WorkloadBounds(n, int(total.min()), int(total.max()), n * NS_PER_S / span if span else 0.0)
+        return WorkloadBounds(len(wl), int(total.min()), int(total.max()), wl.base_rate_per_s())
 
 
 def _largest_bundle(spec: "ModelSpec", point: SweepPoint, tokens: int) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from csa_plan.planner.reserve.scenario import REASONS, Outcome
 from csa_plan.planner.serving.serve import latency_violations
+from csa_plan.planner.steptime.model import step_time_label
 from csa_plan.planner.sweep.spec import Constraints
 from csa_plan.planner.units import NS_PER_S
 
@@ -46,7 +47,7 @@ class RuntimeFigures:
         return RuntimeFigures(rep.engine, occ.unit, rep.served, p.count, p.requests, p.most_for_one_request,
                               p.tokens_recomputed, rep.prefix_cache.hit_tokens, rep.queue_wait.p99_s, rep.ttft.p99_s,
                               rep.e2e.p99_s, occ.peak_units, occ.usable_units, occ.peak_running, rep.steps,
-                              rep.tpot.p99_s, (rep.step_time or {}).get("label", ""))
+                              rep.tpot.p99_s, step_time_label(rep.step_time or {}))  # the band too
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,13 @@ class Workload:
     def __len__(self) -> int:
         return int(self.arrival_ns.shape[0])
 
+    def base_rate_per_s(self) -> float:
+        """Requests per second at rate scale 1: the count over the span of arrivals (0 when all arrive at
+        once): what a rate scale is in requests per second (simulate's and sweep's rate searches)."""
+        n = len(self)
+        span = int(self.arrival_ns[-1] - self.arrival_ns[0]) if n else 0
+        return n * NS_PER_S / span if span else 0.0
+
     def without_tokens(self) -> "Workload":
         """The same workload without its token columns, for a caller that holds a prepared
         scenario (its hold times and tiers) and reports only what the workload says about

@@ -7,7 +7,7 @@ H200_8 = ("--device-memory", "h200", "--tp", "8")
 
 
 def test_engine_decides_count_and_exit_code_with_concurrency(csa):
-    r = csa("check", PRO, *H200_8, "--concurrency", "10", "--engine", "vllm-0.33", "--json")
+    r = csa("check", PRO, *H200_8, "--max-seq-len", "1M", "--concurrency", "10", "--engine", "vllm-0.33", "--json")
     assert r.code == 3  # was ADMITTED (exit 0) with "1 fits"
     cap = r.json()["fit"]
     assert cap["authority"] == "engine: vllm-0.33" and cap["requests_that_fit"] == 1 and cap["fits"] is False
@@ -72,7 +72,7 @@ def test_answer_first_within_12_lines_at_80_columns(csa, monkeypatch):
     head = r.out.splitlines()[:12]
     text = "\n".join(head)
     assert head[0].startswith("ADMITTED (exit 0)")
-    assert "Requests of 1,048,576 tokens that fit: 1" in text
+    assert "Requests of 1,048,576 tokens admitted at once into an empty cache: 1" in " ".join(text.split())
     assert "GPU KV cache size:" in text and "State pool per GPU:" in text
     brief = csa("check", PRO, "--max-seq-len", "1M", *H200_8, "--engine", "vllm-0.33", "--brief").out
     assert len(brief.splitlines()) <= 12 and "Waterfall" not in brief and "Waterfall" in r.out

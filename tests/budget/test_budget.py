@@ -142,7 +142,7 @@ def test_must_show_pro_1m_h200_tp8_vllm(csa):
     r = csa(*args)
     assert r.code == 0, r.err
     for needle in ("Waterfall", "card memory", "usable share", "weights on this device", "top-k index buffer",
-                   "state pool (KV memory)", "Requests of 1,048,576 tokens that fit:", "[engine: vllm-0.33]"):
+                   "state pool (KV memory)", "Requests of 1,048,576 tokens admitted at once", "[engine: vllm-0.33]"):
         assert needle in r.out, needle
     doc = csa(*args, "--json").json()
     b = doc["budget"]

@@ -53,12 +53,13 @@ def test_no_wider_tp_is_searched_past_the_heads_and_replicas_are_offered(csa):
     """Item 10: `no deployment up to --tp 256 passes every check` for 64 requests of V4-Pro: widening
     tp cannot help (each rank keeps the full latent state) and tp 256 exceeds the 128 heads. The search
     now stops at the heads and offers the data-parallel replicas that hold the 64."""
-    r = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64", "--json")
+    r = csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--max-seq-len", "1M", "--concurrency",
+            "64", "--json")
     assert r.code == 3
     head = r.json()["head"]
     assert head["smallest_fitting"] == [] and head["searched_max_tp"] == 128
     assert head["replicas"] == {"tp": 8, "pp": 1, "dp": 11, "gpus": 88, "per_replica": 6, "in_all": 66}
-    text = _one_line(csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency",
+    text = _one_line(csa("check", "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--max-seq-len", "1M", "--concurrency",
                          "64").out)
     assert "no --tp up to 128 (the model's attention heads) passes every check" in text and "256" not in text
     assert "data-parallel replicas instead: --tp 8 --dp 11 (88 GPUs) admit 6 per replica, 66 in all" in text
@@ -102,7 +103,7 @@ def test_piped_answer_lines_are_whole():
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     run = subprocess.run([sys.executable, "-c", "from csa_plan.cli.entry import main; main()", "check",
-                          "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64"],
+                          "deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--max-seq-len", "1M", "--concurrency", "64"],
                          capture_output=True, text=True, env=env)
     refusal = [l for l in run.stdout.splitlines() if l.startswith("fit refusal StatePoolTooSmall")]
     assert refusal == ["fit refusal StatePoolTooSmall (--concurrency): 64 requests of 1,048,576 tokens do not fit: "

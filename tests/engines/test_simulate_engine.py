@@ -75,8 +75,13 @@ def test_cli_names_the_engine(csa):
     assert csa("simulate", AZURE, "--model", "deepseek-v4-pro", "--layout", "vllm").code == 2
 
 
-def test_sweep_engine_axis(csa):
-    r = csa("sweep", str(EXAMPLES / "sweeps" / "engines.yaml"), "--json")
+def test_sweep_engine_axis(csa, tmp_path):
+    # the shipped example names deployable engines only (issue 48 item 8); null adds csa-plan's own layout
+    text = (EXAMPLES / "sweeps" / "engines.yaml").read_text()
+    spec = tmp_path / "engines.yaml"
+    spec.write_text(text.replace("../traces/azure_conv_sample_200.csv", AZURE)
+                    .replace("engine: [vllm-0.33, sglang-0.5.23]", "engine: [null, vllm-0.33, sglang-0.5.23]"))
+    r = csa("sweep", str(spec), "--json")
     assert r.code == 0, r.err
     doc = r.json()
     results = doc["results"]
