@@ -12,7 +12,7 @@ from functools import lru_cache
 from csa_plan.planner.descriptor import CacheFormat, Descriptor
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.gate import Gate, run_gate
-from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
+from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, descriptor_kind, layer_kind, shared_group_bytes
 from csa_plan.planner.engines import LayoutProfile, get_profile
 from csa_plan.planner.model import ModelSpec
 from csa_plan.planner.record import record
@@ -130,8 +130,10 @@ def split_heads(d: Descriptor, tp: int, source: str = "options") -> Descriptor:
 def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, ...] = (),
                profile: LayoutProfile | None = None) -> LayerPlan:
     """Gate one layer (plus any graph-level findings on it) and size it if admitted."""
-    kind = layer_kind(d.compression_ratio)
     profile = profile or get_profile("exact")
+    if d.sharing is not None:
+        return _plan_shared(d, gate, query_len, extra, profile)
+    kind = layer_kind(d.compression_ratio)
     if extra:
         gated = run_gate(gate, d) if kind is not LayerKind.SWA else ()
         return LayerPlan(d, kind, gated + extra, None)
@@ -146,6 +148,33 @@ def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, 
     if refusals:
         return LayerPlan(d, kind, refusals, None)
     return LayerPlan(d, kind, (), _sized(profile, d.with_(layer_id=0, is_mtp=False), query_len, d.layer_id))
+
+
+def _plan_shared(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, ...],
+                 profile: LayoutProfile) -> LayerPlan:
+    """A layer of a shared-state model: gated by the shared rules (window-only layers too, for
+    their place in the topology), sized by the exact layout only — another profile has no
+    shared-state layout and is refused once for the model (``plan_model``), never approximated."""
+    kind = descriptor_kind(d)
+    refusals = run_gate(gate, d) + extra
+    if refusals or profile.name != "exact":
+        return LayerPlan(d, kind, refusals, None)
+    sized = _shared_cached(d.with_(layer_id=d.layer_id, is_mtp=False), query_len)
+    return LayerPlan(d, kind, (), sized.checked("plan", f"layer {d.layer_id}"))
+
+
+@lru_cache(maxsize=4096)
+def _shared_cached(d: Descriptor, query_len: int) -> GroupBytes:
+    return shared_group_bytes(d, query_len)
+
+
+def shared_profile_refusal(model: ModelSpec, profile: LayoutProfile) -> tuple[Refusal, ...]:
+    """Only the exact layout knows shared compressed state; any other profile is a typed refusal."""
+    if profile.name == "exact" or not any(d.sharing is not None for d in model.layers):
+        return ()
+    return (Refusal.from_clauses(RefusalType.LAYOUT_NOT_MODELLED, None, [Clause(
+        "--layout", "exact", profile.name, f"layout {profile.name!r} has no model of cross-layer shared compressed "
+                                           "state (kv_source_layer_ids); use the exact layout")]),)
 
 
 def _sized(profile: LayoutProfile, d: Descriptor, query_len: int, layer_id: int) -> GroupBytes:
@@ -166,4 +195,9 @@ def plan_model(model: ModelSpec, options: PlanOptions = PlanOptions(), source: s
     profile = get_profile(options.layout, source)
     layers = tuple(plan_layer(d, options.gate, options.query_len, on_layer.get(d.layer_id, ()), profile)
                    for d in descriptors)
+    extra = shared_profile_refusal(model, profile)
+    if extra:
+        from dataclasses import replace
+
+        model = replace(model, graph_refusals=model.graph_refusals + extra)
     return ModelPlan(model=model, options=options, layers=layers)

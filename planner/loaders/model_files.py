@@ -243,6 +243,13 @@ def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None
     }
     if "max_position_embeddings" not in data and max_seq_len is not None:
         notes.append("max_seq_len from --max-seq-len (the config has no max_position_embeddings)")
+    if "kv_source_layer_ids" in data:  # cross-layer shared compressed state: its own reader, V4 untouched
+        from csa_plan.planner.loaders.shared_sources import shared_layers
+
+        layers, found, shared_notes = shared_layers(data, source, ratios, n_main, common,
+                                                    {ours: field(ours, 0) for ours in INDEX_FIELDS})
+        return ModelSpec(name=name, source=source, layers=layers, num_main_layers=n_main, num_mtp_layers=n_mtp,
+                         notes=(*notes, *shared_notes), graph_refusals=found)
     index = {ours: field(ours, None if has_csa else 0) for ours in INDEX_FIELDS}
     layers = tuple(
         Descriptor(

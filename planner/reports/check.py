@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
-from csa_plan.planner.layout import LayerKind
+from csa_plan.planner.layout import PER_LAYER_KINDS, LayerKind
 from csa_plan.planner.plan import LayerPlan, ModelPlan
 from csa_plan.planner.record import record
 
@@ -42,6 +42,8 @@ def descriptor_dict(d: Descriptor) -> dict[str, Any]:
     # Every field is an immutable scalar but present_edges: no deep copy (dataclasses.asdict) needed.
     out = {name: getattr(d, name) for name in DESCRIPTOR_FIELDS}
     out["present_edges"] = sorted(e.value for e in d.present_edges)
+    if d.sharing is not None:  # only shared-state layers carry it: V4 documents are unchanged
+        out["sharing"] = {"mode": d.mode.value, **d.sharing.as_dict()}
     return out
 
 
@@ -110,7 +112,7 @@ def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | 
             "cache_format": effective(plan, "cache_format"),
             "window": effective(plan, "window"),
         },
-        "counts": {k.value.lower(): plan.count(k) for k in LayerKind},
+        "counts": {k.value.lower(): plan.count(k) for k in LayerKind if k in PER_LAYER_KINDS or plan.count(k)},
         "verdict": verdict(plan, cap),
         "exit_code": exit_code,
         "refusals": [r.as_dict() for r in plan.refusals],
