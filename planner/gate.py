@@ -157,7 +157,9 @@ def validate_shared(d: Descriptor) -> tuple[Refusal, ...]:
             add(RefusalType.UNKNOWN_CACHE_FORMAT, field, "|".join(names), bounded(value),
                 f"{field} {excerpt(value)} is unknown with shared compressed state")
 
-    _geometry(d, None, add)
+    # V4's ratio-specific clauses (index fields of ratio 4/128) do not apply: a V4 ratio here is
+    # MixedRatioFamilies alone, so each type can be triggered alone.
+    _geometry(d.with_(compression_ratio=0) if ratio in SUPPORTED_RATIOS else d, None, add)
     if d.is_index_source and ratio in SHARED_RATIOS:
         geo = RefusalType.INVALID_HEAD_GEOMETRY
         for name in ("index_num_heads", "index_topk"):

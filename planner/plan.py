@@ -196,6 +196,14 @@ def plan_model(model: ModelSpec, options: PlanOptions = PlanOptions(), source: s
     layers = tuple(plan_layer(d, options.gate, options.query_len, on_layer.get(d.layer_id, ()), profile)
                    for d in descriptors)
     extra = shared_profile_refusal(model, profile)
+    if any(d.sharing is not None for d in descriptors):
+        from csa_plan.planner.sharing import refuse_double_count
+
+        doubled = refuse_double_count((layer.descriptor, layer.bytes) for layer in layers)
+        if doubled:  # a layout that charged a reader for its source: refused, never reported as a total
+            on = {r.layer: r for r in doubled}
+            layers = tuple(LayerPlan(l.descriptor, l.kind, l.refusals + (on[l.descriptor.layer_id],), None)
+                           if l.descriptor.layer_id in on else l for l in layers)
     if extra:
         from dataclasses import replace
 

@@ -24,11 +24,17 @@ if TYPE_CHECKING:  # a preset is read without pathlib (start-up)
 PRESETS: dict[str, str] = {
     "deepseek-v4-flash": "deepseek-v4-flash.json",
     "deepseek-v4-pro": "deepseek-v4-pro.json",
+    # DeepSeek-V4.1-Flash (2026-09-10, MIT) and its -1017 checkpoint (the one the API serves): no
+    # published field of the -1017 config differs, so both read the one bundled config (docs/deepseek-v41.md)
+    "deepseek-v4.1-flash": "deepseek-v4.1-flash.json",
+    "deepseek-v4.1-flash-1017": "deepseek-v4.1-flash.json",
 }
 # The Hugging Face repository each bundled preset is the config of.
 PRESET_REPOS: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek-v4-flash",
     "deepseek-ai/DeepSeek-V4-Pro": "deepseek-v4-pro",
+    "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek-v4.1-flash",
+    "deepseek-ai/DeepSeek-V4.1-Flash-1017": "deepseek-v4.1-flash-1017",
 }
 
 
