@@ -11,9 +11,10 @@ plan, so a layout that charged readers would be refused, not reported.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from csa_plan.planner.descriptor import Descriptor, LayerMode
+from csa_plan.planner.errors import CsaPlanError, ExitCode
 from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.refusals import Clause, Refusal, RefusalType
 
@@ -58,3 +59,37 @@ def owner_charges(layers: Iterable[tuple[Descriptor, GroupBytes | None]]) -> dic
     """Each kv source's one charge (its layer's bytes), by source layer id."""
     return {d.layer_id: b for d, b in layers
             if b is not None and d.sharing is not None and d.mode is LayerMode.OWN_SOURCE}
+
+
+class SharingGroupSplitError(CsaPlanError):
+    """A pipeline split that puts readers on another stage than their kv source; ``refusal`` is typed."""
+
+    exit_code = ExitCode.REFUSED
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def require_whole_groups(layers: Sequence[Descriptor], stages: Sequence[Iterable[int]]) -> None:
+    """Refuse (SharingGroupSplit) a pipeline split inside a sharing group: a reader's stage would hold
+    no copy of the state it reads, so its stage's bytes would be short by the source's state. vLLM
+    refuses the same split (``models/deepseek_v41/attention.py:463-468, 606-612``); csa-plan does not
+    invent a transfer no engine makes."""
+    stage_of = {i: s for s, ids in enumerate(stages) for i in ids}
+    clauses = []
+    for d in layers:
+        if d.sharing is None or d.mode is not LayerMode.READER or d.sharing.kv_source is None:
+            continue
+        src = d.sharing.kv_source
+        if d.layer_id in stage_of and src in stage_of and stage_of[d.layer_id] != stage_of[src]:
+            clauses.append((d.layer_id, src, stage_of[d.layer_id], stage_of[src]))
+    if not clauses:
+        return
+    first = clauses[0]
+    readers = [c[0] for c in clauses]
+    raise SharingGroupSplitError(Refusal.from_clauses(RefusalType.SHARING_GROUP_SPLIT, None, [Clause(
+        "--pp", "stage boundaries between sharing groups", f"{len(readers)} readers on another stage than their "
+        f"source", f"the pipeline split puts reader layers {readers} on other stages than their kv sources (layer "
+        f"{first[0]} on stage {first[2]} reads source {first[1]} on stage {first[3]}); no stage would hold the state "
+        "they read. Choose a --pp whose boundaries fall between sharing groups, or pp 1")]))
