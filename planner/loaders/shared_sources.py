@@ -91,7 +91,22 @@ def shared_layers(data: dict[str, Any], source: str, ratios: list[int], n_main: 
                f"{candidate[CANDIDATE_KEYS[2]]})" if cand_src is not None else "")
             + f"; reference formats: {REFERENCE_RECORD.value} records, {REFERENCE_INDEX_KEY.value} index keys, "
               f"{REFERENCE_WINDOW.value} windows")
-    return tuple(layers), found, (note,)
+    return tuple(layers), found, (note, *engram_note(data, source))
+
+
+def engram_note(data: dict[str, Any], source: str) -> tuple[str, ...]:
+    """Where the Engram tables (hash-addressed n-gram rows, no per-token state) sit: a note, since
+    they are weights, not state, and their place differs by engine (DEEPSEEK_V41.md §7)."""
+    if "engram_layer_ids" not in data:
+        return ()
+    layers = read_layer_ids(data, source, "engram_layer_ids")
+    rows = read_layer_ids(data, source, "engram_num_embeddings")
+    dim = read_int(source, "engram_head_dim", data.get("engram_head_dim", 0))
+    row_bytes = dim + dim // 32  # FP8 values + one UE8M0 scale per 32
+    total = sum(rows) * row_bytes
+    return (f"Engram tables on layers {list(layers)}: {total:,} B ({total / 2**30:.2f} GiB, {row_bytes} B per row); "
+            "without --engine the device budget holds them on the GPUs, rows split over tp (SGLang 0.5.23's "
+            "default); vLLM 0.33 keeps them in pinned host memory by default (not modelled)",)
 
 
 def model_topology_refusals(kv_sources: tuple[int, ...], index_sources: tuple[int, ...], candidate: int | None,
