@@ -39,7 +39,8 @@ class RefusalType(str, Enum):
     UNACCOUNTED_READER = "UnaccountedReader"  # a reader attached to a source state nobody charged
     LAYOUT_NOT_MODELLED = "LayoutNotModelled"  # a layout or engine release whose shared-state layout is not modelled
     ENGINE_RELEASE_UNSUPPORTED = "EngineReleaseUnsupported"  # an engine release before the one that added the model
-    SHARING_GROUP_SPLIT = "SharingGroupSplit"  # a pipeline stage boundary between a source and its readers
+    SHARING_GROUP_SPLIT = "SharingGroupSplit"
+    READER_OWN_RECORD_AXIS = "ReaderOwnRecordAxis"  # ONNX: a reader of shared state with a cache tensor of its own  # a pipeline stage boundary between a source and its readers
 
 
 @record

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.planner.descriptor import CacheFormat, STATE_EDGE_INPUT_INDEX, StateEdge
+from csa_plan.planner.descriptor import CacheFormat, RecordFormat, STATE_EDGE_INPUT_INDEX, StateEdge
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, AttrValue, CsaNode
 from csa_plan.planner.refusals import Clause, RefusalType
@@ -54,6 +54,8 @@ class NodeReading:
     max_seq_len: tuple[int, str] | None  # (value, attribute name) when the node declares it
     window: tuple[int, str] | None
     batch: int | None  # axis 0 of input 6 when the graph fixes it
+    kv_source: int | None = None  # shared compressed state: the layer whose cache input 6 is (itself for an owner)
+    index_source: int | None = None  # shared compressed state: the layer whose indexer's top-k this node uses
 
     def input(self, index: int) -> str:
         return self.node.inputs[index] if index < len(self.node.inputs) else ""
@@ -148,6 +150,9 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
         "index_topk": int_attr(source, node, "index_topk", 0),
         "cache_format": str_attr(source, node, "cache_format", CacheFormat.FP8_E4M3_BLOCK64.value),
     }
+    kv_source = int_attr(source, node, "kv_source_layer_id", None)
+    if kv_source is not None:  # csa-plan's shared-state extension of the v1 node (docs/onnx.md): its own formats
+        fields["cache_format"] = str_attr(source, node, "cache_format", RecordFormat.NVFP4.value)
     present = frozenset(e for e, i in STATE_EDGE_INPUT_INDEX.items() if i < len(node.inputs) and node.inputs[i])
     clauses: dict[RefusalType, list[Clause]] = {}
 
@@ -175,6 +180,8 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
         max_seq_len=_one_of(source, node, MAX_SEQ_LEN_KEYS),
         window=_one_of(source, node, WINDOW_KEYS),
         batch=batch,
+        kv_source=kv_source,
+        index_source=int_attr(source, node, "index_source_layer_id", None),
     )
 
 

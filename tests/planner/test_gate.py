@@ -18,7 +18,7 @@ from helpers import EXAMPLES
 SHARED_STATE_TYPES = {
     "NoKvSource", "KvSourceRatioMismatch", "KvSourceNotIndexSource", "InvalidSourceTopology",
     "CandidateStageTooSmall", "MixedRatioFamilies", "DoubleCount", "UnaccountedReader", "LayoutNotModelled",
-    "EngineReleaseUnsupported", "SharingGroupSplit",
+    "EngineReleaseUnsupported", "SharingGroupSplit", "ReaderOwnRecordAxis",
 }
 
 REFUSAL_EXAMPLES = sorted((EXAMPLES / "configs" / "refusals").glob("*.yaml"))
