@@ -78,8 +78,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
             get_engine(name)  # an unknown name stays bad input (exit 2), with its did-you-mean
         refusal = engine_refusal(name)
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
-        req = replace(req, engine=None, device_memory_bytes=None, deployment=None, reserved_bytes=0)
-        deployment = Deployment(tp=o.tp)
+        req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)
