@@ -6,7 +6,7 @@ from __future__ import annotations
 from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
-from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
+from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES, RECORD_FORMAT_NAMES
 from csa_plan.planner.engines import PROFILES
 from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
@@ -23,7 +23,8 @@ PARAMS = (
              "[default: max_position_embeddings]."),
     Opt(("--batch",), "batch", Kind.COUNT, help="Sequences per state group [default: 1]."),
     Opt(("--kv-format",), "kv_format", Kind.CACHE_FORMAT,
-        help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}."),
+        help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}; shared-state (V4.1) records: "
+             f"{', '.join(RECORD_FORMAT_NAMES)}."),
     Opt(("--window",), "window", Kind.COUNT, help="Sliding-window override [default: the model's]."),
     Opt(("--query-len",), "query_len", Kind.COUNT, default=1, show_default=True,
         help="Tokens per step for scratch workspaces."),

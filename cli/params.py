@@ -155,14 +155,15 @@ def read_name(text: str, spelling: str, choices: tuple[str, ...]) -> str:
 def read_cache_format(text: str, spelling: str) -> str:
     """A known cache format name; on the command line anything else is bad input with a suggestion
     (an unknown format inside a model file stays the gate's typed refusal, UnknownCacheFormat)."""
-    from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
+    from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES, RECORD_FORMAT_NAMES
     from csa_plan.planner.suggest import unknown_problem
 
     stripped = text.strip()
-    for known in CACHE_FORMAT_NAMES:
+    names = CACHE_FORMAT_NAMES + RECORD_FORMAT_NAMES  # a shared-state model's record formats too (its gate decides)
+    for known in names:
         if stripped.casefold() == known:
             return known
-    raise _bad(spelling, unknown_problem("cache format", stripped, CACHE_FORMAT_NAMES))
+    raise _bad(spelling, unknown_problem("cache format", stripped, names))
 
 
 def _bad(spelling: str, problem: str) -> Exception:

@@ -91,3 +91,16 @@ def test_engram_rows_split_over_tp_in_the_reference_budget():
     by_part = dict(w.stages[0].by_part)
     rows = (384_006_168 + 7) // 8 + (384_016_682 + 7) // 8
     assert by_part[Part.ENGRAM] == rows * 264 and round(by_part[Part.ENGRAM] / 2**30, 1) == 23.6
+
+
+@pytest.mark.parametrize("fmt, per_token", [("nvfp4", 890), ("mxfp8", 1490), ("fp8_v4", 1630)])
+def test_kv_format_reaches_the_shared_record(check, fmt, per_token):
+    code, doc = check("deepseek-v4.1-flash", "--max-seq-len", "1M", "--tp", "8", "--kv-format", fmt)
+    assert code == 0
+    owners = [l for l in doc["layers"] if l["kind"] == "owner"]
+    assert sum(l["bytes"]["compressed"] + l["bytes"]["index"] for l in owners) == per_token * (1 << 20)
+
+
+def test_a_v4_cache_format_on_a_shared_model_is_a_typed_refusal(check):
+    code, doc = check("deepseek-v4.1-flash", "--kv-format", "fp8_e4m3_block64")
+    assert code == 3 and {r["type"] for r in doc["refusals"]} == {"UnknownCacheFormat"}
