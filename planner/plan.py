@@ -32,6 +32,7 @@ class PlanOptions:
     window: int | None = None
     query_len: int = 1
     tp: int = 1
+    index_key_format: str | None = None  # shared-state models only (--index-key-format)
 
     def __post_init__(self) -> None:
         from csa_plan.planner.limits import MAX_NAME_CHARS
@@ -108,10 +109,18 @@ def apply_options(model: ModelSpec, options: PlanOptions, source: str = "options
         )
         if v is not None
     }
+    key_format = options.index_key_format
+    if key_format is not None and not any(d.sharing is not None for d in model.layers):
+        raise BadInput(source, "--index-key-format", "applies to models with shared compressed state "
+                                                     "(kv_source_layer_ids) only; V4 index keys are CONTRACT §2's")
     out = []
     for d in model.layers:
         if changes:
             d = d.with_(**changes)
+        if key_format is not None and d.sharing is not None:
+            from dataclasses import replace
+
+            d = d.with_(sharing=replace(d.sharing, index_key_format=key_format))
         if options.tp > 1:
             d = split_heads(d, options.tp, source)
         out.append(d)

@@ -93,9 +93,16 @@ def test_engram_rows_split_over_tp_in_the_reference_budget():
     assert by_part[Part.ENGRAM] == rows * 264 and round(by_part[Part.ENGRAM] / 2**30, 1) == 23.6
 
 
-@pytest.mark.parametrize("fmt, per_token", [("nvfp4", 890), ("mxfp8", 1490), ("fp8_v4", 1630)])
-def test_kv_format_reaches_the_shared_record(check, fmt, per_token):
-    code, doc = check("deepseek-v4.1-flash", "--max-seq-len", "1M", "--tp", "8", "--kv-format", fmt)
+@pytest.mark.parametrize("fmt, keys, per_token", [
+    ("nvfp4", "mxfp4", 890),  # DeepSeek's reference; SGLang 0.5.23 on SM100
+    ("nvfp4", "fp8", 1050),  # vLLM 0.33 on SM100 (nvfp4_ds_mla, FP8 index keys)
+    ("fp8_v4", "mxfp4", 1630),  # SGLang 0.5.23 on Hopper
+    ("fp8_v4", "fp8", 1790),  # vLLM 0.33 on Hopper
+    ("mxfp8", "mxfp4", 1490),
+])
+def test_record_and_key_formats_reach_the_owners(check, fmt, keys, per_token):
+    code, doc = check("deepseek-v4.1-flash", "--max-seq-len", "1M", "--tp", "8", "--kv-format", fmt,
+                      "--index-key-format", keys)
     assert code == 0
     owners = [l for l in doc["layers"] if l["kind"] == "owner"]
     assert sum(l["bytes"]["compressed"] + l["bytes"]["index"] for l in owners) == per_token * (1 << 20)
@@ -104,3 +111,8 @@ def test_kv_format_reaches_the_shared_record(check, fmt, per_token):
 def test_a_v4_cache_format_on_a_shared_model_is_a_typed_refusal(check):
     code, doc = check("deepseek-v4.1-flash", "--kv-format", "fp8_e4m3_block64")
     assert code == 3 and {r["type"] for r in doc["refusals"]} == {"UnknownCacheFormat"}
+
+
+def test_index_key_format_on_a_v4_model_is_bad_input(check):
+    code, _ = check("deepseek-v4-flash", "--index-key-format", "fp8")
+    assert code == 2
