@@ -160,7 +160,7 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
             if w.is_mtp and not mtp:
                 continue
             # a rank's share of this layer's experts (the drafter's layers may have fewer than the main ones)
-            n = w.copies * g.local_experts // routed if w.expert is not None else w.copies
+            n = w.copies * g.local_experts // routed if w.expert is not None and routed else w.copies
             if not n:
                 continue
             part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
