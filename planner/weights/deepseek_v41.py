@@ -80,7 +80,7 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
                    *hc_head(s, "", None, False)))
     for j in range(s.num_mtp):
         layer = s.num_main + j
-        prefix = f"dspark.{j}"
+        prefix = f"mtp.{j}"  # the checkpoint names the DSpark blocks mtp.{M} (96,085-tensor index)
         where = {"layer": layer, "is_mtp": True}
         layout.append((len(blocks), layer, prefix))
         x = f"{prefix}.ffn.experts.{expert_span(0, dspark_experts)}"
