@@ -99,7 +99,8 @@ def _class_table(console: Console, report: dict[str, Any]) -> None:
 
 
 def _kind(row: dict[str, Any]) -> str:
-    return row["kind"] + (" (MTP)" if row["is_mtp"] else "")
+    ratio = f" r{row['compression_ratio']}" if "compression_ratio" in row and row["kind"] in ("owner", "reader") else ""
+    return row["kind"] + ratio + (" (MTP)" if row["is_mtp"] else "")
 
 
 def _render_refusals(console: Console, refusals: list[dict[str, Any]]) -> None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
 from csa_plan.planner.layout import PER_LAYER_KINDS, LayerKind
+
+SHARED_KINDS = (LayerKind.OWNER, LayerKind.READER)
 from csa_plan.planner.plan import LayerPlan, ModelPlan
 from csa_plan.planner.record import record
 
@@ -66,9 +68,11 @@ def layer_groups(plan: ModelPlan) -> list[dict[str, Any]]:
     groups: dict[tuple, list[LayerPlan]] = {}
     for layer in plan.layers:
         key = (layer.kind, layer.descriptor.is_mtp, layer.bytes, tuple(r.type for r in layer.refusals))
+        if layer.kind in SHARED_KINDS:  # owners and readers of shared state group by ratio too
+            key += (layer.descriptor.compression_ratio,)
         groups.setdefault(key, []).append(layer)
     out = []
-    for (kind, is_mtp, group_bytes, types), layers in groups.items():
+    for (kind, is_mtp, group_bytes, types, *ratio), layers in groups.items():
         out.append({
             "kind": kind.value,
             "is_mtp": is_mtp,
@@ -78,6 +82,7 @@ def layer_groups(plan: ModelPlan) -> list[dict[str, Any]]:
             "refusal_types": [t.value for t in types],
             "bytes_per_group": group_bytes.as_dict() if group_bytes is not None else None,
             "bytes_all": group_bytes.scaled(len(layers)).as_dict() if group_bytes is not None else None,
+            **({"compression_ratio": ratio[0]} if ratio else {}),
         })
     return out
 
