@@ -33,10 +33,10 @@ from csa_plan.planner.onnx.source import FileBuffer, SourceChanged
 from csa_plan.planner.onnx.wire import LimitError
 from csa_plan.planner.text import excerpt, printable
 from csa_plan.planner.model import ModelSpec
-from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node
+from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node, shared_arity
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, CSA_OP_TYPE, GraphStructure, StructureError, read_structure
 from csa_plan.planner.onnx.record_axes import LayerRecordAxes, ReaderEdges, lint_readers, lint_record_axes
-from csa_plan.planner.refusals import Refusal
+from csa_plan.planner.refusals import Refusal, RefusalType
 from csa_plan.planner.values import parse_int_text
 
 DEFAULT_WINDOW = 128
@@ -78,6 +78,10 @@ def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, 
             **reading.fields,  # type: ignore[arg-type]
         ))
         refusals.extend(Refusal.from_clauses(t, layer_id, cs) for t, cs in reading.clauses.items())
+        if share is not None and reading.kv_source is not None and reading.ratio in (1, 2):
+            arity = shared_arity(reading, layer_id in share.kv_sources, layer_id in share.index_sources)
+            if arity:
+                refusals.append(Refusal.from_clauses(RefusalType.ARITY_MISMATCH, layer_id, arity))
         if share is not None and reading.kv_source is not None and layer_id not in share.kv_sources:
             src = by_id.get(share.kv_source) if share.kv_source is not None else None
             readers.append(ReaderEdges(layer_id, reading.kv_source, reading.input(6), reading.input(17),

@@ -42,3 +42,19 @@ def test_the_twin_is_refused_for_a_reader_axis_and_a_symbol_shared_across_ratios
 def test_a_v4_graph_has_no_sharing():
     spec = load_model(str(ONNX / "interleaved_per_layer.onnx"))
     assert all(d.sharing is None for d in spec.layers)
+
+
+def test_shared_node_arity_by_role(tmp_path):
+    from helpers.onnx_graphs import builder
+
+    model = builder.shared_model()
+    nodes = model.graph.node
+    nodes[0].input[7] = ""  # the ratio-2 source loses its carry
+    nodes[3].input[6] = ""  # a reader loses its source's cache edge
+    nodes[4].input[11] = ""  # an index source loses its index queries
+    del nodes[2].output[3:]  # the ratio-1 source writes no index keys
+    plan = plan_model(load_model(str(builder.write(model, tmp_path / "broken.onnx"))))
+    arity = {r.layer: r for r in plan.refusals if r.type is RefusalType.ARITY_MISMATCH}
+    assert sorted(arity) == [0, 2, 3, 4]
+    assert "7 past_compression_carry" in arity[0].message and "6 past_compressed_kv" in arity[3].message
+    assert "11 index_query" in arity[4].message and "3 present_index_key" in arity[2].message
