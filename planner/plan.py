@@ -168,7 +168,7 @@ def _plan_shared(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal
     refusals = run_gate(gate, d) + extra
     if refusals or profile.name != "exact":
         return LayerPlan(d, kind, refusals, None)
-    sized = _shared_cached(d.with_(layer_id=d.layer_id, is_mtp=False), query_len)
+    sized = _shared_cached(d.with_(is_mtp=False), query_len)  # the layer id stays: it decides the mode
     return LayerPlan(d, kind, (), sized.checked("plan", f"layer {d.layer_id}"))
 
 
