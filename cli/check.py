@@ -6,7 +6,7 @@ from __future__ import annotations
 from csa_plan.cli.error_doc import bad_input_exits
 from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
-from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES
+from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES, INDEX_KEY_FORMAT_NAMES, RECORD_FORMAT_NAMES
 from csa_plan.planner.profiles import PROFILES
 from csa_plan.planner.gate import Gate
 from csa_plan.planner.loaders.model_files import DEFAULT_LINT_LENGTH
@@ -23,7 +23,10 @@ PARAMS = (
              "[default: max_position_embeddings]."),
     Opt(("--batch",), "batch", Kind.COUNT, help="Sequences per state group [default: 1]."),
     Opt(("--kv-format",), "kv_format", Kind.CACHE_FORMAT,
-        help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}."),
+        help=f"Cache format override: {', '.join(CACHE_FORMAT_NAMES)}; shared-state (V4.1) records: "
+             f"{', '.join(RECORD_FORMAT_NAMES)}."),
+    Opt(("--index-key-format",), "index_key_format", Kind.NAME, choices=INDEX_KEY_FORMAT_NAMES,
+        help="Index-key format of a shared-state (V4.1) model: mxfp4 (68 B) or fp8 (132 B) [default: mxfp4]."),
     Opt(("--window",), "window", Kind.COUNT, help="Sliding-window override [default: the model's]."),
     Opt(("--query-len",), "query_len", Kind.COUNT, default=1, show_default=True,
         help="Tokens per step for scratch workspaces."),
@@ -56,7 +59,7 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None,
-          from_log: str | None = None) -> int:
+          from_log: str | None = None, index_key_format: str | None = None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -74,7 +77,7 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
         deployment = replace(deployment, from_log=from_log)
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
-                          window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
+                          index_key_format=index_key_format, window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
                                      at_length, engine=engine, engine_settings=engine_settings,
                                      kv_memory_bytes=kv_memory, deployment=deployment,

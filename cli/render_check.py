@@ -48,6 +48,10 @@ def _layer_table(console: Console, report: dict[str, Any], per_layer: bool) -> N
     title = f"State groups per request per device: {c['csa']} CSA, {c['hca']} HCA, {c['swa']} SWA-only"
     if c["unsupported"]:
         title += f", {c['unsupported']} unsupported"
+    if c.get("owner") or c.get("reader"):  # shared compressed state: owners charged once, every layer a window
+        title = (f"State groups per request per device: {c.get('owner', 0)} owners (kv sources), "
+                 f"{c.get('reader', 0)} readers, {c['swa']} window-only; a window on each of "
+                 f"{len(report['layers'])} layers")
     if per_layer:
         cols = [Col("layer", KEY, "right"), Col("kind", KEY)] + [Col(h) for h in HEADERS] + [Col("total")]
         rows = []
@@ -95,7 +99,8 @@ def _class_table(console: Console, report: dict[str, Any]) -> None:
 
 
 def _kind(row: dict[str, Any]) -> str:
-    return row["kind"] + (" (MTP)" if row["is_mtp"] else "")
+    ratio = f" r{row['compression_ratio']}" if "compression_ratio" in row and row["kind"] in ("owner", "reader") else ""
+    return row["kind"] + ratio + (" (MTP)" if row["is_mtp"] else "")
 
 
 def _render_refusals(console: Console, refusals: list[dict[str, Any]]) -> None:

@@ -7,6 +7,14 @@ and charges under one lock and fails closed: a refused charge mutates nothing bu
 are per device in bytes; 0 means unlimited, which still accounts everything.
 All state is per instance: two ledgers never see each other's charges.
 
+Shared compressed state (cross-layer sharing, DeepSeek-V4.1-style): a kv source's state is
+charged once per (request, device) with ``try_charge_source``; its readers ``attach_reader``
+to that one charge and hold it; the bytes are debited when the owner's handle and the last
+reader's handle are both released. A second charge of the same source for the same
+(request, device) is a typed DoubleCount, and a reader with no live source charge is a typed
+UnaccountedReader: there is no second path on which a reader's view of the state could be
+charged again or not at all. Both fail closed like OutOfMemory (only ``charge_failures`` moves).
+
 Documented range: every per-class byte count, every charge's total and every limit is
 an integer in 0 .. 2^64 - 1 (``errors.U64_LIMIT``); anything else is a ``ValueError``
 (a programming error: inputs are checked long before they reach the ledger). A
@@ -30,6 +38,16 @@ _N = len(_FIELDS)
 
 class OutOfMemoryError(CsaPlanError):
     """A fail-closed refusal; ``refusal`` is the typed OutOfMemory record."""
+
+    exit_code = ExitCode.REFUSED
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+class SharedStateError(CsaPlanError):
+    """A refused shared-state charge or attachment; ``refusal`` is the typed DoubleCount / UnaccountedReader."""
 
     exit_code = ExitCode.REFUSED
 
@@ -71,7 +89,7 @@ class Charge:
     release without bookkeeping of its own.
     """
 
-    __slots__ = ("_ledger", "_request", "_device", "_bytes", "_values", "_released")
+    __slots__ = ("_ledger", "_request", "_device", "_bytes", "_values", "_released", "_source")
 
     def __init__(self, ledger: "Ledger", request: int, device: int, values: tuple[int, ...]) -> None:
         self._ledger = ledger
@@ -80,6 +98,7 @@ class Charge:
         self._values = values
         self._bytes = _group(values)
         self._released = False
+        self._source: int | None = None  # the kv source layer of a shared-state charge
 
     # The key a charge was made under is fixed: the release must debit the same (request, device).
     @property
@@ -116,6 +135,35 @@ class Charge:
         return f"Charge(request={self.request}, device={self.device}, total_bytes={self.total_bytes}, {state})"
 
 
+class ReaderRef:
+    """A reader's hold on its source's one charge: released exactly once (context manager)."""
+
+    __slots__ = ("_ledger", "_key", "reader", "_released")
+
+    def __init__(self, ledger: "Ledger", key: tuple[int, int, int], reader: int) -> None:
+        self._ledger = ledger
+        self._key = key
+        self.reader = reader
+        self._released = False
+
+    @property
+    def source(self) -> int:
+        return self._key[2]
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        self._ledger._unref_reader(self)
+
+    def __enter__(self) -> "ReaderRef":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class Ledger:
     """Check-then-charge accounting per device, per class and per (request, device)."""
 
@@ -133,6 +181,7 @@ class Ledger:
         self._failures = 0
         self._active = 0
         self._next_id = 0
+        self._sources: dict[tuple[int, int, int], list] = {}  # (request, device, source) -> [charge, holds]
 
     @staticmethod
     def _checked_limit(limit: int) -> int:
@@ -166,42 +215,45 @@ class Ledger:
     def try_charge(self, request: int, device: int, charge_bytes: GroupBytes | Mapping[StateClass, int]) -> Charge:
         """Charge one group or bundle, or raise OutOfMemoryError having changed only charge_failures."""
         values = _counts(charge_bytes)
-        needed = sum(values)
         with self._lock:
-            resident = self._device_total.get(device, 0)
-            limit = self._limits.get(device, 0)
-            if limit and resident + needed > limit:
-                self._failures += 1
-                remaining = max(limit - resident, 0)
-                raise OutOfMemoryError(Refusal(
-                    type=RefusalType.OUT_OF_MEMORY,
-                    layer=None,
-                    field="bytes",
-                    expected=str(remaining),
-                    actual=str(needed),
-                    message=(f"request {request} on device {device}: OutOfMemory: needs {needed} bytes, "
-                             f"limit {limit} bytes, resident {resident} bytes, remaining {remaining} bytes"),
-                ))
-            per_class = self._device_class.get(device)
-            if per_class is None:
-                per_class = self._device_class[device] = [0] * _N
-            key = (request, device)
-            mine = self._by_key.get(key)
-            if mine is None:
-                mine = self._by_key[key] = [0] * (_N + 1)
-            for i, v in enumerate(values):
-                per_class[i] += v
-                mine[i] += v
-            mine[_N] += 1
-            resident += needed
-            self._device_total[device] = resident
-            self._total += needed
-            if resident > self._peak_device.get(device, 0):
-                self._peak_device[device] = resident
-            if self._total > self._peak_total:
-                self._peak_total = self._total
-            self._active += 1
-            return Charge(self, request, device, values)
+            return self._charge_locked(request, device, values)
+
+    def _charge_locked(self, request: int, device: int, values: tuple[int, ...]) -> Charge:
+        needed = sum(values)
+        resident = self._device_total.get(device, 0)
+        limit = self._limits.get(device, 0)
+        if limit and resident + needed > limit:
+            self._failures += 1
+            remaining = max(limit - resident, 0)
+            raise OutOfMemoryError(Refusal(
+                type=RefusalType.OUT_OF_MEMORY,
+                layer=None,
+                field="bytes",
+                expected=str(remaining),
+                actual=str(needed),
+                message=(f"request {request} on device {device}: OutOfMemory: needs {needed} bytes, "
+                         f"limit {limit} bytes, resident {resident} bytes, remaining {remaining} bytes"),
+            ))
+        per_class = self._device_class.get(device)
+        if per_class is None:
+            per_class = self._device_class[device] = [0] * _N
+        key = (request, device)
+        mine = self._by_key.get(key)
+        if mine is None:
+            mine = self._by_key[key] = [0] * (_N + 1)
+        for i, v in enumerate(values):
+            per_class[i] += v
+            mine[i] += v
+        mine[_N] += 1
+        resident += needed
+        self._device_total[device] = resident
+        self._total += needed
+        if resident > self._peak_device.get(device, 0):
+            self._peak_device[device] = resident
+        if self._total > self._peak_total:
+            self._peak_total = self._total
+        self._active += 1
+        return Charge(self, request, device, values)
 
     def _release(self, charge: Charge) -> None:
         if charge._ledger is not self:
@@ -210,20 +262,84 @@ class Ledger:
             if charge._released:
                 return
             charge._released = True
-            device, values = charge._device, charge._values
-            needed = sum(values)
-            per_class = self._device_class[device]
-            key = (charge._request, device)
-            mine = self._by_key[key]
-            for i, v in enumerate(values):
-                per_class[i] -= v
-                mine[i] -= v
-            mine[_N] -= 1
-            if mine[_N] == 0:
-                del self._by_key[key]
-            self._device_total[device] -= needed
-            self._total -= needed
-            self._active -= 1
+            if charge._source is not None:
+                self._drop_hold((charge._request, charge._device, charge._source))
+                return
+            self._debit_locked(charge)
+
+    def _debit_locked(self, charge: Charge) -> None:
+        device, values = charge._device, charge._values
+        needed = sum(values)
+        per_class = self._device_class[device]
+        key = (charge._request, device)
+        mine = self._by_key[key]
+        for i, v in enumerate(values):
+            per_class[i] -= v
+            mine[i] -= v
+        mine[_N] -= 1
+        if mine[_N] == 0:
+            del self._by_key[key]
+        self._device_total[device] -= needed
+        self._total -= needed
+        self._active -= 1
+
+    # -- shared compressed state -----------------------------------------------------
+
+    def try_charge_source(self, request: int, device: int, source: int,
+                          charge_bytes: GroupBytes | Mapping[StateClass, int]) -> Charge:
+        """Charge a kv source's state once for (request, device): a second live charge of the same
+        source is refused as DoubleCount, before anything changes but ``charge_failures``."""
+        values = _counts(charge_bytes)
+        key = (request, device, source)
+        with self._lock:
+            if key in self._sources:
+                self._failures += 1
+                raise SharedStateError(Refusal(
+                    type=RefusalType.DOUBLE_COUNT, layer=source, field="source", expected="one charge per "
+                    "(request, device, source)", actual="a second charge",
+                    message=(f"request {request} on device {device}: DoubleCount: the state of kv source {source} "
+                             "is already charged; its readers attach to that charge (attach_reader)")))
+            charge = self._charge_locked(request, device, values)
+            charge._source = source
+            self._sources[key] = [charge, 1]
+            return charge
+
+    def attach_reader(self, request: int, device: int, source: int, reader: int) -> ReaderRef:
+        """A reader layer's hold on its source's live charge; with none, a typed UnaccountedReader."""
+        key = (request, device, source)
+        with self._lock:
+            if key not in self._sources:
+                self._failures += 1
+                raise SharedStateError(Refusal(
+                    type=RefusalType.UNACCOUNTED_READER, layer=reader, field="source", expected=f"a live charge "
+                    f"of kv source {source}", actual="none",
+                    message=(f"request {request} on device {device}: UnaccountedReader: layer {reader} reads kv "
+                             f"source {source}, whose state is not charged")))
+            self._sources[key][1] += 1
+            return ReaderRef(self, key, reader)
+
+    def _unref_reader(self, ref: ReaderRef) -> None:
+        if ref._ledger is not self:
+            raise ValueError("reader belongs to another ledger")
+        with self._lock:
+            if ref._released:
+                return
+            ref._released = True
+            self._drop_hold(ref._key)
+
+    def _drop_hold(self, key: tuple[int, int, int]) -> None:
+        """One hold (the owner's or a reader's) ends; the last one debits the source's bytes."""
+        entry = self._sources[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._sources[key]
+            self._debit_locked(entry[0])
+
+    def source_holds(self, request: int, device: int, source: int) -> int:
+        """Live holds (owner and readers) on one source's charge; 0 when it is not resident."""
+        with self._lock:
+            entry = self._sources.get((request, device, source))
+            return entry[1] if entry else 0
 
     # -- observability ---------------------------------------------------------------
 
@@ -271,4 +387,4 @@ class Ledger:
     def at_baseline(self) -> bool:
         """Nothing resident and nothing live: what teardown must return to."""
         with self._lock:
-            return self._total == 0 and self._active == 0 and not self._by_key
+            return self._total == 0 and self._active == 0 and not self._by_key and not self._sources

@@ -101,7 +101,12 @@ def split_stages(num_main: int, num_mtp: int, pp: int) -> StageSplit:
 
 
 def stage_bundles(plan: ModelPlan, split: StageSplit) -> tuple[GroupBytes, ...]:
-    """Per stage, the bytes one request keeps on each device of that stage (refused layers excluded)."""
+    """Per stage, the bytes one request keeps on each device of that stage (refused layers excluded).
+    A split inside a sharing group (shared compressed state) is refused, typed: ``sharing.require_whole_groups``."""
+    if len(split.layers) > 1 and any(layer.descriptor.sharing is not None for layer in plan.layers):
+        from csa_plan.planner.sharing import require_whole_groups
+
+        require_whole_groups([layer.descriptor for layer in plan.layers], split.layers)
     out = []
     for positions in split.layers:  # positions in the stack, main layers first, then MTP
         total = ZERO

@@ -12,7 +12,7 @@ from functools import lru_cache
 from csa_plan.planner.descriptor import CacheFormat, Descriptor
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.gate import Gate, run_gate
-from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, layer_kind
+from csa_plan.planner.layout import ZERO, GroupBytes, LayerKind, descriptor_kind, layer_kind, shared_group_bytes
 from csa_plan.planner.profile import LayoutProfile
 from csa_plan.planner.profiles import get_profile
 from csa_plan.planner.model import ModelSpec
@@ -33,6 +33,7 @@ class PlanOptions:
     window: int | None = None
     query_len: int = 1
     tp: int = 1
+    index_key_format: str | None = None  # shared-state models only (--index-key-format)
 
     def __post_init__(self) -> None:
         from csa_plan.planner.limits import MAX_NAME_CHARS
@@ -109,10 +110,18 @@ def apply_options(model: ModelSpec, options: PlanOptions, source: str = "options
         )
         if v is not None
     }
+    key_format = options.index_key_format
+    if key_format is not None and not any(d.sharing is not None for d in model.layers):
+        raise BadInput(source, "--index-key-format", "applies to models with shared compressed state "
+                                                     "(kv_source_layer_ids) only; V4 index keys are CONTRACT §2's")
     out = []
     for d in model.layers:
         if changes:
             d = d.with_(**changes)
+        if key_format is not None and d.sharing is not None:
+            from dataclasses import replace
+
+            d = d.with_(sharing=replace(d.sharing, index_key_format=key_format))
         if options.tp > 1:
             d = split_heads(d, options.tp, source)
         out.append(d)
@@ -131,8 +140,10 @@ def split_heads(d: Descriptor, tp: int, source: str = "options") -> Descriptor:
 def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, ...] = (),
                profile: LayoutProfile | None = None) -> LayerPlan:
     """Gate one layer (plus any graph-level findings on it) and size it if admitted."""
-    kind = layer_kind(d.compression_ratio)
     profile = profile or get_profile("exact")
+    if d.sharing is not None:
+        return _plan_shared(d, gate, query_len, extra, profile)
+    kind = layer_kind(d.compression_ratio)
     if extra:
         gated = run_gate(gate, d) if kind is not LayerKind.SWA else ()
         return LayerPlan(d, kind, gated + extra, None)
@@ -147,6 +158,33 @@ def plan_layer(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, 
     if refusals:
         return LayerPlan(d, kind, refusals, None)
     return LayerPlan(d, kind, (), _sized(profile, d.with_(layer_id=0, is_mtp=False), query_len, d.layer_id))
+
+
+def _plan_shared(d: Descriptor, gate: Gate, query_len: int, extra: tuple[Refusal, ...],
+                 profile: LayoutProfile) -> LayerPlan:
+    """A layer of a shared-state model: gated by the shared rules (window-only layers too, for
+    their place in the topology), sized by the exact layout only — another profile has no
+    shared-state layout and is refused once for the model (``plan_model``), never approximated."""
+    kind = descriptor_kind(d)
+    refusals = run_gate(gate, d) + extra
+    if refusals or profile.name != "exact":
+        return LayerPlan(d, kind, refusals, None)
+    sized = _shared_cached(d.with_(is_mtp=False), query_len)  # the layer id stays: it decides the mode
+    return LayerPlan(d, kind, (), sized.checked("plan", f"layer {d.layer_id}"))
+
+
+@lru_cache(maxsize=4096)
+def _shared_cached(d: Descriptor, query_len: int) -> GroupBytes:
+    return shared_group_bytes(d, query_len)
+
+
+def shared_profile_refusal(model: ModelSpec, profile: LayoutProfile) -> tuple[Refusal, ...]:
+    """Only the exact layout knows shared compressed state; any other profile is a typed refusal."""
+    if profile.name == "exact" or not any(d.sharing is not None for d in model.layers):
+        return ()
+    return (Refusal.from_clauses(RefusalType.LAYOUT_NOT_MODELLED, None, [Clause(
+        "--layout", "exact", profile.name, f"layout {profile.name!r} has no model of cross-layer shared compressed "
+                                           "state (kv_source_layer_ids); use the exact layout")]),)
 
 
 def _sized(profile: LayoutProfile, d: Descriptor, query_len: int, layer_id: int) -> GroupBytes:
@@ -167,4 +205,17 @@ def plan_model(model: ModelSpec, options: PlanOptions = PlanOptions(), source: s
     profile = get_profile(options.layout, source)
     layers = tuple(plan_layer(d, options.gate, options.query_len, on_layer.get(d.layer_id, ()), profile)
                    for d in descriptors)
+    extra = shared_profile_refusal(model, profile)
+    if any(d.sharing is not None for d in descriptors):
+        from csa_plan.planner.sharing import refuse_double_count
+
+        doubled = refuse_double_count((layer.descriptor, layer.bytes) for layer in layers)
+        if doubled:  # a layout that charged a reader for its source: refused, never reported as a total
+            on = {r.layer: r for r in doubled}
+            layers = tuple(LayerPlan(l.descriptor, l.kind, l.refusals + (on[l.descriptor.layer_id],), None)
+                           if l.descriptor.layer_id in on else l for l in layers)
+    if extra:
+        from dataclasses import replace
+
+        model = replace(model, graph_refusals=model.graph_refusals + extra)
     return ModelPlan(model=model, options=options, layers=layers)

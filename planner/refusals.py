@@ -28,6 +28,19 @@ class RefusalType(str, Enum):
     SHARED_RECORD_AXIS = "SharedRecordAxis"
     INDEX_AXIS_MISMATCH = "IndexAxisMismatch"
     PRESENT_PAST_AXIS_MISMATCH = "PresentPastAxisMismatch"
+    # Cross-layer shared compressed state (ratios 1 and 2 with a source topology; docs/deepseek-v41.md)
+    NO_KV_SOURCE = "NoKvSource"  # a ratio-1/2 layer with no kv source at or below it
+    KV_SOURCE_RATIO_MISMATCH = "KvSourceRatioMismatch"  # a reader whose nearest source has another ratio
+    KV_SOURCE_NOT_INDEX_SOURCE = "KvSourceNotIndexSource"  # a kv source that runs no indexer
+    INVALID_SOURCE_TOPOLOGY = "InvalidSourceTopology"  # a source id on a window-only layer, outside the stack, ...
+    CANDIDATE_STAGE_TOO_SMALL = "CandidateStageTooSmall"  # candidate blocks x block size < index_topk
+    MIXED_RATIO_FAMILIES = "MixedRatioFamilies"  # V4 ratios (4, 128) in a model with a source topology
+    DOUBLE_COUNT = "DoubleCount"  # a source's state charged twice for one (request, device)
+    UNACCOUNTED_READER = "UnaccountedReader"  # a reader attached to a source state nobody charged
+    LAYOUT_NOT_MODELLED = "LayoutNotModelled"  # a layout or engine release whose shared-state layout is not modelled
+    ENGINE_RELEASE_UNSUPPORTED = "EngineReleaseUnsupported"  # an engine release before the one that added the model
+    SHARING_GROUP_SPLIT = "SharingGroupSplit"
+    READER_OWN_RECORD_AXIS = "ReaderOwnRecordAxis"  # ONNX: a reader of shared state with a cache tensor of its own  # a pipeline stage boundary between a source and its readers
 
 
 @record

@@ -40,8 +40,8 @@ def documented_check_keys() -> dict[str, set[str]]:
 
 
 def _keys(value) -> set[str]:
-    if isinstance(value, list):
-        return set(value[0]) if value else set()
+    if isinstance(value, list):  # every item's keys: owner and reader groups add compression_ratio
+        return set().union(*(set(v) for v in value))
     return set(value)
 
 
@@ -51,6 +51,7 @@ def test_json_schemas_lists_exactly_the_check_keys(csa):
         ("deepseek-v4-pro",),
         ("deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--engine", "vllm-0.33"),
         ("deepseek-v4-pro", "--device-memory", "h200", "--tp", "8", "--concurrency", "64"),
+        ("deepseek-v4.1-flash",),  # shared compressed state: owner/reader counts, group ratios, sharing
         (str(ROOT / "examples" / "configs" / "refusals" / "UnsupportedRatio.yaml"),),
     )]
     emitted = set().union(*(d.keys() for d in docs))

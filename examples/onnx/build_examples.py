@@ -184,7 +184,88 @@ def write(model, path: Path) -> Path:
     return path
 
 
+# --- shared compressed state (DeepSeek-V4.1-style; docs/onnx.md) -------------------------------------------
+
+SHARED_RATIOS = (2, 2, 1, 1, 1, 1)  # kv sources 0 (ratio 2) and 2 (ratio 1); index sources 0, 2, 4
+SHARED_KV = {0: 0, 1: 0, 2: 2, 3: 2, 4: 2, 5: 2}
+SHARED_INDEX = {0: 0, 1: 0, 2: 2, 3: 2, 4: 4, 5: 4}
+NVFP4_RECORD, MXFP4_KEY = 288, 68
+
+
+def shared_model(twin: bool = False):
+    """A small V4.1-style graph: one compressed-record tensor per kv source, readers taking the source's
+    tensors as input edges. The ``twin`` breaks the per-source rule twice: reader 3 declares a record
+    tensor of its own (ReaderOwnRecordAxis), and source 2 (ratio 1) reuses source 0's (ratio 2) symbol
+    (SharedRecordAxis)."""
+    nodes, inputs, outputs, inits, declared = [], [], [], [], set()
+
+    def graph_input(name: str, elem: int, dims: list[object]) -> None:
+        if name and name not in declared:
+            declared.add(name)
+            inputs.append(helper.make_tensor_value_info(name, elem, dims))
+
+    for i, ratio in enumerate(SHARED_RATIOS):
+        src, idx = SHARED_KV[i], SHARED_INDEX[i]
+        owner, index_source = src == i, idx == i
+        p, kv = f"layers.{i}.", f"past_key_values.{src}."
+        symbol = f"past_compressed_records.{0 if twin and i == 2 else src}"
+        if twin and i == 3:  # a reader with a record tensor (and axis) of its own
+            kv, symbol = f"past_key_values.{i}.", f"past_compressed_records.{i}"
+        graph_input(p + "query", TensorProto.FLOAT, ["batch", "sequence_length", 64, HEAD_DIM])
+        graph_input(p + "current_kv", TensorProto.FLOAT, ["batch", "sequence_length", HEAD_DIM])
+        graph_input("seqlens_k", TensorProto.INT32, ["batch"])
+        graph_input("total_sequence_length", TensorProto.INT64, [])
+        graph_input(kv + "compressed_kv", TensorProto.UINT8, ["batch", symbol, NVFP4_RECORD])
+        graph_input(kv + "index_key", TensorProto.UINT8, ["batch", symbol, MXFP4_KEY])
+        ins = [p + "query", p + "current_kv", "", "", "", "", kv + "compressed_kv", "", "seqlens_k",
+               "total_sequence_length", p + "head_sink"] + [""] * 8
+        inits.append(_external(p + "head_sink", [64], 0, 0))
+        outs = [p + "attn_out"]
+        if owner:
+            ins[2] = p + "compressor_kv"
+            graph_input(ins[2], TensorProto.FLOAT, ["batch", "sequence_length", HEAD_DIM])
+            if ratio == 2:  # ratio 1 compresses nothing: no gate, no carry
+                ins[3], ins[7] = p + "compressor_gate", kv + "compression_carry"
+                graph_input(ins[3], TensorProto.FLOAT, ["batch", "sequence_length", HEAD_DIM])
+                graph_input(ins[7], TensorProto.FLOAT, ["batch", ratio, 2, HEAD_DIM])
+            for name, dims in ((p + "compressor_ape", [ratio, HEAD_DIM]), (p + "compressor_norm", [HEAD_DIM])):
+                inits.append(_external(name, dims, 0, 0))
+            ins[4], ins[5] = p + "compressor_ape", p + "compressor_norm"
+            present = f"present_compressed_records.{i}"
+            outs += [f"present.{i}.compressed_kv", f"present.{i}.compression_carry" if ratio == 2 else "",
+                     f"present.{i}.index_key"]
+            outputs += [helper.make_tensor_value_info(f"present.{i}.compressed_kv", TensorProto.UINT8,
+                                                      ["batch", present, NVFP4_RECORD]),
+                        helper.make_tensor_value_info(f"present.{i}.index_key", TensorProto.UINT8,
+                                                      ["batch", present, MXFP4_KEY])]
+            if ratio == 2:
+                outputs.append(helper.make_tensor_value_info(f"present.{i}.compression_carry", TensorProto.FLOAT,
+                                                             ["batch", ratio, 2, HEAD_DIM]))
+        ins[17] = kv + "index_key"
+        if index_source:
+            ins[11], ins[12] = p + "index_query", p + "index_weight"
+            graph_input(ins[11], TensorProto.FLOAT, ["batch", "sequence_length", 32, INDEX_HEAD_DIM])
+            graph_input(ins[12], TensorProto.FLOAT, ["batch", "sequence_length", 32])
+        while ins and not ins[-1]:
+            ins.pop()
+        outputs.append(helper.make_tensor_value_info(p + "attn_out", TensorProto.FLOAT,
+                                                     ["batch", "sequence_length", 64, HEAD_DIM]))
+        attrs = {"compression_ratio": ratio, "num_heads": 64, "head_dim": HEAD_DIM, "qk_rope_head_dim": ROPE,
+                 "index_num_heads": 32 if index_source else 0, "index_head_dim": INDEX_HEAD_DIM if index_source else 0,
+                 "index_topk": 512, "cache_format": "nvfp4", "kv_source_layer_id": src,
+                 "index_source_layer_id": idx, "layer_id": i, "scale": 0.0, "causal": 1, "sink_mode": "logit_only",
+                 "cache_layout_version": 1, "index_layout_version": 1}
+        nodes.append(helper.make_node(OP, ins, outs, name=f"layers.{i}.attn.csa", domain=DOMAIN, **attrs))
+    graph = helper.make_graph(nodes, "csa_shared_sources", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)],
+                              producer_name="csa-plan examples")
+    helper.set_model_props(model, {"max_seq_len": "65536"})
+    return model
+
+
 EXAMPLES: dict[str, Callable[[], object]] = {
+    "shared_sources.onnx": lambda: shared_model(),
+    "shared_sources_reader_own_axis.onnx": lambda: shared_model(twin=True),
     "interleaved_shared_symbol.onnx": lambda: build_model(INTERLEAVED, "shared"),
     "interleaved_per_layer.onnx": lambda: build_model(INTERLEAVED, "per_layer"),
     "v4_pro_62_nodes.onnx": lambda: build_model(V4_PRO_MAIN + (4,), "per_layer", num_heads=128, index_topk=1024,

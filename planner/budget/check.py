@@ -21,6 +21,10 @@ def budget_fit(spec: ModelSpec, plan: ModelPlan, device: Budget, concurrency: in
         return limit, None
     if len(device.stages) == 1 or plan.refusals:  # a refused plan gets no count (capacity says why)
         return limit, capacity(spec, plan, limit.limit_bytes, concurrency)
+    if any(d.sharing is not None for d in spec.layers):  # shared state: no stage boundary inside a group
+        from csa_plan.planner.sharing import require_whole_groups
+
+        require_whole_groups(spec.layers, [s.layers for s in device.stages])
     fits = []
     num_main = spec.num_main_layers
     for stage in device.stages:

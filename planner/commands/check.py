@@ -69,6 +69,17 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
+    if req.engine is not None and any(d.sharing is not None for d in spec.layers):
+        # shared compressed state: no engine's V4.1 pool is modelled; a typed refusal, never a V4 figure
+        from csa_plan.planner.engines.registry import ENGINES, get_engine, resolve_engine_name
+        from csa_plan.planner.shared_engines import engine_refusal
+
+        name = resolve_engine_name(req.engine)[0]
+        if name not in ENGINES:
+            get_engine(name)  # an unknown name stays bad input (exit 2), with its did-you-mean
+        refusal = engine_refusal(name)
+        spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
+        req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)

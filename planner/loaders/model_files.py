@@ -24,11 +24,17 @@ if TYPE_CHECKING:  # a preset is read without pathlib (start-up)
 PRESETS: dict[str, str] = {
     "deepseek-v4-flash": "deepseek-v4-flash.json",
     "deepseek-v4-pro": "deepseek-v4-pro.json",
+    # DeepSeek-V4.1-Flash (2026-09-10, MIT) and its -1017 checkpoint (the one the API serves): no
+    # published field of the -1017 config differs, so both read the one bundled config (docs/deepseek-v41.md)
+    "deepseek-v4.1-flash": "deepseek-v4.1-flash.json",
+    "deepseek-v4.1-flash-1017": "deepseek-v4.1-flash.json",
 }
 # The Hugging Face repository each bundled preset is the config of.
 PRESET_REPOS: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek-v4-flash",
     "deepseek-ai/DeepSeek-V4-Pro": "deepseek-v4-pro",
+    "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek-v4.1-flash",
+    "deepseek-ai/DeepSeek-V4.1-Flash-1017": "deepseek-v4.1-flash-1017",
 }
 
 
@@ -243,6 +249,13 @@ def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None
     }
     if "max_position_embeddings" not in data and max_seq_len is not None:
         notes.append("max_seq_len from --max-seq-len (the config has no max_position_embeddings)")
+    if "kv_source_layer_ids" in data:  # cross-layer shared compressed state: its own reader, V4 untouched
+        from csa_plan.planner.loaders.shared_sources import shared_layers
+
+        layers, found, shared_notes = shared_layers(data, source, ratios, n_main, common,
+                                                    {ours: field(ours, 0) for ours in INDEX_FIELDS})
+        return ModelSpec(name=name, source=source, layers=layers, num_main_layers=n_main, num_mtp_layers=n_mtp,
+                         notes=(*notes, *shared_notes), graph_refusals=found)
     index = {ours: field(ours, None if has_csa else 0) for ours in INDEX_FIELDS}
     layers = tuple(
         Descriptor(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csa_plan.planner.descriptor import CacheFormat, STATE_EDGE_INPUT_INDEX, StateEdge
+from csa_plan.planner.descriptor import CacheFormat, RecordFormat, STATE_EDGE_INPUT_INDEX, StateEdge
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, AttrValue, CsaNode
 from csa_plan.planner.refusals import Clause, RefusalType
@@ -54,6 +54,8 @@ class NodeReading:
     max_seq_len: tuple[int, str] | None  # (value, attribute name) when the node declares it
     window: tuple[int, str] | None
     batch: int | None  # axis 0 of input 6 when the graph fixes it
+    kv_source: int | None = None  # shared compressed state: the layer whose cache input 6 is (itself for an owner)
+    index_source: int | None = None  # shared compressed state: the layer whose indexer's top-k this node uses
 
     def input(self, index: int) -> str:
         return self.node.inputs[index] if index < len(self.node.inputs) else ""
@@ -148,6 +150,9 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
         "index_topk": int_attr(source, node, "index_topk", 0),
         "cache_format": str_attr(source, node, "cache_format", CacheFormat.FP8_E4M3_BLOCK64.value),
     }
+    kv_source = int_attr(source, node, "kv_source_layer_id", None)
+    if kv_source is not None:  # csa-plan's shared-state extension of the v1 node (docs/onnx.md): its own formats
+        fields["cache_format"] = str_attr(source, node, "cache_format", RecordFormat.NVFP4.value)
     present = frozenset(e for e, i in STATE_EDGE_INPUT_INDEX.items() if i < len(node.inputs) and node.inputs[i])
     clauses: dict[RefusalType, list[Clause]] = {}
 
@@ -175,6 +180,8 @@ def read_csa_node(source: str, node: CsaNode, opsets: dict[str, int],
         max_seq_len=_one_of(source, node, MAX_SEQ_LEN_KEYS),
         window=_one_of(source, node, WINDOW_KEYS),
         batch=batch,
+        kv_source=kv_source,
+        index_source=int_attr(source, node, "index_source_layer_id", None),
     )
 
 
@@ -235,3 +242,42 @@ def _ranges(indices: tuple[int, ...]) -> str:
     if start is not None:
         parts.append(f"{start}..{prev}" if prev != start else str(start))
     return ", ".join(parts)
+
+
+# Shared compressed state (csa-plan's extension, docs/onnx.md): what each role wires.
+SHARED_OWNER_INPUTS = (0, 1, 2, 4, 5, 6, 8, 9, 10, 17)  # + 3 (gate) and 7 (carry) on ratio 2
+SHARED_READER_INPUTS = (0, 1, 6, 8, 9, 10)  # input 6 (and 17, when wired) are the source's tensors
+SHARED_INDEX_INPUTS = (11, 12)  # an index source's queries and weights
+SHARED_OWNER_OUTPUTS = (0, 1, 3)  # + 2 (carry) on ratio 2
+
+
+def shared_arity(reading: NodeReading, owner: bool, index_source: bool) -> list[Clause]:
+    """ArityMismatch clauses of a ratio-1/2 node that declares ``kv_source_layer_id``: an owner wires its
+    compressor, cache, index keys (and on ratio 2 the gate and carry) and writes them; a reader wires only
+    its query, its own KV row and its source's cache; an index source also its index queries and weights.
+    A reader's cache outputs are ReaderOwnRecordAxis (the record-axis lint), not counted here."""
+    ratio = reading.ratio
+    need = list(SHARED_OWNER_INPUTS if owner else SHARED_READER_INPUTS)
+    if owner and ratio == 2:
+        need += [3, 7]
+    if index_source:
+        need += list(SHARED_INDEX_INPUTS)
+    out: list[Clause] = []
+    missing = sorted(i for i in need if not reading.input(i))
+    if missing:
+        names = ", ".join(f"{i} {INPUT_NAMES[i]}" for i in missing)
+        role = "kv source" if owner else "reader"
+        out.append(Clause("inputs", f"required inputs {_ranges(tuple(sorted(need)))} present", f"missing {names}",
+                          f"a ratio-{ratio} {role} requires inputs {names}"))
+    if len(reading.node.inputs) > MAX_INPUTS:
+        out.append(Clause("inputs", f"at most {MAX_INPUTS}", str(len(reading.node.inputs)),
+                          f"{len(reading.node.inputs)} inputs, the schema has at most {MAX_INPUTS}"))
+    if owner:
+        outs = list(SHARED_OWNER_OUTPUTS) + ([2] if ratio == 2 else [])
+        empty = sorted(i for i in outs if not reading.output(i))
+        if empty:
+            names = ", ".join(f"{i} {OUTPUT_NAMES[i]}" for i in empty)
+            out.append(Clause("outputs", "named", f"empty {names}", f"a kv source writes outputs {names}"))
+    elif not reading.output(0):
+        out.append(Clause("outputs", "named", "empty 0 Y", "required output 0 Y has an empty name"))
+    return out

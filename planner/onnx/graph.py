@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from csa_plan.planner.descriptor import Descriptor, StateEdge
+from csa_plan.planner.descriptor import Descriptor, Sharing, StateEdge
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.files import open_regular
 from csa_plan.planner.limits import MAX_LAYER_ID, MAX_ONNX_BYTES
@@ -33,10 +33,10 @@ from csa_plan.planner.onnx.source import FileBuffer, SourceChanged
 from csa_plan.planner.onnx.wire import LimitError
 from csa_plan.planner.text import excerpt, printable
 from csa_plan.planner.model import ModelSpec
-from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node
+from csa_plan.planner.onnx.csa_node import MAX_SEQ_LEN_KEYS, WINDOW_KEYS, NodeReading, read_csa_node, shared_arity
 from csa_plan.planner.onnx.structure import CSA_DOMAIN, CSA_OP_TYPE, GraphStructure, StructureError, read_structure
-from csa_plan.planner.onnx.record_axes import LayerRecordAxes, lint_record_axes
-from csa_plan.planner.refusals import Refusal
+from csa_plan.planner.onnx.record_axes import LayerRecordAxes, ReaderEdges, lint_readers, lint_record_axes
+from csa_plan.planner.refusals import Refusal, RefusalType
 from csa_plan.planner.values import parse_int_text
 
 DEFAULT_WINDOW = 128
@@ -62,7 +62,11 @@ def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, 
     layers: list[Descriptor] = []
     refusals: list[Refusal] = []
     axes: list[LayerRecordAxes] = []
+    sharing = shared_topology(readings, ids)
+    readers: list[ReaderEdges] = []
+    by_id = dict(zip(ids, readings))
     for reading, layer_id in zip(readings, ids):
+        share = sharing.get(layer_id)
         layers.append(Descriptor(
             layer_id=layer_id,
             max_seq_len=seq.values[layer_id],
@@ -70,12 +74,25 @@ def load_onnx_model(path: Path, *, max_seq_len: int | None, window: int | None, 
             batch=reading.batch or 1,
             present_edges=reading.present_edges,
             is_mtp=False,
+            sharing=share,
             **reading.fields,  # type: ignore[arg-type]
         ))
         refusals.extend(Refusal.from_clauses(t, layer_id, cs) for t, cs in reading.clauses.items())
-        axes.append(record_axes_of(reading, layer_id, graph))
+        if share is not None and reading.kv_source is not None and reading.ratio in (1, 2):
+            arity = shared_arity(reading, layer_id in share.kv_sources, layer_id in share.index_sources)
+            if arity:
+                refusals.append(Refusal.from_clauses(RefusalType.ARITY_MISMATCH, layer_id, arity))
+        if share is not None and reading.kv_source is not None and layer_id not in share.kv_sources:
+            src = by_id.get(share.kv_source) if share.kv_source is not None else None
+            readers.append(ReaderEdges(layer_id, reading.kv_source, reading.input(6), reading.input(17),
+                                       tuple(reading.output(i) for i in (1, 2, 3)),
+                                       src.input(6) if src else None, src.input(17) if src else None))
+            continue  # a reader's cache edges are its source's: linted per source, below
+        axes.append(record_axes_of(reading, layer_id, graph,
+                                   has_index=share is not None and layer_id in share.kv_sources))
     lint = lint_record_axes(tuple(sorted(axes, key=lambda a: a.layer_id)), at_length)
     refusals.extend(lint.refusals)
+    refusals.extend(lint_readers(tuple(readers)))
 
     notes = [
         id_note,
@@ -214,7 +231,27 @@ def _metadata_value(source: str, keys: tuple[str, ...], metadata: dict[str, str]
     return found[0] if found else None
 
 
-def record_axes_of(reading: NodeReading, layer_id: int, graph: GraphStructure) -> LayerRecordAxes:
+def shared_topology(readings: list[NodeReading], ids: list[int]) -> dict[int, Sharing]:
+    """Shared compressed state declared by ``kv_source_layer_id`` / ``index_source_layer_id`` node
+    attributes (docs/onnx.md): a node naming itself is a kv (index) source. Once any node declares
+    it, every node of the graph gets the topology, so a V4 ratio beside it is MixedRatioFamilies and a
+    ratio-1/2 node without a source is NoKvSource — the gate's rules, as for a config."""
+    if not any(r.kv_source is not None for r in readings):
+        return {}
+    by_id = dict(zip(ids, readings))
+    kv_sources = tuple(sorted(i for i, r in by_id.items() if r.kv_source == i))
+    index_sources = tuple(sorted(i for i, r in by_id.items() if r.index_source == i))
+    out = {}
+    for i, r in by_id.items():
+        kv = r.kv_source if r.kv_source in kv_sources else None
+        out[i] = Sharing(kv_sources=kv_sources, index_sources=index_sources, kv_source=kv,
+                         kv_source_ratio=by_id[kv].ratio if kv is not None else None,
+                         index_source=r.index_source if r.index_source in index_sources else None)
+    return out
+
+
+def record_axes_of(reading: NodeReading, layer_id: int, graph: GraphStructure,
+                   has_index: bool = False) -> LayerRecordAxes:
     def axis(name: str):
         shape = graph.shapes.get(name) if name else None
         return shape[1] if shape is not None and len(shape) >= 2 else None
@@ -225,7 +262,8 @@ def record_axes_of(reading: NodeReading, layer_id: int, graph: GraphStructure) -
         past_kv=axis(reading.input(6)) if StateEdge.COMPRESSED in reading.present_edges else None,
         past_index=axis(reading.input(17)) if StateEdge.INDEX_KEY in reading.present_edges else None,
         present_kv=axis(reading.output(1)),
-        present_index=axis(reading.output(3)) if reading.ratio == 4 else None,
+        present_index=axis(reading.output(3)) if reading.ratio == 4 or has_index else None,
+        has_index=has_index,
     )
 
 

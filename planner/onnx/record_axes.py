@@ -15,6 +15,13 @@ input 17 (past_index_key, ratio 4), output 1 (present_compressed_kv) and output 
   layer of another ratio.
 
 Fixed sizes (dim_value) never conflict by name; unknown axes are not linted.
+
+Shared compressed state (a node with ``kv_source_layer_id``, docs/onnx.md) generalises the
+per-layer rule to one record axis per **source**: a kv source is linted as a layer above (its
+index keys share its symbol; two sources of different ratios never share one), and a reader
+takes its source's cache tensors as input edges, so it has the source's symbol by construction.
+A reader that declares a record tensor of its own (``ReaderOwnRecordAxis``) would size a second
+cache that no runtime keeps and break the one-symbol-per-source rule: ``lint_readers`` refuses it.
 """
 
 from __future__ import annotations
@@ -48,10 +55,15 @@ class LayerRecordAxes:
     past_index: Axis = None
     present_kv: Axis = None
     present_index: Axis = None
+    has_index: bool = False  # index keys beside the records: ratio 4, or a kv source of shared state
+
+    @property
+    def indexed(self) -> bool:
+        return self.ratio == 4 or self.has_index
 
     def edges(self) -> tuple[tuple[RecordEdge, Axis], ...]:
         out = [(RecordEdge.PAST_KV, self.past_kv), (RecordEdge.PRESENT_KV, self.present_kv)]
-        if self.ratio == 4:
+        if self.indexed:
             out += [(RecordEdge.PAST_INDEX, self.past_index), (RecordEdge.PRESENT_INDEX, self.present_index)]
         return tuple(out)
 
@@ -135,7 +147,7 @@ def _shared_clause(symbol: str, users: list[LayerRecordAxes], ratios: tuple[int,
 
 
 def _index_clauses(layer: LayerRecordAxes) -> list[Clause]:
-    if layer.ratio != 4:
+    if not layer.indexed:
         return []
     out = []
     for kv_edge, kv, idx_edge, idx in ((RecordEdge.PAST_KV, layer.past_kv, RecordEdge.PAST_INDEX, layer.past_index),
@@ -155,7 +167,7 @@ def _index_clauses(layer: LayerRecordAxes) -> list[Clause]:
 
 def _present_past_clauses(layer: LayerRecordAxes, conflicted: dict[str, tuple[int, ...]]) -> list[Clause]:
     pairs = [(RecordEdge.PAST_KV, layer.past_kv, RecordEdge.PRESENT_KV, layer.present_kv)]
-    if layer.ratio == 4 and (layer.past_index, layer.present_index) != (layer.past_kv, layer.present_kv):
+    if layer.indexed and (layer.past_index, layer.present_index) != (layer.past_kv, layer.present_kv):
         pairs.append((RecordEdge.PAST_INDEX, layer.past_index, RecordEdge.PRESENT_INDEX, layer.present_index))
     out: list[Clause] = []
     for past_edge, past, present_edge, present in pairs:
@@ -180,3 +192,38 @@ def _present_past_clauses(layer: LayerRecordAxes, conflicted: dict[str, tuple[in
     for c in out:
         unique.setdefault(c.text, c)
     return list(unique.values())
+
+
+@dataclass(frozen=True)
+class ReaderEdges:
+    """The compressed-cache edges of one reader of shared state and of its kv source."""
+
+    layer_id: int
+    source: int
+    past_kv: str  # input 6 of the reader
+    past_index: str  # input 17 of the reader ("" when absent)
+    present_outputs: tuple[str, ...]  # outputs 1..3 the reader declares (a reader writes no cache)
+    source_past_kv: str | None  # input 6 of the source node (None: no such source node)
+    source_past_index: str | None
+
+
+def lint_readers(readers: tuple[ReaderEdges, ...]) -> tuple[Refusal, ...]:
+    """ReaderOwnRecordAxis for every reader whose cache edges are not its source's tensors."""
+    out = []
+    for r in readers:
+        if r.source_past_kv is None:
+            continue  # no source node: the gate refuses the topology (NoKvSource)
+        clauses = []
+        for field, mine, theirs in (("input 6 (past_compressed_kv)", r.past_kv, r.source_past_kv),
+                                    ("input 17 (past_index_key)", r.past_index, r.source_past_index)):
+            if mine and mine != theirs:
+                clauses.append(Clause(field, repr(theirs), repr(mine),
+                                      f"reader layer {r.layer_id} takes {field} {mine!r}, not the tensor {theirs!r} "
+                                      f"of its kv source {r.source}: a record axis of its own for state it only reads"))
+        for name in r.present_outputs:
+            if name:
+                clauses.append(Clause("outputs 1..3", "empty (a reader writes no cache)", repr(name),
+                                      f"reader layer {r.layer_id} declares a cache output {name!r} of its own"))
+        if clauses:
+            out.append(Refusal.from_clauses(RefusalType.READER_OWN_RECORD_AXIS, r.layer_id, clauses))
+    return tuple(out)

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.capacity import DeviceFit
 from csa_plan.planner.descriptor import DESCRIPTOR_FIELDS, Descriptor
-from csa_plan.planner.layout import LayerKind
+from csa_plan.planner.layout import PER_LAYER_KINDS, LayerKind
+
+SHARED_KINDS = (LayerKind.OWNER, LayerKind.READER)
 from csa_plan.planner.plan import LayerPlan, ModelPlan
 from csa_plan.planner.record import record
 
@@ -42,6 +44,8 @@ def descriptor_dict(d: Descriptor) -> dict[str, Any]:
     # Every field is an immutable scalar but present_edges: no deep copy (dataclasses.asdict) needed.
     out = {name: getattr(d, name) for name in DESCRIPTOR_FIELDS}
     out["present_edges"] = sorted(e.value for e in d.present_edges)
+    if d.sharing is not None:  # only shared-state layers carry it: V4 documents are unchanged
+        out["sharing"] = {"mode": d.mode.value, **d.sharing.as_dict()}
     return out
 
 
@@ -64,9 +68,11 @@ def layer_groups(plan: ModelPlan) -> list[dict[str, Any]]:
     groups: dict[tuple, list[LayerPlan]] = {}
     for layer in plan.layers:
         key = (layer.kind, layer.descriptor.is_mtp, layer.bytes, tuple(r.type for r in layer.refusals))
+        if layer.kind in SHARED_KINDS:  # owners and readers of shared state group by ratio too
+            key += (layer.descriptor.compression_ratio,)
         groups.setdefault(key, []).append(layer)
     out = []
-    for (kind, is_mtp, group_bytes, types), layers in groups.items():
+    for (kind, is_mtp, group_bytes, types, *ratio), layers in groups.items():
         out.append({
             "kind": kind.value,
             "is_mtp": is_mtp,
@@ -76,6 +82,7 @@ def layer_groups(plan: ModelPlan) -> list[dict[str, Any]]:
             "refusal_types": [t.value for t in types],
             "bytes_per_group": group_bytes.as_dict() if group_bytes is not None else None,
             "bytes_all": group_bytes.scaled(len(layers)).as_dict() if group_bytes is not None else None,
+            **({"compression_ratio": ratio[0]} if ratio else {}),
         })
     return out
 
@@ -110,7 +117,7 @@ def check_report(plan: ModelPlan, budget: DeviceBudget | None, cap: DeviceFit | 
             "cache_format": effective(plan, "cache_format"),
             "window": effective(plan, "window"),
         },
-        "counts": {k.value.lower(): plan.count(k) for k in LayerKind},
+        "counts": {k.value.lower(): plan.count(k) for k in LayerKind if k in PER_LAYER_KINDS or plan.count(k)},
         "verdict": verdict(plan, cap),
         "exit_code": exit_code,
         "refusals": [r.as_dict() for r in plan.refusals],

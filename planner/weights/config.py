@@ -66,8 +66,8 @@ def read_model_config(ref: str) -> ModelConfig | None:
     if not isinstance(data, dict) or "layers" in data:
         return None  # our JSON model spec, not a checkpoint config
     for key in ("text_config", "language_config"):
-        if isinstance(data.get(key), dict):
-            data = data[key]
+        if isinstance(data.get(key), dict):  # the wrapper's architecture and quantization stay with it
+            data = {**{k: data[k] for k in ("architectures", "quantization_config") if k in data}, **data[key]}
             break
     if path.name == "inference_config.json" or ("dim" in data and "n_layers" in data):
         data = from_reference_config(data)

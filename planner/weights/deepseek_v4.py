@@ -142,7 +142,7 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
     layout.append((len(blocks), None, ""))
     blocks.append((plain("norm.weight", Role.FINAL_NORM, (s.hidden,), StoredDType.BF16),
                    plain("head.weight", Role.HEAD, (s.vocab, s.hidden), StoredDType.BF16),
-                   *_hc_head(s, "", None, False)))
+                   *hc_head(s, "", None, False)))
     for j in range(s.num_mtp):
         layer = s.num_main + j
         prefix = f"mtp.{j}"
@@ -155,14 +155,14 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
             plain(f"{prefix}.enorm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             plain(f"{prefix}.hnorm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             plain(f"{prefix}.norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
-            *_hc_head(s, f"{prefix}.", layer, True),
+            *hc_head(s, f"{prefix}.", layer, True),
         ))
     dims = (("heads", s.heads), ("o_groups", s.o_groups), ("vocab", s.vocab), ("hidden", s.hidden),
             ("moe_inter", s.moe_inter), ("routed_experts", s.routed_experts))
     return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(blocks), tuple(layout), s.num_main, s.num_mtp, dims)
 
 
-def _hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:
+def hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:
     where = {"layer": layer, "is_mtp": is_mtp}
     return [
         plain(f"{prefix}hc_head_fn", Role.HC_HEAD, (s.hc_mult, s.hc_mult * s.hidden), StoredDType.F32, **where),

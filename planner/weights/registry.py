@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from csa_plan.planner.errors import BadInput
-from csa_plan.planner.weights import deepseek_v4
+from csa_plan.planner.weights import deepseek_v4, deepseek_v41
 from csa_plan.planner.weights.tensors import Inventory
 
 Builder = Callable[[Mapping[str, Any], str], Inventory]
 
 ARCHITECTURES: dict[str, Builder] = {
     "DeepseekV4ForCausalLM": deepseek_v4.build,
+    "DeepseekV41ForCausalLM": deepseek_v41.build,
 }
-MODEL_TYPES: dict[str, str] = {"deepseek_v4": "DeepseekV4ForCausalLM"}
+MODEL_TYPES: dict[str, str] = {"deepseek_v4": "DeepseekV4ForCausalLM", "deepseek_v41": "DeepseekV41ForCausalLM",
+                               "deepseek_v41_text": "DeepseekV41ForCausalLM"}
 
 
 def architecture_of(config: Mapping[str, Any]) -> str | None:

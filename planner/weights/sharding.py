@@ -45,6 +45,8 @@ class Part(str, Enum):
     ROUTER = "router"
     OTHER = "norms and mixes"
     MTP = "MTP layer"
+    ENGRAM = "Engram tables"
+    UNATTRIBUTED = "rest of the published checkpoint"
 
 
 ROLE_PART: dict[Role, Part] = {
@@ -54,6 +56,7 @@ ROLE_PART: dict[Role, Part] = {
     Role.ROUTER_GATE: Part.ROUTER, Role.ROUTER_BIAS: Part.ROUTER, Role.TID2EID: Part.ROUTER,
     Role.FINAL_NORM: Part.OTHER, Role.HC_HEAD: Part.OTHER, Role.LAYER_NORM: Part.OTHER, Role.HC: Part.OTHER,
     Role.MTP_PROJ: Part.OTHER, Role.MTP_NORM: Part.OTHER,
+    Role.ENGRAM: Part.ENGRAM, Role.UNATTRIBUTED: Part.UNATTRIBUTED,
 }
 
 
@@ -125,7 +128,8 @@ class DeviceWeights:
 
 
 def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp: bool) -> DeviceWeights:
-    g = rules.groups(placement, routed_experts(inventory))
+    routed = routed_experts(inventory)
+    g = rules.groups(placement, routed)
     rules.check(inventory, placement, g)
     pp = placement.pp
     counts = rules.stage_counts(inventory.num_main_layers, pp)
@@ -155,7 +159,8 @@ def shard(inventory: Inventory, rules: ShardRules, placement: Placement, *, mtp:
         for w in inventory.blocks[b]:
             if w.is_mtp and not mtp:
                 continue
-            n = min(w.copies, g.local_experts) if w.expert is not None else w.copies
+            # a rank's share of this layer's experts (the drafter's layers may have fewer than the main ones)
+            n = w.copies * g.local_experts // routed if w.expert is not None and routed else w.copies
             if not n:
                 continue
             part = Part.MTP if w.is_mtp else ROLE_PART.get(w.role, Part.ATTENTION)
@@ -193,6 +198,9 @@ def local_bytes(w: Weight, rules: ShardRules, g: Groups) -> int:
     if role in (Role.EXPERT_W13, Role.EXPERT_W2):
         return _expert_bytes(w, g)
     dtype = rules.dtypes.get(role, w.tensor.dtype)
+    if role is Role.ENGRAM:  # a hash table's rows split over the attention TP group, each row with its scales
+        rows = w.logical[0]
+        return ceil_div(rows, g.attn_tp) * (w.copy_nbytes // rows)
     if role is Role.ATTN_SINK:
         local = w.logical[0] // g.sink
         heads = rules.sink_heads(local) if rules.sink_heads else local

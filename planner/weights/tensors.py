@@ -50,11 +50,12 @@ class Quant(str, Enum):
     NONE = "none"
     FP8_BLOCK128 = "fp8_e4m3_block128x128"  # F8_E4M3 [out, in] + one UE8M0 byte per 128x128 block
     FP4_BLOCK32 = "fp4_e2m1_block1x32"      # I8 [out, in/2] (two per byte) + one UE8M0 byte per 1x32 block
+    FP8_BLOCK32 = "fp8_e4m3_block32x32"     # F8_E4M3 [out, in] + one UE8M0 byte per 32x32 block (V4.1)
 
     def stored(self, out_features: int, in_features: int, dtype: StoredDType) -> tuple[tuple[int, ...], StoredDType]:
         if self is Quant.FP4_BLOCK32:
             return (out_features, in_features // 2), StoredDType.I8
-        if self is Quant.FP8_BLOCK128:
+        if self in (Quant.FP8_BLOCK128, Quant.FP8_BLOCK32):
             return (out_features, in_features), StoredDType.F8_E4M3
         return (out_features, in_features), dtype
 
@@ -63,6 +64,8 @@ class Quant(str, Enum):
             return (out_features, ceil_div(in_features, 32))
         if self is Quant.FP8_BLOCK128:
             return (ceil_div(out_features, 128), ceil_div(in_features, 128))
+        if self is Quant.FP8_BLOCK32:
+            return (ceil_div(out_features, 32), ceil_div(in_features, 32))
         return None
 
     def bytes_for(self, out_features: int, in_features: int, dtype: StoredDType) -> int:
@@ -130,6 +133,9 @@ class Role(str, Enum):
     HC = "hc"                        # per-layer hyper-connection mixes
     MTP_PROJ = "mtp_proj"            # e_proj, h_proj
     MTP_NORM = "mtp_norm"            # enorm, hnorm, the MTP head norm
+    INDEXER_WK = "indexer_wk"        # V4.1: index keys from the compressor's latent, on kv sources only
+    ENGRAM = "engram"                # V4.1: an n-gram hash table (rows x row dim, FP8 + UE8M0 per 32)
+    UNATTRIBUTED = "unattributed"    # the published checkpoint size less every inventoried weight
 
 
 @record

@@ -14,11 +14,18 @@ from csa_plan.planner.refusals import RefusalType
 
 from helpers import EXAMPLES
 
+# Refusals of cross-layer shared state: examples/configs/shared (config types), the ledger, --layout, engines
+SHARED_STATE_TYPES = {
+    "NoKvSource", "KvSourceRatioMismatch", "KvSourceNotIndexSource", "InvalidSourceTopology",
+    "CandidateStageTooSmall", "MixedRatioFamilies", "DoubleCount", "UnaccountedReader", "LayoutNotModelled",
+    "EngineReleaseUnsupported", "SharingGroupSplit", "ReaderOwnRecordAxis",
+}
+
 REFUSAL_EXAMPLES = sorted((EXAMPLES / "configs" / "refusals").glob("*.yaml"))
 CONFIG_TYPES = {t.value for t in RefusalType} - {
     "OutOfMemory", "ArityMismatch", "UnsupportedOpVersion", "SharedRecordAxis",
     "IndexAxisMismatch", "PresentPastAxisMismatch", "RequestExceedsCapacity", "NeverFits", "RunningRequestCap",
-}
+} - SHARED_STATE_TYPES  # shared-state types have HF-config examples (tests/planner/test_shared_state.py)
 
 
 def test_every_config_refusal_type_has_an_example():
