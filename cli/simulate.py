@@ -52,7 +52,8 @@ PARAMS = (
              "sent when one ends (trace times ignored; engine replays)."),
     Opt(("--spec-acceptance",), "spec_acceptance", Kind.NUMBER, high=1.0,
         help="vLLM MTP replays (--num-speculative-tokens): each draft token's acceptance rate, given the ones "
-             "before it were accepted [default: 0.65, the middle of the published 0.57-0.70]."),
+             f"before it were accepted [default: {TimeModel.spec_acceptance:g}, the middle of the published "
+             "0.57-0.70]."),
     Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
         help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
     Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,

@@ -25,6 +25,7 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.layout import GroupBytes
 from csa_plan.planner.placement import Placement, StageSplit, split_stages, stage_bundles
 from csa_plan.planner.refusals import RefusalType
+from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,7 +75,7 @@ class TimeModel:
     rate_scale: float = 1.0  # > 1 compresses arrivals (a faster arrival rate)
     step_time: str = "fixed"  # steptime.StepSource: engine replays only (the ledger's steps are the constants)
     max_concurrency: int | None = None  # a closed-loop client (engine replays): at most this many in flight
-    spec_acceptance: float = 0.65  # vLLM MTP replays: each draft's acceptance rate (draft_acceptance.DEFAULT_RATE)
+    spec_acceptance: float = DEFAULT_RATE  # vLLM MTP replays: each draft's acceptance rate
 
     def __post_init__(self) -> None:
         from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS

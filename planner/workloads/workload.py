@@ -56,7 +56,7 @@ class MixSettings:
     rate_scale: float | None = None
     step_time: str | None = None      # physics | measured | fixed (steptime.StepSource); None: see settings.merge
     max_concurrency: int | None = None  # a closed-loop client: at most this many requests in flight
-    spec_acceptance: float | None = None  # vLLM MTP: each draft's acceptance rate [default: 0.65]
+    spec_acceptance: float | None = None  # vLLM MTP: each draft's acceptance rate [default: TimeModel's]
 
 
 @dataclass(frozen=True)
