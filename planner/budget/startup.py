@@ -149,6 +149,22 @@ VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, "
                         lambda c: _vllm_resolved(c, "vllm-0.25"))
 
 
+def _vllm_034_refused(c: StageContext) -> Usable:
+    """vLLM 0.34.0's extensible KV cache (on by default on CUDA: config/cache.py:395, config/vllm.py:3180-3263)
+    sizes the pool after warmup and CUDA-graph capture from measured free memory, at gpu_memory_utilization 1.0
+    (config/cache.py:493-501): KV = min(requested - non-KV in use, free + committed - max(1 GiB, 0.75 x peak))
+    - max(peak, torch growth) (v1/worker/extensible_kv_cache.py:592-618, :64-71). The memory in use before
+    vLLM's first snapshot and the measured peak have no fitted figure for 0.34: refused, not guessed."""
+    raise BadInput("options", "--engine", "vllm-0.34: its KV cache is sized after warmup from measured memory "
+                   "(the extensible KV cache, on by default: vllm-0.34.0 config/cache.py:395, "
+                   "v1/worker/extensible_kv_cache.py:592-618), which csa-plan does not model from flags; give the "
+                   "pool with --kv-memory (the 'KV cache blocks (N GiB)' of its 'Memory after warmup' log line), or "
+                   "name --engine vllm-0.33 for the estimate-based sizing")
+
+
+VLLM_034 = StartupRules("vllm-0.34", _vllm_034_refused, lambda c: (), lambda c: {})
+
+
 # --- SGLang 0.5.23 ---------------------------------------------------------------------------------
 
 def sglang_tier(card_bytes: int, tp_size: int) -> tuple[int, int, str]:
@@ -265,7 +281,7 @@ REFERENCE = StartupRules(
     lambda c: {},
 )
 
-STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_026, VLLM_025, SGLANG)}
+STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_026, VLLM_025, SGLANG)}
 
 
 def startup_for(engine: str | None) -> StartupRules:
