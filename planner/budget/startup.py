@@ -155,11 +155,16 @@ def _vllm_034_refused(c: StageContext) -> Usable:
     (config/cache.py:493-501): KV = min(requested - non-KV in use, free + committed - max(1 GiB, 0.75 x peak))
     - max(peak, torch growth) (v1/worker/extensible_kv_cache.py:592-618, :64-71). The memory in use before
     vLLM's first snapshot and the measured peak have no fitted figure for 0.34: refused, not guessed."""
-    raise BadInput("options", "--engine", "vllm-0.34: its KV cache is sized after warmup from measured memory "
-                   "(the extensible KV cache, on by default: vllm-0.34.0 config/cache.py:395, "
-                   "v1/worker/extensible_kv_cache.py:592-618), which csa-plan does not model from flags; give the "
-                   "pool with --kv-memory (the 'KV cache blocks (N GiB)' of its 'Memory after warmup' log line), or "
-                   "name --engine vllm-0.33 for the estimate-based sizing")
+    from csa_plan.planner.engines.engine import EngineRefusal, EngineRefused
+
+    raise EngineRefused(EngineRefusal(
+        "vllm-0.34", "csa-plan (not modelled): vllm-0.34.0 config/cache.py:395 enable_extensible_kv_cache, "
+        "v1/worker/extensible_kv_cache.py:592-618 measure_kv_cache_bytes", "--kv-memory",
+        "the KV memory of the log's 'Memory after warmup' line", "a device budget from flags",
+        "vllm-0.34: its KV cache is sized after warmup from measured memory (the extensible KV cache, on by "
+        "default: vllm-0.34.0 config/cache.py:395, v1/worker/extensible_kv_cache.py:592-618), which csa-plan does "
+        "not model from flags; give the pool with --kv-memory (the 'KV cache blocks (N GiB)' of its 'Memory after "
+        "warmup' log line), or name --engine vllm-0.33 for the estimate-based sizing"))
 
 
 VLLM_034 = StartupRules("vllm-0.34", _vllm_034_refused, lambda c: (), lambda c: {})
