@@ -276,6 +276,23 @@ def _sglang_resolved(c: StageContext) -> dict[str, Any]:
 SGLANG = StartupRules("sglang-0.5.23", _sglang_usable, _sglang_reserves, _sglang_resolved)
 
 
+# SGLang's A2A backends that set the EP size to the TP size (sglang-0.5.23 sglang/srt/arg_groups/overrides.py:1578-1620
+# _A2A_EP_SPANNING_BACKENDS, _a2a_ep_size: "The expert parallel size is adjusted ... to the tensor parallel size")
+SGLANG_EP_SPANNING_A2A = ("megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer",
+                          "flashinfer_megamoe", "mori", "pplx")
+
+
+def sglang_placement(placement: Any, engine: str | None, moe_a2a_backend: str | None) -> Any:
+    """Under an A2A backend that spans the TP group, SGLang sets ep_size = tp_size (its tp_size is csa-plan's
+    tp x dp): overrides.py:1611-1620."""
+    if engine is None or not engine.startswith("sglang") or moe_a2a_backend not in SGLANG_EP_SPANNING_A2A:
+        return placement
+    from dataclasses import replace
+
+    world = placement.tp * placement.dp
+    return placement if placement.ep == world else replace(placement, ep=world)
+
+
 # --- no engine named -------------------------------------------------------------------------------
 
 REFERENCE = StartupRules(

@@ -101,7 +101,7 @@ def test_vllm_034_names_itself_and_refuses_the_budget_from_flags_and_the_replay(
     assert r.code == 0 and "vllm-0.34 (vLLM 0.34.0)" in r.out
     assert "GPU KV cache size: 4,169,106 tokens" in r.out  # 0.33's figure for the same 40 GiB
     r = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--engine", "vllm-0.34", "--device-memory", "h200")
-    assert r.code == 2 and "extensible KV cache" in r.err and "--kv-memory" in r.err
+    assert r.code == 3 and "extensible KV cache" in r.err and "--kv-memory" in r.err  # a typed refusal
     r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
             "--kv-memory", "40GiB", "--engine", "vllm-0.34")
     text = r.err if r.err.strip() else r.out
