@@ -122,8 +122,9 @@ def match_vllm(spelled: str, version: str) -> ReleaseMatch | None:
     if pre.startswith(".dev"):
         # a nightly: setuptools-scm names the commits after tag X.Y.Z as X.Y.(Z+1).devN, so its code lies
         # between release X.Y.Z and the next minor release X.(Y+1).0
-        after = (major, minor, max(patch - 1, 0))
-        before = (major, minor + 1, 0)
+        # (an X.Y.0.devN lies before release X.Y.0, after the releases of X.(Y-1))
+        after = (major, minor, patch - 1) if patch else (major, max(minor - 1, 0), 0)
+        before = (major, minor + 1, 0) if patch else (major, minor, 0)
         lo, hi = _row(after), _row(before)
         if after < FIRST_V4:
             raise _refuse(spelled, f"a nightly after vllm {'.'.join(map(str, after))}, before DeepSeek-V4 support "
