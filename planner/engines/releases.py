@@ -64,13 +64,16 @@ ROWS: tuple[ReleaseRow, ...] = (
     ReleaseRow(_v("0.26.0"), _v("0.26.0"), "vllm-0.26",
                "0.25's rules with windows for max_in_flight_tokens (0.26.0 v1/kv_cache_interface.py:523)"),
     ReleaseRow(_v("0.27.0"), _v("0.27.1"), None,
-               "vllm-0.26's rules except the MXFP4 indexer cache: 0.27.0 sizes it at 68 B per key (the 0.26.0 "
-               "comment 'For FP4 indexer cache, we still allocate the same amount of memory as FP8', "
-               "models/deepseek_v4/attention.py:732, is gone); with the default FP8 indexer name vllm-0.26"),
+               "0.26's layer tuples changed three ways (0.27.0 v1/core/kv_cache_utils.py): window pages no longer "
+               "padded up to the full-attention page sizes (_get_kv_cache_groups_uniform_groups :1670), the "
+               "'Maximum concurrency' divisor the sum of each group's blocks (get_max_concurrency_for_kv_cache_config "
+               ":937, 0.26's cdiv of the layer-tuple sums before), and the MXFP4 indexer cache at 68 B per key (the "
+               "0.26.0 models/deepseek_v4/attention.py:732 'still allocate the same amount of memory as FP8' is "
+               "gone): modelled by neither vllm-0.26 nor vllm-0.33"),
     ReleaseRow(_v("0.28.0"), _v("0.28.0"), None,
-               "layer tuples (v1/core/kv_cache_utils.py:1623) but 0.33's extra_retained_tokens (:2137), >= 160 GiB "
-               "tier (engine/arg_utils.py:2582) and one log line (kv_cache_utils.py:1870), without the null block "
-               "in the check: between vllm-0.26 and vllm-0.33, modelled by neither"),
+               "0.27's layer tuples (v1/core/kv_cache_utils.py:1623) with 0.33's extra_retained_tokens (:2137), "
+               ">= 160 GiB tier (engine/arg_utils.py:2582) and one log line (kv_cache_utils.py:1870), without the "
+               "null block in the check: between vllm-0.26 and vllm-0.33, modelled by neither"),
     ReleaseRow(_v("0.29.0"), _v("0.33.0"), "vllm-0.33",
                "packed groups (0.29.0 v1/core/kv_cache_utils.py:1668 ... 0.33.0 v1/core/kv_cache_planning.py:914; "
                "BLHNC indexer layout from 0.29.0 v1/attention/backends/mla/indexer.py:192), windows for "
