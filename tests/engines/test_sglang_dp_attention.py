@@ -75,3 +75,11 @@ def test_the_published_tp8_dp8_deployment_plans_32_requests_a_worker_with_ep_8(c
             "--dp", "8", "--max-seq-len", "1M", "--moe-a2a-backend", "deepep", "--max-running-requests", "256")
     assert r.code == 0, r.err
     assert "max_running_requests=32," in r.out and "tp 1 pp 1 dp 8 ep 8" in r.out
+
+
+def test_simulate_replays_each_dp_attention_worker_with_its_share(csa):
+    r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
+            "--engine", "sglang-0.5.23", "--device-memory", "h200", "--tp", "4", "--dp", "2",
+            "--max-running-requests", "64")
+    assert r.code == 0, r.err
+    assert "--max-running-requests 32;" in r.out.replace("\n", " ")  # 64 // 2 a worker
