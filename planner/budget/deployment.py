@@ -40,6 +40,19 @@ class Deployment:
         return Placement(tp=one(self.tp), pp=one(self.pp), dp=one(self.dp), router=router, ep=self.ep)
 
 
+def engine_settings_for(engine: str | None, engine_settings: Any, deployment: Deployment) -> Any:
+    """The engine's settings with what the deployment decides for it: SGLang's DP-attention size is csa-plan's
+    --dp (SGLang divides --max-running-requests by it per worker)."""
+    if engine is None or engine_settings is None or not engine.startswith("sglang"):
+        return engine_settings
+    dp = deployment.dp if deployment.dp is not None else 1
+    if dp > 1 and getattr(engine_settings, "dp_attention_size", None) != dp:
+        from dataclasses import replace
+
+        return replace(engine_settings, dp_attention_size=dp)
+    return engine_settings
+
+
 def startup_settings(engine_settings: Any) -> StartupSettings:
     """The start-up settings an engine's settings (EngineSettings, duck-typed) carry."""
     from csa_plan.planner.budget.stage import StartupSettings
@@ -93,9 +106,12 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
     if kv_memory_bytes is not None and kv_memory_bytes <= 0:
         raise BadInput("options", "--kv-memory", "must be positive")
     from csa_plan.planner.budget.device import BudgetRequest, budget
+    from csa_plan.planner.budget.startup import sglang_placement
 
     req = BudgetRequest(model=model, card_bytes=device_memory_bytes, max_seq_len=max_seq_len, engine=engine,
-                        placement=placement or deployment.placement(), settings=startup_settings(engine_settings),
+                        placement=sglang_placement(placement or deployment.placement(), engine,
+                                                    getattr(engine_settings, "moe_a2a_backend", None)),
+                        settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
                         kv_memory_bytes=kv_memory_bytes)
     if deployment.from_log is None:

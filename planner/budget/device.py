@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import field, replace
 from typing import Any, Callable
 
-from csa_plan.planner.budget.startup import startup_for
+from csa_plan.planner.budget.startup import sglang_placement, startup_for
 from csa_plan.planner.budget.stage import ModelDims, StageContext, StartupSettings, model_dims
 from csa_plan.planner.budget.steps import Step, StepKind
 from csa_plan.planner.errors import BadInput
@@ -270,7 +270,8 @@ def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,
                 tp += 1
                 continue
             ep = tp * p.dp if full_ep else None
-            trial = replace(req, placement=Placement(tp=tp, pp=p.pp, dp=p.dp, router=p.router, ep=ep))
+            trial = replace(req, placement=sglang_placement(Placement(tp=tp, pp=p.pp, dp=p.dp, router=p.router, ep=ep),
+                                                            req.engine, req.settings.moe_a2a_backend))
             try:
                 result = budget(trial, search=False, facts=facts)
             except BadInput:

@@ -149,6 +149,27 @@ VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, "
                         lambda c: _vllm_resolved(c, "vllm-0.25"))
 
 
+def _vllm_034_refused(c: StageContext) -> Usable:
+    """vLLM 0.34.0's extensible KV cache (on by default on CUDA: config/cache.py:395, config/vllm.py:3180-3263)
+    sizes the pool after warmup and CUDA-graph capture from measured free memory, at gpu_memory_utilization 1.0
+    (config/cache.py:493-501): KV = min(requested - non-KV in use, free + committed - max(1 GiB, 0.75 x peak))
+    - max(peak, torch growth) (v1/worker/extensible_kv_cache.py:592-618, :64-71). The memory in use before
+    vLLM's first snapshot and the measured peak have no fitted figure for 0.34: refused, not guessed."""
+    from csa_plan.planner.engines.engine import EngineRefusal, EngineRefused
+
+    raise EngineRefused(EngineRefusal(
+        "vllm-0.34", "csa-plan (not modelled): vllm-0.34.0 config/cache.py:395 enable_extensible_kv_cache, "
+        "v1/worker/extensible_kv_cache.py:592-618 measure_kv_cache_bytes", "--kv-memory",
+        "the KV memory of the log's 'Memory after warmup' line", "a device budget from flags",
+        "vllm-0.34: its KV cache is sized after warmup from measured memory (the extensible KV cache, on by "
+        "default: vllm-0.34.0 config/cache.py:395, v1/worker/extensible_kv_cache.py:592-618), which csa-plan does "
+        "not model from flags; give the pool with --kv-memory (the 'KV cache blocks (N GiB)' of its 'Memory after "
+        "warmup' log line), or name --engine vllm-0.33 for the estimate-based sizing"))
+
+
+VLLM_034 = StartupRules("vllm-0.34", _vllm_034_refused, lambda c: (), lambda c: {})
+
+
 # --- SGLang 0.5.23 ---------------------------------------------------------------------------------
 
 def sglang_tier(card_bytes: int, tp_size: int) -> tuple[int, int, str]:
@@ -255,6 +276,23 @@ def _sglang_resolved(c: StageContext) -> dict[str, Any]:
 SGLANG = StartupRules("sglang-0.5.23", _sglang_usable, _sglang_reserves, _sglang_resolved)
 
 
+# SGLang's A2A backends that set the EP size to the TP size (sglang-0.5.23 sglang/srt/arg_groups/overrides.py:1578-1620
+# _A2A_EP_SPANNING_BACKENDS, _a2a_ep_size: "The expert parallel size is adjusted ... to the tensor parallel size")
+SGLANG_EP_SPANNING_A2A = ("megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer",
+                          "flashinfer_megamoe", "mori", "pplx")
+
+
+def sglang_placement(placement: Any, engine: str | None, moe_a2a_backend: str | None) -> Any:
+    """Under an A2A backend that spans the TP group, SGLang sets ep_size = tp_size (its tp_size is csa-plan's
+    tp x dp): overrides.py:1611-1620."""
+    if engine is None or not engine.startswith("sglang") or moe_a2a_backend not in SGLANG_EP_SPANNING_A2A:
+        return placement
+    from dataclasses import replace
+
+    world = placement.tp * placement.dp
+    return placement if placement.ep == world else replace(placement, ep=world)
+
+
 # --- no engine named -------------------------------------------------------------------------------
 
 REFERENCE = StartupRules(
@@ -265,7 +303,7 @@ REFERENCE = StartupRules(
     lambda c: {},
 )
 
-STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_026, VLLM_025, SGLANG)}
+STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_026, VLLM_025, SGLANG)}
 
 
 def startup_for(engine: str | None) -> StartupRules:

@@ -85,6 +85,9 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     plan = plan_model(spec, o)
     length = max_seq_len_of(spec, o.max_seq_len)
     settings = req.engine_settings or EngineSettings()
+    from csa_plan.planner.budget.deployment import engine_settings_for
+
+    settings = engine_settings_for(req.engine, settings, deployment)  # SGLang: --dp is its DP-attention size
 
     def budget_at(n_tokens: int, search: bool = False):
         return deployment_budget(req.model, req.device_memory_bytes, deployment, n_tokens, req.engine, settings,

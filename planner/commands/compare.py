@@ -60,14 +60,36 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
     from csa_plan.planner.budget.deployment import card_settings
 
     settings = card_settings(None, req.device_memory_bytes)  # the card --device-memory names is the target
-    budgets = {name: deployment_budget(req.model, req.device_memory_bytes, deployment, length, name, settings)
-               for name in (None, *engine_names)}
+    from csa_plan.planner.engines.engine import EngineRefused
+
+    budgets, budget_refusals = {}, []
+    for name in (None, *engine_names):
+        try:
+            budgets[name] = deployment_budget(req.model, req.device_memory_bytes, deployment, length, name, settings)
+        except EngineRefused as exc:
+            # an engine whose device budget is not modelled (vllm-0.34): named with --engine, its row is the
+            # refusal; in the default rows (every engine) it is left out (docs/compare.md)
+            if name is None:
+                raise
+            budget_refusals.append(exc.refusal)
+    if budget_refusals:
+        refused_names = {r.engine for r in budget_refusals}
+        engine_names = tuple(n for n in engine_names if n not in refused_names)
     base = budgets[None]
     limit = None if base is None else (base.kv_memory_bytes if base.fits else 0)
     engine_limits = None if base is None else {name: (b.kv_memory_bytes if b.fits else 0)
                                                for name, b in budgets.items() if name is not None}
-    result = compare(spec, req.options, limit, req.layouts if chosen else None, req.engines if chosen else None,
-                     engine_limits, settings)
+    if chosen or budget_refusals:
+        from csa_plan.planner.profiles import PROFILES
+
+        layouts = req.layouts if chosen else tuple(PROFILES)
+        result = compare(spec, req.options, limit, layouts, engine_names, engine_limits, settings)
+    else:
+        result = compare(spec, req.options, limit, None, None, engine_limits, settings)
+    if budget_refusals and chosen:  # named with --engine: its row is the refusal; by default it is left out
+        from dataclasses import replace as _with
+
+        result = _with(result, engine_refusals=result.engine_refusals + tuple(budget_refusals))
     fits = all(r.requests_that_fit != 0 for r in result.rows)
     weights_fit = base is None or all(b.fits for b in budgets.values())
     code = ExitCode.OK if result.admitted and fits and weights_fit else ExitCode.REFUSED

@@ -97,6 +97,10 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
     engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
         else None
+    if engine_settings is not None:  # SGLang: --dp is its DP-attention size, each worker sized for its share
+        from csa_plan.planner.budget.deployment import Deployment, engine_settings_for
+
+        engine_settings = engine_settings_for(req.engine, engine_settings, Deployment(dp=config.placement.dp))
     device = device_budget(settings, config, req.engine, engine_settings, req.kv_memory_bytes)
     if device is not None and device.fits:
         config = replace(config, limit_bytes=device.kv_memory_bytes)  # the state pool of the tightest stage

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # Every engine model, in listing order: its name -> "module:attribute" (the model's own ``name`` is the
 # key; tests/test_imports.py checks every entry). A new engine is a new line here.
 ENGINE_MODULES: dict[str, str] = {
+    "vllm-0.34": "csa_plan.planner.engines.vllm.startup:VLLM_034",
     "vllm-0.33": "csa_plan.planner.engines.vllm.startup:VLLM_033",
     "vllm-0.26": "csa_plan.planner.engines.vllm.startup:VLLM_026",
     "vllm-0.25": "csa_plan.planner.engines.vllm.startup:VLLM_025",
@@ -53,20 +54,41 @@ class _Engines(Mapping[str, "EngineModel"]):
 
 ENGINES: Mapping[str, EngineModel] = _Engines()
 
-# An engine named without a release: its newest modelled release (every output names the one used).
+# An engine named without a release: its newest release modelled at start-up and in motion (every output names
+# the one used). vllm-0.34 is modelled at start-up only (its scheduler is not replayed).
 NEWEST: dict[str, str] = {"vllm": "vllm-0.33", "sglang": "sglang-0.5.23"}
+SGLANG_MODELLED = ("0.5.23",)
 
 def resolve_engine_name(name: str) -> tuple[str, str | None]:
     """``(registry name, note)``: a bare engine name is its newest modelled release, and the note says so."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key in NEWEST:
-        return NEWEST[key], f"--engine {key} names the newest modelled release, {NEWEST[key]}"
+        return NEWEST[key], (f"--engine {key} names the newest release modelled at start-up and in motion, "
+                             f"{NEWEST[key]}" + (" (vllm-0.34: start-up only)" if key == "vllm" else ""))
     if isinstance(key, str):  # vLLM-0.33, and vllm-0.33.0 as `vllm --version` prints it
         for spelled in (key, key.removesuffix(".0")):
             if spelled in ENGINES:
                 return spelled, None
+        # any other vLLM version: the modelled release whose rules it runs (docs/engine-releases.md)
+        for prefix in ("vllm-", "vllm==", "vllm "):
+            if key.startswith(prefix):
+                from csa_plan.planner.engines.releases import match_vllm
+
+                found = match_vllm(name.strip(), key[len(prefix):])
+                if found is not None:
+                    return found.modelled, found.note or None
+        for prefix in ("sglang-", "sglang==", "sglang "):
+            version = key[len(prefix):].removeprefix("v") if key.startswith(prefix) else ""
+            if version and version[:1].isdigit() and version not in SGLANG_MODELLED:
+                from csa_plan.planner.errors import BadInput
+
+                raise BadInput("options", "--engine", f"{name.strip()}: only SGLang "
+                               f"{', '.join(SGLANG_MODELLED)} is modelled (--engine sglang-0.5.23); the rules of "
+                               f"other SGLang releases are not read (docs/engine-releases.md)")
     return name, None
 
 
 def get_engine(name: str, source: str = "options", field: str = "--engine") -> EngineModel:
+    """The engine model ``name`` names (a modelled release, a bare engine or any vLLM version: see
+    ``resolve_engine_name``); unknown names are bad input with the closest one."""
     return lookup("engine", ENGINES, resolve_engine_name(name)[0], source, field)

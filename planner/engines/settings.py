@@ -94,6 +94,9 @@ class EngineSettings:
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
     gpu_memory_bytes: int | None = None
+    # not an option: SGLang's --dp-size under --enable-dp-attention, from csa-plan's --dp (SGLang divides
+    # --max-running-requests by it per worker); None or 1: no DP attention
+    dp_attention_size: int | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, limit) in SETTING_RANGES.items():
@@ -125,7 +128,7 @@ class EngineSettings:
         return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
 
 
-DERIVED = ("gpu_memory_bytes",)
+DERIVED = ("gpu_memory_bytes", "dp_attention_size")
 
 
 # The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd

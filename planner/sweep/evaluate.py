@@ -147,16 +147,13 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
     search has no limit, so the spec must give one (bad input, before anything runs)."""
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
-    from csa_plan.planner.engines.settings import EngineSettings
 
     if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
                     f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
-    from csa_plan.planner.budget.deployment import card_settings
-
     try:
-        plan = get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes,
-                                                                      point.engine), max_seq_len)
+        plan = get_engine(point.engine).configure(spec, _card_settings(point.memory_bytes, point.engine, point.dp),
+                                                  max_seq_len)
         plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
@@ -201,7 +198,7 @@ def evaluate(task: Task) -> PointResult:
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
                                       step_time=p.step_time or ctx.step_time),
                        layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
+                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine, p.dp)))
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config)
         if runtime is not None:
@@ -266,15 +263,16 @@ def point_capacity(p: SweepPoint):
 
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine), length,
+    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp), length,
                         p.limit_bytes if p.limit_bytes > 0 else None, tp=p.tp, layout=p.layout)
 
 
-def _card_settings(memory_bytes: int, engine: str | None):
-    """An engine point's settings: the engine's defaults on the card the point's device names."""
-    from csa_plan.planner.budget.deployment import card_settings
+def _card_settings(memory_bytes: int, engine: str | None, dp: int = 1):
+    """An engine point's settings: the engine's defaults on the card the point's device names (SGLang: the
+    point's dp is its DP-attention size, each worker sized for its share of --max-running-requests)."""
+    from csa_plan.planner.budget.deployment import Deployment, card_settings, engine_settings_for
 
-    return card_settings(None, memory_bytes, engine)
+    return engine_settings_for(engine, card_settings(None, memory_bytes, engine), Deployment(dp=dp))
 
 
 # -- the answer ---------------------------------------------------------------------------

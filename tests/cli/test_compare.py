@@ -64,7 +64,8 @@ def test_cli_json(csa):
     assert doc["schema"] == "csa-plan/compare/v1"
     assert doc["options"]["max_seq_len"] == 65_536 and doc["limit_bytes"] == H200
     rows = {row["profile"]: row for row in doc["profiles"]}
-    assert set(rows) == set(PROFILES) | set(ENGINES)
+    # vllm-0.34's device budget is not modelled from flags: left out of the default rows (docs/compare.md)
+    assert set(rows) == set(PROFILES) | (set(ENGINES) - {"vllm-0.34"})
     assert rows["exact"]["bytes_per_token"]["denominator"] >= 1
     assert all(row["sources"] for row in rows.values())
 
@@ -112,3 +113,12 @@ def test_cli_plot(csa, tmp_path):
         assert r.code == 2 and "csa-plan[plot]" in r.err and not target.exists()
     else:
         assert r.code == 0 and target.stat().st_size > 0
+
+
+def test_an_engine_without_a_device_budget_named_is_its_refusal(csa):
+    r = csa("compare", "deepseek-v4-flash", "--max-seq-len", "65536", "--device-memory", "h200", "--weights", "0",
+            "--engine", "vllm-0.34", "--engine", "vllm-0.33", "--json")
+    doc = r.json()
+    assert r.code == 3 and {row["profile"] for row in doc["profiles"]} == {"vllm-0.33"}
+    assert [x["engine"] for x in doc["engine_refusals"]] == ["vllm-0.34"]
+    assert "extensible KV cache" in doc["engine_refusals"][0]["message"]

@@ -191,8 +191,9 @@ def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
 
     What is not modelled, and by how much: the pool is sized by SGLang 0.5.23's rules from csa-plan's device
     budget (15,158,066,650 B of KV memory a rank, SGLang's pre-load usage x 0.9 taken; 17,573,985,754 B before
-    that term): 2,224,128 tokens, 2.10x the log (2.51x before). 0.5.23's own pool rules give the log's
-    1,059,584 tokens only at 8.05-8.07 GiB of KV memory, 6.1 GiB less than the budget; the post
+    that term), each DP-attention worker sized for 16 // 2 = 8 requests (pool_configurator.py:956): 2,396,928
+    tokens, 2.26x the log (2,224,128 and 2.10x when every rank was sized for all 16). 0.5.23's own pool rules
+    give the log's 1,059,584 tokens only at 7.15-7.17 GiB of KV memory, 6.96 GiB less than the budget; the post
     prints no memory line (no "avail mem", no KV allocation size) to tell whether the ~0.5.10 branch's pool
     rules or its memory left for the pool differ, and that release's source is not on PyPI."""
     def request(runner, tp1=False):
@@ -217,13 +218,13 @@ def test_sglang_23933_pro_16x_h20_marlin_is_planned(pro):
     default_ep = budget(replace(request(None), placement=Placement(tp=8, dp=2, ep=16)))
     assert b.binding.weights_bytes > default_ep.binding.weights_bytes  # every expert on every rank, split over TP
     settings = EngineSettings(gpu="h20", mem_fraction_static=0.9, max_running_requests=16,
-                              moe_runner_backend="marlin", shared_expert_tp1=True)
+                              moe_runner_backend="marlin", shared_expert_tp1=True, dp_attention_size=2)
     plan = get_engine("sglang-0.5.23").configure(pro, settings, ONE_M)
     sizing = plan.size_pool(b.kv_memory_bytes)
-    assert sizing.tokens == 2_224_128 and "max_running_requests=16" in sizing.log_lines[-1]
-    assert 2.09 < sizing.tokens / 1_059_584 < 2.10
-    near_log = {plan.size_pool(kv).tokens for kv in range(int(8.05 * GiB), int(8.07 * GiB), STEP)}
-    assert 1_059_584 in near_log  # the KV memory 0.5.23's rules need for the log's figure: 8.05-8.07 GiB
+    assert sizing.tokens == 2_396_928 and "max_running_requests=8," in sizing.log_lines[-1]  # 16 // 2 a worker
+    assert 2.26 < sizing.tokens / 1_059_584 < 2.27
+    near_log = {plan.size_pool(kv).tokens for kv in range(int(7.15 * GiB), int(7.17 * GiB), STEP)}
+    assert 1_059_584 in near_log  # the KV memory 0.5.23's rules need for the log's figure: 7.15-7.17 GiB
 
 
 def test_shared_expert_tp1_is_sglangs_option(csa):

@@ -256,5 +256,5 @@ def test_cli_engine_vllm_names_the_newest_release(csa):
     """``--engine vllm`` is the newest modelled release, and the output says which one."""
     r = csa("check", "deepseek-v4-flash", "--engine", "vllm", "--kv-memory", "40GiB", "--json")
     assert r.code == 0, r.err
-    assert "names the newest modelled release, vllm-0.33" in r.err
+    assert "names the newest release modelled at start-up and in motion, vllm-0.33" in r.err
     assert r.json()["engine"]["name"] == "vllm-0.33"

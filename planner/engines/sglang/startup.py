@@ -165,9 +165,11 @@ class SglangSettings:
     page_size: int
     indexer_fp4: bool
     chunked_prefill_size: int
-    max_running_requests: int
+    max_running_requests: int  # per DP-attention worker: requested // dp_size (pool_configurator.py:956)
     draft_tokens: int
     mem_fraction_static: float | None
+    requested_max_running_requests: int = 0  # --max-running-requests as given (or 256), for the whole server
+    dp_size: int = 1  # --dp-size with DP attention (csa-plan's --dp)
 
 
 def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, ...]]:
@@ -209,9 +211,18 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     chunk_default, chunk_rule = chunked_prefill_default(gpu)
     chunk = settings.chunked_prefill_size or chunk_default
     out.append(Resolved("--chunked-prefill-size", chunk, "given" if settings.chunked_prefill_size else chunk_rule))
-    mrr = settings.max_running_requests or DEFAULT_MAX_RUNNING
-    out.append(Resolved("--max-running-requests", mrr, "given" if settings.max_running_requests else
-                        f"{SRC}/arg_groups/deepseek_v4_hook.py:138-145 (256 for DeepSeek-V4)"))
+    requested = settings.max_running_requests or DEFAULT_MAX_RUNNING
+    dp = settings.dp_attention_size or 1
+    # SGLang sizes every worker's pools for requested // dp_size requests (at least 1): compute_swa_request_cap
+    # (model_executor/pool_configurator.py:956), SWARequestCapPoolConfigurator (:1141-1145), resolve_max_num_reqs
+    # (mem_cache/kv_cache_configurator.py:3119-3130) and the req_to_token pool (:3284)
+    mrr = max(1, requested // dp)
+    source = "given" if settings.max_running_requests else \
+        f"{SRC}/arg_groups/deepseek_v4_hook.py:138-145 (256 for DeepSeek-V4)"
+    if dp > 1:
+        source = (f"{source}: {requested} for the server; per DP-attention worker max(1, {requested} // {dp}) = {mrr} "
+                  f"({SRC}/model_executor/pool_configurator.py:956, mem_cache/kv_cache_configurator.py:3128)")
+    out.append(Resolved("--max-running-requests", mrr, source))
     drafts, spec_lines = speculative_draft_tokens(settings)
     out += spec_lines
     if drafts:
@@ -227,7 +238,7 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     frac = settings.mem_fraction_static
     out.append(Resolved("--mem-fraction-static", frac, "given" if frac is not None else
                         f"{SRC}/arg_groups/memory_hook.py (from the card; the device budget's step)"))
-    return SglangSettings(gpu, page, fp4, chunk, mrr, drafts, frac), tuple(out)
+    return SglangSettings(gpu, page, fp4, chunk, mrr, drafts, frac, requested, dp), tuple(out)
 
 
 @dataclass(frozen=True)
@@ -400,6 +411,14 @@ class SglangPlan(EnginePlan):
             if fits is not None:  # the cap grows with max_running_requests: name the value that fixes it
                 one = self.max_seq_len if self.pool_config_for(fits, kv_memory_bytes)["full"] >= self.max_seq_len else 0
                 room = f"a request of {one:,} tokens" if one else "a full KV pool"
+                if r.dp_size > 1:  # the cap is per DP-attention worker: name the worker's figures and the server's
+                    most = fits * r.dp_size + r.dp_size - 1  # the largest server value whose // dp_size is fits
+                    raise _refuse(rule, "--max-running-requests", f"<= {most:,} ({fits:,} per worker)",
+                                  f"{r.requested_max_running_requests} ({r.max_running_requests:,} per worker)",
+                                  why + f"Per DP-attention worker: {r.requested_max_running_requests} // {r.dp_size} "
+                                  f"= {r.max_running_requests:,} requests; {fits:,} per worker leaves room for {room}, "
+                                  f"i.e. --max-running-requests {most:,} (or fewer) with --dp {r.dp_size}; or "
+                                  "increase --mem-fraction-static.")
                 raise _refuse(rule, "--max-running-requests", f"<= {fits:,}", str(r.max_running_requests),
                               why + f"--max-running-requests {fits:,} (or fewer) leaves room for {room}; "
                               "or increase --mem-fraction-static.")

@@ -85,6 +85,9 @@ class VllmRelease:
     #                                   (models/deepseek_v4/attention.py ~730-733)
     scheduler_replayed: bool = False  # runtime() steps this release's own scheduler (0.33 only: 0.25/0.26's
     #                                   v1/core/sched and kv cache managers differ from 0.33's; not modelled)
+    extensible_kv_cache: bool = False  # 0.34: the KV cache is sized after warmup from measured memory, with
+    #                                    gpu_memory_utilization 1.0 by default (config/cache.py:395, :493-501;
+    #                                    v1/worker/extensible_kv_cache.py:592-618)
 
 
 def _refuse_as(rel: VllmRelease, rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
@@ -608,6 +611,20 @@ class Vllm033(EngineModel):
 
 V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight=True, extra_retained=True,
                    null_block_in_check=True, tier_160_gib=True, one_log_line=True, scheduler_replayed=True)
+# 0.34.0: 0.33's KV planning for DeepSeek-V4, unchanged where it decides the pool (read against 0.33.0):
+# v1/core/kv_cache_planning.py _get_packed_kv_cache_groups (:958-1087, the same body), _approximate_gcd (:923),
+# get_kv_cache_configs with the null block in the check (:215, :1635), extra_retained_tokens (:1742);
+# v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes for max_in_flight_tokens (:548, :899, :966);
+# the V4 specs (models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py: the same
+# spec arguments); config/vllm.py max_concurrent_batches / max_in_flight_tokens (:560-577);
+# engine/arg_utils.py get_batch_defaults (the >= 160 GiB tier :3010); the one-line log (kv_cache_utils.py:1169).
+# What differs: the extensible KV cache, on by default on CUDA (config/cache.py:395; config/vllm.py:3180-3263),
+# sizes the pool after warmup and CUDA-graph capture from measured memory with gpu_memory_utilization 1.0
+# (v1/worker/gpu_worker.py:1225-1240, v1/worker/extensible_kv_cache.py:592-618); and its scheduler
+# (v1/core/sched/scheduler.py:716 schedule, cache-aware admission :431-437) is not 0.33's.
+V034 = VllmRelease(engine="vllm-0.34", src="vllm-0.34.0", layer_tuples=False, windows_in_flight=True,
+                   extra_retained=True, null_block_in_check=True, tier_160_gib=True, one_log_line=True,
+                   scheduler_replayed=False, extensible_kv_cache=True)
 # 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
 V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
@@ -630,6 +647,12 @@ VLLM_033 = Vllm033(
             "windowed groups budgeted for the in-flight tokens",
     options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
 )
+VLLM_034 = Vllm033(
+    name=V034.engine, engine_name="vLLM", version="0.34.0",
+    summary="vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block pool, windows for the "
+            "in-flight tokens); the pool sized after warmup by the extensible KV cache; start-up only",
+    options=ACCEPTS, sources=_sources(V034.src, "v1/core/kv_cache_planning.py"), release=V034,
+)
 VLLM_026 = Vllm033(
     name=V026.engine, engine_name="vLLM", version="0.26.0",
     summary="vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, window groups padded "
@@ -644,4 +667,4 @@ VLLM_025 = Vllm033(
     release=V025,
 )
 # The newest modelled release: what ``--engine vllm`` names.
-VLLM_RELEASES = (VLLM_033, VLLM_026, VLLM_025)
+VLLM_RELEASES = (VLLM_034, VLLM_033, VLLM_026, VLLM_025)
