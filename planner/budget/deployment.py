@@ -144,8 +144,13 @@ def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
         raise BadInput("options", "--from-log", "replaces --kv-memory / --reserved: give one of them")
     log = read_startup_log(path)
     gpu = gpu_target(req.settings.gpu, memory_bytes=req.card_bytes)
+    from csa_plan.planner.budget.startup import VLLM_UTIL_DEFAULT
+
+    utilization = (("--gpu-memory-utilization", req.settings.gpu_memory_utilization, VLLM_UTIL_DEFAULT)
+                   if req.engine.startswith("vllm") else ("--mem-fraction-static", req.settings.mem_fraction_static, None))
     check_matches(log, model=req.model, engine=req.engine, capability=gpu.capability, card=gpu.name,
-                  tp_dp=req.placement.tp * req.placement.dp, card_bytes=req.card_bytes)
+                  tp=req.placement.tp, dp=req.placement.dp, pp=req.placement.pp, card_bytes=req.card_bytes,
+                  utilization=utilization)
     a = log.args
     flags = {"max_num_batched_tokens": a.get("max_num_batched_tokens"), "max_num_seqs": a.get("max_num_seqs"),
              "gpu_memory_utilization": a.get("gpu_memory_utilization"),
@@ -153,10 +158,6 @@ def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
     flags = {k: v for k, v in flags.items() if v is not None}
     spec = a.get("num_speculative_tokens")
     at_log_settings = replace(req.settings, **flags, **({"speculative_tokens": spec} if spec is not None else {}))
-    if "gpu_memory_utilization" in flags and req.settings.gpu_memory_utilization not in (None, flags[
-            "gpu_memory_utilization"]):
-        raise BadInput(path, "--from-log", f"gpu_memory_utilization: the log ran {flags['gpu_memory_utilization']}, "
-                       f"the command gives {req.settings.gpu_memory_utilization} (the share is not a flag to rescale)")
     length = a.get("max_model_len") or req.max_seq_len
     at_log = budget(replace(req, settings=at_log_settings, max_seq_len=length), search=False, facts=facts)
     es = engine_settings or EngineSettings()
