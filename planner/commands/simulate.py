@@ -78,13 +78,14 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         return run_side_by_side(req, run_simulate, progress)
 
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
-    settings = merge(req.given, wl.settings)
+    settings = merge(req.given, wl.settings, wl.source)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
     max_wait = req.max_wait_s
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
+        from csa_plan.planner.values import shown_against
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
-                                                f"(MAX_WAIT_S), got {max_wait:g}")
+                                                f"(MAX_WAIT_S), got {shown_against(max_wait, 0, MAX_WAIT_S)}")
     config, _budget = sim_config(settings, wl.source)
     from dataclasses import replace
 
