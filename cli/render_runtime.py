@@ -74,8 +74,10 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
         out.print(f"  modelled: {note}", highlight=False)
     cap = report.get("capacity")
     if cap:
-        out.print(f"  capacity: x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= {cap['max_wait_s']:g} s "
-                  f"({cap['probes']} probes)")
+        least = "at least " if cap.get("at_least") else ""
+        ceiling = "; the search reached its ceiling" if cap.get("at_least") else ""
+        out.print(f"  capacity: {least}x{cap['rate_scale']:.4g} arrival rate keeps queue-wait p99 <= "
+                  f"{cap['max_wait_s']:g} s ({cap['probes']} probes{ceiling})")
     if plot_note:
         out.print(f"  plot: {plot_note}")
 

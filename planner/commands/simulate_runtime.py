@@ -49,6 +49,12 @@ def run_runtime_simulate(req: "SimulateRequest", wl, spec, config, progress) -> 
     plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
+        if setup.max_concurrency is not None:
+            raise BadInput("options", "--find-capacity", f"a closed loop (max_concurrency {setup.max_concurrency:,}) "
+                                                         "sends each request when one ends, not at the trace's rate: "
+                                                         "the rate scale the search would bisect changes nothing; "
+                                                         "drop --max-concurrency (or the mix's max_concurrency) or "
+                                                         "--find-capacity")
         if req.max_wait_s is None:
             raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
                                                     "--max-wait SECONDS (the engine queues; it never refuses for "

@@ -95,3 +95,27 @@ def test_the_issue_case_has_one_request_in_flight_and_no_negative_wait(csa, engi
     for key in ("queue_wait", "ttft", "e2e"):
         assert all(v >= 0 for k, v in rt[key].items() if k.endswith("_s") and v is not None), (key, rt[key])
     assert rt["occupancy"]["peak_running"] <= 1
+
+
+ENGINE_RUN = ("--model", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "2")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_find_capacity_with_a_closed_loop_is_refused(csa, tmp_path, engine):
+    """The loop ignores arrival times, so a rate search would report its ceiling as a capacity."""
+    from helpers import EXAMPLES
+
+    trace = str(EXAMPLES / "traces" / "sample.jsonl")
+    r = csa("simulate", trace, "--engine", engine, *ENGINE_RUN, "--find-capacity", "--max-wait", "10",
+            "--max-concurrency", "2")
+    assert r.code == 2 and "--find-capacity" in r.err and "closed loop" in r.err and len(r.err.splitlines()) == 1
+
+
+def test_runtime_capacity_text_says_at_least_as_the_json_does(csa):
+    from helpers import EXAMPLES
+
+    args = ("simulate", str(EXAMPLES / "traces" / "sample.jsonl"), "--engine", "vllm-0.33", *ENGINE_RUN,
+            "--find-capacity", "--max-wait", "10")
+    cap = csa(*args, "--json").json()["capacity"]
+    text = " ".join(csa(*args).out.split())
+    assert cap["at_least"] is True and "capacity: at least x" in text
