@@ -417,6 +417,15 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         raise BadInput(source, "constraints.wait_p99_max_s",
                        "bounds a queue wait, but under policy refuse nothing waits (a request is refused): drop "
                        "it, or add policy queue or an engine (the engines queue) to the grid")
+    if all(e is None for e in axes["engine"]):  # the ledger path reads none of these: refused, never dropped
+        no_engine = "the grid has no engine point (only an engine's replay has a TTFT, a TPOT and a step clock): "
+        for key in ("ttft_p99_max_s", "tpot_p99_max_ms"):
+            if cons_raw.get(key) is not None:
+                raise BadInput(source, f"constraints.{key}", no_engine + "drop it or add an engine to the grid")
+        if "step_time" in grid and any(v not in (None, "fixed") for v in axes["step_time"]):
+            raise BadInput(source, "grid.step_time", no_engine + "drop it or add an engine to the grid")
+        if "step_time" in time and step_time != "fixed":
+            raise BadInput(source, "time.step_time", no_engine + "drop it or add an engine to the grid")
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
