@@ -18,7 +18,7 @@ from csa_plan.planner.errors import I63_LIMIT, BadInput
 from csa_plan.planner.workloads.columnar import Columns
 from csa_plan.planner.workloads.csv_trace import resolve_format
 from csa_plan.planner.workloads.formats import Container, TraceFormat, excerpt, fold, printable
-from csa_plan.planner.workloads.workload import (MAX_HASH_IDS, MAX_LINE_BYTES, MAX_TRACE_HASH_IDS, PrefixSummary, TraceOptions,
+from csa_plan.planner.workloads.workload import (MAX_HASH_IDS, MAX_LINE_BYTES, MAX_REPLAY_HASH_IDS, MAX_TRACE_HASH_IDS, PrefixSummary, TraceOptions,
                                                  TraceSummary, Workload)
 
 if TYPE_CHECKING:
@@ -100,6 +100,9 @@ def _show(value: Any) -> str:
     return excerpt(str(value)) if isinstance(value, str) else excerpt(json.dumps(value, default=str))
 
 
+_INT_ONLY = {int}
+
+
 class _JsonlReader:
     def __init__(self, source: str, fmt: TraceFormat, sort: bool, capacity: int) -> None:
         self.source, self.fmt, self.sort = source, fmt, sort
@@ -175,7 +178,8 @@ class _JsonlReader:
                         if hk and hk in row:
                             raise KeyError
                         ids = ()
-                    elif len(ids) > MAX_HASH_IDS or not all(type(v) is int and 0 <= v < I63_LIMIT for v in ids):
+                    elif ids and (len(ids) > MAX_HASH_IDS or set(map(type, ids)) != _INT_ONLY or min(ids) < 0
+                                  or max(ids) >= I63_LIMIT):  # C-level passes: a generator took half the read
                         raise KeyError
                     if self.last is not None and a < self.last and not self.unsorted:
                         raise KeyError
@@ -247,22 +251,39 @@ class _JsonlReader:
         extra: dict[str, Any] = {}
         prefix = None
         if self.fmt.hash_ids:
-            ids = np.concatenate(self.hash_parts)
+            ids = np.empty(sum(len(p) for p in self.hash_parts), dtype=np.int64)
+            at = 0
+            self.hash_parts.reverse()
+            while self.hash_parts:  # each part let go as it is copied: never the ids twice over
+                part = self.hash_parts.pop()
+                ids[at:at + len(part)] = part
+                at += len(part)
             lengths = np.concatenate(self.hash_lengths)
+            self.hash_lengths = []
             extra = dict(hash_ids=ids, hash_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+            del ids
         fields = tuple(printable(self.fmt.column(r), 40) for r in ("arrival", "prompt", "output"))
         summary = TraceSummary(self.fmt.name, self.fmt.title, self.rows, fields=fields)
         wl = self.cols.workload(("trace",), self.unsorted, notes, trace=summary, **extra)
         if wl.hash_ids is not None:
-            blocks = int(len(wl.hash_ids))
-            ordered = np.sort(wl.hash_ids)  # a sort, not np.unique's hash table: 32.8M ids took 30 s that way
-            shared = blocks - (int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if blocks else 0)
-            del ordered
-            prefix = PrefixSummary(self.fmt.block_tokens or 0, blocks, shared)
-            note = (f"{blocks:,} prefix blocks of {prefix.block_tokens} tokens ({self.fmt.hash_ids}); "
-                    f"{prefix.shared_fraction:.1%} repeat an earlier block (an unbounded prefix cache's reuse)")
             from dataclasses import replace
 
+            blocks = int(len(wl.hash_ids))
+            kept = blocks <= MAX_REPLAY_HASH_IDS
+            if kept:
+                ordered = np.sort(wl.hash_ids)  # a sort, not np.unique's hash table: 32.8M ids took 30 s that way
+            else:  # only the summary is kept: sorted in place, no copy (32.8M ids: 262 MB, not 2.5 GB)
+                ordered = wl.hash_ids
+                wl = replace(wl, hash_ids=None, hash_offsets=None)
+                ordered.sort()
+            shared = blocks - (int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if blocks else 0)
+            del ordered
+            prefix = PrefixSummary(self.fmt.block_tokens or 0, blocks, shared, kept)
+            note = (f"{blocks:,} prefix blocks of {prefix.block_tokens} tokens ({self.fmt.hash_ids}); "
+                    f"{prefix.shared_fraction:.1%} repeat an earlier block (an unbounded prefix cache's reuse)")
+            if not kept:
+                note += (f"; more than {MAX_REPLAY_HASH_IDS:,} (MAX_REPLAY_HASH_IDS): summarised, not kept for an "
+                         "engine replay")
             wl = replace(wl, notes=wl.notes + (note,), trace=replace(summary, prefix=prefix))
         return wl
 
