@@ -349,15 +349,20 @@ def check_matches(log: StartupLog, *, model: str, engine: str, capability: tuple
         if not (release.count(".") == 2 and log.version == release):
             raise BadInput(at(f"{log.engine}_version"), "--from-log", f"release: the log is {log.engine} "
                            f"{log.version}, the command names {engine}")
-    want = _model_key(model)
-    for line, name in log.models:
-        got = re.sub(r"[^a-z0-9]", "", name.lower())
-        if want not in got:
-            raise BadInput(f"{log.path}:{line}", "--from-log", f"model: the log loads {excerpt(name)}, the command "
-                           f"names {excerpt(model)}")
     if log.architecture is not None and "deepseek" not in log.architecture.lower():
         raise BadInput(at("architecture"), "--from-log", f"model: the log's architecture is {excerpt(log.architecture)}, "
                        f"not DeepSeek's ({excerpt(model)})")
+    want = _model_key(model)
+    deepseek_arch = log.architecture is not None  # checked above: a DeepSeek architecture
+    for line, name in log.models:
+        got = re.sub(r"[^a-z0-9]", "", name.lower())
+        if want in got:
+            continue
+        if "deepseek" not in got and deepseek_arch:
+            continue  # a local path the name does not say (/data/dsv4): the architecture line does
+        why = "" if "deepseek" in got else " (and no DeepSeek architecture line says it is this model)"
+        raise BadInput(f"{log.path}:{line}", "--from-log", f"model: the log loads {excerpt(name)}, the command "
+                       f"names {excerpt(model)}{why}")
     if log.capability is not None and log.capability != capability:
         raise BadInput(at("capability"), "--from-log", f"GPU: the log's device is sm_{log.capability[0]}"
                        f"{log.capability[1]}, the command's {card} is sm_{capability[0]}{capability[1]}")

@@ -180,3 +180,16 @@ def test_a_negative_kv_line_is_said_to_be_a_refused_start(csa, tmp_path):
     r = csa(*RTX, "--from-log", write(tmp_path, swap("Available KV cache memory: 10.29 GiB",
                                                       "Available KV cache memory: -2.51 GiB")))
     bad(r, "-2.51 GiB", "refused to start", "x.log:9")
+
+
+def test_a_local_path_is_accepted_where_the_architecture_says_deepseek(csa, tmp_path):
+    local = swap("model   deepseek-ai/DeepSeek-V4-Flash", "model   /data/models/dsv4")
+    local = local.replace("'model': 'deepseek-ai/DeepSeek-V4-Flash'", "'model': '/data/models/dsv4'")
+    local = local.replace("'model_tag': 'deepseek-ai/DeepSeek-V4-Flash'", "'model_tag': '/data/models/dsv4'")
+    bad(csa(*RTX, "--from-log", write(tmp_path, local)), "model:", "no DeepSeek architecture line")
+    with_arch = local.replace("Model loading took", "Resolved architecture: DeepseekV4ForCausalLM\nModel loading took", 1)
+    assert csa(*RTX, "--from-log", write(tmp_path, with_arch)).code == 0
+    pro = swap("model   deepseek-ai/DeepSeek-V4-Flash", "model   deepseek-ai/DeepSeek-V4-Pro")
+    bad(csa(*RTX, "--from-log", write(tmp_path, pro.replace("Model loading took", "Resolved architecture: "
+                                                                "DeepseekV4ForCausalLM\nModel loading took", 1))),
+        "model:", "DeepSeek-V4-Pro")
