@@ -136,3 +136,29 @@ def test_an_engine_setting_without_an_engine_is_refused(csa, command, option):
         ("simulate", TRACE, *ENGINE_RUN)
     r = csa(*head, option, *((value,) if value else ()))
     assert r.code == 2 and "--engine" in r.err and len(r.err.strip().splitlines()) == 1, (option, r.err)
+
+
+@pytest.mark.parametrize("field, value", [("max_concurrency", "4"), ("spec_acceptance", "0.5")])
+def test_a_mix_setting_a_sweep_cannot_honour_is_refused(csa, tmp_path, field, value):
+    mix = tmp_path / "m.yaml"
+    mix.write_text(f"name: m\nseed: 1\nrequests: 20\nmodel: deepseek-v4-flash\n{field}: {value}\nclasses:\n"
+                   "  - name: a\n    rate: 1\n    prompt: {dist: fixed, value: 100}\n    output: {dist: fixed, value: 10}\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nworkload: m.yaml\ngrid:\n  model: deepseek-v4-flash\n  device: h200\n  tp: 2\n"
+                    "  engine: vllm-0.33\nconstraints: {wait_p99_max_s: 10}\n")
+    r = csa("sweep", str(spec), "-j", "1")
+    assert r.code == 2 and f"m.yaml: {field}" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("bound", ["ttft_p99_max_s: 0.000001", "tpot_p99_max_ms: 0.001"])
+def test_latency_bounds_on_a_grid_with_no_engine_are_refused(csa, tmp_path, bound):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: s\nworkload: {TRACE}\ngrid:\n  model: deepseek-v4-flash\n  device: h200\n"
+                    f"constraints: {{{bound}}}\n")
+    r = csa("sweep", str(spec), "-j", "1")
+    assert r.code == 2 and "no engine point" in r.err and bound.split(":")[0] in r.err, r.err
+    axis = tmp_path / "a.yaml"
+    axis.write_text(f"name: s\nworkload: {TRACE}\ngrid:\n  model: deepseek-v4-flash\n  device: h200\n"
+                    "  step_time: [physics, measured]\n")
+    r = csa("sweep", str(axis), "-j", "1")
+    assert r.code == 2 and "grid.step_time" in r.err and "no engine point" in r.err, r.err
