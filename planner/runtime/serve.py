@@ -91,10 +91,10 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
     plan, sizing, options, time = setup.plan, setup.sizing, setup.options, setup.time
     trace = runtime_trace(wl, rate_scale)
     if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
-        from csa_plan.planner.runtime.replicas import replay_closed_replicas, split_round_robin
+        from csa_plan.planner.runtime.replicas import replay_closed_replicas
 
-        runtimes = [plan.runtime(sizing, sub, options) for sub, _ in split_round_robin(trace, setup.dp)]
-        return replay_closed_replicas(runtimes, trace, setup.dp, time, setup.max_concurrency, progress)
+        return replay_closed_replicas(lambda t, c: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
+                                                          max_concurrency=c), trace, setup.dp, setup.max_concurrency)
     return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
                                             max_concurrency=setup.max_concurrency), trace, setup.dp)
 
