@@ -153,7 +153,7 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
         params["median"] = read_number(source, f"{field}.median", data["median"], positive=True)
         params["sigma"] = read_number(source, f"{field}.sigma", data["sigma"])
         if params["sigma"] > MAX_SIGMA:
-            raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {params['sigma']:g}")
+            raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {shown_against(params['sigma'], MAX_SIGMA)}")
         for k in ("min", "max"):
             if k in data:
                 params[k] = read_int(source, f"{field}.{k}", data[k])

@@ -64,3 +64,13 @@ def test_a_mix_time_conflict_names_the_mix(csa, tmp_path):
     r = csa("simulate", str(mix))
     one_line(r, "m.yaml: time.step_time", "time.tpot_ms")
     assert "--tpot-ms" not in r.err and "options" not in r.err
+
+
+@pytest.mark.parametrize("option, value", [("--gpu-memory-utilization", "1.0000001"),
+                                           ("--gpu-memory-utilization", "1.00000000001"),
+                                           ("--mem-fraction-static", "1.000000001")])
+def test_a_fraction_past_one_is_never_shown_as_one(csa, option, value):
+    engine = "vllm-0.33" if option.startswith("--gpu") else "sglang-0.5.23"
+    r = csa("check", "deepseek-v4-flash", "--engine", engine, option, value)
+    assert r.code == 2 and f"{float(value)!r}" in r.err or value in r.err, r.err
+    assert " 1 is outside" not in r.err
