@@ -369,6 +369,16 @@ def check_matches(log: StartupLog, *, model: str, engine: str, capability: tuple
     if log.total_gib is not None and card_bytes is not None and abs(log.total_gib - card_bytes / GiB) > 0.01:
         raise BadInput(at("device"), "--from-log", f"GPU memory: the log's device has {log.total_gib} GiB, the "
                        f"command's {card} {card_bytes / GiB:.2f} GiB")
+    if card_bytes is not None:  # every memory figure of one device fits that device
+        card_gib = card_bytes / GiB
+        figures = (("loading", "Model loading took", log.model_loading_gib), ("kv", "Available KV cache memory", log.kv_gib),
+                   ("sglang_load", "Load weight end ... avail mem", log.avail_gb),
+                   ("sglang_load", "Load weight end ... mem usage", log.usage_gb),
+                   *((("actual", "Actual usage is", x) for x in log.actual) if log.actual else ()))
+        for name, label, value in figures:
+            if value is not None and value > card_gib + 0.01:
+                raise BadInput(at(name), label, f"{value:g} GiB is more than the command's {card} holds "
+                               f"({card_gib:.2f} GiB): not this card's log")
     if log.engine == "vllm":
         pairs = (("tp", log.tp, tp, "tensor_parallel_size", "--tp"), ("dp", log.dp, dp, "data_parallel_size", "--dp"),
                  ("pp", log.pp, pp, "pipeline_parallel_size", "--pp"))

@@ -193,3 +193,9 @@ def test_a_local_path_is_accepted_where_the_architecture_says_deepseek(csa, tmp_
     bad(csa(*RTX, "--from-log", write(tmp_path, pro.replace("Model loading took", "Resolved architecture: "
                                                                 "DeepseekV4ForCausalLM\nModel loading took", 1))),
         "model:", "DeepSeek-V4-Pro")
+
+
+@pytest.mark.parametrize("old, new", [("Model loading took 75.64 GiB", "Model loading took 900000.5 GiB"),
+                                      ("Available KV cache memory: 10.29 GiB", "Available KV cache memory: 96.5 GiB")])
+def test_a_memory_figure_larger_than_the_card_is_refused(csa, tmp_path, old, new):
+    bad(csa(*RTX, "--from-log", write(tmp_path, swap(old, new))), "x.log:", "more than the command's")
