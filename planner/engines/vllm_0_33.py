@@ -100,6 +100,17 @@ ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_b
            "estimate_cudagraphs", "moe_backend")
 
 
+# The engine's checks of its own arguments (it raises on them before it loads or profiles anything): a
+# refusal by one of these leaves no budget to size (the budget reads those very settings).
+ARGUMENT_RULES = ("config/scheduler.py", "config/vllm.py _set_cudagraph_sizes")
+
+
+def refuses_its_arguments(refusal: Any) -> bool:
+    """Whether ``refusal`` is one of vLLM's own argument checks (``ARGUMENT_RULES``)."""
+    rule = getattr(refusal, "rule", "") or ""
+    return any(r in rule for r in ARGUMENT_RULES)
+
+
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str, engine: str = ENGINE) -> EngineRefused:
     return EngineRefused(EngineRefusal(engine, rule, setting, expected, actual, f"{engine}: {message} ({rule})"))
 

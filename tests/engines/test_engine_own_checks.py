@@ -55,3 +55,10 @@ def test_capture_sizes_must_end_at_the_max_capture_size(csa, engine, sizes, top)
 def test_kv_memory_at_or_above_the_card_is_bad_input(csa, engine, where):
     r = csa("check", "deepseek-v4-flash", "--engine", engine, *where, "--kv-memory", "931GiB")
     assert r.code == 2 and "--kv-memory" in r.err and "one GPU" in r.err and len(r.err.splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("args", [("--max-num-batched-tokens", "64", "--max-num-seqs", "128"),
+                                  ("--cudagraph-capture-sizes", "1,2,4,8", "--max-cudagraph-capture-size", "16")])
+def test_no_budget_is_sized_from_arguments_the_engine_refuses(csa, args):
+    d = csa(*BASE[:-1], "--engine", "vllm-0.33", *args, "--json").json()
+    assert d["budget"] is None and any(r["type"] == "EngineRefused" for r in d["all_refusals"])
