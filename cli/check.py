@@ -79,6 +79,10 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
 
     refuse_unused_check_options(model, at_length, per_layer, brief, as_json)
+    if budget_plot is not None and device_memory is None:  # refused before any work, never a note after it
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--budget-plot", "draws the device budget: name a device (--device-memory or --gpu)")
     if from_log is not None:
         if device_memory is None:
             from csa_plan.planner.errors import BadInput

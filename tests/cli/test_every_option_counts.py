@@ -48,14 +48,14 @@ APPLIES: dict[str, dict[str, str]] = {
         "--kv-format": "the cache format sized", "--window": "the sliding window sized",
         "--query-len": "the scratch workspaces sized", "--device-memory": "the budget and its verdict",
         "--concurrency": "the requests the longest-context answer holds", "--brief": "the text printed",
-        "--json": "the document printed", "--budget-plot": "the waterfall written (said when no device)",
+        "--json": "the document printed",
         "--from-log": "calibrates the budget on the log (refused without a device)",
         **DEPLOYMENT_APPLIES, **ENGINE_ALWAYS},
     "compare": {
         "--max-seq-len": "tokens reserved per request", "--device-memory": "the budget compared against",
         "--layout": "the layouts compared", "--engine": "the engines compared", "--batch": "sequences per group",
         "--query-len": "scratch workspaces", "--brief": "the text printed", "--json": "the document printed",
-        "--plot": "the chart written", "--budget-plot": "the waterfall written", **DEPLOYMENT_APPLIES},
+        "--plot": "the chart written", **DEPLOYMENT_APPLIES},
     "simulate": {
         "--model": "the model replayed", "--layout": "the layout charged", "--max-seq-len": "the reservation",
         "--device-memory": "the pool", "--reserve": "the reservation rule (refused with a replayed engine)",
@@ -74,8 +74,9 @@ REFUSED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "check": {
         "--at-length": (("check", "deepseek-v4-flash", "--at-length", "1000"), "--at-length"),
         "--per-layer": (("check", "deepseek-v4-flash", "--per-layer", "--json"), "--per-layer"),
+        "--budget-plot": (("check", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot"),
     },
-    "compare": {},
+    "compare": {"--budget-plot": (("compare", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot")},
     "simulate": {
         "--step-time": (("simulate", MIX, "--step-time", "physics"), "--step-time"),
         "--max-concurrency": (("simulate", MIX, "--max-concurrency", "4"), "--max-concurrency"),
