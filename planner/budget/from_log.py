@@ -5,7 +5,14 @@ What the log implies is set beside what csa-plan predicts from the flags, term b
 is taken at the log's own flags (its ``non-default args``) and kept fixed when the command changes
 max_num_batched_tokens or the capture sizes: the terms that read them rescale, the calibration does not.
 At the log's flags the state pool is the one the log printed (its token count picks the bytes within the
-0.01 GiB its KV line is rounded to).
+0.01 GiB its KV line is rounded to; a count no byte count there gives is bad input, never replaced).
+
+The log is read whole and checked whole (issue 47): through ``planner/files.py`` (a FIFO or a device is
+said to be one, reads capped at ``MAX_LOG_BYTES``); each pattern tried once per line at its marker's
+first place (linear); one start-up (a second ``non-default args`` / ``server_args`` is bad input), every
+line of a kind saying what the first said; every number through the checked readers; its model (every
+mention, any model), release, card, tp / dp / pp as the engine printed them and its utilization (either
+line) compared with the command, each mismatch bad input naming the line.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ MAX_LOG_BYTES = 64 << 20      # a start-up log is a few MB; larger is not one
 MAX_LINE_CHARS = 1 << 16      # longer lines are skipped unless they hold a line csa-plan reads (then bad input)
 MAX_GIB = 1 << 20             # a GiB / GB figure of one device beyond 1 PiB is not a device's
 MAX_PARALLEL = 1 << 20        # tp, dp, pp as printed
-MAX_TOKEN_CHARS = 4096        # a model name or version token
 
 
 @record
