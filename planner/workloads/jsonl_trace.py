@@ -115,6 +115,8 @@ class _JsonlReader:
         self.unsorted = False
         self.hash_parts: list["np.ndarray"] = []
         self.hash_count = 0
+        self.hash_buf: "np.ndarray | None" = None  # past MAX_REPLAY_HASH_IDS: one buffer, committed as written
+        self.hash_at = 0
         self.hash_lengths: list["np.ndarray"] = []
 
     def _arrival(self, value: Any) -> tuple[int | None, str | None]:
@@ -239,7 +241,20 @@ class _JsonlReader:
                 raise BadInput(f"{self.source}:{records[-1][0]}", fmt.hash_ids,
                                f"more than {MAX_TRACE_HASH_IDS:,} block ids in the trace by this line "
                                "(MAX_TRACE_HASH_IDS)")
-            self.hash_parts.append(np.array(hashes, dtype=np.int64))
+            part = np.array(hashes, dtype=np.int64)
+            if self.hash_buf is None and self.hash_count > MAX_REPLAY_HASH_IDS:
+                # One array of MAX_TRACE_HASH_IDS ids: its pages are committed only as they are written, so
+                # the ids are held once (small parts freed into the heap kept a second copy at the end).
+                self.hash_buf = np.empty(MAX_TRACE_HASH_IDS, dtype=np.int64)
+                for earlier in self.hash_parts:
+                    self.hash_buf[self.hash_at:self.hash_at + len(earlier)] = earlier
+                    self.hash_at += len(earlier)
+                self.hash_parts = []
+            if self.hash_buf is not None:
+                self.hash_buf[self.hash_at:self.hash_at + len(part)] = part
+                self.hash_at += len(part)
+            else:
+                self.hash_parts.append(part)
             self.hash_lengths.append(np.array(lens, dtype=np.int64))
 
     def finish(self) -> Workload:
@@ -251,13 +266,11 @@ class _JsonlReader:
         extra: dict[str, Any] = {}
         prefix = None
         if self.fmt.hash_ids:
-            ids = np.empty(sum(len(p) for p in self.hash_parts), dtype=np.int64)
-            at = 0
-            self.hash_parts.reverse()
-            while self.hash_parts:  # each part let go as it is copied: never the ids twice over
-                part = self.hash_parts.pop()
-                ids[at:at + len(part)] = part
-                at += len(part)
+            if self.hash_buf is not None:  # a view: the written part of the one buffer, no copy
+                ids, self.hash_buf = self.hash_buf[:self.hash_at], None
+            else:
+                ids = np.concatenate(self.hash_parts) if self.hash_parts else np.zeros(0, dtype=np.int64)
+                self.hash_parts = []
             lengths = np.concatenate(self.hash_lengths)
             self.hash_lengths = []
             extra = dict(hash_ids=ids, hash_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
