@@ -108,16 +108,21 @@ _CALIBRATIONS: dict[Any, Any] = {}  # one calibration per log and command (a bis
 
 def _calibrated(req: Any, path: str, engine_settings: Any, search: bool, facts: Any) -> Budget:
     """--from-log: the budget with one calibration step, the difference the log implies at its own flags."""
-    import os
     from dataclasses import replace
 
     from csa_plan.planner.budget.device import budget
 
+    from csa_plan.planner.budget.from_log import MAX_LOG_BYTES
+    from csa_plan.planner.files import hash_file
+
+    try:  # keyed by the log's bytes: a log rewritten within one timestamp tick at the same size is another log
+        digest = hash_file(path, MAX_LOG_BYTES, "MAX_LOG_BYTES").hexdigest()
+    except BadInput as e:
+        raise BadInput(e.source, "--from-log", e.problem) from None
     try:
-        st = os.stat(path)
-        key = (path, st.st_mtime_ns, st.st_size, replace(req, max_seq_len=0), engine_settings)
+        key = (path, digest, replace(req, max_seq_len=0), engine_settings)
         hash(key)
-    except (OSError, TypeError):
+    except TypeError:
         key = None
     if key is None or key not in _CALIBRATIONS:
         cal, facts = _calibration(req, path, engine_settings, facts)

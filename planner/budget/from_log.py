@@ -206,6 +206,8 @@ def read_startup_log(path: str) -> StartupLog:
         raise BadInput(e.source, "--from-log", e.problem) from None
     found: dict[str, tuple[int, tuple[str, ...]]] = {}   # kind -> (line, groups) of its first line
     models: list[tuple[int, str]] = []
+    ranks: dict[str, dict[int, str | None]] = {}           # per-node kind -> {line: the worker rank that printed it}
+    node_kv: list[tuple[int, tuple[str, ...]]] = []         # every node's 'Available KV cache memory' line
     for n, line in _lines(data):
         where = f"{path}:{n}"
         if len(line) > MAX_LINE_CHARS:
@@ -234,11 +236,22 @@ def read_startup_log(path: str) -> StartupLog:
                     raise BadInput(where, "--from-log", f"a second start-up ('{_LABEL[name]}' again; the first at "
                                    f"line {first:,}): give the log of one start-up")
                 if groups != before:
+                    rank = _rank_tag(line)
+                    if name in _PER_NODE and rank is not None and rank not in ranks.setdefault(name, {first: None}).values():
+                        # another node's worker (vLLM logs these once per node): its own figure, not a contradiction
+                        ranks[name][n] = rank
+                        if name == "kv":  # the engine sizes every worker's pool from the smallest
+                            node_kv.append((n, groups))
+                        continue
                     raise BadInput(where, _LABEL[name], f"{excerpt(' '.join(groups), 80)} here, "
                                    f"{excerpt(' '.join(before), 80)} at line {first:,}: two start-ups or a "
                                    "contradiction; give the log of one start-up")
                 continue
             found[name] = (n, groups)
+            if name in _PER_NODE:
+                ranks.setdefault(name, {})[n] = _rank_tag(line)
+                if name == "kv":
+                    node_kv.append((n, groups))
         for marker, pat in _MODEL_KINDS:
             i = _find(line, marker)
             if i >= 0 and (m := pat.match(line, i)) is not None:
@@ -247,7 +260,21 @@ def read_startup_log(path: str) -> StartupLog:
         else:
             if "█" in line and (m := _BANNER_MODEL.search(line)) is not None:
                 models.append((n, m.group(1)))
+    if len(node_kv) > 1:  # several nodes: the smallest figure sizes the pool (read by the checked readers)
+        values = [(_gib(f"{path}:{n}", _LABEL["kv"], g[0], signed=True), n, g) for n, g in node_kv]
+        _, n, g = min(values)
+        found["kv"] = (n, g)
     return _build(path, found, models)
+
+
+_PER_NODE = ("kv", "loading", "util", "device", "actual", "capability")  # vLLM: info_once(scope="local")
+_RANK = re.compile(r"\((Worker_[A-Za-z0-9_]{1,40})(?: pid=\d{1,12})?\)")
+
+
+def _rank_tag(line: str) -> str | None:
+    """The worker rank a vLLM line's prefix names (``(Worker_TP8 pid=1) ...`` -> ``Worker_TP8``), or None."""
+    m = _RANK.match(line.lstrip()[:80])
+    return m.group(1) if m else None
 
 
 def _build(path: str, found: dict[str, tuple[int, tuple[str, ...]]], models: list[tuple[int, str]]) -> StartupLog:

@@ -109,9 +109,10 @@ def test_two_start_ups_are_refused_naming_the_line(csa, tmp_path):
     assert csa(*RTX, "--from-log", write(tmp_path, again)).code == 0
 
 
-@pytest.mark.parametrize("line", ["(Worker_TP1 pid=515) INFO [gpu_worker.py:538] Available KV cache memory: 11.29 GiB",
+@pytest.mark.parametrize("line", ["(Worker_TP0 pid=515) INFO [gpu_worker.py:538] Available KV cache memory: 11.29 GiB",
+                                  "Available KV cache memory: 11.29 GiB",
                                   "(EngineCore pid=395) INFO [kv_cache_utils.py:2146] GPU KV cache size: 2,993,100 tokens",
-                                  "(Worker_TP1 pid=515) INFO Model loading took 70.00 GiB memory and 20 seconds",
+                                  "(Worker_TP0 pid=515) INFO Model loading took 70.00 GiB memory and 20 seconds",
                                   "(Worker pid=1) Device capability 9.0 not supported",
                                   "(EngineCore pid=1) INFO Initializing a V1 LLM engine (v0.26.0) with config: x"])
 def test_a_line_contradicting_another_is_bad_input_naming_it(csa, tmp_path, line):
@@ -199,3 +200,18 @@ def test_a_local_path_is_accepted_where_the_architecture_says_deepseek(csa, tmp_
                                       ("Available KV cache memory: 10.29 GiB", "Available KV cache memory: 96.5 GiB")])
 def test_a_memory_figure_larger_than_the_card_is_refused(csa, tmp_path, old, new):
     bad(csa(*RTX, "--from-log", write(tmp_path, swap(old, new))), "x.log:", "more than the command's")
+
+
+def test_another_nodes_worker_may_print_its_own_figure(csa, tmp_path):
+    """vLLM logs 'Available KV cache memory' once per node (info_once, scope local): a second node's worker
+    (another rank) may print its own; the engine sizes from the smallest. The same rank printing another
+    figure is a second start-up or a contradiction."""
+    other = "(Worker_TP8 pid=900) INFO 07-12 02:35:26 [gpu_worker.py:538] Available KV cache memory: 10.31 GiB\n"
+    assert csa(*RTX, "--from-log", write(tmp_path, TEXT + other)).code == 0
+    same = "(Worker_TP0 pid=901) INFO 07-12 02:35:26 [gpu_worker.py:538] Available KV cache memory: 10.31 GiB\n"
+    bad(csa(*RTX, "--from-log", write(tmp_path, TEXT + same)), "x.log:13", "two start-ups or a contradiction")
+    smaller = other.replace("10.31", "9.50")
+    r = csa(*RTX, "--from-log", write(tmp_path, TEXT + smaller), "--json")
+    assert r.code in (0, 2), r.err  # sized from 9.50 GiB: the fixture's token count no longer matches it
+    if r.code == 2:
+        assert "GPU KV cache size" in r.err and "9.5 GiB" in r.err
