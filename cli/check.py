@@ -52,6 +52,20 @@ PARAMS = (
 )
 
 
+def refuse_unused_check_options(model: str, at_length: int, per_layer: bool, brief: bool, as_json: bool) -> None:
+    """Options that cannot change this check's answer are refused, not dropped (issue 47)."""
+    from csa_plan.planner.errors import BadInput
+    from csa_plan.planner.text import excerpt
+
+    if at_length != DEFAULT_LINT_LENGTH and not str(model).lower().endswith(".onnx"):
+        raise BadInput("options", "--at-length", "the length at which an ONNX graph's record axes are linted; "
+                                                 f"{excerpt(str(model))} is no ONNX graph, so it would change nothing")
+    if per_layer and (brief or as_json):
+        raise BadInput("options", "--per-layer", "lists every layer in the text tables; "
+                                                 f"{'--brief prints only the head' if brief else '--json has every layer already'}"
+                                                 ", so it would change nothing")
+
+
 @bad_input_exits
 @with_engine_settings
 @with_deployment
@@ -68,6 +82,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
     from csa_plan.planner.plan import PlanOptions
 
 
+    refuse_unused_check_options(model, at_length, per_layer, brief, as_json)
+    if budget_plot is not None and device_memory is None:  # refused before any work, never a note after it
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--budget-plot", "draws the device budget: name a device (--device-memory or --gpu)")
     if from_log is not None:
         if device_memory is None:
             from csa_plan.planner.errors import BadInput

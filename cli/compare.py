@@ -54,6 +54,10 @@ def compare(model: str, max_seq_len: int | None, device_memory: int | None,
     from csa_plan.planner.commands.compare import CompareRequest, run_compare
     from csa_plan.planner.plan import PlanOptions
 
+    if budget_plot is not None and device_memory is None:  # refused before any work, never a note after it
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--budget-plot", "draws the device budget: name a device (--device-memory)")
     if plot_file is not None:
         from csa_plan.planner.files import check_distinct_outputs, check_output_path
 

@@ -145,6 +145,7 @@ def with_engine_settings(func: Callable[..., Any] | None = None, *, multiple: bo
             if kwargs["device_memory"] is not None:
                 values["gpu_memory_bytes"] = int(kwargs["device_memory"])
         settings = EngineSettings(gpu=gpu, **values)
+        check_kv_memory(kv_memory, kwargs.get("device_memory"), gpu)
         if engine is None and (kv_memory is not None or settings.given()):
             from csa_plan.planner.errors import BadInput
             from csa_plan.planner.engines.settings import OPTION_SPELLING
@@ -156,6 +157,25 @@ def with_engine_settings(func: Callable[..., Any] | None = None, *, multiple: bo
         return func(*args, engine=engine, kv_memory=kv_memory, engine_settings=settings, **kwargs)
 
     return wrapper
+
+
+def check_kv_memory(kv_memory: int | None, device_memory: int | None, gpu: str | None) -> None:
+    """--kv-memory is a pool in one GPU's memory: never more than the card (--device-memory, or --gpu's
+    card) holds (a pool of 931 GiB was sized on an H200)."""
+    if kv_memory is None:
+        return
+    card_bytes, name = device_memory, "--device-memory"
+    if card_bytes is None and gpu is not None:
+        from csa_plan.planner.cards import find_card
+
+        card = find_card(gpu)
+        if card is not None:
+            card_bytes, name = int(card.memory_bytes), f"the {card.name} card"
+    if card_bytes is not None and kv_memory >= card_bytes:
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--kv-memory", f"{int(kv_memory):,} bytes is at or above {name} "
+                                                 f"({int(card_bytes):,} bytes): the pool lives in one GPU's memory")
 
 
 # -- deployment: check, compare, simulate and sweep ----------------------------------------------

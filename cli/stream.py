@@ -12,8 +12,9 @@ stream into the documented endings instead of an internal error:
   line on stderr naming the stream and the reason, exit 2;
 * a character the stream's encoding cannot carry (``PYTHONIOENCODING=ascii``, ``latin-1``):
   written as a ``\\u2588``-style escape, never raised;
-* an encoding that cannot carry text at all (``idna``, ``punycode``, ``utf-16``): one ASCII line
-  on descriptor 2 before anything is written, exit 2 (``refuse_unusable_streams``).
+* an encoding that cannot carry text at all (``idna``, ``punycode``): one ASCII line on descriptor 2
+  before anything is written, exit 2 (``refuse_unusable_streams``); UTF-16 and UTF-32 carry every
+  character and are written (one BOM, from the stream's one encoder).
 
 After a failure the stream's descriptor is pointed at ``/dev/null``, so the interpreter's
 own last flush at exit has nothing left to fail on.
@@ -59,6 +60,12 @@ class GuardedStream:
         self._raw = raw
         self.name = name
         self.broken = False
+        self._wide = None  # UTF-16/32: this stream's one incremental encoder (one BOM, at the first write)
+        enc = getattr(raw, "encoding", None)
+        if enc and wide_unicode(str(enc)) and hasattr(raw, "buffer"):
+            import codecs
+
+            self._wide = codecs.getincrementalencoder(str(enc))("backslashreplace")
 
     # what click and rich ask of a stream
     @property
@@ -97,6 +104,10 @@ class GuardedStream:
             self.broken = True
             raise OutputFailed(self.name, "it is closed")
         try:
+            if self._wide is not None:  # encoded here, so the stream starts with exactly one BOM
+                self._raw.flush()
+                self._raw.buffer.write(self._wide.encode(text))
+                return len(text)
             try:
                 self._raw.write(text)
             except UnicodeError:  # nothing was written: the whole string is encoded first
@@ -121,6 +132,8 @@ class GuardedStream:
             return
         try:
             self._raw.flush()
+            if self._wide is not None:
+                self._raw.buffer.flush()
         except OSError as exc:
             self._fail(exc)
 
@@ -167,6 +180,20 @@ class Streams:
 _PROBE = "csa-plan: " + "-" * 100 + " \u2588 \u2260.\n"  # a long line (idna's 63-byte labels), a block, newline
 
 
+WIDE_UNICODE = ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
+
+
+def wide_unicode(name: str) -> bool:
+    """Whether ``name`` is UTF-16 or UTF-32 (any spelling Python accepts): not ASCII-compatible, but it
+    carries every character, so the report is written in it (issue 47: it was refused as unable to)."""
+    import codecs
+
+    try:
+        return codecs.lookup(name).name in WIDE_UNICODE
+    except (LookupError, TypeError, ValueError):
+        return False
+
+
 def unusable_encoding(stream: Any) -> str | None:
     """The stream's encoding when it cannot carry csa-plan's text, else None: its ASCII must come out
     as ASCII and what it cannot encode as an escape (``PYTHONIOENCODING=idna``, ``punycode``,
@@ -174,6 +201,8 @@ def unusable_encoding(stream: Any) -> str | None:
     name = getattr(stream, "encoding", None)
     if stream is None or not name:
         return None
+    if wide_unicode(str(name)):
+        return None  # UTF-16/32 carry every character: the stream's one encoder writes one BOM, then text
     ascii_form = _PROBE.encode("ascii", "backslashreplace")
     try:
         got = _PROBE.encode(name, "backslashreplace")

@@ -37,6 +37,33 @@ PARAMS = (
 )
 
 
+MIN_JOBS_BOUND = 8  # -j may always name this many workers, whatever the cores
+
+
+def jobs_bound() -> int:
+    """The most local workers -j may name: the cores this process may run on, at least MIN_JOBS_BOUND
+    (each worker is a process importing csa-plan: -j 100000 started one per point)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(cores, MIN_JOBS_BOUND)
+
+
+def check_jobs(jobs: int, ray_address: str | None) -> None:
+    from csa_plan.planner.errors import BadInput
+
+    if ray_address is not None and jobs not in (0, None):
+        raise BadInput("options", "--jobs", "local workers do not apply with --ray (the cluster runs the points): "
+                       "drop -j or --ray")
+    bound = jobs_bound()
+    if jobs is not None and jobs > bound:
+        raise BadInput("options", "--jobs", f"{jobs:,} local workers: this machine runs at most {bound} at once "
+                       f"(its cores, at least {MIN_JOBS_BOUND}); give 0 for every core")
+
+
 @bad_input_exits
 @with_deployment
 def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str | None, top: int, brief: bool,
@@ -77,6 +104,7 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
         from csa_plan.planner.errors import BadInput
 
         raise BadInput("options", "--budget-plot", "a sweep has one budget per point: use check --budget-plot")
+    check_jobs(jobs, ray_address)
     outcome = run_sweep(SweepRequest(spec_path, jobs, ray_address, resume_path, deployment, step_time),
                         lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     if outcome.report is None:

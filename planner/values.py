@@ -24,6 +24,33 @@ _INT_TEXT = re.compile(r"\+?0*([0-9]+)", re.ASCII)
 _FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
+
+def shown_against(value: float, *bounds: float | None) -> str:
+    """``value`` written as briefly as ``:g`` writes it, with as many more digits as it takes not to read as
+    any of ``bounds`` (1000000.5 against an upper bound of 1e6 was "must be at most 1e+06, got 1e+06")."""
+    try:
+        text = f"{value:g}"
+        others = {float(b) for b in bounds if b is not None}
+        if value in others:
+            return text
+        shown = {f"{b:g}" for b in others}  # the bounds as the message writes them
+        same = lambda t: float(t) in others or t in shown  # noqa: E731
+        digits = 6
+        while same(text) and digits < 17:
+            digits += 3
+            text = f"{value:.{digits}g}"
+        return repr(value) if same(text) else text
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def shown_bound(bound: float) -> str:
+    """A bound as ``:g`` writes it where that is exact, else every digit (2^20 is 1048576, not 1.04858e+06)."""
+    text = f"{bound:g}"
+    if float(text) == bound:
+        return text
+    return f"{int(bound):,}" if float(bound).is_integer() else repr(float(bound))
+
 def parse_int_text(source: str, field: str, text: str, *, below: int = I63_LIMIT) -> int:
     """A non-negative decimal integer written with ASCII digits (leading zeros and a ``+`` allowed)."""
     if not isinstance(text, str):
@@ -66,10 +93,10 @@ def check_range(source: str, field: str, value: float, *, low: float, high: floa
     if not math.isfinite(value):
         raise BadInput(source, field, f"expected a finite number, got {value!r}")
     if value > high and low == -high:  # only an upper bound is this check's to name
-        raise BadInput(source, field, f"must be at most {high:g}, got {value:g}")
+        raise BadInput(source, field, f"must be at most {shown_bound(high)}, got {shown_against(value, high)}")
     if value < low or (low_open and value == low) or value > high:
-        lower = f"above {low:g}" if low_open else f"at least {low:g}"
-        raise BadInput(source, field, f"must be {lower} and at most {high:g}, got {value:g}")
+        lower = f"above {shown_bound(low)}" if low_open else f"at least {shown_bound(low)}"
+        raise BadInput(source, field, f"must be {lower} and at most {shown_bound(high)}, got {shown_against(value, low, high)}")
     return value
 from csa_plan.planner.suggest import did_you_mean
 
@@ -97,11 +124,11 @@ def read_number(source: str, field: str, value: Any, *, positive: bool = False,
     if not math.isfinite(number):
         raise BadInput(source, field, f"expected a finite number, got {value!r}")
     if number < 0 or (positive and number == 0):
-        raise BadInput(source, field, f"must be {'positive' if positive else 'non-negative'}, got {number:g}")
+        raise BadInput(source, field, f"must be {'positive' if positive else 'non-negative'}, got {shown_against(number, 0)}")
     if at_least is not None and number < at_least:
-        raise BadInput(source, field, f"must be at least {at_least:g}, got {number:g}")
+        raise BadInput(source, field, f"must be at least {shown_bound(at_least)}, got {shown_against(number, at_least)}")
     if at_most is not None and number > at_most:
-        raise BadInput(source, field, f"must be at most {at_most:g}, got {number:g}")
+        raise BadInput(source, field, f"must be at most {shown_bound(at_most)}, got {shown_against(number, at_most)}")
     return number
 
 

@@ -124,16 +124,21 @@ _CALIBRATIONS: dict[Any, Any] = {}  # one calibration per log and command (a bis
 
 def _calibrated(req: Any, path: str, engine_settings: Any, search: bool, facts: Any) -> Budget:
     """--from-log: the budget with one calibration step, the difference the log implies at its own flags."""
-    import os
     from dataclasses import replace
 
     from csa_plan.planner.budget.device import budget
 
+    from csa_plan.planner.budget.from_log import MAX_LOG_BYTES
+    from csa_plan.planner.files import hash_file
+
+    try:  # keyed by the log's bytes: a log rewritten within one timestamp tick at the same size is another log
+        digest = hash_file(path, MAX_LOG_BYTES, "MAX_LOG_BYTES").hexdigest()
+    except BadInput as e:
+        raise BadInput(e.source, "--from-log", e.problem) from None
     try:
-        st = os.stat(path)
-        key = (path, st.st_mtime_ns, st.st_size, replace(req, max_seq_len=0), engine_settings)
+        key = (path, digest, replace(req, max_seq_len=0), engine_settings)
         hash(key)
-    except (OSError, TypeError):
+    except TypeError:
         key = None
     if key is None or key not in _CALIBRATIONS:
         cal, facts = _calibration(req, path, engine_settings, facts)
@@ -165,8 +170,13 @@ def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
         raise BadInput("options", "--from-log", "replaces --kv-memory / --reserved: give one of them")
     log = read_startup_log(path)
     gpu = gpu_target(req.settings.gpu, memory_bytes=req.card_bytes)
+    from csa_plan.planner.budget.startup import VLLM_UTIL_DEFAULT
+
+    utilization = (("--gpu-memory-utilization", req.settings.gpu_memory_utilization, VLLM_UTIL_DEFAULT)
+                   if req.engine.startswith("vllm") else ("--mem-fraction-static", req.settings.mem_fraction_static, None))
     check_matches(log, model=req.model, engine=req.engine, capability=gpu.capability, card=gpu.name,
-                  tp_dp=req.placement.tp * req.placement.dp, card_bytes=req.card_bytes)
+                  tp=req.placement.tp, dp=req.placement.dp, pp=req.placement.pp, card_bytes=req.card_bytes,
+                  utilization=utilization)
     a = log.args
     flags = {"max_num_batched_tokens": a.get("max_num_batched_tokens"), "max_num_seqs": a.get("max_num_seqs"),
              "gpu_memory_utilization": a.get("gpu_memory_utilization"),
@@ -174,10 +184,6 @@ def _calibration(req: Any, path: str, engine_settings: Any, facts: Any) -> Any:
     flags = {k: v for k, v in flags.items() if v is not None}
     spec = a.get("num_speculative_tokens")
     at_log_settings = replace(req.settings, **flags, **({"speculative_tokens": spec} if spec is not None else {}))
-    if "gpu_memory_utilization" in flags and req.settings.gpu_memory_utilization not in (None, flags[
-            "gpu_memory_utilization"]):
-        raise BadInput(path, "--from-log", f"gpu_memory_utilization: the log ran {flags['gpu_memory_utilization']}, "
-                       f"the command gives {req.settings.gpu_memory_utilization} (the share is not a flag to rescale)")
     length = a.get("max_model_len") or req.max_seq_len
     at_log = budget(replace(req, settings=at_log_settings, max_seq_len=length), search=False, facts=facts)
     es = engine_settings or EngineSettings()

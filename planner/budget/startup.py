@@ -55,7 +55,8 @@ def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
 def _vllm_max_num_seqs(c: StageContext, release: str) -> int:
     if c.settings.max_num_seqs is not None:
         return c.settings.max_num_seqs
-    return _vllm_defaults(c, release)[1]
+    # a defaulted max_num_seqs is capped by max_num_batched_tokens (engine/arg_utils.py, as engines/vllm_0_33.resolve)
+    return min(_vllm_defaults(c, release)[1], _vllm_mnbt(c, release)[0])
 
 
 def _vllm_usable(c: StageContext) -> Usable:

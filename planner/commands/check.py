@@ -94,13 +94,26 @@ def run_check(req: CheckRequest) -> CheckOutcome:
                                  req.kv_memory_bytes, search=search, facts=None if device is None else device.facts)
 
     device = None
-    device = budget_at(length)
+    refused_first = False
+    if req.engine is not None:  # the engine's own argument and config checks before any budget (issue 47)
+        from csa_plan.planner.engines.engine import EngineRefused
+        from csa_plan.planner.engines.registry import get_engine
+
+        try:
+            get_engine(req.engine).configure(spec, settings, length)
+        except EngineRefused as exc:  # its own argument checks: no budget from settings it will not start with
+            from csa_plan.planner.engines.vllm.startup import refuses_its_arguments
+
+            refused_first = refuses_its_arguments(exc.refusal)
+    if not refused_first:
+        device = budget_at(length)
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
     if req.engine is not None:
         if device is None and req.kv_memory_bytes is None:
             kv_at = lambda n: None  # noqa: E731
-            why = "no KV memory: name --device-memory (the device budget) or --kv-memory"
+            why = ("the engine refuses this configuration (no budget is sized from it)" if refused_first else
+                   "no KV memory: name --device-memory (the device budget) or --kv-memory")
         elif device is None:
             kv_at = lambda n: req.kv_memory_bytes  # noqa: E731
             why = ""

@@ -13,9 +13,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.errors import BadInput, ExitCode
 from csa_plan.planner.limits import MAX_WAIT_S
-from csa_plan.planner.placement import Placement
+from csa_plan.planner.placement import Placement, Router
 from csa_plan.planner.workloads.workload import MixSettings, TraceOptions
 
 if TYPE_CHECKING:
@@ -78,14 +79,17 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     if len(req.engines) > 1:
         return run_side_by_side(req, run_simulate, progress)
 
+    refuse_unused_input_options(req)
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
-    settings = merge(req.given, wl.settings)
+    settings = merge(req.given, wl.settings, wl.source)
+    refuse_unused_run_options(req, wl, settings)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
     max_wait = req.max_wait_s
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
+        from csa_plan.planner.values import shown_against
         raise BadInput("options", "--max-wait", f"must be a non-negative number of seconds at most {MAX_WAIT_S:g} "
-                                                f"(MAX_WAIT_S), got {max_wait:g}")
+                                                f"(MAX_WAIT_S), got {shown_against(max_wait, 0, MAX_WAIT_S)}")
     for field, bound in (("--max-ttft", req.max_ttft_s), ("--max-tpot", req.max_tpot_ms)):
         if bound is not None and (not math.isfinite(bound) or bound <= 0):
             raise BadInput("options", field, f"must be a positive number, got {bound:g}")
@@ -124,6 +128,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
     runtime_plan = _runtime_plan(req, spec, config)
+    refuse_unused_time_options(req, wl, runtime_plan)
     if runtime_plan is not None:
         refuse_reservation_options(req, runtime_plan)
     elif latency_bound:
@@ -183,6 +188,69 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
                              verified=verified, exit_code=code, split=scn.split)
     cap = _capacity(spec, config, req.engine, engine_settings, device, req.kv_memory_bytes)
     return SimulateOutcome(with_budget(report, device, cap), code, series, title=f"{spec.name} — {wl.source}")
+
+
+def refuse_unused_input_options(req: SimulateRequest) -> None:
+    """The trace readers' options on a YAML mix (a mix generates its requests, in arrival order): refused."""
+    from pathlib import Path
+
+    if req.trace.format or Path(str(req.workload)).suffix.lower() not in (".yaml", ".yml"):
+        return
+    t = req.trace
+    for option, value in (("--columns", t.columns), ("--time-unit", t.time_unit), ("--where", t.where),
+                          ("--keep-failures", t.keep_failures), ("--sort", req.sort_rows)):
+        if value:
+            raise BadInput("options", option, f"applies to a CSV or JSONL trace; {excerpt(str(req.workload))} is a "
+                                              "YAML mix (its requests are generated in arrival order): it would "
+                                              "change nothing")
+
+
+def refuse_unused_run_options(req: SimulateRequest, wl: Any, settings: MixSettings) -> None:
+    """Options that cannot apply to the run the rest describe: refused, never dropped."""
+    if req.max_wait_s is not None and not req.find_capacity:
+        raise BadInput("options", "--max-wait", "bounds the queue wait --find-capacity searches under; without "
+                                                "--find-capacity it changes nothing")
+    mix = wl.settings
+    if settings.reserve != "fit" and req.engine is None:
+        for given, source, shown in ((req.given.bucket, "options", "--bucket"), (mix.bucket, wl.source, "bucket")):
+            if given is not None:
+                raise BadInput(source, shown, f"rounds the reservations of --reserve fit; the run reserves "
+                                              f"{settings.reserve}, so it would change nothing")
+    if (settings.dp or 1) == 1:
+        for given, source, shown in ((req.given.router, "options", "--router"), (mix.router, wl.source, "router")):
+            if given is not None and given != Router.ROUND_ROBIN.value:  # the default, stated, is no choice
+                raise BadInput(source, shown, "routes requests over data-parallel replicas; with dp 1 there is one "
+                                              "replica, so it would change nothing")
+
+
+def refuse_unused_time_options(req: SimulateRequest, wl: Any, runtime_plan: Any) -> None:
+    """Options that only an engine's replayed runtime reads are refused where none runs, never dropped:
+    ``--max-concurrency`` (a closed-loop client), ``--step-time`` (the engine step's clock) and
+    ``--spec-acceptance`` (vLLM's MTP drafts: only where drafts run). Named where they were given: the
+    command line, else the mix."""
+    mix = wl.settings
+    for name, option, field in (("max_concurrency", "--max-concurrency", "max_concurrency"),
+                                ("step_time", "--step-time", "time.step_time"),
+                                ("spec_acceptance", "--spec-acceptance", "spec_acceptance")):
+        given, in_mix = getattr(req.given, name), getattr(mix, name, None)
+        if given is None and in_mix is None:
+            continue
+        source, shown = ("options", option) if given is not None else (wl.source, field)
+        if runtime_plan is None:
+            if name == "step_time" and (given or in_mix) == "fixed":
+                continue  # the ledger's clock is the fixed one: --step-time fixed says what it does
+            what = f"--engine {req.engine}'s runtime is not replayed step by step" if req.engine else "no --engine"
+            raise BadInput(source, shown, f"applies to an engine whose runtime is replayed step by step "
+                                          f"(--engine vllm-0.33, --engine sglang-0.5.23); {what}, so it would "
+                                          "change nothing")
+        if name == "spec_acceptance":
+            resolved = getattr(runtime_plan, "resolved", None)
+            drafts = getattr(resolved, "num_speculative_tokens", 0) or 0
+            if not drafts or not runtime_plan.engine.name.startswith("vllm"):
+                why = "no --num-speculative-tokens" if runtime_plan.engine.name.startswith("vllm") else \
+                    f"{runtime_plan.engine.name}'s replay runs no drafts"
+                raise BadInput(source, shown, f"the acceptance rate of speculative drafts, and no drafts run ({why}): "
+                                              "it would change nothing")
 
 
 def _runtime_plan(req: SimulateRequest, spec: Any, config: Any) -> Any:
@@ -305,6 +373,12 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
     plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
+        if setup.max_concurrency is not None:
+            raise BadInput("options", "--find-capacity", f"a closed loop (max_concurrency {setup.max_concurrency:,}) "
+                                                         "sends each request when one ends, not at the trace's rate: "
+                                                         "the rate scale the search would bisect changes nothing; "
+                                                         "drop --max-concurrency (or the mix's max_concurrency) or "
+                                                         "--find-capacity")
         if req.max_wait_s is None and req.max_ttft_s is None and req.max_tpot_ms is None:
             raise BadInput("options", "--max-wait", f"--find-capacity with --engine {plan.engine.name} needs "
                                                     "--max-wait SECONDS, --max-ttft SECONDS or --max-tpot MS (the "

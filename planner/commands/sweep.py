@@ -48,6 +48,9 @@ def run_sweep(req: SweepRequest,
     if req.step_time is not None:
         from dataclasses import replace
 
+        if req.step_time != "fixed" and all(getattr(p, "engine", None) is None for p in spec.points):
+            raise BadInput("options", "--step-time", f"{spec.source}'s grid has no engine point (only an engine's "
+                                                     "replay has a step clock): drop it or add an engine to the grid")
         if any(p.step_time for p in spec.points):
             raise BadInput("options", "--step-time", f"{spec.source} has a step_time grid axis: give the sources "
                                                      "there, or drop the axis to use --step-time")

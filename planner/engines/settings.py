@@ -16,6 +16,7 @@ import math
 from dataclasses import fields
 
 from csa_plan.planner.errors import BadInput
+from csa_plan.planner.values import shown_against
 from csa_plan.planner.limits import (MAX_BATCH_TOKENS, MAX_BLOCK_TOKENS, MAX_NAME_CHARS, MAX_RUNNING_REQUESTS,
                                      MAX_SPECULATIVE_TOKENS)
 from csa_plan.planner.record import record
@@ -104,13 +105,13 @@ class EngineSettings:
             if value is None:
                 continue
             if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:
-                shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+                shown = f"{value:,}" if isinstance(value, int) else shown_against(value, low, high)
                 raise BadInput("options", OPTION_SPELLING[name], f"{shown} is outside its range {low:,}..{high:,} "
                                                                  f"({limit})")
         for name in ("gpu_memory_utilization", "mem_fraction_static"):  # the engines' own (0, 1] checks
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and 0 < value <= 1):
-                raise BadInput("options", OPTION_SPELLING[name], f"{value:g} is outside its range 0 < x <= 1 "
+                raise BadInput("options", OPTION_SPELLING[name], f"{shown_against(value, 0, 1)} is outside its range 0 < x <= 1 "
                                                                  "(a fraction of the card)")
         if self.compilation_config is not None:
             cudagraph_mode(self.compilation_config)  # bad input now, naming the option

@@ -23,8 +23,16 @@ def runtime_trace(wl: "Workload", rate_scale: float = 1.0) -> RuntimeTrace:
             refuse_past_clock(int(arrival.max()), rate_scale)
         arrival = np.rint(arrival / rate_scale).astype(np.int64)
     block = MOONCAKE_BLOCK_TOKENS
-    if wl.trace is not None and getattr(wl.trace, "prefix", None) is not None:
-        block = getattr(wl.trace.prefix, "block_tokens", block) or block
+    prefix = getattr(wl.trace, "prefix", None) if wl.trace is not None else None
+    if prefix is not None:
+        block = getattr(prefix, "block_tokens", block) or block
+        if not getattr(prefix, "kept", True):
+            from csa_plan.planner.errors import BadInput
+            from csa_plan.planner.workloads.workload import MAX_REPLAY_HASH_IDS
+
+            raise BadInput(wl.source, "hash_ids", f"{prefix.blocks:,} prefix-block ids: an engine replay keeps them "
+                                                  f"per request, at most {MAX_REPLAY_HASH_IDS:,} (MAX_REPLAY_HASH_IDS); "
+                                                  "the ledger (no --engine) reads the trace, or replay a part of it")
     return RuntimeTrace(arrival, wl.prompt_tokens.astype(np.int64), np.maximum(wl.output_tokens, 1).astype(np.int64),
                         wl.hash_ids, wl.hash_offsets, block)
 

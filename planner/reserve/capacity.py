@@ -46,7 +46,8 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
     from csa_plan.planner.limits import MIN_REL_TOL
 
     if not 0 < scale_min < scale_max:
-        raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {scale_min:g} and {scale_max:g}")
+        from csa_plan.planner.values import shown_against
+        raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {shown_against(scale_min, scale_max, 0)} and {shown_against(scale_max, scale_min)}")
     if not MIN_REL_TOL <= rel_tol <= 1.0:  # below it, 1 + rel_tol may round to 1 and the bisection never ends
         raise BadInput("options", "rel_tol", f"must be between {MIN_REL_TOL:g} and 1 (MIN_REL_TOL), got {rel_tol!r}")
     clock = scn.min_rate_scale

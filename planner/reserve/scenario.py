@@ -86,7 +86,8 @@ class TimeModel:
             if not math.isfinite(value) or value < 0 or (positive and value == 0):
                 raise BadInput("options", name, f"must be {'positive' if positive else 'non-negative'}, got {value}")
             if value > high:
-                raise BadInput("options", name, f"must be at most {high:g}, got {value:g}")
+                from csa_plan.planner.values import shown_against
+                raise BadInput("options", name, f"must be at most {high:g}, got {shown_against(value, high)}")
 
 
 @dataclass(frozen=True)

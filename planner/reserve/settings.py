@@ -23,7 +23,7 @@ DEFAULTS = MixSettings(layout="exact", tp=1, pp=1, dp=1, router=Router.ROUND_ROB
                        rate_scale=TimeModel.rate_scale)
 
 
-def merge(command_line: MixSettings, mix: MixSettings) -> MixSettings:
+def merge(command_line: MixSettings, mix: MixSettings, mix_source: str = "the mix") -> MixSettings:
     """Each field from the first of: the command line, the mix spec, the default. The step-time source
     not named: ``fixed`` where ``tpot_ms`` or ``prefill_tok_s`` is given (those are its constants),
     else ``physics``."""
@@ -31,11 +31,12 @@ def merge(command_line: MixSettings, mix: MixSettings) -> MixSettings:
     for f in fields(MixSettings):
         values = (getattr(command_line, f.name), getattr(mix, f.name), getattr(DEFAULTS, f.name))
         chosen[f.name] = next((v for v in values if v is not None), None)
-    for s in (command_line, mix):
+    for s, where, names in ((command_line, "options", ("--step-time", "--tpot-ms and --prefill-tok-s")),
+                            (mix, mix_source, ("time.step_time", "time.tpot_ms and time.prefill_tok_s"))):
         if s.step_time in (StepSource.PHYSICS.value, StepSource.MEASURED.value) and \
                 (s.tpot_ms is not None or s.prefill_tok_s is not None):
-            raise BadInput("options", "--step-time", f"--tpot-ms and --prefill-tok-s are the constants of "
-                                                     f"--step-time fixed, not of {s.step_time}")
+            raise BadInput(where, names[0], f"{names[1]} are the constants of {names[0]} fixed, not of "
+                                            f"{s.step_time}")
     if chosen["step_time"] is None:
         fixed = any(getattr(s, k) is not None for s in (command_line, mix) for k in ("tpot_ms", "prefill_tok_s"))
         chosen["step_time"] = StepSource.FIXED.value if fixed else StepSource.PHYSICS.value
@@ -60,7 +61,8 @@ def sim_config(s: MixSettings, source: str) -> tuple[SimConfig, DeviceBudget | N
         raise BadInput(source, "--max-concurrency", f"must be at least 1, got {s.max_concurrency}")
     acceptance = DEFAULT_RATE if s.spec_acceptance is None else s.spec_acceptance
     if not (0 < acceptance <= 1):
-        raise BadInput(source, "--spec-acceptance", f"must be in (0, 1], got {acceptance:g}")
+        from csa_plan.planner.values import shown_against
+        raise BadInput(source, "--spec-acceptance", f"must be in (0, 1], got {shown_against(acceptance, 0, 1)}")
     time = TimeModel(prefill_tok_s=s.prefill_tok_s, tpot_ms=s.tpot_ms, rate_scale=s.rate_scale, step_time=step_time,
                      max_concurrency=s.max_concurrency, spec_acceptance=acceptance)
     config = SimConfig(placement=placement, limit_bytes=budget.limit_bytes if budget else 0,

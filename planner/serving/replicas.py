@@ -62,6 +62,15 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     """One replay per replica (``run_one``), merged; ``dp`` 1 is the plain replay."""
     if dp == 1:
         return run_one(trace)
+    split = split_round_robin(trace, dp)
+    return merge_replicas([run_one(sub) for sub, _ in split], [idx for _, idx in split], trace, dp)
+
+
+def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: RuntimeTrace, dp: int,
+                   arrival_ns: "object | None" = None, idle: int = 0) -> RuntimeResult:
+    """The replicas' results under the requests' own indices (``owners[k]``: replica k's requests);
+    ``arrival_ns``: when each request was sent, where a closed-loop client set it (else the trace's);
+    ``idle``: replicas beyond these that received no request (their pools still count)."""
     import numpy as np
 
     n = len(trace)
@@ -69,8 +78,7 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     pre = np.zeros(n, dtype=np.int64)
     refused: dict[int, str] = {}
     parts, results = [], []
-    for sub, idx in split_round_robin(trace, dp):
-        res = run_one(sub)
+    for res, idx in zip(per_replica, owners):
         results.append(res)
         admitted[idx] = np.asarray(res.admitted_ns, dtype=np.int64)
         first[idx] = np.asarray(res.first_token_ns, dtype=np.int64)
@@ -80,8 +88,9 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
             refused[int(idx[j])] = reason
         parts.append(res.series)
     r0 = results[0]
-    return RuntimeResult(label=r0.label, pools=r0.pools, usable_units=sum(r.usable_units for r in results),
-                         arrival_ns=trace.arrival_ns, admitted_ns=admitted, first_token_ns=first, finished_ns=finished,
+    return RuntimeResult(label=r0.label, pools=r0.pools,
+                         usable_units=sum(r.usable_units for r in results) + idle * r0.usable_units,
+                         arrival_ns=trace.arrival_ns if arrival_ns is None else arrival_ns, admitted_ns=admitted, first_token_ns=first, finished_ns=finished,
                          preemptions=pre, refused=refused, series=_summed_series(parts, len(r0.pools)),
                          recomputed_tokens=sum(r.recomputed_tokens for r in results),
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
@@ -97,3 +106,38 @@ def _coarse(parts: list[FrozenSeries]) -> tuple[str, ...]:
         return ()
     return (f"a replica ran past {step_buckets():,} steps: the summed series adds each replica's peaks over "
             f"buckets of up to {width:,} steps (docs/limits.md), so its summed peak and means are estimates",)
+
+
+def closed_shares(max_concurrency: int, dp: int) -> list[int]:
+    """The deployment's one client pool of ``max_concurrency`` connections spread over the replicas, as
+    evenly as they go (a replica's share differs from another's by at most one; they sum to C): only
+    ``min(dp, C)`` replicas hold any."""
+    active = min(dp, max_concurrency)
+    return [max_concurrency // active + (1 if k < max_concurrency % active else 0) for k in range(active)]
+
+
+def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult], trace: RuntimeTrace, dp: int,
+                           max_concurrency: int) -> RuntimeResult:
+    """``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
+    (``vllm bench serve --max-concurrency C`` against it): the connections are spread over the replicas
+    (``closed_shares``: C in all, never C per replica nor ``ceil(C / dp)`` each), each pinned to its
+    replica, and the requests dealt round-robin over the replicas that hold connections; each replica
+    sends its next request when one of its own ends (``run_one(sub_trace, share)``: the engine's closed
+    loop, compiled where it has one). Every request's time is its send, never the trace's arrival, so no
+    wait is negative; at most C requests are in flight at any moment."""
+    import numpy as np
+
+    shares = closed_shares(max_concurrency, dp)
+    active = len(shares)
+    split = split_round_robin(trace, active)
+    results = [run_one(sub, share) for (sub, _), share in zip(split, shares)]
+    owners = [idx for _, idx in split]
+    sent = np.full(len(trace), -1, dtype=np.int64)
+    for res, idx in zip(results, owners):
+        sent[idx] = np.asarray(res.arrival_ns, dtype=np.int64)
+    merged = merge_replicas(results, owners, trace, dp, arrival_ns=sent, idle=dp - active)
+    from dataclasses import replace
+
+    spread = "/".join(map(str, shares)) + ("" if active == dp else f" (the other {dp - active} replicas get none)")
+    return replace(merged, notes=merged.notes + (f"one closed-loop client of {max_concurrency:,} connections for "
+                                                 f"the {dp} replicas, spread {spread}",))

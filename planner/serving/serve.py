@@ -39,7 +39,7 @@ class RuntimeSetup:
     time: "StepTime"
     options: "RuntimeOptions"
     dp: int = 1
-    max_concurrency: int | None = None  # a closed-loop client per replica's share (vllm bench serve's flag)
+    max_concurrency: int | None = None  # one closed-loop client for the deployment (vllm bench serve's flag)
     plan_devices: int = 1  # GPUs of one replica (tp x pp)
 
     @property
@@ -90,9 +90,13 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
 
     plan, sizing, options, time = setup.plan, setup.sizing, setup.options, setup.time
     trace = runtime_trace(wl, rate_scale)
-    closed = None if setup.max_concurrency is None else max(1, -(-setup.max_concurrency // setup.dp))
+    if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
+        from csa_plan.planner.serving.replicas import replay_closed_replicas
+
+        return replay_closed_replicas(lambda t, c: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
+                                                          max_concurrency=c), trace, setup.dp, setup.max_concurrency)
     return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
-                                            max_concurrency=closed), trace, setup.dp)
+                                            max_concurrency=setup.max_concurrency), trace, setup.dp)
 
 
 def report(setup: RuntimeSetup, result: "RuntimeResult", wl: "Workload | None" = None) -> "RuntimeReport":

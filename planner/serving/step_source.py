@@ -43,7 +43,13 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
                         band="none stated: the constants are the user's")
     from csa_plan.planner.engines.settings import target_of
 
-    gpu, _ = target_of(config.engine.settings)
+    settings = config.engine.settings
+    if settings.gpu is None and settings.gpu_memory_bytes is not None:
+        raise BadInput("options", "--step-time", f"{source.value}: the device memory "
+                                                 f"({int(settings.gpu_memory_bytes):,} bytes) is a size, not a card, "
+                                                 "so no card's kernels time the steps: name the card (--gpu NAME or "
+                                                 "--device-memory NAME) or give --step-time fixed")
+    gpu, _ = target_of(settings)
     tp = config.placement.tp
     data, inventory = model_inputs(spec)
     if source is StepSource.MEASURED:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.steptime.model import StepSource, StepTime
+from csa_plan.planner.text import excerpt
 
 EXTRA = "pip install 'csa-plan[perf]' (aiconfigurator-core)"
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "a100-80gb": "a100_sxm",
@@ -28,6 +29,27 @@ MODELS = {"deepseek-v4-flash": ("deepseek-ai/DeepSeek-V4-Flash", "sgl-project/De
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 DECODE_CONTEXTS = (1024, 8192, 65536)
 PREFILL_TOKENS = (256, 1024, 4096, 8192, 16384)
+
+
+SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim", "moe_intermediate_size",
+              "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "q_lora_rank", "o_lora_rank",
+              "index_n_heads", "index_head_dim", "sliding_window", "vocab_size", "num_nextn_predict_layers")
+
+
+def check_same_model(name: str, config: Mapping[str, Any]) -> None:
+    """The measured data is chosen by the model's name: the model must be that preset's shape, key for key
+    (an 8-layer config in a folder named deepseek-v4-flash was timed as the 43-layer preset)."""
+    import json
+    from pathlib import Path
+
+    if name not in MODELS:
+        return
+    preset = json.loads((Path(__file__).resolve().parents[1] / "presets" / f"{name}.json").read_text(encoding="utf-8"))
+    for key in SHAPE_KEYS:
+        if key in preset and config.get(key) != preset[key]:
+            raise BadInput("options", "--step-time", f"measured: the kernel data is {name}'s ({key} {preset[key]!r}); "
+                                                     f"this model, named {name}, has {key} {excerpt(config.get(key))}: "
+                                                     "use --step-time physics (it reads the model's own shape)")
 
 
 def _compile(model: str, system: str, backend: str, tp: int, ep: int) -> tuple[Any, str]:
@@ -64,6 +86,7 @@ def measured_step_time(spec: Any, config: Mapping[str, Any], card_name: str, tp:
                        engine: str, engine_label: str) -> StepTime:
     import numpy as np
 
+    check_same_model(spec.name, config)
     system = SYSTEMS.get(card_name)
     if system is None:
         raise BadInput("options", "--step-time", f"aiconfigurator-core has no system for {card_name!r} "

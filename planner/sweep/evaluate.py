@@ -44,8 +44,20 @@ def load_context_workload(path: str, sort: bool, seed: int | None) -> "Workload"
 
         data = load_yaml(read_text(path, MAX_TRACE_BYTES, "MAX_TRACE_BYTES"), path)
         if isinstance(data, dict):
-            return generate_mix({**data, "seed": seed}, path)
-    return load_workload(path, sort=sort)
+            return _sweepable(generate_mix({**data, "seed": seed}, path))
+    return _sweepable(load_workload(path, sort=sort))
+
+
+def _sweepable(wl: "Workload") -> "Workload":
+    """A mix's settings a sweep cannot honour are refused, never dropped (issue 47): a closed loop ignores
+    the arrival rate every point searches, and the drafts' acceptance is simulate's option."""
+    for field in ("max_concurrency", "spec_acceptance"):
+        if getattr(wl.settings, field, None) is not None:
+            raise BadInput(wl.source, field, "a sweep searches each point's arrival rate"
+                           + (": a closed loop ignores it" if field == "max_concurrency" else
+                              "; the drafts' acceptance rate is simulate's (--spec-acceptance)")
+                           + ", so it would change nothing: drop it from the mix for a sweep")
+    return wl
 
 
 @lru_cache(maxsize=16)

@@ -18,6 +18,7 @@ from typing import Any
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.suggest import unknown_problem
+from csa_plan.planner.text import excerpt
 from csa_plan.planner.placement import Router
 from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN
@@ -27,7 +28,7 @@ from csa_plan.planner.files import hash_file, path_kind, read_text
 from csa_plan.planner.limits import MAX_SPEC_BYTES
 from csa_plan.planner.limits import (MAX_DEVICES, MAX_DP, MAX_PP, MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TP,
                                      MAX_TPOT_MS, MAX_WAIT_S, MIN_RATE_SCALE, MIN_REL_TOL)
-from csa_plan.planner.values import check_keys, read_bool, read_int, read_mapping, read_number, read_str
+from csa_plan.planner.values import check_keys, shown_against, read_bool, read_int, read_mapping, read_number, read_str
 
 
 MAX_POINTS = 100_000
@@ -227,6 +228,17 @@ def _enum(enum: type[Enum], value: Any, source: str, where: str) -> Any:
         raise BadInput(source, where, unknown_problem("value", value, [str(m.value) for m in enum])) from None
 
 
+def _same_key(axis: str, value: Any) -> str:
+    """What makes two grid values one point: a GPU name in any case is that GPU (h200, H200)."""
+    if axis == "device":
+        name, memory = value
+        from csa_plan.planner.cards import find_card
+
+        card = find_card(name)
+        return repr((card.name if card is not None else None, int(memory)))
+    return repr(value)
+
+
 def _size(value: Any, source: str, where: str) -> int:
     from csa_plan.planner.memory import parse_size
 
@@ -320,7 +332,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     max_scale = read_number(source, "search.max_scale", search_raw.get("max_scale", Search.max_scale), positive=True,
                             at_least=MIN_RATE_SCALE, at_most=MAX_RATE_SCALE)
     if min_scale >= max_scale:
-        raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {max_scale:g}")
+        raise BadInput(source, "search.max_scale", f"must be above min_scale ({min_scale:g}), got {shown_against(max_scale, min_scale)}")
 
     cons_raw = read_mapping(source, "constraints", spec.get("constraints", {}))
     check_keys(source, "constraints", cons_raw, {"zero_refusals", "wait_p99_max_s", "min_mean_utilization",
@@ -390,8 +402,12 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                                           at_most=MAX_RATE_SCALE))
             else:
                 values.append(None if v is None else read_int(source, where, v))
-        if len(set(map(repr, values))) != len(values):
-            raise BadInput(source, f"grid.{axis}", "lists a value twice")
+        keys = [_same_key(axis, v) for v in values]
+        if len(set(keys)) != len(keys):
+            first = next(i for i, k in enumerate(keys) if keys.index(k) != i)
+            shown = raw[first] if isinstance(grid.get(axis), list) else values[first]
+            raise BadInput(source, f"grid.{axis}", f"lists {excerpt(str(shown))} twice (as "
+                           f"{excerpt(str(raw[keys.index(keys[first])]))} too): each point would run twice")
         axes[axis] = values
     if Policy.QUEUE in axes["policy"] and constraints.wait_p99_max_s is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
@@ -401,6 +417,15 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         raise BadInput(source, "constraints.wait_p99_max_s",
                        "bounds a queue wait, but under policy refuse nothing waits (a request is refused): drop "
                        "it, or add policy queue or an engine (the engines queue) to the grid")
+    if all(e is None for e in axes["engine"]):  # the ledger path reads none of these: refused, never dropped
+        no_engine = "the grid has no engine point (only an engine's replay has a TTFT, a TPOT and a step clock): "
+        for key in ("ttft_p99_max_s", "tpot_p99_max_ms"):
+            if cons_raw.get(key) is not None:
+                raise BadInput(source, f"constraints.{key}", no_engine + "drop it or add an engine to the grid")
+        if "step_time" in grid and any(v not in (None, "fixed") for v in axes["step_time"]):
+            raise BadInput(source, "grid.step_time", no_engine + "drop it or add an engine to the grid")
+        if "step_time" in time and step_time != "fixed":
+            raise BadInput(source, "time.step_time", no_engine + "drop it or add an engine to the grid")
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")

@@ -18,7 +18,7 @@ from csa_plan.planner.errors import I63_LIMIT, BadInput
 from csa_plan.planner.workloads.columnar import Columns
 from csa_plan.planner.workloads.csv_trace import resolve_format
 from csa_plan.planner.workloads.formats import Container, TraceFormat, excerpt, fold, printable
-from csa_plan.planner.workloads.workload import (MAX_HASH_IDS, MAX_LINE_BYTES, MAX_TRACE_HASH_IDS, PrefixSummary, TraceOptions,
+from csa_plan.planner.workloads.workload import (MAX_HASH_IDS, MAX_LINE_BYTES, MAX_REPLAY_HASH_IDS, MAX_TRACE_HASH_IDS, PrefixSummary, TraceOptions,
                                                  TraceSummary, Workload)
 
 if TYPE_CHECKING:
@@ -100,6 +100,9 @@ def _show(value: Any) -> str:
     return excerpt(str(value)) if isinstance(value, str) else excerpt(json.dumps(value, default=str))
 
 
+_INT_ONLY = {int}
+
+
 class _JsonlReader:
     def __init__(self, source: str, fmt: TraceFormat, sort: bool, capacity: int) -> None:
         self.source, self.fmt, self.sort = source, fmt, sort
@@ -112,6 +115,8 @@ class _JsonlReader:
         self.unsorted = False
         self.hash_parts: list["np.ndarray"] = []
         self.hash_count = 0
+        self.hash_buf: "np.ndarray | None" = None  # past MAX_REPLAY_HASH_IDS: one buffer, committed as written
+        self.hash_at = 0
         self.hash_lengths: list["np.ndarray"] = []
 
     def _arrival(self, value: Any) -> tuple[int | None, str | None]:
@@ -175,7 +180,8 @@ class _JsonlReader:
                         if hk and hk in row:
                             raise KeyError
                         ids = ()
-                    elif len(ids) > MAX_HASH_IDS or not all(type(v) is int and 0 <= v < I63_LIMIT for v in ids):
+                    elif ids and (len(ids) > MAX_HASH_IDS or set(map(type, ids)) != _INT_ONLY or min(ids) < 0
+                                  or max(ids) >= I63_LIMIT):  # C-level passes: a generator took half the read
                         raise KeyError
                     if self.last is not None and a < self.last and not self.unsorted:
                         raise KeyError
@@ -235,7 +241,20 @@ class _JsonlReader:
                 raise BadInput(f"{self.source}:{records[-1][0]}", fmt.hash_ids,
                                f"more than {MAX_TRACE_HASH_IDS:,} block ids in the trace by this line "
                                "(MAX_TRACE_HASH_IDS)")
-            self.hash_parts.append(np.array(hashes, dtype=np.int64))
+            part = np.array(hashes, dtype=np.int64)
+            if self.hash_buf is None and self.hash_count > MAX_REPLAY_HASH_IDS:
+                # One array of MAX_TRACE_HASH_IDS ids: its pages are committed only as they are written, so
+                # the ids are held once (small parts freed into the heap kept a second copy at the end).
+                self.hash_buf = np.empty(MAX_TRACE_HASH_IDS, dtype=np.int64)
+                for earlier in self.hash_parts:
+                    self.hash_buf[self.hash_at:self.hash_at + len(earlier)] = earlier
+                    self.hash_at += len(earlier)
+                self.hash_parts = []
+            if self.hash_buf is not None:
+                self.hash_buf[self.hash_at:self.hash_at + len(part)] = part
+                self.hash_at += len(part)
+            else:
+                self.hash_parts.append(part)
             self.hash_lengths.append(np.array(lens, dtype=np.int64))
 
     def finish(self) -> Workload:
@@ -247,22 +266,37 @@ class _JsonlReader:
         extra: dict[str, Any] = {}
         prefix = None
         if self.fmt.hash_ids:
-            ids = np.concatenate(self.hash_parts)
+            if self.hash_buf is not None:  # a view: the written part of the one buffer, no copy
+                ids, self.hash_buf = self.hash_buf[:self.hash_at], None
+            else:
+                ids = np.concatenate(self.hash_parts) if self.hash_parts else np.zeros(0, dtype=np.int64)
+                self.hash_parts = []
             lengths = np.concatenate(self.hash_lengths)
+            self.hash_lengths = []
             extra = dict(hash_ids=ids, hash_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+            del ids
         fields = tuple(printable(self.fmt.column(r), 40) for r in ("arrival", "prompt", "output"))
         summary = TraceSummary(self.fmt.name, self.fmt.title, self.rows, fields=fields)
         wl = self.cols.workload(("trace",), self.unsorted, notes, trace=summary, **extra)
         if wl.hash_ids is not None:
-            blocks = int(len(wl.hash_ids))
-            ordered = np.sort(wl.hash_ids)  # a sort, not np.unique's hash table: 32.8M ids took 30 s that way
-            shared = blocks - (int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if blocks else 0)
-            del ordered
-            prefix = PrefixSummary(self.fmt.block_tokens or 0, blocks, shared)
-            note = (f"{blocks:,} prefix blocks of {prefix.block_tokens} tokens ({self.fmt.hash_ids}); "
-                    f"{prefix.shared_fraction:.1%} repeat an earlier block (an unbounded prefix cache's reuse)")
             from dataclasses import replace
 
+            blocks = int(len(wl.hash_ids))
+            kept = blocks <= MAX_REPLAY_HASH_IDS
+            if kept:
+                ordered = np.sort(wl.hash_ids)  # a sort, not np.unique's hash table: 32.8M ids took 30 s that way
+            else:  # only the summary is kept: sorted in place, no copy (32.8M ids: 262 MB, not 2.5 GB)
+                ordered = wl.hash_ids
+                wl = replace(wl, hash_ids=None, hash_offsets=None)
+                ordered.sort()
+            shared = blocks - (int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if blocks else 0)
+            del ordered
+            prefix = PrefixSummary(self.fmt.block_tokens or 0, blocks, shared, kept)
+            note = (f"{blocks:,} prefix blocks of {prefix.block_tokens} tokens ({self.fmt.hash_ids}); "
+                    f"{prefix.shared_fraction:.1%} repeat an earlier block (an unbounded prefix cache's reuse)")
+            if not kept:
+                note += (f"; more than {MAX_REPLAY_HASH_IDS:,} (MAX_REPLAY_HASH_IDS): summarised, not kept for an "
+                         "engine replay")
             wl = replace(wl, notes=wl.notes + (note,), trace=replace(summary, prefix=prefix))
         return wl
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.suggest import unknown_problem
-from csa_plan.planner.values import check_keys, read_int, read_mapping, read_number, read_str
+from csa_plan.planner.values import check_keys, shown_against, read_int, read_mapping, read_number, read_str
 from csa_plan.planner.limits import MAX_RATE_SCALE, MIN_RATE_SCALE
 
 if TYPE_CHECKING:  # numpy is imported lazily so the CLI's --help stays fast
@@ -153,7 +153,7 @@ def parse_distribution(value: Any, source: str, field: str) -> Distribution:
         params["median"] = read_number(source, f"{field}.median", data["median"], positive=True)
         params["sigma"] = read_number(source, f"{field}.sigma", data["sigma"])
         if params["sigma"] > MAX_SIGMA:
-            raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {params['sigma']:g}")
+            raise BadInput(source, f"{field}.sigma", f"must be at most {MAX_SIGMA:g}, got {shown_against(params['sigma'], MAX_SIGMA)}")
         for k in ("min", "max"):
             if k in data:
                 params[k] = read_int(source, f"{field}.{k}", data[k])
@@ -202,7 +202,7 @@ def parse_mix(data: Any, source: str) -> tuple[tuple[RequestClass, ...], int, in
         rate = read_number(source, f"{where}.rate", c["rate"], positive=True)
         if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
             raise BadInput(source, f"{where}.rate",
-                           f"must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests/s, got {rate:g}")
+                           f"must be between {MIN_RATE_PER_S:g} and {MAX_RATE_PER_S:g} requests/s, got {shown_against(rate, MIN_RATE_PER_S, MAX_RATE_PER_S)}")
         classes.append(RequestClass(name, rate, parse_distribution(c["prompt"], source, f"{where}.prompt"),
                                     parse_distribution(c["output"], source, f"{where}.output")))
     seed = read_int(source, "seed", mix.get("seed", 0))

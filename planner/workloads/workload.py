@@ -23,7 +23,9 @@ MAX_LINE_BYTES = 1 << 20  # one CSV row or JSONL record
 MAX_FIELD_BYTES = 1024  # one CSV field (numbers, dates and model names are short)
 MAX_TRACE_CLASSES = 256  # distinct request classes (BurstGPT models)
 MAX_HASH_IDS = 1 << 16  # prefix-block ids in one record
-MAX_TRACE_HASH_IDS = 1 << 21  # prefix-block ids in one trace: 2,097,152 (Mooncake's traces: under 0.5M; 32.8M took 44 s, 2.5 GB)
+MAX_TRACE_HASH_IDS = 1 << 26  # prefix-block ids in one trace: 67,108,864 (a 512 MiB trace of distinct 8-digit ids holds ~50M)
+MAX_REPLAY_HASH_IDS = 1 << 21  # ids an engine replay keeps per request (it interns them): 2,097,152; above it
+# the reader keeps only their summary (the ids are sorted in place for the distinct count, then dropped)
 MAX_GENERATED_REQUESTS = 10_000_000  # bounds memory: the simulator holds a few arrays per request
 MAX_RATE_PER_S = 1e9
 MIN_RATE_PER_S = 1e-9
@@ -77,6 +79,7 @@ class PrefixSummary:
     block_tokens: int
     blocks: int
     shared_blocks: int  # blocks whose id appeared in an earlier request (or earlier in this one)
+    kept: bool = True  # False: more than MAX_REPLAY_HASH_IDS; the ids were summarised, not kept (no engine replay)
 
     @property
     def shared_fraction(self) -> float:

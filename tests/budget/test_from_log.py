@@ -61,7 +61,7 @@ def test_a_mismatched_log_is_bad_input_naming_the_mismatch(csa):
     r = csa("check", "deepseek-v4-pro", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000", "--tp", "2",
             "--from-log", RTX_LOG)
     assert r.code == 2 and "model: the log loads 'deepseek-ai/DeepSeek-V4-Flash'" in r.err
-    for path, why in (("/nonexistent.log", "cannot read the log"), (SGLANG_LOG, "engine: the log is sglang's")):
+    for path, why in (("/nonexistent.log", "--from-log: no such file"), (SGLANG_LOG, "engine: the log is sglang's")):
         r = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.25", "--device-memory", "rtx-pro-6000",
                 "--tp", "2", "--from-log", path)
         assert r.code == 2 and why in r.err, r.err

@@ -8,7 +8,7 @@ real CLI, grouped by class, plus what an exit code cannot show.
   the same at any bucket cap (``tests/simulate/test_step_series.py`` checks the buckets themselves).
 * the compiled loops refuse arrays they cannot take with a typed error (``ReplayInputError``), never
   a ValueError from inside.
-* encodings: ``PYTHONIOENCODING=idna`` (``punycode``, ``utf-16``) is one ASCII line and exit 2 for every
+* encodings: ``PYTHONIOENCODING=idna`` (``punycode``) is one ASCII line and exit 2 for every
   command, ``--help`` included.
 """
 

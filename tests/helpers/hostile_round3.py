@@ -200,8 +200,10 @@ def sweep_workload(target: str) -> Callable[[Path, int], list[str]]:
 
 
 def hash_id_volume(folder: Path, scale: int) -> list[str]:
-    """A Mooncake trace of 100,000 records of 328 distinct ids, 32.8M in all (325 MB; old main: about 45 s
-    and 2.5 GB); the suite writes just past MAX_TRACE_HASH_IDS (6,400 records, 2.1M ids)."""
+    """A Mooncake trace of 100,000 records of 328 distinct ids, 32.8M in all (325 MB; round two: about 45 s
+    and 2.5 GB; round three refused it at 2^21 ids). Issue 47 serves it: the ids are summarised (sorted in
+    place for the distinct count) and not kept past MAX_REPLAY_HASH_IDS; the suite writes just past that
+    (6,400 records, 2.1M ids)."""
     rows = 100_000 if scale > 1 else 6_400
     path = folder / "volume.jsonl"
     with open(path, "w") as f:
@@ -253,7 +255,7 @@ CASES: tuple[Case, ...] = STEPS_CASES + (
     _case("spec-8192-layers-4096-distinct-groups", distinct_layers, (0, 3)),
     _case("sweep-workload-a-directory", sweep_workload("dir"), (2,)),
     _case("sweep-workload-/dev/null", sweep_workload("/dev/null"), (2,)),
-    _case("mooncake-32.8M-distinct-hash-ids", hash_id_volume, (2,), 2),
+    _case("mooncake-32.8M-distinct-hash-ids", hash_id_volume, (0,), 2),
 )
 
 EXPECT: dict[str, tuple[str, ...]] = {
@@ -280,12 +282,12 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "onnx-csa-node-10M-doc-strings": ("flood-docs.onnx", "node #0", "MAX_ONNX_NODE_FIELDS"),
     "sweep-workload-a-directory": ("s.yaml", "workload", "a directory"),
     "sweep-workload-/dev/null": ("s.yaml", "workload", "a character device"),
-    "mooncake-32.8M-distinct-hash-ids": ("volume.jsonl", "hash_ids", "MAX_TRACE_HASH_IDS"),
 }
 
 # An output encoding that cannot carry text (old main: idna exited 0 printing nothing, or 1 with an
-# interpreter dump ending in "lost sys.stderr"): (encoding, argv) run as a whole process.
+# interpreter dump ending in "lost sys.stderr"): (encoding, argv) run as a whole process. UTF-16 and
+# UTF-32 carry every character: written (issue 47, tests/cli/test_wide_encodings.py).
 ENCODINGS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
-    (enc, argv) for enc in ("idna", "punycode", "utf-16")
+    (enc, argv) for enc in ("idna", "punycode")
     for argv in (("check", FLASH, "--brief"), ("check", FLASH), ("check", "no-such-model"), ("--help",),
                  ("check", FLASH, "--json")))

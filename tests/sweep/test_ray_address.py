@@ -4,7 +4,10 @@ Quick and without Ray: the real head runs in ``test_ray_head.py`` (slow, CI)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+import time
 
 import pytest
 
@@ -12,12 +15,54 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.sweep.ray_address import prepare
 
 
+def _server(answer: bytes | None):
+    """A port whose every connection reads the client's first bytes and answers ``answer`` (None: says nothing)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    stop = threading.Event()
+
+    def serve() -> None:
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(64)
+                    if answer is None:
+                        stop.wait(4)
+                    else:
+                        conn.sendall(answer)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return s, stop, t
+
+
+@contextlib.contextmanager
+def serving(answer: bytes | None):
+    s, stop, t = _server(answer)
+    try:
+        yield s.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(6)
+        s.close()
+
+
+H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # what a gRPC server (Ray's GCS) answers first
+
+
 @pytest.fixture
 def listening():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
+    with serving(H2_SETTINGS) as port:
+        yield port
 
 
 def _dead_port() -> int:
@@ -64,3 +109,22 @@ def test_nothing_listening_is_refused_at_once(tmp_path):
         prepare(f"127.0.0.1:{port}", {}, tmp_path)
     with pytest.raises(BadInput, match="client server port"):
         prepare(f"ray://127.0.0.1:{port}", {}, tmp_path)
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"SSH-2.0-OpenSSH_9.6\r\n", None])
+def test_a_port_where_something_else_listens_is_refused_at_once(tmp_path, answer):
+    """Ray retried such a port for minutes with its warnings on stderr (issue 47): now one line within the
+    connect timeout, whether it answers HTTP/1, SSH or nothing at all."""
+    with serving(answer) as port:
+        t = time.monotonic()
+        with pytest.raises(BadInput, match="does not answer as Ray does"):
+            prepare(f"127.0.0.1:{port}", {}, tmp_path)
+        assert time.monotonic() - t < 5
+
+
+@pytest.mark.parametrize("host", ["a" * 64, "ok." + "b" * 100 + ".example", "x." * 130 + "y", "a..b"])
+def test_a_host_no_resolver_takes_is_bad_input_not_a_unicode_error(tmp_path, host):
+    with pytest.raises(BadInput, match="is not a host name"):
+        prepare(f"{host}:6379", {}, tmp_path)
+    with pytest.raises(BadInput, match="is not a host name"):
+        prepare(f"ray://{host}:10001", {}, tmp_path)

@@ -123,3 +123,11 @@ def test_a_dead_or_malformed_address_is_one_line_at_once(head):
         lines = run.stderr.strip().splitlines()
         assert run.returncode == 2 and len(lines) == 1 and words in lines[0], (address, run.stderr[-600:])
         assert time.monotonic() - start < 15, address
+
+
+def test_the_head_answers_the_grpc_probe(head):
+    """The probe that refuses a port where something else listens (issue 47) passes Ray's own ports."""
+    from csa_plan.planner.sweep.ray_address import speaks_grpc
+
+    assert speaks_grpc("127.0.0.1", head["gcs"]) is True
+    assert speaks_grpc("127.0.0.1", head["client"]) is True

@@ -101,6 +101,17 @@ ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_b
            "estimate_cudagraphs", "moe_backend")
 
 
+# The engine's checks of its own arguments (it raises on them before it loads or profiles anything): a
+# refusal by one of these leaves no budget to size (the budget reads those very settings).
+ARGUMENT_RULES = ("config/scheduler.py", "config/vllm.py _set_cudagraph_sizes")
+
+
+def refuses_its_arguments(refusal: Any) -> bool:
+    """Whether ``refusal`` is one of vLLM's own argument checks (``ARGUMENT_RULES``)."""
+    rule = getattr(refusal, "rule", "") or ""
+    return any(r in rule for r in ARGUMENT_RULES)
+
+
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str, engine: str = ENGINE) -> EngineRefused:
     return EngineRefused(EngineRefusal(engine, rule, setting, expected, actual, f"{engine}: {message} ({rule})"))
 
@@ -215,6 +226,20 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
     seqs = settings.max_num_seqs
     if seqs is not None and seqs < 1:
         raise _refuse(f"{SRC} config/scheduler.py", "--max-num-seqs", ">= 1", str(seqs), "max_num_seqs must be positive")
+    tokens = mnbt or mnbt_default
+    if seqs is not None and tokens < seqs:  # the engine's own check, before anything is sized
+        raise _refuse(f"{SRC} config/scheduler.py SchedulerConfig.verify_max_model_len", "--max-num-batched-tokens",
+                      f">= max_num_seqs ({seqs:,})", f"{tokens:,}" + ("" if mnbt else " (the default)"),
+                      f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs})")
+    if seqs is None and seqs_default > tokens:  # a defaulted max_num_seqs is capped by max_num_batched_tokens
+        seqs_default, tier_rule = tokens, (f"{tier_rule}, capped at max_num_batched_tokens {tokens:,} ({SRC} "
+                                           "engine/arg_utils.py: max_num_seqs = min(default, max_num_batched_tokens))")
+    sizes, top = settings.cudagraph_capture_sizes, settings.max_cudagraph_capture_size
+    if sizes and top is not None and max(sizes) != top:
+        raise _refuse(f"{SRC} config/vllm.py _set_cudagraph_sizes", "--max-cudagraph-capture-size",
+                      f"max(cudagraph_capture_sizes) = {max(sizes):,}", f"{top:,}",
+                      f"customized max_cudagraph_capture_size ({top}) should be consistent with the max value of "
+                      f"cudagraph_capture_sizes ({max(sizes)})")
     out.append(Resolved("--max-num-seqs", seqs or seqs_default, "given" if seqs else tier_rule))
     async_on = True if settings.async_scheduling is None else settings.async_scheduling
     out.append(Resolved("--async-scheduling", async_on, "given" if settings.async_scheduling is not None
