@@ -43,7 +43,12 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
                         band="none stated: the constants are the user's")
     from csa_plan.planner.engines.settings import target_of
 
-    gpu, _ = target_of(config.engine.settings)
+    settings = config.engine.settings
+    if settings.gpu is None and settings.gpu_memory_bytes is not None:
+        raise BadInput("options", "--device-memory", f"a raw size ({int(settings.gpu_memory_bytes):,} bytes) names no "
+                                                     f"card, and --step-time {source.value} reads the card's "
+                                                     "bandwidth and FLOPS: give --gpu NAME (or --device-memory NAME)")
+    gpu, _ = target_of(settings)
     tp = config.placement.tp
     data, inventory = model_inputs(spec)
     if source is StepSource.MEASURED:
@@ -53,4 +58,8 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
                                   plan.engine.label())
     from csa_plan.planner.steptime.physics import physics_step_time
 
-    return physics_step_time(spec, data, inventory, gpu.name, tp, engine_family(plan), plan.engine.label())
+    from csa_plan.planner.weights.rules import rules_for
+
+    rules = rules_for(plan.engine.name, settings.moe_runner_backend, gpu.capability, settings.shared_expert_tp1)
+    return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
+                             plan.engine.label(), rules)
