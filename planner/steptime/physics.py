@@ -34,7 +34,8 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.steptime.hardware import CardPerf, card_perf
 from csa_plan.planner.steptime.model import StepSource, StepTime
 
-BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm", "a2a")
+BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm", "a2a_decode",
+         "a2a_prefill")
 FIT_FILE = "steptime_fit.json"
 
 
@@ -197,7 +198,10 @@ def basis_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
         "prefill_flops": (0, 0, cost.token_gemm_flops / gemm, 0, 0, 0, 0, q),
         "prefill_positions": (0, 0, 0, cost.position_flops / bf16, 0, 0, 0, q),
         "comm": (0, cost.comm_bytes_per_token / perf.link_bytes_s, 0, 0, 0, 0, 0, q),
-        "a2a": (0, cost.a2a_bytes_per_token / perf.link_bytes_s, 0, 0, 0, 0, 0, q),
+        # DeepEP's low-latency kernels carry decode tokens, its normal kernels prefill chunks: a coefficient each
+        "a2a_decode": (0, cost.a2a_bytes_per_token / perf.link_bytes_s, -cost.a2a_bytes_per_token / perf.link_bytes_s,
+                       0, 0, 0, 0, q),
+        "a2a_prefill": (0, 0, cost.a2a_bytes_per_token / perf.link_bytes_s, 0, 0, 0, 0, q),
     }
 
 
@@ -264,16 +268,17 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
 def fit_table_markdown(fit: dict[str, Any]) -> str:
     """The fit's row-by-row errors as docs/steptime.md shows them (generated, and tested equal)."""
     pct = lambda v: "-" if v is None else f"{v:+.1%}"
-    lines = ["| row | model | GPU | GPUs | concurrency | spec | split | TPOT published (ms) | TPOT physics (ms) | error "
-             "| error, other family's fit | TTFT published (ms) | TTFT physics (ms) | error |",
-             "|---:|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    ms = lambda v, f: "-" if v is None else format(v, f)
+    lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | split | TPOT published (ms) "
+             "| TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) | TTFT physics (ms) "
+             "| error |",
+             "|---:|---|---|---|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in fit["rows"]:
-        ttft = "-" if t["ttft_pred_ms"] is None else f"{t['ttft_pred_ms']:,.0f}"
-        lines.append(f"| {t['row']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['concurrency']:,} | {t['spec']} "
-                     f"| {t['split']} | {t['tpot_ms']:.2f} | {t['tpot_pred_ms']:.2f} | {pct(t['tpot_err'])} "
-                     f"| {pct(t['tpot_err_other_family_fit'])} | {t['ttft_ms']:,.0f} | {ttft} | {pct(t['ttft_err'])} |")
+        lines.append(f"| {t['row']} | {t['engine']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['layout']} "
+                     f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t['split']} | {ms(t['tpot_ms'], '.2f')} "
+                     f"| {ms(t['tpot_pred_ms'], '.2f')} | {pct(t['tpot_err'])} | {pct(t['tpot_err_other_family_fit'])} "
+                     f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} |")
     lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]
     for name, s in fit["summary"].items():
         lines.append(f"| {name} | {s['rows']} | {s['median_abs_err']:.1%} | {s['max_abs_err']:.1%} |")
     return "\n".join(lines) + "\n"
-

@@ -94,7 +94,7 @@ def test_physics_terms_by_hand():
     assert rows["prefill_flops"][2] == c.token_gemm_flops / 2e15
     assert rows["prefill_positions"][3] == c.position_flops / 1e15 and rows["prefill_positions"][5] == 0
     assert rows["state"][4] == c.request_read_bytes / 1e12 and rows["state"][5] == c.context_read_bytes / 1e12
-    assert rows["comm"][1] == 0 and rows["a2a"][1] == 0  # one rank: nothing to reduce or dispatch
+    assert rows["comm"][1] == 0 and rows["a2a_decode"][1] == rows["a2a_prefill"][2] == 0  # one rank: nothing to reduce or dispatch
     assert rows["step"][7] == math.log1p(-0.5)
 
 
