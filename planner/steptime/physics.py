@@ -168,9 +168,9 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
     tp = shape.attn_tp
     a2a = 0.0
     moe_ring = 0.0
-    if shape.moe_ep > 1:
+    if shape.moe_ep > 1 and shape.dp > 1:  # each DP rank dispatches its own tokens to their experts' ranks
         a2a = len(mains) * k * hidden * (1 + 2) * (shape.moe_ep - 1) / shape.moe_ep
-    else:
+    else:  # every rank holds every token (TP attention): the experts' outputs meet in an all-reduce
         moe_ring = _ring(shape.world) * shape.dp
     return ModelCost(layers=len(mains), dense_bytes=int(dense), expert_bytes=int(expert), experts=experts,
                      experts_per_token=k,
