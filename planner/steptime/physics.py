@@ -131,19 +131,29 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
         one = rules.groups(Placement(), experts)
     dense = expert = 0.0
     dense_flops = expert_params = 0.0
+    seen: dict[tuple[object, ...], tuple[int, int]] = {}
     for w in inventory.weights:
         if w.is_mtp or w.role is Role.EMBED:
             continue
         params = math.prod(w.logical) * w.copies
         if w.role in (Role.EXPERT_W13, Role.EXPERT_W2):
-            expert += w.nbytes if g is None else local_bytes(w, rules, g) * w.copies / g.moe_ep
+            if g is None:
+                expert += w.nbytes
+            else:
+                kind = (w.role, w.logical, w.quant, w.tensor.dtype)
+                if kind not in seen:
+                    seen[kind] = (local_bytes(w, rules, g), 0)
+                expert += seen[kind][0] * w.copies / g.moe_ep
             expert_params += params
             continue
         if g is None:
             dense += w.nbytes
             dense_flops += 2.0 * params
             continue
-        mine, whole = local_bytes(w, rules, g), local_bytes(w, rules, one)
+        kind = (w.role, w.logical, w.quant, w.tensor.dtype)  # layers repeat their shapes: one computation a kind
+        if kind not in seen:
+            seen[kind] = (local_bytes(w, rules, g), local_bytes(w, rules, one))
+        mine, whole = seen[kind]
         share = mine / whole if whole else 1.0
         group = round(1 / share) if share > 0 else 1  # the ranks this weight is split over
         tokens = group // shape.attn_tp if group > shape.attn_tp else 1  # tokens of other DP ranks gathered
