@@ -375,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         add(f"TTFT {part}", [t["ttft_err"] for t in table if t["split"] == part])
     add("TPOT held out: GPU family (the other family's fit)",
         [t["tpot_err_other_family_fit"] for t in table if t["split"] == "fit"])
+    engine_cross = []  # another engine: the vLLM rows under the SGLang coefficients of their family, unadjusted
+    for u in used:
+        if u["row"]["engine"] == "vllm" and u["ttft"] is not None and family(u["row"]) in betas:
+            b = betas[family(u["row"])]
+            engine_cross.append(float(p50(u["ttft"], b) @ b) / (float(u["row"]["ttft_ms"]) / 1e3) - 1)
+    add("TTFT held out: engine (vLLM rows under the SGLang fit)", engine_cross)
     add("TPOT all held out", [t["tpot_err"] for t in table if t["split"] != "fit"])
     add("TTFT all held out", [t["ttft_err"] for t in table if t["split"] != "fit"])
     for kind in ("TP", "DP", "DP-attention"):
