@@ -65,13 +65,14 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     import numpy as np
 
     n = len(trace)
-    admitted, first, finished = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+    arrival, admitted, first, finished = (np.full(n, -1, dtype=np.int64) for _ in range(4))
     pre = np.zeros(n, dtype=np.int64)
     refused: dict[int, str] = {}
     parts, results = [], []
     for sub, idx in split_round_robin(trace, dp):
         res = run_one(sub)
         results.append(res)
+        arrival[idx] = np.asarray(res.arrival_ns, dtype=np.int64)  # a closed-loop client's send times, not the trace's
         admitted[idx] = np.asarray(res.admitted_ns, dtype=np.int64)
         first[idx] = np.asarray(res.first_token_ns, dtype=np.int64)
         finished[idx] = np.asarray(res.finished_ns, dtype=np.int64)
@@ -81,7 +82,7 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
         parts.append(res.series)
     r0 = results[0]
     return RuntimeResult(label=r0.label, pools=r0.pools, usable_units=sum(r.usable_units for r in results),
-                         arrival_ns=trace.arrival_ns, admitted_ns=admitted, first_token_ns=first, finished_ns=finished,
+                         arrival_ns=arrival, admitted_ns=admitted, first_token_ns=first, finished_ns=finished,
                          preemptions=pre, refused=refused, series=_summed_series(parts, len(r0.pools)),
                          recomputed_tokens=sum(r.recomputed_tokens for r in results),
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),

@@ -323,3 +323,21 @@ def test_a_raw_size_is_no_card_for_physics(tmp_path):
                                  placement=Placement(tp=4))
         with pytest.raises(BadInput, match="--gpu NAME"):
             step_time_for(spec, config, None)
+
+
+def test_closed_loop_replicas_time_ttft_from_each_send():
+    """dp replicas under a closed-loop client: a request's TTFT runs from when its replica's client sent it,
+    not from the trace's time (all zero here): the merged result is each replica's own, request by request."""
+    from csa_plan.planner.serving.replicas import replay_replicas, split_round_robin
+
+    n, dp, c = 12, 2, 2
+    trace = RuntimeTrace(np.zeros(n, dtype=np.int64), np.full(n, 300, dtype=np.int64), np.full(n, 6, dtype=np.int64))
+    time = StepTime(20.0, 10_000.0)
+    run = lambda t: replay(_runtime("sglang-0.5.23", t), t, time, max_concurrency=c)
+    merged = replay_replicas(run, trace, dp)
+    for sub, idx in split_round_robin(trace, dp):
+        own = run(sub)
+        assert list(np.asarray(merged.arrival_ns)[idx]) == list(np.asarray(own.arrival_ns))
+        ttft = np.asarray(merged.first_token_ns)[idx] - np.asarray(merged.arrival_ns)[idx]
+        assert list(ttft) == list(np.asarray(own.first_token_ns) - np.asarray(own.arrival_ns))
+    assert np.asarray(merged.arrival_ns).max() > 0  # the later requests were sent when earlier ones ended
