@@ -2,24 +2,31 @@
 plus per-step and per-layer floors, each basis term times a coefficient fitted on published
 measurements (``steptime_fit.json``, written by ``tools/fit_steptime.py``; BLIS's method).
 
-The basis terms of one step, in seconds, per rank of a TP-wide replica:
+The basis terms of one step, in seconds, for one rank of the deployment (``model_cost`` reads
+what the rank holds and repeats from the engine's shard rules, ``planner/weights/rules.py``):
 
 * ``step`` 1 and ``layer`` L (decoder layers): launch and synchronisation floors;
-* ``weights``: the non-expert weights (embedding excluded) plus the routed-expert bytes the
-  step's T tokens touch (each token picks k of E experts), over the HBM bandwidth;
+* ``weights``: the rank's non-expert weights (embedding excluded) plus the routed-expert bytes of
+  its local experts the tokens of every DP rank touch (each token picks k of E experts), over HBM;
 * ``state``: what each decoding request reads of its state group at its context length
   (every indexer key, the top-k CSA records, every HCA record, the sliding window) over HBM;
-* ``flops``: the linears' 2 x active parameters per token over the card's GEMM peak, plus the
-  attention and indexer work that grows with each token's position, over the BF16 peak;
-* ``prefill_flops``: the linears' work of the prefill tokens again, so a fit can cost a prompt
-  token apart from a decoded one (large-batch GEMMs, activations, chunk overheads);
-* ``comm``: two TP all-reduces of the hidden state per layer per token over the link.
+* ``flops``: the rank's linears, 2 x its parameters per token (split weights its share, the
+  replicated fused wq_a+wkv, compressors, indexers and router whole), over the card's GEMM peak,
+  plus the attention and indexer work that grows with each token's position, over the BF16 peak
+  (the indexer's scoring is not split by TP in either engine);
+* ``prefill_flops`` / ``prefill_positions``: the prefill tokens' linear and position work again,
+  so a fit can cost a prompt token apart from a decoded one;
+* ``comm``: the all-reduces of the hidden state over the link (attention over its TP group, the
+  MoE over all ranks unless DP ranks dispatch to EP);
+* ``a2a_decode`` / ``a2a_prefill``: the expert-parallel dispatch (FP8) and combine (BF16) of each
+  token's k experts over the link where DP ranks dispatch their own tokens, for decode and prefill
+  tokens apart (DeepEP's low-latency and normal kernels).
 
 ``StepTime.linear``'s eight coefficients are these terms collected by batch feature, so the
 compiled loops evaluate the model without knowing its parts. What is approximated: the
 top-k records are read in full from the first token (a short context reads fewer), a draft
-token costs what a decoded token costs, and DP attention and EP all-to-all are not modelled
-apart from TP (the fit absorbs them for the rows it saw).
+token costs what a decoded token costs, every rank is as loaded as the others, and DP ranks
+do not step together (each replica is timed for its own batch).
 """
 
 from __future__ import annotations
