@@ -11,6 +11,9 @@ Each card carries what the planner reads from it, each with its source:
 * ``device_name`` — the name the driver reports (``torch.cuda.get_device_name``): vLLM's own
   default-batch rule matches on it ("a100" in the lower-cased name).
 * ``vendor`` — "nvidia" or "amd": the engines' DeepSeek-V4 paths differ by platform.
+* ``perf`` — what the step-time roofline reads (``CardPerf``: HBM bandwidth, dense tensor
+  throughput per dtype, the scale-up link and its domain), each row with its datasheet source;
+  None where no figures are published here (no physics step time on that card).
 
 API (kept small on purpose; other modules build on it):
 
@@ -28,6 +31,28 @@ from csa_plan.planner.errors import BadInput
 from csa_plan.planner.record import record
 
 MIB = 1 << 20
+TB = 1e12
+GB = 1e9
+
+
+@record
+class CardPerf:
+    """A card's datasheet figures for the step-time roofline (dense, not 2:4-sparse, tensor peaks;
+    the scale-up link per GPU in one direction, half the bidirectional figure NVIDIA quotes)."""
+
+    family: str             # the GPU generation a fit is shared across: "hopper", "blackwell", "ampere", ...
+    hbm_bytes_s: float
+    bf16_flops: float       # dense
+    fp8_flops: float        # dense; 0 where the card has no FP8 tensor cores (the BF16 figure is used)
+    fp4_flops: float        # dense; 0 where the card has no FP4 tensor cores
+    link_bytes_s: float     # scale-up link, one direction, per GPU
+    link_domain: int        # GPUs one scale-up domain joins (8 on an HGX board, 72 on an NVL72 rack)
+    source: str
+
+    @property
+    def gemm_flops(self) -> float:
+        """The GEMM peak the step's FP8 linears run at (BF16 where the card has no FP8)."""
+        return self.fp8_flops or self.bf16_flops
 
 
 @record
@@ -41,6 +66,7 @@ class Card:
     vendor: str                   # "nvidia" | "amd"
     memory_source: str
     capability_source: str
+    perf: CardPerf | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -57,32 +83,81 @@ class Card:
                 "memory_source": self.memory_source, "capability_source": self.capability_source}
 
 
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM: 3.35 TB/s, 989 TF BF16 / 1,979 TF FP8 dense, NVLink 900 GB/s)"
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (SXM: 4.8 TB/s, 989 TF BF16 / 1,979 TF FP8 dense, NVLink 900 GB/s)"
+_B200 = "NVIDIA DGX B200 / HGX B200 datasheet (per GPU: 8 TB/s, 2.25 PF BF16 / 4.5 PF FP8 / 9 PF FP4 dense, NVLink 1.8 TB/s)"
+_B300 = ("NVIDIA HGX B300 datasheet (8 GPUs: 72 PF FP8 and 36 PF BF16 with sparsity, 105 PF FP4 dense; per GPU "
+         "8 TB/s HBM3e, NVLink 5 1.8 TB/s): per GPU 2.25 PF BF16 / 4.5 PF FP8 / 13 PF FP4 dense")
+_GB200 = ("NVIDIA GB200 NVL72 datasheet (per superchip of 2 GPUs: 10 PF BF16 and 20 PF FP8 with sparsity, 16 TB/s "
+          "HBM3e, NVLink 3.6 TB/s; one NVLink domain of 72 GPUs): per GPU 2.5 PF BF16 / 5 PF FP8 / 10 PF FP4 dense, "
+          "8 TB/s, 1.8 TB/s")
+_GB300 = ("NVIDIA GB300 NVL72 datasheet (rack: 360 PF BF16 and 720 PF FP8 with sparsity, 1,080 PF FP4 dense, "
+          "576 TB/s HBM3e, NVLink 130 TB/s over 72 GPUs): per GPU 2.5 PF BF16 / 5 PF FP8 / 15 PF FP4 dense, 8 TB/s, "
+          "1.8 TB/s")
+_RTX6000 = ("NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (96 GB GDDR7 1,597 GB/s, 4 PF FP4 with sparsity; "
+            "PCIe Gen5 x16 128 GB/s, no NVLink): 0.5 PF BF16 / 1 PF FP8 / 2 PF FP4 dense")
+
+
+def _perf(family: str, hbm_tb_s: float, bf16_tf: float, fp8_tf: float, fp4_tf: float, link_gb_s: float,
+          domain: int, source: str) -> CardPerf:
+    return CardPerf(family, hbm_tb_s * TB, bf16_tf * TB, fp8_tf * TB, fp4_tf * TB, link_gb_s * GB, domain, source)
+
+
+_HOPPER_8 = dict(bf16_tf=989, fp8_tf=1979, fp4_tf=0, link_gb_s=450, domain=8)
+_PERF_H100 = _perf("hopper", 3.35, source=_H100, **_HOPPER_8)
+
 _CUDA_TABLE = "NVIDIA CUDA GPU compute capability table (developer.nvidia.com/cuda-gpus)"
 _SMI = "nvidia-smi memory.total"
 
 _TABLE: tuple[Card, ...] = (
     Card("h200", "NVIDIA H200", 143771, (9, 0), "nvidia",
-         f"{_SMI} '143771MiB' (H200 SXM 141 GB, in public vLLM/SGLang issue logs)", _CUDA_TABLE),
+         f"{_SMI} '143771MiB' (H200 SXM 141 GB, in public vLLM/SGLang issue logs)", _CUDA_TABLE,
+         _perf("hopper", 4.8, source=_H200, **_HOPPER_8)),
     Card("h100", "NVIDIA H100 80GB HBM3", 81559, (9, 0), "nvidia",
-         f"{_SMI} '81559MiB' (H100 SXM 80 GB; modal-labs/modal-client#2797 lists the same)", _CUDA_TABLE),
-    Card("h800", "NVIDIA H800", 81559, (9, 0), "nvidia", f"{_SMI} '81559MiB' (H800 80 GB)", _CUDA_TABLE),
+         f"{_SMI} '81559MiB' (H100 SXM 80 GB; modal-labs/modal-client#2797 lists the same)", _CUDA_TABLE, _PERF_H100),
+    Card("h800", "NVIDIA H800", 81559, (9, 0), "nvidia", f"{_SMI} '81559MiB' (H800 80 GB)", _CUDA_TABLE,
+         _perf("hopper", 3.35, 989, 1979, 0, 200, 8, _H100 + "; H800: NVLink 400 GB/s (NVIDIA's China SKU listing)")),
     Card("h20", "NVIDIA H20", 97871, (9, 0), "nvidia", f"{_SMI} '97871MiB' (H20 96 GB HBM3, public logs)",
-         _CUDA_TABLE),
+         _CUDA_TABLE, _perf("hopper", 4.0, 148, 296, 0, 450, 8,
+                            "NVIDIA H20 product brief (96 GB HBM3 4.0 TB/s, 148 TF BF16 / 296 TF FP8 dense, "
+                            "NVLink 900 GB/s)")),
     Card("gh200", "NVIDIA GH200 480GB", 97871, (9, 0), "nvidia",
-         f"{_SMI} '97871MiB' (GH200 with 96 GB HBM3, shown as 'GH200 480GB' / 'GH200 120GB')", _CUDA_TABLE),
+         f"{_SMI} '97871MiB' (GH200 with 96 GB HBM3, shown as 'GH200 480GB' / 'GH200 120GB')", _CUDA_TABLE,
+         _perf("hopper", 4.0, 989, 1979, 0, 450, 8,
+               "NVIDIA GH200 Grace Hopper datasheet (96 GB HBM3 4 TB/s; H100 tensor cores)")),
     Card("gh200-144gb", "NVIDIA GH200 144G HBM3e", 145920, (9, 0), "nvidia",
-         "cuDeviceTotalMem 153,008,209,920 B = 145920 MiB (GH200 144G HBM3e, a public driver test)", _CUDA_TABLE),
+         "cuDeviceTotalMem 153,008,209,920 B = 145920 MiB (GH200 144G HBM3e, a public driver test)", _CUDA_TABLE,
+         _perf("hopper", 4.9, 989, 1979, 0, 450, 8,
+               "NVIDIA GH200 Grace Hopper datasheet (144 GB HBM3e 4.9 TB/s; H100 tensor cores)")),
     Card("b200", "NVIDIA B200", 183359, (10, 0), "nvidia", f"{_SMI} '183359MiB' (B200 180 GB, public logs)",
-         _CUDA_TABLE),
+         _CUDA_TABLE, _perf("blackwell", 8.0, 2250, 4500, 9000, 900, 8, _B200)),
+    Card("b300", "NVIDIA B300 SXM6 AC", 275040, (10, 3), "nvidia",
+         f"{_SMI} '275040MiB' (B300 SXM6 AC 288 GB HBM3e, public logs of 8x B300 nodes, driver 580)",
+         _CUDA_TABLE + ": GB300 and B300 are compute capability 10.3",
+         _perf("blackwell", 8.0, 2250, 4500, 13000, 900, 8, _B300)),
+    Card("gb200", "NVIDIA GB200", 189471, (10, 0), "nvidia",
+         f"{_SMI} '189471MiB' (GB200 NVL72, 186 GB HBM3e per GPU, public logs, driver 580)",
+         _CUDA_TABLE + ": GB200 and B200 are compute capability 10.0",
+         _perf("blackwell", 8.0, 2500, 5000, 10000, 900, 72, _GB200)),
+    Card("gb300", "NVIDIA GB300", 284208, (10, 3), "nvidia",
+         f"{_SMI} '284208MiB' (GB300 NVL72, 288 GB HBM3e per GPU, public logs, driver 580)",
+         _CUDA_TABLE + ": GB300 and B300 are compute capability 10.3",
+         _perf("blackwell", 8.0, 2500, 5000, 15000, 900, 72, _GB300)),
     Card("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), "nvidia",
-         f"{_SMI} '81920MiB' (modal-labs/modal-client#2797)", _CUDA_TABLE),
+         f"{_SMI} '81920MiB' (modal-labs/modal-client#2797)", _CUDA_TABLE,
+         _perf("ampere", 2.039, 312, 0, 0, 300, 8,
+               "NVIDIA A100 datasheet (80 GB SXM: 2,039 GB/s, 312 TF BF16 dense, NVLink 600 GB/s)")),
     Card("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), "nvidia",
-         f"{_SMI} '40960MiB' (modal-labs/modal-client#2797)", _CUDA_TABLE),
+         f"{_SMI} '40960MiB' (modal-labs/modal-client#2797)", _CUDA_TABLE,
+         _perf("ampere", 1.555, 312, 0, 0, 300, 8,
+               "NVIDIA A100 datasheet (40 GB SXM: 1,555 GB/s, 312 TF BF16 dense, NVLink 600 GB/s)")),
     Card("l40s", "NVIDIA L40S", 46068, (8, 9), "nvidia", f"{_SMI} '46068MiB' (modal-labs/modal-client#2797)",
-         _CUDA_TABLE),
+         _CUDA_TABLE, _perf("ada", 0.864, 362, 733, 0, 32, 1,
+                            "NVIDIA L40S datasheet (864 GB/s, 362 TF BF16 / 733 TF FP8 dense; PCIe Gen4 x16 64 GB/s)")),
     Card("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, (12, 0), "nvidia",
          f"{_SMI} '97887MiB' (RTX PRO 6000 Blackwell 96 GB, Server and Workstation Editions, public logs)",
-         _CUDA_TABLE + "; sm_120 reported by torch on the card"),
+         _CUDA_TABLE + "; sm_120 reported by torch on the card",
+         _perf("blackwell-rtx", 1.597, 500, 1000, 2000, 64, 1, _RTX6000)),
     Card("mi300x", "AMD Instinct MI300X", 196288, (9, 4), "amd",
          "rocm-smi VRAM Total Memory 205,822,885,888 B = 196288 MiB (MI300X 192 GB, public logs)",
          "gfx942: torch on ROCm reports capability (9, 4)"),
@@ -90,7 +165,8 @@ _TABLE: tuple[Card, ...] = (
 
 CARDS: dict[str, Card] = {c.name: c for c in _TABLE}
 ALIASES: dict[str, str] = {"h100-80gb": "h100", "gh200-96gb": "gh200", "rtx-pro-6000-blackwell": "rtx-pro-6000",
-                           "h200-141gb": "h200", "b200-180gb": "b200"}
+                           "h200-141gb": "h200", "b200-180gb": "b200", "b300-288gb": "b300",
+                           "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}
 DEFAULT_CARD = "h200"
 
 

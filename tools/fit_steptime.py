@@ -2,25 +2,34 @@
 
     python tools/fit_steptime.py [--csv benchmarks/published_serving.csv] [--write] [--max-requests 1024]
 
-Each usable row (DeepSeek-V4, a card with figures in ``planner/steptime/hardware.py``, no
+Each usable row (DeepSeek-V4, a card with figures in the card table ``planner/cards.py``, no
 speculative decoding or EAGLE with its steps stated) is replayed once through csa-plan's own
-engine runtime (sglang-0.5.23, the closest replayed release to the rows' 0.5.15; fixed lengths
-at the row's concurrency, a closed-loop client), every step lasting 1 ns, while each step's batch
-is recorded. In a closed loop the schedule does not depend on how long steps take, so each
-request's TPOT and TTFT are linear in the coefficients of the six basis terms
-(``physics.BASIS``): mean TPOT = g . beta.
+engine runtime (SGLang rows: sglang-0.5.23; vLLM rows: vllm-0.33; fixed lengths at the row's
+concurrency, a closed-loop client, one data-parallel replica of ``dp`` standing for all: the rows'
+requests are all alike), every step lasting 1 ns, while each step's batch is recorded. In a closed
+loop the schedule does not depend on how long steps take, so each request's TPOT and TTFT are
+linear in the coefficients of the basis terms (``physics.BASIS``): a request's TPOT = g . beta; the rows publish
+p50s, so each fit round takes the median request under the last round's coefficients.
+
+Each rank is costed as the row's layout runs it (``physics.model_cost`` over the engine's shard
+rules): SGLang ``--enable-dp-attention`` is attention TP tp/dp with dp ranks; an ``(a2a)`` MoE backend
+is EP over all GPUs; vLLM ``--data-parallel-size`` with ``--enable-expert-parallel`` is DP ranks of
+attention TP 1 and EP over all GPUs.
 
 EAGLE rows (TPOT per accepted token): the replay has no drafts, so each decode step is costed
 with every request verifying its draft tokens (``spec_draft_tokens``) plus one draft pass per
 speculative step (one more layer each), and TPOT divides that step by the accepted length
 ``1 + p + ... + p^steps`` at the acceptance rate ``--acceptance`` (0.65: the middle of the
-published 0.57-0.70 MTP rates, docs/steptime.md). Targets: TPOT of every row, and TTFT of the
-rows at concurrency 16 or less (prefill, little queueing).
+published 0.57-0.70 MTP rates, docs/steptime.md). Targets: TPOT of every fitted row, and TTFT of
+every fitted row whose requests all run at once in the replay (no request waits for a slot: the
+high-throughput cells, minutes of queueing, are left out).
 
-Fitted per GPU family on V4-Flash at concurrency 1, 16, 1024 and 4096, by non-negative least
-squares on relative error (Lawson-Hanson); held out: V4-Pro (another model), concurrency 64 and
-256 (another regime), and each family's rows under the other family's fit (another GPU family).
-``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
+Fitted per GPU family on SGLang V4-Flash rows at concurrency 1, 16, 1024 and 4096, by
+non-negative least squares on relative error (Lawson-Hanson). Held out, in this order: V4-Pro
+(another model), vLLM rows (another engine: too few published rows with TPOT to fit vLLM on its
+own), Hopper's DP-attention rows (another layout: the Hopper fit sees TP rows only), concurrency
+64, 256 and 512 (another regime), and each family's rows under the other family's fit (another GPU
+family). ``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
 """
 
 from __future__ import annotations
@@ -37,8 +46,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 FIT_PATH = ROOT / "planner" / "steptime" / "steptime_fit.json"
 from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE as ACCEPTANCE
-FIT_CONCURRENCY = (1, 16, 1024, 4096)
-TTFT_MAX_CONCURRENCY = 16
+FIT_CONCURRENCY = (1, 16, 64, 1024, 4096)
+ENGINES = {"sglang": "sglang-0.5.23", "vllm": "vllm-0.33"}
+# No kernel beats its datasheet peak: the roofline terms' coefficients are at least 1 (the floors and the extra
+# prefill terms at least 0), so rows that cannot tell two terms apart do not hand one term's cost to the other.
+FIT_ROUNDS = 4
+FLOOR = {"weights": 1.0, "state": 1.0, "flops": 1.0, "comm": 1.0, "a2a_decode": 1.0, "a2a_prefill": 1.0}
+TTFT_MAX = 256  # above it the cookbook's TTFT is minutes of queueing the replay admits at once (SERVING_DATA.md)
+TTFT_MIN = 2  # at concurrency 1 the cookbook's TTFT is 150-430 ms for a prefill the roofline puts at 20-60 ms, and
+# above the same cell's TTFT at concurrency 16 on some cells: time outside the engine's steps (docs/steptime.md)
 TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"
 
 
@@ -48,37 +64,71 @@ def usable(row: dict) -> str | None:
 
     if not row["model"].startswith("deepseek-v4"):
         return "not DeepSeek-V4 (the roofline reads V4's compressed layers)"
+    if row["engine"] not in ENGINES:
+        return f"engine {row['engine']} is not replayed"
     if card_perf(row["gpu"]) is None:
-        return f"no card figures for {row['gpu']} in planner/steptime/hardware.py"
+        return f"no card figures for {row['gpu']} in planner/cards.py"
     if row["spec_method"] not in ("", "none", "EAGLE") or (row["spec_method"] == "EAGLE" and not row["spec_steps"]):
         return f"speculative decoding ({row['spec_method']}) without its steps stated"
-    if not row["tpot_ms"] or not row["max_concurrency"] or not row["isl"] or not row["osl"]:
-        return "no TPOT, concurrency or lengths"
+    if not (row["tpot_ms"] or row["ttft_ms"]) or not row["max_concurrency"] or not row["isl"] or not row["osl"]:
+        return "no TPOT or TTFT, concurrency or lengths"
     return None
 
 
-FLAGS = {"max-running-requests": ("max_running_requests", int), "mem-fraction-static": ("mem_fraction_static", float),
-         "chunked-prefill-size": ("chunked_prefill_size", int)}
+FLAGS = {"sglang": {"max-running-requests": ("max_running_requests", int),
+                    "mem-fraction-static": ("mem_fraction_static", float),
+                    "chunked-prefill-size": ("chunked_prefill_size", int)},
+         "vllm": {"max-num-batched-tokens": ("max_num_batched_tokens", int), "max-num-seqs": ("max_num_seqs", int),
+                  "block-size": ("block_size", int)}}
 
 
 def row_settings(row: dict) -> dict:
-    """The cell's own SGLang flags that csa-plan's engine settings take (from the row's notes)."""
+    """The cell's own engine flags that csa-plan's engine settings take (from the row's notes)."""
     import re
 
     out = {}
-    for flag, (name, kind) in FLAGS.items():
+    for flag, (name, kind) in FLAGS[row["engine"]].items():
         m = re.search(rf"{flag} ([0-9.]+)", row["notes"])
         if m:
             out[name] = kind(m.group(1))
     return out
 
 
+def layout(row: dict) -> tuple[int, int, int]:
+    """(attention TP, DP ranks, EP) of the row's deployment as csa-plan's placement spells it."""
+    world = int(row["num_gpus"] or row["tp"])
+    dp = int(row["dp"] or 1)
+    if row["engine"] == "sglang":
+        if row["dp_attention"] != "true":
+            dp = 1
+        ep = int(row["ep"]) if row["ep"] else (world if "a2a" in row["moe_backend"] else 1)
+        return world // dp, dp, ep
+    ep = int(row["ep"]) if row["ep"] else 1
+    return world // dp, dp, ep
+
+
+def layout_name(row: dict) -> str:
+    tp, dp, ep = layout(row)
+    kind = "DP-attention" if row["engine"] == "sglang" and dp > 1 else ("DP" if dp > 1 else "TP")
+    return f"{kind} {tp}x{dp}" + (f" EP{ep}" if ep > 1 else "")
+
+
 def split(row: dict) -> str:
+    from csa_plan.planner.steptime.hardware import card_perf
+
     if row["model"] != "deepseek-v4-flash":
         return "held out: model"
+    if row["engine"] != "sglang":  # vLLM: TP rows fit its prefill position term, the rest are held out
+        return "fit" if layout(row)[1] == 1 else "held out: layout"
+    if layout(row)[1] > 1 and card_perf(row["gpu"]).family == "hopper":
+        return "held out: layout"
     if int(row["max_concurrency"]) not in FIT_CONCURRENCY:
         return "held out: regime"
     return "fit"
+
+
+class _Captured(Exception):
+    pass
 
 
 def replay_row(row: dict, max_requests: int) -> dict:
@@ -92,9 +142,9 @@ def replay_row(row: dict, max_requests: int) -> dict:
     from csa_plan.planner.replay.trace import runtime_trace
     from csa_plan.planner.workloads import MixSettings
 
+    tp, dp, ep = layout(row)
     conc = int(row["max_concurrency"])
-    n = min(int(row["num_prompts"] or 2 * conc), max_requests)
-    tp = int(row["num_gpus"] or row["tp"])
+    n = min(int(row["num_prompts"] or 2 * conc), max_requests * dp)
     feats: list[tuple[float, ...]] = []
 
     def record(step):
@@ -105,11 +155,15 @@ def replay_row(row: dict, max_requests: int) -> dict:
     captured = {}
 
     def serve(setup, wl, rate_scale, progress=None):
+        from csa_plan.planner.serving.replicas import split_round_robin
+
         trace = runtime_trace(wl, rate_scale)
-        res = replay(setup.plan.runtime(setup.sizing, trace, setup.options), trace, one_ns, max_concurrency=conc,
-                     on_step=record)
+        if setup.dp > 1:  # replica 0 stands for all: the rows' requests are all alike
+            trace = split_round_robin(trace, setup.dp)[0][0]
+        res = replay(setup.plan.runtime(setup.sizing, trace, setup.options), trace, one_ns,
+                     max_concurrency=-(-conc // setup.dp), on_step=record)
         captured["res"] = res
-        return res
+        raise _Captured  # the replay is all the fit needs: no report of one replica
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for _ in range(n):
@@ -119,10 +173,15 @@ def replay_row(row: dict, max_requests: int) -> dict:
     original = serve_mod.serve
     serve_mod.serve = serve
     try:
-        given = MixSettings(model=row["model"], tp=tp, device_memory_bytes=CardBytes(card(row["gpu"])),
-                            step_time="fixed", max_concurrency=conc)
-        outcome = run_simulate(SimulateRequest(path, given, engine="sglang-0.5.23",
-                                               engine_settings=EngineSettings(gpu=row["gpu"], **row_settings(row))))
+        given = MixSettings(model=row["model"], tp=tp, dp=dp, ep=ep if ep > 1 else None,
+                            device_memory_bytes=CardBytes(card(row["gpu"])), step_time="fixed", max_concurrency=conc,
+                            max_seq_len=max(8192, int(row["isl"]) + int(row["osl"])))
+        try:
+            outcome = run_simulate(SimulateRequest(path, given, engine=ENGINES[row["engine"]],
+                                                   engine_settings=EngineSettings(gpu=row["gpu"],
+                                                                                  **row_settings(row))))
+        except _Captured:
+            outcome = None
     finally:
         serve_mod.serve = original
         Path(path).unlink()
@@ -132,21 +191,28 @@ def replay_row(row: dict, max_requests: int) -> dict:
     res = captured["res"]
     return {"feats": np.asarray(feats, dtype=np.float64), "end": np.asarray(res.series.end_ns, dtype=np.int64),
             "first": np.asarray(res.first_token_ns), "fin": np.asarray(res.finished_ns),
-            "arr": np.asarray(res.arrival_ns), "requests": n, "peak_running": int(np.max(res.series.running))}
+            "arr": np.asarray(res.arrival_ns), "requests": n, "peak_running": int(np.max(res.series.running)),
+            "replica_concurrency": -(-conc // dp)}
 
 
-def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray, np.ndarray | None]:
-    """(TPOT basis, TTFT basis or None): per-request means of the steps' basis terms (module docstring)."""
+def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(TPOT basis, TTFT basis), each per request (one row a request) or None: the steps' basis terms summed
+    over each request's decode (per output token) and over its wait for the first token."""
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.steptime.hardware import card_perf
     from csa_plan.planner.steptime.physics import BASIS, basis_rows, model_cost
     from csa_plan.planner.serving.step_source import model_inputs
     from csa_plan.planner.steptime.model import linear_seconds
 
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.weights.rules import rules_for
+
     spec = load_model(row["model"])
     data, inventory = model_inputs(spec)
-    cost = model_cost(spec, data, inventory)
-    vecs = basis_rows(cost, card_perf(row["gpu"]), int(row["num_gpus"] or row["tp"]))
+    tp, dp, ep = layout(row)
+    cost = model_cost(spec, data, inventory, rules_for(ENGINES[row["engine"]]),
+                      Placement(tp=tp, dp=dp, ep=ep if ep > 1 else None))
+    vecs = basis_rows(cost, card_perf(row["gpu"]))
     f = rec["feats"]
     steps = int(row["spec_steps"] or 0) if row["spec_method"] == "EAGLE" else 0
     draft = (int(row["spec_draft_tokens"] or steps + 1) - 1) if steps else 0
@@ -170,13 +236,55 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray, np.ndarray | None]:
     osl = int(row["osl"])
     cum = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, bool(steps)), axis=0)])
     accept = sum(ACCEPTANCE ** j for j in range(steps + 1))
-    tpot = ((cum[at(fin[ok])] - cum[at(first[ok])]) / (osl - 1)).mean(axis=0) / accept
+    tpot = ((cum[at(fin[ok])] - cum[at(first[ok])]) / (osl - 1)) / accept if row["tpot_ms"] else None
     ttft = None
-    if int(row["max_concurrency"]) <= TTFT_MAX_CONCURRENCY:
+    if row["ttft_ms"] and TTFT_MIN <= int(row["max_concurrency"]) <= TTFT_MAX:
         plain = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, False), axis=0)])
         start = np.where(arr[ok] > 0, at(arr[ok]), 0)
-        ttft = (plain[at(first[ok])] - plain[start]).mean(axis=0)
+        ttft = plain[at(first[ok])] - plain[start]
     return tpot, ttft
+
+
+def p50(per_request: np.ndarray | None, beta: np.ndarray) -> np.ndarray | None:
+    """The basis vector of the request whose time is the median under ``beta`` (the rows publish p50s; each
+    fit round picks the median request again under the last round's coefficients)."""
+    if per_request is None:
+        return None
+    times = per_request @ beta
+    return per_request[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])]
+
+
+def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[dict]:
+    """Every usable row's basis vectors (replayed, or read from ``cache``, keyed by the row's text)."""
+    import pickle
+
+    store = {}
+    if cache and Path(cache).exists():
+        store = pickle.loads(Path(cache).read_bytes())
+    used = []
+    for i, row in enumerate(rows):
+        if usable(row) is not None:
+            continue
+        key = json.dumps(row, sort_keys=True)
+        if key not in store:  # the replay's step batches: the basis is computed from them on every run
+            print(f"replaying row {i}: {row['engine']} {row['model']} {row['gpu']} x{row['num_gpus']} "
+                  f"{layout_name(row)} c{row['max_concurrency']} {row['spec_method'] or 'no spec'}", file=sys.stderr,
+                  flush=True)
+            rec = replay_row(row, max_requests)
+            if "refused" in rec:
+                print(f"row {i}: not replayed: {rec['refused']}", file=sys.stderr)
+                store[key] = None
+                continue
+            store[key] = rec
+        if store[key] is None:
+            continue
+        rec = store[key]
+        tpot, ttft = basis_vectors(row, rec)
+        used.append({"i": i, "row": row, "tpot": tpot, "ttft": ttft, "split": split(row),
+                     "peak_running": rec["peak_running"], "requests": rec["requests"]})
+    if cache:
+        Path(cache).write_bytes(pickle.dumps(store))
+    return used
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,80 +295,107 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "published_serving.csv"))
     ap.add_argument("--max-requests", type=int, default=1024)
+    ap.add_argument("--cache", help="keep the replays' basis vectors in this file (a rerun reads them)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
     rows = list(csv.DictReader(open(args.csv, newline="", encoding="utf-8")))
-    used = []
-    for i, row in enumerate(rows):
-        if usable(row) is not None:
-            continue
-        print(f"replaying row {i}: {row['model']} {row['gpu']} x{row['num_gpus']} c{row['max_concurrency']} "
-              f"{row['spec_method'] or 'no spec'}", file=sys.stderr, flush=True)
-        rec = replay_row(row, args.max_requests)
-        if "refused" in rec:
-            print(f"row {i}: not replayed: {rec['refused']}", file=sys.stderr)
-            continue
-        tpot, ttft = basis_vectors(row, rec)
-        used.append({"i": i, "row": row, "tpot": tpot, "ttft": ttft, "split": split(row), "rec": rec})
+    used = replay_all(rows, args.max_requests, args.cache)
     family = lambda r: card_perf(r["gpu"]).family
     betas = {}
-    for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit"}):
-        a = []
-        for u in used:
-            if u["split"] != "fit" or family(u["row"]) != fam:
-                continue
-            a.append(u["tpot"] / (float(u["row"]["tpot_ms"]) / 1e3))
-            if u["ttft"] is not None and u["row"]["ttft_ms"]:
-                a.append(u["ttft"] / (float(u["row"]["ttft_ms"]) / 1e3))
-        betas[fam] = nnls(np.array(a), np.ones(len(a)))
+    for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "sglang"}):
+        lo = np.array([FLOOR.get(t, 0.0) for t in BASIS])
+        beta = lo.copy()
+        for _ in range(FIT_ROUNDS):
+            a = []
+            for u in used:
+                if u["split"] != "fit" or family(u["row"]) != fam or u["row"]["engine"] != "sglang":
+                    continue
+                if u["tpot"] is not None:
+                    a.append(p50(u["tpot"], beta) / (float(u["row"]["tpot_ms"]) / 1e3))
+                if u["ttft"] is not None:
+                    a.append(p50(u["ttft"], beta) / (float(u["row"]["ttft_ms"]) / 1e3))
+            a = np.array(a)
+            beta = lo + nnls(a, np.ones(len(a)) - a @ lo)
+        betas[fam] = beta
+    # vLLM: SGLang's coefficients of the family, with the prefill position term (the indexer's scoring of every
+    # earlier key, which the 8K cookbook rows cannot see) fitted on the vLLM long-prompt rows of the "fit" split
+    vbetas = {}
+    for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "vllm"}):
+        mine = [u for u in used if u["split"] == "fit" and u["row"]["engine"] == "vllm" and family(u["row"]) == fam]
+        base = betas[fam].copy()
+        j = BASIS.index("prefill_positions")
+        base[j] = 0.0
+        med = [p50(u["ttft"], betas[fam]) for u in mine]
+        r = np.array([m[j] / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
+        r0 = np.array([float(m @ base) / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
+        base[j] = max(0.0, float(r @ (1 - r0) / (r @ r)))
+        vbetas[fam] = base
     table = []
+    err = lambda pred, m: None if pred is None or not m else round(pred / m - 1, 4)
     for u in used:
         row, fam = u["row"], family(u["row"])
-        own = betas.get(fam, betas["hopper"])
+        own = (vbetas if row["engine"] == "vllm" and fam in vbetas else betas).get(fam, betas["hopper"])
         other = [b for f_, b in betas.items() if f_ != fam]
-        m_tpot, m_ttft = float(row["tpot_ms"]), float(row["ttft_ms"]) if row["ttft_ms"] else None
-        tpot = float(u["tpot"] @ own) * 1e3
-        ttft = None if u["ttft"] is None else float(u["ttft"] @ own) * 1e3
-        cross = float(u["tpot"] @ other[0]) * 1e3 if other else None
-        table.append({"row": u["i"], "source": row["source_id"], "model": row["model"], "gpu": row["gpu"],
-                      "gpus": int(row["num_gpus"] or row["tp"]), "concurrency": int(row["max_concurrency"]),
+        m_tpot = float(row["tpot_ms"]) if row["tpot_ms"] else None
+        m_ttft = float(row["ttft_ms"]) if row["ttft_ms"] else None
+        tpot = None if u["tpot"] is None else float(p50(u["tpot"], own) @ own) * 1e3
+        ttft = None if u["ttft"] is None else float(p50(u["ttft"], own) @ own) * 1e3
+        cross = float(p50(u["tpot"], other[0]) @ other[0]) * 1e3 if other and u["tpot"] is not None else None
+        table.append({"row": u["i"], "source": row["source_id"], "engine": row["engine"], "model": row["model"],
+                      "gpu": row["gpu"], "gpus": int(row["num_gpus"] or row["tp"]), "layout": layout_name(row),
+                      "isl": int(row["isl"]), "concurrency": int(row["max_concurrency"]),
                       "spec": row["spec_method"] or "none", "split": u["split"], "tpot_ms": m_tpot,
-                      "tpot_pred_ms": round(tpot, 2), "tpot_err": round(tpot / m_tpot - 1, 4),
-                      "tpot_err_other_family_fit": None if cross is None else round(cross / m_tpot - 1, 4),
+                      "tpot_pred_ms": None if tpot is None else round(tpot, 2), "tpot_err": err(tpot, m_tpot),
+                      "tpot_err_other_family_fit": err(cross, m_tpot),
                       "ttft_ms": m_ttft, "ttft_pred_ms": None if ttft is None else round(ttft, 1),
-                      "ttft_err": None if ttft is None or not m_ttft else round(ttft / m_ttft - 1, 4),
-                      "peak_running": u["rec"]["peak_running"], "requests": u["rec"]["requests"]})
+                      "ttft_err": err(ttft, m_ttft), "peak_running": u["peak_running"], "requests": u["requests"]})
     for fam, beta in betas.items():
-        print(f"beta {fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
-    print(f"{'row':>4} {'model':18} {'gpu':5} {'n':>2} {'conc':>5} {'spec':5} {'split':17} {'TPOT':>7} {'pred':>7} "
-          f"{'err':>7} {'x-fam':>7} {'TTFT':>8} {'pred':>8} {'err':>7}")
+        print(f"beta sglang/{fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
+    for fam, beta in vbetas.items():
+        print(f"beta vllm/{fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
+    fmt = lambda v: "-" if v is None else f"{v:+.1%}"
+    num = lambda v, f: "-" if v is None else format(v, f)
+    print(f"{'row':>4} {'engine':6} {'model':18} {'gpu':5} {'n':>2} {'layout':22} {'isl':>7} {'conc':>5} {'spec':6} "
+          f"{'split':17} {'TPOT':>7} {'pred':>7} {'err':>7} {'x-fam':>7} {'TTFT':>8} {'pred':>8} {'err':>7}")
     for t in table:
-        fmt = lambda v: "-" if v is None else f"{v:+.1%}"
-        print(f"{t['row']:>4} {t['model']:18} {t['gpu']:5} {t['gpus']:>2} {t['concurrency']:>5} {t['spec']:5} "
-              f"{t['split']:17} {t['tpot_ms']:7.2f} {t['tpot_pred_ms']:7.2f} {fmt(t['tpot_err']):>7} "
-              f"{fmt(t['tpot_err_other_family_fit']):>7} {t['ttft_ms'] or 0:8.0f} "
-              f"{'-' if t['ttft_pred_ms'] is None else format(t['ttft_pred_ms'], '8.0f'):>8} {fmt(t['ttft_err']):>7}")
+        print(f"{t['row']:>4} {t['engine']:6} {t['model']:18} {t['gpu']:5} {t['gpus']:>2} {t['layout']:22} {t['isl']:>7} "
+              f"{t['concurrency']:>5} {t['spec']:6} {t['split']:17} {num(t['tpot_ms'], '7.2f'):>7} "
+              f"{num(t['tpot_pred_ms'], '7.2f'):>7} {fmt(t['tpot_err']):>7} {fmt(t['tpot_err_other_family_fit']):>7} "
+              f"{num(t['ttft_ms'], '8.0f'):>8} {num(t['ttft_pred_ms'], '8.0f'):>8} {fmt(t['ttft_err']):>7}")
     summary = {}
 
     def add(name, errs):
+        errs = [abs(e) for e in errs if e is not None]
         if errs:
             summary[name] = {"rows": len(errs), "median_abs_err": round(float(np.median(errs)), 4),
                              "max_abs_err": round(float(max(errs)), 4)}
 
     for part in sorted({t["split"] for t in table}):
-        add(f"TPOT {part}", [abs(t["tpot_err"]) for t in table if t["split"] == part])
-        add(f"TTFT {part}", [abs(t["ttft_err"]) for t in table if t["split"] == part and t["ttft_err"] is not None])
+        add(f"TPOT {part}", [t["tpot_err"] for t in table if t["split"] == part])
+        add(f"TTFT {part}", [t["ttft_err"] for t in table if t["split"] == part])
     add("TPOT held out: GPU family (the other family's fit)",
-        [abs(t["tpot_err_other_family_fit"]) for t in table
-         if t["split"] == "fit" and t["tpot_err_other_family_fit"] is not None])
+        [t["tpot_err_other_family_fit"] for t in table if t["split"] == "fit"])
+    engine_cross = []  # another engine: the vLLM rows under the SGLang coefficients of their family, unadjusted
+    for u in used:
+        if u["row"]["engine"] == "vllm" and u["ttft"] is not None and family(u["row"]) in betas:
+            b = betas[family(u["row"])]
+            engine_cross.append(float(p50(u["ttft"], b) @ b) / (float(u["row"]["ttft_ms"]) / 1e3) - 1)
+    add("TTFT held out: engine (vLLM rows under the SGLang fit)", engine_cross)
+    add("TPOT all held out", [t["tpot_err"] for t in table if t["split"] != "fit"])
+    add("TTFT all held out", [t["ttft_err"] for t in table if t["split"] != "fit"])
+    for kind in ("TP", "DP", "DP-attention"):
+        mine = [t for t in table if t["layout"].split()[0] == kind]
+        add(f"TPOT by layout: {kind}", [t["tpot_err"] for t in mine])
+        add(f"TTFT by layout: {kind}", [t["ttft_err"] for t in mine])
     print(json.dumps(summary, indent=1))
     if args.write:
         fits = {}
         for fam, beta in betas.items():
-            mine = [t for t in table if family(t) == fam]
-            own = [abs(t["tpot_err"]) for t in mine if t["split"] == "fit"]
-            held = [abs(t["tpot_err"]) for t in mine if t["split"] != "fit"]
+            mine = [t for t in table if family(t) == fam and t["engine"] == "sglang"]
+            own = [abs(t["tpot_err"]) for t in mine if t["split"] == "fit" and t["tpot_err"] is not None]
+            held = [abs(t["tpot_err"]) for t in mine if t["split"] != "fit" and t["tpot_err"] is not None]
             ttft = [abs(t["ttft_err"]) for t in mine if t["split"] == "fit" and t["ttft_err"] is not None]
+            ttft_held = [abs(t["ttft_err"]) for t in mine if t["split"] != "fit" and t["ttft_err"] is not None]
             band = f"TPOT median |error| {np.median(own):.0%} in-sample ({len(own)} rows, max {max(own):.0%})"
             if held:
                 band += f", {np.median(held):.0%} held out ({len(held)} rows, max {max(held):.0%})"
@@ -268,17 +403,30 @@ def main(argv: list[str] | None = None) -> int:
             if cross:
                 band += f", {cross['median_abs_err']:.0%} on the other GPU family"
             if ttft:
-                band += f"; TTFT at concurrency <= {TTFT_MAX_CONCURRENCY}: {np.median(ttft):.0%}"
+                band += f"; TTFT {np.median(ttft):.0%} in-sample ({len(ttft)} rows)"
+            if ttft_held:
+                band += f", {np.median(ttft_held):.0%} held out ({len(ttft_held)} rows, max {max(ttft_held):.0%})"
             gpus = sorted({t["gpu"] for t in mine if t["split"] == "fit"})
             fits[f"sglang/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
-                                     "data": f"{len(own)} SGLang 0.5.15 V4-Flash rows on {', '.join(gpus)} "
+                                     "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
                                              "(the SGLang cookbook, benchmarks/published_serving.csv)",
                                      "band": band}
-        out = {"schema": "csa-plan/steptime-fit/v1", "default": "sglang/hopper",
-               "method": "tools/fit_steptime.py: NNLS on relative mean TPOT (and TTFT at concurrency <= "
-                         f"{TTFT_MAX_CONCURRENCY}), closed-loop replays of benchmarks/published_serving.csv; "
-                         f"EAGLE rows at acceptance {ACCEPTANCE}", "acceptance": ACCEPTANCE,
-               "fits": fits, "rows": table, "summary": summary}
+        for fam, beta in vbetas.items():
+            mine = [t for t in table if family(t) == fam and t["engine"] == "vllm" and t["ttft_err"] is not None]
+            rows_ = "; ".join(f"{t['layout']} {t['isl']:,}-token prompts c{t['concurrency']} ({t['split']}): TTFT "
+                              f"{t['ttft_err']:+.0%}" for t in mine)
+            fits[f"vllm/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
+                                   "data": f"sglang/{fam}'s coefficients, the prefill position term fitted on "
+                                           f"{sum(t['split'] == 'fit' for t in mine)} vLLM 0.25 V4-Flash-0731 "
+                                           "long-prompt row (vllm-project/vllm#51454)",
+                                   "band": fits[f"sglang/{fam}"]["band"].split(";")[0] + " (SGLang rows); "
+                                           + rows_ + "; too few vLLM rows for a band of its own"}
+        out = {"schema": "csa-plan/steptime-fit/v2", "default": "sglang/hopper",
+               "method": "tools/fit_steptime.py: NNLS (roofline coefficients at least 1) on the relative p50 TPOT and "
+                         f"TTFT (TTFT at concurrency {TTFT_MIN} to {TTFT_MAX}) of closed-loop replays of "
+                         "benchmarks/published_serving.csv, each rank costed "
+                         f"by its engine's shard rules at the row's layout; EAGLE rows at acceptance {ACCEPTANCE}",
+               "acceptance": ACCEPTANCE, "fits": fits, "rows": table, "summary": summary}
         FIT_PATH.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         from csa_plan.planner.steptime.physics import fit_table_markdown
 

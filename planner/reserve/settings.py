@@ -55,7 +55,8 @@ def _member(enum: type[Enum], value: str, source: str, field: str) -> Enum:
 def sim_config(s: MixSettings, source: str) -> tuple[SimConfig, DeviceBudget | None]:
     """The checked configuration and the per-device budget (None: unlimited)."""
     budget = device_budget(s.device_memory_bytes, s.reserved_bytes or 0)
-    placement = Placement(tp=s.tp, pp=s.pp, dp=s.dp, router=_member(Router, s.router, source, "deployment.router"))
+    placement = Placement(tp=s.tp, pp=s.pp, dp=s.dp, router=_member(Router, s.router, source, "deployment.router"),
+                          ep=s.ep)
     step_time = _member(StepSource, s.step_time or StepSource.FIXED.value, source, "--step-time").value
     if s.max_concurrency is not None and s.max_concurrency < 1:
         raise BadInput(source, "--max-concurrency", f"must be at least 1, got {s.max_concurrency}")

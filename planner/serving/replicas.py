@@ -74,12 +74,13 @@ def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: Runtim
     import numpy as np
 
     n = len(trace)
-    admitted, first, finished = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+    arrival, admitted, first, finished = (np.full(n, -1, dtype=np.int64) for _ in range(4))
     pre = np.zeros(n, dtype=np.int64)
     refused: dict[int, str] = {}
     parts, results = [], []
     for res, idx in zip(per_replica, owners):
         results.append(res)
+        arrival[idx] = np.asarray(res.arrival_ns, dtype=np.int64)  # a closed-loop client's send times, not the trace's
         admitted[idx] = np.asarray(res.admitted_ns, dtype=np.int64)
         first[idx] = np.asarray(res.first_token_ns, dtype=np.int64)
         finished[idx] = np.asarray(res.finished_ns, dtype=np.int64)
@@ -90,7 +91,8 @@ def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: Runtim
     r0 = results[0]
     return RuntimeResult(label=r0.label, pools=r0.pools,
                          usable_units=sum(r.usable_units for r in results) + idle * r0.usable_units,
-                         arrival_ns=trace.arrival_ns if arrival_ns is None else arrival_ns, admitted_ns=admitted, first_token_ns=first, finished_ns=finished,
+                         arrival_ns=arrival if arrival_ns is None else arrival_ns, admitted_ns=admitted,
+                         first_token_ns=first, finished_ns=finished,
                          preemptions=pre, refused=refused, series=_summed_series(parts, len(r0.pools)),
                          recomputed_tokens=sum(r.recomputed_tokens for r in results),
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),

@@ -45,10 +45,9 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
 
     settings = config.engine.settings
     if settings.gpu is None and settings.gpu_memory_bytes is not None:
-        raise BadInput("options", "--step-time", f"{source.value}: the device memory "
-                                                 f"({int(settings.gpu_memory_bytes):,} bytes) is a size, not a card, "
-                                                 "so no card's kernels time the steps: name the card (--gpu NAME or "
-                                                 "--device-memory NAME) or give --step-time fixed")
+        raise BadInput("options", "--device-memory", f"a raw size ({int(settings.gpu_memory_bytes):,} bytes) names no "
+                                                     f"card, and --step-time {source.value} reads the card's "
+                                                     "bandwidth and FLOPS: give --gpu NAME (or --device-memory NAME)")
     gpu, _ = target_of(settings)
     tp = config.placement.tp
     data, inventory = model_inputs(spec)
@@ -59,4 +58,8 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
                                   plan.engine.label())
     from csa_plan.planner.steptime.physics import physics_step_time
 
-    return physics_step_time(spec, data, inventory, gpu.name, tp, engine_family(plan), plan.engine.label())
+    from csa_plan.planner.weights.rules import rules_for
+
+    rules = rules_for(plan.engine.name, settings.moe_runner_backend, gpu.capability, settings.shared_expert_tp1)
+    return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
+                             plan.engine.label(), rules)

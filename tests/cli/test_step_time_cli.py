@@ -101,3 +101,25 @@ def test_sweep_step_time_axis(tmp_path, csa):
     assert by["physics"]["tpot_p99_s"] != by["fixed"]["tpot_p99_s"]
     r = csa("sweep", str(spec), "--step-time", "fixed")
     assert r.code == 2 and "step_time grid axis" in r.err
+
+
+def test_a_raw_size_asks_for_the_card_under_physics(csa):
+    """--device-memory 288GB names no card: the physics clock would read another card's roofline, so it is
+    bad input asking for --gpu (issue 44); --step-time fixed keeps working on a raw size."""
+    r = csa("simulate", TRACE, *FLASH, "--device-memory", "288GB")
+    assert r.code == 2 and "--gpu NAME" in r.err
+    assert csa("simulate", TRACE, *FLASH, "--device-memory", "288GB", "--step-time", "fixed").code == 0
+
+
+def test_blackwell_ultra_and_nvl72_cards_time_steps(csa):
+    for gpu in ("b300", "gb200", "gb300"):
+        st = _doc(csa, "--gpu", gpu)["time"]["step_time"]
+        assert st["source"] == "physics" and f"roofline on {gpu} x4" in st["label"], gpu
+
+
+def test_dp_and_ep_reach_the_clock(csa):
+    """vLLM --dp 4 --ep 4: each rank is costed as attention TP 1 of four DP ranks with the experts over EP."""
+    r = csa("simulate", TRACE, "--model", "deepseek-v4-flash", "--tp", "1", "--dp", "4", "--ep", "4", "--engine",
+            "vllm-0.33", "--gpu", "b200", "--json")
+    assert r.code == 0, r.err
+    assert "a rank: attention TP 1, DP 4, MoE EP 4 (vllm-0.33)" in r.json()["time"]["step_time"]["label"]

@@ -86,14 +86,15 @@ def test_physics_terms_by_hand():
     assert c.context_read_bytes == (128 + 4) / 4 + rec / 128
     assert c.position_flops == 4 * 128 * 2 / 4 + 8 * 512 * 4 / 128
     assert c.token_attn_flops == 3 * 128 * 8 * 512 * 4 + 16 * 8 * 512 * 4
-    assert c.comm_bytes_per_token == 2.0 * 3 * 10 * 2
-    perf = CardPerf("x", "hopper", 1e12, 1e15, 2e15, 1e11, "hand")
-    rows = basis_rows(c, perf, 2)
-    assert rows["weights"][0] == 1100 / 2 / 1e12 and rows["weights"][6] == 400 / 2 / 1e12
-    assert rows["flops"][1] == (c.token_gemm_flops / 2e15 + c.token_attn_flops / 1e15) / 2
-    assert rows["prefill_flops"][2] == c.token_gemm_flops / 2e15 / 2
+    assert c.comm_bytes_per_token == 0 and c.a2a_bytes_per_token == 0
+    perf = CardPerf("hopper", 1e12, 1e15, 2e15, 0.0, 1e11, 8, "hand")
+    rows = basis_rows(c, perf)  # no rules: one rank runs the whole model
+    assert rows["weights"][0] == 1100 / 1e12 and rows["weights"][6] == 400 / 1e12
+    assert rows["flops"][1] == c.token_gemm_flops / 2e15 + c.token_attn_flops / 1e15
+    assert rows["prefill_flops"][2] == c.token_gemm_flops / 2e15
+    assert rows["prefill_positions"][3] == c.position_flops / 1e15 and rows["prefill_positions"][5] == 0
     assert rows["state"][4] == c.request_read_bytes / 1e12 and rows["state"][5] == c.context_read_bytes / 1e12
-    assert rows["comm"][1] == c.comm_bytes_per_token * 1.0 / 1e11
+    assert rows["comm"][1] == 0 and rows["a2a_decode"][1] == rows["a2a_prefill"][2] == 0  # one rank: nothing to reduce or dispatch
     assert rows["step"][7] == math.log1p(-0.5)
 
 
@@ -221,3 +222,122 @@ def test_docs_fit_table_is_the_shipped_fit():
     assert block == fit_table_markdown(shipped_fit())
     for name, fit in shipped_fit()["fits"].items():
         assert fit["band"] and fit["data"] and all(v >= 0 for v in fit["beta"].values()), name
+
+
+def _flash():
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.serving.step_source import model_inputs
+
+    spec = load_model("deepseek-v4-flash")
+    return (spec, *model_inputs(spec))
+
+
+def test_a_rank_repeats_what_the_shard_rules_replicate():
+    """Per-rank costs come from the weight budget's own shard rules: a TP8 rank holds less than a TP1
+    rank, but far more than an eighth (the fused wq_a+wkv, compressors, indexers and router are whole
+    on every rank), and the indexer's scoring over every position is not split at all."""
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.steptime.physics import model_cost
+    from csa_plan.planner.weights.rules import RULES
+    from csa_plan.planner.weights.sharding import shard
+
+    spec, data, inv = _flash()
+    one = model_cost(spec, data, inv, RULES["vllm-0.33"], Placement(tp=1))
+    eight = model_cost(spec, data, inv, RULES["vllm-0.33"], Placement(tp=8))
+    assert one.dense_bytes / 8 < eight.dense_bytes < one.dense_bytes
+    assert one.token_gemm_flops / 8 < eight.token_gemm_flops < one.token_gemm_flops / 2
+    indexer = one.position_flops - 8 * (one.position_flops - eight.position_flops) / 7  # the replicated part
+    assert indexer > 0 and eight.position_flops > one.position_flops / 8
+    # the weights a rank reads are what the budget puts on it (experts: all of them, spread over the ranks)
+    held = shard(inv, RULES["vllm-0.33"], Placement(tp=8), mtp=False).max_bytes
+    embed = sum(w.nbytes for w in inv.weights if w.role.value == "embed") // 8
+    assert abs(eight.dense_bytes + eight.expert_bytes + embed - held) / held < 0.02
+    assert eight.shape.attn_tp == 8 and eight.shape.moe_tp == 8 and eight.a2a_bytes_per_token == 0
+
+
+def test_dp_attention_and_expert_parallelism_are_shapes():
+    """DP8 + EP8: a rank runs attention for its own tokens whole, holds E/8 experts that the tokens of all
+    eight ranks touch, and pays the dispatch/combine all-to-all instead of the TP all-reduces."""
+    from csa_plan.planner.cards import CARDS
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.steptime.physics import basis_rows, model_cost
+    from csa_plan.planner.weights.rules import RULES
+
+    spec, data, inv = _flash()
+    for rules in (RULES["vllm-0.33"], RULES["sglang-0.5.23"]):
+        dep = model_cost(spec, data, inv, rules, Placement(tp=1, dp=8, ep=8))
+        tp1 = model_cost(spec, data, inv, rules, Placement(tp=1))
+        assert dep.shape.dp == 8 and dep.shape.moe_ep == 8 and dep.shape.attn_tp == 1, rules.name
+        assert dep.expert_bytes * 8 == pytest.approx(tp1.expert_bytes, rel=0.01)
+        assert dep.token_gemm_flops == pytest.approx(tp1.token_gemm_flops, rel=0.01)  # balanced: its share
+        assert dep.position_flops == tp1.position_flops and dep.a2a_bytes_per_token > 0
+        rows = basis_rows(dep, CARDS["b200"].perf)
+        assert rows["step"][7] == pytest.approx(8 * math.log1p(-6 / 256))  # 8 ranks' tokens meet at the MoE
+
+
+def test_tp_scaling_of_a_long_prefill_is_far_from_linear():
+    """One 128K prompt at TP 1/2/4/8 on B200 under the shipped vLLM coefficients: faster with TP, but
+    the replicated work keeps TP8 well under 8x (published: ~1.45x over one DP rank at 1M, vLLM #51454)."""
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.steptime.model import StepBatch, batch_ns
+    from csa_plan.planner.steptime.physics import physics_step_time
+
+    spec, data, inv = _flash()
+    times = []
+    for tp in (1, 2, 4, 8):
+        t = physics_step_time(spec, data, inv, "b200", Placement(tp=tp), "vllm", "vLLM 0.33.0")
+        ns = 0
+        for start in range(0, 131072, 8192):
+            b = StepBatch()
+            b.add_prefill(start, 8192)
+            ns += batch_ns(b, t)
+        times.append(ns)
+    assert times == sorted(times, reverse=True)
+    assert times[0] / times[3] < 5
+
+
+def test_blackwell_ultra_and_nvl72_cards_have_figures():
+    from csa_plan.planner.cards import CARDS, card
+    from csa_plan.planner.steptime.hardware import card_perf
+
+    for name in ("b300", "gb200", "gb300", "rtx-pro-6000"):
+        c = card(name)
+        assert c.perf is not None and c.perf.source and card_perf(name) is c.perf, name
+        assert c.perf.hbm_bytes_s > 1e12 and c.perf.fp8_flops > c.perf.bf16_flops > 0 and c.perf.link_bytes_s > 0
+    assert CARDS["gb200"].perf.link_domain == CARDS["gb300"].perf.link_domain == 72
+    assert CARDS["b300"].sm == CARDS["gb300"].sm == "sm_103"
+    assert CARDS["rtx-pro-6000"].perf.link_domain == 1
+
+
+def test_a_raw_size_is_no_card_for_physics(tmp_path):
+    from csa_plan.planner.serving.step_source import step_time_for
+
+    from types import SimpleNamespace
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.placement import Placement
+
+    spec, _, _ = _flash()
+    for source in ("physics", "measured"):
+        config = SimpleNamespace(time=SimpleNamespace(step_time=source),
+                                 engine=SimpleNamespace(settings=EngineSettings(gpu_memory_bytes=288 * 10**9)),
+                                 placement=Placement(tp=4))
+        with pytest.raises(BadInput, match="--gpu NAME"):
+            step_time_for(spec, config, None)
+
+
+def test_closed_loop_replicas_time_ttft_from_each_send():
+    """dp replicas under a closed-loop client: a request's TTFT runs from when its replica's client sent it,
+    not from the trace's time (all zero here): the merged result is each replica's own, request by request."""
+    from csa_plan.planner.serving.replicas import replay_replicas, split_round_robin
+
+    n, dp, c = 12, 2, 2
+    trace = RuntimeTrace(np.zeros(n, dtype=np.int64), np.full(n, 300, dtype=np.int64), np.full(n, 6, dtype=np.int64))
+    time = StepTime(20.0, 10_000.0)
+    run = lambda t: replay(_runtime("sglang-0.5.23", t), t, time, max_concurrency=c)
+    merged = replay_replicas(run, trace, dp)
+    for sub, idx in split_round_robin(trace, dp):
+        own = run(sub)
+        assert list(np.asarray(merged.arrival_ns)[idx]) == list(np.asarray(own.arrival_ns))
+        ttft = np.asarray(merged.first_token_ns)[idx] - np.asarray(merged.arrival_ns)[idx]
+        assert list(ttft) == list(np.asarray(own.first_token_ns) - np.asarray(own.arrival_ns))
+    assert np.asarray(merged.arrival_ns).max() > 0  # the later requests were sent when earlier ones ended
