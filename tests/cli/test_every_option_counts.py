@@ -30,6 +30,11 @@ ENGINE_SAMPLES = {
     "--moe-backend": "marlin", "--cuda-graph-max-bs": "8", "--disable-cuda-graph": "", "--moe-a2a-backend": "deepep",
     "--usage": "serve",
 }
+# The engines' own spellings of the deployment (planner/engines/flags.py): without --engine none can be read.
+SPELLINGS = ("--tensor-parallel-size", "-tp", "--tp-size", "--data-parallel-size", "-dp", "--dp-size",
+             "--pipeline-parallel-size", "-pp", "--pp-size", "--enable-expert-parallel", "-ep",
+             "--expert-parallel-size", "--ep-size", "--enable-dp-attention")
+SPELLING_SAMPLES = {o: "" if o in ("--enable-expert-parallel", "-ep", "--enable-dp-attention") else "2" for o in SPELLINGS}
 ENGINE_ALWAYS = {"--engine": "names the engine model (its own pool, refusals and replay)",
                  "--gpu": "names the target card (its memory and capability) for the engine and the budget"}
 
@@ -50,6 +55,7 @@ APPLIES: dict[str, dict[str, str]] = {
         "--concurrency": "the requests the longest-context answer holds", "--brief": "the text printed",
         "--json": "the document printed",
         "--from-log": "calibrates the budget on the log (refused without a device)",
+        "--index-key-format": "the index-key format of shared compressed state (refused on V4 models)",
         **DEPLOYMENT_APPLIES, **ENGINE_ALWAYS},
     "compare": {
         "--max-seq-len": "tokens reserved per request", "--device-memory": "the budget compared against",
@@ -64,6 +70,8 @@ APPLIES: dict[str, dict[str, str]] = {
         "--find-capacity": "searches the rate (refused with a closed loop)", "--brief": "the text printed",
         "--verify": "cross-checks the ledger (refused with a replayed engine)", "--json": "the document printed",
         "--plot": "the chart written", "--budget-plot": "the waterfall written (said when no device)",
+        "--max-ttft": "bounds the rate --find-capacity searches (refused without it)",
+        "--max-tpot": "bounds the rate --find-capacity searches (refused without it)",
         **DEPLOYMENT_APPLIES, **ENGINE_ALWAYS},
     "sweep": {"--ray": "where the points run", "--resume": "the points kept and skipped", "--top": "rows shown",
               "--brief": "the text printed", "--json": "the document printed", "--plot": "the chart written",
@@ -111,7 +119,7 @@ def _options(command: str) -> set[str]:
 @pytest.mark.parametrize("command", sorted(APPLIES))
 def test_every_option_is_classified(command):
     options = _options(command)
-    engine = {o for o in options if o in ENGINE_SAMPLES}
+    engine = {o for o in options if o in ENGINE_SAMPLES or o in SPELLING_SAMPLES}
     classified = set(APPLIES[command]) | set(REFUSED[command]) | engine
     assert options - classified == set(), f"{command}: options neither shown to apply nor refused"
     assert classified - options == set(), f"{command}: the table names options the command lacks"
@@ -126,13 +134,13 @@ def test_an_option_that_cannot_apply_is_refused(csa, command, option, args, need
     assert r.code == 2 and needle in r.err and len(r.err.strip().splitlines()) == 1, (r.code, r.err)
 
 
-ENGINE_CASES = [(c, o) for c in ("check", "simulate") for o in sorted(_options(c) & set(ENGINE_SAMPLES))
-                if ENGINE_SAMPLES[o] is not None and o != "--gpu"]
+ENGINE_CASES = [(c, o) for c in ("check", "simulate") for o in sorted(_options(c) & {*ENGINE_SAMPLES, *SPELLINGS})
+                if ENGINE_SAMPLES.get(o, "") is not None and o != "--gpu"]
 
 
 @pytest.mark.parametrize("command, option", ENGINE_CASES, ids=[f"{c}{o}" for c, o in ENGINE_CASES])
 def test_an_engine_setting_without_an_engine_is_refused(csa, command, option):
-    value = ENGINE_SAMPLES[option]
+    value = ENGINE_SAMPLES[option] if option in ENGINE_SAMPLES else SPELLING_SAMPLES[option]
     head = ("check", "deepseek-v4-flash", "--device-memory", "h200") if command == "check" else \
         ("simulate", TRACE, *ENGINE_RUN)
     r = csa(*head, option, *((value,) if value else ()))
