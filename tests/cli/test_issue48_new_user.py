@@ -228,8 +228,13 @@ def test_the_shipped_engine_sweep_answers_a_deployable_engine_and_states_its_ban
     doc = csa("sweep", spec, "--json").json()
     assert doc["exit_code"] == 0 and doc["answer"]["point"]["engine"] in ("vllm-0.33", "sglang-0.5.23")
     assert all(r["point"]["engine"] is not None for r in doc["results"])
+    import json
+
+    from helpers import ROOT
+
+    hopper = json.loads((ROOT / "planner" / "steptime" / "steptime_fit.json").read_text())["fits"]["sglang/hopper"]
     bands = {r["runtime"]["step_time"] for r in doc["results"]}
-    assert bands and all("(error band: TPOT median |error| 34% in-sample" in b for b in bands)  # Hopper's band
+    assert bands and all(f"(error band: {hopper['band']})" in b for b in bands)  # Hopper's band, as fitted
     text = csa("sweep", spec)
     printed = [line.rstrip() for line in text.out.splitlines()]
     assert printed[0].startswith("answer: dp 1, engine vllm-0.33 — 2 devices")
