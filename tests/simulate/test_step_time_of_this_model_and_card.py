@@ -46,7 +46,7 @@ def test_a_raw_size_names_no_card_to_time_on(csa, engine, size, source):
     args = ("simulate", TRACE, "--engine", engine, "--model", "deepseek-v4-flash", "--device-memory", size, "--tp", "2",
             *(("--step-time", source) if source else ()))
     r = csa(*args)
-    assert r.code == 2 and "is a size, not a card" in r.err and len(r.err.splitlines()) == 1, r.err
+    assert r.code == 2 and "names no card" in r.err and len(r.err.splitlines()) == 1, r.err
     if source != "measured":  # named: the card's own roofline (measured needs aiconfigurator-core)
         assert csa(*args, "--gpu", "h200", "--brief").code == 0
     fixed = [a for a in args if a not in ("--step-time", source)]
