@@ -233,8 +233,10 @@ def evaluate(task: Task) -> PointResult:
 def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
     """A point whose engine's runtime is replayed step by step (``EnginePlan.runtime_modelled``):
     the same replay as ``simulate --engine`` (``planner/serving/serve.py``) at the point's rate
-    scale, and the same rate search as ``simulate --engine --find-capacity`` (every request served,
-    queue-wait p99 within ``constraints.wait_p99_max_s``). None: the engine reserves (the ledger)."""
+    scale, and the same rate search as ``simulate --engine --find-capacity`` (``serve.steady_probe``:
+    a steady state over a window of many request lifetimes, every request served, the wait, TTFT
+    and TPOT bounds on the window). The point is feasible only when its target rate is itself
+    sustained. None: the engine reserves (the ledger)."""
     from csa_plan.planner.replay.loop import STRANDED
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
@@ -252,14 +254,18 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
     peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
     wait = wait_p99_ns(rep)
-    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s)
+    steady = cap.too_short or ("" if cap.judgement is None else cap.judgement.line())
+    if cap.undetermined_above is not None:
+        steady += f"; at x{cap.undetermined_above:.4g} and above, the trace is too short to say"
+    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
+                                  p.rate_scale, steady)
     rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
     return PointResult(
         key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,
         refusals=refusals, wait_p99_ns=wait, peak_bytes=None, mean_utilization=mean_util, peak_utilization=peak_util,
         sustainable_rate_scale=cap.rate_scale, at_least=cap.capped, probes=cap.probes, sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices, feasible=not violations,
-        violations=violations, runtime=RuntimeFigures.of(rep))
+        violations=violations, runtime=RuntimeFigures.of(rep), steady=steady)
 
 
 def point_capacity(p: SweepPoint):

@@ -21,6 +21,7 @@ from csa_plan.planner.suggest import unknown_problem
 from csa_plan.planner.placement import Router
 from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN
+from csa_plan.planner.steady import RULE as STEADY_RULE
 from csa_plan.planner.reserve.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.units import NS_PER_S, ceil_div
 from csa_plan.planner.files import hash_file, path_kind, read_text
@@ -176,6 +177,7 @@ class Context:
     step_time: str = "physics"  # an engine point's step-time source (steptime.StepSource)
     search: Search = Search()
     constraints: Constraints = Constraints()
+    rate_rule: str = STEADY_RULE  # what "sustainable" means (planner/steady.py): part of the resume digest
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,143 @@
+"""Sustainable means steady: the one judgement of a rate probe, shared by the engine replays
+(``serving/serve.py``) and the reservation ledger (``reserve/capacity.py``).
+
+A finite trace replayed at a high rate scale ends before a queue can grow: every request arrives
+in a few seconds, runs at once and drains, and no wait bound binds. So a probed rate counts as
+sustained only when the run was long enough to be a steady state and the queue did not grow:
+
+* **the window**: the requests that arrive after a warm-up (``WARMUP_LIFETIMES`` times the p90
+  of the lifetimes: the system fills from empty), up to the last arrival; it must span at least
+  ``WINDOW_LIFETIMES`` lifetimes (the lifetime: the median time from arrival to the last token,
+  measured in this very run);
+* **balanced**: over the window's second half, the requests in the system (arrived and not
+  finished) grow by no more than ``BALANCE_TOLERANCE`` of that half's arrivals (plus twice their
+  square root, the counting noise of a Poisson stream): arrivals and completions keep pace.  A
+  backlog that grows so over a whole window is a queue that grows: not sustained (over a shorter
+  one it may still be the system filling toward a fuller steady state: the trace is extended,
+  unless half the arrivals pile up, ``GROSS_GROWTH``);
+* **the bounds** (refusals, queue wait, TTFT, TPOT) are checked on the window's requests, not on a
+  burst draining.
+
+A trace whose arrivals at the probed rate span too few lifetimes is extended by ``EXTENSION``
+(``workloads/extend.py``), up to ``MAX_STEADY_REQUESTS`` requests; past that the probe is
+*undetermined* and the search says so ("trace too short to say") rather than give a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+WINDOW_LIFETIMES = 5  # the measured window spans at least this many request lifetimes
+WARMUP_LIFETIMES = 1  # left out before the window, in p90 lifetimes: the system fills from empty
+GROSS_GROWTH = 0.5  # over even a short window (one lifetime), a backlog growing by this share of arrivals is a queue
+BALANCE_TOLERANCE = 0.05  # the backlog may grow by at most this share of the window's arrivals (+ 2 sqrt)
+MAX_STEADY_REQUESTS = 50_000  # the longest extended trace one probe replays (docs/limits-and-security.md)
+MAX_EXTENSION_ROUNDS = 3  # replays of one probe while its window is found too short
+EXTENSION = ("the trace repeated end to end with fresh request ids (each copy shifted by the trace's span plus "
+             "one mean arrival gap; prefix-block ids renumbered, so no copy hits another's prefix cache)")
+
+RULE = (f"steady: a window of {WINDOW_LIFETIMES} median request lifetimes after a warm-up of the p90 lifetime; the "
+        f"backlog over its second half within {BALANCE_TOLERANCE:.0%} of its arrivals (+2 sqrt); extended by "
+        f"repetition with fresh ids up to {MAX_STEADY_REQUESTS:,} requests")
+"""The rule in one line: sweep contexts carry it, so a resume file written under another rule is refused."""
+
+STEADY = "steady"
+GROWS = "queue grows"
+SHORT = "window too short"
+REFUSED = "refused"
+BOUND = "bound broken"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One probe's run judged: its verdict (``steady`` None: the run could not say), the window
+    (arrivals from ``window_start_ns`` to ``window_end_ns``) and what was measured on it."""
+
+    steady: bool | None
+    reason: str  # STEADY, GROWS, SHORT, REFUSED or BOUND (with a detail)
+    lifetime_ns: int  # the median arrival-to-finish time of the run's served requests
+    window_start_ns: int
+    window_end_ns: int
+    window_lifetimes: float  # the window's span over the lifetime
+    arrived: int  # requests arriving in the window's second half
+    completed: int  # requests finishing in the window's second half
+    backlog_growth: int  # in the system at the window's end minus at its middle
+    requests: int  # the run's requests (the extended trace)
+    copies: int = 1  # the trace's copies the run replayed
+    detail: str = ""
+
+    @property
+    def in_window(self) -> tuple[int, int]:
+        return self.window_start_ns, self.window_end_ns
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"steady": self.steady, "reason": self.reason, "detail": self.detail,
+                "lifetime_s": self.lifetime_ns / 1e9, "window_s": [self.window_start_ns / 1e9, self.window_end_ns / 1e9],
+                "window_lifetimes": round(self.window_lifetimes, 3), "arrived": self.arrived,
+                "completed": self.completed, "backlog_growth": self.backlog_growth, "requests": self.requests,
+                "copies": self.copies}
+
+    def line(self) -> str:
+        """One line for the text reports."""
+        return (f"{self.reason}{': ' + self.detail if self.detail else ''} — window {self.window_lifetimes:.1f} "
+                f"lifetimes of {self.lifetime_ns / 1e9:.3g} s ({self.arrived:,} arrived, {self.completed:,} completed, "
+                f"backlog {self.backlog_growth:+,} over its second half; {self.requests:,} requests, {self.copies} "
+                f"cop{'y' if self.copies == 1 else 'ies'} of the trace)")
+
+
+def judge(arrival_ns: Any, finished_ns: Any, copies: int = 1) -> Judgement:
+    """The steady-state verdict of one run from its per-request arrival and finish times (ns,
+    finish -1: never served): None while the window is shorter than ``WINDOW_LIFETIMES``, else
+    True when it is balanced and False when the backlog grows."""
+    import numpy as np
+
+    arrival = np.asarray(arrival_ns, dtype=np.int64)
+    finished = np.asarray(finished_ns, dtype=np.int64)
+    n = len(arrival)
+    served = finished >= 0
+    if n == 0 or not served.any():
+        return Judgement(None, SHORT, 0, 0, 0, 0.0, 0, 0, 0, n, copies, "nothing served")
+    lives = finished[served] - arrival[served]
+    life = max(int(np.median(lives)), 1)
+    warm = max(int(np.quantile(lives, 0.9)), life)
+    t0, t_end = int(arrival.min()), int(arrival.max())
+    start = t0 + WARMUP_LIFETIMES * warm
+    lifetimes = (t_end - start) / life
+    if t_end <= start:
+        return Judgement(None, SHORT, life, start, t_end, max(lifetimes, 0.0), 0, 0, 0, n, copies,
+                         f"the arrivals span {(t_end - t0) / 1e9:.3g} s, within the warm-up (the p90 lifetime, {warm / 1e9:.3g} s)")
+    done = np.sort(np.where(served, finished, np.iinfo(np.int64).max))
+    arr = np.sort(arrival)
+
+    def in_system(t: int) -> int:
+        return int(np.searchsorted(arr, t, side="right")) - int(np.searchsorted(done, t, side="right"))
+
+    mid = (start + t_end) // 2
+    arrived = int(np.searchsorted(arr, t_end, side="right") - np.searchsorted(arr, mid, side="right"))
+    completed = int(np.searchsorted(done, t_end, side="right") - np.searchsorted(done, mid, side="right"))
+    growth = in_system(t_end) - in_system(mid)
+    slack = BALANCE_TOLERANCE * arrived + 2 * math.sqrt(arrived)
+    balanced = growth <= slack
+    args = (life, start, t_end, lifetimes, arrived, completed, growth, n, copies)
+    if not balanced and lifetimes >= 1 and growth > GROSS_GROWTH * arrived:
+        return Judgement(False, GROWS, *args, detail=f"{growth:,} of the {arrived:,} requests arriving in the window's "
+                                                     "second half still in the system at its end")
+    if lifetimes < WINDOW_LIFETIMES:
+        return Judgement(None, SHORT, *args, detail=f"under {WINDOW_LIFETIMES} lifetimes")
+    if not balanced:
+        return Judgement(False, GROWS, *args, detail=f"{growth:,} more in the system at the window's end than at its "
+                                                     f"middle, over {arrived:,} arrivals")
+    return Judgement(True, STEADY, *args)
+
+
+def copies_needed(span_ns: int, n: int, lifetime_ns: int, copies: int) -> int:
+    """Copies of a trace of ``n`` requests spanning ``span_ns`` (at the probed rate) whose arrivals
+    span the warm-up and the window at ``lifetime_ns``: at least twice ``copies``."""
+    gap = span_ns / (n - 1) if n > 1 else 0.0
+    per_copy = span_ns + gap
+    if per_copy <= 0:
+        return 0  # every request arrives at once: no arrival statistics to extend
+    want = (2 * WARMUP_LIFETIMES + WINDOW_LIFETIMES) * lifetime_ns * 1.25  # p90 ~ 2 medians; a quarter over
+    return max(2 * copies, math.ceil(want / per_copy))
