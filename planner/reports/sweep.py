@@ -124,6 +124,7 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
                  "search": {"rel_tol": c.search.rel_tol, "min_scale": c.search.min_scale,
                             "max_scale": c.search.max_scale},
                  "time": {"prefill_tok_s": c.prefill_tok_s, "tpot_ms": c.tpot_ms, "step_time": c.step_time},
+                 "rate_rule": c.rate_rule,
                  "varying_axes": varying},
         "workload": {"source": shown_path(c.workload), "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
                      "max_tokens": plan.bounds.max_tokens, "base_rate_per_s": plan.bounds.base_rate_per_s},

@@ -147,7 +147,7 @@ class RuntimeCapacity:
     report: "RuntimeReport | None"  # the replay at rate_scale (of the extended trace its window needed)
     judgement: "Judgement | None" = None  # the steady-state verdict at rate_scale (planner/steady.py)
     too_short: str | None = None  # no rate could be judged steady or not: the trace is too short to say
-    undetermined_above: float | None = None  # the lowest scale above rate_scale the trace was too short to judge
+    undetermined_above: float | None = None  # the search's next probe above rate_scale could not be judged (at least)
     copies: int = 1  # the trace's copies replayed at rate_scale
 
     def as_dict(self) -> dict[str, Any]:
@@ -225,6 +225,7 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
     floor = max(scale_min, last / MAX_SIM_NS * (1 + 1e-9) if last > 0 else 0.0)
     best: dict[float, SteadyProbe] = {}
     unknown: list[tuple[float, SteadyProbe]] = []
+    seen: dict[float, bool | None] = {}
     probes = [0]
 
     def good(scale: float) -> bool:
@@ -232,6 +233,7 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
         probes[0] += 1
         if tick:
             tick(probes[0], scale)
+        seen[scale] = probe.ok
         if probe.ok is None:
             unknown.append((scale, probe))
         if probe.ok:
@@ -249,7 +251,8 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
                      f"{j.lifetime_ns / 1e9:.3g} s after the warm-up")
         return RuntimeCapacity(None, False, probes[0], None, too_short=short)
     probe = best.get(lo)
-    above = min((s for s, _ in unknown if s > lo), default=None)
+    judged = sorted(s for s in seen if s > lo)  # the lowest probe above the answer: undetermined, or a real fail
+    above = judged[0] if judged and seen[judged[0]] is None else None
     return RuntimeCapacity(lo, capped, probes[0], None if probe is None else probe.report,
                            None if probe is None else probe.judgement, None, above,
                            1 if probe is None else probe.copies)

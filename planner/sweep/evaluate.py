@@ -146,8 +146,8 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
 def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constraints: Constraints,
                  source: str) -> Skip | None:
     """An engine point is skipped when the engine refuses the model or the KV memory (its own rule).
-    An engine whose runtime is replayed queues rather than refuses: without a wait bound its rate
-    search has no limit, so the spec must give one (bad input, before anything runs)."""
+    An engine whose runtime is replayed queues rather than refuses: the spec must bound a latency
+    (the queue wait, TTFT or TPOT p99; SLO bounds alone will do), bad input before anything runs."""
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
@@ -166,10 +166,12 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
     from csa_plan.planner.serving.serve import refuse_unreplayed
 
     refuse_unreplayed(plan, source, "grid.engine")
-    if plan.runtime_modelled and constraints.wait_p99_max_s is None:
+    if plan.runtime_modelled and constraints.wait_p99_max_s is None and constraints.ttft_p99_max_s is None \
+            and constraints.tpot_p99_max_ms is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
-                       f"required when the grid has {plan.engine.name}: its runtime is replayed step by step and "
-                       "it queues rather than refuses, so the queue-wait p99 bound is the rate limit")
+                       f"a bound is required when the grid has {plan.engine.name}: its runtime is replayed step by "
+                       "step and it queues rather than refuses, so a latency bound is the rate limit: give "
+                       "wait_p99_max_s, ttft_p99_max_s or tpot_p99_max_ms")
     from csa_plan.planner.placement import Router
 
     if plan.runtime_modelled and point.dp > 1 and point.router is not Router.ROUND_ROBIN:
