@@ -149,8 +149,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         with progress("finding capacity", None, long_run) as tick:
             capacity = search(scn, max_wait_ns, progress=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
         result = capacity.result
-        if result is not None:
-            scn = scn.with_rate_scale(capacity.rate_scale)
+        if result is not None:  # the run that was judged: the trace repeated as its steady window needed
+            scn = scn.repeated(capacity.copies).with_rate_scale(capacity.rate_scale)
     else:
         with progress("simulating", len(scn.arrival_ns), long_run) as tick:
             result = run(scn, progress=lambda done, total: tick(done, total, None), series_buckets=SERIES_BUCKETS)
@@ -250,8 +250,10 @@ def _capacity(spec: Any, config: Any, engine: str | None, engine_settings: Any, 
 # The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not apply (refused,
 # saying why); the start-up pool is the one ``check --engine`` sizes from the device budget (or ``--kv-memory``);
 # the trace is replayed through the engine's own scheduler by the one loop (``planner/replay``);
-# ``--find-capacity`` searches the largest ``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with
-# every request served (``planner/serving/serve.py``: the same entry ``sweep``'s engine axis uses).
+# ``--find-capacity`` searches the largest ``--rate-scale`` sustained in steady state (``planner/steady.py``: a window
+# of many request lifetimes, the trace repeated with fresh ids while too short, the queue not growing) with the
+# queue-wait p99 under ``--max-wait`` on the window and every request served (``planner/serving/serve.py``: the
+# same entry ``sweep``'s engine axis uses).
 
 NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
                 "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
@@ -289,12 +291,18 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
         with progress("finding capacity", None, True) as tick:
             cap = runtime_capacity(setup, wl, int(round(req.max_wait_s * 1e9)), start=config.time.rate_scale,
                                    tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        if cap.too_short is not None:
+            raise BadInput("options", "--find-capacity", cap.too_short)
         if cap.rate_scale is None:
             raise BadInput("options", "--max-wait", f"no rate scale keeps the queue-wait p99 under "
-                                                    f"{req.max_wait_s:g} s with every request served")
+                                                    f"{req.max_wait_s:g} s with every request served in steady state")
         capacity = {"rate_scale": cap.rate_scale, "probes": cap.probes, "max_wait_s": req.max_wait_s,
-                    "at_least": cap.capped}
+                    "at_least": cap.capped, **cap.as_dict()}
         rate = cap.rate_scale
+        if cap.copies > 1:  # the answer's replay is the run that was judged: the trace as extended
+            from csa_plan.planner.workloads.extend import repeated
+
+            wl = repeated(wl, cap.copies)
     else:
         rate = config.time.rate_scale
     n = len(wl)

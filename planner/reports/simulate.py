@@ -53,7 +53,9 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
             "rate_scale": capacity.rate_scale, "at_least": capacity.capped,
             "floor_rate_scale": capacity.floor, "floor": capacity.floor_reason,
             "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
-            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
+            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait")
+                         + " in steady state",
+            **capacity.steady_dict(),
         }
     if result is None:
         return report

@@ -143,6 +143,20 @@ class Scenario:
             floor = math.nextafter(floor, math.inf)
         return floor
 
+    def repeated(self, copies: int) -> "Scenario":
+        """The scenario of its trace repeated ``copies`` times (``planner/steady.py`` ``EXTENSION``),
+        at the same rate scale; 1: itself."""
+        import numpy as np
+
+        from csa_plan.planner.steady import repeat_arrivals
+
+        if copies <= 1 or not self.requests:
+            return self
+        tile = lambda a: np.tile(a, copies)  # noqa: E731
+        return replace(self, base_arrival_ns=repeat_arrivals(self.base_arrival_ns, copies), hold_ns=tile(self.hold_ns),
+                       tier=tile(self.tier), upfront=tile(self.upfront),
+                       class_ids=tile(self.class_ids)).with_rate_scale(self.config.time.rate_scale)
+
     def with_rate_scale(self, rate_scale: float) -> "Scenario":
         import numpy as np
 

@@ -185,7 +185,7 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
     for _ in range(MAX_EXTENSION_ROUNDS):
         run = repeated(wl, copies)
         res = serve(setup, run, scale)
-        j = judge(res.arrival_ns, res.finished_ns, copies)
+        j = judge(res.arrival_ns, res.finished_ns, copies, normalized_lifetimes(res, run.output_tokens))
         if res.refused:
             return SteadyProbe(False, replace(j, steady=False, reason=REFUSED, detail=f"{len(res.refused):,} refused"),
                                copies)
@@ -205,6 +205,22 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
             return SteadyProbe(None, j, copies)
         copies = need
     return SteadyProbe(None, j, copies)
+
+
+def normalized_lifetimes(res: "RuntimeResult", output_tokens: Any) -> Any:
+    """Each request's lifetime as if it asked for the trace's mean output length: its time to first
+    token plus its decode time per token times that length (what the steady-state balance compares:
+    load moves it, the trace's own request sizes do not)."""
+    import numpy as np
+
+    arrival = np.asarray(res.arrival_ns, dtype=np.int64)
+    first = np.asarray(res.first_token_ns, dtype=np.int64)
+    done = np.asarray(res.finished_ns, dtype=np.int64)
+    out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
+    mean_after = max(float(out.mean()) - 1, 0.0)
+    per_token = np.where(out > 1, (done - first) / np.maximum(out - 1, 1), 0.0)
+    norm = (first - arrival) + np.rint(per_token * mean_after).astype(np.int64)
+    return np.where((done >= 0) & (first >= 0), norm, done - arrival)
 
 
 def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,

@@ -229,7 +229,15 @@ def evaluate(task: Task) -> PointResult:
         mean_utilization=mean_util, peak_utilization=peak_util, sustainable_rate_scale=cap.rate_scale,
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
-        feasible=not violations, violations=violations)
+        feasible=not violations, violations=violations, steady=_steady_note(cap))
+
+
+def _steady_note(cap) -> str:
+    """The steady-state verdict at a point's sustainable rate, or why there is none (either search)."""
+    note = cap.too_short or ("" if cap.judgement is None else cap.judgement.line())
+    if cap.undetermined_above is not None:
+        note += f"; at x{cap.undetermined_above:.4g} and above, the trace is too short to say"
+    return note
 
 
 def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
@@ -256,9 +264,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
     peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
     wait = wait_p99_ns(rep)
-    steady = cap.too_short or ("" if cap.judgement is None else cap.judgement.line())
-    if cap.undetermined_above is not None:
-        steady += f"; at x{cap.undetermined_above:.4g} and above, the trace is too short to say"
+    steady = _steady_note(cap)
     violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
                                   p.rate_scale, steady)
     rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s

@@ -17,11 +17,10 @@ def repeated(wl: Workload, copies: int) -> Workload:
 
     if copies <= 1 or len(wl) == 0:
         return wl
+    from csa_plan.planner.steady import repeat_arrivals
+
     n = len(wl)
-    span = int(wl.arrival_ns[-1] - wl.arrival_ns[0])
-    period = span + (span // (n - 1) if n > 1 else 0)
-    shift = np.repeat(np.arange(copies, dtype=np.int64) * period, n)
-    arrival = np.tile(wl.arrival_ns.astype(np.int64), copies) + shift
+    arrival = repeat_arrivals(wl.arrival_ns, copies)
     ids = offs = None
     if wl.hash_ids is not None and wl.hash_offsets is not None:
         base = wl.hash_ids.astype(np.int64)
