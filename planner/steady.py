@@ -41,9 +41,9 @@ MAX_EXTENSION_ROUNDS = 3  # replays of one probe while its window is found too s
 EXTENSION = ("the trace repeated end to end with fresh request ids (each copy shifted by the trace's span plus "
              "one mean arrival gap; prefix-block ids renumbered, so no copy hits another's prefix cache)")
 
-RULE = (f"steady: a window of {WINDOW_LIFETIMES} median request lifetimes after a warm-up of the p90 lifetime; the "
-        f"the median lifetime growing by at most {BALANCE_TOLERANCE:.0%} of a half window between its halves; "
-        f"extended by "
+RULE = (f"steady: a window of at least {WINDOW_LIFETIMES} median request lifetimes after a warm-up of the p90 "
+        f"lifetime, the median lifetime growing by at most {BALANCE_TOLERANCE:.0%} of a half window between its halves; "
+        f"a short trace extended by "
         f"repetition with fresh ids up to {MAX_STEADY_REQUESTS:,} requests")
 """The rule in one line: sweep contexts carry it, so a resume file written under another rule is refused."""
 
