@@ -37,7 +37,7 @@ WARMUP_LIFETIMES = 1  # left out before the window, in p90 lifetimes: the system
 GROSS_GROWTH = 0.5  # over even a short window (one lifetime): arrivals outpacing completions by half are a queue
 BALANCE_TOLERANCE = 0.05  # the time in system may grow by at most this share of a half window (+ noise)
 MAX_STEADY_REQUESTS = 50_000  # the longest extended trace one probe replays (docs/limits-and-security.md)
-MAX_EXTENSION_ROUNDS = 3  # replays of one probe while its window is found too short
+MAX_EXTENSION_ROUNDS = 5  # replays of one probe while its window is found too short
 EXTENSION = ("the trace repeated end to end with fresh request ids (each copy shifted by the trace's span plus "
              "one mean arrival gap; prefix-block ids renumbered, so no copy hits another's prefix cache)")
 
