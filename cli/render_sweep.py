@@ -98,6 +98,8 @@ def render_sweep_head(out: Console, report: dict[str, Any]) -> None:
                    f"(rate scale {h['sustainable_rate_scale']:,.4g})")
         out.print(f"[bold]answer:[/bold] {h['answer_label']} — {plural(h['devices'], 'device')}, {how} "
                   f"(exit {h['exit_code']})", highlight=False)
+        if h.get("launch"):
+            out.print(f"  launch: {h['launch']['text']}", highlight=False, soft_wrap=True)
         fit = h["fit"]
         if fit is not None:
             n = fit["requests_that_fit"]
