@@ -25,6 +25,9 @@ PARAMS = (
         help="Cards to plan on (repeatable) [default: h200 and b200]."),
     Opt(("--engine",), "engines", multiple=True, metavar="ENGINE", help="Engines (repeatable) [default: vllm-0.33]."),
     Opt(("--tp",), "tps", Kind.COUNTS, help="Tensor-parallel sizes to try [default: 1,2,4,8]."),
+    Opt(("--setting",), "settings", multiple=True, metavar="NAME=VALUE",
+        help="An engine option every shape runs with, by its name (repeatable): max_num_seqs=256, "
+             "num_speculative_tokens=1 (vLLM MTP), max_running_requests=128 (SGLang)."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
         help="Data-parallel replicas up to this (1, 2, 4, ...)."),
     Opt(("--max-seq-len",), "max_seq_len", Kind.COUNT, help="The engines' context length [default: isl + osl]."),
@@ -38,7 +41,7 @@ PARAMS = (
 @bad_input_exits
 def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_p99: str | None,
          tpot_p99: str | None, max_wait: str | None, devices: tuple[str, ...], engines: tuple[str, ...],
-         tps: tuple[int, ...] | None, max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
+         tps: tuple[int, ...] | None, settings: tuple[str, ...], max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
          as_json: bool) -> int:
     """The fewest GPUs, per card, that serve REQUESTS/s of ISL-in, OSL-out traffic within the TTFT and
     TPOT p99 bounds, in steady state: each card x engine x tp x dp shape is replayed through the engine's
@@ -51,7 +54,8 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
     from csa_plan.cli.console import make_consoles
     from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar
-    from csa_plan.planner.commands.plan import DEFAULT_DEVICES, DEFAULT_TPS, PlanRequest, parse_duration_s, run_plan
+    from csa_plan.planner.commands.plan import (DEFAULT_DEVICES, DEFAULT_TPS, PlanRequest, parse_duration_s,
+                                                parse_setting, run_plan)
     from csa_plan.planner.errors import BadInput
 
     for name, value in (("--rate", rate), ("--isl", isl), ("--osl", osl)):
@@ -64,7 +68,8 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
                       None if tpot_p99 is None else parse_duration_s(tpot_p99, "--tpot-p99"),
                       None if max_wait is None else parse_duration_s(max_wait, "--max-wait"),
                       tuple(devices) or DEFAULT_DEVICES, tuple(engines) or ("vllm-0.33",),
-                      tuple(tps) if tps else DEFAULT_TPS, max_dp, max_seq_len, requests, step_time)
+                      tuple(tps) if tps else DEFAULT_TPS, max_dp, max_seq_len, requests, step_time,
+                      settings=tuple(parse_setting(t) for t in settings))
     outcome = run_plan(req, lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     emit(consoles, outcome.report, as_json, render_plan)
     return int(outcome.exit_code)
@@ -80,7 +85,8 @@ def render_plan(out: Any, r: dict[str, Any]) -> None:
               f"TPOT p99 <= {q['tpot_p99_max_s'] * 1000:g} ms" if q["tpot_p99_max_s"] is not None else None,
               f"wait p99 <= {q['wait_p99_max_s']:g} s" if q["wait_p99_max_s"] is not None else None]
     out.print(f"plan {q['model']}: {q['rate_per_s']:g} req/s of {q['isl']:,} in / {q['osl']:,} out, "
-              + ", ".join(b for b in bounds if b) + f" ({', '.join(q['engines'])}, step time {q['step_time']})",
+              + ", ".join(b for b in bounds if b) + f" ({', '.join(q['engines'])}, step time {q['step_time']}"
+              + "".join(f", {k}={v}" for k, v in (q.get("settings") or {}).items()) + ")",
               highlight=False)
     a = r["answer"]
     if a is None:

@@ -64,6 +64,28 @@ class PlanRequest:
     requests: int | None = None
     step_time: str = "physics"
     seed: int = 1
+    settings: tuple[tuple[str, Any], ...] = ()  # engine options every shape runs with (--setting NAME=VALUE)
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``max_num_seqs=256``, ``num_speculative_tokens=1``, ``kv_cache_dtype=fp8``: a name and its value
+    (a whole number, a decimal, true/false, else the text); the name may be spelt as the option is."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise BadInput("options", "--setting", f"expected NAME=VALUE, got {text[:60]!r}")
+    name = name.strip().lstrip("-").replace("-", "_")
+    raw = raw.strip()
+    value: Any = raw
+    if raw.lower() in ("true", "false"):
+        value = raw.lower() == "true"
+    else:
+        for read in (int, float):
+            try:
+                value = read(raw)
+                break
+            except ValueError:
+                continue
+    return name, value
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +113,8 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     length = req.max_seq_len or req.isl + req.osl
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
-                     "max_seq_len": length, "engine": list(req.engines)},
+                     "max_seq_len": length, "engine": list(req.engines),
+                     "settings": [dict(req.settings) if req.settings else None]},
             "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
             "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
     return mix, spec

@@ -2,7 +2,8 @@
 
 ``launch_argv`` writes what csa-plan modelled, and only that: the model, the parallel shape, the
 context length and every engine setting the plan was given, each under the flag the engine
-release spells it with (``FLAGS``). A setting the engine has no plain flag for is listed in
+release spells it with (``FLAGS``; vLLM's MTP draft count as ``--speculative-config`` JSON, method
+``mtp``). A setting the engine has no plain flag for is listed in
 ``Launch.unexpressed`` rather than guessed.
 """
 
@@ -85,6 +86,12 @@ def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int 
         if name in ("gpu", "gpu_memory_bytes"):
             continue  # the card: what the GPUs are, not a flag
         flag = flags.get(name)
+        if fam == "vllm" and name == "num_speculative_tokens":  # vLLM takes the draft as one JSON option
+            if value:
+                import json
+
+                argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": value})]
+            continue
         if flag is None:
             unexpressed.append(name)
         elif isinstance(value, bool):

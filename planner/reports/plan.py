@@ -12,8 +12,9 @@ def _shape(p: Any, r: Any) -> dict[str, Any]:
     from csa_plan.planner.engines.launch import launch_argv
 
     rt = r.runtime
-    launch = None if p.engine is None else launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len)
+    launch = None if p.engine is None else launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings)
     return {"device": p.device, "engine": p.engine, "tp": p.tp, "dp": p.dp, "devices": p.devices,
+            "settings": dict(p.settings) or None,
             "feasible": r.feasible, "violations": list(r.violations), "steady": r.steady,
             "ttft_p99_s": None if rt is None else rt.ttft_p99_s, "tpot_p99_s": None if rt is None else rt.tpot_p99_s,
             "wait_p99_s": None if r.wait_p99_ns is None else r.wait_p99_ns / 1e9,
@@ -41,7 +42,8 @@ def plan_report(req: Any, spec: Any, triage: Any, results: list[tuple[Any, Any]]
         "question": {"model": req.model, "rate_per_s": req.rate_per_s, "isl": req.isl, "osl": req.osl,
                      "ttft_p99_max_s": req.ttft_p99_s, "tpot_p99_max_s": req.tpot_p99_s,
                      "wait_p99_max_s": req.wait_p99_s, "devices": list(req.devices), "engines": list(req.engines),
-                     "tp": list(req.tps), "max_dp": req.max_dp, "step_time": req.step_time},
+                     "tp": list(req.tps), "max_dp": req.max_dp, "step_time": req.step_time,
+                     "settings": dict(req.settings) or None},
         "workload": {"requests": requests, "arrivals": f"Poisson at {req.rate_per_s:g} req/s (seed {req.seed})",
                      "rate_rule": RULE},
         "skipped": [{"key": s.key, "reason": s.reason.value, "detail": s.detail} for s in triage.skipped],

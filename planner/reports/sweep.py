@@ -26,7 +26,9 @@ def _label(point: dict[str, Any], axes: list[str]) -> str:
         value = point[a]
         if a == "model" and isinstance(value, str) and "/" in value:
             value = value.rsplit("/", 1)[-1]
-        missing = {"engine": "exact (no engine)", "step_time": "the spec's"}.get(a, "model")  # max_seq_len: model
+        missing = {"engine": "exact (no engine)", "step_time": "the spec's", "settings": "defaults"}.get(a, "model")
+        if a == "settings" and value:
+            value = " ".join(f"{k} {v}" for k, v in value.items())
         parts.append(f"{a} {value if value is not None else missing}")
     return ", ".join(parts) or "the only point"
 
@@ -54,7 +56,7 @@ def _launch(p) -> dict[str, Any] | None:
 
     if p.engine is None:
         return None
-    launch = launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len)
+    launch = launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings)
     return None if launch is None else launch.as_dict()
 
 

@@ -116,13 +116,16 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
 
             return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
                 point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
-                point.reserved.runtime_bytes))
+                point.reserved.runtime_bytes, point.engine_settings))
         return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
                     f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
         return _engine_skip(spec, point, max_seq_len, constraints, source)
+    if point.settings:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "engine settings apply to an engine point (engine: null "
+                                                          "is csa-plan's own layout)")
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
                     f"every request is longer than max_seq_len {max_seq_len:,} (shortest {bounds.min_tokens:,} tokens)")
@@ -157,9 +160,14 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
                     f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
     from csa_plan.planner.budget.deployment import card_settings
 
+    model = get_engine(point.engine)
+    foreign = [name for name, _ in point.settings if name not in model.options]
+    if foreign:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{point.engine} has no setting {foreign[0]} "
+                                                          f"(its own: {', '.join(sorted(model.options))})")
     try:
-        plan = get_engine(point.engine).configure(spec, card_settings(EngineSettings(), point.memory_bytes,
-                                                                      point.engine), max_seq_len)
+        plan = model.configure(spec, card_settings(point.engine_settings or EngineSettings(), point.memory_bytes,
+                                                   point.engine), max_seq_len)
         plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
@@ -206,7 +214,8 @@ def evaluate(task: Task) -> PointResult:
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
                                       step_time=p.step_time or ctx.step_time),
                        layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine)))
+                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine,
+                                                                                                  p.engine_settings)))
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config)
         if runtime is not None:
@@ -283,15 +292,16 @@ def point_capacity(p: SweepPoint):
 
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine), length,
+    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.engine_settings), length,
                         p.limit_bytes if p.limit_bytes > 0 else None, tp=p.tp, layout=p.layout)
 
 
-def _card_settings(memory_bytes: int, engine: str | None):
-    """An engine point's settings: the engine's defaults on the card the point's device names."""
+def _card_settings(memory_bytes: int, engine: str | None, settings=None):
+    """An engine point's settings: its ``settings`` axis (else the engine's defaults) on the card the
+    point's device names."""
     from csa_plan.planner.budget.deployment import card_settings
 
-    return card_settings(None, memory_bytes, engine)
+    return card_settings(settings, memory_bytes, engine)
 
 
 # -- the answer ---------------------------------------------------------------------------

@@ -37,7 +37,14 @@ def test_each_setting_flag_is_the_one_spelling_csa_plan_takes_it_by(fam, owner):
     """One spelling: every setting a launch writes is written as csa-plan's own option for it (the engines'
     spelling), and it is that engine's setting or a shared one, never the other engine's."""
     for name, flag in FLAGS[fam].items():
-        if name in ("tp", "dp", "max_seq_len", "enable_prefix_caching"):
+        if name in ("tp", "dp", "max_seq_len", "enable_prefix_caching", "num_speculative_tokens"):
             continue
         assert OPTION_SPELLING[name].split("/")[0] == flag, name
         assert OWNER.get(name, owner) == owner, name
+
+
+def test_vllm_s_mtp_draft_count_is_its_speculative_config():
+    argv = launch_argv("vllm-0.33", "deepseek-v4-flash", tp=4, settings=EngineSettings(num_speculative_tokens=2)).argv
+    assert argv[-2:] == ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}')
+    off = launch_argv("vllm-0.33", "deepseek-v4-flash", tp=4, settings=EngineSettings(num_speculative_tokens=0))
+    assert "--speculative-config" not in off.argv and not off.unexpressed
