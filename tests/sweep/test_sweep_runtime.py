@@ -246,3 +246,24 @@ def test_a_runtime_point_routed_least_loaded_is_skipped(tmp_path):
     path.write_text(path.read_text().replace("  reserve: fit\n", "  reserve: fit\n  dp: 2\n  router: least-loaded\n"))
     (skip,) = triage(load_spec(str(path))).skipped
     assert skip.reason.value == "BadDeployment" and "round-robin" in skip.detail
+
+
+def test_engine_settings_are_a_sweep_axis(csa, tmp_path):
+    """Issue 45 item 3: grid.settings gives each point its engine options by name; they reach the replay
+    (a tight max_num_seqs sustains less) and the launch command; a setting the engine lacks is skipped as
+    BadDeployment naming it; an unknown name is bad input."""
+    path = _spec(tmp_path, engines="vllm-0.33")
+    text = path.read_text().replace("  engine: vllm-0.33\n", "  engine: vllm-0.33\n  settings: [null, {max_num_seqs: 2}, "
+                                    "{max_running_requests: 8}]\n")
+    path.write_text(text)
+    doc = csa("sweep", str(path), "--json").json()
+    assert doc["skipped"]["counts"] == {"BadDeployment": 1}
+    assert "has no setting max_running_requests" in doc["skipped"]["points"][0]["detail"]
+    by = {(r["point"]["settings"] or {}).get("max_num_seqs"): r for r in doc["results"]}
+    assert set(by) == {None, 2}
+    assert by[2]["runtime"]["peak_running"] <= 2 < by[None]["runtime"]["peak_running"]
+    assert by[2]["launch"]["argv"][-2:] == ["--max-num-seqs", "2"]
+    assert "--max-num-seqs" not in by[None]["launch"]["argv"]
+    path.write_text(text.replace("max_num_seqs: 2", "max_num_seq: 2"))
+    r = csa("sweep", str(path))
+    assert r.code == 2 and "grid.settings" in r.err and "max_num_seq" in r.err
