@@ -9,19 +9,20 @@ sustained only when the run was long enough to be a steady state and the queue d
   of the lifetimes: the system fills from empty), up to the last arrival; it must span at least
   ``WINDOW_LIFETIMES`` lifetimes (the lifetime: the median time from arrival to the last token,
   measured in this very run);
-* **balanced**: the median lifetime (the part of it load moves: ``judge``'s ``delay_ns``) of the
-  requests arriving in the window's second half exceeds that of its first half by no more than ``BALANCE_TOLERANCE`` of a half's length (plus twice the
-  lifetimes' interquartile range over the square root of a half's arrivals, the sampling noise):
-  when arrivals outpace completions by a share g, the queue grows and a request arriving t later
-  stays about g x t longer, so the median moves by g x the half's length; medians, so that a
-  trace's few very long requests, or a busier stretch, do not move it;  A
-  lifetime that grows so over a whole window is a queue that grows: not sustained (over a shorter
+* **balanced**: the run holds at least two copies of the trace (``EXTENSION``), and the same
+  requests take no longer in the last copy than in the one before: the median over them of the
+  difference in their lifetime (the part of it load moves: ``judge``'s ``delay_ns``) is at most
+  ``BALANCE_TOLERANCE`` of a copy's period (plus twice the differences' interquartile range over
+  the square root of their count, the sampling noise). When arrivals outpace completions by a
+  share g, the queue grows and a request arriving a period later waits about g x the period longer;
+  comparing a request with itself leaves out the trace's own bursts and request sizes. A
+  difference that large over a whole window is a queue that grows: not sustained (over a shorter
   one it may still be the system filling toward a fuller steady state: the trace is extended,
-  unless it grows by half a half window, ``GROSS_GROWTH``);
+  unless it is half a period or more, ``GROSS_GROWTH``);
 * **the bounds** (refusals, queue wait, TTFT, TPOT) are checked on the window's requests, not on a
   burst draining.
 
-A trace whose arrivals at the probed rate span too few lifetimes is extended by ``EXTENSION``
+Every probe replays at least two copies; a trace whose arrivals at the probed rate span too few lifetimes is extended further by ``EXTENSION``
 (``workloads/extend.py``), up to ``MAX_STEADY_REQUESTS`` requests; past that the probe is
 *undetermined* and the search says so ("trace too short to say") rather than give a number.
 """
@@ -35,16 +36,16 @@ from typing import Any
 WINDOW_LIFETIMES = 5  # the measured window spans at least this many request lifetimes
 WARMUP_LIFETIMES = 1  # left out before the window, in p90 lifetimes: the system fills from empty
 GROSS_GROWTH = 0.5  # over even a short window (one lifetime): arrivals outpacing completions by half are a queue
-BALANCE_TOLERANCE = 0.05  # the time in system may grow by at most this share of a half window (+ noise)
+BALANCE_TOLERANCE = 0.05  # a request may take at most this share of a copy's period longer in the next copy (+ noise)
 MAX_STEADY_REQUESTS = 50_000  # the longest extended trace one probe replays (docs/limits-and-security.md)
 MAX_EXTENSION_ROUNDS = 5  # replays of one probe while its window is found too short
 EXTENSION = ("the trace repeated end to end with fresh request ids (each copy shifted by the trace's span plus "
              "one mean arrival gap; prefix-block ids renumbered, so no copy hits another's prefix cache)")
 
 RULE = (f"steady: a window of at least {WINDOW_LIFETIMES} median request lifetimes after a warm-up of the p90 "
-        f"lifetime, the median lifetime growing by at most {BALANCE_TOLERANCE:.0%} of a half window between its halves; "
-        f"a short trace extended by "
-        f"repetition with fresh ids up to {MAX_STEADY_REQUESTS:,} requests")
+        f"lifetime, the same requests taking at most {BALANCE_TOLERANCE:.0%} of a copy's period longer in the trace's "
+        f"last copy than in the one before; the trace repeated with fresh ids, twice or more while the window is "
+        f"too short, up to {MAX_STEADY_REQUESTS:,} requests")
 """The rule in one line: sweep contexts carry it, so a resume file written under another rule is refused."""
 
 STEADY = "steady"
@@ -65,9 +66,9 @@ class Judgement:
     window_start_ns: int
     window_end_ns: int
     window_lifetimes: float  # the window's span over the lifetime
-    arrived: int  # requests arriving in the window's second half
-    completed: int  # requests finishing in the window's second half
-    growth_ns: int  # the median lifetime of the window's second half's arrivals minus its first half's
+    arrived: int  # requests compared: the copy before the last, after the warm-up
+    completed: int  # of them, served in the last copy
+    growth_ns: int  # the median, over the same requests, of their lifetime in the last copy minus in the one before
     requests: int  # the run's requests (the extended trace)
     copies: int = 1  # the trace's copies the run replayed
     detail: str = ""
@@ -87,17 +88,18 @@ class Judgement:
         """One line for the text reports."""
         return (f"{self.reason}{': ' + self.detail if self.detail else ''} — window {self.window_lifetimes:.1f} "
                 f"lifetimes of {self.lifetime_ns / 1e9:.3g} s ({self.arrived:,} arrived, {self.completed:,} completed, "
-                f"median lifetime {self.growth_ns / 1e9:+.3g} s from its first half to its second; {self.requests:,} requests, {self.copies} "
+                f"{self.growth_ns / 1e9:+.3g} s copy to copy; {self.requests:,} requests, {self.copies} "
                 f"cop{'y' if self.copies == 1 else 'ies'} of the trace)")
 
 
 def judge(arrival_ns: Any, finished_ns: Any, copies: int = 1, delay_ns: Any = None) -> Judgement:
     """The steady-state verdict of one run from its per-request arrival and finish times (ns,
-    finish -1: never served): None while the window is shorter than ``WINDOW_LIFETIMES``, else
-    True when it is balanced and False when the lifetimes grow. ``delay_ns`` (per request) is what
-    the balance compares instead of the lifetime: the part of it that load moves and the trace's
-    own request sizes do not (the ledger's wait; an engine's lifetime at the trace's mean output
-    length), so a trace whose second half asks for longer requests is no growing queue."""
+    finish -1: never served), the run being ``copies`` copies of a trace in order (``EXTENSION``):
+    None while there are fewer than two copies or the window is shorter than ``WINDOW_LIFETIMES``,
+    else True when the last copy's requests take no longer than the same requests of the copy
+    before and False when they do (a growing queue). ``delay_ns`` (per request) is what is compared
+    instead of the lifetime: the part of it load moves (the ledger's wait; an engine's lifetime at
+    the trace's mean request size)."""
     import numpy as np
 
     arrival = np.asarray(arrival_ns, dtype=np.int64)
@@ -111,42 +113,39 @@ def judge(arrival_ns: Any, finished_ns: Any, copies: int = 1, delay_ns: Any = No
     warm = max(int(np.quantile(lives, 0.9)), life)
     t0, t_end = int(arrival.min()), int(arrival.max())
     start = t0 + WARMUP_LIFETIMES * warm
-    lifetimes = (t_end - start) / life
-    if t_end <= start:
-        return Judgement(None, SHORT, life, start, t_end, max(lifetimes, 0.0), 0, 0, 0, n, copies,
-                         f"the arrivals span {(t_end - t0) / 1e9:.3g} s, within the warm-up (the p90 lifetime, {warm / 1e9:.3g} s)")
-    done = np.sort(np.where(served, finished, np.iinfo(np.int64).max))
-    arr = np.sort(arrival)
-
-    def count(sorted_times: Any, a: int, b: int) -> int:
-        return int(np.searchsorted(sorted_times, b, side="right") - np.searchsorted(sorted_times, a, side="right"))
-
-    life_of = np.where(served, finished - arrival if delay_ns is None else np.asarray(delay_ns, dtype=np.int64),
-                       np.iinfo(np.int64).max)
-
-    def half(a: int, b: int) -> Any:  # the lifetimes of the requests arriving in (a, b]
-        return life_of[(arrival > a) & (arrival <= b)]
-
-    mid = (start + t_end) // 2
-    arrived, completed = count(arr, mid, t_end), count(done, mid, t_end)
-    one, two = half(start, mid), half(mid, t_end)
-    if not len(one) or not len(two):
-        return Judgement(None, SHORT, life, start, t_end, lifetimes, arrived, completed, 0, n, copies,
-                         "no arrival in half the window")
-    growth = int(np.median(two)) - int(np.median(one))  # medians: a few long requests do not move them
-    both = np.concatenate([one, two])
-    spread = float(np.quantile(both, 0.75) - np.quantile(both, 0.25))
-    slack = BALANCE_TOLERANCE * (t_end - mid) + 2 * spread / math.sqrt(min(len(one), len(two)))
+    lifetimes = max((t_end - start) / life, 0.0)
+    if copies < 2:
+        return Judgement(None, SHORT, life, start, t_end, lifetimes, 0, 0, 0, n, copies,
+                         "one copy: the balance compares a copy of the trace with the one before")
+    per = n // copies
+    big = np.iinfo(np.int64).max
+    delay = np.where(served, finished - arrival if delay_ns is None else np.asarray(delay_ns, dtype=np.int64), big)
+    last, prev = slice(n - per, n), slice(n - 2 * per, n - per)
+    rows = arrival[prev] > start  # the earlier copy's requests that arrive after the warm-up
+    period = int(arrival[n - per] - arrival[n - 2 * per])
+    arrived = int(rows.sum())
+    completed = int((served[last] & rows).sum())
+    if t_end <= start or arrived == 0:
+        return Judgement(None, SHORT, life, start, t_end, lifetimes, 0, 0, 0, n, copies,
+                         f"the arrivals span {(t_end - t0) / 1e9:.3g} s, within the warm-up "
+                         f"(the p90 lifetime, {warm / 1e9:.3g} s)")
+    a, b = delay[last][rows], delay[prev][rows]
+    both = (a < big) & (b < big)
+    diff = (a[both] - b[both]) if both.any() else np.zeros(1, dtype=np.int64)
+    unserved = int((~both).sum())
+    growth = int(np.median(diff)) if unserved * 2 < len(a) else big // 2
+    spread = float(np.quantile(diff, 0.75) - np.quantile(diff, 0.25)) if len(diff) > 1 else 0.0
+    slack = BALANCE_TOLERANCE * period + 2 * spread / math.sqrt(max(arrived, 1))
     balanced = growth <= slack
     args = (life, start, t_end, lifetimes, arrived, completed, growth, n, copies)
-    if not balanced and lifetimes >= 1 and growth > GROSS_GROWTH * (t_end - mid):
-        return Judgement(False, GROWS, *args, detail=f"the median lifetime grows by {growth / 1e9:.3g} s from the window's "
-                                                     f"first half to its second ({(t_end - mid) / 1e9:.3g} s)")
+    grows = (f"the same requests take {growth / 1e9:.3g} s longer in the last copy of the trace than in the one "
+             f"before ({period / 1e9:.3g} s earlier)")
+    if not balanced and lifetimes >= 1 and growth > GROSS_GROWTH * period:
+        return Judgement(False, GROWS, *args, detail=grows)
     if lifetimes < WINDOW_LIFETIMES:
         return Judgement(None, SHORT, *args, detail=f"under {WINDOW_LIFETIMES} lifetimes")
     if not balanced:
-        return Judgement(False, GROWS, *args, detail=f"the median lifetime grows by {growth / 1e9:.3g} s from the window's "
-                                                     f"first half to its second ({(t_end - mid) / 1e9:.3g} s)")
+        return Judgement(False, GROWS, *args, detail=grows)
     return Judgement(True, STEADY, *args)
 
 
@@ -161,6 +160,11 @@ def repeat_arrivals(arrival_ns: Any, copies: int) -> Any:
     return np.tile(base, copies) + np.repeat(np.arange(copies, dtype=np.int64) * period, n)
 
 
+def extension_cap(n: int) -> int:
+    """The most requests one probe replays: ``MAX_STEADY_REQUESTS``, or two copies of a longer trace."""
+    return max(MAX_STEADY_REQUESTS, 2 * n)
+
+
 def copies_needed(span_ns: int, n: int, lifetime_ns: int, copies: int) -> int:
     """Copies of a trace of ``n`` requests spanning ``span_ns`` (at the probed rate) whose arrivals
     span the warm-up and the window at ``lifetime_ns``: at least twice ``copies``."""
@@ -169,4 +173,4 @@ def copies_needed(span_ns: int, n: int, lifetime_ns: int, copies: int) -> int:
     if per_copy <= 0:
         return 0  # every request arrives at once: no arrival statistics to extend
     want = (2 * WARMUP_LIFETIMES + WINDOW_LIFETIMES) * lifetime_ns * 1.25  # p90 ~ 2 medians; a quarter over
-    return max(2 * copies, math.ceil(want / per_copy))
+    return max(2 * copies, math.ceil(want / per_copy), 2)

@@ -54,13 +54,13 @@ def steady_ledger_probe(scn: Scenario, scale: float, max_wait_ns: int | None) ->
     from dataclasses import replace
 
     from csa_plan.planner.reserve.fast import nearest_rank
-    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, MAX_STEADY_REQUESTS, REFUSED, copies_needed,
+    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
                                          judge)
 
     n = scn.requests
     base = scn.base_arrival_ns
     span = int(base[-1] - base[0]) / scale if n else 0
-    copies = 1
+    copies = 2  # the balance compares a copy of the trace with the one before
     for _ in range(MAX_EXTENSION_ROUNDS):
         run = scn.repeated(copies).with_rate_scale(scale)
         result = simulate(run)
@@ -87,7 +87,7 @@ def steady_ledger_probe(scn: Scenario, scale: float, max_wait_ns: int | None) ->
                                    copies)
             return LedgerProbe(True, j, copies, result)
         need = copies_needed(int(span), n, j.lifetime_ns, copies)
-        if need == 0 or need * n > MAX_STEADY_REQUESTS:
+        if need == 0 or need * n > extension_cap(n):
             return LedgerProbe(None, j, copies)
         copies = need
     return LedgerProbe(None, j, copies)

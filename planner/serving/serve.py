@@ -175,17 +175,17 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
     from dataclasses import replace
 
     from csa_plan.planner.serving.report import window_figures
-    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, MAX_STEADY_REQUESTS, REFUSED, copies_needed,
+    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
                                          judge)
     from csa_plan.planner.workloads.extend import repeated
 
     n = len(wl)
     span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) / scale if n else 0
-    copies = 1
+    copies = 2  # the balance compares a copy of the trace with the one before
     for _ in range(MAX_EXTENSION_ROUNDS):
         run = repeated(wl, copies)
         res = serve(setup, run, scale)
-        j = judge(res.arrival_ns, res.finished_ns, copies, normalized_lifetimes(res, run.output_tokens))
+        j = judge(res.arrival_ns, res.finished_ns, copies, normalized_lifetimes(res, run))
         if res.refused:
             return SteadyProbe(False, replace(j, steady=False, reason=REFUSED, detail=f"{len(res.refused):,} refused"),
                                copies)
@@ -201,26 +201,29 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
                 return SteadyProbe(False, replace(j, steady=False, reason=BOUND, detail="; ".join(broken)), copies)
             return SteadyProbe(True, j, copies, report(setup, res, run))
         need = copies_needed(int(span), n, j.lifetime_ns, copies)
-        if need == 0 or need * n > MAX_STEADY_REQUESTS:
+        if need == 0 or need * n > extension_cap(n):
             return SteadyProbe(None, j, copies)
         copies = need
     return SteadyProbe(None, j, copies)
 
 
-def normalized_lifetimes(res: "RuntimeResult", output_tokens: Any) -> Any:
-    """Each request's lifetime as if it asked for the trace's mean output length: its time to first
-    token plus its decode time per token times that length (what the steady-state balance compares:
-    load moves it, the trace's own request sizes do not)."""
+def normalized_lifetimes(res: "RuntimeResult", wl: "Workload") -> Any:
+    """Each request's lifetime as if it were of the trace's mean size: its queue wait, its prefill
+    time (admission to first token) scaled to the mean prompt, and its decode time per token times
+    the mean output length (what the steady-state balance compares: load moves it, the trace's own
+    request sizes do not)."""
     import numpy as np
 
     arrival = np.asarray(res.arrival_ns, dtype=np.int64)
+    admitted = np.asarray(res.admitted_ns, dtype=np.int64)
     first = np.asarray(res.first_token_ns, dtype=np.int64)
     done = np.asarray(res.finished_ns, dtype=np.int64)
-    out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
-    mean_after = max(float(out.mean()) - 1, 0.0)
+    out = np.maximum(np.asarray(wl.output_tokens, dtype=np.int64), 1)
+    prompt = np.maximum(np.asarray(wl.prompt_tokens, dtype=np.int64), 1)
     per_token = np.where(out > 1, (done - first) / np.maximum(out - 1, 1), 0.0)
-    norm = (first - arrival) + np.rint(per_token * mean_after).astype(np.int64)
-    return np.where((done >= 0) & (first >= 0), norm, done - arrival)
+    prefill = (first - admitted) * (float(prompt.mean()) / prompt)
+    norm = (admitted - arrival) + np.rint(prefill + per_token * max(float(out.mean()) - 1, 0.0)).astype(np.int64)
+    return np.where((done >= 0) & (first >= 0) & (admitted >= 0), norm, done - arrival)
 
 
 def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,
