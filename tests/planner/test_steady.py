@@ -29,39 +29,50 @@ def _fifo(arrival: np.ndarray, service_ns: int, servers: int = 1) -> np.ndarray:
     return done
 
 
+def _copies(rate_per_s: float, span_s: float, copies: int) -> np.ndarray:
+    return repeat_arrivals(_poisson(rate_per_s, span_s), copies)
+
+
 def test_a_stable_queue_over_many_lifetimes_is_steady():
-    arrival = _poisson(10, 200)
+    arrival = _copies(10, 100, 2)
     done = _fifo(arrival, S // 2, servers=8)  # capacity 16 req/s against 10
-    j = judge(arrival, done)
+    j = judge(arrival, done, copies=2)
     assert j.steady is True and j.reason == STEADY
     assert j.window_lifetimes >= WINDOW_LIFETIMES and j.lifetime_ns >= S // 2
 
 
 def test_arrivals_outpacing_completions_are_a_growing_queue():
-    arrival = _poisson(10, 200)
+    arrival = _copies(10, 100, 2)
     done = _fifo(arrival, S // 2, servers=4)  # capacity 8 req/s against 10: the queue grows without end
-    j = judge(arrival, done)
+    j = judge(arrival, done, copies=2)
     assert j.steady is False and j.reason == GROWS and j.growth_ns > 0
+
+
+def test_one_copy_says_nothing():
+    arrival = _poisson(10, 200)
+    j = judge(arrival, _fifo(arrival, S // 2, servers=8))
+    assert j.steady is None and j.reason == SHORT
 
 
 def test_a_burst_that_drains_is_too_short_to_say():
     """The issue's burst: every request arrives within a few seconds and runs at once; the run says nothing."""
-    arrival = _poisson(400, 6)
+    arrival = _copies(400, 3, 2)
     done = arrival + 50 * S  # all admitted at once, each living 50 s
-    j = judge(arrival, done)
+    j = judge(arrival, done, copies=2)
     assert j.steady is None and j.reason == SHORT
-    need = copies_needed(int(arrival[-1] - arrival[0]), len(arrival), j.lifetime_ns, 1)
-    assert need * 6 >= 50 * 5  # the copies needed span the window of 5 lifetimes of 50 s
+    need = copies_needed(int(arrival[len(arrival) // 2 - 1] - arrival[0]), len(arrival) // 2, j.lifetime_ns, 2)
+    assert need * 3 >= 50 * 5  # the copies needed span the window of 5 lifetimes of 50 s
 
 
-def test_a_trace_whose_second_half_asks_more_is_no_queue_when_the_delay_is_given():
-    """Longer requests in the second half lengthen the lifetimes without any queue: the balance reads
-    the part of a lifetime load moves (here the wait, zero), not the trace's own request sizes."""
-    arrival = _poisson(10, 200)
-    hold = np.where(arrival > 100 * S, 10 * S, S)
+def test_a_trace_s_own_bursts_and_sizes_are_no_queue():
+    """Longer requests, and a burst, in a trace's second half lengthen those lifetimes without any queue:
+    compared with themselves one copy earlier they take no longer."""
+    base = _poisson(10, 100)
+    arrival = repeat_arrivals(base, 3)
+    hold = np.tile(np.where(base > 50 * S, 10 * S, S), 3)
     done = arrival + hold
-    assert judge(arrival, done).steady is False  # read as lifetimes, the longer requests look like a queue
-    assert judge(arrival, done, delay_ns=np.zeros_like(arrival)).steady is True
+    j = judge(arrival, done, copies=3)
+    assert j.steady is True and j.growth_ns == 0
 
 
 def test_repeated_arrivals_keep_the_trace_s_rate():
