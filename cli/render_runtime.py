@@ -79,9 +79,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
         if cap.get("steady"):
             st = cap["steady"]
             out.print(f"    steady: a window of {st['window_lifetimes']:.1f} request lifetimes of {st['lifetime_s']:.3g} s "
-                      f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); in its second half "
-                      f"{st['arrived']:,} arrived and {st['completed']:,} completed; median lifetime "
-                      f"{st['lifetime_growth_s']:+.3g} s from its first half",
+                      f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); {st['arrived']:,} "
+                      f"requests against their copies one trace earlier: {st['lifetime_growth_s']:+.3g} s (median)",
                       highlight=False)
             if cap.get("copies", 1) > 1:
                 out.print(f"    the replay above is {cap['copies']} copies of the trace: {cap['extension']}",

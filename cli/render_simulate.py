@@ -178,9 +178,8 @@ def _steady_lines(out: Console, cap: dict[str, Any]) -> None:
     st = cap.get("steady")
     if st:
         out.print(f"  steady: a window of {st['window_lifetimes']:.1f} request lifetimes of {st['lifetime_s']:.3g} s "
-                  f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); in its second half "
-                  f"{st['arrived']:,} arrived and {st['completed']:,} completed; median lifetime "
-                  f"{st['lifetime_growth_s']:+.3g} s from its first half",
+                  f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); {st['arrived']:,} "
+                  f"requests against their copies one trace earlier: {st['lifetime_growth_s']:+.3g} s (median)",
                   highlight=False)
     if cap.get("copies", 1) > 1:
         out.print(f"  the run below is {cap['copies']} copies of the trace: {cap['extension']}", highlight=False)

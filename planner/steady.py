@@ -10,8 +10,8 @@ sustained only when the run was long enough to be a steady state and the queue d
   ``WINDOW_LIFETIMES`` lifetimes (the lifetime: the median time from arrival to the last token,
   measured in this very run);
 * **balanced**: the run holds at least two copies of the trace (``EXTENSION``), and the same
-  requests take no longer in the last copy than in the one before: the median over them of the
-  difference in their lifetime (the part of it load moves: ``judge``'s ``delay_ns``) is at most
+  requests take no longer in a copy than in the one before: the median, over every request and
+  its copy one period earlier both inside the window, of the difference in their lifetime (the part of it load moves: ``judge``'s ``delay_ns``) is at most
   ``BALANCE_TOLERANCE`` of a copy's period (plus twice the differences' interquartile range over
   the square root of their count, the sampling noise). When arrivals outpace completions by a
   share g, the queue grows and a request arriving a period later waits about g x the period longer;
@@ -43,8 +43,8 @@ EXTENSION = ("the trace repeated end to end with fresh request ids (each copy sh
              "one mean arrival gap; prefix-block ids renumbered, so no copy hits another's prefix cache)")
 
 RULE = (f"steady: a window of at least {WINDOW_LIFETIMES} median request lifetimes after a warm-up of the p90 "
-        f"lifetime, the same requests taking at most {BALANCE_TOLERANCE:.0%} of a copy's period longer in the trace's "
-        f"last copy than in the one before; the trace repeated with fresh ids, twice or more while the window is "
+        f"lifetime, the same requests taking at most {BALANCE_TOLERANCE:.0%} of a copy's period longer in each copy "
+        f"of the trace than in the one before; the trace repeated with fresh ids, twice or more while the window is "
         f"too short, up to {MAX_STEADY_REQUESTS:,} requests")
 """The rule in one line: sweep contexts carry it, so a resume file written under another rule is refused."""
 
@@ -66,9 +66,9 @@ class Judgement:
     window_start_ns: int
     window_end_ns: int
     window_lifetimes: float  # the window's span over the lifetime
-    arrived: int  # requests compared: the copy before the last, after the warm-up
-    completed: int  # of them, served in the last copy
-    growth_ns: int  # the median, over the same requests, of their lifetime in the last copy minus in the one before
+    arrived: int  # pairs compared: a request after the warm-up and its next copy before the drain
+    completed: int  # of them, served in the later copy
+    growth_ns: int  # the median, over the pairs, of a request's lifetime in a copy minus in the one before
     requests: int  # the run's requests (the extended trace)
     copies: int = 1  # the trace's copies the run replayed
     detail: str = ""
@@ -87,7 +87,7 @@ class Judgement:
     def line(self) -> str:
         """One line for the text reports."""
         return (f"{self.reason}{': ' + self.detail if self.detail else ''} — window {self.window_lifetimes:.1f} "
-                f"lifetimes of {self.lifetime_ns / 1e9:.3g} s ({self.arrived:,} arrived, {self.completed:,} completed, "
+                f"lifetimes of {self.lifetime_ns / 1e9:.3g} s ({self.arrived:,} requests against their copies, "
                 f"{self.growth_ns / 1e9:+.3g} s copy to copy; {self.requests:,} requests, {self.copies} "
                 f"cop{'y' if self.copies == 1 else 'ies'} of the trace)")
 
@@ -120,16 +120,19 @@ def judge(arrival_ns: Any, finished_ns: Any, copies: int = 1, delay_ns: Any = No
     per = n // copies
     big = np.iinfo(np.int64).max
     delay = np.where(served, finished - arrival if delay_ns is None else np.asarray(delay_ns, dtype=np.int64), big)
-    last, prev = slice(n - per, n), slice(n - 2 * per, n - per)
-    rows = arrival[prev] > start  # the earlier copy's requests that arrive after the warm-up
-    period = int(arrival[n - per] - arrival[n - 2 * per])
+    # each request against itself one copy earlier, every such pair inside the window: the earlier after the
+    # warm-up, the later before the drain (the last lifetime sees no later arrivals: it would read as a
+    # queue shrinking)
+    cur, prev = np.arange(per, per * copies), np.arange(0, per * (copies - 1))
+    rows = (arrival[prev] > start) & (arrival[cur] <= t_end - warm)
+    period = int(arrival[per] - arrival[0])
     arrived = int(rows.sum())
-    completed = int((served[last] & rows).sum())
+    completed = int((served[cur] & rows).sum())
     if t_end <= start or arrived == 0:
         return Judgement(None, SHORT, life, start, t_end, lifetimes, 0, 0, 0, n, copies,
-                         f"the arrivals span {(t_end - t0) / 1e9:.3g} s, within the warm-up "
-                         f"(the p90 lifetime, {warm / 1e9:.3g} s)")
-    a, b = delay[last][rows], delay[prev][rows]
+                         f"the arrivals span {(t_end - t0) / 1e9:.3g} s: no request and its copy fall between the "
+                         f"warm-up and the drain (each the p90 lifetime, {warm / 1e9:.3g} s)")
+    a, b = delay[cur][rows], delay[prev][rows]
     both = (a < big) & (b < big)
     diff = (a[both] - b[both]) if both.any() else np.zeros(1, dtype=np.int64)
     unserved = int((~both).sum())
@@ -138,7 +141,7 @@ def judge(arrival_ns: Any, finished_ns: Any, copies: int = 1, delay_ns: Any = No
     slack = BALANCE_TOLERANCE * period + 2 * spread / math.sqrt(max(arrived, 1))
     balanced = growth <= slack
     args = (life, start, t_end, lifetimes, arrived, completed, growth, n, copies)
-    grows = (f"the same requests take {growth / 1e9:.3g} s longer in the last copy of the trace than in the one "
+    grows = (f"the same requests take {growth / 1e9:.3g} s longer in each copy of the trace than in the one "
              f"before ({period / 1e9:.3g} s earlier)")
     if not balanced and lifetimes >= 1 and growth > GROSS_GROWTH * period:
         return Judgement(False, GROWS, *args, detail=grows)
