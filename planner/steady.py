@@ -157,10 +157,31 @@ def repeat_arrivals(arrival_ns: Any, copies: int) -> Any:
     import numpy as np
 
     base = np.asarray(arrival_ns, dtype=np.int64)
-    n = len(base)
-    span = int(base[-1] - base[0]) if n else 0
-    period = span + (span // (n - 1) if n > 1 else 0)
-    return np.tile(base, copies) + np.repeat(np.arange(copies, dtype=np.int64) * period, n)
+    period = copy_period(base)
+    return np.tile(base, copies) + np.repeat(np.arange(copies, dtype=np.int64) * period, len(base))
+
+
+def copy_period(arrival_ns: Any) -> int:
+    """``EXTENSION``'s shift between copies: the trace's span plus one mean gap."""
+    n = len(arrival_ns)
+    span = int(arrival_ns[-1] - arrival_ns[0]) if n else 0
+    return span + (span // (n - 1) if n > 1 else 0)
+
+
+def last_arrival(arrival_ns: Any, copies: int) -> int:
+    """The latest arrival of ``copies`` copies (before any rate scale)."""
+    return int(arrival_ns[-1]) + (copies - 1) * copy_period(arrival_ns) if len(arrival_ns) else 0
+
+
+def max_copies(arrival_ns: Any, scale: float) -> int:
+    """The most copies whose arrivals at ``scale`` the int64 nanosecond clock holds (planner/clock.py)."""
+    from csa_plan.planner.clock import MAX_SIM_NS
+
+    period = copy_period(arrival_ns)
+    room = MAX_SIM_NS * scale - (int(arrival_ns[-1]) if len(arrival_ns) else 0)
+    if room < 0:
+        return 0
+    return 1 << 30 if period <= 0 else 1 + int(room // period)
 
 
 def extension_cap(n: int) -> int:

@@ -150,7 +150,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
             capacity = search(scn, max_wait_ns, progress=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
         result = capacity.result
         if result is not None:  # the run that was judged: the trace repeated as its steady window needed
-            scn = scn.repeated(capacity.copies).with_rate_scale(capacity.rate_scale)
+            scn = scn.repeated(capacity.copies, capacity.rate_scale)
     else:
         with progress("simulating", len(scn.arrival_ns), long_run) as tick:
             result = run(scn, progress=lambda done, total: tick(done, total, None), series_buckets=SERIES_BUCKETS)

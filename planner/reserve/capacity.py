@@ -55,14 +55,15 @@ def steady_ledger_probe(scn: Scenario, scale: float, max_wait_ns: int | None) ->
 
     from csa_plan.planner.reserve.fast import nearest_rank
     from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
+                                         max_copies,
                                          judge)
 
     n = scn.requests
-    base = scn.base_arrival_ns
+    base = base_arrivals = scn.base_arrival_ns
     span = int(base[-1] - base[0]) / scale if n else 0
     copies = 2  # the balance compares a copy of the trace with the one before
     for _ in range(MAX_EXTENSION_ROUNDS):
-        run = scn.repeated(copies).with_rate_scale(scale)
+        run = scn.repeated(copies, scale)
         result = simulate(run)
         oom = result.refusal_count(Outcome.OUT_OF_MEMORY) + result.refusal_count(Outcome.RUNNING_CAP)
         d = result.decisions
@@ -87,19 +88,37 @@ def steady_ledger_probe(scn: Scenario, scale: float, max_wait_ns: int | None) ->
                                    copies)
             return LedgerProbe(True, j, copies, result)
         need = copies_needed(int(span), n, j.lifetime_ns, copies)
-        if need == 0 or need * n > extension_cap(n):
+        if need == 0 or need * n > extension_cap(n) or need > max_copies(base_arrivals, scale):
             return LedgerProbe(None, j, copies)
         copies = need
     return LedgerProbe(None, j, copies)
 
 
-CLOCK_FLOOR = "the slowest rate whose arrival times fit the int64 nanosecond clock (~73 years)"
+CLOCK_FLOOR = ("the slowest rate whose arrival times fit the int64 nanosecond clock (~73 years), for the two copies "
+               "of the trace a steady probe replays")
 SEARCH_FLOOR = "the search's lower bound (min_scale)"
 
 
 KEEP_RESULTS_BELOW = 1_000_000
 """Below this many requests the best probe's result is kept for the answer; from it on only its
 scale is, and the answer is that probe run once more (one run's arrays in memory at a time)."""
+
+
+def _two_copy_floor(scn: Scenario) -> float:
+    """The slowest rate scale whose arrivals the int64 clock holds for two copies of the trace (the
+    fewest a steady probe replays, ``planner/steady.py``): ``Scenario.min_rate_scale``'s rule."""
+    import math
+
+    from csa_plan.planner.clock import MAX_SIM_NS
+    from csa_plan.planner.steady import last_arrival
+
+    last = float(last_arrival(scn.base_arrival_ns, 2)) if scn.requests else 0.0
+    if last <= 0:
+        return 0.0
+    floor = last / MAX_SIM_NS
+    while not last / floor <= MAX_SIM_NS:
+        floor = math.nextafter(floor, math.inf)
+    return floor
 
 
 def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float = 1e-3,
@@ -125,7 +144,7 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
         raise BadInput("options", "rate-scale bounds", f"need 0 < min < max, got {scale_min:g} and {scale_max:g}")
     if not MIN_REL_TOL <= rel_tol <= 1.0:  # below it, 1 + rel_tol may round to 1 and the bisection never ends
         raise BadInput("options", "rel_tol", f"must be between {MIN_REL_TOL:g} and 1 (MIN_REL_TOL), got {rel_tol!r}")
-    clock = scn.min_rate_scale
+    clock = _two_copy_floor(scn)
     floor, reason = (clock, CLOCK_FLOOR) if clock > scale_min else (scale_min, SEARCH_FLOOR)
     probes: list[tuple[float, bool]] = []
     best: dict[float, LedgerProbe] = {}
@@ -155,7 +174,7 @@ def find_capacity(scn: Scenario, max_wait_ns: int | None = None, rel_tol: float 
                      f"{p.judgement.lifetime_ns / 1e9:.3g} s after the warm-up")
         return RateCapacity(None, None, tuple(probes), False, floor, reason, too_short=short)
     probe = best[lo]
-    result = probe.result if probe.result is not None else simulate(scn.repeated(probe.copies).with_rate_scale(lo))
+    result = probe.result if probe.result is not None else simulate(scn.repeated(probe.copies, lo))
     above = sorted(s for s in seen if s > lo)
     undetermined = above[0] if above and seen[above[0]].ok is None else None
     return RateCapacity(lo, result, tuple(probes), capped, floor, reason, probe.judgement, probe.copies, None,

@@ -176,10 +176,12 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
 
     from csa_plan.planner.serving.report import window_figures
     from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
+                                         max_copies,
                                          judge)
     from csa_plan.planner.workloads.extend import repeated
 
     n = len(wl)
+    base_arrivals = wl.arrival_ns
     span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) / scale if n else 0
     copies = 2  # the balance compares a copy of the trace with the one before
     for _ in range(MAX_EXTENSION_ROUNDS):
@@ -201,7 +203,7 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
                 return SteadyProbe(False, replace(j, steady=False, reason=BOUND, detail="; ".join(broken)), copies)
             return SteadyProbe(True, j, copies, report(setup, res, run))
         need = copies_needed(int(span), n, j.lifetime_ns, copies)
-        if need == 0 or need * n > extension_cap(n):
+        if need == 0 or need * n > extension_cap(n) or need > max_copies(base_arrivals, scale):
             return SteadyProbe(None, j, copies)
         copies = need
     return SteadyProbe(None, j, copies)
@@ -236,11 +238,11 @@ def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | Non
     is "too short to say", never a number."""
     from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN, bisect_rate
     from csa_plan.planner.clock import MAX_SIM_NS
-    from csa_plan.planner.steady import MAX_STEADY_REQUESTS
+    from csa_plan.planner.steady import MAX_STEADY_REQUESTS, last_arrival
 
     scale_min = SCALE_MIN if scale_min is None else scale_min
     scale_max = SCALE_MAX if scale_max is None else scale_max
-    last = float(wl.arrival_ns.max()) if len(wl) else 0.0
+    last = float(last_arrival(wl.arrival_ns, 2)) if len(wl) else 0.0  # two copies: the fewest a probe replays
     floor = max(scale_min, last / MAX_SIM_NS * (1 + 1e-9) if last > 0 else 0.0)
     best: dict[float, SteadyProbe] = {}
     unknown: list[tuple[float, SteadyProbe]] = []
