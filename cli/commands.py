@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("csa_plan.cli.compare:COMMAND", "The same model under each engine's layout, side by side."),
     "run-gpu": ("csa_plan.cli.run_gpu:COMMAND", "Run the attention path on a GPU and check it against the plan."),
     "sweep": ("csa_plan.cli.sweep:COMMAND", "Search deployments for the cheapest one that serves a workload."),
+    "plan": ("csa_plan.cli.plan:COMMAND", "The fewest GPUs per card for a request rate within TTFT/TPOT bounds."),
 }
 
 GROUP_HELP = "csa-plan: admit DeepSeek-V4-style compressed attention layers and size their state exactly."

@@ -77,6 +77,18 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     cap = report.get("capacity")
     if cap:
         out.print(f"  {capacity_line(cap)}", highlight=False)
+        if cap.get("steady"):
+            st = cap["steady"]
+            out.print(f"    steady: a window of {st['window_lifetimes']:.1f} request lifetimes of {st['lifetime_s']:.3g} s "
+                      f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); {st['arrived']:,} "
+                      f"requests against their copies one trace earlier: {st['lifetime_growth_s']:+.3g} s (median)",
+                      highlight=False)
+            if cap.get("copies", 1) > 1:
+                out.print(f"    the replay above is {cap['copies']} copies of the trace: {cap['extension']}",
+                          highlight=False)
+        if cap.get("undetermined_above") is not None:
+            out.print(f"    at least: at x{cap['undetermined_above']:.4g} the trace, extended as far as it may be, is "
+                      "too short to say", highlight=False)
     if plot_note:
         out.print(f"  plot: {plot_note}")
 

@@ -67,7 +67,9 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
         return
     cap = report.get("capacity")
     if cap is not None:
-        if cap["rate_scale"] is None:
+        if cap["rate_scale"] is None and cap.get("too_short"):
+            out.print(f"[red]capacity: {cap['too_short']}[/red]", highlight=False)
+        elif cap["rate_scale"] is None:
             out.print(f"[red]capacity: no rate scale down to {cap['floor_rate_scale']:.4g} meets the criterion "
                       f"(the floor: {cap['floor']})[/red]")
         else:
@@ -78,6 +80,7 @@ def render_simulate(out: Console, report: dict[str, Any], series=None, plot_note
             else:
                 out.print(f"[bold]capacity:[/bold] rate scale {cap['rate_scale']:,.4g}{_per_s(cap)} ({cap['criterion']}; "
                           f"{plural(len(cap['probes']), 'probe')}); the report below is at that scale")
+            _steady_lines(out, cap)
     if "requests" not in report:
         return
     req = report["requests"]
@@ -173,3 +176,18 @@ def render_simulate_head(out: Console, report: dict[str, Any]) -> None:
         from csa_plan.cli.format import fit_line
 
         out.print(f"  {fit_line(fit, 'state pool')}", highlight=False)
+
+
+def _steady_lines(out: Console, cap: dict[str, Any]) -> None:
+    """The steady-state window the capacity was judged on (planner/steady.py)."""
+    st = cap.get("steady")
+    if st:
+        out.print(f"  steady: a window of {st['window_lifetimes']:.1f} request lifetimes of {st['lifetime_s']:.3g} s "
+                  f"(arrivals {st['window_s'][0]:,.1f}–{st['window_s'][1]:,.1f} s); {st['arrived']:,} "
+                  f"requests against their copies one trace earlier: {st['lifetime_growth_s']:+.3g} s (median)",
+                  highlight=False)
+    if cap.get("copies", 1) > 1:
+        out.print(f"  the run below is {cap['copies']} copies of the trace: {cap['extension']}", highlight=False)
+    if cap.get("undetermined_above") is not None:
+        out.print(f"  at least: at x{cap['undetermined_above']:.4g} the trace, extended as far as it may be, is too "
+                  "short to say", highlight=False)

@@ -41,16 +41,23 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
     ranked = report["ranked"]
     unbounded = set(report.get("not_limited_by_memory", []))
     out.print(f"  feasible: {grid['feasible']:,} of {len(report['results']):,} simulated points")
+    if any(r.get("runtime") for r in report["results"]) and spec.get("rate_rule"):
+        out.print(f"  sustainable means {esc(spec['rate_rule'])}", highlight=False)
     if ranked:
+        latency = any(by_key[k].get("runtime") for k in ranked[:top])
         cols = [Col("#", KEY), Col("point", TEXT), Col("devices"), Col("limit per device"), Col("req/s"),
-                Col("req/s per device"), Col("wait p99 (s)"), Col("mean util")]
+                Col("req/s per device"), Col("wait p99 (s)")] \
+            + ([Col("TTFT p99 (s)"), Col("TPOT p99 (ms)")] if latency else []) + [Col("mean util")]
         rows = []
         for i, key in enumerate(ranked[:top], 1):
             r = by_key[key]
             wait = "-" if r["wait_p99_ns"] is None else f"{r['wait_p99_ns'] / 1e9:,.3f}"
             rate, per_dev = _rates(r)
+            rt = r.get("runtime") or {}
+            ttft = "-" if rt.get("ttft_p99_s") is None else f"{rt['ttft_p99_s']:,.3f}"
+            tpot = "-" if rt.get("tpot_p99_s") is None else f"{rt['tpot_p99_s'] * 1000:,.1f}"
             rows.append([str(i), r["label"], f"{r['devices']:,}", f"{r['point']['limit_bytes'] / 2**30:,.1f} GiB",
-                         rate, per_dev, wait, f"{r['mean_utilization']:.1%}"])
+                         rate, per_dev, wait] + ([ttft, tpot] if latency else []) + [f"{r['mean_utilization']:.1%}"])
         print_table(out, f"ranked ({min(top, len(ranked)):,} of {len(ranked):,})", cols, rows)
         if any(k in unbounded for k in ranked[:top]):
             out.print(f"  {UNBOUNDED_CELL} = {NOT_LIMITED}: every request fits even at the search ceiling "
@@ -66,6 +73,8 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
                           f"{rt['preemptions']:,} preemptions of {rt['preempted_requests']:,} requests "
                           f"({rt['tokens_recomputed']:,} tokens recomputed), TTFT p99 {ttft}, "
                           f"peak {rt['peak_units']:,} of {rt['usable_units']:,} {esc(rt['unit'])}s", highlight=False)
+                if r.get("steady"):
+                    out.print(f"      at the sustainable rate: {esc(r['steady'])}", highlight=False)
     infeasible = [r for r in report["results"] if not r["feasible"]]
     if infeasible:
         out.print(f"  not feasible: {len(infeasible):,} (e.g. {infeasible[0]['label']}: "
@@ -89,6 +98,8 @@ def render_sweep_head(out: Console, report: dict[str, Any]) -> None:
                    f"(rate scale {h['sustainable_rate_scale']:,.4g})")
         out.print(f"[bold]answer:[/bold] {h['answer_label']} — {plural(h['devices'], 'device')}, {how} "
                   f"(exit {h['exit_code']})", highlight=False)
+        if h.get("launch"):
+            out.print(f"  launch: {h['launch']['text']}", highlight=False, soft_wrap=True)
         fit = h["fit"]
         if fit is not None:
             from csa_plan.cli.format import fit_line

@@ -76,10 +76,17 @@ def sweep(spec_path: str, jobs: int, ray_address: str | None, resume_path: str |
     SPEC keys: name, workload (a trace or mix, relative to SPEC), sort, seed, time
     (step_time, prefill_tok_s, tpot_ms), grid (each axis a
     value or a list: model, device, reserved, tp, pp, dp, router, reserve, policy,
-    layout, engine, rate_scale, max_seq_len, step_time), objective (fewest_devices or
-    rate_per_device), constraints (zero_refusals, wait_p99_max_s,
-    min_mean_utilization), search (rel_tol, min_scale, max_scale).
+    layout, engine, rate_scale, max_seq_len, step_time, settings: engine options by
+    name, e.g. [null, {max_num_seqs: 256}, {num_speculative_tokens: 1}]), objective (fewest_devices or
+    rate_per_device), constraints (zero_refusals, wait_p99_max_s, ttft_p99_max_s,
+    tpot_p99_max_ms, min_mean_utilization; an engine point needs one latency
+    bound, and SLO bounds alone will do), search (rel_tol, min_scale, max_scale).
     Example: examples/sweeps/small.yaml; docs/sweep.md.
+
+    An engine point's sustainable rate is a steady state: arrivals at that rate
+    over a window of many request lifetimes (a short trace repeated with fresh
+    ids), the queue not growing, the bounds held on the window; "trace too short
+    to say" where it cannot be judged.
 
     A point whose rate search reaches its ceiling is "not limited by memory within
     this trace": listed apart, never ranked or plotted by that ceiling.

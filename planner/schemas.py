@@ -11,3 +11,4 @@ SWEEP = "csa-plan/sweep/v2"  # v2: runtime-replayed engine points (result.runtim
 SWEEP_POINT = "csa-plan/sweep-point/v2"  # one line of a sweep's --resume file
 SWEEP_RESUME = "csa-plan/sweep-resume/v1"  # the first line of a --resume file: what it belongs to
 RUN_GPU = "csa-plan/run-gpu/v1"
+PLAN = "csa-plan/plan/v1"  # csa-plan plan: the fewest GPUs per card for a rate and its SLO bounds (issue 45)

@@ -169,8 +169,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         with progress("finding capacity", None, long_run) as tick:
             capacity = search(scn, max_wait_ns, progress=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
         result = capacity.result
-        if result is not None:
-            scn = scn.with_rate_scale(capacity.rate_scale)
+        if result is not None:  # the run that was judged: the trace repeated as its steady window needed
+            scn = scn.repeated(capacity.copies, capacity.rate_scale)
     else:
         with progress("simulating", len(scn.arrival_ns), long_run) as tick:
             result = run(scn, progress=lambda done, total: tick(done, total, None), series_buckets=SERIES_BUCKETS)
@@ -333,8 +333,10 @@ def _capacity(spec: Any, config: Any, engine: str | None, engine_settings: Any, 
 # The engine reserves nothing per request up front, so ``--reserve`` / ``--policy`` do not apply (refused,
 # saying why); the start-up pool is the one ``check --engine`` sizes from the device budget (or ``--kv-memory``);
 # the trace is replayed through the engine's own scheduler by the one loop (``planner/replay``);
-# ``--find-capacity`` searches the largest ``--rate-scale`` whose queue-wait p99 stays under ``--max-wait`` with
-# every request served (``planner/serving/serve.py``: the same entry ``sweep``'s engine axis uses).
+# ``--find-capacity`` searches the largest ``--rate-scale`` sustained in steady state (``planner/steady.py``: a window
+# of many request lifetimes, the trace repeated with fresh ids while too short, the queue not growing) with the
+# queue-wait p99 under ``--max-wait`` on the window and every request served (``planner/serving/serve.py``: the
+# same entry ``sweep``'s engine axis uses).
 
 NOT_RESERVED = ("{engine} reserves nothing per request up front: its scheduler admits and preempts step by step, "
                 "and simulate --engine {name} replays exactly that ({option} applies to the reference layout "
@@ -388,17 +390,23 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
         with progress("finding capacity", None, True) as tick:
             cap = runtime_capacity(setup, wl, wait_ns, start=config.time.rate_scale, latency=latency,
                                    tick=lambda k, s: tick(k, None, f"probe {k}: x{s:.4g}"))
+        if cap.too_short is not None:
+            raise BadInput("options", "--find-capacity", cap.too_short)
         criterion = capacity_criterion(req.max_wait_s, req.max_ttft_s, req.max_tpot_ms)
         if cap.rate_scale is None:
             field = "--max-wait" if req.max_wait_s is not None else "--max-ttft" if req.max_ttft_s is not None \
                 else "--max-tpot"
-            raise BadInput("options", field, f"no rate scale keeps {criterion}")
+            raise BadInput("options", field, f"no rate scale keeps {criterion} in steady state")
         base = wl.base_rate_per_s()
         capacity = {"rate_scale": cap.rate_scale, "rate_per_s": cap.rate_scale * base if base else None,
                     "probes": [{"rate_scale": s, "ok": ok} for s, ok in cap.tried], "criterion": criterion,
                     "max_wait_s": req.max_wait_s, "max_ttft_s": req.max_ttft_s, "max_tpot_ms": req.max_tpot_ms,
-                    "at_least": cap.capped}
+                    "at_least": cap.capped, **cap.as_dict()}
         rate = cap.rate_scale
+        if cap.copies > 1:  # the answer's replay is the run that was judged: the trace as extended
+            from csa_plan.planner.workloads.extend import repeated
+
+            wl = repeated(wl, cap.copies)
     else:
         rate = config.time.rate_scale
     n = len(wl)

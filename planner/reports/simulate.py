@@ -55,7 +55,9 @@ def simulate_report(wl, spec, config, scn, result, *, capacity=None, verified=No
             "rate_per_s": capacity.rate_scale * base if capacity.rate_scale is not None and base else None,
             "floor_rate_scale": capacity.floor, "floor": capacity.floor_reason,
             "probes": [{"rate_scale": s, "ok": ok} for s, ok in capacity.probes],
-            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait"),
+            "criterion": "no OutOfMemory refusal" + ("" if config.policy.value == "refuse" else ", wait p99 <= --max-wait")
+                         + " in steady state",
+            **capacity.steady_dict(),
         }
     if result is None:
         return report

@@ -26,7 +26,9 @@ def _label(point: dict[str, Any], axes: list[str]) -> str:
         value = point[a]
         if a == "model" and isinstance(value, str) and "/" in value:
             value = value.rsplit("/", 1)[-1]
-        missing = {"engine": "exact (no engine)", "step_time": "the spec's"}.get(a, "model")  # max_seq_len: model
+        missing = {"engine": "exact (no engine)", "step_time": "the spec's", "settings": "defaults"}.get(a, "model")
+        if a == "settings" and value:
+            value = " ".join(f"{k} {v}" for k, v in value.items())
         parts.append(f"{a} {value if value is not None else missing}")
     return ", ".join(parts) or "the only point"
 
@@ -46,6 +48,16 @@ def _shared(point: dict[str, Any], r) -> dict[str, Any]:
     wait_s, wait_ns = waits(p99_ns=r.wait_p99_ns, only_p99=True)
     return {"model_info": _model_info(point["model"]), "device_limit": device_limit(point["limit_bytes"]),
             "wait_s": wait_s, "wait_ns": wait_ns}
+
+
+def _launch(p) -> dict[str, Any] | None:
+    """The point as its engine is started (``engines/launch.py``): None for a point without a server."""
+    from csa_plan.planner.engines.launch import launch_argv
+
+    if p.engine is None:
+        return None
+    launch = launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings)
+    return None if launch is None else launch.as_dict()
 
 
 class SweepVerdict:
@@ -73,6 +85,7 @@ class SweepHead:
     simulated: int
     points: int
     skipped: int
+    launch: dict[str, Any] | None = None  # the answer as its engine is started (engines/launch.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict,
@@ -83,7 +96,7 @@ class SweepHead:
                          "sustainable_rate_scale": self.sustainable_rate_scale,
                          "rate_limited_by_memory": self.rate_limited_by_memory, "limit_bytes": self.limit_bytes,
                          "fit": self.fit, "feasible": self.feasible, "simulated": self.simulated,
-                         "points": self.points, "skipped": self.skipped}}
+                         "points": self.points, "skipped": self.skipped, "launch": self.launch}}
 
 
 def sweep_head(report: dict[str, Any]) -> SweepHead:
@@ -96,7 +109,8 @@ def sweep_head(report: dict[str, Any]) -> SweepHead:
                      None if a is None else a["sustainable_rate_scale"],
                      None if a is None else a["rate_limited_by_memory"],
                      None if a is None else a["point"]["limit_bytes"], None if a is None else a["fit"],
-                     g["feasible"], len(report["results"]), g["points"], g["skipped"])
+                     g["feasible"], len(report["results"]), g["points"], g["skipped"],
+                     None if a is None else a.get("launch"))
 
 
 def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_code: int) -> dict[str, Any]:
@@ -107,7 +121,8 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
     varying = _varying(list(points.values()))
     c = spec.context
     results = [{"point": points[r.key], "label": _label(points[r.key], varying), **r.report_dict(),
-                **_shared(points[r.key], r), "fit": point_capacity(by_key[r.key]).as_dict()}
+                **_shared(points[r.key], r), "fit": point_capacity(by_key[r.key]).as_dict(),
+                "launch": _launch(by_key[r.key])}
                for r in ans.results]
     models = sorted({p.model for p in spec.points})
     by_key = {r["key"]: r for r in results}
@@ -124,6 +139,7 @@ def sweep_report(spec, plan, ans, *, executor_name: str, elapsed_s: float, exit_
                  "search": {"rel_tol": c.search.rel_tol, "min_scale": c.search.min_scale,
                             "max_scale": c.search.max_scale},
                  "time": {"prefill_tok_s": c.prefill_tok_s, "tpot_ms": c.tpot_ms, "step_time": c.step_time},
+                 "rate_rule": c.rate_rule,
                  "varying_axes": varying},
         "workload": {"source": shown_path(c.workload), "requests": plan.bounds.requests, "min_tokens": plan.bounds.min_tokens,
                      "max_tokens": plan.bounds.max_tokens, "base_rate_per_s": plan.bounds.base_rate_per_s},

@@ -145,6 +145,21 @@ class Scenario:
             floor = math.nextafter(floor, math.inf)
         return floor
 
+    def repeated(self, copies: int, rate_scale: float | None = None) -> "Scenario":
+        """The scenario of its trace repeated ``copies`` times (``planner/steady.py`` ``EXTENSION``),
+        at ``rate_scale`` (None: its own); 1 copy: itself at that scale."""
+        import numpy as np
+
+        from csa_plan.planner.steady import repeat_arrivals
+
+        scale = self.config.time.rate_scale if rate_scale is None else rate_scale
+        if copies <= 1 or not self.requests:
+            return self if scale == self.config.time.rate_scale else self.with_rate_scale(scale)
+        tile = lambda a: np.tile(a, copies)  # noqa: E731
+        return replace(self, base_arrival_ns=repeat_arrivals(self.base_arrival_ns, copies), hold_ns=tile(self.hold_ns),
+                       tier=tile(self.tier), upfront=tile(self.upfront),
+                       class_ids=tile(self.class_ids)).with_rate_scale(scale)
+
     def with_rate_scale(self, rate_scale: float) -> "Scenario":
         import numpy as np
 

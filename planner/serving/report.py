@@ -182,6 +182,39 @@ def runtime_report(res: "RuntimeResult", *, caching: bool, unit: str = "block", 
     )
 
 
+@dataclass(frozen=True)
+class WindowFigures:
+    """The requests that arrived in a steady-state window (``planner/steady.py``): what the rate
+    criterion (``serve.sustains``) reads, measured on them alone."""
+
+    requests: int
+    served: int
+    refused: tuple[tuple[str, int], ...]
+    queue_wait: Quantiles
+    ttft: Quantiles
+    tpot: Quantiles
+
+
+def window_figures(res: "RuntimeResult", output_tokens, start_ns: int, end_ns: int) -> WindowFigures:
+    """Queue wait, TTFT and TPOT of the requests arriving in (start_ns, end_ns]."""
+    import numpy as np
+
+    arrival = np.asarray(res.arrival_ns, dtype=np.int64)
+    inside = (arrival > start_ns) & (arrival <= end_ns)
+    admitted = np.asarray(res.admitted_ns, dtype=np.int64)[inside]
+    first = np.asarray(res.first_token_ns, dtype=np.int64)[inside]
+    done = np.asarray(res.finished_ns, dtype=np.int64)[inside]
+    a = arrival[inside]
+    served = done >= 0
+    reasons: dict[str, int] = {}
+    for i, reason in res.refused.items():
+        if start_ns < int(arrival[i]) <= end_ns:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    tpot = _latency(first, done, served, np.asarray(output_tokens)[inside], 0.0, 1).get("tpot", Quantiles(0, None, None, None))
+    return WindowFigures(int(inside.sum()), int(served.sum()), tuple(sorted(reasons.items())),
+                         _quantiles((admitted - a)[admitted >= 0]), _quantiles((first - a)[first >= 0]), tpot)
+
+
 def _latency(first, done, served, output_tokens, makespan_s: float, devices: int) -> dict[str, Any]:
     """TPOT per request (its inter-token latency: the time after its first token over the tokens after it)
     and output tokens/s per GPU."""

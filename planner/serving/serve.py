@@ -7,8 +7,11 @@
 ``simulate.capacity.bisect_rate``), so "the highest rate" and "the cheapest deployment" mean
 the same replay everywhere.
 
-The rate criterion: nothing refused (up front, or stranded) and, when a bound is given, the
-queue-wait p99 (``wait_p99_ns``: the report's figure in whole nanoseconds) at most that bound.
+The rate criterion (``steady_probe``): the rate is served in steady state (``planner/steady.py``:
+a window of many request lifetimes, the trace extended by its stated method while too short, the
+queue not growing over it), nothing refused (up front, or stranded) and, on the window's
+requests, the queue-wait p99 (``wait_p99_ns``: whole nanoseconds) and the TTFT and TPOT p99
+within their bounds where given.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from csa_plan.planner.errors import BadInput
 
 if TYPE_CHECKING:
     from csa_plan.planner.engines.engine import EnginePlan, PoolSizing
-    from csa_plan.planner.serving.report import RuntimeReport
+    from csa_plan.planner.serving.report import RuntimeReport, WindowFigures
     from csa_plan.planner.replay.protocol import RuntimeOptions
     from csa_plan.planner.replay.result import RuntimeResult
+    from csa_plan.planner.steady import Judgement
     from csa_plan.planner.steptime.model import StepTime
     from csa_plan.planner.workloads import Workload
 
@@ -108,16 +112,17 @@ def report(setup: RuntimeSetup, result: "RuntimeResult", wl: "Workload | None" =
                           devices=setup.devices, step_time=setup.time.as_dict())
 
 
-def wait_p99_ns(rep: "RuntimeReport") -> int | None:
+def wait_p99_ns(rep: "RuntimeReport | WindowFigures") -> int | None:
     """The queue-wait p99 in whole nanoseconds (None: nothing admitted): the figure bounds compare."""
     p99 = rep.queue_wait.p99_s
     return None if p99 is None else int(round(p99 * 1e9))
 
 
-def sustains(rep: "RuntimeReport", max_wait_ns: int | None,
+def sustains(rep: "RuntimeReport | WindowFigures", max_wait_ns: int | None,
              latency: tuple[float | None, float | None] = (None, None)) -> bool:
-    """The rate criterion: every request served, none refused, queue-wait p99 within the bound, and
-    the TTFT and TPOT p99 (seconds) within ``latency`` where given."""
+    """The bounds of the rate criterion, on a report or on a steady window's requests: every request
+    served, none refused, queue-wait p99 within the bound, and the TTFT and TPOT p99 (seconds)
+    within ``latency`` where given."""
     if rep.refused or rep.served != rep.requests:
         return False
     wait = wait_p99_ns(rep)
@@ -140,40 +145,142 @@ def latency_violations(ttft_p99_s: float | None, tpot_p99_s: float | None,
 
 @dataclass(frozen=True)
 class RuntimeCapacity:
-    rate_scale: float | None  # None: no rate scale in the search's range sustains
+    rate_scale: float | None  # None: no rate scale in the search's range sustains (or the trace cannot say)
     capped: bool  # the search reached its ceiling: the capacity is at least rate_scale
     probes: int
-    report: "RuntimeReport | None"  # the replay at rate_scale
-    tried: tuple[tuple[float, bool], ...] = ()  # every probe: (rate scale, sustained), in order
+    report: "RuntimeReport | None"  # the replay at rate_scale (of the extended trace its window needed)
+    tried: tuple[tuple[float, bool], ...] = ()  # every probe: (rate scale, sustained in steady state), in order
+    judgement: "Judgement | None" = None  # the steady-state verdict at rate_scale (planner/steady.py)
+    too_short: str | None = None  # no rate could be judged steady or not: the trace is too short to say
+    undetermined_above: float | None = None  # the search's next probe above rate_scale could not be judged (at least)
+    copies: int = 1  # the trace's copies replayed at rate_scale
+
+    def as_dict(self) -> dict[str, Any]:
+        from csa_plan.planner.steady import EXTENSION
+
+        return {"steady": None if self.judgement is None else self.judgement.as_dict(), "too_short": self.too_short,
+                "undetermined_above": self.undetermined_above, "copies": self.copies, "extension": EXTENSION}
+
+
+@dataclass(frozen=True)
+class SteadyProbe:
+    """One rate probed as ``planner/steady.py`` says: ``ok`` None when the trace, extended to
+    ``MAX_STEADY_REQUESTS``, is still too short to say."""
+
+    ok: bool | None
+    judgement: "Judgement"
+    copies: int
+    report: "RuntimeReport | None" = None  # the whole run's report (when ok)
+
+
+def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns: int | None,
+                 latency: tuple[float | None, float | None] = (None, None)) -> SteadyProbe:
+    """Serve ``wl`` at ``scale`` for long enough to judge a steady state (extending it by
+    ``steady.EXTENSION`` while the window is too short), then check the bounds on the window."""
+    from dataclasses import replace
+
+    from csa_plan.planner.serving.report import window_figures
+    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
+                                         max_copies,
+                                         judge)
+    from csa_plan.planner.workloads.extend import repeated
+
+    n = len(wl)
+    base_arrivals = wl.arrival_ns
+    span = int(wl.arrival_ns[-1] - wl.arrival_ns[0]) / scale if n else 0
+    copies = 2  # the balance compares a copy of the trace with the one before
+    for _ in range(MAX_EXTENSION_ROUNDS):
+        run = repeated(wl, copies)
+        res = serve(setup, run, scale)
+        j = judge(res.arrival_ns, res.finished_ns, copies, normalized_lifetimes(res, run))
+        if res.refused:
+            return SteadyProbe(False, replace(j, steady=False, reason=REFUSED, detail=f"{len(res.refused):,} refused"),
+                               copies)
+        if j.steady is False:
+            return SteadyProbe(False, j, copies)
+        if j.steady:
+            fig = window_figures(res, run.output_tokens, *j.in_window)
+            if not sustains(fig, max_wait_ns, latency):
+                broken = latency_violations(fig.ttft.p99_s, fig.tpot.p99_s, latency)
+                wait = fig.queue_wait.p99_s
+                if max_wait_ns is not None and wait is not None and wait * 1e9 > max_wait_ns:
+                    broken = (f"wait p99 {wait:.3f} s > {max_wait_ns / 1e9:g} s",) + broken
+                return SteadyProbe(False, replace(j, steady=False, reason=BOUND, detail="; ".join(broken)), copies)
+            return SteadyProbe(True, j, copies, report(setup, res, run))
+        need = copies_needed(int(span), n, j.lifetime_ns, copies)
+        if need == 0 or need * n > extension_cap(n) or need > max_copies(base_arrivals, scale):
+            return SteadyProbe(None, j, copies)
+        copies = need
+    return SteadyProbe(None, j, copies)
+
+
+def normalized_lifetimes(res: "RuntimeResult", wl: "Workload") -> Any:
+    """Each request's lifetime as if it were of the trace's mean size: its queue wait, its prefill
+    time (admission to first token) scaled to the mean prompt, and its decode time per token times
+    the mean output length (what the steady-state balance compares: load moves it, the trace's own
+    request sizes do not)."""
+    import numpy as np
+
+    arrival = np.asarray(res.arrival_ns, dtype=np.int64)
+    admitted = np.asarray(res.admitted_ns, dtype=np.int64)
+    first = np.asarray(res.first_token_ns, dtype=np.int64)
+    done = np.asarray(res.finished_ns, dtype=np.int64)
+    out = np.maximum(np.asarray(wl.output_tokens, dtype=np.int64), 1)
+    prompt = np.maximum(np.asarray(wl.prompt_tokens, dtype=np.int64), 1)
+    per_token = np.where(out > 1, (done - first) / np.maximum(out - 1, 1), 0.0)
+    prefill = (first - admitted) * (float(prompt.mean()) / prompt)
+    norm = (admitted - arrival) + np.rint(prefill + per_token * max(float(out.mean()) - 1, 0.0)).astype(np.int64)
+    return np.where((done >= 0) & (first >= 0) & (admitted >= 0), norm, done - arrival)
 
 
 def runtime_capacity(setup: RuntimeSetup, wl: "Workload", max_wait_ns: int | None, *, start: float = 1.0,
                      rel_tol: float = 1e-2, scale_min: float | None = None, scale_max: float | None = None,
                      tick: Callable[[int, float], None] | None = None,
                      latency: tuple[float | None, float | None] = (None, None)) -> RuntimeCapacity:
-    """The largest rate scale that ``sustains``, by the one rate search (``bisect_rate``), from ``start``."""
+    """The largest rate scale that is sustained in steady state (``steady_probe``), by the one rate
+    search (``bisect_rate``), from ``start``. A probe the trace is too short to judge counts as not
+    sustained; when no probe could be judged sustained and some could not be judged, the answer
+    is "too short to say", never a number."""
     from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN, bisect_rate
     from csa_plan.planner.clock import MAX_SIM_NS
+    from csa_plan.planner.steady import MAX_STEADY_REQUESTS, last_arrival
 
     scale_min = SCALE_MIN if scale_min is None else scale_min
     scale_max = SCALE_MAX if scale_max is None else scale_max
-    last = float(wl.arrival_ns.max()) if len(wl) else 0.0
+    last = float(last_arrival(wl.arrival_ns, 2)) if len(wl) else 0.0  # two copies: the fewest a probe replays
     floor = max(scale_min, last / MAX_SIM_NS * (1 + 1e-9) if last > 0 else 0.0)
-    best: dict[float, "RuntimeReport"] = {}
+    best: dict[float, SteadyProbe] = {}
+    unknown: list[tuple[float, SteadyProbe]] = []
+    seen: dict[float, bool | None] = {}
     probes = [0]
     tried: list[tuple[float, bool]] = []
 
     def good(scale: float) -> bool:
-        rep = report(setup, serve(setup, wl, scale), wl)
+        probe = steady_probe(setup, wl, scale, max_wait_ns, latency)
         probes[0] += 1
         if tick:
             tick(probes[0], scale)
-        ok = sustains(rep, max_wait_ns, latency)
-        tried.append((scale, ok))
-        if ok:
+        seen[scale] = probe.ok
+        tried.append((scale, bool(probe.ok)))
+        if probe.ok is None:
+            unknown.append((scale, probe))
+        if probe.ok:
             best.clear()
-            best[scale] = rep
-        return ok
+            best[scale] = probe
+        return bool(probe.ok)
 
     lo, capped = bisect_rate(good, min(max(start, floor), scale_max), floor, scale_max, rel_tol)
-    return RuntimeCapacity(lo, capped, probes[0], None if lo is None else best.get(lo), tuple(tried))
+    if lo is None:
+        short = None
+        if unknown:
+            j = unknown[-1][1].judgement
+            short = (f"trace too short to say: at x{unknown[-1][0]:.4g} its arrivals, extended to "
+                     f"at most {MAX_STEADY_REQUESTS:,} requests, span {j.window_lifetimes:.1f} request lifetimes of "
+                     f"{j.lifetime_ns / 1e9:.3g} s after the warm-up")
+        return RuntimeCapacity(None, False, probes[0], None, tuple(tried), too_short=short)
+    probe = best.get(lo)
+    judged = sorted(s for s in seen if s > lo)  # the lowest probe above the answer: undetermined, or a real fail
+    above = judged[0] if judged and seen[judged[0]] is None else None
+    return RuntimeCapacity(lo, capped, probes[0], None if probe is None else probe.report, tuple(tried),
+                           None if probe is None else probe.judgement, None, above,
+                           1 if probe is None else probe.copies)

@@ -125,13 +125,16 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
 
             return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
                 point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
-                point.reserved.runtime_bytes))
+                point.reserved.runtime_bytes, point.engine_settings))
         return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
                     f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
         return _engine_skip(spec, point, max_seq_len, constraints, source)
+    if point.settings:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "engine settings apply to an engine point (engine: null "
+                                                          "is csa-plan's own layout)")
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
                     f"every request is longer than max_seq_len {max_seq_len:,} (shortest {bounds.min_tokens:,} tokens)")
@@ -155,27 +158,34 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
 def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constraints: Constraints,
                  source: str) -> Skip | None:
     """An engine point is skipped when the engine refuses the model or the KV memory (its own rule).
-    An engine whose runtime is replayed queues rather than refuses: without a wait bound its rate
-    search has no limit, so the spec must give one (bad input, before anything runs)."""
+    An engine whose runtime is replayed queues rather than refuses: the spec must bound a latency
+    (the queue wait, TTFT or TPOT p99; SLO bounds alone will do), bad input before anything runs."""
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
 
     if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
                     f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
+    model = get_engine(point.engine)
+    foreign = [name for name, _ in point.settings if name not in model.options]
+    if foreign:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{point.engine} has no setting {foreign[0]} "
+                                                          f"(its own: {', '.join(sorted(model.options))})")
     try:
-        plan = get_engine(point.engine).configure(spec, _card_settings(point.memory_bytes, point.engine, point.dp),
-                                                  max_seq_len)
+        plan = model.configure(spec, _card_settings(point.memory_bytes, point.engine, point.dp, point.engine_settings),
+                               max_seq_len)
         plan.size_pool(point.limit_bytes)
     except EngineRefused as exc:
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
     from csa_plan.planner.serving.serve import refuse_unreplayed
 
     refuse_unreplayed(plan, source, "grid.engine")
-    if plan.runtime_modelled and constraints.wait_p99_max_s is None:
+    if plan.runtime_modelled and constraints.wait_p99_max_s is None and constraints.ttft_p99_max_s is None \
+            and constraints.tpot_p99_max_ms is None:
         raise BadInput(source, "constraints.wait_p99_max_s",
-                       f"required when the grid has {plan.engine.name}: its runtime is replayed step by step and "
-                       "it queues rather than refuses, so the queue-wait p99 bound is the rate limit")
+                       f"a bound is required when the grid has {plan.engine.name}: its runtime is replayed step by "
+                       "step and it queues rather than refuses, so a latency bound is the rate limit: give "
+                       "wait_p99_max_s, ttft_p99_max_s or tpot_p99_max_ms")
     from csa_plan.planner.placement import Router
 
     if plan.runtime_modelled and point.dp > 1 and point.router is not Router.ROUND_ROBIN:
@@ -210,7 +220,8 @@ def evaluate(task: Task) -> PointResult:
                        time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
                                       step_time=p.step_time or ctx.step_time),
                        layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(p.memory_bytes, p.engine, p.dp)))
+                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(
+                           p.memory_bytes, p.engine, p.dp, p.engine_settings)))
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config)
         if runtime is not None:
@@ -233,14 +244,24 @@ def evaluate(task: Task) -> PointResult:
         mean_utilization=mean_util, peak_utilization=peak_util, sustainable_rate_scale=cap.rate_scale,
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
-        feasible=not violations, violations=violations)
+        feasible=not violations, violations=violations, steady=_steady_note(cap))
+
+
+def _steady_note(cap) -> str:
+    """The steady-state verdict at a point's sustainable rate, or why there is none (either search)."""
+    note = cap.too_short or ("" if cap.judgement is None else cap.judgement.line())
+    if cap.undetermined_above is not None:
+        note += f"; at x{cap.undetermined_above:.4g} and above, the trace is too short to say"
+    return note
 
 
 def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
     """A point whose engine's runtime is replayed step by step (``EnginePlan.runtime_modelled``):
     the same replay as ``simulate --engine`` (``planner/serving/serve.py``) at the point's rate
-    scale, and the same rate search as ``simulate --engine --find-capacity`` (every request served,
-    queue-wait p99 within ``constraints.wait_p99_max_s``). None: the engine reserves (the ledger)."""
+    scale, and the same rate search as ``simulate --engine --find-capacity`` (``serve.steady_probe``:
+    a steady state over a window of many request lifetimes, every request served, the wait, TTFT
+    and TPOT bounds on the window). The point is feasible only when its target rate is itself
+    sustained. None: the engine reserves (the ledger)."""
     from csa_plan.planner.replay.loop import STRANDED
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
@@ -258,14 +279,16 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
     peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
     wait = wait_p99_ns(rep)
-    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s)
+    steady = _steady_note(cap)
+    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
+                                  p.rate_scale, steady)
     rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
     return PointResult(
         key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,
         refusals=refusals, wait_p99_ns=wait, peak_bytes=None, mean_utilization=mean_util, peak_utilization=peak_util,
         sustainable_rate_scale=cap.rate_scale, at_least=cap.capped, probes=cap.probes, sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices, feasible=not violations,
-        violations=violations, runtime=RuntimeFigures.of(rep))
+        violations=violations, runtime=RuntimeFigures.of(rep), steady=steady)
 
 
 def point_capacity(p: SweepPoint):
@@ -275,16 +298,17 @@ def point_capacity(p: SweepPoint):
 
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
-    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp), length,
+    return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp, p.engine_settings), length,
                         p.limit_bytes if p.limit_bytes > 0 else None, tp=p.tp, layout=p.layout)
 
 
-def _card_settings(memory_bytes: int, engine: str | None, dp: int = 1):
-    """An engine point's settings: the engine's defaults on the card the point's device names (SGLang: the
-    point's dp is its DP-attention size, each worker sized for its share of --max-running-requests)."""
+def _card_settings(memory_bytes: int, engine: str | None, dp: int = 1, settings=None):
+    """An engine point's settings: its ``settings`` axis (else the engine's defaults) on the card the point's
+    device names (SGLang: the point's dp is its DP-attention size, each worker sized for its share of
+    --max-running-requests)."""
     from csa_plan.planner.budget.deployment import Deployment, card_settings, engine_settings_for
 
-    return engine_settings_for(engine, card_settings(None, memory_bytes, engine), Deployment(dp=dp))
+    return engine_settings_for(engine, card_settings(settings, memory_bytes, engine), Deployment(dp=dp))
 
 
 # -- the answer ---------------------------------------------------------------------------

@@ -72,6 +72,7 @@ class PointResult:
     feasible: bool  # every constraint holds at the target rate
     violations: tuple[str, ...]
     runtime: RuntimeFigures | None = None  # the engine's runtime replayed step by step (else the reservation model)
+    steady: str = ""  # the steady-state verdict at the sustainable rate (planner/steady.py), or why none was found
 
     @property
     def rate_measured(self) -> bool:
@@ -96,9 +97,10 @@ class PointResult:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "PointResult":
-        values = {f.name: d[f.name] for f in fields(PointResult)}
+        values = {f.name: d[f.name] for f in fields(PointResult) if f.name != "steady"}
         values["refusals"] = tuple((str(k), int(v)) for k, v in dict(d["refusals"]).items())
         values["violations"] = tuple(d["violations"])
+        values["steady"] = str(d.get("steady") or "")
         if d.get("runtime") is not None:
             values["runtime"] = RuntimeFigures(**{f.name: d["runtime"][f.name] for f in fields(RuntimeFigures)})
         return PointResult(**values)
@@ -113,11 +115,19 @@ def runtime_refusals(refused: tuple[tuple[str, int], ...], stranded: str) -> tup
     return tuple((reason, n) for reason, n in counts.items() if n)
 
 
+TOO_SHORT = "trace too short to say"
+
+
 def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], wait_p99_ns: int | None,
                      mean_util: float, rate_scale: float | None, ttft_p99_s: float | None = None,
-                     tpot_p99_s: float | None = None) -> tuple[str, ...]:
+                     tpot_p99_s: float | None = None, target_scale: float | None = None,
+                     steady: str = "") -> tuple[str, ...]:
     """The constraints a point's run breaks, as shown; a pure function of the run's figures, so
-    a resumed record's violations are checked by computing them again (``planner/sweep/resume.py``)."""
+    a resumed record's violations are checked by computing them again (``planner/sweep/resume.py``).
+    With ``target_scale`` (an engine point: its rate is judged in steady state) the point's target
+    rate must itself be sustained, not only survive one finite replay."""
+    if target_scale is not None and rate_scale is None and steady.startswith(TOO_SHORT):
+        return (TOO_SHORT,)
     violations = []
     refused = sum(n for _, n in refusals)
     if cons.zero_refusals and refused:
@@ -131,6 +141,9 @@ def point_violations(cons: Constraints, refusals: tuple[tuple[str, int], ...], w
     violations.extend(latency_violations(ttft_p99_s, tpot_p99_s, cons.latency_bounds))
     if mean_util < cons.min_mean_utilization:
         violations.append(f"mean utilization {mean_util:.1%} < {cons.min_mean_utilization:.1%}")
+    if target_scale is not None and rate_scale is not None and rate_scale < target_scale:
+        violations.append(f"target rate x{target_scale:g} not sustained in steady state (sustained up to "
+                          f"x{rate_scale:.4g})")
     if dict(refusals).get(REASONS[Outcome.OUT_OF_MEMORY], 0) == 0 and rate_scale is None:
-        violations.append("no sustainable rate")  # cannot happen when the target run is clean; kept honest
+        violations.append("no sustainable rate")
     return tuple(violations)

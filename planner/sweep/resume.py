@@ -232,13 +232,15 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
     if not isinstance(raw_violations, list) or len(raw_violations) > MAX_RESUME_LIST:
         raise r.fail("violations", f"expected a list of at most {MAX_RESUME_LIST} strings")
     violations = tuple(r.text(v, "violations") for v in raw_violations)
+    steady = "" if r.get("steady") is None else r.text(r.get("steady"), "steady")
     feasible = r.flag("feasible")
     if feasible != (not violations):
         raise r.fail("feasible", f"{str(feasible).lower()}, but the record lists {len(violations)} violation(s)")
     if identity is not None and identity.constraints is not None:
         expected = point_violations(identity.constraints, refusals, wait, mean_util, scale,
                                     None if runtime is None else runtime.ttft_p99_s,
-                                    None if runtime is None else runtime.tpot_p99_s)
+                                    None if runtime is None else runtime.tpot_p99_s,
+                                    None if runtime is None or point is None else point.rate_scale, steady)
         if violations != expected:
             raise r.fail("violations", f"not what this sweep's constraints give for the record's figures "
                                        f"({'; '.join(expected) or 'none'})")
@@ -248,7 +250,7 @@ def parse_record(data: Any, where: str, digest: str, points: Mapping[str, SweepP
         key=key, devices=devices, requests=requests, admitted=admitted, refused=refused, refusals=refusals,
         wait_p99_ns=wait, peak_bytes=peak_bytes, mean_utilization=mean_util, peak_utilization=peak_util,
         sustainable_rate_scale=scale, at_least=at_least, probes=probes, sustainable_rate_per_s=rate,
-        rate_per_device_per_s=per_device, feasible=feasible, violations=violations, runtime=runtime)
+        rate_per_device_per_s=per_device, feasible=feasible, violations=violations, runtime=runtime, steady=steady)
 
 
 def _runtime(r: _Record, point: SweepPoint | None, requests: int, admitted: int, wait: int | None,

@@ -22,6 +22,7 @@ from csa_plan.planner.text import excerpt
 from csa_plan.planner.placement import Router
 from csa_plan.planner.refusals import RefusalType
 from csa_plan.planner.bisection import SCALE_MAX, SCALE_MIN
+from csa_plan.planner.steady import RULE as STEADY_RULE
 from csa_plan.planner.reserve.scenario import DEFAULT_BUCKET, Policy, Reserve, TimeModel
 from csa_plan.planner.units import NS_PER_S, ceil_div
 from csa_plan.planner.files import hash_file, path_kind, read_text
@@ -35,7 +36,7 @@ MAX_POINTS = 100_000
 BUDGET = "budget"  # the reserved axis's default: the device budget (weights from the inventory)
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
-        "rate_scale", "max_seq_len", "engine", "step_time")
+        "rate_scale", "max_seq_len", "engine", "step_time", "settings")
 TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
 
 
@@ -95,6 +96,20 @@ class SweepPoint:
     max_seq_len: int | None = None
     engine: str | None = None  # an engine model (planner/engines): charge what it charges, limit = its pool
     step_time: str | None = None  # the grid's step_time axis; None: the spec's time.step_time
+    settings: tuple[tuple[str, Any], ...] = ()  # the grid's settings axis: engine options by name (max_num_seqs: 256)
+
+    @property
+    def engine_settings(self) -> Any:
+        """The point's engine options (``EngineSettings``), None when it gives none (the engine's defaults)."""
+        if not self.settings:
+            return None
+        from csa_plan.planner.engines.settings import EngineSettings
+
+        return EngineSettings(**dict(self.settings))
+
+    @property
+    def settings_label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.settings)
 
     @property
     def devices(self) -> int:
@@ -106,7 +121,7 @@ class SweepPoint:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
             return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len,
-                                         self.engine, self.reserved.runtime_bytes)
+                                         self.engine, self.reserved.runtime_bytes, self.engine_settings)
         return self.reserved.per_device_bytes(self.tp, self.pp)
 
     @property
@@ -127,7 +142,8 @@ class SweepPoint:
             f"reserve={self.reserve_label}", f"policy={self.policy.value}", f"layout={self.layout}",
             f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}")
             + ((f"engine={self.engine}",) if self.engine else ())
-            + ((f"step_time={self.step_time}",) if self.step_time else ()))
+            + ((f"step_time={self.step_time}",) if self.step_time else ())
+            + ((f"settings={self.settings_label}",) if self.settings else ()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
@@ -135,7 +151,8 @@ class SweepPoint:
                 "limit_bytes": self.limit_bytes, "tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "devices": self.devices, "router": self.router.value, "reserve": self.reserve_label,
                 "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
-                "max_seq_len": self.max_seq_len, "engine": self.engine, "step_time": self.step_time}
+                "max_seq_len": self.max_seq_len, "engine": self.engine, "step_time": self.step_time,
+                "settings": dict(self.settings) or None}
 
 
 @dataclass(frozen=True)
@@ -177,6 +194,7 @@ class Context:
     step_time: str = "physics"  # an engine point's step-time source (steptime.StepSource)
     search: Search = Search()
     constraints: Constraints = Constraints()
+    rate_rule: str = STEADY_RULE  # what "sustainable" means (planner/steady.py): part of the resume digest
 
 
 @dataclass(frozen=True)
@@ -397,6 +415,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 if v is not None and v not in ("physics", "measured", "fixed"):
                     raise BadInput(source, where, f"must be physics, measured or fixed, got {str(v)[:40]!r}")
                 values.append(v)
+            elif axis == "settings":
+                values.append(_settings(v, source, where))
             elif axis == "rate_scale":
                 values.append(read_number(source, where, v, positive=True, at_least=MIN_RATE_SCALE,
                                           at_most=MAX_RATE_SCALE))
@@ -441,7 +461,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
             model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
             layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"],
-            step_time=v["step_time"]))
+            step_time=v["step_time"], settings=v["settings"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
                       step_time=step_time, search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
@@ -450,8 +470,27 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 _AXIS_DEFAULTS: dict[str, Any] = {
     "model": [], "device": [], "reserved": [BUDGET], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
-    "engine": [None], "step_time": [None],
+    "engine": [None], "step_time": [None], "settings": [None],
 }
+
+
+def _settings(value: Any, source: str, where: str) -> tuple[tuple[str, Any], ...]:
+    """One value of the ``settings`` axis: null (the engine's defaults) or a mapping of engine options by
+    their names (``max_num_seqs: 256``, ``num_speculative_tokens: 1``), checked as the command line's."""
+    from csa_plan.planner.engines.settings import DERIVED, EngineSettings
+
+    if value is None:
+        return ()
+    mapping = read_mapping(source, where, value)
+    names = [f for f in EngineSettings.__dataclass_fields__ if f not in DERIVED]
+    check_keys(source, where, mapping, set(names))
+    try:
+        EngineSettings(**mapping)  # the ranges and names, as --max-num-seqs etc. are checked
+    except BadInput as exc:
+        raise BadInput(source, where, f"{exc.field}: {exc.problem}") from None
+    except TypeError as exc:
+        raise BadInput(source, where, str(exc)) from None
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in mapping.items()))
 
 
 def load_spec(path: str) -> SweepSpec:

@@ -156,6 +156,34 @@ def test_a_runtime_engine_needs_a_wait_bound(csa, tmp_path):
     assert r.code == 2 and "constraints.wait_p99_max_s" in r.err and "vllm-0.33" in r.err
 
 
+@pytest.mark.parametrize("bound", ["ttft_p99_max_s: 2", "tpot_p99_max_ms: 50"])
+def test_slo_bounds_alone_are_a_valid_engine_sweep(tmp_path, bound):
+    """Issue 45: a TTFT or TPOT bound alone limits the rate; no queue-wait bound is asked for."""
+    from csa_plan.planner.sweep.evaluate import triage
+    from csa_plan.planner.sweep.spec import load_spec
+
+    path = _spec(tmp_path, engines="vllm-0.33")
+    path.write_text(path.read_text().replace("wait_p99_max_s: 5", bound))
+    spec = load_spec(str(path))
+    assert spec.context.constraints.wait_p99_max_s is None
+    assert len(triage(spec).to_run) == 1  # not refused, not skipped
+
+
+def _runtime_setup(engine: str):
+    """The setup simulate builds for ``test_find_capacity_replays_each_engine``'s command line."""
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.reserve import SimConfig, TimeModel
+    from csa_plan.planner.reserve.engine_run import EngineRun
+    from csa_plan.planner.serving.serve import runtime_setup
+
+    spec = load_model("deepseek-v4-pro", max_seq_len=65536)
+    config = SimConfig(placement=Placement(), limit_bytes=0, max_seq_len=65536,
+                       time=TimeModel(step_time="fixed"), engine=EngineRun(engine, EngineSettings(), 31 * 2**30))
+    return runtime_setup(spec, config)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_find_capacity_replays_each_engine(csa, engine):
     """simulate --find-capacity for both runtimes: the answer sustains the bound, a faster rate does not."""
@@ -166,10 +194,18 @@ def test_find_capacity_replays_each_engine(csa, engine):
     cap = doc["capacity"]
     assert cap["max_wait_s"] == 1 and cap["rate_scale"] > 0 and cap["at_least"] is False and len(cap["probes"]) > 1
     rt = doc["runtime"]
-    assert doc["time"]["rate_scale"] == cap["rate_scale"] and rt["queue_wait"]["p99_s"] <= 1
-    assert rt["served"] == rt["requests"] == 200
-    faster = csa(*args, "--rate-scale", repr(cap["rate_scale"] * 1.05), "--json").json()["runtime"]
-    assert faster["queue_wait"]["p99_s"] > 1 or faster["served"] < 200
+    assert doc["time"]["rate_scale"] == cap["rate_scale"]
+    # the answer's replay is the run that was judged steady: the sample repeated as its window needed
+    steady = cap["steady"]
+    assert steady["steady"] is True and steady["window_lifetimes"] >= 5 and steady["copies"] == cap["copies"]
+    assert rt["served"] == rt["requests"] == 200 * cap["copies"]
+    # the search's bracket: twice the answer is judged not sustained (or too short to say), never sustained
+    from csa_plan.planner.serving.serve import steady_probe
+    from csa_plan.planner.workloads import load_workload
+
+    setup = _runtime_setup(engine)
+    probe = steady_probe(setup, load_workload(str(TRACE)), cap["rate_scale"] * 2, 10 ** 9)
+    assert probe.ok is not True
 
 
 def test_a_preempting_point_with_refusals_is_simulate_engine(csa, tmp_path):
@@ -210,3 +246,24 @@ def test_a_runtime_point_routed_least_loaded_is_skipped(tmp_path):
     path.write_text(path.read_text().replace("  reserve: fit\n", "  reserve: fit\n  dp: 2\n  router: least-loaded\n"))
     (skip,) = triage(load_spec(str(path))).skipped
     assert skip.reason.value == "BadDeployment" and "round-robin" in skip.detail
+
+
+def test_engine_settings_are_a_sweep_axis(csa, tmp_path):
+    """Issue 45 item 3: grid.settings gives each point its engine options by name; they reach the replay
+    (a tight max_num_seqs sustains less) and the launch command; a setting the engine lacks is skipped as
+    BadDeployment naming it; an unknown name is bad input."""
+    path = _spec(tmp_path, engines="vllm-0.33")
+    text = path.read_text().replace("  engine: vllm-0.33\n", "  engine: vllm-0.33\n  settings: [null, {max_num_seqs: 2}, "
+                                    "{max_running_requests: 8}]\n")
+    path.write_text(text)
+    doc = csa("sweep", str(path), "--json").json()
+    assert doc["skipped"]["counts"] == {"BadDeployment": 1}
+    assert "has no setting max_running_requests" in doc["skipped"]["points"][0]["detail"]
+    by = {(r["point"]["settings"] or {}).get("max_num_seqs"): r for r in doc["results"]}
+    assert set(by) == {None, 2}
+    assert by[2]["runtime"]["peak_running"] <= 2 < by[None]["runtime"]["peak_running"]
+    assert by[2]["launch"]["argv"][-2:] == ["--max-num-seqs", "2"]
+    assert "--max-num-seqs" not in by[None]["launch"]["argv"]
+    path.write_text(text.replace("max_num_seqs: 2", "max_num_seq: 2"))
+    r = csa("sweep", str(path))
+    assert r.code == 2 and "grid.settings" in r.err and "max_num_seq" in r.err

@@ -1,0 +1,164 @@
+"""``plan`` as a use case: the procurement question in one command, on the sweep's machinery.
+
+``csa-plan plan MODEL --rate 20 --isl 8192 --osl 1024 --ttft-p99 2s --tpot-p99 50ms`` asks: on which
+card, and in which shape, does the fewest GPUs serve this traffic within these bounds? The
+traffic is a Poisson stream at ``--rate`` of fixed-length requests (a mix drawn from its seed);
+the grid is every card x engine x tp x dp (dp 1, 2, 4 ... up to ``--max-dp``), expanded and
+skipped exactly as a sweep spec would be (``sweep/spec.py``, ``sweep/evaluate.py`` ``triage``);
+each point is judged at the target rate alone, by the one steady-state rule (``planner/steady.py``
+through ``evaluate``: its rate search bounded to the target, one probe). A card's points are run
+in order of their GPU count, and the first count with a feasible point ends that card's search:
+more GPUs can only cost more. The answer per card is the fewest GPUs, the shape and its launch
+command; the shapes run before it say why they lose.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from csa_plan.planner.errors import BadInput, ExitCode
+
+Tick = Callable[[int, "int | None", "str | None"], None]
+DEFAULT_DEVICES = ("h200", "b200")
+DEFAULT_TPS = (1, 2, 4, 8)
+WINDOW_S = 300  # the drawn trace spans about this long (the steady rule repeats it when a window needs more)
+MIN_REQUESTS = 1000
+MAX_PLAN_REQUESTS = 50_000
+
+
+def parse_duration_s(text: str, option: str, unit: str = "s") -> float:
+    """``2s``, ``2000ms``, ``1.5`` (in ``unit``) as seconds: a positive, finite duration."""
+    t = text.strip().lower()
+    scale = {"s": 1.0, "ms": 1e-3}[unit]
+    for suffix, factor in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if t.endswith(suffix):
+            t, scale = t[: -len(suffix)], factor
+            break
+    try:
+        value = float(t) * scale
+    except ValueError:
+        raise BadInput("options", option, f"expected a duration (2s, 50ms), got {text[:40]!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise BadInput("options", option, f"must be a positive duration, got {text[:40]!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str
+    rate_per_s: float
+    isl: int
+    osl: int
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    wait_p99_s: float | None = None
+    devices: tuple[str, ...] = DEFAULT_DEVICES
+    engines: tuple[str, ...] = ("vllm-0.33",)
+    tps: tuple[int, ...] = DEFAULT_TPS
+    max_dp: int = 8
+    max_seq_len: int | None = None
+    requests: int | None = None
+    step_time: str = "physics"
+    seed: int = 1
+    settings: tuple[tuple[str, Any], ...] = ()  # engine options every shape runs with (--setting NAME=VALUE)
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``max_num_seqs=256``, ``num_speculative_tokens=1``, ``kv_cache_dtype=fp8``: a name and its value
+    (a whole number, a decimal, true/false, else the text); the name may be spelt as the option is."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise BadInput("options", "--setting", f"expected NAME=VALUE, got {text[:60]!r}")
+    name = name.strip().lstrip("-").replace("-", "_")
+    raw = raw.strip()
+    value: Any = raw
+    if raw.lower() in ("true", "false"):
+        value = raw.lower() == "true"
+    else:
+        for read in (int, float):
+            try:
+                value = read(raw)
+                break
+            except ValueError:
+                continue
+    return name, value
+
+
+@dataclass(frozen=True, eq=False)
+class PlanOutcome:
+    exit_code: ExitCode
+    report: dict[str, Any]
+
+
+def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    dps, d = [], 1
+    while d <= req.max_dp:
+        dps.append(d)
+        d *= 2
+    mix = {"name": "plan", "seed": req.seed, "requests": n,
+           "classes": [{"name": f"{req.isl}in-{req.osl}out", "rate": req.rate_per_s,
+                        "prompt": {"dist": "fixed", "value": req.isl},
+                        "output": {"dist": "fixed", "value": req.osl}}]}
+    cons: dict[str, Any] = {"zero_refusals": True}
+    if req.wait_p99_s is not None:
+        cons["wait_p99_max_s"] = req.wait_p99_s
+    if req.ttft_p99_s is not None:
+        cons["ttft_p99_max_s"] = req.ttft_p99_s
+    if req.tpot_p99_s is not None:
+        cons["tpot_p99_max_ms"] = req.tpot_p99_s * 1000
+    length = req.max_seq_len or req.isl + req.osl
+    spec = {"name": "plan", "workload": "plan-mix.yaml",
+            "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
+                     "max_seq_len": length, "engine": list(req.engines),
+                     "settings": [dict(req.settings) if req.settings else None]},
+            "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
+            "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
+    return mix, spec
+
+
+def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutcome:
+    import json
+
+    from csa_plan.planner.reports.plan import plan_report
+    from csa_plan.planner.sweep.evaluate import Task, evaluate, triage
+    from csa_plan.planner.sweep.spec import parse_spec
+
+    if not (math.isfinite(req.rate_per_s) and req.rate_per_s > 0):
+        raise BadInput("options", "--rate", f"must be a positive request rate, got {req.rate_per_s!r}")
+    if req.ttft_p99_s is None and req.tpot_p99_s is None and req.wait_p99_s is None:
+        raise BadInput("options", "--tpot-p99", "give at least one bound: --ttft-p99, --tpot-p99 or --max-wait")
+    n = req.requests or min(MAX_PLAN_REQUESTS, max(MIN_REQUESTS, math.ceil(req.rate_per_s * WINDOW_S)))
+    mix, data = _spec_data(req, n)
+    with tempfile.TemporaryDirectory(prefix="csa-plan-") as tmp:
+        with open(os.path.join(tmp, "plan-mix.yaml"), "w", encoding="utf-8") as f:
+            json.dump(mix, f)  # JSON is YAML
+        spec = parse_spec(data, os.path.join(tmp, "plan.yaml"))
+        plan = triage(spec)
+        order = {p.key: i for i, p in enumerate(spec.points)}
+        groups: dict[tuple[str, str | None], list] = {}
+        for p in plan.to_run:
+            groups.setdefault((p.device, p.engine), []).append(p)
+        results = []
+        total = len(plan.to_run)
+        with progress("planning", total) as tick:
+            done = 0
+            for (device, engine), points in groups.items():
+                points.sort(key=lambda p: (p.devices, order[p.key]))
+                found = None
+                for p in points:
+                    if found is not None and p.devices > found:
+                        break  # more GPUs than a feasible shape of this card: never the answer
+                    r = evaluate(Task(spec.context, p))
+                    results.append((p, r))
+                    done += 1
+                    tick(done, total, f"planning: {device} {engine} tp {p.tp} dp {p.dp}")
+                    if r.feasible and found is None:
+                        found = p.devices
+        report = plan_report(req, spec, plan, results, n)
+    code = ExitCode.OK if report["answer"] is not None else ExitCode.REFUSED
+    report["exit_code"] = int(code)
+    return PlanOutcome(code, report)

@@ -1,0 +1,42 @@
+"""csa-plan plan (issue 45): a rate and SLO bounds in; GPUs per card, the shape and its launch out."""
+
+from __future__ import annotations
+
+import pytest
+
+from csa_plan.planner.commands.plan import parse_duration_s
+
+
+def test_durations_as_people_write_them():
+    assert parse_duration_s("2s", "--ttft-p99") == 2.0
+    assert parse_duration_s("50ms", "--tpot-p99") == pytest.approx(0.05)
+    assert parse_duration_s("1.5", "--ttft-p99") == 1.5
+    from csa_plan.planner.errors import BadInput
+
+    for bad in ("fast", "-1s", "0ms", "nan"):
+        with pytest.raises(BadInput):
+            parse_duration_s(bad, "--tpot-p99")
+
+
+def test_plan_needs_a_bound(csa):
+    r = csa("plan", "deepseek-v4-flash", "--rate", "1", "--isl", "1024", "--osl", "128")
+    assert r.code == 2 and "--ttft-p99" in r.err
+
+
+def test_plan_answers_per_card_with_the_launch_command(csa):
+    """One card, one shape family: the fewest GPUs that serve 2 req/s of 2K/256 within TPOT p99 <= 200 ms,
+    the search stopping at the first count that serves, the answer's launch command in vLLM's words."""
+    r = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+            "--device", "b200", "--tp", "2,4", "--max-dp", "2", "--requests", "600", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["schema"] == "csa-plan/plan/v1"
+    a = doc["answer"]
+    assert a is not None and a["feasible"] and a["device"] == "b200" and a["tpot_p99_s"] <= 0.2
+    assert a["steady"].startswith("steady — window")
+    assert a["launch"]["argv"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V4-Flash"]
+    assert a["launch"]["argv"][3:5] == ["--tensor-parallel-size", str(a["tp"])]
+    card = doc["cards"][0]
+    assert card["devices"] == a["devices"]
+    assert all(s["devices"] <= a["devices"] for s in card["runners_up"])  # no larger count was replayed
+    assert all(not s["feasible"] for s in card["runners_up"] if s["devices"] < a["devices"])
