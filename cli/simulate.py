@@ -69,8 +69,9 @@ PARAMS = (
     Opt(("--keep-failures",), "keep_failures", Kind.FLAG, default=False,
         help="Keep BurstGPT's failed requests (0 response tokens); by default they are left out and counted."),
     Opt(("--find-capacity",), "find_capacity", Kind.FLAG, default=False,
-        help="Bisect the largest --rate-scale with zero memory refusals "
-             "(or, under --policy queue, wait p99 under --max-wait)."),
+        help="Bisect the largest --rate-scale sustained in steady state (the trace repeated with fresh ids "
+             "until a window of many request lifetimes, no queue growing; docs/sweep.md) with zero memory "
+             "refusals (or, under --policy queue or an --engine replay, wait p99 under --max-wait)."),
     Opt(("--max-wait",), "max_wait", Kind.NUMBER, high=MAX_WAIT_S,
         help="Seconds: the wait p99 bound for --find-capacity under queue (and with a replayed engine)."),
     Opt(("--max-ttft",), "max_ttft", Kind.NUMBER, high=MAX_WAIT_S,

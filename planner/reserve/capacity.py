@@ -54,9 +54,8 @@ def steady_ledger_probe(scn: Scenario, scale: float, max_wait_ns: int | None) ->
     from dataclasses import replace
 
     from csa_plan.planner.reserve.fast import nearest_rank
-    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
-                                         max_copies,
-                                         judge)
+    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap, judge,
+                                         max_copies)
 
     n = scn.requests
     base = base_arrivals = scn.base_arrival_ns

@@ -180,9 +180,8 @@ def steady_probe(setup: RuntimeSetup, wl: "Workload", scale: float, max_wait_ns:
     from dataclasses import replace
 
     from csa_plan.planner.serving.report import window_figures
-    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap,
-                                         max_copies,
-                                         judge)
+    from csa_plan.planner.steady import (BOUND, MAX_EXTENSION_ROUNDS, REFUSED, copies_needed, extension_cap, judge,
+                                         max_copies)
     from csa_plan.planner.workloads.extend import repeated
 
     n = len(wl)
