@@ -72,7 +72,8 @@ def small_identity():
                   "wait_p99_ns": 0, "peak_bytes": round(0.2 * p.limit_bytes), "mean_utilization": 0.1,
                   "peak_utilization": 0.2,
                   "sustainable_rate_scale": 2.0, "at_least": False, "probes": 3, "sustainable_rate_per_s": rate,
-                  "rate_per_device_per_s": rate / p.devices, "feasible": True, "violations": [], "runtime": None}
+                  "rate_per_device_per_s": rate / p.devices, "feasible": True, "violations": [], "runtime": None,
+                  "steady": ""}
         _IDENTITY.extend([spec, identity, record])
     return _IDENTITY
 
