@@ -279,7 +279,10 @@ for key, fname in (("probe", "probe.json"), ("run_gpu", "run_gpu_pro.json"), ("b
     if os.path.exists(path) and os.path.getsize(path):
         try:
             doc = json.load(open(path))
-            artifacts[key] = {"file": path, "failed": doc.get("failed"), "checks": len(doc.get("checks", []))}
+            if doc.get("schema") == "csa-plan/error/v1":  # the command's own error document (run-gpu --json, no GPU)
+                artifacts[key] = {"file": path, "error": doc.get("message"), "exit_code": doc.get("exit_code")}
+            else:
+                artifacts[key] = {"file": path, "failed": doc.get("failed"), "checks": len(doc.get("checks", []))}
         except ValueError:
             artifacts[key] = {"file": path, "error": "not JSON"}
 doc = {"schema": "csa-plan/gpu-check/v2", "exit_code": int(code), "seconds": int(elapsed), "budget_s": int(budget),
