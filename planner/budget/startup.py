@@ -55,7 +55,7 @@ def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
 def _vllm_max_num_seqs(c: StageContext, release: str) -> int:
     if c.settings.max_num_seqs is not None:
         return c.settings.max_num_seqs
-    # a defaulted max_num_seqs is capped by max_num_batched_tokens (engine/arg_utils.py, as engines/vllm_0_33.resolve)
+    # a defaulted max_num_seqs is capped by max_num_batched_tokens (engine/arg_utils.py, as engines/vllm/startup.resolve)
     return min(_vllm_defaults(c, release)[1], _vllm_mnbt(c, release)[0])
 
 
