@@ -176,17 +176,7 @@ def _block(s: V4Shape, prefix: str, layer: int, *, is_mtp: bool) -> list[Weight]
     where = {"layer": layer, "is_mtp": is_mtp}
     a = f"{prefix}.attn"
     ratio = s.compress_ratios[layer]
-    out = [
-        plain(f"{a}.attn_sink", Role.ATTN_SINK, (s.heads,), StoredDType.F32, **where),
-        linear(f"{a}.wq_a", Role.WQ_A, s.q_lora_rank, s.hidden, s.dense, **where),
-        plain(f"{a}.q_norm.weight", Role.Q_NORM, (s.q_lora_rank,), StoredDType.BF16, **where),
-        linear(f"{a}.wq_b", Role.WQ_B, s.heads * s.head_dim, s.q_lora_rank, s.dense, **where),
-        linear(f"{a}.wkv", Role.WKV, s.head_dim, s.hidden, s.dense, **where),
-        plain(f"{a}.kv_norm.weight", Role.KV_NORM, (s.head_dim,), StoredDType.BF16, **where),
-        linear(f"{a}.wo_a", Role.WO_A, s.o_groups * s.o_lora_rank, s.heads * s.head_dim // s.o_groups, s.dense,
-               **where),
-        linear(f"{a}.wo_b", Role.WO_B, s.hidden, s.o_groups * s.o_lora_rank, s.dense, **where),
-    ]
+    out = attention_projections(s, a, s.dense, where)
     if ratio:
         out += _compressor(s, f"{a}.compressor", ratio, s.head_dim, where)
         if ratio == 4:
@@ -204,22 +194,48 @@ def _block(s: V4Shape, prefix: str, layer: int, *, is_mtp: bool) -> list[Weight]
     else:
         out.append(plain(f"{f}.gate.bias", Role.ROUTER_BIAS, (s.routed_experts,), StoredDType.F32, **where))
     if s.routed_experts:
-        # One entry per linear stands for all routed experts (identical shapes); names use the
-        # checkpoint's pattern with the expert range in brackets.
-        x = f"{f}.experts.{expert_span(0, s.routed_experts)}"
-        ew = {**where, "expert": 0, "copies": s.routed_experts}
-        out += [
-            linear(f"{x}.w1", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
-            linear(f"{x}.w2", Role.EXPERT_W2, s.hidden, s.moe_inter, s.experts, **ew),
-            linear(f"{x}.w3", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
-        ]
+        out += routed_experts(s, f, where)
+    return out + block_tail(s, prefix, s.dense, where)
+
+
+def attention_projections(s: Any, a: str, dense: Quant, where: dict[str, Any]) -> list[Weight]:
+    """The attention projections and norms every V4-family layer holds (``a``: its ``.attn`` prefix), owner
+    of compressed state or not (DeepSeek-V4.1's readers hold them too)."""
+    return [
+        plain(f"{a}.attn_sink", Role.ATTN_SINK, (s.heads,), StoredDType.F32, **where),
+        linear(f"{a}.wq_a", Role.WQ_A, s.q_lora_rank, s.hidden, dense, **where),
+        plain(f"{a}.q_norm.weight", Role.Q_NORM, (s.q_lora_rank,), StoredDType.BF16, **where),
+        linear(f"{a}.wq_b", Role.WQ_B, s.heads * s.head_dim, s.q_lora_rank, dense, **where),
+        linear(f"{a}.wkv", Role.WKV, s.head_dim, s.hidden, dense, **where),
+        plain(f"{a}.kv_norm.weight", Role.KV_NORM, (s.head_dim,), StoredDType.BF16, **where),
+        linear(f"{a}.wo_a", Role.WO_A, s.o_groups * s.o_lora_rank, s.heads * s.head_dim // s.o_groups, dense,
+               **where),
+        linear(f"{a}.wo_b", Role.WO_B, s.hidden, s.o_groups * s.o_lora_rank, dense, **where),
+    ]
+
+
+def routed_experts(s: Any, f: str, where: dict[str, Any]) -> list[Weight]:
+    """The routed experts of one MoE layer (``f``: its ``.ffn`` prefix). One entry per linear stands for all
+    routed experts (identical shapes); names use the checkpoint's pattern with the expert range in brackets."""
+    x = f"{f}.experts.{expert_span(0, s.routed_experts)}"
+    ew = {**where, "expert": 0, "copies": s.routed_experts}
+    return [
+        linear(f"{x}.w1", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
+        linear(f"{x}.w2", Role.EXPERT_W2, s.hidden, s.moe_inter, s.experts, **ew),
+        linear(f"{x}.w3", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
+    ]
+
+
+def block_tail(s: Any, prefix: str, dense: Quant, where: dict[str, Any]) -> list[Weight]:
+    """What closes every V4-family block: the shared experts, the two norms and the hyper-connection mixes."""
+    out: list[Weight] = []
     shared = s.moe_inter * s.shared_experts
     if shared:
-        x = f"{f}.shared_experts"
+        x = f"{prefix}.ffn.shared_experts"
         out += [
-            linear(f"{x}.w1", Role.SHARED_W13, shared, s.hidden, s.dense, **where),
-            linear(f"{x}.w2", Role.SHARED_W2, s.hidden, shared, s.dense, **where),
-            linear(f"{x}.w3", Role.SHARED_W13, shared, s.hidden, s.dense, **where),
+            linear(f"{x}.w1", Role.SHARED_W13, shared, s.hidden, dense, **where),
+            linear(f"{x}.w2", Role.SHARED_W2, s.hidden, shared, dense, **where),
+            linear(f"{x}.w3", Role.SHARED_W13, shared, s.hidden, dense, **where),
         ]
     mix = (2 + s.hc_mult) * s.hc_mult
     out += [

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.values import read_int
-from csa_plan.planner.weights.deepseek_v4 import hc_head, read_shape
+from csa_plan.planner.weights.deepseek_v4 import (attention_projections, block_tail, hc_head, read_shape,
+                                                  routed_experts)
 from csa_plan.planner.weights.tensors import (Inventory, Quant, Role, StoredDType, Weight, expert_span, linear,
                                                plain)
 
@@ -109,17 +110,7 @@ def _block(s, dense: Quant, prefix: str, layer: int, kv_source: bool, index_sour
     where = {"layer": layer, "is_mtp": False}
     a = f"{prefix}.attn"
     ratio = s.compress_ratios[layer]
-    out = [
-        plain(f"{a}.attn_sink", Role.ATTN_SINK, (s.heads,), StoredDType.F32, **where),
-        linear(f"{a}.wq_a", Role.WQ_A, s.q_lora_rank, s.hidden, dense, **where),
-        plain(f"{a}.q_norm.weight", Role.Q_NORM, (s.q_lora_rank,), StoredDType.BF16, **where),
-        linear(f"{a}.wq_b", Role.WQ_B, s.heads * s.head_dim, s.q_lora_rank, dense, **where),
-        linear(f"{a}.wkv", Role.WKV, s.head_dim, s.hidden, dense, **where),
-        plain(f"{a}.kv_norm.weight", Role.KV_NORM, (s.head_dim,), StoredDType.BF16, **where),
-        linear(f"{a}.wo_a", Role.WO_A, s.o_groups * s.o_lora_rank, s.heads * s.head_dim // s.o_groups, dense,
-               **where),
-        linear(f"{a}.wo_b", Role.WO_B, s.hidden, s.o_groups * s.o_lora_rank, dense, **where),
-    ]
+    out = attention_projections(s, a, dense, where)
     if kv_source and ratio:
         c = f"{a}.compressor"
         out += [
@@ -147,33 +138,7 @@ def _block(s, dense: Quant, prefix: str, layer: int, kv_source: bool, index_sour
     f = f"{prefix}.ffn"
     out += [linear(f"{f}.gate", Role.ROUTER_GATE, s.routed_experts, s.hidden, Quant.NONE, **where),
             plain(f"{f}.gate.bias", Role.ROUTER_BIAS, (s.routed_experts,), StoredDType.F32, **where)]
-    x = f"{f}.experts.{expert_span(0, s.routed_experts)}"
-    ew = {**where, "expert": 0, "copies": s.routed_experts}
-    out += [
-        linear(f"{x}.w1", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
-        linear(f"{x}.w2", Role.EXPERT_W2, s.hidden, s.moe_inter, s.experts, **ew),
-        linear(f"{x}.w3", Role.EXPERT_W13, s.moe_inter, s.hidden, s.experts, **ew),
-    ]
-    shared = s.moe_inter * s.shared_experts
-    if shared:
-        x = f"{f}.shared_experts"
-        out += [
-            linear(f"{x}.w1", Role.SHARED_W13, shared, s.hidden, dense, **where),
-            linear(f"{x}.w2", Role.SHARED_W2, s.hidden, shared, dense, **where),
-            linear(f"{x}.w3", Role.SHARED_W13, shared, s.hidden, dense, **where),
-        ]
-    mix = (2 + s.hc_mult) * s.hc_mult
-    out += [
-        plain(f"{prefix}.attn_norm.weight", Role.LAYER_NORM, (s.hidden,), StoredDType.BF16, **where),
-        plain(f"{prefix}.ffn_norm.weight", Role.LAYER_NORM, (s.hidden,), StoredDType.BF16, **where),
-    ]
-    for part in ("attn", "ffn"):
-        out += [
-            plain(f"{prefix}.hc_{part}_fn", Role.HC, (mix, s.hc_mult * s.hidden), StoredDType.F32, **where),
-            plain(f"{prefix}.hc_{part}_base", Role.HC, (mix,), StoredDType.F32, **where),
-            plain(f"{prefix}.hc_{part}_scale", Role.HC, (3,), StoredDType.F32, **where),
-        ]
-    return out
+    return out + routed_experts(s, f, where) + block_tail(s, prefix, dense, where)
 
 
 def _tensor(name: str, shape: tuple[int, ...], dtype: StoredDType):
