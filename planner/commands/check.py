@@ -69,14 +69,12 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         if deployment.weights_bytes is not None:
             raise BadInput("options", "--weights", "needs --device-memory to subtract from")
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
-    if req.engine is not None and any(d.sharing is not None for d in spec.layers):
-        # shared compressed state: no engine's V4.1 pool is modelled; a typed refusal, never a V4 figure
-        from csa_plan.planner.engines.registry import ENGINES, get_engine, resolve_engine_name
+    if req.engine is not None and any(d.sharing is not None for d in spec.layers) and not _models_shared_state(req.engine):
+        # shared compressed state on a release whose V4.1 pool is not modelled: a typed refusal, never a V4 figure
+        from csa_plan.planner.engines.registry import resolve_engine_name
         from csa_plan.planner.shared_engines import engine_refusal
 
         name = resolve_engine_name(req.engine)[0]
-        if name not in ENGINES:
-            get_engine(name)  # an unknown name stays bad input (exit 2), with its did-you-mean
         refusal = engine_refusal(name)
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
@@ -182,3 +180,10 @@ def replicas_for(device, answer, concurrency: int) -> dict[str, int] | None:
     dp = ceil_div(concurrency, count) * p.dp
     return {"tp": p.tp, "pp": p.pp, "dp": dp, "gpus": p.tp * p.pp * dp, "per_replica": count,
             "in_all": count * (dp // p.dp)}
+
+
+def _models_shared_state(engine: str) -> bool:
+    """Whether that engine release's pools for shared compressed state are modelled (an unknown name is bad input)."""
+    from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+
+    return get_engine(resolve_engine_name(engine)[0]).models_shared_state

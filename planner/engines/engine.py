@@ -279,6 +279,9 @@ class EngineModel(ABC):
     summary: str
     options: tuple[str, ...] = field(default=())  # EngineSettings fields it reads
     sources: tuple[str, ...] = field(default=())
+    # True where this release's pools for cross-layer shared compressed state (DeepSeek-V4.1) are
+    # modelled; a shared-state model on any other release is a typed refusal (shared_engines.py)
+    models_shared_state: bool = False
 
     @abstractmethod
     def configure(self, model: "ModelSpec", settings: "EngineSettings", max_seq_len: int) -> EnginePlan:
