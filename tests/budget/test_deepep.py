@@ -105,3 +105,15 @@ def test_vllm_all2all_backend_not_modelled_is_refused_not_ignored(csa):
     r = csa("check", "deepseek-v4-flash", "--engine", "sglang-0.5.23", "--kv-memory", "40GiB",
             "--all2all-backend", "deepep_low_latency")
     assert r.code == 2 and "it is vLLM's option" in r.err
+
+
+def test_sglang_deepep_buffers_are_shown_inside_the_reserve_not_taken_from_the_pool(csa):
+    common = ("--engine", "sglang-0.5.23", "--device-memory", "h200", "--tp", "8", "--max-seq-len", "1M")
+    d, steps = _steps(csa, *common, "--moe-a2a-backend", "deepep")
+    label = ("DeepEP buffers (auto, ep 8): NVLink 209,880,704 B + RDMA 1,090,521,216 B, inside the 2,048 MiB "
+             "reserved for them")
+    assert steps[label]["bytes"] == 0 and "token_dispatcher/deepep.py:441" in steps[label]["source"]
+    plain, plain_steps = _steps(csa, *common)
+    assert not any(k.startswith("DeepEP") for k in plain_steps)
+    # the pool differs by SGLang's own 2 GiB widening of the reserve (memory_hook.py:402-414), nothing more
+    assert plain["budget"]["kv_memory_bytes"] > d["budget"]["kv_memory_bytes"]
