@@ -69,6 +69,22 @@ def model_id(ref: str) -> str:
     return ref
 
 
+def _draft_method(ref: str) -> str:
+    """``dspark`` for a bundled V4 checkpoint that carries a DSpark drafter after its main layers (Flash-0731,
+    Pro-0813: csa-plan plans its draft layers, which vLLM builds only under that method,
+    models/deepseek_v4/nvidia/dspark.py:105; ``mtp`` builds num_nextn_predict_layers, mtp.py:175), else ``mtp``."""
+    import json
+
+    from csa_plan.planner.dspark import dspark_draft_layers
+    from csa_plan.planner.loaders.model_files import PRESETS, preset_name
+    from csa_plan.planner.presets import read_preset
+
+    name = preset_name(ref)
+    if name is None:
+        return "mtp"
+    return "dspark" if dspark_draft_layers(json.loads(read_preset(PRESETS[name])), name) is not None else "mtp"
+
+
 def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int | None = None,
                 settings: Any = None) -> Launch | None:
     """The command that starts ``engine`` as planned; None for an engine that is no server."""
@@ -91,7 +107,8 @@ def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int 
             if value:
                 import json
 
-                argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": value})]
+                argv += ["--speculative-config", json.dumps({"method": _draft_method(model),
+                                                             "num_speculative_tokens": value})]
             continue
         if flag is None:
             unexpressed.append(name)

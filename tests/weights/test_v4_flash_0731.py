@@ -110,3 +110,14 @@ def test_fp8_repacks_differ_from_the_previews_only_in_expert_bytes():
         assert a.nbytes - experts(a) == b.nbytes - experts(b)
         # FP8 128x128: 1 B an element + a scale per 16,384; FP4: 0.5 B + a scale per 32
         assert 1.87 < experts(a) / experts(b) < 1.89
+
+
+def test_launch_names_the_dspark_method_for_the_checkpoints_whose_drafter_is_planned():
+    from csa_plan.planner.engines.launch import launch_argv
+    from csa_plan.planner.engines.settings import EngineSettings
+
+    s = EngineSettings(num_speculative_tokens=3)
+    for model, method in (("deepseek-v4-flash-0731", "dspark"), ("deepseek-v4-pro-0813", "dspark"),
+                          ("deepseek-v4-flash", "mtp"), ("deepseek-v4-flash-fp8", "mtp")):
+        argv = launch_argv("vllm-0.33", model, 2, settings=s).argv
+        assert json.loads(argv[argv.index("--speculative-config") + 1])["method"] == method, model
