@@ -150,3 +150,26 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
     for d in runs:
         for note in d["runtime"]["modelled"]:
             out.print(f"  {d['engine']['name']}: {note}", highlight=False)
+
+
+def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
+    """Both pools, the link and where TTFT goes (``runtime.disaggregation``)."""
+    def s(q: dict[str, Any], scale: float = 1.0) -> str:
+        return "-" if q["p50_s"] is None else f"{q['p50_s'] * scale:.3f} / {q['p99_s'] * scale:.3f}"
+
+    out.print("disaggregated (p50 / p99):")
+    for role in ("prefill", "decode"):
+        r = d[role]
+        hold = r.get("peak_units_with_transfer_hold")
+        extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer)"
+        out.print(f"  {role}: {r['workers']} x tp {r['tp']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
+                  f"{r['peak_units']:,} of {r['usable_units']:,}{extra}; running peak {r['peak_running']:,}, "
+                  f"waiting peak {r['peak_waiting']:,}")
+    t, link = d["transfer"], d["link"]
+    b = t["bytes_per_gpu"]
+    out.print(f"  transfer over {link['name']} ({link['bytes_s_per_gpu'] / 1e9:g} GB/s per GPU, line rate): "
+              f"{t['requests']:,} requests, {t['bytes_total']:,} B in all; per GPU p50 {b['p50'] or 0:,} B, "
+              f"p99 {b['p99'] or 0:,} B; {s(t['seconds'])} s (link wait {s(t['link_wait'])} s)")
+    p = d["ttft_parts"]
+    out.print(f"  TTFT parts, s: prefill queue {s(p['prefill_queue'])}, prefill {s(p['prefill'])}, transfer "
+              f"{s(p['transfer'])}, decode first token {s(p['decode_first_token'])}")

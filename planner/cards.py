@@ -170,6 +170,50 @@ ALIASES: dict[str, str] = {"h100-80gb": "h100", "gh200-96gb": "gh200", "rtx-pro-
 DEFAULT_CARD = "h200"
 
 
+@record
+class Link:
+    """A link KV moves over between two engine instances (``--transfer-link``): its line rate per GPU in
+    one direction, and whether it joins only the GPUs of one scale-up domain (NVLink) or any two nodes."""
+
+    name: str
+    bytes_s: float | None   # per GPU, one direction; None: the card's own scale-up link (``CardPerf.link_bytes_s``)
+    in_domain: bool         # True: both roles' GPUs must sit in one scale-up domain (``CardPerf.link_domain``)
+    source: str
+
+
+# One NIC per GPU, as the HGX / DGX reference designs wire them (8 NICs for 8 GPUs): the per-GPU figure is
+# the NIC's line rate; achieved NIXL / Mooncake throughput is below it (the transfer seconds are a floor).
+LINKS: dict[str, Link] = {link.name: link for link in (
+    Link("nvlink", None, True, "the card's NVLink, one direction per GPU (CardPerf.link_bytes_s, its datasheet); "
+                               "only inside one NVLink domain (8 GPUs on an HGX board, 72 on an NVL72 rack)"),
+    Link("ib-ndr", 400e9 / 8, False, "NVIDIA ConnectX-7 NDR InfiniBand, 400 Gb/s per port, one port per GPU "
+                                       "(DGX H100/H200 reference: 8x ConnectX-7 for 8 GPUs)"),
+    Link("ib-xdr", 800e9 / 8, False, "NVIDIA ConnectX-8 SuperNIC XDR InfiniBand, 800 Gb/s per GPU (HGX B300 / "
+                                       "GB300 NVL72 reference)"),
+    Link("roce-400g", 400e9 / 8, False, "RoCEv2 at 400 Gb/s per GPU (NVIDIA Spectrum-X with ConnectX-7 / "
+                                         "BlueField-3, one NIC per GPU)"),
+)}
+
+
+def link(name: str, gpu: Card, gpus: int, source: str = "options", field: str = "--transfer-link") -> tuple[Link, float]:
+    """The link ``name`` between ``gpus`` GPUs of ``gpu`` and its bytes/s per GPU: bad input for an unknown
+    link, NVLink on a card without a scale-up figure, or NVLink across more GPUs than one domain joins."""
+    found = LINKS.get(name.strip().lower())
+    if found is None:
+        raise BadInput(source, field, f"unknown link {name.strip()[:40]!r} (known: {', '.join(LINKS)})")
+    if found.bytes_s is not None:
+        return found, found.bytes_s
+    perf = gpu.perf
+    if perf is None or perf.link_domain <= 1:
+        raise BadInput(source, field, f"nvlink: the {gpu.name} has no NVLink domain in the card table (PCIe only); "
+                                      f"name a network link ({', '.join(n for n in LINKS if n != 'nvlink')})")
+    if gpus > perf.link_domain:
+        raise BadInput(source, field, f"nvlink joins at most {perf.link_domain} {gpu.name} GPUs (one NVLink domain); "
+                                      f"the two roles take {gpus}: name a network link "
+                                      f"({', '.join(n for n in LINKS if n != 'nvlink')})")
+    return found, perf.link_bytes_s
+
+
 def find_card(text: str | None) -> Card | None:
     """The card ``text`` names (any case, aliases included), else None."""
     if text is None:

@@ -51,6 +51,7 @@ class SimulateRequest:
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
     enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
     engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
+    disaggregation: Any = None  # serving.disaggregation.Disaggregation: a prefill pool and a decode pool
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +77,7 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.reserve.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
-    if len(req.engines) > 1:
+    if len(req.engines) > 1 and req.disaggregation is None:
         return run_side_by_side(req, run_simulate, progress)
 
     refuse_unused_input_options(req)
@@ -85,6 +86,11 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     refuse_unused_run_options(req, wl, settings)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
+    if req.disaggregation is not None:  # two engine instances and a link: planner/commands/disaggregated.py
+        from csa_plan.planner.commands.disaggregated import run_disaggregated
+
+        doc, code, title = run_disaggregated(req, wl, settings)
+        return SimulateOutcome(doc, code, None, title=title)
     max_wait = req.max_wait_s
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
         from csa_plan.planner.values import shown_against
