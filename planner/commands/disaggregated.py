@@ -109,3 +109,28 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     doc["budget"] = None
     doc["fit"] = None
     return doc, code, f"{spec.name} — {wl.source}"
+
+
+def run_check_roles(request: Any, roles: Any, budget_plot: str | None = None) -> tuple[dict[str, Any], ExitCode]:
+    """``check --prefill-tp T --decode-tp U ...``: each role's check, its pool from its own deployment
+    (``--tp`` of the role, everything else as given), and the worse exit code."""
+    from csa_plan.planner.commands.check import run_check
+
+    d = request.deployment
+    if request.engine is None:
+        raise BadInput("options", "--engine", "--prefill-workers/--decode-workers check each role's engine "
+                                              "instance: add --engine vllm-0.33 or --engine sglang-0.5.23")
+    for option, value in (("--tp", d.tp), ("--dp", d.dp), ("--pp", d.pp), ("--budget-plot", budget_plot),
+                          ("--from-log", d.from_log)):
+        if value is not None:
+            raise BadInput("options", option, "--prefill-workers/--decode-workers: each role names its own "
+                                              "deployment (--prefill-tp, --decode-tp)" if option[2:] in "tp dp pp"
+                           else "--prefill-workers/--decode-workers: not per role; check one role at a time")
+    out: dict[str, Any] = {}
+    code = ExitCode.OK
+    for name, role in (("prefill", roles.prefill), ("decode", roles.decode)):
+        r = run_check(replace(request, options=replace(request.options, tp=role.tp),
+                              deployment=replace(d, tp=role.tp)))
+        out[name] = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "check": r.report}
+        code = max(code, r.exit_code)
+    return {"schema": "csa-plan/check/v1", "disaggregation": out, "exit_code": int(code)}, ExitCode(code)

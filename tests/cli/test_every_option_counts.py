@@ -83,6 +83,10 @@ REFUSED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
         "--at-length": (("check", "deepseek-v4-flash", "--at-length", "1000"), "--at-length"),
         "--per-layer": (("check", "deepseek-v4-flash", "--per-layer", "--json"), "--per-layer"),
         "--budget-plot": (("check", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot"),
+        "--prefill-workers": (("check", "deepseek-v4-flash", "--prefill-workers", "1"), "--decode-workers"),
+        "--prefill-tp": (("check", "deepseek-v4-flash", "--prefill-tp", "2"), "--decode-workers"),
+        "--decode-workers": (("check", "deepseek-v4-flash", "--decode-workers", "1"), "--prefill-workers"),
+        "--decode-tp": (("check", "deepseek-v4-flash", "--decode-tp", "2"), "--prefill-workers"),
     },
     "compare": {"--budget-plot": (("compare", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot")},
     "simulate": {

@@ -238,3 +238,22 @@ def _card_bytes():
     from csa_plan.planner.cards import CardBytes
 
     return CardBytes(CARDS["h200"])
+
+
+def test_check_answers_per_role_from_its_own_deployment(csa):
+    r = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--device-memory", "h200", "--prefill-tp", "2",
+            "--decode-workers", "2", "--decode-tp", "4", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)["disaggregation"]
+    for name, tp in (("prefill", 2), ("decode", 4)):
+        alone = csa("check", "deepseek-v4-flash", "--engine", "vllm-0.33", "--device-memory", "h200", "--tp", str(tp),
+                    "--json")
+        assert json.loads(alone.out)["budget"] == doc[name]["check"]["budget"]
+    assert doc["prefill"]["check"]["budget"] != doc["decode"]["check"]["budget"]
+    assert (doc["decode"]["workers"], doc["decode"]["gpus"]) == (2, 8)
+
+
+@pytest.mark.parametrize("extra, field", [((), "--engine"), (("--engine", "vllm-0.33", "--tp", "2"), "--tp")])
+def test_check_roles_refuse_what_cannot_apply(csa, extra, field):
+    r = csa("check", "deepseek-v4-flash", "--device-memory", "h200", "--prefill-tp", "1", "--decode-tp", "1", *extra)
+    assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, r.err
