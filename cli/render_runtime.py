@@ -173,3 +173,13 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     p = d["ttft_parts"]
     out.print(f"  TTFT parts, s: prefill queue {s(p['prefill_queue'])}, prefill {s(p['prefill'])}, transfer "
               f"{s(p['transfer'])}, decode first token {s(p['decode_first_token'])}")
+
+
+def render_host_tier(out: Console, h: dict[str, Any]) -> None:
+    """The host KV tier: its capacity, and prefix hits from HBM and from the host apart (``runtime.host_tier``)."""
+    q = h["queried_tokens"] or 1
+    out.print(f"host KV tier ({h['flag']}): {h['capacity_tokens']:,} tokens of prefix, {h['host_bytes_per_gpu']:,} B "
+              f"per GPU; prefix hits: HBM {h['hbm_hit_tokens']:,} tokens ({h['hbm_hit_tokens'] / q:.1%}), host "
+              f"{h['host_hit_tokens']:,} ({h['host_hit_tokens'] / q:.1%}) of {h['queried_tokens']:,} looked up; "
+              f"reloaded {h['reload_bytes']:,} B over {h['link']} ({h['link_bytes_s'] / 1e9:g} GB/s per GPU) in "
+              f"{h['reload_s']:.3f} s of steps")

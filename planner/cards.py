@@ -214,6 +214,48 @@ def link(name: str, gpu: Card, gpus: int, source: str = "options", field: str = 
     return found, perf.link_bytes_s
 
 
+@record
+class HostSide:
+    """What a host KV tier reads of a card's host: the HBM<->host link per GPU (one direction) and the host
+    memory per GPU of the reference node (its DRAM over its GPUs)."""
+
+    link: str
+    link_bytes_s: float
+    host_memory_bytes_per_gpu: int
+    source: str
+
+
+_PCIE5 = "PCIe Gen5 x16: 64 GB/s per direction (PCI-SIG; the card's datasheet lists PCIe Gen5 128 GB/s bidirectional)"
+_PCIE4 = "PCIe Gen4 x16: 32 GB/s per direction (PCI-SIG; the card's datasheet lists PCIe Gen4 64 GB/s)"
+_C2C = "NVLink-C2C: 900 GB/s bidirectional, 450 GB/s per direction (NVIDIA Grace Hopper / Grace Blackwell datasheets)"
+_DGX8_2TB = "DGX H100/H200 datasheet: 2 TB system memory for 8 GPUs"
+HOSTS: dict[str, HostSide] = {
+    "h100": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; {_DGX8_2TB}"),
+    "h200": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; {_DGX8_2TB}"),
+    "h800": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; HGX H800 8-GPU servers, 2 TB as DGX H100"),
+    "h20": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; HGX H20 8-GPU servers, 2 TB as DGX H100"),
+    "b200": HostSide("pcie5", 64e9, 4 * 10**12 // 8, f"{_PCIE5}; DGX B200 datasheet: 4 TB system memory, 8 GPUs"),
+    "b300": HostSide("pcie6", 128e9, 4 * 10**12 // 8, "PCIe Gen6 x16: 128 GB/s per direction; DGX B300: 4 TB, 8 GPUs"),
+    "gh200": HostSide("nvlink-c2c", 450e9, 480 * 10**9, f"{_C2C}; GH200: 480 GB LPDDR5X per superchip (1 GPU)"),
+    "gh200-144gb": HostSide("nvlink-c2c", 450e9, 480 * 10**9, f"{_C2C}; GH200: 480 GB LPDDR5X per superchip"),
+    "gb200": HostSide("nvlink-c2c", 450e9, 480 * 10**9 // 2,
+                      f"{_C2C}; GB200 NVL72: 480 GB LPDDR5X per Grace, one Grace for 2 GPUs"),
+    "gb300": HostSide("nvlink-c2c", 450e9, 480 * 10**9 // 2,
+                      f"{_C2C}; GB300 NVL72: 480 GB LPDDR5X per Grace, one Grace for 2 GPUs"),
+    "a100-80gb": HostSide("pcie4", 32e9, 2 * 10**12 // 8, f"{_PCIE4}; DGX A100 640GB datasheet: 2 TB, 8 GPUs"),
+    "a100-40gb": HostSide("pcie4", 32e9, 1 * 10**12 // 8, f"{_PCIE4}; DGX A100 320GB datasheet: 1 TB, 8 GPUs"),
+}
+
+
+def host_side(gpu: Card, source: str = "options", field: str = "--kv-offloading-size") -> HostSide:
+    """The host side of ``gpu`` for a host KV tier; bad input where the card table has none."""
+    found = HOSTS.get(gpu.name)
+    if found is None:
+        raise BadInput(source, field, f"a host KV tier reads the card's host link and host memory; the card table "
+                                      f"has none for {gpu.name} (known: {', '.join(HOSTS)})")
+    return found
+
+
 def find_card(text: str | None) -> Card | None:
     """The card ``text`` names (any case, aliases included), else None."""
     if text is None:

@@ -83,6 +83,9 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,
                                                  "--prefill-tp")
     decode, dconfig, ddevice, _ = role_setup(req, wl, settings, d.decode, False, "--decode-tp")
+    from csa_plan.planner.serving.serve import host_tier_section, with_host_tier
+
+    prefill = with_host_tier(prefill, pconfig, req.host_tier)  # the prefill side's prefix cache
     from csa_plan.planner.cards import card
 
     c = card(target_of(pconfig.engine.settings)[0].name)
@@ -105,6 +108,7 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     for key, device in (("prefill", pdevice), ("decode", ddevice)):
         section[key]["kv_memory_bytes"] = None if device is None else int(device.kv_memory_bytes)
     doc["runtime"]["disaggregation"] = section
+    doc["runtime"]["host_tier"] = host_tier_section(prefill, run.prefill)
     doc["capacity"] = None
     doc["budget"] = None
     doc["fit"] = None

@@ -248,15 +248,17 @@ def serve_disaggregated(prefill: "RuntimeSetup", decode: "RuntimeSetup", wl: "Wo
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.replay.protocol import RuntimeTrace
     from csa_plan.planner.replay.trace import runtime_trace
-    from csa_plan.planner.serving.replicas import merge_replicas, replay_replicas
+    from csa_plan.planner.serving.replicas import merge_replicas
 
     trace = runtime_trace(wl, rate_scale)
     n = len(trace)
     ones = np.ones(n, dtype=np.int64)
     ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
                           trace.id_block_tokens)
-    pplan, psizing, poptions, ptime = prefill.plan, prefill.sizing, prefill.options, prefill.time
-    pres = replay_replicas(lambda t: replay(pplan.runtime(psizing, t, poptions), t, ptime), ptrace, prefill.dp)
+    pplan = prefill.plan
+    from csa_plan.planner.serving.serve import serve_trace
+
+    pres = serve_trace(prefill, ptrace)
     p_done = np.asarray(pres.finished_ns, dtype=np.int64)
     prompt = trace.prompt_tokens.astype(np.int64)
     dcache: dict[int, Any] = {}
