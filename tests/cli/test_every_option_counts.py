@@ -87,6 +87,13 @@ REFUSED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
         "--prefill-tp": (("check", "deepseek-v4-flash", "--prefill-tp", "2"), "--decode-workers"),
         "--decode-workers": (("check", "deepseek-v4-flash", "--decode-workers", "1"), "--prefill-workers"),
         "--decode-tp": (("check", "deepseek-v4-flash", "--decode-tp", "2"), "--prefill-workers"),
+        "--kv-offloading-size": (("check", "deepseek-v4-flash", "--kv-offloading-size", "10"), "--kv-offloading-size"),
+        "--enable-hierarchical-cache": (("check", "deepseek-v4-flash", "--enable-hierarchical-cache"),
+                                        "--enable-hierarchical-cache"),
+        "--hicache-size": (("check", "deepseek-v4-flash", "--engine", "sglang-0.5.23", "--device-memory", "h200",
+                            "--tp", "2", "--hicache-size", "10"), "--hicache-size"),
+        "--hicache-ratio": (("check", "deepseek-v4-flash", "--engine", "sglang-0.5.23", "--device-memory", "h200",
+                             "--tp", "2", "--hicache-ratio", "2"), "--hicache-ratio"),
     },
     "compare": {"--budget-plot": (("compare", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot")},
     "simulate": {

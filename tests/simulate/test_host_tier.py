@@ -171,3 +171,15 @@ def test_host_hits_are_counted_apart_and_cost_their_reload(csa):
     assert h["hbm_hit_tokens"] == tier["prefix_cache"]["hit_tokens"]
     assert h["reload_s"] == pytest.approx(h["reload_bytes"] / h["link_bytes_s"], rel=1e-6)
     assert tier["ttft"]["mean_s"] != plain["ttft"]["mean_s"]
+
+
+def test_check_states_the_tiers_capacity_in_tokens(csa):
+    r = csa("check", "deepseek-v4-pro", "--engine", "vllm-0.33", "--device-memory", "h200", "--tp", "8",
+            "--kv-offloading-size", "1000", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    h = doc["host_tier"]
+    assert h["host_bytes_per_gpu"] == 1000 * 2**30 // 8
+    assert h["capacity_tokens"] == int(h["host_bytes_per_gpu"] // h["bytes_per_token"])
+    sim = _runtime(csa, "--kv-offloading-size", "1000")["host_tier"]
+    assert (sim["capacity_tokens"], sim["bytes_per_token"]) == (h["capacity_tokens"], h["bytes_per_token"])
