@@ -33,6 +33,14 @@ def refuse_disaggregated_options(req: Any) -> None:
             raise BadInput("options", option, f"{role}: {why}")
 
 
+class RoleRefused(Exception):
+    """A role whose weights do not fit its device budget: the run is refused (exit 3), the budget says why."""
+
+    def __init__(self, field: str, device: Any, config: Any) -> None:
+        super().__init__(field)
+        self.field, self.device, self.config = field, device, config
+
+
 def role_setup(req: Any, wl: Any, settings: Any, role: Any, caching: bool | None, field: str) -> tuple[Any, ...]:
     """One role's engine instance as an aggregated run of ``role.tp`` GPUs sets it up: (setup, config,
     device budget, spec); its workers are the setup's replicas."""
@@ -57,8 +65,7 @@ def role_setup(req: Any, wl: Any, settings: Any, role: Any, caching: bool | None
                                    length, req.engine, es, req.kv_memory_bytes,
                                    placement=Placement(tp=role.tp, pp=1, dp=1, ep=s.ep))
         if not device.fits:
-            raise BadInput("options", field, f"tp {role.tp}: the weights do not fit the device budget "
-                                             f"(check --engine {req.engine} --tp {role.tp} shows each term)")
+            raise RoleRefused(field, device, config)
         config = replace(config, limit_bytes=device.kv_memory_bytes)
     kv = req.kv_memory_bytes if device is None else device.kv_memory_bytes
     config = replace(config, engine=EngineRun(req.engine, es, kv))
@@ -80,9 +87,12 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
 
     refuse_disaggregated_options(req)
     d = req.disaggregation
-    prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,
-                                                 "--prefill-tp")
-    decode, dconfig, ddevice, _ = role_setup(req, wl, settings, d.decode, False, "--decode-tp")
+    try:
+        prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,
+                                                     "--prefill-tp")
+        decode, dconfig, ddevice, _ = role_setup(req, wl, settings, d.decode, False, "--decode-tp")
+    except RoleRefused as exc:  # the weights do not fit a role's GPUs: its budget is the answer (exit 3)
+        return refused_document(wl, settings, exc), ExitCode.REFUSED, f"{settings.model} — {wl.source}"
     from csa_plan.planner.serving.serve import host_tier_section, with_host_tier
 
     prefill = with_host_tier(prefill, pconfig, req.host_tier)  # the prefill side's prefix cache
@@ -138,3 +148,17 @@ def run_check_roles(request: Any, roles: Any, budget_plot: str | None = None) ->
         out[name] = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "check": r.report}
         code = max(code, r.exit_code)
     return {"schema": "csa-plan/check/v1", "disaggregation": out, "exit_code": int(code)}, ExitCode(code)
+
+
+def refused_document(wl: Any, settings: Any, exc: RoleRefused) -> dict[str, Any]:
+    """The simulate document of a role whose weights do not fit: nothing replayed, that role's budget."""
+    from csa_plan.planner.budget.document import budget_document
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.reports.simulate import simulate_report
+
+    spec = load_model(settings.model, max_seq_len=exc.config.max_seq_len)
+    doc = simulate_report(wl, spec, exc.config, None, None, exit_code=ExitCode.REFUSED)
+    doc["budget"] = budget_document(exc.device)
+    doc["fit"] = None
+    doc["refused_role"] = "prefill" if exc.field == "--prefill-tp" else "decode"
+    return doc

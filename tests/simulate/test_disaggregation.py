@@ -257,3 +257,11 @@ def test_check_answers_per_role_from_its_own_deployment(csa):
 def test_check_roles_refuse_what_cannot_apply(csa, extra, field):
     r = csa("check", "deepseek-v4-flash", "--device-memory", "h200", "--prefill-tp", "1", "--decode-tp", "1", *extra)
     assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_a_role_whose_weights_do_not_fit_is_refused_with_its_budget(csa):
+    r = csa("simulate", TRACE, "--model", "deepseek-v4-pro", "--device-memory", "h100", "--engine", "vllm-0.33",
+            "--prefill-tp", "1", "--decode-tp", "8", "--json")
+    assert r.code == 3, r.err
+    doc = json.loads(r.out)
+    assert doc["refused_role"] == "prefill" and doc["budget"]["weights_fit"] is False and doc["exit_code"] == 3
