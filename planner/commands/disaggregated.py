@@ -86,6 +86,11 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     from csa_plan.planner.serving.report import runtime_report
 
     refuse_disaggregated_options(req)
+    mix = wl.settings
+    for name in ("tp", "dp", "pp"):
+        if getattr(mix, name, None) not in (None, 1):
+            raise BadInput(wl.source, name, f"sizes an aggregated deployment; with --prefill-workers/--decode-workers "
+                                            f"each role names its own (--prefill-tp, --decode-tp)")
     d = req.disaggregation
     try:
         prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,

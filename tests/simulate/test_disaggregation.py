@@ -265,3 +265,9 @@ def test_a_role_whose_weights_do_not_fit_is_refused_with_its_budget(csa):
     assert r.code == 3, r.err
     doc = json.loads(r.out)
     assert doc["refused_role"] == "prefill" and doc["budget"]["weights_fit"] is False and doc["exit_code"] == 3
+
+
+def test_a_mix_that_sizes_an_aggregated_deployment_is_refused_with_roles(csa):
+    r = csa("simulate", str(EXAMPLES / "mixes" / "chat-h200.yaml"), "--engine", "vllm-0.33", "--prefill-tp", "8",
+            "--decode-tp", "8")
+    assert r.code == 2 and "chat-h200.yaml: tp" in r.err and len(r.err.strip().splitlines()) == 1, r.err
