@@ -161,7 +161,9 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     for role in ("prefill", "decode"):
         r = d[role]
         hold = r.get("peak_units_with_transfer_hold")
-        extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer)"
+        extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer" + (
+            ")" if r.get("transfer_hold_fits", True) else ": more than the pool, so the prefill side would admit "
+                                                          "later than replayed)")
         out.print(f"  {role}: {r['workers']} x tp {r['tp']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
                   f"{r['peak_units']:,} of {r['usable_units']:,}{extra}; running peak {r['peak_running']:,}, "
                   f"waiting peak {r['peak_waiting']:,}")
@@ -169,7 +171,7 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     b = t["bytes_per_gpu"]
     out.print(f"  transfer over {link['name']} ({link['bytes_s_per_gpu'] / 1e9:g} GB/s per GPU, line rate): "
               f"{t['requests']:,} requests, {t['bytes_total']:,} B in all; per GPU p50 {b['p50'] or 0:,} B, "
-              f"p99 {b['p99'] or 0:,} B; {s(t['seconds'])} s (link wait {s(t['link_wait'])} s)")
+              f"p99 {b['p99'] or 0:,} B; {s(t['seconds'], 1000)} ms (link wait {s(t['link_wait'], 1000)} ms)")
     p = d["ttft_parts"]
     out.print(f"  TTFT parts, s: prefill queue {s(p['prefill_queue'])}, prefill {s(p['prefill'])}, transfer "
               f"{s(p['transfer'])}, decode first token {s(p['decode_first_token'])}")

@@ -354,6 +354,9 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
                               "queried_tokens": rep.prefix_cache.queried_tokens}}
         if hold is not None:
             d["peak_units_with_transfer_hold"] = hold
+            # at or under the pool, every admission the replay made also fits beside the held blocks; above it, the
+            # prefill side would have admitted later than replayed (the hold is not fed back into admission)
+            d["transfer_hold_fits"] = hold <= occ.usable_units
         return d
 
     return {

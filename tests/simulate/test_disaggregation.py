@@ -187,6 +187,8 @@ def test_transfer_bytes_are_the_decode_plans_own(docs, engine):
     assert d["link"]["name"] == "nvlink"  # 2 + 4 GPUs: one HGX board
     assert d["prefill"]["gpus"] == 2 and d["decode"]["gpus"] == 4 and doc["deployment"]["devices"] == 6
     assert d["prefill"]["peak_units_with_transfer_hold"] >= d["prefill"]["peak_units"]
+    assert d["prefill"]["transfer_hold_fits"] is (d["prefill"]["peak_units_with_transfer_hold"]
+                                                   <= d["prefill"]["usable_units"])
     assert d["decode"]["loaded_prompt_tokens"] > 0
 
 
