@@ -70,10 +70,7 @@ def role_setup(req: Any, wl: Any, settings: Any, role: Any, caching: bool | None
     kv = req.kv_memory_bytes if device is None else device.kv_memory_bytes
     config = replace(config, engine=EngineRun(req.engine, es, kv))
     spec = load_model(s.model, max_seq_len=config.max_seq_len)
-    setup = runtime_setup(spec, config, caching)
-    from csa_plan.planner.serving.serve import refuse_unreplayed
-
-    refuse_unreplayed(setup.plan)
+    setup = runtime_setup(spec, config, caching)  # refuses a release whose scheduler is not replayed
     return replace(setup, dp=role.workers), config, device, spec
 
 
@@ -143,7 +140,7 @@ def run_check_roles(request: Any, roles: Any, budget_plot: str | None = None) ->
                           ("--from-log", d.from_log)):
         if value is not None:
             raise BadInput("options", option, "--prefill-workers/--decode-workers: each role names its own "
-                                              "deployment (--prefill-tp, --decode-tp)" if option[2:] in "tp dp pp"
+                                              "deployment (--prefill-tp, --decode-tp)" if option in ("--tp", "--dp", "--pp")
                            else "--prefill-workers/--decode-workers: not per role; check one role at a time")
     out: dict[str, Any] = {}
     code = ExitCode.OK
