@@ -66,6 +66,17 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     for p in occ["pools"]:
         size = "" if p.get("usable") is None else f" of {p['usable']:,}"
         out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
+    pipe = rt.get("pipeline")
+    if pipe:
+        out.print(f"  pipeline: {pipe['num_stages']} stages, "
+                  f"{pipe['in_flight']} batch(es) in flight, boundary link {pipe['link']} "
+                  f"({pipe['activation_bytes_per_token']:,} B per token per GPU); binding stage "
+                  f"{pipe['binding_stage']}", highlight=False)
+        for st in pipe["peaks"]:
+            first, last = st["layers"]
+            out.print(f"    stage {st['stage']} (layers {first}-{last}): peak {st['peak_units']:,} of "
+                      f"{st['usable_units']:,} {occ['unit']}s = {st['peak_bytes']:,} of {st['usable_bytes']:,} B",
+                      highlight=False)
     print_table(out, "per request", [Col("", KEY), Col("", KEY), Col("p50", "right"), Col("p90", "right"),
                                      Col("p99", "right"), Col("max", "right")],
                 [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],

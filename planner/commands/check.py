@@ -110,7 +110,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     engine_result = None
     pipeline = None
     if req.engine is not None and stages > 1 and device is not None and device.fits:
-        answer, engine_result, pipeline = _pipeline_answer(spec, req, settings, length, device)
+        answer, engine_result, pipeline = pipeline_answer(spec, req.engine, req.concurrency, settings, length, device)
         if plan.refusals and answer.answered:
             answer = no_answer(engine_authority(req.engine), length, req.concurrency,
                                "the model is refused by the gate (see the refusals)", answer.kv_memory_bytes)
@@ -177,7 +177,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     return CheckOutcome(doc, ExitCode(code))
 
 
-def _pipeline_answer(spec, req: CheckRequest, settings, length: int, device):
+def pipeline_answer(spec, engine_name: str, concurrency: int, settings, length: int, device):
     """``--engine E --pp N``: each stage's pool from its own layers and budget (``serving/pipeline.py``), the
     scheduler's pool the smallest, and the engine's admission count in it (the same ``engine_admits`` as one
     stage). No longest-context search (as the ledger's per-stage answer). An engine that refuses a stage's
@@ -189,19 +189,19 @@ def _pipeline_answer(spec, req: CheckRequest, settings, length: int, device):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.serving.pipeline import pipeline_pools
 
-    engine = get_engine(req.engine)
-    authority = engine_authority(req.engine)
+    engine = get_engine(engine_name)
+    authority = engine_authority(engine_name)
     try:
-        pools = pipeline_pools(spec, req.engine, settings, length, device)
+        pools = pipeline_pools(spec, engine_name, settings, length, device)
     except EngineRefused as exc:
-        why = f"{req.engine} refuses this configuration ({exc.refusal.setting}; the refusal says why)"
-        return (no_answer(authority, length, req.concurrency, why, device.kv_memory_bytes),
+        why = f"{engine_name} refuses this configuration ({exc.refusal.setting}; the refusal says why)"
+        return (no_answer(authority, length, concurrency, why, device.kv_memory_bytes),
                 EngineCheck(engine, None, None, exc.refusal, device.kv_memory_bytes), None)
     binding = pools.stages[pools.binding]
     admits = engine_admits(pools.plan, pools.sizing)
     source = (f"{admits['source']}; stage {binding.stage} binds ({pools.sizing.total_units:,} "
               f"{pools.sizing.unit_name}s: {pools.rule})")
-    answer = CapacityAnswer(authority, length, req.concurrency, binding.kv_memory_bytes,
+    answer = CapacityAnswer(authority, length, concurrency, binding.kv_memory_bytes,
                             admits["units_per_request"] * binding.sizing.unit_bytes, admits["count"], None,
                             source=source)
     return answer, EngineCheck(engine, pools.plan, pools.sizing, None, binding.kv_memory_bytes), pools

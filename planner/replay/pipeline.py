@@ -56,5 +56,5 @@ class PipelineTiming:
         return max(stage_ns, x), latency
 
     def as_dict(self) -> dict:
-        return {"stages": self.stages, "in_flight": self.in_flight,
+        return {"num_stages": self.stages, "in_flight": self.in_flight,
                 "activation_bytes_per_token": self.activation_bytes_per_token, "link_bytes_s": self.link_bytes_s}

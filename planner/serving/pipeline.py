@@ -140,18 +140,40 @@ def pipeline_pools(spec: Any, engine: str, settings: Any, length: int, budget: A
     return PipelinePools(engine, tuple(stages), binding, stages[binding].plan, stages[binding].sizing, SGLANG_RULE)
 
 
-def stage_peaks(pools: PipelinePools, peak_units: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Each stage's peak under the replay: the scheduler's peak units (per pool) at that stage's unit bytes,
-    beside that stage's usable units (vLLM: every stage holds the same block count, each block its own
-    layers' bytes)."""
+def stage_peaks(pools: PipelinePools, peak_units: int) -> list[dict[str, Any]]:
+    """Each stage's peak under the replay: the scheduler's peak units at that stage's unit bytes, beside
+    that stage's usable units (vLLM: every stage holds the same block count, each block its own layers'
+    bytes; SGLang: each rank's own pool, the same tokens held on every rank)."""
     out = []
     for st in pools.stages:
         usable = st.sizing.usable_units if pools.engine.startswith("sglang") else pools.sizing.usable_units
-        peak = max(peak_units) if peak_units else 0
-        out.append({"stage": st.stage, "peak_units": list(peak_units), "usable_units": usable,
-                    "unit_bytes": st.sizing.unit_bytes, "peak_bytes": peak * st.sizing.unit_bytes,
-                    "usable_bytes": usable * st.sizing.unit_bytes, "within_pool": peak <= usable})
+        out.append({"stage": st.stage, "layers": [st.layers[0], st.layers[-1]], "peak_units": peak_units,
+                    "usable_units": usable, "unit_bytes": st.sizing.unit_bytes,
+                    "peak_bytes": peak_units * st.sizing.unit_bytes, "usable_bytes": usable * st.sizing.unit_bytes,
+                    "within_pool": peak_units <= usable})
     return out
+
+
+def pipeline_section(pools: PipelinePools, timing: Any, link: Any, occupancy: Any) -> dict[str, Any]:
+    """``runtime.pipeline`` in ``simulate --json``: the stages' pools and peaks, the link and the clock.
+    The peak compared is the pool each stage sizes per its layers: vLLM's one block pool; SGLang's full
+    pages (its unit; the SWA pool is sized for the running requests, the same on every stage)."""
+    peak_units = occupancy.peak_units
+    if pools.engine.startswith("sglang"):
+        peak_units = occupancy.pools[0].peak  # full pages (c4 KV + indexer + c128 KV): engines/sglang/runtime.py POOLS[0]
+    return {**pools.as_dict(), **timing.as_dict(), "link": link.name, "link_source": link.source,
+            "stage_time": timing.stage_time.label, "peaks": stage_peaks(pools, peak_units),
+            "not_modelled": list(NOT_MODELLED)}
+
+
+NOT_MODELLED = (
+    "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch); its "
+    "pp_max_micro_batch_size (max_running_requests // pp) and pp_async_batch_depth are not modelled",
+    "the stage-boundary send is charged on the latency path only (vLLM isend overlaps the next step's compute)",
+    "stages' step time: the clock's per-layer terms scaled to the largest stage's share of the decoder layers; "
+    "the embedding and lm_head sit on the first and last stage but are spread here",
+    "the compiled replay loops do not take pipeline stages: the Python loop (their twin) replays them",
+)
 
 
 def activation_bytes_per_token(spec: Any, tp: int) -> int:
@@ -179,10 +201,9 @@ def stage_clock(spec: Any, config: Any, pools: PipelinePools, time: Any, link_na
     """The ``PipelineTiming`` the replay loop runs under: the slowest stage's clock, the boundary link
     (NVLink when every GPU of the replica sits in one NVLink domain, else the NIC per GPU, ib-ndr: the
     disaggregation's default and card table), and the batches in flight as the engine runs them."""
-    from csa_plan.planner.cards import card, link
+    from csa_plan.planner.cards import card, default_link, link
     from csa_plan.planner.engines.settings import target_of
     from csa_plan.planner.replay.pipeline import PipelineTiming
-    from csa_plan.planner.serving.disaggregation import default_link
 
     p = config.placement
     main = max(1, spec.num_main_layers)
