@@ -112,6 +112,13 @@ def pipeline_pools(spec: Any, engine: str, settings: Any, length: int, budget: A
     model = get_engine(engine)
     layers = stage_layers(spec, budget)
     require_whole_sharing_groups(spec, layers)
+    if engine.startswith("sglang") and any(d.sharing is not None for d in spec.layers):
+        from csa_plan.planner.engines.engine import EngineRefusal, EngineRefused
+
+        rule = "sglang-0.5.23 srt/arg_groups/deepseek_v4_hook.py:333-353"  # its own refusal of V4.1 with PP
+        raise EngineRefused(EngineRefusal(engine, rule, "--pp-size", "1", str(len(layers)),
+                                          f"{engine}: DeepSeek-V4.1 does not support pipeline parallelism yet; disable "
+                                          f"it to serve this model. ({rule})"))
     kv = [st.kv_memory_bytes for st in budget.stages]
     full = model.configure(spec, settings, length)
     stages = []

@@ -94,3 +94,25 @@ def test_the_loop_refuses_a_compiled_pipeline():
                        in_flight=2)
     with pytest.raises(RuntimeError, match="pipeline"):
         replay(Rt(), None, StepTime(10.0, 1e6), compiled=True, pipeline=t)
+
+
+def test_sglang_refuses_deepseek_v41_with_stages_and_a_split_inside_a_group_is_refused():
+    """SGLang 0.5.23 refuses V4.1 with PP (its own check); a boundary inside a sharing group is refused for
+    every engine (planner/sharing.py, the rule the ledger's per-stage answer applies)."""
+    from types import SimpleNamespace
+
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.serving.pipeline import pipeline_pools
+    from csa_plan.planner.sharing import SharingGroupSplitError
+
+    spec = load_model("deepseek-v4.1-flash", max_seq_len=131072)
+    main = spec.num_main_layers
+    clean = SimpleNamespace(stages=(SimpleNamespace(layers=tuple(range(0, 20)), kv_memory_bytes=1 << 34),
+                                    SimpleNamespace(layers=tuple(range(20, main)), kv_memory_bytes=1 << 34)))
+    with pytest.raises(EngineRefused, match="does not support pipeline parallelism"):
+        pipeline_pools(spec, "sglang-0.5.23", None, 131072, clean)
+    inside = SimpleNamespace(stages=(SimpleNamespace(layers=tuple(range(0, 21)), kv_memory_bytes=1 << 34),
+                                     SimpleNamespace(layers=tuple(range(21, main)), kv_memory_bytes=1 << 34)))
+    with pytest.raises(SharingGroupSplitError):
+        pipeline_pools(spec, "vllm-0.33", None, 131072, inside)
