@@ -151,16 +151,10 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
             from csa_plan.planner.commands.check import pipeline_answer
 
             length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
-            pipeline_fit, _, pools = pipeline_answer(spec, req.engine, 1, config.engine.settings, length, device)
+            pipeline_fit, checked, pools = pipeline_answer(spec, req.engine, 1, config.engine.settings, length, device)
             if pools is None:  # the engine refuses a stage's memory: its typed document
-                from csa_plan.planner.engines.engine import EngineRefused
-                from csa_plan.planner.serving.pipeline import pipeline_pools
-
-                try:
-                    pipeline_pools(spec, req.engine, config.engine.settings, length, device)
-                except EngineRefused as exc:
-                    return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
-                                           req.kv_memory_bytes)
+                return _engine_refused(wl, spec, config, device, checked.refusal, req.engine, engine_settings,
+                                       req.kv_memory_bytes)
             config = replace(config, engine=replace(config.engine, pipeline=pools))
     runtime_plan = _runtime_plan(req, spec, config)
     refuse_unused_time_options(req, wl, runtime_plan)

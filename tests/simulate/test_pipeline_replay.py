@@ -116,3 +116,15 @@ def test_sglang_refuses_deepseek_v41_with_stages_and_a_split_inside_a_group_is_r
                                      SimpleNamespace(layers=tuple(range(21, main)), kv_memory_bytes=1 << 34)))
     with pytest.raises(SharingGroupSplitError):
         pipeline_pools(spec, "vllm-0.33", None, 131072, inside)
+
+
+@pytest.mark.parametrize("command", ["check", "simulate"])
+def test_a_stage_pool_the_engine_refuses_is_a_typed_refusal(csa, command):
+    """A stage too small for one request of max_seq_len: vLLM's own start-up check on that worker
+    (_check_enough_kv_cache_memory per projected worker), exit 3 with the refusal typed, nothing replayed."""
+    args = (["deepseek-v4-pro"] if command == "check" else [TRACE, "--model", "deepseek-v4-pro"])
+    r = csa(command, *args, "--gpu", "h20", "--tp", "8", "--pp", "2", "--engine", "vllm-0.33",
+            "--gpu-memory-utilization", "0.64", "--json")
+    assert r.code == 3, r.err
+    doc = r.json()
+    assert doc["all_refusals"][0]["type"] == "EngineRefused" and doc["fit"]["requests_that_fit"] is None
