@@ -72,6 +72,7 @@ class PipelinePools:
     plan: Any  # the plan the scheduler runs (vLLM: worker 0's; SGLang: the binding stage's)
     sizing: Any  # the pool the scheduler sees
     rule: str
+    num_main_layers: int = 0  # the model's decoder layers (ids below it; MTP layers above)
 
     def as_dict(self) -> dict[str, Any]:
         return {"stages": [s.as_dict() for s in self.stages], "binding_stage": self.binding,
@@ -136,7 +137,7 @@ def pipeline_pools(spec: Any, engine: str, settings: Any, length: int, budget: A
         blocks = stages[binding].sizing.total_units
         first = stages[0].plan
         sizing = first.size_pool(blocks * first.block_bytes)  # worker 0's config with the smallest count
-        return PipelinePools(engine, tuple(stages), binding, first, sizing, VLLM_RULE)
+        return PipelinePools(engine, tuple(stages), binding, first, sizing, VLLM_RULE, spec.num_main_layers)
     if not engine.startswith("sglang"):
         raise BadInput("options", "--pp", f"--engine {engine} is modelled with one pipeline stage (pp 1)")
     mem = min(kv)  # every rank sizes from the least free memory over all GPUs
@@ -144,7 +145,8 @@ def pipeline_pools(spec: Any, engine: str, settings: Any, length: int, budget: A
         plan = model.configure(stage_spec(spec, ls), settings, length)
         stages.append(StagePool(i, ls, mem, plan.size_pool(mem), plan))
     binding = min(range(len(stages)), key=lambda i: stages[i].sizing.total_units)
-    return PipelinePools(engine, tuple(stages), binding, stages[binding].plan, stages[binding].sizing, SGLANG_RULE)
+    return PipelinePools(engine, tuple(stages), binding, stages[binding].plan, stages[binding].sizing, SGLANG_RULE,
+                         spec.num_main_layers)
 
 
 def stage_peaks(pools: PipelinePools, peak_units: int) -> list[dict[str, Any]]:
@@ -169,15 +171,31 @@ def pipeline_section(pools: PipelinePools, timing: Any, link: Any, occupancy: An
     if pools.engine.startswith("sglang"):
         peak_units = occupancy.pools[0].peak  # full pages (c4 KV + indexer + c128 KV): engines/sglang/runtime.py POOLS[0]
     return {**pools.as_dict(), **timing.as_dict(), "link": link.name, "link_source": link.source,
-            "stage_time": timing.stage_time.label, "peaks": stage_peaks(pools, peak_units),
-            "not_modelled": list(NOT_MODELLED)}
+            "stage_share": stage_share(pools), "stage_time": timing.stage_time.label,
+            "in_flight_rule": IN_FLIGHT_RULE["sglang" if pools.engine.startswith("sglang") else "vllm"],
+            "peaks": stage_peaks(pools, peak_units), "not_modelled": list(NOT_MODELLED)}
+
+
+IN_FLIGHT_RULE = {
+    "vllm": "vllm-0.33.0 config/vllm.py max_concurrent_batches :588-598 (pp + 1 with async scheduling on Model "
+            "Runner V2, else pp)",
+    "sglang": "sglang-0.5.23 srt/managers/scheduler_pp_mixin.py event_loop_pp :104-140 (micro-batches in turn: "
+              "one round a step)",
+}
+
+
+def stage_share(pools: PipelinePools) -> float:
+    """The largest stage's share of the decoder layers (the stage clock's scale; MTP layers not counted)."""
+    main = pools.num_main_layers
+    return max(sum(1 for i in st.layers if i < main) for st in pools.stages) / max(1, main)
 
 
 NOT_MODELLED = (
-    "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch); its "
+    "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch): a prefill "
+    "chunk holds every running request's next token here, where SGLang's other micro-batches would go on; its "
     "pp_max_micro_batch_size (max_running_requests // pp) and pp_async_batch_depth are not modelled",
-    "the stage-boundary send is charged on the latency path only (vLLM isend overlaps the next step's compute)",
-    "stages' step time: the clock's per-layer terms scaled to the largest stage's share of the decoder layers; "
+    "the stage-boundary send is charged on the latency path only (vLLM's isend overlaps the next step's compute)",
+    "each stage's step time: the clock's per-layer terms scaled to the largest stage's share of the decoder layers; "
     "the embedding and lm_head sit on the first and last stage but are spread here",
     "the compiled replay loops do not take pipeline stages: the Python loop (their twin) replays them",
 )
@@ -213,8 +231,7 @@ def stage_clock(spec: Any, config: Any, pools: PipelinePools, time: Any, link_na
     from csa_plan.planner.replay.pipeline import PipelineTiming
 
     p = config.placement
-    main = max(1, spec.num_main_layers)
-    share = max(sum(1 for i in st.layers if i < spec.num_main_layers) for st in pools.stages) / main
+    share = stage_share(pools)
     gpu = card(target_of(config.engine.settings)[0].name)
     gpus = p.tp * p.pp
     name = link_name or default_link(gpus, gpu.perf.link_domain if gpu.perf is not None else 1)
