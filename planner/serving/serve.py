@@ -99,6 +99,8 @@ def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) ->
     """The engine's runtime over ``trace``, under its host tier when the setup has one (``made`` collects
     the tiers, whose counters the caller sums)."""
     rt = setup.plan.runtime(setup.sizing, trace, setup.options)
+    if setup.pipeline is not None and getattr(rt, "async_on", False) and hasattr(rt, "decode_stagger"):
+        rt.decode_stagger = setup.pipeline.stages  # vLLM V2 + PP + async: AsyncScheduler.decode_stagger = pp_size
     if setup.host_tier is not None:
         from csa_plan.planner.engines.host_tier import HostTierRuntime
 

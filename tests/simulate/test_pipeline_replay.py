@@ -34,10 +34,13 @@ def test_pipeline_timing_interval_and_latency():
                        in_flight=1)
 
 
-@pytest.mark.parametrize("engine,extra", [("sglang-0.5.23", ()), ("vllm-0.33", ("--no-async-scheduling",))])
+@pytest.mark.parametrize("engine,extra", [("sglang-0.5.23", ()), ("vllm-0.33", ("--no-async-scheduling",)),
+                                          ("vllm-0.33", ("--async-scheduling",))])
 def test_a_lone_request_waits_for_its_batch_through_every_stage(csa, tmp_path, engine, extra):
     """Nothing else to schedule: each token is one batch through both stages and the boundary (2 S + X),
-    not one stage's time — the scheduler cannot take the request again until its batch returns."""
+    not one stage's time — the scheduler cannot take the request again until its batch returns (vLLM
+    without async scheduling: no placeholder; with it, on Model Runner V2: AsyncScheduler.decode_stagger =
+    pp_size steps between a request's decodes, async_scheduler.py :18-22, :51-56)."""
     r = csa("simulate", _one_request(tmp_path), *PRO_H20, "--engine", engine, *extra, "--step-time", "fixed",
             "--tpot-ms", "10", "--prefill-tok-s", "1000000", "--json")
     assert r.code == 0, r.err
@@ -49,7 +52,7 @@ def test_a_lone_request_waits_for_its_batch_through_every_stage(csa, tmp_path, e
     x = -(-1 * pipe["activation_bytes_per_token"] * 10**9 // int(pipe["link_bytes_s"]))
     tpot_ns = doc["runtime"]["tpot"]["p50_s"] * 1e9
     assert tpot_ns == pytest.approx(2 * stage_ns + x, abs=2)
-    assert pipe["in_flight"] == (1 if engine.startswith("sglang") else 2)
+    assert pipe["in_flight"] == (1 if engine.startswith("sglang") else 3 if "--async-scheduling" in extra else 2)
 
 
 @pytest.mark.parametrize("engine", ["vllm-0.33", "sglang-0.5.23"])
