@@ -173,7 +173,8 @@ def pipeline_section(pools: PipelinePools, timing: Any, link: Any, occupancy: An
     return {**pools.as_dict(), **timing.as_dict(), "link": link.name, "link_source": link.source,
             "stage_share": stage_share(pools), "stage_time": timing.stage_time.label,
             "in_flight_rule": IN_FLIGHT_RULE["sglang" if pools.engine.startswith("sglang") else "vllm"],
-            "peaks": stage_peaks(pools, peak_units), "not_modelled": list(NOT_MODELLED)}
+            "peaks": stage_peaks(pools, peak_units),
+            "not_modelled": [line for family, line in NOT_MODELLED if pools.engine.startswith(family)]}
 
 
 IN_FLIGHT_RULE = {
@@ -190,14 +191,17 @@ def stage_share(pools: PipelinePools) -> float:
     return max(sum(1 for i in st.layers if i < main) for st in pools.stages) / max(1, main)
 
 
-NOT_MODELLED = (
-    "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch): a prefill "
-    "chunk holds every running request's next token here, where SGLang's other micro-batches would go on; its "
-    "pp_max_micro_batch_size (max_running_requests // pp) and pp_async_batch_depth are not modelled",
-    "the stage-boundary send is charged on the latency path only (vLLM's isend overlaps the next step's compute)",
-    "each stage's step time: the clock's per-layer terms scaled to the largest stage's share of the decoder layers; "
-    "the embedding and lm_head sit on the first and last stage but are spread here",
-    "the compiled replay loops do not take pipeline stages: the Python loop (their twin) replays them",
+NOT_MODELLED = (  # (the engine family it is said for, the line)
+    ("sglang", "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch): a "
+               "prefill chunk holds every running request's next token here, where SGLang's other micro-batches "
+               "would go on (decode latency under prefill pressure is overstated); its pp_max_micro_batch_size "
+               "(max_running_requests // pp) and pp_async_batch_depth are not modelled"),
+    ("vllm", "the stage-boundary send is charged on the latency path only (vLLM's isend overlaps the next step's "
+             "compute); a staggered request's next batch may enter stage 0 before its previous token is back by "
+             "up to one boundary transfer"),
+    ("", "each stage's step time: the clock's per-layer terms scaled to the largest stage's share of the decoder "
+         "layers; the embedding and lm_head sit on the first and last stage but are spread here"),
+    ("", "the compiled replay loops do not take pipeline stages: the Python loop (their twin) replays them"),
 )
 
 
