@@ -121,10 +121,10 @@ band is stated from the 'held-out' logs only.
 
 def gaps(logs: list[dict]) -> list[str]:
     """Per log that prints its KV pool: the non-KV memory the print implies (requested - pool) beside
-    csa-plan's (requested - predicted pool), per GPU. Both share csa-plan's requested figure
-    (ceil(card x utilization)), so the difference is the missing non-KV memory whatever the card's
-    exact total (the H20's torch-visible total is below nvidia-smi's 97,871 MiB by at most ~0.5 GiB,
-    which moves requested by <= 0.48 GiB at 0.95)."""
+    csa-plan's (requested - predicted pool), per GPU. Both use csa-plan's requested figure
+    (ceil(card-table total x utilization)), so the difference is the non-KV memory csa-plan does not
+    model, less whatever part a smaller real total accounts for (the H20's torch-visible total may sit
+    up to ~0.5 GiB below nvidia-smi's 97,871 MiB: <= 0.48 GiB of requested at 0.95)."""
     from csa_plan.planner.units import GiB
 
     out = []
@@ -160,9 +160,9 @@ numbers (sources: the unpacked vllm-0.26.0 wheel):
 * DeepEP: vLLM builds no all-to-all at TP 2 without DP (fused_moe/config.py:1052-1055): 0 B
   (`tests/budget/test_deepep.py`).
 * How much is requested: `ceil(total x 0.95)` of the card's total, not of free memory
-  (v1/worker/utils.py:425-445), as csa-plan does; the H20's total as torch sees it (about 95.07 GiB
-  in public OOM messages) against the card table's nvidia-smi 97,871 MiB moves it by <= 0.48 GiB,
-  and toward a larger gap.
+  (v1/worker/utils.py:425-445), as csa-plan does; if the H20's total as torch sees it is below the
+  card table's nvidia-smi 97,871 MiB (an H20-class OOM message in sgl-project/sglang#23602 reads
+  "total capacity of 95.07 GiB"), that accounts for at most 0.48 GiB of the gap, not 4.
 * Vocabulary logits in the profile run: `_dummy_run(max_num_batched_tokens)` splits the 8,192 tokens
   over `min(tokens, max_num_seqs)` = 32 requests (v1/worker/gpu_model_runner.py:5859) and
   `_dummy_sampler_run` computes logits for their 32 last tokens only (:6170-6185): 32 x 129,280 x 4 B
@@ -176,22 +176,24 @@ numbers (sources: the unpacked vllm-0.26.0 wheel):
   `max_memory_allocated` after a peak reset, platforms/cuda.py:351-356).
 * The persisted start-up plan: off unless `VLLM_ENABLE_STARTUP_PLAN=1` (v1/worker/startup_plan.py:134-142).
 * Communication buffers at TP 2 on SM90: the custom all-reduce and symmetric-memory buffers are
-  64 MiB each (distributed/device_communicators/all_reduce_utils.py:31-58); NCCL NVLS is not used
-  below 3 GPUs.
+  64 MiB each (distributed/device_communicators/all_reduce_utils.py:31-58); NCCL's NVLS buffers are
+  not set up below 3 GPUs (vllm-project/vllm#9699's measurement).
 * The max_model_len terms: from the preview (912,128) to the 0731 run (121,344) csa-plan's FlashMLA
   gather and indexer K-gather workspaces shrink by 1.05 GiB while the printed pool grows by only
   0.70 GiB, and those two and the MoE workspace are one buffer in vLLM (the workspace manager keeps
   the largest request, v1/worker/workspace.py:92-180; fused_moe/modular_kernel.py:1105,
   models/deepseek_v4/nvidia/flashmla.py:98, model_executor/layers/sparse_attn_indexer.py:330)
   where csa-plan adds them: csa-plan over-reserves there, the opposite sign.
-* The FULL decode graph's indexer logits ([64, max_model_len] fp32 in the first capture, about
-  223 MiB at 912,128 and 30 MiB at 121,344) and the C128A top-k buffers of the sparse-MLA metadata
-  builder (models/deepseek_v4/sparse_mla.py:183-194, built with the KV cache, outside the four
-  subtracted terms) are smaller than the gap or not subtracted at all.
+* The FULL decode graph's indexer logits (DeepGEMM's paged MQA logits, [32 x 2, max_model_len / 4]
+  fp32 in the first capture, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
+  max_model_len // 4, models/deepseek_v4/attention.py:720-721: 58.4 MB at 912,128, 7.8 MB at
+  121,344) and the C128A top-k buffers of the sparse-MLA metadata builder
+  (models/deepseek_v4/sparse_mla.py:183-194, built with the KV cache, outside the four subtracted
+  terms) are far smaller than the gap or not subtracted at all.
 
 What differs between the fit and these runs, and stays unmeasured: the fit log ran on SM120
-(FlashInfer sparse attention, models/deepseek_v4/nvidia/model.py:760-789, and DeepGEMM's MXFP4
-MoE); the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE), 0.26
+(FlashInfer sparse attention, models/deepseek_v4/nvidia/model.py:760-789, and, where DeepGEMM is
+installed, DeepGEMM's MXFP4 MoE); the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE), 0.26
 instead of 0.25, and 8,192 batched tokens instead of 4,096: the profile run's torch peak and the
 graph estimate's fixed part are fitted on the first and extrapolated to the second. No further
 public stock-vLLM DeepSeek-V4 log printing `Model loading took` and `Available KV cache memory`
