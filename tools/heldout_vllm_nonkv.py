@@ -15,7 +15,9 @@ for its flags) is predicted from its flags alone through ``csa-plan check --json
 A refitted figure that differs from the code's beyond the log's rounding is reported (the code is
 not rewritten: a change of a fitted constant is a reviewed edit). The table of every log, its
 release, the printed and predicted figure and the error goes to stdout, or with ``--write`` to
-``docs/vllm-nonkv-heldout.md``, whose band is stated from the held-out logs only.
+``docs/vllm-nonkv-heldout.md``, whose band is stated from the held-out logs only. For each log that
+prints its pool, the non-KV memory the print implies is set beside csa-plan's at the same requested
+figure (``gaps``): the vllm#51041 H20 runs' unmodelled GiB a GPU, with what vLLM 0.26.0's code rules out.
 ``tests/budget/test_vllm_nonkv_heldout.py`` recomputes it from the fixtures.
 """
 
