@@ -46,6 +46,15 @@ PARAMS = (
     *engine_params(),
     *DEPLOYMENT_PARAMS,
     *ENGINE_SPELLING_PARAMS,
+    Opt(("--host-memory",), "host_memory", Kind.SIZE,
+        help="Host memory of one node (Engram tables an engine keeps on the host) [default: the card's node, "
+             "2 TB for DGX H100/H200/B200; else none]."),
+    Opt(("--engram-config",), "engram_config", metavar="JSON",
+        help="vLLM's --engram-config: '{\"cpu_offload\": false}' moves the Engram tables to the GPUs "
+             "[default: cpu_offload true]."),
+    Opt(("--enable-dsv41-engram-host-table",), "engram_host_table", Kind.FLAG, default=None,
+        help="SGLang run with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1: the Engram tables in host memory "
+             "[default: off, on the GPUs]."),
     Opt(("--from-log",), "from_log", metavar="FILE",
         help="A vLLM or SGLang start-up log of this model, release, GPU and TP: calibrate the start-up terms "
              "on it and show what it implies beside the prediction (docs/device-budget.md)."),
@@ -73,7 +82,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None,
-          from_log: str | None = None, index_key_format: str | None = None) -> int:
+          from_log: str | None = None, index_key_format: str | None = None, host_memory: int | None = None,
+          engram_config: str | None = None, engram_host_table: bool | None = None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -95,6 +105,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
         from dataclasses import replace
 
         deployment = replace(deployment, from_log=from_log)
+    if (host_memory, engram_config, engram_host_table) != (None, None, None):
+        from dataclasses import replace
+
+        deployment = replace(deployment, host_memory_bytes=host_memory, engram_config=engram_config,
+                             engram_host_table=engram_host_table)
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           index_key_format=index_key_format, window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,

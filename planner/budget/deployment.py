@@ -26,6 +26,14 @@ class Deployment:
     weights_bytes: int | None = None
     reserved_bytes: int | None = None
     from_log: str | None = None    # --from-log FILE: calibrate the start-up terms on a real log
+    host_memory_bytes: int | None = None  # --host-memory: a node's host memory (Engram tables on the host)
+    engram_host_table: bool | None = None  # SGLang's SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1
+    engram_config: str | None = None  # vLLM's --engram-config JSON
+
+    def engram_choice(self):
+        from csa_plan.planner.weights.engram import EngramChoice
+
+        return EngramChoice(self.engram_host_table, self.engram_config)
 
     def require_one_stage(self, why: str) -> None:
         """Bad input when ``--pp`` asks for more than one pipeline stage where only one is modelled."""
@@ -45,11 +53,14 @@ def engine_settings_for(engine: str | None, engine_settings: Any, deployment: De
     --dp (SGLang divides --max-running-requests by it per worker)."""
     if engine is None or engine_settings is None or not engine.startswith("sglang"):
         return engine_settings
+    from dataclasses import replace
+
     dp = deployment.dp if deployment.dp is not None else 1
     if dp > 1 and getattr(engine_settings, "dp_attention_size", None) != dp:
-        from dataclasses import replace
-
-        return replace(engine_settings, dp_attention_size=dp)
+        engine_settings = replace(engine_settings, dp_attention_size=dp)
+    tp = deployment.tp if deployment.tp is not None else 1
+    if tp > 1 and getattr(engine_settings, "tensor_parallel_size", None) != tp:  # V4.1's backend reads tp // dp
+        engine_settings = replace(engine_settings, tensor_parallel_size=tp)
     return engine_settings
 
 
@@ -113,7 +124,7 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                                                     getattr(engine_settings, "moe_a2a_backend", None)),
                         settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
-                        kv_memory_bytes=kv_memory_bytes)
+                        kv_memory_bytes=kv_memory_bytes, engram=deployment.engram_choice())
     if deployment.from_log is None:
         return budget(req, search=search, facts=facts)
     return _calibrated(req, deployment.from_log, engine_settings, search, facts)

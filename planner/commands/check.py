@@ -105,6 +105,17 @@ def run_check(req: CheckRequest) -> CheckOutcome:
             refused_first = refuses_its_arguments(exc.refusal)
     if not refused_first:
         device = budget_at(length)
+    if device is not None:  # the Engram tables' host line (planner/weights/engram.py), refused when they do not fit
+        from csa_plan.planner.cards import card_of
+        from csa_plan.planner.weights.engram import host_line
+
+        card = card_of(req.device_memory_bytes)
+        line = host_line(device.engram, deployment.host_memory_bytes, card.name if card else settings.gpu)
+        if line is not None:
+            device = with_(device, host=line)
+    elif deployment.host_memory_bytes is not None:
+        raise BadInput("options", "--host-memory", "sizes the node that holds the Engram tables beside the device "
+                                                   "budget: name a device (--device-memory or --gpu)")
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
     if req.engine is not None:
