@@ -659,13 +659,23 @@ class SglangPlan(EnginePlan):
 
         r, extra = self.resolved, dict(sizing.extra)
         p = r.page_size
+        pools = None
+        if self.v41 is not None:
+            if self.v41.encoder_replay:
+                raise _refuse(f"{SRC}/model_executor/pool_configurator.py:1198-1240", "--enable-encoder-swa-bounded-"
+                              "replay", "off for simulate", "on", "with encoder SWA bounded replay the windows live in "
+                              "per-request rings and the scheduler's SWA accounting changes; csa-plan's SGLang "
+                              "replay models the paged SWA pool only (check sizes the rings)")
+            owners = sum(n for _, n in self.v41.sources)
+            pools = (f"full pages (ratio-1/2 {self.v41.compressed.name} records + FP4 keys of the {owners} kv sources)",
+                     f"SWA pages ({self.layers.main} layers, {self.v41.window.name})")
         radix = True if options.enable_prefix_caching is None else bool(options.enable_prefix_caching)
         cfg = SchedulerConfig(full_pages=extra["max_total_num_tokens"] // p, swa_pages=extra["swa_tokens"] // p,
                               page=p, window=self.layers.window, max_running_requests=r.max_running_requests,
                               chunked_prefill_size=r.chunked_prefill_size, max_prefill_tokens=MAX_PREFILL_TOKENS,
                               context_len=self.max_seq_len, radix_cache=radix)
         return SglangRuntime(cfg, trace, f"{ENGINE} ({'radix cache' if radix else '--disable-radix-cache'})",
-                             compiled=replay_for)
+                             compiled=replay_for, pools=pools)
 
     def charge(self, tokens: int) -> Footprint:
         """The simulator's charge: the full pages only. The SWA pool and every slot's c128 state are
