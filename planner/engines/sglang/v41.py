@@ -164,8 +164,9 @@ class V41Pools:
         capacity = round_up(window + extra, page)
         scratch = max(chunked_prefill, slots * max(128, extra)) + slots * 128 + page
         draft_ring = ceil_div(window + extra, page) * page
+        draft_layers = self.draft_layers if draft_tokens else 0  # DSpark's ring only when it drafts (:1203-1207)
         return ((slots * capacity + page) * self.layers_total * (KV_BYTES + 16) + 4 * scratch * (KV_BYTES + 16)
-                + slots * 3 * 16 * head_dim * 8 + (slots * draft_ring + page) * self.draft_layers * KV_BYTES)
+                + slots * 3 * 16 * head_dim * 8 + (slots * draft_ring + page) * draft_layers * KV_BYTES)
 
     def index_pages(self, full_tokens: int, page: int, ratio: int) -> int:
         """The ratio's index pool pages: (full + page) // r slots, one spare index page."""
