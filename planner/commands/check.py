@@ -113,9 +113,13 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         line = host_line(device.engram, deployment.host_memory_bytes, card.name if card else settings.gpu)
         if line is not None:
             device = with_(device, host=line)
-    elif deployment.host_memory_bytes is not None:
-        raise BadInput("options", "--host-memory", "sizes the node that holds the Engram tables beside the device "
-                                                   "budget: name a device (--device-memory or --gpu)")
+    else:  # no budget: the Engram options have nothing to move or size
+        for name, value in (("--host-memory", deployment.host_memory_bytes),
+                            ("--engram-config", deployment.engram_config),
+                            ("--enable-dsv41-engram-host-table", deployment.engram_host_table)):
+            if value is not None:
+                raise BadInput("options", name, "places the Engram tables in the device budget or beside it: name a "
+                                                "device (--device-memory or --gpu)")
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
     if req.engine is not None:
