@@ -235,3 +235,19 @@ def test_bad_host_memory_and_engram_input_is_exit_2(csa, args, field):
 def test_host_memory_on_a_model_without_engram_is_refused(csa):
     r = csa("check", "deepseek-v4-flash", "--device-memory", "h200", "--tp", "8", "--host-memory", "1TiB")
     assert r.code == 2 and "no Engram tables" in r.err
+
+
+def test_the_device_budget_charges_engram_where_the_engine_keeps_it():
+    """vLLM 0.33's default keeps the tables off the GPU (only its staging buffers stay); SGLang's on it."""
+    from csa_plan.planner.budget.deployment import Deployment, deployment_budget
+    from csa_plan.planner.cards import CARDS
+
+    def steps(engine):
+        b = deployment_budget("deepseek-v4.1-flash", CARDS["h200"].memory_bytes, Deployment(tp=8, ep=8), 1 << 20,
+                              engine, EngineSettings(gpu="h200"), search=False)
+        return {s.label: s.bytes for s in b.binding.steps if s.kind.value == "weights"}
+
+    vllm, sglang = steps("vllm-0.33"), steps("sglang-0.5.23")
+    assert vllm["Engram tables: host memory (vllm-0.33)"] == 0
+    assert vllm["Engram staging buffers (bf16, on the GPU)"] == 2 * 8192 * 3 * 256 * 2
+    assert sglang["Engram tables: device memory (sglang-0.5.23)"] == 25_345_046_496
