@@ -75,7 +75,8 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            gpu_memory_utilization=get("gpu_memory_utilization"),
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),
-                           speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
+                           speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps")
+                           or get("speculative_num_draft_tokens") or 0,  # the last: SGLang's DSpark (V4.1)
                            moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
                            shared_expert_tp1=bool(get("shared_expert_tp1")), max_num_seqs=get("max_num_seqs"),
                            cudagraph_capture_sizes=get("cudagraph_capture_sizes"),

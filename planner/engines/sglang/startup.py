@@ -756,7 +756,9 @@ def _describe_v41_of(plan: "SglangPlan") -> dict[str, Any]:
         "startup_note": (f"SGLang 0.5.23 runs DeepSeek-V4.1 with --dsv4-attn-backend {v.backend}: windows "
                          f"{v.window.name} on all {L.main} layers, ratio-1/2 records {v.compressed.name} on the "
                          f"{sum(n for _, n in v.sources)} kv sources only, {LOW_RATIO_INDEX_BYTES} B FP4 keys; "
-                         f"{per_token:g} B per full token of compressed state (paged). "
+                         f"{per_token:g} B per full token of compressed state (paged"
+                         + (f"; {per_token * ((L.main + 1) / L.main):.2f} with the draft worker's (T + 1) / T"
+                            if r.draft_tokens and not v.encoder_replay else "") + "). "
                          + ("Encoder SWA bounded replay: target windows in per-request rings. " if v.encoder_replay
                             else f"The SWA pool is sized for --max-running-requests {r.max_running_requests}. ")
                          + "--max-running-requests is the setting that moves the fixed part."),
