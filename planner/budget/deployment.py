@@ -29,11 +29,12 @@ class Deployment:
     host_memory_bytes: int | None = None  # --host-memory: a node's host memory (Engram tables on the host)
     engram_host_table: bool | None = None  # SGLang's SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1
     engram_config: str | None = None  # vLLM's --engram-config JSON
+    engram_engine: str | None = None  # the release whose Engram placement applies when its pool is not modelled
 
     def engram_choice(self):
         from csa_plan.planner.weights.engram import EngramChoice
 
-        return EngramChoice(self.engram_host_table, self.engram_config)
+        return EngramChoice(self.engram_host_table, self.engram_config, self.engram_engine)
 
     def require_one_stage(self, why: str) -> None:
         """Bad input when ``--pp`` asks for more than one pipeline stage where only one is modelled."""

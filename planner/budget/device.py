@@ -182,10 +182,11 @@ def _engram(req: BudgetRequest, facts: ModelFacts, dims: ModelDims | None,
     if not tables and req.engram == EngramChoice():
         return None
     mnbt = 0
-    if req.engine is not None and req.engine.startswith("vllm"):
+    engine = req.engram.engine or req.engine
+    if engine is not None and engine.startswith("vllm"):
         from csa_plan.planner.budget.startup import vllm_batched_tokens
 
-        mnbt = vllm_batched_tokens(_context(req, 0, tuple(range(dims.num_main)) if dims else (), dims), req.engine)
+        mnbt = vllm_batched_tokens(_context(req, 0, tuple(range(dims.num_main)) if dims else (), dims), engine)
     p = req.placement
     return engram_placement(tables, req.engine, p.tp, p.dp, req.engram, mnbt)
 

@@ -78,6 +78,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         refusal = engine_refusal(name)
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
+        deployment = replace(deployment, engram_engine=name)  # its Engram tables still sit where that release puts them
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)

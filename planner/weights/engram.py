@@ -137,6 +137,8 @@ class EngramChoice:
 
     host_table: bool | None = None
     engram_config: str | None = None
+    engine: str | None = None  # the release that places the tables, where the budget runs without it (check of
+    # a release whose shared-state pool is not modelled: the answer is refused, the tables' place is still its)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ def placement(tables: tuple[EngramTable, ...], engine: str | None, tp: int, dp: 
               max_num_batched_tokens: int = 0) -> EngramPlacement | None:
     """Where the tables sit and their bytes per rank and per node (None: the model has none).
     ``tp``, ``dp``: csa-plan's deployment (SGLang's TP group is tp x dp under DP attention)."""
+    engine = choice.engine or engine
     parsed = check_choice(tables, engine, choice)
     if not tables:
         return None
