@@ -251,3 +251,13 @@ def test_the_device_budget_charges_engram_where_the_engine_keeps_it():
     assert vllm["Engram tables: host memory (vllm-0.33)"] == 0
     assert vllm["Engram staging buffers (bf16, on the GPU)"] == 2 * 8192 * 3 * 256 * 2
     assert sglang["Engram tables: device memory (sglang-0.5.23)"] == 25_345_046_496
+
+
+def test_vllms_default_host_tables_are_refused_on_a_small_host(csa):
+    """vLLM 0.33 pins 264 GiB per 8-GPU node (power-of-two rounding): a 256 GiB host cannot hold them."""
+    args = ("check", "deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.33")
+    r = csa(*args, "--host-memory", "256GiB")
+    assert r.code == 3 and "HostMemoryShort" in r.out + r.err and "283,467,841,536" in r.out + r.err
+    doc = json.loads(csa(*args, "--host-memory", "300GiB", "--json").out)
+    assert doc["budget"]["host"]["host_bytes_per_node"] == 283_467_841_536 and doc["budget"]["host"]["fits"]
