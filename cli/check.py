@@ -46,6 +46,15 @@ PARAMS = (
     *engine_params(),
     *DEPLOYMENT_PARAMS,
     *ENGINE_SPELLING_PARAMS,
+    Opt(("--host-memory",), "host_memory", Kind.SIZE,
+        help="Host memory of one node (Engram tables an engine keeps on the host) [default: the card's node, "
+             "2 TB for DGX H100/H200/B200; else none]."),
+    Opt(("--engram-config",), "engram_config", metavar="JSON",
+        help="vLLM's --engram-config: '{\"cpu_offload\": false}' moves the Engram tables to the GPUs "
+             "[default: cpu_offload true]."),
+    Opt(("--enable-dsv41-engram-host-table",), "engram_host_table", Kind.FLAG, default=None,
+        help="SGLang run with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1: the Engram tables in host memory "
+             "[default: off, on the GPUs]."),
     Opt(("--prefill-workers",), "prefill_workers", Kind.COUNT,
         help="Disaggregated serving (--engine): the prefill role's instances; check answers per role "
              "(docs/disaggregation.md)."),
@@ -89,7 +98,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
           from_log: str | None = None, index_key_format: str | None = None, prefill_workers: int | None = None,
           prefill_tp: int | None = None, decode_workers: int | None = None, decode_tp: int | None = None,
           kv_offloading_size: float | None = None, enable_hierarchical_cache: bool = False,
-          hicache_size: float | None = None, hicache_ratio: float | None = None) -> int:
+          hicache_size: float | None = None, hicache_ratio: float | None = None, host_memory: int | None = None,
+          engram_config: str | None = None, engram_host_table: bool | None = None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -111,6 +121,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
         from dataclasses import replace
 
         deployment = replace(deployment, from_log=from_log)
+    if (host_memory, engram_config, engram_host_table) != (None, None, None):
+        from dataclasses import replace
+
+        deployment = replace(deployment, host_memory_bytes=host_memory, engram_config=engram_config,
+                             engram_host_table=engram_host_table)
     from csa_plan.planner.serving.disaggregation import disaggregation_from
 
     roles = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, None)

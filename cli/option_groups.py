@@ -95,6 +95,9 @@ ENGINE_PARAMS: tuple[Opt, ...] = (
         help="SGLang: no decode CUDA graphs (their reserve is dropped) [default: off]."),
     Opt(("--moe-a2a-backend",), "moe_a2a_backend", Kind.NAME, metavar="NAME", choices=SGLANG_A2A_BACKENDS,
         help="SGLang MoE all-to-all backend; deepep adds 2 GiB to the reserve [default: none]."),
+    Opt(("--enable-encoder-swa-bounded-replay",), "enable_encoder_swa_bounded_replay", Kind.FLAG, default=None,
+        help="SGLang (DeepSeek-V4.1): target windows in per-request rings instead of the paged SWA pool "
+             "[default: off]."),
     Opt(("--usage",), "usage", Kind.CHOICE, choices=("serve", "llm"),
         help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
 )

@@ -52,6 +52,11 @@ def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
     return tokens, rule
 
 
+def vllm_batched_tokens(c: StageContext, release: str = "vllm-0.33") -> int:
+    """vLLM's max_num_batched_tokens at this stage (its Engram staging buffer is sized by it)."""
+    return _vllm_mnbt(c, release)[0]
+
+
 def _vllm_max_num_seqs(c: StageContext, release: str) -> int:
     if c.settings.max_num_seqs is not None:
         return c.settings.max_num_seqs

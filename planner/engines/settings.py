@@ -93,12 +93,15 @@ class EngineSettings:
     cuda_graph_max_bs: int | None = None  # SGLang --cuda-graph-max-bs
     disable_cuda_graph: bool | None = None  # SGLang --disable-cuda-graph
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
+    enable_encoder_swa_bounded_replay: bool | None = None  # SGLang: V4.1 target windows in per-request rings
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
     gpu_memory_bytes: int | None = None
     # not an option: SGLang's --dp-size under --enable-dp-attention, from csa-plan's --dp (SGLang divides
     # --max-running-requests by it per worker); None or 1: no DP attention
     dp_attention_size: int | None = None
+    # not an option: csa-plan's --tp, SGLang's attention TP (SGLang's --tp is tp x dp); it picks V4.1's backend
+    tensor_parallel_size: int | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, limit) in SETTING_RANGES.items():
@@ -130,7 +133,7 @@ class EngineSettings:
         return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
 
 
-DERIVED = ("gpu_memory_bytes", "dp_attention_size")
+DERIVED = ("gpu_memory_bytes", "dp_attention_size", "tensor_parallel_size")
 
 
 # The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd
@@ -179,6 +182,7 @@ OPTION_SPELLING: dict[str, str] = {
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "disable_cuda_graph": "--disable-cuda-graph",
     "moe_a2a_backend": "--moe-a2a-backend",
+    "enable_encoder_swa_bounded_replay": "--enable-encoder-swa-bounded-replay",
 }
 
 # Whose option each engine-only setting is (for "vllm-0.33 has no such setting; --cuda-graph-max-bs is SGLang's").
@@ -192,7 +196,7 @@ OWNER: dict[str, str] = {
                                    "speculative_num_steps", "speculative_eagle_topk",
                                    "speculative_num_draft_tokens", "mem_fraction_static", "moe_runner_backend",
                                    "shared_expert_tp1", "cuda_graph_max_bs", "disable_cuda_graph",
-                                   "moe_a2a_backend")},
+                                   "moe_a2a_backend", "enable_encoder_swa_bounded_replay")},
 }
 
 # The same setting under another engine's name, where the memory it governs is alike.
