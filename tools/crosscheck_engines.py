@@ -336,6 +336,14 @@ def v41_config_stub(max_model_len: int, mnbt: int, async_on: bool, drafts: int, 
                                        draft_model_config=_Stub(hf_config=_Stub(num_nextn_predict_layers=3)),
                                        use_eagle=lambda: True, use_multi_module_mtp=lambda: False,
                                        use_eagle_block_drop=lambda: False)
+        try:  # 0.34: the lookahead comes from the speculator's config class (speculator_config.py:122-125)
+            from vllm.v1.worker.gpu.spec_decode.dspark.config import DSparkSpeculatorConfig as D
+
+            cfg.speculative_config.speculator_config = _Stub(
+                num_prefill_lookahead_tokens=D.num_prefill_lookahead_tokens.fget(
+                    _Stub(uses_target_hidden_states=D.uses_target_hidden_states, num_speculative_tokens=drafts)))
+        except ImportError:  # 0.33: VllmConfig.num_prefill_lookahead_tokens reads use_eagle / multi-module MTP
+            pass
         for name in ("num_speculative_tokens", "num_prefill_lookahead_tokens"):
             setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
     return cfg
@@ -469,7 +477,9 @@ def vllm_v41_case(model, text: dict, gpu: str, max_model_len: int, kv_memory: in
     if v_error is not None or ours_error is not None:
         if (v_error is None) != (ours_error is None):
             problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs vLLM {v_error!r}")
-        elif v_error.split(" See https")[0] not in ours_error:
+        elif v_error.split(" Try increasing")[0].split(" See https")[0] not in ours_error:
+            # the figures (needed, available, estimated length) up to the hint, whose wording 0.34 changed
+            # (kv_cache_planning.py:64-96 _more_kv_cache_memory_hint; csa-plan keeps 0.33's)
             problems.append(f"refusal text: csa-plan {ours_error!r} vs vLLM {v_error!r}")
         summary = f"refused as vLLM does: {v_error.split('. ')[0][:90]}"
     else:

@@ -726,12 +726,18 @@ class VllmPlan(EnginePlan):
 
         r = self.resolved
         q = r.max_in_flight_tokens
+        # V4.1 (shared): rings never cached; windows under SWA bounded replay not cached either
+        # (config/cache.py:367-372 swa_bounded_replay on with model runner V2, sparse_swa.py:128 bounded_replay)
         specs = tuple(GroupSpec(block_size=g.first.block_size,
                                 window=g.first.sliding_window if g.first.kind is SpecKind.SLIDING else None,
                                 extra_retained=g.first.extra_retained_tokens,
                                 admission_cap=(g.blocks_per_request(self.max_seq_len, q)
-                                               if g.first.kind is SpecKind.SLIDING else None))
+                                               if g.first.kind is SpecKind.SLIDING else None),
+                                ring=g.first.kind is SpecKind.CIRCULAR,
+                                cacheable=not (self.shared and g.first.kind is not SpecKind.FULL))
                       for g in self.groups)
+        replay = next((g.first.sliding_window for g in self.groups if self.shared and g.first.kind is SpecKind.SLIDING),
+                      0)  # SlidingWindowMLASpec.prefix_replay_tokens (kv_cache_interface.py:1031-1033)
         caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
         prefix = None
         if caching:
@@ -742,7 +748,8 @@ class VllmPlan(EnginePlan):
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
                            self.prefill_lookahead(), prefix=prefix, label=self.engine.label(),
-                           acceptance=options.spec_acceptance, compiled=compiled_replay)
+                           acceptance=options.spec_acceptance, compiled=compiled_replay,
+                           prefix_replay_tokens=replay)
 
     def tp_rules(self) -> tuple[TpRule, ...]:
         src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
