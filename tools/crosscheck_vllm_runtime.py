@@ -522,9 +522,9 @@ def cases(n: int):
                 ("mooncake-head-dspark", traces["mooncake-head"], (4, 8192, 1024, True, True, 5)),
                 ("azure-conv@12000-dspark", traces["azure-conv@12000"], (ROOMY_GIB, 2048, 1024, True, False, 3)),
                 ("mix", traces["mix"], (4, 2048, 1024, True, True, 0)),
-                ("mooncake-head-tight", traces["mooncake-head"], (0.5, 8192, 1024, True, True, 0)),
+                ("mooncake-head-tight", traces["mooncake-head"], (0.7, 8192, 1024, True, True, 0)),
                 ("mooncake-head-tight-dspark", traces["mooncake-head"], (0.5, 2048, 1024, True, False, 5)),
-                ("mix-tight", traces["mix"], (0.4, 8192, 1024, True, True, 0))]:
+                ("mix-tight", traces["mix"], (0.7, 2048, 1024, True, True, 0))]:
             out.append((f"{label}@{gpu}", "deepseek-v4.1-flash", load, kv, mnbt, seqs, caching, async_on, spec))
     # multi-module MTP: N lookahead tokens in every hash, N - 1 extra retained tokens in every window
     for label, load, (kv, mnbt, seqs, async_on, spec) in [

@@ -183,7 +183,7 @@ def replicas_for(device, answer, concurrency: int) -> dict[str, int] | None:
 
 
 def _models_shared_state(engine: str) -> bool:
-    """Whether that engine release's pools for shared compressed state are modelled (an unknown name is bad input)."""
-    from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+    """Whether that engine release's pools for shared compressed state are modelled (shared_routing decides)."""
+    from csa_plan.planner.commands.shared_routing import models_shared_state
 
-    return get_engine(resolve_engine_name(engine)[0]).models_shared_state
+    return models_shared_state(engine)
