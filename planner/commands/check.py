@@ -59,6 +59,9 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     o = req.options
     deployment = req.deployment or Deployment(tp=o.tp, reserved_bytes=req.reserved_bytes or None)
     if req.engine is not None:  # an engine's pool is sized from every layer's specs on one stage
+        from csa_plan.planner.commands.shared_routing import refuse_split_sharing_groups
+
+        refuse_split_sharing_groups(req.model, req.engine, deployment.pp)  # vLLM's own refusal first (typed)
         deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
                                      "--engine, check gives the per-stage ledger answer")
     if req.device_memory_bytes is None:

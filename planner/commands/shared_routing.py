@@ -41,3 +41,20 @@ def shared_state_refusal(spec: Any, engine: str | None) -> Any:
     rule = FIRST_RELEASE[family][1] if family in FIRST_RELEASE else "no cross-layer shared compressed state"
     return EngineRefusal(engine=name, rule=f"{r.type.value}: {rule}", setting=r.field, expected=r.expected,
                          actual=r.actual, message=f"{name}: {r.message}")
+
+
+def refuse_split_sharing_groups(model: str, engine: str, pp: int | None) -> None:
+    """vLLM refuses a pipeline split inside a V4.1 sharing group at start-up (``models/deepseek_v41/
+    attention.py:463-468, 606-612``: "PP splits inside a v4.1 kv-sharing group are not supported"): raise
+    the typed ``SharingGroupSplit`` (exit 3) for such a split under a release that runs V4.1, before the
+    one-stage rule of csa-plan's engine models is applied. A split between groups passes here."""
+    if pp is None or pp <= 1:  # None: the deployment's default, one stage
+        return
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.placement import split_stages
+    from csa_plan.planner.sharing import require_whole_groups
+
+    spec = load_model(model)
+    if not has_shared_state(spec) or not models_shared_state(engine):
+        return
+    require_whole_groups(spec.layers, split_stages(spec.num_main_layers, spec.num_mtp_layers, pp).layers)
