@@ -94,6 +94,7 @@ def test_owners_records_keys_windows_and_rings_as_the_model_code_registers_them(
     ({"gpu": "h200", "kv_cache_dtype": "bfloat16"}, "_resolve_dsv4_kv_cache_dtype"),
     ({"gpu": "h200", "block_size": 96}, "get_supported_kernel_block_sizes"),
     ({"gpu": "b200", "block_size": 64}, "get_supported_kernel_block_sizes"),
+    ({"gpu": "h200", "max_num_batched_tokens": 256, "max_num_seqs": 512}, "config/scheduler.py"),
 ])
 def test_what_vllm_refuses_is_a_typed_refusal(settings, rule):
     with pytest.raises(EngineRefused) as exc:

@@ -212,7 +212,7 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None,
         out.append(Resolved("--block-size", block, "given"))
     if not shared:
         kv_dtype, fp4 = _resolve_v4_dtypes(settings, gpu, rel, out)
-        _resolve_batch(settings, rel, gpu, usage, out)  # appends the scheduler settings
+    _resolve_batch(settings, rel, gpu, usage, out)  # the scheduler settings: checked, appended
     mnbt = settings.max_num_batched_tokens
     seqs = settings.max_num_seqs
     spec = settings.num_speculative_tokens or 0
