@@ -158,3 +158,22 @@ def test_replay_equals_vllms_scheduler_on_the_mooncake_head(gpu, kv_gib, peak_ru
     assert int(result.series.running.max()) == peak_running
     assert result.prefix_hit_tokens == hits and sum(result.preemptions) == preemptions
     assert not result.refused
+
+
+def test_simulate_refuses_a_release_without_v41_typed(csa):
+    r = csa("simulate", MOONCAKE, "--model", "deepseek-v4.1-flash", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.26", "--step-time", "fixed", "--json")
+    assert r.code == 3
+    doc = r.json()
+    assert "EngineReleaseUnsupported" in doc["engine_refusal"]["rule"] and doc.get("runtime") is None
+
+
+def test_compare_takes_v41_under_vllm_and_names_the_refused_release(csa):
+    r = csa("compare", "deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.33", "--engine", "vllm-0.26", "--json")
+    doc = r.json()
+    rows = {row["profile"]: row for row in doc["profiles"]}
+    assert rows["vllm-0.33"]["requests_that_fit"] == 31  # check's 'Maximum concurrency' on 8 x H200 at 1M
+    assert [e["engine"] for e in doc["engine_refusals"]] == ["vllm-0.26"]
+    assert "EngineReleaseUnsupported" in doc["engine_refusals"][0]["message"]
+    assert r.code == 3  # a named engine refuses: the comparison is not all-admitted
