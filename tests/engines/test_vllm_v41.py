@@ -177,3 +177,15 @@ def test_compare_takes_v41_under_vllm_and_names_the_refused_release(csa):
     assert [e["engine"] for e in doc["engine_refusals"]] == ["vllm-0.26"]
     assert "EngineReleaseUnsupported" in doc["engine_refusals"][0]["message"]
     assert r.code == 3  # a named engine refuses: the comparison is not all-admitted
+
+
+def test_sweep_skips_a_release_without_v41_as_plan_refused(csa, tmp_path):
+    trace = tmp_path / "head20.jsonl"
+    trace.write_text("".join(open(MOONCAKE).readlines()[:20]))
+    spec = tmp_path / "v41.yaml"
+    spec.write_text(f"name: v41\nworkload: {trace}\ngrid:\n  model: deepseek-v4.1-flash\n  device: h200\n  tp: 8\n"
+                    "  engine: [vllm-0.26, vllm-0.25]\nobjective: rate_per_device\n"
+                    "constraints: {ttft_p99_max_s: 60}\n")
+    r = csa("sweep", str(spec), "--step-time", "fixed")
+    assert r.code == 3
+    assert "skipped PlanRefused: 2" in " ".join(r.out.split())
