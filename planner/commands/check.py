@@ -74,11 +74,10 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
     if req.engine is not None and any(d.sharing is not None for d in spec.layers) and not _models_shared_state(req.engine):
         # shared compressed state on a release whose V4.1 pool is not modelled: a typed refusal, never a V4 figure
-        from csa_plan.planner.engines.registry import resolve_engine_name
+        from csa_plan.planner.commands.shared_routing import named_release
         from csa_plan.planner.shared_engines import engine_refusal
 
-        name = resolve_engine_name(req.engine)[0]
-        refusal = engine_refusal(name)
+        refusal = engine_refusal(named_release(req.engine))  # the release named (vllm-0.30.1), not its rules
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
     if req.gate_from_spec and spec.gate is not None:

@@ -18,12 +18,23 @@ def has_shared_state(spec: Any) -> bool:
     return any(getattr(d, "sharing", None) is not None for d in spec.layers)
 
 
+def named_release(engine: str) -> str:
+    """The release a user named, as the typed refusal should name it: ``vllm-0.30.1`` stays itself (the
+    release map would hand it to vllm-0.33's rules), a bare ``vllm`` or an alias becomes its registry name."""
+    from csa_plan.planner.engines.registry import resolve_engine_name
+    from csa_plan.planner.shared_engines import release_of, spelled
+
+    return spelled(engine) if release_of(spelled(engine))[1] else resolve_engine_name(engine)[0]
+
+
 def models_shared_state(engine: str) -> bool:
     """Whether that engine release's pools for shared compressed state are modelled (an unknown name is bad
-    input, as the registry says)."""
+    input, as the registry says): the engine model says so, and a named version is not older than the first
+    release whose V4.1 rules it follows (``shared_engines.before_modelled``: vLLM 0.30-0.32 are not)."""
     from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+    from csa_plan.planner.shared_engines import before_modelled
 
-    return get_engine(resolve_engine_name(engine)[0]).models_shared_state
+    return get_engine(resolve_engine_name(engine)[0]).models_shared_state and not before_modelled(engine)
 
 
 def shared_state_refusal(spec: Any, engine: str | None) -> Any:
@@ -32,10 +43,9 @@ def shared_state_refusal(spec: Any, engine: str | None) -> Any:
     if engine is None or not has_shared_state(spec) or models_shared_state(engine):
         return None
     from csa_plan.planner.engines.engine import EngineRefusal
-    from csa_plan.planner.engines.registry import resolve_engine_name
     from csa_plan.planner.shared_engines import FIRST_RELEASE, engine_refusal
 
-    name = resolve_engine_name(engine)[0]
+    name = named_release(engine)
     r = engine_refusal(name)
     family = name.partition("-")[0]
     rule = FIRST_RELEASE[family][1] if family in FIRST_RELEASE else "no cross-layer shared compressed state"

@@ -98,6 +98,9 @@ class EngineSettings:
     # not an option: SGLang's --dp-size under --enable-dp-attention, from csa-plan's --dp (SGLang divides
     # --max-running-requests by it per worker); None or 1: no DP attention
     dp_attention_size: int | None = None
+    # not an option: the vLLM version a user named (``vllm-0.30.1``) when the release map hands it to another
+    # release's rules; a model the named release runs differently (V4.1 before 0.33) is refused by that name
+    release_named: str | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, limit) in SETTING_RANGES.items():
@@ -129,7 +132,7 @@ class EngineSettings:
         return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
 
 
-DERIVED = ("gpu_memory_bytes", "dp_attention_size")
+DERIVED = ("gpu_memory_bytes", "dp_attention_size", "release_named")
 
 
 # The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd

@@ -189,3 +189,17 @@ def test_sweep_skips_a_release_without_v41_as_plan_refused(csa, tmp_path):
     r = csa("sweep", str(spec), "--step-time", "fixed")
     assert r.code == 3
     assert "skipped PlanRefused: 2" in " ".join(r.out.split())
+
+
+@pytest.mark.parametrize("named", ["vllm-0.30", "vllm-0.32.1", "vllm==0.31.0"])
+def test_v030_to_v032_are_refused_by_their_own_name_not_sized_with_033s_rules(csa, named):
+    """The release map hands 0.30-0.32 to vllm-0.33's V4 rules; their V4.1 rules differ (528 / 584 B records
+    only, no bounded replay, no mega attention: DEEPSEEK_V41.md §5), so V4.1 under them is refused, typed."""
+    r = csa("check", "deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+            "--engine", named, "--json")
+    assert r.code == 3
+    refusal = r.json()["all_refusals"][0]
+    assert refusal["type"] == "EngineRefused" and named.replace("==", "-") in refusal["message"]
+    ok = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+             "--engine", named, "--json")
+    assert ok.code == 0  # V4 under the same name: 0.33's rules, as the release map says

@@ -33,7 +33,7 @@ What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 from math import lcm
 from typing import Any
 
@@ -847,7 +847,17 @@ class Vllm033(EngineModel):
             raise _refuse(f"{src} (no models/deepseek_v41/: vLLM 0.30.0 added it)", "--engine", "vllm >= 0.30",
                           rel.engine, "this release cannot load a model with cross-layer shared compressed state "
                           "(DeepSeek-V4.1)", engine=rel.engine)
-        resolved, out = resolve(settings, rel, shared=shared)
+        named = settings.release_named
+        if shared and named:
+            from csa_plan.planner.shared_engines import before_modelled
+
+            if before_modelled(named):  # vLLM 0.30-0.32: the release map hands them 0.33's V4 rules, not its V4.1 ones
+                raise _refuse(f"{named} (0.30.0-0.32.x models/deepseek_v41/: 528 / 584 B records only, no SWA "
+                              "bounded replay, no mega attention: DEEPSEEK_V41.md §5)", "--engine", "vllm >= 0.33",
+                              named, "this release runs DeepSeek-V4.1 with other KV rules than vLLM 0.33, which "
+                              "csa-plan does not model (LayoutNotModelled); name --engine vllm-0.33 for 0.33's pool",
+                              engine=named)
+        resolved, out = resolve(replace(settings, release_named=None) if named else settings, rel, shared=shared)
         specs = (v41_layer_specs(model.layers, resolved, rel) if shared
                  else layer_specs(model.layers, resolved, model.num_mtp_layers, rel))
         where = "v1/core/kv_cache_utils.py" if rel.layer_tuples else "v1/core/kv_cache_planning.py"
