@@ -75,11 +75,14 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     if req.engine is not None and any(d.sharing is not None for d in spec.layers) and not _models_shared_state(req.engine):
         # shared compressed state on a release whose V4.1 pool is not modelled: a typed refusal, never a V4 figure
         from csa_plan.planner.commands.shared_routing import named_release
+        from csa_plan.planner.engines.registry import resolve_engine_name
         from csa_plan.planner.shared_engines import engine_refusal
 
+        name = resolve_engine_name(req.engine)[0]  # the registry release (its Engram placement)
         refusal = engine_refusal(named_release(req.engine))  # the release named (vllm-0.30.1), not its rules
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
+        deployment = replace(deployment, engram_engine=name)  # its Engram tables still sit where that release puts them
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)
@@ -107,6 +110,21 @@ def run_check(req: CheckRequest) -> CheckOutcome:
             refused_first = refuses_its_arguments(exc.refusal)
     if not refused_first:
         device = budget_at(length)
+    if device is not None:  # the Engram tables' host line (planner/weights/engram.py), refused when they do not fit
+        from csa_plan.planner.cards import card_of
+        from csa_plan.planner.weights.engram import host_line
+
+        card = card_of(req.device_memory_bytes)
+        line = host_line(device.engram, deployment.host_memory_bytes, card.name if card else settings.gpu)
+        if line is not None:
+            device = with_(device, host=line)
+    else:  # no budget: the Engram options have nothing to move or size
+        for name, value in (("--host-memory", deployment.host_memory_bytes),
+                            ("--engram-config", deployment.engram_config),
+                            ("--enable-dsv41-engram-host-table", deployment.engram_host_table)):
+            if value is not None:
+                raise BadInput("options", name, "places the Engram tables in the device budget or beside it: name a "
+                                                "device (--device-memory or --gpu)")
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
     if req.engine is not None:

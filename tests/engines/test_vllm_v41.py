@@ -173,7 +173,10 @@ def test_compare_takes_v41_under_vllm_and_names_the_refused_release(csa):
             "--engine", "vllm-0.33", "--engine", "vllm-0.26", "--json")
     doc = r.json()
     rows = {row["profile"]: row for row in doc["profiles"]}
-    assert rows["vllm-0.33"]["requests_that_fit"] == 31  # check's 'Maximum concurrency' on 8 x H200 at 1M
+    c = csa("check", "deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.33", "--json")
+    # the same engine model and budget as check: its 'Maximum concurrency' on 8 x H200 at 1M
+    assert rows["vllm-0.33"]["requests_that_fit"] == c.json()["fit"]["requests_that_fit"] > 0
     assert [e["engine"] for e in doc["engine_refusals"]] == ["vllm-0.26"]
     assert "EngineReleaseUnsupported" in doc["engine_refusals"][0]["message"]
     assert r.code == 3  # a named engine refuses: the comparison is not all-admitted
