@@ -112,6 +112,13 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
 
     from csa_plan.planner.budget.deployment import card_settings
 
+    if req.engine is not None:  # shared compressed state on a release that does not model it: typed, nothing sized
+        from csa_plan.planner.commands.shared_routing import shared_state_refusal
+
+        shared_spec = load_model(settings.model, max_seq_len=config.max_seq_len)
+        refused = shared_state_refusal(shared_spec, req.engine)
+        if refused is not None:
+            return _engine_refused(wl, shared_spec, config, None, refused, None, None, None)
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
     engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
         else None

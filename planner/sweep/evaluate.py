@@ -119,6 +119,17 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         r = plan.refusals[0]
         more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {r.message}{more}")
+    if point.engine is not None and any(d.sharing is not None for d in spec.layers):
+        # shared compressed state (DeepSeek-V4.1) on a release that does not model it: the typed refusal of
+        # check (shared_engines.py), before any budget or pool of that release's V4 rules is read
+        from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+        from csa_plan.planner.shared_engines import before_modelled, engine_refusal, release_of, spelled
+
+        name = resolve_engine_name(point.engine)[0]
+        if not get_engine(name).models_shared_state or before_modelled(point.engine):
+            name = spelled(point.engine) if release_of(spelled(point.engine))[1] else name  # the release named
+            r = engine_refusal(name)
+            return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {name}: {r.message}")
     if point.limit_bytes <= 0:  # after the deployment's own checks: a bad tp is not 'no memory'
         if point.reserved.budget:  # the weights (or the rules) leave nothing: say which
             from csa_plan.planner.budget.deployment import budget_shortfall
