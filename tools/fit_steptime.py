@@ -17,10 +17,9 @@ is EP over all GPUs; vLLM ``--data-parallel-size`` with ``--enable-expert-parall
 attention TP 1 and EP over all GPUs.
 
 EAGLE rows (TPOT per accepted token): the replay has no drafts, so each decode step is costed
-with every request verifying its draft tokens (``spec_draft_tokens``) plus one draft pass per
-speculative step (one more layer each), and TPOT divides that step by the accepted length
-``1 + p + ... + p^steps`` at the acceptance rate ``--acceptance`` (0.65: the middle of the
-published 0.57-0.70 MTP rates, docs/steptime.md). Targets: TPOT of every fitted row, and TTFT of
+with every request verifying its draft tokens (``spec_draft_tokens``) and the drafter's chain of
+passes (``physics.draft_rows`` for ``steptime/drafts.py``'s EAGLE), and TPOT divides that step by the
+accepted length ``1 + p + ... + p^k`` at EAGLE's published default (0.65, the MTP layer's rate). Targets: TPOT of every fitted row, and TTFT of
 every fitted row whose requests all run at once in the replay (no request waits for a slot: the
 high-throughput cells, minutes of queueing, are left out).
 
@@ -45,7 +44,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT_PATH = ROOT / "planner" / "steptime" / "steptime_fit.json"
-from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE as ACCEPTANCE
+from csa_plan.planner.steptime.drafts import METHODS, DraftMethod
+
+ACCEPTANCE = METHODS[DraftMethod.EAGLE].default_acceptance  # EAGLE rows: the method's published default
 FIT_CONCURRENCY = (1, 16, 64, 1024, 4096)
 ENGINES = {"sglang": "sglang-0.5.23", "vllm": "vllm-0.33"}
 # No kernel beats its datasheet peak: the roofline terms' coefficients are at least 1 (the floors and the extra
@@ -137,6 +138,7 @@ def replay_row(row: dict, max_requests: int) -> dict:
     from csa_plan.planner.cards import CardBytes, card
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.errors import BadInput
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.steptime.model import StepSource, StepTime
     from csa_plan.planner.replay.trace import runtime_trace
@@ -182,6 +184,8 @@ def replay_row(row: dict, max_requests: int) -> dict:
                                                                                   **row_settings(row))))
         except _Captured:
             outcome = None
+        except BadInput as exc:  # the engine refuses the cell before its runtime is planned (too little memory)
+            return {"refused": str(exc)[:200]}
     finally:
         serve_mod.serve = original
         Path(path).unlink()
@@ -212,21 +216,25 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
     tp, dp, ep = layout(row)
     cost = model_cost(spec, data, inventory, rules_for(ENGINES[row["engine"]]),
                       Placement(tp=tp, dp=dp, ep=ep if ep > 1 else None))
-    vecs = basis_rows(cost, card_perf(row["gpu"]))
+    from csa_plan.planner.steptime.drafts import DraftMethod, draft_plan
+
+    perf = card_perf(row["gpu"])
+    vecs = basis_rows(cost, perf)
     f = rec["feats"]
     steps = int(row["spec_steps"] or 0) if row["spec_method"] == "EAGLE" else 0
     draft = (int(row["spec_draft_tokens"] or steps + 1) - 1) if steps else 0
+    plan = draft_plan(DraftMethod.EAGLE, draft)
+    spec_vecs = basis_rows(cost, perf, plan) if plan is not None else vecs  # the drafter's passes and verify pass
 
     def phi(feats: np.ndarray, spec: bool) -> np.ndarray:
         out = np.empty((len(feats), len(BASIS)))
+        v = spec_vecs if spec else vecs
         for k, (p, pos, dreq, dtok, dctx) in enumerate(feats):
             if spec and dreq:
                 dtok = dreq * (1 + draft)
             tokens = int(p + dtok)
             for j, term in enumerate(BASIS):
-                out[k, j] = linear_seconds(vecs[term], tokens, int(p), pos, int(dreq), int(dctx))
-            if spec and dreq:
-                out[k, BASIS.index("layer")] *= (cost.layers + steps) / cost.layers  # the draft passes
+                out[k, j] = linear_seconds(v[term], tokens, int(p), pos, int(dreq), int(dctx))
         return out
 
     end = rec["end"]
@@ -235,7 +243,7 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
     ok = (fin >= 0) & (first >= 0)
     osl = int(row["osl"])
     cum = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, bool(steps)), axis=0)])
-    accept = sum(ACCEPTANCE ** j for j in range(steps + 1))
+    accept = sum(ACCEPTANCE ** j for j in range(draft + 1))
     tpot = ((cum[at(fin[ok])] - cum[at(first[ok])]) / (osl - 1)) / accept if row["tpot_ms"] else None
     ttft = None
     if row["ttft_ms"] and TTFT_MIN <= int(row["max_concurrency"]) <= TTFT_MAX:

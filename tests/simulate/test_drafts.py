@@ -1,0 +1,105 @@
+"""Speculative decoding as each method costs a step (issue 44, item 3): MTP and EAGLE chains run the
+checkpoint's drafter once per draft, DSpark once per block; every method verifies k + 1 tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from csa_plan.planner.steptime.drafts import METHODS, DraftMethod, accepted_per_step, draft_plan
+
+
+def _flash():
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.serving.step_source import model_inputs
+
+    spec = load_model("deepseek-v4-flash")
+    return (spec, *model_inputs(spec))
+
+
+def test_method_shapes():
+    assert draft_plan(DraftMethod.MTP, 0) is None
+    mtp, eagle, dspark = (draft_plan(m, 3) for m in ("mtp", "EAGLE", "DSPARK"))
+    assert (mtp.passes, mtp.tokens_per_request, mtp.verify) == (3, 1, 4)
+    assert (eagle.passes, eagle.tokens_per_request) == (3, 1)
+    assert (dspark.passes, dspark.tokens_per_request, dspark.verify) == (1, 3, 4)
+    assert "1 drafter pass of a 3-position block" in dspark.label()
+    with pytest.raises(ValueError):
+        draft_plan("medusa", 2)
+
+
+def test_published_defaults_stated_once():
+    from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE
+
+    assert DEFAULT_RATE == METHODS[DraftMethod.MTP].default_acceptance == 0.65
+    assert all(f.source for f in METHODS.values())
+    # DSpark's 0.90 is the rate at which a 5-token block accepts the cookbook's 4.678 tokens a step
+    assert abs(accepted_per_step(METHODS[DraftMethod.DSPARK].default_acceptance, 5) - 4.678) < 0.01
+
+
+def test_drafter_is_the_checkpoints_mtp_weights():
+    """The drafter's bytes are the inventory's is_mtp weights (experts apart) plus the LM head, exactly."""
+    from csa_plan.planner.steptime.physics import model_cost
+    from csa_plan.planner.weights.tensors import Role
+
+    spec, data, inv = _flash()
+    cost = model_cost(spec, data, inv)
+    experts = (Role.EXPERT_W13, Role.EXPERT_W2)
+    dense = sum(w.nbytes for w in inv.weights if w.is_mtp and w.role not in experts)
+    head = sum(w.nbytes for w in inv.weights if w.role is Role.HEAD and not w.is_mtp)
+    assert cost.draft.dense_bytes == dense + head
+    assert cost.draft.expert_bytes == sum(w.nbytes for w in inv.weights if w.is_mtp and w.role in experts)
+    assert cost.draft.layers == sum(d.is_mtp for d in spec.layers) == 1
+    # the main layers' figures leave the drafter out, as before
+    assert cost.expert_bytes == sum(w.nbytes for w in inv.weights if not w.is_mtp and w.role in experts)
+
+
+def test_chain_pays_per_draft_block_pays_once():
+    from csa_plan.planner.cards import CARDS
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.steptime.physics import basis_rows, draft_rows, model_cost
+    from csa_plan.planner.weights.rules import RULES
+
+    spec, data, inv = _flash()
+    cost = model_cost(spec, data, inv, RULES["vllm-0.33"], Placement(tp=4))
+    perf = CARDS["b200"].perf
+    plain = basis_rows(cost, perf)
+    mtp = draft_rows(cost, perf, draft_plan("mtp", 3))
+    dspark = draft_rows(cost, perf, draft_plan("DSPARK", 3))
+    w = cost.draft.dense_bytes / perf.hbm_bytes_s
+    assert mtp["weights"][0] == pytest.approx(3 * w) and dspark["weights"][0] == pytest.approx(w)
+    assert mtp["layer"][0] == 3 and dspark["layer"][0] == 1
+    # per request both draft 3 positions through the drafter's linears
+    assert mtp["flops"][4] == pytest.approx(dspark["flops"][4]) and mtp["flops"][4] > 0
+    # the verify pass: 4 query tokens a request score the context (3 more than a plain decode)
+    assert mtp["flops"][5] == pytest.approx(3 * plain["flops"][5])
+    both = basis_rows(cost, perf, draft_plan("mtp", 3))
+    assert both["weights"][0] == pytest.approx(plain["weights"][0] + 3 * w)
+    assert both["weights"][7] == plain["weights"][7]
+
+
+MIX = """name: d
+seed: 1
+requests: 32
+model: deepseek-v4-flash
+max_seq_len: 4096
+classes:
+  - name: fixed
+    rate: 1000.0
+    prompt: {dist: fixed, value: 1024}
+    output: {dist: fixed, value: 64}
+"""
+
+
+def test_replays_say_what_drafts_they_run(csa, tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(MIX)
+    base = ("simulate", str(path), "--gpu", "b200", "--tp", "4", "--max-concurrency", "8", "--json")
+    r = csa(*base, "--engine", "vllm-0.33", "--num-speculative-tokens", "3")
+    assert r.code == 0, r.err
+    label = r.json()["time"]["step_time"]["label"]
+    assert "drafts: mtp k=3: 3 drafter passes of 1 position a request, 4 tokens verified" in label
+    r = csa(*base, "--engine", "sglang-0.5.23", "--speculative-num-steps", "3")
+    assert r.code == 0, r.err
+    assert "this replay runs no drafts" in r.json()["time"]["step_time"]["label"]
+    r = csa(*base, "--engine", "sglang-0.5.23", "--speculative-num-steps", "3", "--spec-acceptance", "0.7")
+    assert r.code == 2 and "no drafts run" in r.err
