@@ -63,7 +63,24 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
     rules = rules_for(plan.engine.name, settings.moe_runner_backend, gpu.capability, settings.shared_expert_tp1)
     draft, note = replay_drafts(plan)
     return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
-                             plan.engine.label(), rules, draft, note)
+                             plan.engine.label(), rules, draft, note, moe_backend_of(plan, settings, gpu))
+
+
+def moe_backend_of(plan: Any, settings: Any, gpu: Any) -> tuple[str | None, str]:
+    """(the backend term's key or None, the backend as the engine spells it): SGLang's resolved
+    ``--moe-runner-backend`` (its start-up's own resolution, auto -> flashinfer_mxfp4 for FP4 experts)
+    or its ``--moe-a2a-backend`` where one dispatches; vLLM's ``--moe-backend``."""
+    from csa_plan.planner.steptime.physics import moe_backend_key
+
+    if engine_family(plan) == "sglang":
+        from csa_plan.planner.engines.sglang.startup import moe_runner
+
+        a2a = settings.moe_a2a_backend
+        runner = str(moe_runner(settings.moe_runner_backend, gpu).value)
+        spelled = f"--moe-a2a-backend {a2a}" if a2a not in (None, "none") else f"--moe-runner-backend {runner}"
+        return moe_backend_key("sglang", runner, a2a), spelled
+    name = settings.moe_backend or "auto"
+    return moe_backend_key("vllm", name), f"--moe-backend {name}"
 
 
 def replay_drafts(plan: Any) -> tuple[Any, str]:

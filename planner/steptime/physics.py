@@ -46,6 +46,12 @@ from csa_plan.planner.steptime.model import StepSource, StepTime
 
 BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm", "a2a_decode",
          "a2a_prefill")
+# The MoE backends as the engines spell them (SGLang --moe-runner-backend / --moe-a2a-backend, vLLM --moe-backend):
+# each its own term, the routed-expert work again (``moe_row``), fitted where published rows of it exist.
+MOE_BACKENDS = ("marlin", "flashinfer_mxfp4", "flashinfer_trtllm_routed", "triton", "deepep", "megamoe",
+                "deep_gemm_mega_moe")
+MOE_TERMS = tuple(f"moe:{b}" for b in MOE_BACKENDS)
+ALL_TERMS = BASIS + MOE_TERMS
 FIT_FILE = "steptime_fit.json"
 
 
@@ -90,7 +96,8 @@ class ModelCost:
     comm_bytes_per_token: float  # all-reduce bytes per token, ring factors included
     a2a_bytes_per_token: float = 0.0  # expert-parallel dispatch (FP8) and combine (BF16) bytes per token
     shape: RankShape = RankShape()
-    draft: "DrafterCost | None" = None  # the checkpoint's drafter (MTP / DSpark blocks) on the same rank
+    draft: "DrafterCost | None" = None
+    expert_token_flops: float = 0.0  # the routed experts' part of token_gemm_flops (what a MoE backend runs)  # the checkpoint's drafter (MTP / DSpark blocks) on the same rank
 
 
 @dataclass(frozen=True)
@@ -237,19 +244,44 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
                      token_attn_flops=attn / tp, position_flops=pos_rep / indexer_split + pos_heads / tp,
                      request_read_bytes=req, context_read_bytes=ctx,
                      comm_bytes_per_token=len(mains) * hidden * 2 * (_ring(tp) + moe_ring),
-                     a2a_bytes_per_token=a2a, shape=shape, draft=draft)
+                     a2a_bytes_per_token=a2a, shape=shape, draft=draft,
+                     expert_token_flops=2.0 * expert_params * k / experts / tp)
 
 
-def basis_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan | None = None) -> dict[str, tuple[float, ...]]:
+def basis_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan | None = None,
+               moe_backend: str | None = None) -> dict[str, tuple[float, ...]]:
     """Each basis term of one rank as a ``StepTime.linear`` vector (its coefficient 1): the model is
     their sum weighted by the fitted coefficients (``linear_model``). The expert term's exponent counts
     the tokens of every DP rank that meet at the MoE. With ``draft``, each term also carries the
-    drafter's part of a step (``draft_rows``) and the verify pass's position work."""
+    drafter's part of a step (``draft_rows``) and the verify pass's position work; with ``moe_backend``
+    (one of ``MOE_BACKENDS``) its own term is the routed-expert work (``moe_row``), every other
+    backend's term zero."""
     rows = _main_rows(cost, perf)
-    if draft is None or draft.drafts <= 0:
-        return rows
-    extra = draft_rows(cost, perf, draft)
-    return {t: tuple(a + b for a, b in zip(v[:7], extra.get(t, (0.0,) * 7))) + (v[7],) for t, v in rows.items()}
+    if draft is not None and draft.drafts > 0:
+        extra = draft_rows(cost, perf, draft)
+        rows = {t: tuple(a + b for a, b in zip(v[:7], extra.get(t, (0.0,) * 7))) + (v[7],) for t, v in rows.items()}
+    q = rows["step"][7]
+    for b, term in zip(MOE_BACKENDS, MOE_TERMS):
+        rows[term] = moe_row(cost, perf, q) if b == moe_backend else (0, 0, 0, 0, 0, 0, 0, q)
+    return rows
+
+
+def moe_row(cost: ModelCost, perf: CardPerf, q: float) -> tuple[float, ...]:
+    """The routed-expert weights a step's tokens touch, over HBM, once more: a backend's fitted coefficient
+    is how much longer than the datasheet its kernels take to stream them (decode is where the backends
+    differ: marlin dequantises MXFP4 in the GEMM, flashinfer_mxfp4 and trtllm run native FP4), beyond what
+    every backend shares (``weights``). The experts' GEMM FLOPs stay in the shared ``flops`` term: a
+    per-backend FLOP term moved the prefill (TTFT) fit, which the rows cannot split by backend."""
+    return (0, 0, 0, 0, 0, 0, cost.expert_bytes / perf.hbm_bytes_s, q)
+
+
+def moe_backend_key(engine: str, runner: str | None, a2a: str | None = None) -> str | None:
+    """The backend term a deployment's MoE runs under, from the engine's own spellings: SGLang's
+    ``--moe-a2a-backend`` (deepep, megamoe) when one dispatches, else its ``--moe-runner-backend``;
+    vLLM's ``--moe-backend``. None: a spelling with no term (``auto``, or one not listed)."""
+    name = (a2a if a2a not in (None, "", "none") else runner) or ""
+    name = name.replace(" (a2a)", "").strip()
+    return name if name in MOE_BACKENDS else None
 
 
 def draft_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan) -> dict[str, tuple[float, ...]]:
@@ -302,6 +334,8 @@ def linear_model(rows: Mapping[str, tuple[float, ...]], beta: Mapping[str, float
     """The coefficients of ``sum(beta[t] * rows[t])`` (the expert term's exponent is shared)."""
     out = [0.0] * 7
     for term, vec in rows.items():
+        if not any(vec[:7]):
+            continue
         b = float(beta.get(term, 0.0))
         for i in range(7):
             out[i] += b * float(vec[i])
@@ -334,11 +368,12 @@ def fitted_beta(engine: str, family: str) -> tuple[dict[str, float], str, str]:
 
 def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card_name: str, placement: Any,
                       engine: str, engine_label: str, rules: Any = None, draft: DraftPlan | None = None,
-                      draft_note: str = "") -> StepTime:
+                      draft_note: str = "", moe_backend: tuple[str | None, str] = (None, "")) -> StepTime:
     """The physics step time of one rank of ``placement`` (a ``Placement``, or a TP size) on ``card_name``
     under ``engine`` (vllm | sglang), each rank costed by the engine release's shard ``rules`` (None: the
     rules of vLLM 0.33 / SGLang 0.5.23); ``draft``: the speculative method the replay runs (its drafter
-    passes and verify pass, ``draft_rows``); ``draft_note``: what the provenance says of drafts."""
+    passes and verify pass, ``draft_rows``); ``draft_note``: what the provenance says of drafts;
+    ``moe_backend``: (its term's key or None, the backend as the engine spells it)."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.weights.rules import RULES
 
@@ -353,25 +388,44 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
         rules = RULES["sglang-0.5.23" if engine == "sglang" else "vllm-0.33"]
     cost = model_cost(spec, config, inventory, rules, placement)
     beta, fitted, band = fitted_beta(engine, perf.family)
-    c = linear_model(basis_rows(cost, perf, draft), beta)
+    key, spelled = moe_backend
+    moe_note, fitted_term = moe_backend_note(key, spelled, engine, perf.family)
+    c = linear_model(basis_rows(cost, perf, draft, key if fitted_term else None), beta)
     devices = placement.tp * placement.dp
     drafts = f"; drafts: {draft.label()}" if draft is not None else ""
     provenance = (f"roofline on {card_name} x{devices} ({perf.family}; a rank: {cost.shape.label()}{drafts}"
-                  f"{draft_note}), {fitted}; replaying {engine_label}")
+                  f"{draft_note}; {moe_note}), {fitted}; "
+                  f"replaying {engine_label}")
     return StepTime(20.0, 10_000.0, linear=c, source=StepSource.PHYSICS, provenance=provenance, band=band)
+
+
+def moe_backend_note(key: str | None, spelled: str, engine: str, family: str) -> tuple[str, bool]:
+    """What the provenance says of the MoE backend, and whether its own term applies: only a backend
+    with rows in the engine's own fit for the family has one (a stand-in fit's terms are another
+    engine's kernels); every other backend is said to be not distinguished."""
+    fit = shipped_fit()["fits"]
+    chosen = f"{engine}/{family}" if f"{engine}/{family}" in fit else None
+    rows = (fit.get(chosen) or {}).get("moe_rows", {}) if chosen else {}
+    shown = spelled or "the engine's default"
+    if key is not None and rows.get(key):
+        beta = float(fit[chosen]["beta"].get(f"moe:{key}", 0.0))
+        return (f"MoE backend {shown}: its own term, +{beta:.2f}x the routed-expert work (fitted on "
+                f"{rows[key]} {key} rows)"), True
+    return f"MoE backend {shown}: not distinguished (no published {engine}/{family} rows of it to fit a term)", False
 
 
 def fit_table_markdown(fit: dict[str, Any]) -> str:
     """The fit's row-by-row errors as docs/steptime.md shows them (generated, and tested equal)."""
     pct = lambda v: "-" if v is None else f"{v:+.1%}"
     ms = lambda v, f: "-" if v is None else format(v, f)
-    lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | split | TPOT published (ms) "
-             "| TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) | TTFT physics (ms) "
-             "| error |",
-             "|---:|---|---|---|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | MoE backend | split "
+             "| TPOT published (ms) | TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) "
+             "| TTFT physics (ms) | error |",
+             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in fit["rows"]:
         lines.append(f"| {t['row']} | {t['engine']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['layout']} "
-                     f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t['split']} | {ms(t['tpot_ms'], '.2f')} "
+                     f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t.get('moe_backend', '-')} "
+                     f"| {t['split']} | {ms(t['tpot_ms'], '.2f')} "
                      f"| {ms(t['tpot_pred_ms'], '.2f')} | {pct(t['tpot_err'])} | {pct(t['tpot_err_other_family_fit'])} "
                      f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} |")
     lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]

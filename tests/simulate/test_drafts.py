@@ -103,3 +103,64 @@ def test_replays_say_what_drafts_they_run(csa, tmp_path):
     assert "this replay runs no drafts" in r.json()["time"]["step_time"]["label"]
     r = csa(*base, "--engine", "sglang-0.5.23", "--speculative-num-steps", "3", "--spec-acceptance", "0.7")
     assert r.code == 2 and "no drafts run" in r.err
+
+
+# --- the MoE backend in the clock (issue 44, item 4) -----------------------------------------------------------
+
+
+def test_backend_keys_as_the_engines_spell_them():
+    from csa_plan.planner.steptime.physics import MOE_BACKENDS, moe_backend_key
+
+    assert moe_backend_key("sglang", "flashinfer_mxfp4", "deepep") == "deepep"
+    assert moe_backend_key("sglang", "marlin", "none") == "marlin"
+    assert moe_backend_key("sglang", "deepep (a2a)") == "deepep"  # the published table's spelling
+    assert moe_backend_key("vllm", "deep_gemm_mega_moe") == "deep_gemm_mega_moe"
+    assert moe_backend_key("vllm", "auto") is None and moe_backend_key("vllm", "humming") is None
+    assert "triton" in MOE_BACKENDS
+
+
+def test_each_fitted_backend_has_its_rows_and_the_rest_are_not_distinguished():
+    from csa_plan.planner.steptime.physics import moe_backend_note, shipped_fit
+
+    fits = shipped_fit()["fits"]
+    for name, fit in fits.items():
+        rows = fit.get("moe_rows") or {}
+        for key, n in rows.items():
+            assert n > 0 and f"moe:{key}" in fit["beta"], name
+        # the counts are the fit-split rows of the table with that backend on the family
+        fam = name.split("/")[1]
+        engine = name.split("/")[0]
+        table = [t for t in shipped_fit()["rows"] if t["engine"] == engine and t["split"] == "fit"
+                 and _family(t["gpu"]) == fam]
+        assert rows == {b: sum(t["moe_backend"] == b for t in table) for b in {t["moe_backend"] for t in table}
+                        if b != "-"} or engine == "vllm"
+    note, applies = moe_backend_note("triton", "--moe-runner-backend triton", "sglang", "blackwell")
+    assert not applies and "not distinguished" in note
+    note, applies = moe_backend_note("deepep", "--moe-a2a-backend deepep", "sglang", "blackwell")
+    assert applies and "fitted on 6 deepep rows" in note
+    assert not moe_backend_note("marlin", "--moe-backend marlin", "vllm", "hopper")[1]  # a stand-in fit
+
+
+def _family(gpu):
+    from csa_plan.planner.cards import CARDS
+
+    return CARDS[gpu].perf.family
+
+
+def test_the_backend_changes_the_step_and_is_named(csa, tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(MIX)
+    base = ("simulate", str(path), "--gpu", "b200", "--tp", "1", "--dp", "4", "--ep", "4", "--max-concurrency", "16",
+            "--engine", "sglang-0.5.23", "--json")
+    runs = {}
+    for a2a in ("deepep", "megamoe"):
+        r = csa(*base, "--moe-a2a-backend", a2a)
+        assert r.code == 0, r.err
+        d = r.json()
+        assert f"MoE backend --moe-a2a-backend {a2a}: its own term" in d["time"]["step_time"]["label"]
+        runs[a2a] = d["runtime"]["tpot"]["p50_s"]
+    assert runs["deepep"] > runs["megamoe"]  # deepep's fitted term is the larger
+    r = csa("simulate", str(path), "--gpu", "b200", "--tp", "4", "--engine", "vllm-0.33", "--moe-backend",
+            "triton", "--json")
+    assert r.code == 0, r.err
+    assert "MoE backend --moe-backend triton: not distinguished" in r.json()["time"]["step_time"]["label"]
