@@ -98,7 +98,8 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
         return replay_closed_replicas(lambda t, c: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
-                                                          max_concurrency=c), trace, setup.dp, setup.max_concurrency)
+                                                          max_concurrency=c), trace, setup.dp, setup.max_concurrency,
+                                      lockstep_time=time)
     return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
                                             max_concurrency=setup.max_concurrency), trace, setup.dp)
 

@@ -25,8 +25,9 @@ what the rank holds and repeats from the engine's shard rules, ``planner/weights
 ``StepTime.linear``'s eight coefficients are these terms collected by batch feature, so the
 compiled loops evaluate the model without knowing its parts. What is approximated: the
 top-k records are read in full from the first token (a short context reads fewer), every rank
-is as loaded as the others, and DP ranks do not step together (each replica is timed for its own
-batch). Speculative decoding (``draft_rows``, ``steptime/drafts.py``): a verified draft token costs
+is as loaded as the others, and each DP rank is timed for its own batch (the serving layer puts
+closed-loop ranks on one clock, each shared step as long as the slowest rank's:
+``planner/serving/lockstep.py``). Speculative decoding (``draft_rows``, ``steptime/drafts.py``): a verified draft token costs
 a main-model token, and the drafter's passes are charged per method (an MTP or EAGLE chain runs
 the checkpoint's drafter once per draft, DSpark once per block).
 """
