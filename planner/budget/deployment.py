@@ -71,6 +71,7 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            max_cudagraph_capture_size=get("max_cudagraph_capture_size"),
                            enforce_eager=bool(get("enforce_eager")), cudagraph_mode=_cudagraph_mode(get("compilation_config")),
                            estimate_cudagraphs=get("estimate_cudagraphs"), moe_backend=get("moe_backend"),
+                           all2all_backend=get("all2all_backend"),
                            cuda_graph_max_bs=get("cuda_graph_max_bs"),
                            disable_cuda_graph=bool(get("disable_cuda_graph")),
                            moe_a2a_backend=get("moe_a2a_backend"))

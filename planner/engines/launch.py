@@ -22,7 +22,8 @@ FLAGS: dict[str, dict[str, str]] = {
              "max_num_batched_tokens": "--max-num-batched-tokens", "block_size": "--block-size",
              "kv_cache_dtype": "--kv-cache-dtype", "enable_prefix_caching": "--enable-prefix-caching",
              "async_scheduling": "--async-scheduling", "enforce_eager": "--enforce-eager",
-             "max_cudagraph_capture_size": "--max-cudagraph-capture-size", "moe_backend": "--moe-backend"},
+             "max_cudagraph_capture_size": "--max-cudagraph-capture-size", "moe_backend": "--moe-backend",
+             "all2all_backend": "--all2all-backend"},
     "sglang": {"tp": "--tp-size", "dp": "--dp-size", "max_seq_len": "--context-length",
                "mem_fraction_static": "--mem-fraction-static", "max_running_requests": "--max-running-requests",
                "chunked_prefill_size": "--chunked-prefill-size", "page_size": "--page-size",
@@ -68,6 +69,22 @@ def model_id(ref: str) -> str:
     return ref
 
 
+def _draft_method(ref: str) -> str:
+    """``dspark`` for a bundled V4 checkpoint that carries a DSpark drafter after its main layers (Flash-0731,
+    Pro-0813: csa-plan plans its draft layers, which vLLM builds only under that method,
+    models/deepseek_v4/nvidia/dspark.py:105; ``mtp`` builds num_nextn_predict_layers, mtp.py:175), else ``mtp``."""
+    import json
+
+    from csa_plan.planner.dspark import dspark_draft_layers
+    from csa_plan.planner.loaders.model_files import PRESETS, preset_name
+    from csa_plan.planner.presets import read_preset
+
+    name = preset_name(ref)
+    if name is None:
+        return "mtp"
+    return "dspark" if dspark_draft_layers(json.loads(read_preset(PRESETS[name])), name) is not None else "mtp"
+
+
 def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int | None = None,
                 settings: Any = None) -> Launch | None:
     """The command that starts ``engine`` as planned; None for an engine that is no server."""
@@ -90,7 +107,8 @@ def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int 
             if value:
                 import json
 
-                argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": value})]
+                argv += ["--speculative-config", json.dumps({"method": _draft_method(model),
+                                                             "num_speculative_tokens": value})]
             continue
         if flag is None:
             unexpressed.append(name)

@@ -89,6 +89,7 @@ class EngineSettings:
     compilation_config: str | None = None  # vLLM --compilation-config JSON (its cudagraph_mode is read)
     estimate_cudagraphs: bool | None = None  # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1/0
     moe_backend: str | None = None  # vLLM --moe-backend
+    all2all_backend: str | None = None  # vLLM --all2all-backend (DeepEP buffers: planner/budget/deepep.py)
     cuda_graph_max_bs: int | None = None  # SGLang --cuda-graph-max-bs
     disable_cuda_graph: bool | None = None  # SGLang --disable-cuda-graph
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
@@ -174,6 +175,7 @@ OPTION_SPELLING: dict[str, str] = {
     "compilation_config": "--compilation-config",
     "estimate_cudagraphs": "--estimate-cudagraphs/--no-estimate-cudagraphs",
     "moe_backend": "--moe-backend",
+    "all2all_backend": "--all2all-backend",
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "disable_cuda_graph": "--disable-cuda-graph",
     "moe_a2a_backend": "--moe-a2a-backend",
@@ -184,7 +186,8 @@ OWNER: dict[str, str] = {
     **{name: "vLLM" for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "async_scheduling",
                                  "num_speculative_tokens", "gpu_memory_utilization", "usage",
                                  "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager",
-                                 "compilation_config", "estimate_cudagraphs", "moe_backend")},
+                                 "compilation_config", "estimate_cudagraphs", "moe_backend",
+                                 "all2all_backend")},
     **{name: "SGLang" for name in ("page_size", "chunked_prefill_size", "max_running_requests",
                                    "speculative_num_steps", "speculative_eagle_topk",
                                    "speculative_num_draft_tokens", "mem_fraction_static", "moe_runner_backend",

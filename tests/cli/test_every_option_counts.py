@@ -28,6 +28,7 @@ ENGINE_SAMPLES = {
     "--cudagraph-capture-sizes": "1,2,4", "--max-cudagraph-capture-size": "4", "--enforce-eager": "",
     "--compilation-config": '{"cudagraph_mode": "PIECEWISE"}', "--estimate-cudagraphs": "",
     "--moe-backend": "marlin", "--cuda-graph-max-bs": "8", "--disable-cuda-graph": "", "--moe-a2a-backend": "deepep",
+    "--all2all-backend": "deepep_low_latency",
     "--usage": "serve",
 }
 # The engines' own spellings of the deployment (planner/engines/flags.py): without --engine none can be read.
