@@ -61,7 +61,7 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
     from csa_plan.planner.weights.rules import rules_for
 
     rules = rules_for(plan.engine.name, settings.moe_runner_backend, gpu.capability, settings.shared_expert_tp1)
-    draft, note = replay_drafts(plan)
+    draft, note = replay_drafts(plan, data)
     return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
                              plan.engine.label(), rules, draft, note, moe_backend_of(plan, settings, gpu))
 
@@ -83,16 +83,19 @@ def moe_backend_of(plan: Any, settings: Any, gpu: Any) -> tuple[str | None, str]
     return moe_backend_key("vllm", name), f"--moe-backend {name}"
 
 
-def replay_drafts(plan: Any) -> tuple[Any, str]:
+def replay_drafts(plan: Any, config: Any = None) -> tuple[Any, str]:
     """The speculative method the replay runs, as the clock costs it (``steptime/drafts.py``), and what the
-    provenance says: vLLM's replay drafts ``--num-speculative-tokens`` MTP tokens a step (the one method
-    csa-plan's vLLM settings launch, ``engines/launch.py``); SGLang's replay runs no drafts, so its clock
-    charges none and says so where drafts were asked for."""
+    provenance says: vLLM's replay drafts ``--num-speculative-tokens`` tokens a step, as DSpark where the
+    checkpoint carries a DSpark drafter (its config names ``dspark_target_layer_ids``: Flash-0731,
+    Pro-0813, V4.1), else as MTP; SGLang's replay runs no drafts, so its clock charges none and says so
+    where drafts were asked for."""
+    from csa_plan.planner.dspark import DSPARK_MARKER
     from csa_plan.planner.steptime.drafts import DraftMethod, draft_plan
 
     resolved = getattr(plan, "resolved", None)
     if engine_family(plan) == "vllm":
-        return draft_plan(DraftMethod.MTP, int(getattr(resolved, "num_speculative_tokens", 0) or 0)), ""
+        method = DraftMethod.DSPARK if config is not None and DSPARK_MARKER in config else DraftMethod.MTP
+        return draft_plan(method, int(getattr(resolved, "num_speculative_tokens", 0) or 0)), ""
     tokens = int(getattr(resolved, "draft_tokens", 0) or 0)  # speculative_num_draft_tokens = steps + 1
     if tokens:
         return None, (f"; EAGLE with {tokens - 1} draft steps sizes the pools, but this replay runs no drafts: "

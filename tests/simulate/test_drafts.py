@@ -164,3 +164,19 @@ def test_the_backend_changes_the_step_and_is_named(csa, tmp_path):
             "triton", "--json")
     assert r.code == 0, r.err
     assert "MoE backend --moe-backend triton: not distinguished" in r.json()["time"]["step_time"]["label"]
+
+
+def test_a_dspark_checkpoint_drafts_as_dspark(csa, tmp_path):
+    """Flash-0731 carries a DSpark drafter (its config names dspark_target_layer_ids): vLLM's replay drafts its
+    --num-speculative-tokens as one block pass, costed from the checkpoint's own draft layers."""
+    from csa_plan.planner.loaders.model_files import load_model
+
+    path = tmp_path / "d.yaml"
+    path.write_text(MIX.replace("deepseek-v4-flash", "deepseek-v4-flash-0731"))
+    r = csa("simulate", str(path), "--gpu", "b200", "--tp", "4", "--max-concurrency", "8", "--engine", "vllm-0.33",
+            "--num-speculative-tokens", "5", "--json")
+    assert r.code == 0, r.err
+    assert "drafts: DSPARK k=5: 1 drafter pass of a 5-position block a request, 6 tokens verified" \
+        in r.json()["time"]["step_time"]["label"]
+    spec = load_model("deepseek-v4-flash-0731")
+    assert sum(d.is_mtp for d in spec.layers) == 3  # the three DSpark blocks are the drafter the clock reads
