@@ -52,9 +52,9 @@ PARAMS = (
              "sent when one ends (trace times ignored; engine replays). Several (1,4,16,64,256): one replay each, "
              "output tok/s per GPU against tok/s per user, the throughput-interactivity frontier (--plot draws it)."),
     Opt(("--spec-acceptance",), "spec_acceptance", Kind.NUMBER, high=1.0,
-        help="vLLM MTP replays (--num-speculative-tokens): each draft token's acceptance rate, given the ones "
-             f"before it were accepted [default: {TimeModel.spec_acceptance:g}, the middle of the published "
-             "0.57-0.70]."),
+        help="Replays that draft (vLLM --num-speculative-tokens, SGLang --speculative-num-steps): each draft "
+             "token's acceptance rate, given the ones before it were accepted "
+             f"[default: {TimeModel.spec_acceptance:g}, the middle of the published MTP 0.57-0.70]."),
     Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
         help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
     Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,

@@ -248,10 +248,11 @@ def refuse_unused_time_options(req: SimulateRequest, wl: Any, runtime_plan: Any)
                                           "change nothing")
         if name == "spec_acceptance":
             resolved = getattr(runtime_plan, "resolved", None)
-            drafts = getattr(resolved, "num_speculative_tokens", 0) or 0
-            if not drafts or not runtime_plan.engine.name.startswith("vllm"):
-                why = "no --num-speculative-tokens" if runtime_plan.engine.name.startswith("vllm") else \
-                    f"{runtime_plan.engine.name}'s replay runs no drafts"
+            vllm = runtime_plan.engine.name.startswith("vllm")
+            drafts = (getattr(resolved, "num_speculative_tokens", 0) if vllm else
+                      max(0, (getattr(resolved, "draft_tokens", 0) or 0) - 1)) or 0
+            if not drafts:
+                why = "no --num-speculative-tokens" if vllm else "no --speculative-num-steps"
                 raise BadInput(source, shown, f"the acceptance rate of speculative drafts, and no drafts run ({why}): "
                                               "it would change nothing")
 

@@ -87,8 +87,8 @@ def replay_drafts(plan: Any, config: Any = None) -> tuple[Any, str]:
     """The speculative method the replay runs, as the clock costs it (``steptime/drafts.py``), and what the
     provenance says: vLLM's replay drafts ``--num-speculative-tokens`` tokens a step, as DSpark where the
     checkpoint carries a DSpark drafter (its config names ``dspark_target_layer_ids``: Flash-0731,
-    Pro-0813, V4.1), else as MTP; SGLang's replay runs no drafts, so its clock charges none and says so
-    where drafts were asked for."""
+    Pro-0813, V4.1), else as MTP; SGLang's replay drafts ``--speculative-num-steps`` EAGLE tokens a step
+    (``speculative_num_draft_tokens`` - 1, top-k 1: the one algorithm its settings resolve)."""
     from csa_plan.planner.dspark import DSPARK_MARKER
     from csa_plan.planner.steptime.drafts import DraftMethod, draft_plan
 
@@ -97,7 +97,4 @@ def replay_drafts(plan: Any, config: Any = None) -> tuple[Any, str]:
         method = DraftMethod.DSPARK if config is not None and DSPARK_MARKER in config else DraftMethod.MTP
         return draft_plan(method, int(getattr(resolved, "num_speculative_tokens", 0) or 0)), ""
     tokens = int(getattr(resolved, "draft_tokens", 0) or 0)  # speculative_num_draft_tokens = steps + 1
-    if tokens:
-        return None, (f"; EAGLE with {tokens - 1} draft steps sizes the pools, but this replay runs no drafts: "
-                      "each step decodes one token a request and no drafter is charged")
-    return None, ""
+    return draft_plan(DraftMethod.EAGLE, max(0, tokens - 1)), ""

@@ -100,9 +100,7 @@ def test_replays_say_what_drafts_they_run(csa, tmp_path):
     assert "drafts: mtp k=3: 3 drafter passes of 1 position a request, 4 tokens verified" in label
     r = csa(*base, "--engine", "sglang-0.5.23", "--speculative-num-steps", "3")
     assert r.code == 0, r.err
-    assert "this replay runs no drafts" in r.json()["time"]["step_time"]["label"]
-    r = csa(*base, "--engine", "sglang-0.5.23", "--speculative-num-steps", "3", "--spec-acceptance", "0.7")
-    assert r.code == 2 and "no drafts run" in r.err
+    assert "drafts: EAGLE k=3: 3 drafter passes of 1 position a request" in r.json()["time"]["step_time"]["label"]
 
 
 # --- the MoE backend in the clock (issue 44, item 4) -----------------------------------------------------------
@@ -180,3 +178,52 @@ def test_a_dspark_checkpoint_drafts_as_dspark(csa, tmp_path):
         in r.json()["time"]["step_time"]["label"]
     spec = load_model("deepseek-v4-flash-0731")
     assert sum(d.is_mtp for d in spec.layers) == 3  # the three DSpark blocks are the drafter the clock reads
+
+
+# --- the SGLang replay runs drafts (EAGLE, top-k 1) ---------------------------------------------------------------
+
+
+def _sglang_steps(acceptance: float, steps_flag: int, output: int) -> tuple[int, list[int]]:
+    import numpy as np
+
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
+    from csa_plan.planner.steptime.model import StepTime
+
+    plan = get_engine("sglang-0.5.23").configure(load_model("deepseek-v4-flash"),
+                                                 EngineSettings(speculative_num_steps=steps_flag,
+                                                                max_running_requests=8), 8192)
+    sizing = plan.size_pool(4 << 30)
+    trace = RuntimeTrace(np.zeros(1, dtype=np.int64), np.array([100], dtype=np.int64),
+                         np.array([output], dtype=np.int64))
+    seen: list[int] = []
+    res = replay(plan.runtime(sizing, trace, RuntimeOptions(spec_acceptance=acceptance)), trace,
+                 StepTime(20.0, 10_000.0), on_step=lambda s: seen.append(sum(s.tokens)))
+    assert res.finished_ns[0] >= 0
+    return res.series.steps, seen
+
+
+def test_sglang_replay_verifies_and_accepts_drafts():
+    steps, tokens = _sglang_steps(1.0, 3, 33)  # every draft accepted: 4 tokens a decode step
+    assert steps == 1 + 8 and tokens[1:] == [4] * 8  # the prefill samples 1, eight verify steps of 4 make 33
+    steps, tokens = _sglang_steps(0.0, 3, 33)  # none accepted: one token a step, still 4 verified
+    assert steps == 1 + 32 and set(tokens[1:]) == {4}
+    steps, _ = _sglang_steps(1.0, 3, 2)  # never past the request's last token
+    assert steps == 2
+
+
+def test_sglang_spec_acceptance_applies_where_drafts_run(csa, tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(MIX)
+    base = ("simulate", str(path), "--gpu", "b200", "--tp", "4", "--max-concurrency", "8", "--engine",
+            "sglang-0.5.23", "--json")
+    r = csa(*base, "--speculative-num-steps", "3", "--spec-acceptance", "0.8")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert "drafts: EAGLE k=3" in d["time"]["step_time"]["label"]
+    assert any("each draft accepted at 0.8" in n for n in d["runtime"]["modelled"])
+    r = csa(*base, "--spec-acceptance", "0.8")
+    assert r.code == 2 and "no --speculative-num-steps" in r.err
