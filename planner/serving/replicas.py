@@ -63,7 +63,12 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     if dp == 1:
         return run_one(trace)
     split = split_round_robin(trace, dp)
-    return merge_replicas([run_one(sub) for sub, _ in split], [idx for _, idx in split], trace, dp)
+    merged = merge_replicas([run_one(sub) for sub, _ in split], [idx for _, idx in split], trace, dp)
+    from dataclasses import replace
+
+    return replace(merged, notes=merged.notes + ("open-loop arrivals: the data-parallel ranks are timed alone, not "
+                                                 "in lockstep (their schedules depend on the clock; "
+                                                 "planner/serving/lockstep.py)",))
 
 
 def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: RuntimeTrace, dp: int,
