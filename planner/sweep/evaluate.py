@@ -123,6 +123,10 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         if point.reserved.budget:  # the weights (or the rules) leave nothing: say which
             from csa_plan.planner.budget.deployment import budget_shortfall
 
+            split = split_problem(point, point.tp, point.dp)
+            if split is not None:  # a split the engine cannot make is no memory question (issue 45)
+                return Skip(point.key, SkipReason.BAD_DEPLOYMENT, split + nearest_valid(point))
+
             return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
                 point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
                 point.reserved.runtime_bytes, point.engine_settings))
@@ -153,6 +157,45 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
             return Skip(point.key, SkipReason.LARGEST_NEVER_FITS,
                         f"the largest request reserves {need:,} bytes on a device; the limit is {point.limit_bytes:,}")
     return None
+
+
+def split_problem(point: SweepPoint, tp: int, dp: int) -> str | None:
+    """The engine's shard rules' refusal of ``tp`` x ``dp`` for the point's model and engine (the divisibility
+    rules: heads over attention ranks, ``moe_intermediate_size`` over MoE ranks, the MXFP4 runner's 128
+    columns, ``planner/weights/rules.py``), through the device budget; None when the split can be made."""
+    from csa_plan.planner.budget.deployment import Deployment, card_settings, deployment_budget
+
+    spec = load_point_model(point.model, point.max_seq_len)
+    length = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    try:
+        deployment_budget(point.model, point.memory_bytes, Deployment(tp=tp, pp=point.pp, dp=dp,
+                                                                      reserved_bytes=point.reserved.runtime_bytes),
+                          length, point.engine, card_settings(point.engine_settings, point.memory_bytes),
+                          search=False)
+    except BadInput as exc:
+        return f"{exc.field}: {exc.problem}"
+    return None
+
+
+def nearest_valid(point: SweepPoint) -> str:
+    """The nearest shapes the rules accept (fewer and more GPUs), for a point whose split cannot be made:
+    the same tp with another dp first, then another tp with the same dp."""
+    tried = [(point.tp, d) for d in range(1, 2 * point.dp + 1) if d != point.dp]
+    tried += [(t, point.dp) for t in (1, 2, 4, 8, 16) if t != point.tp]
+    tried.sort(key=lambda s: (abs(s[0] * s[1] - point.devices), s[0] != point.tp))
+    below = above = None
+    for t, d in tried:
+        if (below is not None and t * d < point.devices) or (above is not None and t * d >= point.devices):
+            continue
+        if split_problem(point, t, d) is None:
+            if t * d < point.devices:
+                below = (t, d)
+            else:
+                above = (t, d)
+        if below is not None and above is not None:
+            break
+    found = [f"tp {s[0]} dp {s[1]} ({s[0] * s[1]} GPUs)" for s in (below, above) if s is not None]
+    return f"; nearest valid: {' or '.join(found)}" if found else ""
 
 
 def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constraints: Constraints,
@@ -207,21 +250,13 @@ class Task:
 
 def evaluate(task: Task) -> PointResult:
     """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
-    from csa_plan.planner.placement import Placement
     from csa_plan.planner.reserve.capacity import find_capacity
-    from csa_plan.planner.reserve.engine_run import EngineRun
-    from csa_plan.planner.reserve import SimConfig, TimeModel, prepare, simulate
+    from csa_plan.planner.reserve import prepare, simulate
 
     ctx, p = task.context, task.point
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
     spec = load_point_model(p.model, p.max_seq_len)
-    config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
-                       reserve=p.reserve, bucket=p.bucket, policy=p.policy,
-                       time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
-                                      step_time=p.step_time or ctx.step_time),
-                       layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(
-                           p.memory_bytes, p.engine, p.dp, p.engine_settings)))
+    config = _sim_config(ctx, p)
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config)
         if runtime is not None:
@@ -245,6 +280,40 @@ def evaluate(task: Task) -> PointResult:
         at_least=cap.capped, probes=len(cap.probes), sustainable_rate_per_s=rate,
         rate_per_device_per_s=None if rate is None else rate / p.devices,
         feasible=not violations, violations=violations, steady=_steady_note(cap))
+
+
+def _sim_config(ctx: Context, p: SweepPoint):
+    """The point as ``simulate`` runs it: one construction for the replay and the bound."""
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.reserve.engine_run import EngineRun
+    from csa_plan.planner.reserve import SimConfig, TimeModel
+
+    return SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
+                     reserve=p.reserve, bucket=p.bucket, policy=p.policy,
+                     time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
+                                    step_time=p.step_time or ctx.step_time),
+                     layout=p.layout, max_seq_len=p.max_seq_len,
+                     engine=None if p.engine is None else EngineRun(p.engine, _card_settings(
+                         p.memory_bytes, p.engine, p.dp, p.engine_settings)))
+
+
+def point_bound(task: Task):
+    """The busy-time lower bound of an engine point whose runtime is replayed, at its target rate
+    (``sweep/bounds.py``); None for a ledger point or a clock that gives none. EngineRefused passes."""
+    from csa_plan.planner.serving.serve import runtime_setup
+    from csa_plan.planner.sweep.bounds import busy_bound
+
+    ctx, p = task.context, task.point
+    if p.engine is None:
+        return None
+    wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
+    setup = runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p))
+    if not setup.plan.runtime_modelled or not len(wl):
+        return None
+    isl = wl.prompt_tokens.astype(float)
+    rate = WorkloadBounds.of(wl).base_rate_per_s * p.rate_scale
+    return busy_bound(setup, rate, float(isl.mean()), float(wl.output_tokens.mean()), int(isl.min()),
+                      float((isl * (isl + 1) / 2).mean()))
 
 
 def _steady_note(cap) -> str:

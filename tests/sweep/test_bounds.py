@@ -1,0 +1,68 @@
+"""The busy-time bound (issue 45 item 5) is a lower bound on what the exact replay spends, and it prunes only
+what the replay would refuse: a point the bound proves infeasible is never one the replay serves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from csa_plan.planner.serving.serve import runtime_setup, serve
+from csa_plan.planner.sweep.evaluate import (Task, _sim_config, load_context_workload, load_point_model, point_bound,
+                                             triage)
+from csa_plan.planner.sweep.spec import parse_spec
+
+
+def _spec(tmp_path, rate, requests, isl, osl, device, tp, dp, settings=None):
+    (tmp_path / "m.yaml").write_text(json.dumps({"name": "m", "seed": 3, "requests": requests, "classes": [
+        {"name": "a", "rate": rate, "prompt": {"dist": "fixed", "value": isl},
+         "output": {"dist": "fixed", "value": osl}}]}))
+    return parse_spec({"workload": "m.yaml", "grid": {"model": "deepseek-v4-flash", "device": device, "tp": tp,
+                                                      "dp": dp, "engine": "vllm-0.33", "max_seq_len": isl + osl,
+                                                      "settings": settings},
+                       "constraints": {"tpot_p99_max_ms": 50}}, str(tmp_path / "s.yaml"))
+
+
+@pytest.mark.parametrize("device, tp, dp, settings", [("b200", 4, 2, None), ("h200", 8, 1, None),
+                                                      ("b200", 2, 1, {"num_speculative_tokens": 2})])
+def test_the_replay_is_never_faster_than_the_bound_says(tmp_path, device, tp, dp, settings):
+    """An overload (every request at once): the replay's makespan on each replica is at least the busy
+    seconds the bound charges for its requests."""
+    spec = _spec(tmp_path, 10_000, 120, 1024, 64, device, tp, dp, settings)
+    p = spec.points[0]
+    bound = point_bound(Task(spec.context, p))
+    assert bound is not None
+    wl = load_context_workload(spec.context.workload, False, None)
+    setup = runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(spec.context, p))
+    res = serve(setup, wl, 1.0)
+    done = np.asarray(res.finished_ns, dtype=np.int64)
+    assert (done >= 0).all()
+    makespan_s = (done.max() - int(np.asarray(res.arrival_ns).min())) / 1e9
+    rate = len(wl) / (int(wl.arrival_ns[-1] - wl.arrival_ns[0]) / 1e9)
+    per_request_s = bound.busy_s_per_s / bound.rate_per_replica_per_s  # seconds of steps a request costs
+    assert bound.rate_per_replica_per_s == pytest.approx(rate / dp, rel=1e-6)
+    assert makespan_s >= per_request_s * len(wl) / dp * 0.999, (makespan_s, per_request_s)
+
+
+def test_a_shape_the_bound_proves_short_of_the_rate_is_one_the_replay_refuses(tmp_path):
+    """Far over the bound: the replay at that rate does not sustain it either (checked through evaluate)."""
+    from csa_plan.planner.sweep.evaluate import evaluate
+
+    spec = _spec(tmp_path, 40, 400, 2048, 128, "h200", 8, 1)
+    p = spec.points[0]
+    bound = point_bound(Task(spec.context, p))
+    assert bound is not None and bound.infeasible and "not replayed" in bound.line()
+    r = evaluate(Task(spec.context, p))
+    assert not r.feasible
+
+
+def test_a_split_the_engine_cannot_make_is_a_bad_deployment_with_the_nearest_valid_shapes(tmp_path):
+    """SGLang and vLLM at dp 6: moe_intermediate_size 2048 over 6 MoE ranks is a divisibility rule, not
+    'no memory left' (issue 45), and the skip offers the nearest shapes that split."""
+    spec = _spec(tmp_path, 5, 50, 1024, 64, "b200", 1, [4, 6])
+    skips = {s.key: s for s in triage(spec).skipped}
+    (skip,) = skips.values()
+    assert "dp=6" in skip.key and skip.reason.value == "BadDeployment"
+    assert "moe_intermediate_size 2048 does not split over 6 MoE ranks" in skip.detail
+    assert "nearest valid: tp 1 dp 4 (4 GPUs) or tp 1 dp 8 (8 GPUs)" in skip.detail
