@@ -77,12 +77,11 @@ def busy_bound(setup: Any, rate_per_s: float, mean_isl: float, mean_osl: float, 
 
 
 def drafts(plan: Any) -> int:
-    """Draft tokens a step proposes for a request (vLLM num_speculative_tokens, SGLang speculative_num_steps)."""
-    for option in ("num_speculative_tokens", "speculative_num_steps"):
-        try:
-            value = plan.setting(option)
-        except Exception:  # an engine without that option
-            value = None
-        if isinstance(value, int) and value > 0:
-            return value
-    return 0
+    """Draft tokens a step proposes for a request, from the plan's resolved settings (vLLM
+    ``--num-speculative-tokens``, SGLang ``--speculative-num-steps``): the most any step can accept."""
+    k = 0
+    for resolved in plan.settings:
+        if resolved.option in ("--num-speculative-tokens", "--speculative-num-steps", "--speculative-num-draft-tokens") \
+                and isinstance(resolved.value, int):
+            k = max(k, resolved.value)  # draft tokens counts the verified one too: the larger is the safe side
+    return k

@@ -66,3 +66,22 @@ def test_a_split_the_engine_cannot_make_is_a_bad_deployment_with_the_nearest_val
     assert "dp=6" in skip.key and skip.reason.value == "BadDeployment"
     assert "moe_intermediate_size 2048 does not split over 6 MoE ranks" in skip.detail
     assert "nearest valid: tp 1 dp 4 (4 GPUs) or tp 1 dp 8 (8 GPUs)" in skip.detail
+
+
+@pytest.mark.parametrize("engine, settings, k", [("vllm-0.33", {"num_speculative_tokens": 2}, 2),
+                                                 ("vllm-0.33", None, 0),
+                                                 ("sglang-0.5.23", {"speculative_num_steps": 2}, 3)])
+def test_the_bound_counts_the_drafts_a_step_may_accept(tmp_path, engine, settings, k):
+    """With MTP a step may yield 1 + k tokens a request: the bound must allow for every draft accepted, or it
+    would prune a shape MTP makes feasible (SGLang's draft tokens count the verified one: the safe side)."""
+    from csa_plan.planner.sweep.bounds import drafts
+
+    (tmp_path / "m.yaml").write_text(json.dumps({"name": "m", "seed": 3, "requests": 20, "classes": [
+        {"name": "a", "rate": 5, "prompt": {"dist": "fixed", "value": 1024}, "output": {"dist": "fixed", "value": 64}}]}))
+    spec = parse_spec({"workload": "m.yaml", "grid": {"model": "deepseek-v4-flash", "device": "b200", "tp": 4,
+                                                      "engine": engine, "max_seq_len": 2048, "settings": settings},
+                       "constraints": {"tpot_p99_max_ms": 50}}, str(tmp_path / "s.yaml"))
+    p = spec.points[0]
+    setup = runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(spec.context, p))
+    assert drafts(setup.plan) == k
+    assert point_bound(Task(spec.context, p)).drafts == k
