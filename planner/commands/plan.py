@@ -91,6 +91,10 @@ AXIS_EFFECT: dict[str, str] = {
 }
 
 
+GRID_AXES = {"expert_parallel": "the MoE split (the experts over every GPU, MoE TP 1): the engine's shard rules, the "
+                                 "weights a GPU holds (so the pool) and the step clock's expert and all-to-all terms"}
+
+
 def parse_search(text: str) -> tuple[str, tuple[Any, ...]]:
     """``max_num_seqs=64,128,256``: an engine option and the values ``plan`` searches (each as ``--setting``
     reads a value)."""
@@ -114,6 +118,11 @@ def search_axes(req: "PlanRequest") -> list[dict[str, Any]]:
     for name, values in req.search:
         if name in fixed:
             raise BadInput("options", "--search", f"{name} is also given by --setting: give it one way")
+        if name in GRID_AXES:
+            if not all(isinstance(v, bool) for v in values):
+                raise BadInput("options", "--search", f"{name} takes true and false, got {values}")
+            out.append({"name": name, "values": list(values), "engines": list(req.engines), "changes": GRID_AXES[name]})
+            continue
         readers = [e for e in req.engines if name in get_engine(e).options]
         if not readers:
             raise BadInput("options", "--search", f"{name}: no engine planned reads it ({', '.join(req.engines)})")
@@ -159,8 +168,10 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
         d *= 2
     import itertools
 
-    combos = [dict(req.settings) | dict(zip([n for n, _ in req.search], vs))
-              for vs in itertools.product(*(v for _, v in req.search))]
+    searched = [(n, v) for n, v in req.search if n not in GRID_AXES]
+    combos = [dict(req.settings) | dict(zip([n for n, _ in searched], vs))
+              for vs in itertools.product(*(v for _, v in searched))]
+    ep = next((list(v) for n, v in req.search if n == "expert_parallel"), [False])
     mix = {"name": "plan", "seed": req.seed, "requests": n,
            "classes": [{"name": f"{req.isl}in-{req.osl}out", "rate": req.rate_per_s,
                         "prompt": {"dist": "fixed", "value": req.isl},
@@ -176,7 +187,7 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
                      "max_seq_len": length, "engine": list(req.engines),
-                     "settings": [c or None for c in combos]},
+                     "settings": [c or None for c in combos], "expert_parallel": ep},
             "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
             "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
     return mix, spec

@@ -129,15 +129,16 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
 
             return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
                 point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
-                point.reserved.runtime_bytes, point.engine_settings))
+                point.reserved.runtime_bytes, point.engine_settings, point.ep))
         return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
                     f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
         return _engine_skip(spec, point, max_seq_len, constraints, source)
-    if point.settings:
-        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "engine settings apply to an engine point (engine: null "
+    if point.settings or point.expert_parallel:
+        what = "engine settings apply" if point.settings else "expert_parallel applies"
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{what} to an engine point (engine: null "
                                                           "is csa-plan's own layout)")
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
@@ -168,7 +169,8 @@ def split_problem(point: SweepPoint, tp: int, dp: int) -> str | None:
     spec = load_point_model(point.model, point.max_seq_len)
     length = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     try:
-        deployment_budget(point.model, point.memory_bytes, Deployment(tp=tp, pp=point.pp, dp=dp,
+        ep = tp * dp if point.expert_parallel and tp * dp > 1 else None
+        deployment_budget(point.model, point.memory_bytes, Deployment(tp=tp, pp=point.pp, dp=dp, ep=ep,
                                                                       reserved_bytes=point.reserved.runtime_bytes),
                           length, point.engine, card_settings(point.engine_settings, point.memory_bytes),
                           search=False)
@@ -288,7 +290,7 @@ def _sim_config(ctx: Context, p: SweepPoint):
     from csa_plan.planner.reserve.engine_run import EngineRun
     from csa_plan.planner.reserve import SimConfig, TimeModel
 
-    return SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
+    return SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=p.ep), limit_bytes=p.limit_bytes,
                      reserve=p.reserve, bucket=p.bucket, policy=p.policy,
                      time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
                                     step_time=p.step_time or ctx.step_time),

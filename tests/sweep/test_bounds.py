@@ -85,3 +85,23 @@ def test_the_bound_counts_the_drafts_a_step_may_accept(tmp_path, engine, setting
     setup = runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(spec.context, p))
     assert drafts(setup.plan) == k
     assert point_bound(Task(spec.context, p)).drafts == k
+
+
+def test_expert_parallel_is_an_axis_the_shard_rules_memory_and_clock_read(tmp_path):
+    """expert_parallel: true splits the experts over every GPU (EP = tp x dp): another point (its own key), other
+    weights a GPU (so another pool), another step clock, and the launch says --enable-expert-parallel."""
+    from csa_plan.planner.engines.launch import launch_argv
+
+    (tmp_path / "m.yaml").write_text(json.dumps({"name": "m", "seed": 3, "requests": 20, "classes": [
+        {"name": "a", "rate": 5, "prompt": {"dist": "fixed", "value": 1024}, "output": {"dist": "fixed", "value": 64}}]}))
+    spec = parse_spec({"workload": "m.yaml", "grid": {"model": "deepseek-v4-flash", "device": "b200", "tp": 2, "dp": 4,
+                                                      "engine": "vllm-0.33", "max_seq_len": 2048,
+                                                      "expert_parallel": [False, True]},
+                       "constraints": {"tpot_p99_max_ms": 50}}, str(tmp_path / "s.yaml"))
+    off, on = spec.points
+    assert off.ep is None and on.ep == 8 and off.key != on.key and on.key.endswith("expert_parallel=true")
+    assert off.limit_bytes != on.limit_bytes
+    clocks = [runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(spec.context, p)).time.linear
+              for p in (off, on)]
+    assert clocks[0] != clocks[1]
+    assert "--enable-expert-parallel" in launch_argv(on.engine, on.model, on.tp, on.dp, ep=on.ep).argv
