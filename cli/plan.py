@@ -30,7 +30,8 @@ PARAMS = (
              "num_speculative_tokens=1 (vLLM MTP), max_running_requests=128 (SGLang)."),
     Opt(("--search",), "search", multiple=True, metavar="NAME=V1,V2,...",
         help="An engine option searched over these values (repeatable): max_num_seqs=64,128,256, "
-             "num_speculative_tokens=0,1,2 (MTP off and on); each shape runs with each combination."),
+             "num_speculative_tokens=0,1,2 (MTP off and on), expert_parallel=false,true (EP over every GPU); "
+             "each shape runs with each combination."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
         help="Data-parallel replicas up to this (1, 2, 4, ...)."),
     Opt(("--max-seq-len",), "max_seq_len", Kind.COUNT, help="The engines' context length [default: isl + osl]."),
@@ -84,7 +85,8 @@ def _ms(s: float | None) -> str:
 
 
 def _settings(shape: dict[str, Any]) -> str:
-    return "".join(f", {k}={v}" for k, v in (shape.get("settings") or {}).items())
+    ep = ", expert parallel" if shape.get("expert_parallel") else ""
+    return ep + "".join(f", {k}={v}" for k, v in (shape.get("settings") or {}).items())
 
 
 def render_plan(out: Any, r: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ def test_plan_answers_per_card_with_the_launch_command(csa):
     ("usage=serve,llm", "the replay does not distinguish its values"),
     ("max_num_seqs=64,64", "lists a value twice"),
     ("max_num_seqs", "expected NAME=V1,V2"),
+    ("expert_parallel=on,off", "takes true and false"),
 ])
 def test_a_search_axis_that_cannot_apply_is_refused_not_ignored(csa, search, why):
     r = csa("plan", "deepseek-v4-flash", "--rate", "1", "--isl", "1024", "--osl", "128", "--tpot-p99", "50ms",
