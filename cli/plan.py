@@ -30,7 +30,7 @@ PARAMS = (
              "num_speculative_tokens=1 (vLLM MTP), max_running_requests=128 (SGLang)."),
     Opt(("--search",), "search", multiple=True, metavar="NAME=V1,V2,...",
         help="An engine option searched over these values (repeatable): max_num_seqs=64,128,256, "
-             "num_speculative_tokens=0,1,2 (MTP off and on), expert_parallel=false,true (EP over every GPU); "
+             "num_speculative_tokens=0,1,2 (MTP off and on), expert_parallel=false,true (EP over every GPU), replicas=1,2 (independent servers behind a router); "
              "each shape runs with each combination."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
         help="Data-parallel replicas up to this (1, 2, 4, ...)."),
@@ -86,6 +86,7 @@ def _ms(s: float | None) -> str:
 
 def _settings(shape: dict[str, Any]) -> str:
     ep = ", expert parallel" if shape.get("expert_parallel") else ""
+    ep += f", x{shape['replicas']} servers behind a router" if (shape.get("replicas") or 1) > 1 else ""
     return ep + "".join(f", {k}={v}" for k, v in (shape.get("settings") or {}).items())
 
 

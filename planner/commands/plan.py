@@ -91,7 +91,10 @@ AXIS_EFFECT: dict[str, str] = {
 }
 
 
-GRID_AXES = {"expert_parallel": "the MoE split (the experts over every GPU, MoE TP 1): the engine's shard rules, the "
+GRID_AXES = {"replicas": "independent servers of the shape behind a round-robin router: each its own pool and clock "
+                          "(the shape's), the trace split round-robin over them; the launch is the shape's command "
+                          "that many times",
+             "expert_parallel": "the MoE split (the experts over every GPU, MoE TP 1): the engine's shard rules, the "
                                  "weights a GPU holds (so the pool) and the step clock's expert and all-to-all terms"}
 
 
@@ -119,8 +122,11 @@ def search_axes(req: "PlanRequest") -> list[dict[str, Any]]:
         if name in fixed:
             raise BadInput("options", "--search", f"{name} is also given by --setting: give it one way")
         if name in GRID_AXES:
-            if not all(isinstance(v, bool) for v in values):
+            if name == "expert_parallel" and not all(isinstance(v, bool) for v in values):
                 raise BadInput("options", "--search", f"{name} takes true and false, got {values}")
+            if name == "replicas" and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                              for v in values):
+                raise BadInput("options", "--search", f"{name} takes whole numbers of servers, got {values}")
             out.append({"name": name, "values": list(values), "engines": list(req.engines), "changes": GRID_AXES[name]})
             continue
         readers = [e for e in req.engines if name in get_engine(e).options]
@@ -172,6 +178,7 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     combos = [dict(req.settings) | dict(zip([n for n, _ in searched], vs))
               for vs in itertools.product(*(v for _, v in searched))]
     ep = next((list(v) for n, v in req.search if n == "expert_parallel"), [False])
+    replicas = next((list(v) for n, v in req.search if n == "replicas"), [1])
     mix = {"name": "plan", "seed": req.seed, "requests": n,
            "classes": [{"name": f"{req.isl}in-{req.osl}out", "rate": req.rate_per_s,
                         "prompt": {"dist": "fixed", "value": req.isl},
@@ -187,7 +194,7 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
                      "max_seq_len": length, "engine": list(req.engines),
-                     "settings": [c or None for c in combos], "expert_parallel": ep},
+                     "settings": [c or None for c in combos], "expert_parallel": ep, "replicas": replicas},
             "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
             "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
     return mix, spec

@@ -136,8 +136,9 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
         return _engine_skip(spec, point, max_seq_len, constraints, source)
-    if point.settings or point.expert_parallel:
-        what = "engine settings apply" if point.settings else "expert_parallel applies"
+    if point.settings or point.expert_parallel or point.replicas > 1:
+        what = ("engine settings apply" if point.settings else "expert_parallel applies" if point.expert_parallel
+                else "replicas (servers behind a router) apply")
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{what} to an engine point (engine: null "
                                                           "is csa-plan's own layout)")
     if bounds.min_tokens > max_seq_len:
@@ -299,6 +300,17 @@ def _sim_config(ctx: Context, p: SweepPoint):
                          p.memory_bytes, p.engine, p.dp, p.engine_settings)))
 
 
+def _setup(spec: "ModelSpec", config, p: SweepPoint):
+    """The replay's setup for the point: its tp x dp shape's plan, pool and clock, and ``replicas``
+    independent servers of it behind a round-robin router (the replay's replicas: dp x replicas)."""
+    from dataclasses import replace
+
+    from csa_plan.planner.serving.serve import runtime_setup
+
+    setup = runtime_setup(spec, config)
+    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas)
+
+
 def point_bound(task: Task):
     """The busy-time lower bound of an engine point whose runtime is replayed, at its target rate
     (``sweep/bounds.py``); None for a ledger point or a clock that gives none. EngineRefused passes."""
@@ -309,7 +321,7 @@ def point_bound(task: Task):
     if p.engine is None:
         return None
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
-    setup = runtime_setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p))
+    setup = _setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p), p)
     if not setup.plan.runtime_modelled or not len(wl):
         return None
     isl = wl.prompt_tokens.astype(float)
@@ -336,7 +348,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     from csa_plan.planner.replay.loop import STRANDED
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
-    setup = runtime_setup(spec, config)
+    setup = _setup(spec, config, p)
     if not setup.plan.runtime_modelled:
         return None
     rep = report(setup, serve(setup, wl, p.rate_scale), wl)

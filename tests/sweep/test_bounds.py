@@ -105,3 +105,24 @@ def test_expert_parallel_is_an_axis_the_shard_rules_memory_and_clock_read(tmp_pa
               for p in (off, on)]
     assert clocks[0] != clocks[1]
     assert "--enable-expert-parallel" in launch_argv(on.engine, on.model, on.tp, on.dp, ep=on.ep).argv
+
+
+def test_independent_servers_behind_a_router_are_an_axis(tmp_path):
+    """replicas: 2 is two servers of the tp x dp shape: twice the GPUs, each server's own pool and clock (the
+    shape's), the trace split round-robin over them; the launch is the shape's command twice."""
+    from csa_plan.planner.engines.launch import launch_argv
+
+    (tmp_path / "m.yaml").write_text(json.dumps({"name": "m", "seed": 3, "requests": 40, "classes": [
+        {"name": "a", "rate": 8, "prompt": {"dist": "fixed", "value": 1024}, "output": {"dist": "fixed", "value": 32}}]}))
+    spec = parse_spec({"workload": "m.yaml", "grid": {"model": "deepseek-v4-flash", "device": "b200", "tp": 4,
+                                                      "engine": "sglang-0.5.23", "max_seq_len": 2048,
+                                                      "replicas": [1, 2]},
+                       "constraints": {"tpot_p99_max_ms": 50}}, str(tmp_path / "s.yaml"))
+    one, two = spec.points
+    assert (one.devices, two.devices) == (4, 8) and two.key.endswith("replicas=2")
+    assert one.limit_bytes == two.limit_bytes  # each server is the one-server shape
+    b1, b2 = (point_bound(Task(spec.context, p)) for p in (one, two))
+    assert b2.rate_per_replica_per_s == pytest.approx(b1.rate_per_replica_per_s / 2)
+    launch = launch_argv(two.engine, two.model, two.tp, two.dp, replicas=two.replicas)
+    assert launch.replicas == 2 and launch.text.endswith("# x2 servers behind a router")
+    assert "--dp-size" not in launch.argv  # independent servers, not DP attention
