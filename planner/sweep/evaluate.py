@@ -161,7 +161,7 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     return None
 
 
-def split_problem(point: SweepPoint, tp: int, dp: int) -> str | None:
+def split_problem(point: SweepPoint, tp: int, dp: int, expert_parallel: bool | None = None) -> str | None:
     """The engine's shard rules' refusal of ``tp`` x ``dp`` for the point's model and engine (the divisibility
     rules: heads over attention ranks, ``moe_intermediate_size`` over MoE ranks, the MXFP4 runner's 128
     columns, ``planner/weights/rules.py``), through the device budget; None when the split can be made."""
@@ -170,7 +170,8 @@ def split_problem(point: SweepPoint, tp: int, dp: int) -> str | None:
     spec = load_point_model(point.model, point.max_seq_len)
     length = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     try:
-        ep = tp * dp if point.expert_parallel and tp * dp > 1 else None
+        ep_on = point.expert_parallel if expert_parallel is None else expert_parallel
+        ep = tp * dp if ep_on and tp * dp > 1 else None
         deployment_budget(point.model, point.memory_bytes, Deployment(tp=tp, pp=point.pp, dp=dp, ep=ep,
                                                                       reserved_bytes=point.reserved.runtime_bytes),
                           length, point.engine, card_settings(point.engine_settings, point.memory_bytes),
@@ -198,6 +199,8 @@ def nearest_valid(point: SweepPoint) -> str:
         if below is not None and above is not None:
             break
     found = [f"tp {s[0]} dp {s[1]} ({s[0] * s[1]} GPUs)" for s in (below, above) if s is not None]
+    if not point.expert_parallel and point.engine is not None and split_problem(point, point.tp, point.dp, True) is None:
+        found.insert(0, f"this shape with expert_parallel: true (EP {point.tp * point.dp})")
     return f"; nearest valid: {' or '.join(found)}" if found else ""
 
 

@@ -126,3 +126,15 @@ def test_independent_servers_behind_a_router_are_an_axis(tmp_path):
     launch = launch_argv(two.engine, two.model, two.tp, two.dp, replicas=two.replicas)
     assert launch.replicas == 2 and launch.text.endswith("# x2 servers behind a router")
     assert "--dp-size" not in launch.argv  # independent servers, not DP attention
+
+
+def test_the_mxfp4_runner_s_128_column_rule_is_a_bad_deployment_that_offers_expert_parallelism(tmp_path):
+    """SGLang tp 2 x dp 16: 2048 / 32 = 64 columns a rank is under the flashinfer_mxfp4 runner's 128 -- a split
+    rule, once mislabelled NoMemoryLeft; EP over the 32 GPUs (MoE TP 1) makes it, and the skip says so."""
+    spec = _spec(tmp_path, 5, 50, 1024, 64, "b200", 2, 16)
+    spec = parse_spec({"workload": "m.yaml", "grid": {"model": "deepseek-v4-flash", "device": "b200", "tp": 2,
+                                                      "dp": 16, "engine": "sglang-0.5.23", "max_seq_len": 2048},
+                       "constraints": {"tpot_p99_max_ms": 50}}, str(tmp_path / "s.yaml"))
+    (skip,) = triage(spec).skipped
+    assert skip.reason.value == "BadDeployment" and "multiple of 128 intermediate columns per rank, got 64" in skip.detail
+    assert "nearest valid: this shape with expert_parallel: true (EP 32)" in skip.detail
