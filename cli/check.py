@@ -46,6 +46,28 @@ PARAMS = (
     *engine_params(),
     *DEPLOYMENT_PARAMS,
     *ENGINE_SPELLING_PARAMS,
+    Opt(("--host-memory",), "host_memory", Kind.SIZE,
+        help="Host memory of one node (Engram tables an engine keeps on the host) [default: the card's node, "
+             "2 TB for DGX H100/H200/B200; else none]."),
+    Opt(("--engram-config",), "engram_config", metavar="JSON",
+        help="vLLM's --engram-config: '{\"cpu_offload\": false}' moves the Engram tables to the GPUs "
+             "[default: cpu_offload true]."),
+    Opt(("--enable-dsv41-engram-host-table",), "engram_host_table", Kind.FLAG, default=None,
+        help="SGLang run with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1: the Engram tables in host memory "
+             "[default: off, on the GPUs]."),
+    Opt(("--prefill-workers",), "prefill_workers", Kind.COUNT,
+        help="Disaggregated serving (--engine): the prefill role's instances; check answers per role "
+             "(docs/disaggregation.md)."),
+    Opt(("--prefill-tp",), "prefill_tp", Kind.COUNT, help="GPUs (tensor parallel) of one prefill instance."),
+    Opt(("--decode-workers",), "decode_workers", Kind.COUNT, help="The decode role's instances."),
+    Opt(("--decode-tp",), "decode_tp", Kind.COUNT, help="GPUs (tensor parallel) of one decode instance."),
+    Opt(("--kv-offloading-size",), "kv_offloading_size", Kind.NUMBER, high=1e6,
+        help="vLLM's host KV tier (GiB over the TP ranks): its capacity in tokens of reusable prefix."),
+    Opt(("--enable-hierarchical-cache",), "enable_hierarchical_cache", Kind.FLAG, default=False,
+        help="SGLang's host KV tier (HiCache): its capacity in tokens of reusable prefix."),
+    Opt(("--hicache-size",), "hicache_size", Kind.NUMBER, high=1e6, help="SGLang HiCache: GB of host memory per rank."),
+    Opt(("--hicache-ratio",), "hicache_ratio", Kind.NUMBER, high=1e3,
+        help="SGLang HiCache: host pool tokens over the device pool's [default: 2.0]."),
     Opt(("--from-log",), "from_log", metavar="FILE",
         help="A vLLM or SGLang start-up log of this model, release, GPU and TP: calibrate the start-up terms "
              "on it and show what it implies beside the prediction (docs/device-budget.md)."),
@@ -73,7 +95,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
           window: int | None, query_len: int, device_memory: int | None,
           concurrency: int, at_length: int, per_layer: bool, brief: bool, as_json: bool, engine: str | None,
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None,
-          from_log: str | None = None, index_key_format: str | None = None) -> int:
+          from_log: str | None = None, index_key_format: str | None = None, prefill_workers: int | None = None,
+          prefill_tp: int | None = None, decode_workers: int | None = None, decode_tp: int | None = None,
+          kv_offloading_size: float | None = None, enable_hierarchical_cache: bool = False,
+          hicache_size: float | None = None, hicache_ratio: float | None = None, host_memory: int | None = None,
+          engram_config: str | None = None, engram_host_table: bool | None = None) -> int:
     """Check MODEL: a preset (deepseek-v4-flash, deepseek-v4-pro), a config.json, a model
     directory, a YAML model spec or an ONNX graph."""
     from csa_plan.cli.console import make_consoles
@@ -95,13 +121,36 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
         from dataclasses import replace
 
         deployment = replace(deployment, from_log=from_log)
+    if (host_memory, engram_config, engram_host_table) != (None, None, None):
+        from dataclasses import replace
+
+        deployment = replace(deployment, host_memory_bytes=host_memory, engram_config=engram_config,
+                             engram_host_table=engram_host_table)
+    from csa_plan.planner.serving.disaggregation import disaggregation_from
+
+    roles = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, None)
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           index_key_format=index_key_format, window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
-    outcome = run_check(CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
-                                     at_length, engine=engine, engine_settings=engine_settings,
-                                     kv_memory_bytes=kv_memory, deployment=deployment,
-                                     gate_from_spec=gate is None,
-                                     length_question=max_seq_len is None and concurrency > 1))
+    request = CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
+                           at_length, engine=engine, engine_settings=engine_settings,
+                           kv_memory_bytes=kv_memory, deployment=deployment,
+                           gate_from_spec=gate is None,
+                           length_question=max_seq_len is None and concurrency > 1)
+    from csa_plan.planner.engines.host_tier import HostTierFlags
+
+    flags = HostTierFlags(kv_offloading_size, enable_hierarchical_cache, hicache_size, hicache_ratio)
+    if roles is not None:
+        if flags.given:
+            from csa_plan.planner.errors import BadInput
+
+            raise BadInput("options", "--kv-offloading-size" if kv_offloading_size is not None else
+                           "--enable-hierarchical-cache", "check one role at a time for its host tier (--tp of it)")
+        return _check_roles(request, roles, brief, as_json, budget_plot)
+    outcome = run_check(request)
+    if flags.given:
+        from csa_plan.planner.commands.host_tier import host_tier_answer
+
+        outcome.report["host_tier"] = host_tier_answer(request, outcome.report, flags)
 
     def render(out, report):  # rich and the renderers are imported for tables only
         from csa_plan.cli.render_budget import render_budget
@@ -121,6 +170,12 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
             render_check(out, report, per_layer=per_layer)
         if report.get("budget") is not None:
             render_budget(out, report["budget"], head_shown=True)
+        if report.get("host_tier") is not None:
+            h = report["host_tier"]
+            out.print(f"host KV tier ({h['flag']}): {h['capacity_tokens']:,} tokens of reusable prefix "
+                      f"({h['host_bytes_per_gpu']:,} B per GPU at {h['bytes_per_token']:,.0f} B per token), "
+                      f"reloaded over {h['link']} ({h['link_bytes_s'] / 1e9:g} GB/s per GPU); running requests "
+                      "stay in HBM: the tier adds no concurrency")
 
     consoles = make_consoles()
     if from_log is not None:  # what the log's reading did not take word for word, whatever the output form
@@ -134,6 +189,37 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
         write_budget_plot(consoles, outcome.report.get("budget"), budget_plot, as_json)
     return int(outcome.exit_code)
+
+
+def _check_roles(request, roles, brief: bool, as_json: bool, budget_plot: str | None) -> int:
+    """Each role's check from its own deployment (planner/commands/disaggregated.py), one after the other."""
+    from csa_plan.cli.console import make_consoles
+    from csa_plan.cli.emit import emit
+    from csa_plan.planner.commands.disaggregated import run_check_roles
+
+    report, code = run_check_roles(request, roles, budget_plot)
+
+    def render(out, doc):
+        from csa_plan.cli.render_budget import render_budget
+        from csa_plan.cli.render_check import render_head
+        from csa_plan.cli.render_engine import render_engine
+
+        for name in ("prefill", "decode"):
+            role = doc["disaggregation"][name]
+            out.print(f"{name} role: {role['workers']} x tp {role['tp']} ({role['gpus']} GPUs)")
+            r = role["check"]
+            render_head(out, r)
+            if brief:
+                continue
+            out.print()
+            if r.get("engine"):
+                render_engine(out, r["model"], r["engine"])
+            if r.get("budget") is not None:
+                render_budget(out, r["budget"], head_shown=True)
+            out.print()
+
+    emit(make_consoles(), report, as_json, render)
+    return int(code)
 
 
 COMMAND = CommandSpec("check", PARAMS, check)

@@ -29,6 +29,10 @@ def _engine_help(opt: Opt) -> str:
 VLLM_MOE_BACKENDS = ("auto", "triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
                      "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_b12x", "marlin", "humming",
                      "triton_unfused", "aiter")
+# vllm-0.26.0 config/parallel.py:40-53 All2AllBackend (names only)
+VLLM_A2A_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+                     "mori_high_throughput", "mori_low_latency", "nixl_ep", "allgather_reducescatter",
+                     "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided")
 SGLANG_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "ascend_tp", "flashinfer",
                        "megamoe", "deepep_v2", "pplx", "flashinfer_megamoe", "customized")
 
@@ -82,12 +86,18 @@ ENGINE_PARAMS: tuple[Opt, ...] = (
         help="vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1/0: subtract the CUDA-graph estimate [default: on]."),
     Opt(("--moe-backend",), "moe_backend", Kind.NAME, metavar="NAME", choices=VLLM_MOE_BACKENDS,
         help="vLLM MoE backend; deep_gemm_mega_moe adds its symmetric buffer [default: auto]."),
+    Opt(("--all2all-backend",), "all2all_backend", Kind.NAME, metavar="NAME", choices=VLLM_A2A_BACKENDS,
+        help="vLLM MoE all-to-all backend; deepep_* adds DeepEP's buffers under EP with DP > 1 [default: "
+             "allgather_reducescatter]."),
     Opt(("--cuda-graph-max-bs",), "cuda_graph_max_bs", Kind.COUNT,
         help="SGLang decode CUDA-graph max batch [default: by card memory, 256/512 on an H200]."),
     Opt(("--disable-cuda-graph",), "disable_cuda_graph", Kind.FLAG, default=None,
         help="SGLang: no decode CUDA graphs (their reserve is dropped) [default: off]."),
     Opt(("--moe-a2a-backend",), "moe_a2a_backend", Kind.NAME, metavar="NAME", choices=SGLANG_A2A_BACKENDS,
         help="SGLang MoE all-to-all backend; deepep adds 2 GiB to the reserve [default: none]."),
+    Opt(("--enable-encoder-swa-bounded-replay",), "enable_encoder_swa_bounded_replay", Kind.FLAG, default=None,
+        help="SGLang (DeepSeek-V4.1): target windows in per-request rings instead of the paged SWA pool "
+             "[default: off]."),
     Opt(("--usage",), "usage", Kind.CHOICE, choices=("serve", "llm"),
         help="vLLM usage context for its defaults: vllm serve or the LLM class [default: serve]."),
 )

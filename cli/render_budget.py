@@ -60,6 +60,7 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
         label = step["label"] + marker(step)
         table.add_row(f"{label}\n[dim]  {step['source']}[/dim]", shown, fmt_bytes_short(left))
     console.print(table)
+    render_engram(console, budget)
     cal = budget.get("calibration")
     if cal:
         t = Table(title=f"--from-log {escape(cal['source'])}: what the log implies, what csa-plan predicts "
@@ -82,6 +83,29 @@ def render_budget(console: Console, budget: dict[str, Any], *, memory: dict[str,
             console.print(f"Requests of max_seq_len that fit: any number (0 bytes per request) — {fit['source']}")
         else:
             console.print(f"Requests of max_seq_len that fit: {fit['count']:,} — {fit['source']}")
+
+
+def engram_lines(budget: dict[str, Any]) -> list[str]:
+    """The Engram placement and the host-memory line (planner/weights/engram.py), as plain text."""
+    e, h = budget.get("engram"), budget.get("host")
+    if e is None:
+        return []
+    where = "device memory" if e["where"] == "gpu" else "host memory"
+    out = [f"Engram tables ({e['engine']}): {where}; {e['gpu_bytes_per_rank']:,} B per GPU"
+           + (f" + {e['staging_bytes_per_rank']:,} B staging" if e["staging_bytes_per_rank"] else "")
+           + f", {e['host_bytes_per_node']:,} B ({e['host_bytes_per_node'] / (1 << 30):.2f} GiB) host per node "
+           f"x {e['nodes']} node{'s' if e['nodes'] != 1 else ''} — {e['source']}"]
+    if h is not None:
+        cap = h["capacity_bytes"]
+        out.append(f"Host memory per node: {h['host_bytes_per_node']:,} B needed of "
+                   + (f"{cap:,} B ({cap / (1 << 30):.2f} GiB; {h['capacity_source']})" if cap is not None
+                      else f"unknown capacity ({h['capacity_source']})"))
+    return out
+
+
+def render_engram(console: Console, budget: dict[str, Any]) -> None:
+    for line in engram_lines(budget):
+        console.print(line)
 
 
 def budget_arithmetic(budget: dict) -> str:

@@ -150,3 +150,38 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
     for d in runs:
         for note in d["runtime"]["modelled"]:
             out.print(f"  {d['engine']['name']}: {note}", highlight=False)
+
+
+def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
+    """Both pools, the link and where TTFT goes (``runtime.disaggregation``)."""
+    def s(q: dict[str, Any], scale: float = 1.0) -> str:
+        return "-" if q["p50_s"] is None else f"{q['p50_s'] * scale:.3f} / {q['p99_s'] * scale:.3f}"
+
+    out.print("disaggregated (p50 / p99):")
+    for role in ("prefill", "decode"):
+        r = d[role]
+        hold = r.get("peak_units_with_transfer_hold")
+        extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer" + (
+            ")" if r.get("transfer_hold_fits", True) else ": more than the pool, so the prefill side would admit "
+                                                          "later than replayed)")
+        out.print(f"  {role}: {r['workers']} x tp {r['tp']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
+                  f"{r['peak_units']:,} of {r['usable_units']:,}{extra}; running peak {r['peak_running']:,}, "
+                  f"waiting peak {r['peak_waiting']:,}")
+    t, link = d["transfer"], d["link"]
+    b = t["bytes_per_gpu"]
+    out.print(f"  transfer over {link['name']} ({link['bytes_s_per_gpu'] / 1e9:g} GB/s per GPU, line rate): "
+              f"{t['requests']:,} requests, {t['bytes_total']:,} B in all; per GPU p50 {b['p50'] or 0:,} B, "
+              f"p99 {b['p99'] or 0:,} B; {s(t['seconds'], 1000)} ms (link wait {s(t['link_wait'], 1000)} ms)")
+    p = d["ttft_parts"]
+    out.print(f"  TTFT parts, s: prefill queue {s(p['prefill_queue'])}, prefill {s(p['prefill'])}, transfer "
+              f"{s(p['transfer'])}, decode first token {s(p['decode_first_token'])}")
+
+
+def render_host_tier(out: Console, h: dict[str, Any]) -> None:
+    """The host KV tier: its capacity, and prefix hits from HBM and from the host apart (``runtime.host_tier``)."""
+    q = h["queried_tokens"] or 1
+    out.print(f"host KV tier ({h['flag']}): {h['capacity_tokens']:,} tokens of prefix, {h['host_bytes_per_gpu']:,} B "
+              f"per GPU; prefix hits: HBM {h['hbm_hit_tokens']:,} tokens ({h['hbm_hit_tokens'] / q:.1%}), host "
+              f"{h['host_hit_tokens']:,} ({h['host_hit_tokens'] / q:.1%}) of {h['queried_tokens']:,} looked up; "
+              f"reloaded {h['reload_bytes']:,} B over {h['link']} ({h['link_bytes_s'] / 1e9:g} GB/s per GPU) in "
+              f"{h['reload_s']:.3f} s of steps")

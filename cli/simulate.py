@@ -78,6 +78,24 @@ PARAMS = (
         help="Seconds: the TTFT p99 bound for --find-capacity with a replayed engine."),
     Opt(("--max-tpot",), "max_tpot", Kind.NUMBER, high=MAX_WAIT_S * 1000,
         help="Milliseconds: the TPOT p99 bound for --find-capacity with a replayed engine."),
+    Opt(("--prefill-workers",), "prefill_workers", Kind.COUNT,
+        help="Disaggregated serving (--engine): prefill engine instances, each --prefill-tp GPUs [default: 1 when "
+             "a prefill role is named] (docs/disaggregation.md)."),
+    Opt(("--prefill-tp",), "prefill_tp", Kind.COUNT, help="GPUs (tensor parallel) of one prefill instance."),
+    Opt(("--decode-workers",), "decode_workers", Kind.COUNT, help="Decode engine instances, each --decode-tp GPUs."),
+    Opt(("--decode-tp",), "decode_tp", Kind.COUNT, help="GPUs (tensor parallel) of one decode instance."),
+    Opt(("--transfer-link",), "transfer_link", Kind.NAME, choices=("nvlink", "ib-ndr", "ib-xdr", "roce-400g"),
+        help="The link KV moves over from prefill to decode [default: nvlink when both roles fit one NVLink "
+             "domain, else ib-ndr]."),
+    Opt(("--kv-offloading-size",), "kv_offloading_size", Kind.NUMBER, high=1e6,
+        help="vLLM's host KV tier, as vLLM spells it: GiB of host memory over the TP ranks (its native "
+             "offloading connector); prefix hits beyond HBM reload over PCIe / C2C (docs/disaggregation.md)."),
+    Opt(("--enable-hierarchical-cache",), "enable_hierarchical_cache", Kind.FLAG, default=False,
+        help="SGLang's host KV tier (HiCache), as SGLang spells it [default: off]."),
+    Opt(("--hicache-size",), "hicache_size", Kind.NUMBER, high=1e6,
+        help="SGLang HiCache: GB of host memory per rank (overrides --hicache-ratio)."),
+    Opt(("--hicache-ratio",), "hicache_ratio", Kind.NUMBER, high=1e3,
+        help="SGLang HiCache: host pool tokens over the device pool's [default: 2.0]."),
     Opt(("--verify",), "verify", Kind.FLAG, default=False,
         help="Also replay event by event through the ledger and require identical results."),
     Opt(("--brief",), "brief", Kind.FLAG, default=False,
@@ -107,6 +125,9 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, max_ttft: float | None, max_tpot: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
+             prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
+             decode_tp: int | None, transfer_link: str | None, kv_offloading_size: float | None,
+             enable_hierarchical_cache: bool, hicache_size: float | None, hicache_ratio: float | None,
              brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
     """Replay WORKLOAD (a YAML request mix, or a CSV / JSONL trace: Azure 2023/2024, BurstGPT, Mooncake, ours)
@@ -144,11 +165,18 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                         max_concurrency=max_concurrency, spec_acceptance=spec_acceptance)
     trace = TraceOptions(format=trace_format, columns=parse_columns(columns), time_unit=time_unit,
                          where=parse_where(where), keep_failures=keep_failures)
+    from csa_plan.planner.serving.disaggregation import disaggregation_from
+
+    disaggregation = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, transfer_link)
+    from csa_plan.planner.engines.host_tier import HostTierFlags
+
+    host_tier = HostTierFlags(kv_offloading_size, enable_hierarchical_cache, hicache_size, hicache_ratio)
     request = SimulateRequest(workload, given, sort_rows=sort_rows, find_capacity=find_capacity,
                               max_wait_s=max_wait, max_ttft_s=max_ttft, max_tpot_ms=max_tpot, verify=verify, trace=trace, engine=engine,
                               engine_settings=engine_settings, kv_memory_bytes=kv_memory,
                               enable_prefix_caching=False if disable_radix_cache else prefix_caching,
-                              engines=engines if len(engines) > 1 else ())
+                              engines=engines if len(engines) > 1 else (), disaggregation=disaggregation,
+                              host_tier=host_tier if host_tier.given else None)
     show = not as_json and consoles.err.is_terminal
     outcome = run_simulate(request, lambda label, total, long_run: progress_bar(
         consoles.err if show else None, show and long_run, label, total))
@@ -178,6 +206,14 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
             from csa_plan.cli.render_runtime import render_runtime
 
             render_runtime(out, r, plot_note=plot_note, brief=brief)  # the engine's own scheduler, replayed
+            if r["runtime"].get("host_tier") is not None:
+                from csa_plan.cli.render_runtime import render_host_tier
+
+                render_host_tier(out, r["runtime"]["host_tier"])
+            if r["runtime"].get("disaggregation") is not None:
+                from csa_plan.cli.render_runtime import render_disaggregation
+
+                render_disaggregation(out, r["runtime"]["disaggregation"])
             if brief:
                 return
         else:

@@ -170,6 +170,92 @@ ALIASES: dict[str, str] = {"h100-80gb": "h100", "gh200-96gb": "gh200", "rtx-pro-
 DEFAULT_CARD = "h200"
 
 
+@record
+class Link:
+    """A link KV moves over between two engine instances (``--transfer-link``): its line rate per GPU in
+    one direction, and whether it joins only the GPUs of one scale-up domain (NVLink) or any two nodes."""
+
+    name: str
+    bytes_s: float | None   # per GPU, one direction; None: the card's own scale-up link (``CardPerf.link_bytes_s``)
+    in_domain: bool         # True: both roles' GPUs must sit in one scale-up domain (``CardPerf.link_domain``)
+    source: str
+
+
+# One NIC per GPU, as the HGX / DGX reference designs wire them (8 NICs for 8 GPUs): the per-GPU figure is
+# the NIC's line rate; achieved NIXL / Mooncake throughput is below it (the transfer seconds are a floor).
+LINKS: dict[str, Link] = {link.name: link for link in (
+    Link("nvlink", None, True, "the card's NVLink, one direction per GPU (CardPerf.link_bytes_s, its datasheet); "
+                               "only inside one NVLink domain (8 GPUs on an HGX board, 72 on an NVL72 rack)"),
+    Link("ib-ndr", 400e9 / 8, False, "NVIDIA ConnectX-7 NDR InfiniBand, 400 Gb/s per port, one port per GPU "
+                                       "(DGX H100/H200 reference: 8x ConnectX-7 for 8 GPUs)"),
+    Link("ib-xdr", 800e9 / 8, False, "NVIDIA ConnectX-8 SuperNIC XDR InfiniBand, 800 Gb/s per GPU (HGX B300 / "
+                                       "GB300 NVL72 reference)"),
+    Link("roce-400g", 400e9 / 8, False, "RoCEv2 at 400 Gb/s per GPU (NVIDIA Spectrum-X with ConnectX-7 / "
+                                         "BlueField-3, one NIC per GPU)"),
+)}
+
+
+def link(name: str, gpu: Card, gpus: int, source: str = "options", field: str = "--transfer-link") -> tuple[Link, float]:
+    """The link ``name`` between ``gpus`` GPUs of ``gpu`` and its bytes/s per GPU: bad input for an unknown
+    link, NVLink on a card without a scale-up figure, or NVLink across more GPUs than one domain joins."""
+    found = LINKS.get(name.strip().lower())
+    if found is None:
+        raise BadInput(source, field, f"unknown link {name.strip()[:40]!r} (known: {', '.join(LINKS)})")
+    if found.bytes_s is not None:
+        return found, found.bytes_s
+    perf = gpu.perf
+    if perf is None or perf.link_domain <= 1:
+        raise BadInput(source, field, f"nvlink: the {gpu.name} has no NVLink domain in the card table (PCIe only); "
+                                      f"name a network link ({', '.join(n for n in LINKS if n != 'nvlink')})")
+    if gpus > perf.link_domain:
+        raise BadInput(source, field, f"nvlink joins at most {perf.link_domain} {gpu.name} GPUs (one NVLink domain); "
+                                      f"the two roles take {gpus}: name a network link "
+                                      f"({', '.join(n for n in LINKS if n != 'nvlink')})")
+    return found, perf.link_bytes_s
+
+
+@record
+class HostSide:
+    """What a host KV tier reads of a card's host: the HBM<->host link per GPU (one direction) and the host
+    memory per GPU of the reference node (its DRAM over its GPUs)."""
+
+    link: str
+    link_bytes_s: float
+    host_memory_bytes_per_gpu: int
+    source: str
+
+
+_PCIE5 = "PCIe Gen5 x16: 64 GB/s per direction (PCI-SIG; the card's datasheet lists PCIe Gen5 128 GB/s bidirectional)"
+_PCIE4 = "PCIe Gen4 x16: 32 GB/s per direction (PCI-SIG; the card's datasheet lists PCIe Gen4 64 GB/s)"
+_C2C = "NVLink-C2C: 900 GB/s bidirectional, 450 GB/s per direction (NVIDIA Grace Hopper / Grace Blackwell datasheets)"
+_DGX8_2TB = "DGX H100/H200 datasheet: 2 TB system memory for 8 GPUs"
+HOSTS: dict[str, HostSide] = {
+    "h100": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; {_DGX8_2TB}"),
+    "h200": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; {_DGX8_2TB}"),
+    "h800": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; HGX H800 8-GPU servers, 2 TB as DGX H100"),
+    "h20": HostSide("pcie5", 64e9, 2 * 10**12 // 8, f"{_PCIE5}; HGX H20 8-GPU servers, 2 TB as DGX H100"),
+    "b200": HostSide("pcie5", 64e9, 4 * 10**12 // 8, f"{_PCIE5}; DGX B200 datasheet: 4 TB system memory, 8 GPUs"),
+    "b300": HostSide("pcie6", 128e9, 4 * 10**12 // 8, "PCIe Gen6 x16: 128 GB/s per direction; DGX B300: 4 TB, 8 GPUs"),
+    "gh200": HostSide("nvlink-c2c", 450e9, 480 * 10**9, f"{_C2C}; GH200: 480 GB LPDDR5X per superchip (1 GPU)"),
+    "gh200-144gb": HostSide("nvlink-c2c", 450e9, 480 * 10**9, f"{_C2C}; GH200: 480 GB LPDDR5X per superchip"),
+    "gb200": HostSide("nvlink-c2c", 450e9, 480 * 10**9 // 2,
+                      f"{_C2C}; GB200 NVL72: 480 GB LPDDR5X per Grace, one Grace for 2 GPUs"),
+    "gb300": HostSide("nvlink-c2c", 450e9, 480 * 10**9 // 2,
+                      f"{_C2C}; GB300 NVL72: 480 GB LPDDR5X per Grace, one Grace for 2 GPUs"),
+    "a100-80gb": HostSide("pcie4", 32e9, 2 * 10**12 // 8, f"{_PCIE4}; DGX A100 640GB datasheet: 2 TB, 8 GPUs"),
+    "a100-40gb": HostSide("pcie4", 32e9, 1 * 10**12 // 8, f"{_PCIE4}; DGX A100 320GB datasheet: 1 TB, 8 GPUs"),
+}
+
+
+def host_side(gpu: Card, source: str = "options", field: str = "--kv-offloading-size") -> HostSide:
+    """The host side of ``gpu`` for a host KV tier; bad input where the card table has none."""
+    found = HOSTS.get(gpu.name)
+    if found is None:
+        raise BadInput(source, field, f"a host KV tier reads the card's host link and host memory; the card table "
+                                      f"has none for {gpu.name} (known: {', '.join(HOSTS)})")
+    return found
+
+
 def find_card(text: str | None) -> Card | None:
     """The card ``text`` names (any case, aliases included), else None."""
     if text is None:

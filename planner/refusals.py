@@ -40,6 +40,7 @@ class RefusalType(str, Enum):
     LAYOUT_NOT_MODELLED = "LayoutNotModelled"  # a layout or engine release whose shared-state layout is not modelled
     ENGINE_RELEASE_UNSUPPORTED = "EngineReleaseUnsupported"  # an engine release before the one that added the model
     SHARING_GROUP_SPLIT = "SharingGroupSplit"
+    HOST_MEMORY_SHORT = "HostMemoryShort"  # a node's host memory cannot hold what the engine keeps there (Engram)
     READER_OWN_RECORD_AXIS = "ReaderOwnRecordAxis"  # ONNX: a reader of shared state with a cache tensor of its own  # a pipeline stage boundary between a source and its readers
 
 

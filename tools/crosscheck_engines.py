@@ -616,6 +616,150 @@ def run_sglang(quick: bool) -> list[tuple[bool, str]]:
     return out
 
 
+# -- SGLang, DeepSeek-V4.1 (shared compressed state) ------------------------------------------
+
+V41_MODEL = "deepseek-v4.1-flash"
+
+
+def _fake_sm100(on: bool):
+    """select_dsv4_kv_layout asks torch whether this is an SM100 GPU; answer as a B200 (or restore)."""
+    import torch
+
+    if not hasattr(_fake_sm100, "saved"):
+        _fake_sm100.saved = (torch.cuda.is_available, torch.version.cuda, torch.cuda.get_device_capability)
+    if on:
+        torch.cuda.is_available = lambda: True
+        torch.version.cuda = "13.0"
+        torch.cuda.get_device_capability = lambda *a, **k: (10, 0)
+    else:
+        torch.cuda.is_available, torch.version.cuda, torch.cuda.get_device_capability = _fake_sm100.saved
+
+
+def sglang_v41_case(gpu: str, tp: int, length: int, kv_memory: int, mrr: int, chunk: int, drafts: int,
+                    replay: bool) -> tuple[bool, str]:
+    """DeepSeek-V4.1 through SGLang 0.5.23's own DSV4PoolConfigurator (calculate_pool_sizes +
+    finalize_with_max_running_requests) and the pool helpers the pool classes size with
+    (KVLayout.page_bytes, _num_dsv4_physical_kv_pages, DSV41_INDEX_PAGE_SIZE, the indexer bytes,
+    the ratio-2 ring), against csa-plan's sglang-0.5.23 plan of the same deployment."""
+    import sglang.srt.mem_cache.deepseek_v4_memory_pool as pool_mod
+    import sglang.srt.model_executor.pool_configurator as pc
+    from sglang.srt.mem_cache import allocation_sizing
+
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+
+    model = load_model(V41_MODEL)
+    sm100 = gpu == "b200"
+    backend = "flashmla_mega" if sm100 and tp == 1 else "flashmla"  # deepseek_v4_hook.py:45-60 (attention TP)
+    spec = _ns(speculative_algorithm="DSPARK" if drafts else None, speculative_num_draft_tokens=drafts or None,
+               speculative_num_steps=1 if drafts else None, speculative_eagle_topk=1 if drafts else None)
+    ctx = {
+        "get_schedule": _ns(max_running_requests=mrr, chunked_prefill_size=chunk, swa_prefix_tails=None,
+                            disable_overlap_schedule=False, _swa_full_tokens_ratio_explicitly_set=False,
+                            swa_full_tokens_ratio=0.1),
+        "get_spec": spec,
+        "get_memory": _ns(enable_hisparse=False, disable_radix_cache=False),
+        "get_exec": _ns(kernel=_ns(dsv4_attn_backend=backend, enable_deepseek_v4_fp4_indexer=False),
+                        features=_ns(enable_encoder_swa_bounded_replay=replay)),
+        "get_disagg": _ns(disaggregation_mode="null", disaggregation_decode_extra_slots=0),
+    }
+    for mod in (pc, pool_mod, allocation_sizing):
+        for name, bag in ctx.items():
+            if hasattr(mod, name):
+                setattr(mod, name, (lambda b: (lambda: b))(bag))
+    for mod in (pc, allocation_sizing):
+        if hasattr(mod, "max_speculative_num_draft_tokens"):
+            mod.max_speculative_num_draft_tokens = lambda: drafts or None
+    if hasattr(allocation_sizing, "get_alloc_page_size"):
+        allocation_sizing.get_alloc_page_size = lambda: 256
+    index_page = 128 if sm100 else 64  # dsv41_index_page_size: DeepGEMM's paged sparse MQA logits on Blackwell
+    pool_mod.DSV41_INDEX_PAGE_SIZE = index_page
+    _fake_sm100(sm100)
+    try:
+        ratios = [d.compression_ratio for d in model.layers]  # the config's 43 entries; the stage is the 40 main
+        main = [d for d in model.layers if not d.is_mtp]
+        sources = list(main[0].sharing.kv_sources)
+        algo = _ns(is_dspark=lambda: bool(drafts), is_eagle=lambda: False, is_none=lambda: not drafts)
+        kvc = _ns(kv_cache_dtype_str="fp8_e4m3",
+                  model_config=_ns(qk_nope_head_dim=448, qk_rope_head_dim=64, index_head_dim=128, context_len=length,
+                                   compress_ratios=ratios, hf_config=_ns(kv_source_layer_ids=sources),
+                                   window_size=128),
+                  layer_info=_ns(start_layer=0, end_layer=len(main)), pp_size=1, pp_group=None, spec_algorithm=algo,
+                  spec_aux_config=_ns(dspark_num_stages=len(model.layers) - len(main), dflash_draft_num_layers=None),
+                  sliding_window_size=128, page_size=256, attn_dp_size=1)
+        conf = pc.DSV4PoolConfigurator(kvc)
+        cfg = conf.calculate_pool_sizes(kv_memory, 256)
+        cfg.max_running_requests = mrr
+        cfg = conf.finalize_with_max_running_requests(cfg)
+        full = cfg.full_max_total_num_tokens
+        theirs = (full, cfg.swa_max_total_num_tokens, cfg.c4_max_total_num_tokens, cfg.c128_max_total_num_tokens,
+                  cfg.c4_state_pool_size, cfg.c128_state_pool_size)
+        # the pools as DeepSeekV4TokenToKVPool builds them (deepseek_v4_memory_pool.py:1590-1645)
+        layout, option = pool_mod.select_dsv4_kv_layout()
+        their_pools = []
+        if not replay:
+            their_pools.append((pool_mod._num_dsv4_physical_kv_pages(cfg.swa_max_total_num_tokens, 256, 256),
+                                len(main) * layout.page_bytes(256)))
+        for ratio, layers in sorted(conf.stage_owner_layers.items()):
+            comp = pool_mod.resolve_compressed_kv_layout(layout, ratio, option)
+            their_pools.append((pool_mod._num_dsv4_physical_kv_pages(full // ratio, 256 // ratio, 256),
+                                len(layers) * comp.page_bytes(256 // ratio)))
+            their_pools.append((pool_mod._num_dsv4_physical_kv_pages((full + 256) // ratio, index_page, index_page),
+                                len(layers) * index_page * pool_mod.get_dsv4_indexer_bytes_per_token(128, True)))
+        ring2 = pool_mod.get_compress_state_ring_size(2, drafts)
+        fixed = (conf._get_c2_state_fixed_bytes(mrr), conf.request_window_bytes,
+                 conf._get_low_ratio_kv_padding_bytes(full))
+        coeffs = (conf.bytes_per_full_token, conf.bytes_per_swa_token)
+    finally:
+        _fake_sm100(False)
+    plan = get_engine("sglang-0.5.23").configure(
+        model, EngineSettings(gpu=gpu, max_running_requests=mrr, chunked_prefill_size=chunk,
+                              speculative_num_draft_tokens=drafts or None,
+                              enable_encoder_swa_bounded_replay=True if replay else None,
+                              tensor_parallel_size=tp), length)
+    ours_cfg = plan.pool_config(kv_memory)
+    ours = (ours_cfg["full"], ours_cfg["swa"], ours_cfg["c4"], ours_cfg["c128"], ours_cfg["c4_state"],
+            ours_cfg["c128_state"])
+    sizing = plan.size_pool(kv_memory)
+    our_pools = [(pp.units, pp.unit_bytes) for pp in sizing.pools
+                 if pp.name.startswith(("SWA", "ratio-1 KV", "ratio-2 KV", "ratio-1 index", "ratio-2 index"))]
+    our_fixed = (ours_cfg["c2_state_fixed"], ours_cfg["request_window_fixed"], ours_cfg["padding"])
+    extra = []
+    if (ours_cfg["bytes_per_full_token"], ours_cfg["bytes_per_swa_token"]) != coeffs:
+        extra.append(f"bytes per full/swa token {ours_cfg['bytes_per_full_token']}/{ours_cfg['bytes_per_swa_token']} "
+                     f"!= {coeffs}")
+    if our_pools != their_pools:
+        extra.append(f"pools {our_pools} != {their_pools}")
+    if our_fixed != fixed:
+        extra.append(f"c2 state / request windows / padding {our_fixed} != {fixed}")
+    if plan.v41.window.name != layout.name.upper() and plan.v41.window.name != layout.value.upper():
+        extra.append(f"window layout {plan.v41.window.name} != {layout}")
+    label = (f"sglang {V41_MODEL} {gpu} tp={tp} ({layout.value}) L={length} kv={kv_memory} mrr={mrr} chunk={chunk} "
+             f"drafts={drafts}{' encoder-replay' if replay else ''}")
+    ok = ours == theirs and not extra
+    text = (f"max_total_num_tokens {theirs[0]:,}, swa {theirs[1]:,}, {coeffs[0]:g} B/full token, ring2 {ring2}, "
+            f"c2 state {fixed[0]:,} B, padding {fixed[2]:,.0f} B, pools {their_pools}") if ok else \
+        f"csa-plan {ours} != SGLang {theirs} " + "; ".join(extra)
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: {text}"
+
+
+def run_sglang_v41(quick: bool) -> list[tuple[bool, str]]:
+    out = []
+    cases = [("h200", 8), ("b200", 8), ("b200", 1)]
+    budgets = (40 * GiB, 62 * GiB, 96 * GiB) if not quick else (62 * GiB,)
+    for (gpu, tp), length, kv, mrr, chunk, drafts, replay in itertools.product(
+            cases, (1_048_576, 131_072) if not quick else (1_048_576,), budgets,
+            (256, 64) if not quick else (256,), (8192, 16384) if not quick else (8192,),
+            (0, 6) if not quick else (0,), (False, True) if not quick else (False,)):
+        try:
+            out.append(sglang_v41_case(gpu, tp, length, kv, mrr, chunk, drafts, replay))
+        except Exception as exc:
+            out.append((False, f"FAIL sglang {V41_MODEL} {gpu} tp={tp} L={length} kv={kv} mrr={mrr} chunk={chunk} "
+                               f"drafts={drafts} replay={replay}: {type(exc).__name__}: {exc}"))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small subset of the cases")
@@ -630,6 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         results += run_vllm(args.quick) if release == "vllm-0.33" else run_vllm_legacy(release, args.quick)
     if args.engine in ("sglang", "all"):
         results += run_sglang(args.quick)
+        results += run_sglang_v41(args.quick)
     for _, line in results:
         print(line)
     bad = sum(1 for ok, _ in results if not ok)

@@ -26,6 +26,15 @@ class Deployment:
     weights_bytes: int | None = None
     reserved_bytes: int | None = None
     from_log: str | None = None    # --from-log FILE: calibrate the start-up terms on a real log
+    host_memory_bytes: int | None = None  # --host-memory: a node's host memory (Engram tables on the host)
+    engram_host_table: bool | None = None  # SGLang's SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1
+    engram_config: str | None = None  # vLLM's --engram-config JSON
+    engram_engine: str | None = None  # the release whose Engram placement applies when its pool is not modelled
+
+    def engram_choice(self):
+        from csa_plan.planner.weights.engram import EngramChoice
+
+        return EngramChoice(self.engram_host_table, self.engram_config, self.engram_engine)
 
     def require_one_stage(self, why: str) -> None:
         """Bad input when ``--pp`` asks for more than one pipeline stage where only one is modelled."""
@@ -45,11 +54,14 @@ def engine_settings_for(engine: str | None, engine_settings: Any, deployment: De
     --dp (SGLang divides --max-running-requests by it per worker)."""
     if engine is None or engine_settings is None or not engine.startswith("sglang"):
         return engine_settings
+    from dataclasses import replace
+
     dp = deployment.dp if deployment.dp is not None else 1
     if dp > 1 and getattr(engine_settings, "dp_attention_size", None) != dp:
-        from dataclasses import replace
-
-        return replace(engine_settings, dp_attention_size=dp)
+        engine_settings = replace(engine_settings, dp_attention_size=dp)
+    tp = deployment.tp if deployment.tp is not None else 1
+    if tp > 1 and getattr(engine_settings, "tensor_parallel_size", None) != tp:  # V4.1's backend reads tp // dp
+        engine_settings = replace(engine_settings, tensor_parallel_size=tp)
     return engine_settings
 
 
@@ -64,13 +76,15 @@ def startup_settings(engine_settings: Any) -> StartupSettings:
                            gpu_memory_utilization=get("gpu_memory_utilization"),
                            chunked_prefill_size=get("chunked_prefill_size"),
                            mem_fraction_static=get("mem_fraction_static"),
-                           speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps") or 0,
+                           speculative_tokens=get("num_speculative_tokens") or get("speculative_num_steps")
+                           or get("speculative_num_draft_tokens") or 0,  # the last: SGLang's DSpark (V4.1)
                            moe_runner_backend=get("moe_runner_backend"), gpu=get("gpu"),
                            shared_expert_tp1=bool(get("shared_expert_tp1")), max_num_seqs=get("max_num_seqs"),
                            cudagraph_capture_sizes=get("cudagraph_capture_sizes"),
                            max_cudagraph_capture_size=get("max_cudagraph_capture_size"),
                            enforce_eager=bool(get("enforce_eager")), cudagraph_mode=_cudagraph_mode(get("compilation_config")),
                            estimate_cudagraphs=get("estimate_cudagraphs"), moe_backend=get("moe_backend"),
+                           all2all_backend=get("all2all_backend"),
                            cuda_graph_max_bs=get("cuda_graph_max_bs"),
                            disable_cuda_graph=bool(get("disable_cuda_graph")),
                            moe_a2a_backend=get("moe_a2a_backend"))
@@ -113,7 +127,7 @@ def deployment_budget(model: str, device_memory_bytes: int | None, deployment: D
                                                     getattr(engine_settings, "moe_a2a_backend", None)),
                         settings=startup_settings(engine_settings),
                         weights_bytes=deployment.weights_bytes, reserved_bytes=deployment.reserved_bytes,
-                        kv_memory_bytes=kv_memory_bytes)
+                        kv_memory_bytes=kv_memory_bytes, engram=deployment.engram_choice())
     if deployment.from_log is None:
         return budget(req, search=search, facts=facts)
     return _calibrated(req, deployment.from_log, engine_settings, search, facts)

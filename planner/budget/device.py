@@ -20,8 +20,10 @@ from csa_plan.planner.placement import Placement
 from csa_plan.planner.record import record
 from csa_plan.planner.weights.config import read_model_config
 from csa_plan.planner.weights.measured import ModelWeights, WeightsSource, model_weights
+from csa_plan.planner.weights.engram import EngramChoice, EngramPlacement, EngramTable, placement as engram_placement
+from csa_plan.planner.weights.engram import tables_of as engram_tables
 from csa_plan.planner.weights.rules import rules_for
-from csa_plan.planner.weights.sharding import DeviceWeights, shard
+from csa_plan.planner.weights.sharding import DeviceWeights, Part, shard
 
 MAX_SEARCH_TP = 256
 
@@ -41,6 +43,7 @@ class BudgetRequest:
     reserved_bytes: int | None = None     # --reserved (per device: replaces every reserve step)
     kv_memory_bytes: int | None = None    # --kv-memory (per device: the answer itself)
     calibration: tuple[int, str] | None = None  # --from-log: (bytes taken besides the terms, the log's name)
+    engram: EngramChoice = EngramChoice()  # the options that move Engram tables (planner/weights/engram.py)
 
 
 @record(eq=False)
@@ -55,6 +58,7 @@ class ModelFacts:
     weights_required: bool                # no --kv-memory: an unknown architecture is bad input
     dims: ModelDims | None
     weights: ModelWeights | None
+    engram_tables: tuple[EngramTable, ...] = ()  # the config's Engram tables (V4.1), where they sit is per engine
     _shards: list[tuple[Any, Placement, bool, DeviceWeights]] = field(default_factory=list, repr=False)
 
     def serves(self, req: BudgetRequest) -> bool:
@@ -82,7 +86,8 @@ def model_facts(req: BudgetRequest) -> ModelFacts:
     dims: ModelDims | None = model_dims(config.data, config.source) if config and config.data else None
     # --weights replaces the figure: no inventory to build (nor to refuse, past MAX_INVENTORY_LAYERS)
     weights = None if replaced else model_weights(model, required=required)
-    return ModelFacts(model, replaced, required, dims, weights)
+    tables = engram_tables(config.data, config.source) if config and config.data else ()
+    return ModelFacts(model, replaced, required, dims, weights, tables)
 
 
 @record
@@ -125,6 +130,8 @@ class Budget:
     replicas: dict[str, int] | None = None  # none passes: data-parallel replicas that serve the requests in all
     facts: ModelFacts | None = field(default=None, repr=False, compare=False)  # for the next budget of this model
     calibration: Any = None   # --from-log: the log's implied terms beside csa-plan's (from_log.Calibration)
+    engram: EngramPlacement | None = None  # where the engine keeps the Engram tables (GPU per rank, host per node)
+    host: Any = None  # check: the host-memory line (planner/weights/engram.py HostLine)
 
     @property
     def binding(self) -> StageBudget:
@@ -157,12 +164,31 @@ def budget(req: BudgetRequest, *, search: bool = True, facts: ModelFacts | None 
         facts = model_facts(req)
     dims, weights = facts.dims, facts.weights
     device_weights = facts.device_weights(rules, req.placement, mtp)
-    stages = tuple(_stage(req, s, engine, mtp, dims, weights, device_weights) for s in range(req.placement.pp))
+    engram = _engram(req, facts, dims)
+    stages = tuple(_stage(req, s, engine, mtp, dims, weights, device_weights, facts.engram_tables)
+                   for s in range(req.placement.pp))
     resolved = startup.resolved(_context(req, 0, _layers(device_weights, 0, dims), dims))
-    result = Budget(req, engine, mtp, weights, device_weights, stages, resolved, facts=facts)
+    result = Budget(req, engine, mtp, weights, device_weights, stages, resolved, facts=facts, engram=engram)
     if search and not result.fits and req.weights_bytes is None and req.kv_memory_bytes is None:
         result = replace(result, smallest_fitting=smallest_fitting(req, weights, facts=facts), searched=True)
     return result
+
+
+def _engram(req: BudgetRequest, facts: ModelFacts, dims: ModelDims | None,
+            tables: tuple[EngramTable, ...] | None = None) -> EngramPlacement | None:
+    """The Engram tables (all, or ``tables``) where the engine keeps them; vLLM's staging buffer is sized
+    by its max_num_batched_tokens (the option or the release's default for the card)."""
+    tables = facts.engram_tables if tables is None else tables
+    if not tables and req.engram == EngramChoice():
+        return None
+    mnbt = 0
+    engine = req.engram.engine or req.engine
+    if engine is not None and engine.startswith("vllm"):
+        from csa_plan.planner.budget.startup import vllm_batched_tokens
+
+        mnbt = vllm_batched_tokens(_context(req, 0, tuple(range(dims.num_main)) if dims else (), dims), engine)
+    p = req.placement
+    return engram_placement(tables, req.engine, p.tp, p.dp, req.engram, mnbt)
 
 
 def _rules(req: BudgetRequest):
@@ -186,7 +212,8 @@ def _context(req: BudgetRequest, stage: int, layers: tuple[int, ...], dims: Mode
 
 
 def _stage(req: BudgetRequest, stage: int, engine: str, mtp: bool, dims: ModelDims | None,
-           weights: ModelWeights | None, dw: DeviceWeights | None) -> StageBudget:
+           weights: ModelWeights | None, dw: DeviceWeights | None,
+           tables: tuple[EngramTable, ...] = ()) -> StageBudget:
     startup = startup_for(engine)
     ctx = _context(req, stage, _layers(dw, stage, dims), dims)
     card = req.card_bytes
@@ -194,7 +221,7 @@ def _stage(req: BudgetRequest, stage: int, engine: str, mtp: bool, dims: ModelDi
     usable = startup.usable(ctx)
     steps.append(Step(StepKind.USABLE, f"{engine} usable share ({usable.fraction})", usable.bytes, usable.source,
                       usable.estimate))
-    w_bytes, w_steps = _weights_steps(req, stage, weights, dw)
+    w_bytes, w_steps = _weights_steps(req, stage, weights, dw, tables, dims)
     steps += w_steps
     if req.reserved_bytes is not None:
         reserves: tuple[Step, ...] = (Step(StepKind.RESERVE, "engine buffers, activations, CUDA graphs",
@@ -220,7 +247,8 @@ def _stage(req: BudgetRequest, stage: int, engine: str, mtp: bool, dims: ModelDi
 
 
 def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
-                   dw: DeviceWeights | None) -> tuple[int, list[Step]]:
+                   dw: DeviceWeights | None, tables: tuple[EngramTable, ...] = (),
+                   dims: ModelDims | None = None) -> tuple[int, list[Step]]:
     if req.weights_bytes is not None:
         return req.weights_bytes, [Step(StepKind.WEIGHTS, "weights on this device", req.weights_bytes,
                                         "option --weights")]
@@ -241,14 +269,29 @@ def _weights_steps(req: BudgetRequest, stage: int, weights: ModelWeights | None,
     first, last = (min(s.layers), max(s.layers)) if s.layers else (0, 0)
     source = f"{'inventory' if weights.source is WeightsSource.INVENTORY else weights.source.value}; " \
              f"{rules.name} sharding (layers {first}-{last}, ep {dw.ep}, moe tp {dw.moe_tp})"
-    steps = [Step(StepKind.WEIGHTS, "weights on this device", s.nbytes, source)]
     total = s.nbytes
+    steps = [Step(StepKind.WEIGHTS, "weights on this device", s.nbytes, source)]
+    inventory_engram = dict(s.by_part).get(Part.ENGRAM, 0)
+    here = tuple(t for t in tables if t.layer_id in s.layers)
+    if inventory_engram and here:  # the Engram tables where the engine keeps them, not the inventory's even split
+        e = _engram(req, _NO_FACTS, dims, here)
+        total = s.nbytes - inventory_engram + e.total_gpu_bytes_per_rank
+        steps = [Step(StepKind.WEIGHTS, "weights on this device (Engram tables apart)", s.nbytes - inventory_engram,
+                      source),
+                 Step(StepKind.WEIGHTS, f"Engram tables: {'device memory' if e.where == 'gpu' else 'host memory'} "
+                      f"({e.engine})", e.gpu_bytes_per_rank, e.source)]
+        if e.staging_bytes_per_rank:
+            steps.append(Step(StepKind.WEIGHTS, "Engram staging buffers (bf16, on the GPU)", e.staging_bytes_per_rank,
+                              e.source.rpartition("; ")[2]))
     delta = weights.inventory_delta_bytes
     if delta is not None and delta < 0:
         steps.append(Step(StepKind.WEIGHTS, "checkpoint bytes the inventory does not place", -delta,
                           f"{weights.note}; counted on every device (an upper bound)", estimate=True))
         total += -delta
     return total, steps
+
+
+_NO_FACTS = ModelFacts("", False, False, None, None)  # _engram with its tables given
 
 
 def smallest_fitting(req: BudgetRequest, weights: ModelWeights | None,

@@ -48,4 +48,6 @@ def budget_document(b: Budget) -> dict[str, Any]:
         "smallest_fitting": list(b.smallest_fitting),
         "smallest_fitting_searched": b.searched,
         "calibration": b.calibration.as_dict() if b.calibration is not None else None,
+        "engram": None if b.engram is None else b.engram.as_dict(),
+        "host": None if b.host is None else b.host.as_dict(),
     }

@@ -36,6 +36,7 @@ class StartupSettings:
     cudagraph_mode: str | None = None             # vLLM --compilation-config cudagraph_mode
     estimate_cudagraphs: bool | None = None       # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default on)
     moe_backend: str | None = None                # vLLM --moe-backend
+    all2all_backend: str | None = None            # vLLM --all2all-backend
     disable_cuda_graph: bool = False              # SGLang --disable-cuda-graph
     moe_a2a_backend: str | None = None            # SGLang --moe-a2a-backend
 
@@ -53,6 +54,7 @@ class ModelDims:
     num_main: int
     experts_per_token: int = 0         # num_experts_per_tok (0: not in the config)
     moe_intermediate: int = 0          # moe_intermediate_size
+    routed_experts: int = 0            # n_routed_experts (DeepEP's buffers: budget/deepep.py)
 
     def ratios_of(self, layers: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.compress_ratios[i] for i in layers)
@@ -71,7 +73,8 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      tuple(read_int(source, "compress_ratios", r) for r in config["compress_ratios"]),
                      read_int(source, "num_hidden_layers", config["num_hidden_layers"]),
                      read_int(source, "num_experts_per_tok", config.get("num_experts_per_tok", 0)),
-                     read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)))
+                     read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)),
+                     read_int(source, "n_routed_experts", config.get("n_routed_experts", 0)))
 
 
 @record

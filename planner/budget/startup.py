@@ -52,6 +52,11 @@ def _vllm_mnbt(c: StageContext, release: str = "vllm-0.33") -> tuple[int, str]:
     return tokens, rule
 
 
+def vllm_batched_tokens(c: StageContext, release: str = "vllm-0.33") -> int:
+    """vLLM's max_num_batched_tokens at this stage (its Engram staging buffer is sized by it)."""
+    return _vllm_mnbt(c, release)[0]
+
+
 def _vllm_max_num_seqs(c: StageContext, release: str) -> int:
     if c.settings.max_num_seqs is not None:
         return c.settings.max_num_seqs
@@ -261,9 +266,36 @@ def _sglang_reserves(c: StageContext) -> tuple[Step, ...]:
         return (pre,)
     d = c.dims
     tables = _rope_tables(c)
-    return (pre, Step(StepKind.RESERVE, f"RoPE freqs_cis, {tables} x complex64 [{d.max_position_embeddings}, "
-                      f"{d.rope_head_dim // 2}]", tables * d.max_position_embeddings * (d.rope_head_dim // 2) * 8,
-                      "kernels/ops/attention/dsv4/rope.py:27-68 (lru_cache(2)); models/deepseek_v4.py:1199-1200"))
+    rope = Step(StepKind.RESERVE, f"RoPE freqs_cis, {tables} x complex64 [{d.max_position_embeddings}, "
+                f"{d.rope_head_dim // 2}]", tables * d.max_position_embeddings * (d.rope_head_dim // 2) * 8,
+                "kernels/ops/attention/dsv4/rope.py:27-68 (lru_cache(2)); models/deepseek_v4.py:1199-1200")
+    return (pre, rope, *_sglang_deepep(c))
+
+
+SGLANG_DEEPEP_RESERVE_MIB = 2 * 1024  # arg_groups/memory_hook.py:402-414: added to the reserve under deepep
+
+
+def _sglang_deepep(c: StageContext) -> tuple[Step, ...]:
+    """DeepEP's buffers under ``--moe-a2a-backend deepep`` (``--deepep-mode auto``, SGLang's default: both
+    modes), sized by DeepEP's code (budget/deepep.py). SGLang builds them at the first dispatch
+    (token_dispatcher/deepep.py:441, :733), after the KV pool is sized, so they come out of the reserve
+    its memory hook widened by 2,048 MiB for deepep, not out of the pool: a 0-byte step that says whether
+    they fit that widening."""
+    d = c.dims
+    if c.settings.moe_a2a_backend != "deepep" or d is None or not d.routed_experts:
+        return ()
+    from csa_plan.planner.budget.deepep import sglang_deepep_buffers
+
+    p = c.placement
+    ep = p.ep if p.ep is not None and p.ep > 1 else p.tp * p.dp
+    try:
+        b = sglang_deepep_buffers("auto", ep=ep, hidden=d.hidden, num_experts=d.routed_experts)
+    except ValueError as exc:
+        raise BadInput("options", "--moe-a2a-backend", f"deepep over {ep} ranks: {exc}") from None
+    fits = b.total_bytes <= SGLANG_DEEPEP_RESERVE_MIB * MiB
+    return (Step(StepKind.RESERVE, f"DeepEP buffers (auto, ep {ep}): NVLink {b.nvl_bytes:,} B + RDMA {b.rdma_bytes:,} B, "
+                 f"{'inside' if fits else 'MORE than'} the {SGLANG_DEEPEP_RESERVE_MIB:,} MiB reserved for them", 0,
+                 f"{b.why}; allocated at the first dispatch, after the pool (token_dispatcher/deepep.py:441, :733)"),)
 
 
 def _sglang_resolved(c: StageContext) -> dict[str, Any]:

@@ -187,6 +187,39 @@ def graph_estimate_bytes(descs: dict[str, list[int]], token_bytes: int, factor_p
 
 # --- the steps -------------------------------------------------------------------------------------
 
+NODE_GPUS = 8  # vLLM's all2all manager asks for RDMA across nodes (base_device_communicator.py:57-63): 8 a node
+
+
+def _all2all_steps(c: StageContext, mnbt: int) -> tuple[Step, ...]:
+    """DeepEP's buffers when ``--all2all-backend`` names a DeepEP backend (their sizes: budget/deepep.py);
+    a backend whose buffers are not modelled is refused where vLLM would use it, never passed over."""
+    backend = c.settings.all2all_backend
+    if backend is None or backend == "allgather_reducescatter":
+        return ()
+    from csa_plan.planner.budget.deepep import VLLM_SIZED_A2A, vllm_deepep_buffers
+
+    d = c.dims
+    assert d is not None
+    p = c.placement
+    ep, dp = p.ep or 1, p.dp
+    if backend not in VLLM_SIZED_A2A:
+        if ep > 1 and dp > 1:
+            raise BadInput("options", "--all2all-backend", f"{backend}: its buffers are not modelled (csa-plan sizes "
+                                                           f"{', '.join(VLLM_SIZED_A2A)})")
+        return (Step(StepKind.RESERVE, f"all-to-all {backend}: not used (ep {ep}, dp {dp})", 0,
+                     "vLLM runs its all-to-all kernels only with expert parallelism and DP > 1 (vllm-0.26.0 "
+                     "fused_moe/config.py:1052-1055)"),)
+    if not d.routed_experts:
+        raise BadInput("options", "--all2all-backend", "the model config has no n_routed_experts: DeepEP's buffers "
+                                                       "cannot be sized")
+    b = vllm_deepep_buffers(backend, ep=ep, dp=dp, internode=ep > NODE_GPUS, max_num_batched_tokens=mnbt,
+                            hidden=d.hidden, num_experts=d.routed_experts)
+    assert b is not None
+    label = (f"DeepEP buffers ({backend}): NVLink {b.nvl_bytes:,} B + RDMA {b.rdma_bytes:,} B" if b.allocated
+             else f"DeepEP buffers ({backend}): none allocated (ep {ep}, dp {dp})")
+    return (Step(StepKind.RESERVE, label, b.total_bytes, b.why),)
+
+
 @record
 class GraphPlan:
     """The resolved CUDA-graph settings and what the release's estimator will capture."""
@@ -243,6 +276,7 @@ def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int
     steps.append(Step(StepKind.RESERVE, f"non-torch memory (NCCL buffers, cuBLAS){' at TP > 1' if tp_many else ''}",
                       nt, f"non_torch_increase (utils/mem_utils.py memory_profiling); {how}{nt_note}", estimate=True,
                       band_pct=fit.non_torch_band_pct * widen * (1 if tp_many else 2)))
+    steps.extend(_all2all_steps(c, mnbt))
     if c.settings.moe_backend == "deep_gemm_mega_moe":
         mega = mnbt * d.experts_per_token * d.hidden * fit.mega_moe_bytes_per_token_expert_elem_ppm // 1_000_000
         steps.append(Step(StepKind.RESERVE, "deep_gemm_mega_moe symmetric buffer", mega,

@@ -78,6 +78,7 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         refusal = engine_refusal(name)
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
+        deployment = replace(deployment, engram_engine=name)  # its Engram tables still sit where that release puts them
     if req.gate_from_spec and spec.gate is not None:
         o = replace(o, gate=Gate(spec.gate))
     plan = plan_model(spec, o)
@@ -105,6 +106,21 @@ def run_check(req: CheckRequest) -> CheckOutcome:
             refused_first = refuses_its_arguments(exc.refusal)
     if not refused_first:
         device = budget_at(length)
+    if device is not None:  # the Engram tables' host line (planner/weights/engram.py), refused when they do not fit
+        from csa_plan.planner.cards import card_of
+        from csa_plan.planner.weights.engram import host_line
+
+        card = card_of(req.device_memory_bytes)
+        line = host_line(device.engram, deployment.host_memory_bytes, card.name if card else settings.gpu)
+        if line is not None:
+            device = with_(device, host=line)
+    else:  # no budget: the Engram options have nothing to move or size
+        for name, value in (("--host-memory", deployment.host_memory_bytes),
+                            ("--engram-config", deployment.engram_config),
+                            ("--enable-dsv41-engram-host-table", deployment.engram_host_table)):
+            if value is not None:
+                raise BadInput("options", name, "places the Engram tables in the device budget or beside it: name a "
+                                                "device (--device-memory or --gpu)")
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
     if req.engine is not None:

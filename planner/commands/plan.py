@@ -88,6 +88,7 @@ AXIS_EFFECT: dict[str, str] = {
     "page_size": MEMORY_ONLY, "moe_backend": MEMORY_ONLY, "moe_runner_backend": MEMORY_ONLY,
     "moe_a2a_backend": MEMORY_ONLY, "max_cudagraph_capture_size": MEMORY_ONLY, "cuda_graph_max_bs": MEMORY_ONLY,
     "enforce_eager": MEMORY_ONLY, "disable_cuda_graph": MEMORY_ONLY, "async_scheduling": MEMORY_ONLY,
+    "all2all_backend": MEMORY_ONLY, "enable_encoder_swa_bounded_replay": MEMORY_ONLY,
 }
 
 

@@ -51,6 +51,8 @@ class SimulateRequest:
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
     enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
     engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
+    disaggregation: Any = None  # serving.disaggregation.Disaggregation: a prefill pool and a decode pool
+    host_tier: Any = None  # engines.host_tier.HostTierFlags: a host KV tier beneath the prefix cache
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,15 +78,27 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.reserve.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
-    if len(req.engines) > 1:
+    if len(req.engines) > 1 and req.disaggregation is None:
         return run_side_by_side(req, run_simulate, progress)
 
     refuse_unused_input_options(req)
+    if req.host_tier is not None and req.host_tier.given and req.engine is None:
+        raise BadInput("options", "--kv-offloading-size" if req.host_tier.kv_offloading_size_gib is not None
+                       else "--enable-hierarchical-cache", "a host KV tier under an engine's replayed prefix cache: "
+                       "add --engine vllm-0.33 (--kv-offloading-size) or --engine sglang-0.5.23 "
+                       "(--enable-hierarchical-cache)")
+    if req.host_tier is not None and req.engine is not None:  # a flag the engine lacks: before anything runs
+        req.host_tier.check_for(req.engine, req.enable_prefix_caching)
     wl = load_workload(req.workload, sort=req.sort_rows, options=req.trace)
     settings = merge(req.given, wl.settings, wl.source)
     refuse_unused_run_options(req, wl, settings)
     if settings.model is None:
         raise BadInput("options", "--model", "no model: pass --model or name one in the mix spec")
+    if req.disaggregation is not None:  # two engine instances and a link: planner/commands/disaggregated.py
+        from csa_plan.planner.commands.disaggregated import run_disaggregated
+
+        doc, code, title = run_disaggregated(req, wl, settings)
+        return SimulateOutcome(doc, code, None, title=title)
     max_wait = req.max_wait_s
     if max_wait is not None and (not math.isfinite(max_wait) or max_wait < 0 or max_wait > MAX_WAIT_S):
         from csa_plan.planner.values import shown_against
@@ -371,7 +385,10 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
     from csa_plan.planner.reports.simulate import runtime_document
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve
 
+    from csa_plan.planner.serving.serve import host_tier_section, with_host_tier
+
     setup = runtime_setup(spec, config, req.enable_prefix_caching)  # EngineRefused: the caller's typed document
+    setup = with_host_tier(setup, config, req.host_tier)
     plan, sizing = setup.plan, setup.sizing
     capacity = None
     if req.find_capacity:
@@ -418,6 +435,7 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
     doc["time"].update(step_time=setup.time.as_dict(), max_concurrency=setup.max_concurrency,
                        step_model=setup.time.label)
     doc["runtime"] = rep.as_dict()
+    doc["runtime"]["host_tier"] = host_tier_section(setup, result)
     doc["capacity"] = capacity
     return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
 

@@ -30,7 +30,8 @@ FLAGS: dict[str, dict[str, str]] = {
              "kv_cache_dtype": "--kv-cache-dtype", "enable_prefix_caching": "--enable-prefix-caching",
              "async_scheduling": "--async-scheduling", "enforce_eager": "--enforce-eager",
              "max_cudagraph_capture_size": "--max-cudagraph-capture-size", "moe_backend": "--moe-backend",
-             "cudagraph_capture_sizes": "--cudagraph-capture-sizes", "compilation_config": "--compilation-config"},
+             "cudagraph_capture_sizes": "--cudagraph-capture-sizes", "compilation_config": "--compilation-config",
+             "all2all_backend": "--all2all-backend"},
     "sglang": {"tp": "--tp-size", "dp": "--dp-size", "max_seq_len": "--context-length",
                "mem_fraction_static": "--mem-fraction-static", "max_running_requests": "--max-running-requests",
                "chunked_prefill_size": "--chunked-prefill-size", "page_size": "--page-size",
@@ -40,6 +41,7 @@ FLAGS: dict[str, dict[str, str]] = {
                "moe_runner_backend": "--moe-runner-backend",
                # 0.5.23 spells the decode capture size per phase (arg_groups/fields/exec_.py:629); no --cuda-graph-max-bs
                "cuda_graph_max_bs": "--cuda-graph-max-bs-decode",
+               "enable_encoder_swa_bounded_replay": "--enable-encoder-swa-bounded-replay",
                "disable_cuda_graph": "--disable-cuda-graph", "moe_a2a_backend": "--moe-a2a-backend"},
 }
 # Boolean settings whose False is a flag of its own (vLLM's BooleanOptionalAction ``--no-X``), by release: vLLM
@@ -96,6 +98,22 @@ def model_id(ref: str) -> str:
     return ref
 
 
+def _draft_method(ref: str) -> str:
+    """``dspark`` for a bundled V4 checkpoint that carries a DSpark drafter after its main layers (Flash-0731,
+    Pro-0813: csa-plan plans its draft layers, which vLLM builds only under that method,
+    models/deepseek_v4/nvidia/dspark.py:105; ``mtp`` builds num_nextn_predict_layers, mtp.py:175), else ``mtp``."""
+    import json
+
+    from csa_plan.planner.dspark import dspark_draft_layers
+    from csa_plan.planner.loaders.model_files import PRESETS, preset_name
+    from csa_plan.planner.presets import read_preset
+
+    name = preset_name(ref)
+    if name is None:
+        return "mtp"
+    return "dspark" if dspark_draft_layers(json.loads(read_preset(PRESETS[name])), name) is not None else "mtp"
+
+
 def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int | None = None,
                 settings: Any = None, ep: int | None = None, replicas: int = 1) -> Launch | None:
     """The command that starts ``engine`` as planned (``ep``: expert-parallel ranks, None or 1 for none;
@@ -132,7 +150,8 @@ def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int 
             if value:
                 import json
 
-                argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": value})]
+                argv += ["--speculative-config", json.dumps({"method": _draft_method(model),
+                                                             "num_speculative_tokens": value})]
             continue
         if fam == "sglang" and name == "speculative_num_steps" and value:
             argv += ["--speculative-algorithm", "NEXTN"]  # DeepSeek's MTP head (SGLang resolves it to EAGLE)

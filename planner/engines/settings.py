@@ -89,15 +89,19 @@ class EngineSettings:
     compilation_config: str | None = None  # vLLM --compilation-config JSON (its cudagraph_mode is read)
     estimate_cudagraphs: bool | None = None  # vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1/0
     moe_backend: str | None = None  # vLLM --moe-backend
+    all2all_backend: str | None = None  # vLLM --all2all-backend (DeepEP buffers: planner/budget/deepep.py)
     cuda_graph_max_bs: int | None = None  # SGLang --cuda-graph-max-bs
     disable_cuda_graph: bool | None = None  # SGLang --disable-cuda-graph
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
+    enable_encoder_swa_bounded_replay: bool | None = None  # SGLang: V4.1 target windows in per-request rings
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
     gpu_memory_bytes: int | None = None
     # not an option: SGLang's --dp-size under --enable-dp-attention, from csa-plan's --dp (SGLang divides
     # --max-running-requests by it per worker); None or 1: no DP attention
     dp_attention_size: int | None = None
+    # not an option: csa-plan's --tp, SGLang's attention TP (SGLang's --tp is tp x dp); it picks V4.1's backend
+    tensor_parallel_size: int | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, limit) in SETTING_RANGES.items():
@@ -129,7 +133,7 @@ class EngineSettings:
         return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
 
 
-DERIVED = ("gpu_memory_bytes", "dp_attention_size")
+DERIVED = ("gpu_memory_bytes", "dp_attention_size", "tensor_parallel_size")
 
 
 # The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd
@@ -174,9 +178,11 @@ OPTION_SPELLING: dict[str, str] = {
     "compilation_config": "--compilation-config",
     "estimate_cudagraphs": "--estimate-cudagraphs/--no-estimate-cudagraphs",
     "moe_backend": "--moe-backend",
+    "all2all_backend": "--all2all-backend",
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "disable_cuda_graph": "--disable-cuda-graph",
     "moe_a2a_backend": "--moe-a2a-backend",
+    "enable_encoder_swa_bounded_replay": "--enable-encoder-swa-bounded-replay",
 }
 
 # Whose option each engine-only setting is (for "vllm-0.33 has no such setting; --cuda-graph-max-bs is SGLang's").
@@ -184,12 +190,13 @@ OWNER: dict[str, str] = {
     **{name: "vLLM" for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "async_scheduling",
                                  "num_speculative_tokens", "gpu_memory_utilization", "usage",
                                  "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager",
-                                 "compilation_config", "estimate_cudagraphs", "moe_backend")},
+                                 "compilation_config", "estimate_cudagraphs", "moe_backend",
+                                 "all2all_backend")},
     **{name: "SGLang" for name in ("page_size", "chunked_prefill_size", "max_running_requests",
                                    "speculative_num_steps", "speculative_eagle_topk",
                                    "speculative_num_draft_tokens", "mem_fraction_static", "moe_runner_backend",
                                    "shared_expert_tp1", "cuda_graph_max_bs", "disable_cuda_graph",
-                                   "moe_a2a_backend")},
+                                   "moe_a2a_backend", "enable_encoder_swa_bounded_replay")},
 }
 
 # The same setting under another engine's name, where the memory it governs is alike.

@@ -24,6 +24,14 @@ if TYPE_CHECKING:  # a preset is read without pathlib (start-up)
 PRESETS: dict[str, str] = {
     "deepseek-v4-flash": "deepseek-v4-flash.json",
     "deepseek-v4-pro": "deepseek-v4-pro.json",
+    # DeepSeek-V4-Flash-0731 (2026-07-31): the preview's structure with the DSpark drafter attached
+    # (46 compress_ratios); its config as cited in the preset's _csa_plan_source (docs/deepseek-v4-0731.md)
+    "deepseek-v4-flash-0731": "deepseek-v4-flash-0731.json",
+    # DeepSeek-V4-Pro-0813 (2026-08-13): the Pro preview's structure with a DSpark drafter, derived (its preset's
+    # _csa_plan_source); the sgl-project FP8 repacks: the previews with block-FP8 experts
+    "deepseek-v4-pro-0813": "deepseek-v4-pro-0813.json",
+    "deepseek-v4-flash-fp8": "deepseek-v4-flash-fp8.json",
+    "deepseek-v4-pro-fp8": "deepseek-v4-pro-fp8.json",
     # DeepSeek-V4.1-Flash (2026-09-10, MIT) and its -1017 checkpoint (the one the API serves): no
     # published field of the -1017 config differs, so both read the one bundled config (docs/deepseek-v41.md)
     "deepseek-v4.1-flash": "deepseek-v4.1-flash.json",
@@ -33,6 +41,10 @@ PRESETS: dict[str, str] = {
 PRESET_REPOS: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Flash": "deepseek-v4-flash",
     "deepseek-ai/DeepSeek-V4-Pro": "deepseek-v4-pro",
+    "deepseek-ai/DeepSeek-V4-Flash-0731": "deepseek-v4-flash-0731",
+    "deepseek-ai/DeepSeek-V4-Pro-0813": "deepseek-v4-pro-0813",
+    "sgl-project/DeepSeek-V4-Flash-FP8": "deepseek-v4-flash-fp8",
+    "sgl-project/DeepSeek-V4-Pro-FP8": "deepseek-v4-pro-fp8",
     "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek-v4.1-flash",
     "deepseek-ai/DeepSeek-V4.1-Flash-1017": "deepseek-v4.1-flash-1017",
 }
@@ -231,7 +243,14 @@ def from_hf_config(data: Any, *, source: str, name: str, max_seq_len: int | None
         n_mtp = max(len(raw_ratios) - n_main, 0)
         notes.append(f"inference_config.json: {n_mtp} MTP layer(s) = compress_ratios entries beyond n_layers")
     else:
+        from csa_plan.planner.dspark import dspark_draft_layers
+
         n_mtp = field("num_mtp_layers", 0)
+        drafts = dspark_draft_layers(data, source)
+        if drafts is not None:  # V4-Flash-0731: the DSpark drafter's layers follow the main ones (planner/dspark.py)
+            n_mtp = drafts
+            notes.append(f"{drafts} DSpark draft layer(s) after the {n_main} main layers (dspark_target_layer_ids; "
+                         "num_nextn_predict_layers is the legacy 1)")
     if n_main + n_mtp > MAX_LAYERS:
         raise BadInput(source, "num_hidden_layers", f"{n_main} + {n_mtp} layers is more than {MAX_LAYERS:,} "
                                                     "(MAX_LAYERS)")

@@ -106,7 +106,8 @@ def engram_note(data: dict[str, Any], source: str) -> tuple[str, ...]:
     total = sum(rows) * row_bytes
     return (f"Engram tables on layers {list(layers)}: {total:,} B ({total / 2**30:.2f} GiB, {row_bytes} B per row); "
             "without --engine the device budget holds them on the GPUs, rows split over tp (SGLang 0.5.23's "
-            "default); vLLM 0.33 keeps them in pinned host memory by default (not modelled)",)
+            "default); with --engine each release puts them where its code does (planner/weights/engram.py: vLLM 0.33 "
+            "in pinned host memory by default)",)
 
 
 def model_topology_refusals(kv_sources: tuple[int, ...], index_sources: tuple[int, ...], candidate: int | None,

@@ -107,7 +107,8 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         totals["hit"] += step.prefix_hit_tokens
         totals["query"] += step.prefix_query_tokens
         if step.tokens:
-            end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time))
+            end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time)) \
+                + step.extra_ns
             if on_step is not None:
                 on_step(step)
             if end > MAX_CLOCK_NS:  # the simulate loops' bound: bad input, never a wrapped (or unstorable) time

@@ -69,6 +69,7 @@ class Step:
     prefix_hit_tokens: int = 0  # tokens admissions took from the prefix cache this step
     prefix_query_tokens: int = 0  # prompt tokens those admissions looked up
     payload: Any = None  # engine-private state carried to ``complete``
+    extra_ns: int = 0  # time the step lasts besides its batch (a host KV tier's reload: engines/host_tier.py)
 
     @property
     def total_tokens(self) -> int:

@@ -187,6 +187,7 @@ class RuntimeResult:
     notes: tuple[str, ...] = ()
     pool_units: tuple[int, ...] = ()  # usable units per pool, as the runtime declares them
     preemption_word: str = "preempt"  # the engine's own word (SGLang: retract)
+    host_tier: Any = None  # a host KV tier's counters (engines/host_tier.py), summed over replicas; None: no tier
 
     def same_as(self, other: "RuntimeResult") -> bool:
         """Every per-request outcome and every per-step count equal (twins, cross-checks)."""

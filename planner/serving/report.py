@@ -119,6 +119,9 @@ def _quantiles(values_ns) -> Quantiles:
                      float(v.mean()) / 1e9)
 
 
+quantiles = _quantiles  # the public name (disaggregation's per-part figures)
+
+
 def _series(res: "RuntimeResult", points: int) -> dict[str, list]:
     import numpy as np
 

@@ -45,6 +45,7 @@ class RuntimeSetup:
     dp: int = 1
     max_concurrency: int | None = None  # one closed-loop client for the deployment (vllm bench serve's flag)
     plan_devices: int = 1  # GPUs of one replica (tp x pp)
+    host_tier: Any = None  # engines.host_tier.HostTier: a host KV tier beneath the prefix cache
 
     @property
     def devices(self) -> int:
@@ -86,21 +87,80 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
                         config.time.max_concurrency, p.tp * p.pp)
 
 
+def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) -> Any:
+    """The engine's runtime over ``trace``, under its host tier when the setup has one (``made`` collects
+    the tiers, whose counters the caller sums)."""
+    rt = setup.plan.runtime(setup.sizing, trace, setup.options)
+    if setup.host_tier is not None:
+        from csa_plan.planner.engines.host_tier import HostTierRuntime
+
+        rt = HostTierRuntime(rt, trace, setup.host_tier, setup.plan)
+        if made is not None:
+            made.append(rt)
+    return rt
+
+
 def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick | None = None) -> "RuntimeResult":
     """The workload at ``rate_scale``, replayed through the engine's own scheduler, one replay per replica."""
-    from csa_plan.planner.replay.loop import replay
-    from csa_plan.planner.serving.replicas import replay_replicas
     from csa_plan.planner.replay.trace import runtime_trace
 
-    plan, sizing, options, time = setup.plan, setup.sizing, setup.options, setup.time
-    trace = runtime_trace(wl, rate_scale)
+    return serve_trace(setup, runtime_trace(wl, rate_scale), progress)
+
+
+def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -> "RuntimeResult":
+    """``trace`` replayed through the engine's own scheduler, one replay per replica (``serve``)."""
+    from dataclasses import replace
+
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.serving.replicas import replay_replicas
+
+    time = setup.time
+    made: list = []
     if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
-        return replay_closed_replicas(lambda t, c: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
-                                                          max_concurrency=c), trace, setup.dp, setup.max_concurrency)
-    return replay_replicas(lambda t: replay(plan.runtime(sizing, t, options), t, time, progress=progress,
-                                            max_concurrency=setup.max_concurrency), trace, setup.dp)
+        result = replay_closed_replicas(lambda t, c: replay(engine_runtime(setup, t, made), t, time,
+                                                            progress=progress, max_concurrency=c),
+                                        trace, setup.dp, setup.max_concurrency)
+    else:
+        result = replay_replicas(lambda t: replay(engine_runtime(setup, t, made), t, time, progress=progress,
+                                                  max_concurrency=setup.max_concurrency), trace, setup.dp)
+    if made:
+        totals: dict[str, int] = {}
+        for rt in made:
+            for k, v in rt.counters().items():
+                totals[k] = totals.get(k, 0) + v
+        result = replace(result, host_tier=totals)
+    return result
+
+
+def with_host_tier(setup: RuntimeSetup, config: Any, flags: Any) -> RuntimeSetup:
+    """``setup`` with the host tier ``flags`` ask for (``engines.host_tier``), resolved on the deployment's card."""
+    from dataclasses import replace
+
+    from csa_plan.planner.cards import card
+    from csa_plan.planner.engines.host_tier import resolve_tier
+    from csa_plan.planner.engines.settings import target_of
+
+    if flags is None or not flags.given:
+        return setup
+    field = flags.check_for(setup.plan.engine.name, setup.options.enable_prefix_caching)
+    gpu = card(target_of(config.engine.settings)[0].name)
+    tier = resolve_tier(setup.plan, setup.sizing, config.placement.tp, gpu,
+                        offloading_gib=flags.kv_offloading_size_gib, hicache_gb=flags.hicache_size_gb,
+                        hicache_ratio=flags.hicache_ratio, field=field)
+    return replace(setup, host_tier=tier)
+
+
+def host_tier_section(setup: RuntimeSetup, result: "RuntimeResult") -> dict[str, Any] | None:
+    """``runtime.host_tier``: the tier, and the prefix hits from HBM and from the host apart, the reload in the clock."""
+    if setup.host_tier is None or result.host_tier is None:
+        return None
+    c = result.host_tier
+    return {**setup.host_tier.as_dict(), "hbm_hit_tokens": int(result.prefix_hit_tokens),
+            "host_hit_tokens": c["host_hit_tokens"], "queried_tokens": int(result.prefix_query_tokens),
+            "reload_bytes": c["reload_bytes"], "reload_s": c["reload_ns"] / 1e9, "stored_blocks": c["stored_blocks"],
+            "evicted_blocks": c["evicted_blocks"]}
 
 
 def report(setup: RuntimeSetup, result: "RuntimeResult", wl: "Workload | None" = None) -> "RuntimeReport":

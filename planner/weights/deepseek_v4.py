@@ -56,6 +56,9 @@ class V4Shape:
     compress_ratios: tuple[int, ...]
     dense: Quant      # non-expert linears
     experts: Quant    # routed experts
+    dspark: bool = False          # the draft layers are DSpark's (V4-Flash-0731), not MTP modules
+    dspark_markov_rank: int = 0
+    dspark_targets: int = 0       # len(dspark_target_layer_ids): main_proj's input is this many hidden states
 
 
 INT_FIELDS = {
@@ -77,6 +80,15 @@ def read_shape(config: Mapping[str, Any], source: str) -> V4Shape:
         values[attr] = read_int(source, key, config[key])
     for attr, (key, default) in OPTIONAL_INT_FIELDS.items():
         values[attr] = read_int(source, key, config.get(key, default))
+    from csa_plan.planner.dspark import dspark_draft_layers
+
+    drafts = dspark_draft_layers(config, source)
+    values["dspark"] = drafts is not None
+    if drafts is not None:
+        values["num_mtp"] = drafts
+        values["dspark_markov_rank"] = read_int(source, "dspark_markov_rank", config.get("dspark_markov_rank"))
+        values["dspark_targets"] = len(config["dspark_target_layer_ids"]) \
+            if isinstance(config["dspark_target_layer_ids"], list) else 0
     layers = values["num_main"] + values["num_mtp"]
     if layers > MAX_INVENTORY_LAYERS:
         raise BadInput(source, "num_hidden_layers", f"{layers:,} layers (main + MTP): the tensor inventory is built "
@@ -143,7 +155,7 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
     blocks.append((plain("norm.weight", Role.FINAL_NORM, (s.hidden,), StoredDType.BF16),
                    plain("head.weight", Role.HEAD, (s.vocab, s.hidden), StoredDType.BF16),
                    *hc_head(s, "", None, False)))
-    for j in range(s.num_mtp):
+    for j in range(s.num_mtp if not s.dspark else 0):
         layer = s.num_main + j
         prefix = f"mtp.{j}"
         where = {"layer": layer, "is_mtp": True}
@@ -157,9 +169,43 @@ def build(config: Mapping[str, Any], source: str) -> Inventory:
             plain(f"{prefix}.norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
             *hc_head(s, f"{prefix}.", layer, True),
         ))
+    if s.dspark:
+        _dspark_blocks(s, blocks, layout)
     dims = (("heads", s.heads), ("o_groups", s.o_groups), ("vocab", s.vocab), ("hidden", s.hidden),
             ("moe_inter", s.moe_inter), ("routed_experts", s.routed_experts))
-    return Inventory("DeepseekV4ForCausalLM", SOURCE, tuple(blocks), tuple(layout), s.num_main, s.num_mtp, dims)
+    return Inventory("DeepseekV4ForCausalLM", SOURCE if not s.dspark else f"{SOURCE}; {DSPARK_SOURCE}", tuple(blocks), tuple(layout), s.num_main, s.num_mtp, dims)
+
+
+DSPARK_SOURCE = ("DSpark drafter: per stage a V4 block (attention without compressor, MoE, hc mixes); once: "
+                 "main_proj [hidden, hidden x targets] FP8 128x128, main_norm, norm, hc_head, markov_w1/w2 BF16 "
+                 "[vocab, markov_rank], confidence_head.proj BF16 [1, hidden + markov_rank] (vllm-0.34.0 "
+                 "models/deepseek_v4/nvidia/dspark.py:89-169)")
+
+
+def _dspark_blocks(s: V4Shape, blocks: list[tuple[Weight, ...]], layout: list[tuple[int, int | None, str]]) -> None:
+    """DeepSeek-V4-Flash-0731's drafter, stored as ``mtp.{j}`` in the target checkpoint: each stage a V4
+    ``Block`` (its compress ratio, 0 in the published config: no compressor), the shared heads on the
+    last stage (vLLM: "Loaded from the 'final' MTP layer weights"), ``main_proj`` on the first."""
+    last = s.num_mtp - 1
+    for j in range(s.num_mtp):
+        layer = s.num_main + j
+        prefix = f"mtp.{j}"
+        where = {"layer": layer, "is_mtp": True}
+        layout.append((len(blocks), layer, prefix))
+        extra: list[Weight] = []
+        if j == 0:
+            extra += [linear(f"{prefix}.main_proj", Role.MTP_PROJ, s.hidden, s.hidden * s.dspark_targets, s.dense,
+                             **where),
+                      plain(f"{prefix}.main_norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where)]
+        if j == last:
+            r = s.dspark_markov_rank
+            extra += [plain(f"{prefix}.norm.weight", Role.MTP_NORM, (s.hidden,), StoredDType.BF16, **where),
+                      *hc_head(s, f"{prefix}.", layer, True),
+                      plain(f"{prefix}.markov_w1.weight", Role.MTP_PROJ, (s.vocab, r), StoredDType.BF16, **where),
+                      plain(f"{prefix}.markov_w2.weight", Role.MTP_PROJ, (s.vocab, r), StoredDType.BF16, **where),
+                      plain(f"{prefix}.confidence_head.proj.weight", Role.MTP_PROJ, (1, s.hidden + r),
+                            StoredDType.BF16, **where)]
+        blocks.append((*_block(s, prefix, layer, is_mtp=True), *extra))
 
 
 def hc_head(s: V4Shape, prefix: str, layer: int | None, is_mtp: bool) -> list[Weight]:

@@ -104,14 +104,17 @@ def _settings_for(engine: str) -> list[EngineSettings | None]:
                 EngineSettings(max_cudagraph_capture_size=512, estimate_cudagraphs=True),
                 EngineSettings(cudagraph_capture_sizes=(1, 2, 4, 8),
                                compilation_config='{"cudagraph_mode": "PIECEWISE"}'),
-                EngineSettings(moe_backend="flashinfer_cutlass", num_speculative_tokens=0)]
+                EngineSettings(moe_backend="flashinfer_cutlass", num_speculative_tokens=0,
+                               all2all_backend="deepep_low_latency")]
     else:
         out += [EngineSettings(max_running_requests=128, chunked_prefill_size=8192, mem_fraction_static=0.85),
                 EngineSettings(speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
                                page_size=256, kv_cache_dtype="fp8_e4m3"),
                 EngineSettings(moe_runner_backend="flashinfer_mxfp4", cuda_graph_max_bs=256, disable_cuda_graph=False),
                 EngineSettings(moe_runner_backend="marlin", disable_cuda_graph=True, moe_a2a_backend="deepep",
-                               shared_expert_tp1=True)]
+                               shared_expert_tp1=True),
+                EngineSettings(enable_encoder_swa_bounded_replay=True),
+                EngineSettings(enable_encoder_swa_bounded_replay=False)]
     for s in out[1:]:
         assert set(s.given()) <= set(opts), (engine, set(s.given()) - set(opts))
     return out
@@ -122,7 +125,8 @@ def test_every_launch_csa_plan_emits_parses_under_the_release_s_own_parser(engin
     n = 0
     for (tp, dp, ep), settings, model in itertools.product(
             [(tp, dp, ep) for tp in (1, 2, 4, 8) for dp in (1, 2, 4, 8) for ep in (None, 1, tp * dp)],
-            _settings_for(engine), ("deepseek-v4-flash", "deepseek-v4-pro", "/models/v4/config.json")):
+            _settings_for(engine), ("deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-0731",
+                                     "/models/v4/config.json")):
         launch = launch_argv(engine, model, tp, dp, 9216, settings, ep=ep)
         ns = vars(check(engine, launch.argv))
         n += 1
@@ -134,6 +138,7 @@ def test_every_launch_csa_plan_emits_parses_under_the_release_s_own_parser(engin
             assert ns["--enable-dp-attention"] == (dp > 1)
         assert ns["--max-model-len" if engine.startswith("vllm") else "--context-length"] == 9216
         # what is not written is said: nothing a flag carries is left unexpressed
+        assert ("--speculative-config" in launch.argv) == bool(settings and settings.num_speculative_tokens)
         for name in launch.unexpressed:
             assert name in ("indexer_kv_dtype", "usage", "speculative_eagle_topk", "speculative_num_draft_tokens",
                             "num_speculative_tokens") or name not in get_engine(engine).options, name

@@ -41,8 +41,9 @@ def test_rtx_pro_6000_v0250_from_flags_alone(csa):
 def test_vllm_51041_h20_preview_from_flags_alone(csa):
     """vllm-project/vllm#51041 (the "preview" column): vLLM 0.26.0, 2x H20, TP 2, 0.95, mnbt 8192, max-num-seqs
     32, MTP 1, async off, 912,128: "7.01 GiB", "1,009,661 tokens". From flags: before 11.20 GiB / 1,613,421
-    tokens (+59.8 %), after 10.98 GiB / 1,581,747 (+56.7 %). Not explained: the thread's runs also used
-    --all2all-backend deepep_low_latency (its buffers are not modelled), and 0.26 has no fit of its own."""
+    tokens (+59.8 %), after 10.98 GiB / 1,581,747 (+56.7 %). Not explained: 0.26 has no fit of its own; the
+    thread's --all2all-backend deepep_low_latency variants allocate no DeepEP buffer at TP 2 without DP
+    (tests/budget/test_deepep.py), so DeepEP is not the gap."""
     d = predict(csa, "deepseek-v4-flash", "--engine", "vllm-0.26", "--gpu", "h20", "--tp", "2",
                 "--max-seq-len", "912128", "--max-num-batched-tokens", "8192", "--max-num-seqs", "32",
                 "--num-speculative-tokens", "1", "--no-async-scheduling", "--gpu-memory-utilization", "0.95")

@@ -25,6 +25,7 @@ REFUSAL_EXAMPLES = sorted((EXAMPLES / "configs" / "refusals").glob("*.yaml"))
 CONFIG_TYPES = {t.value for t in RefusalType} - {
     "OutOfMemory", "ArityMismatch", "UnsupportedOpVersion", "SharedRecordAxis",
     "IndexAxisMismatch", "PresentPastAxisMismatch", "RequestExceedsCapacity", "NeverFits", "RunningRequestCap",
+    "HostMemoryShort",  # check --host-memory against the Engram tables (tests/engines/test_sglang_v41.py)
 } - SHARED_STATE_TYPES  # shared-state types have HF-config examples (tests/planner/test_shared_state.py)
 
 

@@ -48,8 +48,11 @@ class SglangRuntime(EngineRuntime):
     preemption_word = "retract"  # scheduler.py:4493 retract_decode
 
     def __init__(self, cfg: SchedulerConfig, trace: "RuntimeTrace", label: str,
-                 compiled: "Callable[[SglangRuntime], CompiledReplay | None] | None" = None) -> None:
+                 compiled: "Callable[[SglangRuntime], CompiledReplay | None] | None" = None,
+                 pools: tuple[str, str] | None = None) -> None:
         self.cfg, self.trace, self.label = cfg, trace, label
+        if pools is not None:  # what the two pools hold for this model (V4.1: the kv sources' records and keys)
+            self.pools = pools
         self.compiled = compiled  # the compiled twin's provider, handed in by the engine plan
         self.sched = SglangScheduler(cfg)
         self.usable_units = cfg.full_pages + cfg.swa_pages

@@ -39,6 +39,8 @@ from typing import Any
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
 from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, known, target_of
+from csa_plan.planner.engines.sglang.v41 import (LOW_RATIO_INDEX_BYTES, C2_STATE_ROW_BYTES, V41Pools,
+                                                  attention_backend, c2_ring_rows, index_page_slots, layouts)
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.units import MiB, ceil_div, round_up
 
@@ -57,7 +59,8 @@ MAX_PREFILL_TOKENS = 16384  # server args default max_prefill_tokens
 ACCEPTS = ("gpu", "page_size", "kv_cache_dtype", "indexer_kv_dtype", "chunked_prefill_size", "max_running_requests",
            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
            "moe_runner_backend", "shared_expert_tp1",
-           "cuda_graph_max_bs", "disable_cuda_graph", "moe_a2a_backend")  # the last three: start-up memory only
+           "cuda_graph_max_bs", "disable_cuda_graph", "moe_a2a_backend",  # these three: start-up memory only
+           "enable_encoder_swa_bounded_replay")
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:
@@ -170,9 +173,36 @@ class SglangSettings:
     mem_fraction_static: float | None
     requested_max_running_requests: int = 0  # --max-running-requests as given (or 256), for the whole server
     dp_size: int = 1  # --dp-size with DP attention (csa-plan's --dp)
+    kv_cache_dtype: str = "fp8_e4m3"
+    encoder_replay: bool = False  # --enable-encoder-swa-bounded-replay
+    indexer_given: bool = False  # --indexer-kv-dtype was given (it sizes ratio-4 keys only)
+    speculative_steps_given: bool = False  # --speculative-num-steps / --speculative-eagle-topk (EAGLE/MTP) given
+    tensor_parallel_size: int = 1  # csa-plan's --tp: SGLang's attention TP (SGLang's --tp is tp x dp)
 
 
-def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, ...]]:
+def dspark_draft_tokens(settings: EngineSettings) -> tuple[int, list[Resolved]]:
+    """DeepSeek-V4.1's speculative decoding is DSpark (no MTP module; the hook accepts EAGLE and DSPARK,
+    ``arg_groups/deepseek_v4_hook.py:138-155``, and EAGLE needs a draft model V4.1 does not ship):
+    ``--speculative-num-draft-tokens`` is DSpark's verify window gamma + 1, at least 2
+    (``arg_groups/speculative_hook.py:807-850``); the EAGLE options cannot apply."""
+    for option, value in (("--speculative-num-steps", settings.speculative_num_steps),
+                          ("--speculative-eagle-topk", settings.speculative_eagle_topk)):
+        if value is not None:
+            raise _refuse(f"{SRC}/arg_groups/deepseek_v4_hook.py:138-155", option, "DSpark: --speculative-num-draft-"
+                          "tokens only", f"{option} {value}", f"{option} is an EAGLE/MTP option; DeepSeek-V4.1 has no "
+                          "MTP module and drafts with DSpark (--speculative-num-draft-tokens = gamma + 1)")
+    drafts = settings.speculative_num_draft_tokens
+    if drafts is None:
+        return 0, [Resolved("--speculative-num-draft-tokens", 0, "no speculative decoding")]
+    if drafts < 2:
+        raise _refuse(f"{SRC}/arg_groups/speculative_hook.py:845-850", "--speculative-num-draft-tokens", ">= 2",
+                      str(drafts), "DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1)")
+    return drafts, [Resolved("--speculative-num-draft-tokens", drafts, "given: DSpark (speculative_algorithm DSPARK), "
+                             f"gamma {drafts - 1}")]
+
+
+def resolve(settings: EngineSettings, shared: bool = False) -> tuple[SglangSettings, tuple[Resolved, ...]]:
+    """The engine's settings; ``shared``: a model with cross-layer shared compressed state (V4.1)."""
     check_accepted(settings, ENGINE, ACCEPTS)
     gpu, gpu_source = target_of(settings)
     out = [Resolved("--gpu", gpu.name, gpu_source)]
@@ -202,6 +232,11 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
         raise _refuse(f"{SRC}/arg_groups/fields/exec_.py enable_deepseek_v4_fp4_indexer", "--indexer-kv-dtype",
                       "fp8 | fp4", idx, f"unknown indexer dtype {idx!r}")
     fp4 = idx == "fp4"
+    if shared and settings.indexer_kv_dtype is not None:
+        raise _refuse(f"{SRC}/model_executor/pool_configurator.py:1170-1172", "--indexer-kv-dtype",
+                      "not given (ratio-1/2 keys are always FP4, 68 B)", idx,
+                      "--indexer-kv-dtype (--enable-deepseek-v4-fp4-indexer) sizes ratio-4 keys; DeepSeek-V4.1's "
+                      "ratio-1/2 index pools are built with force_fp4=True, so the option cannot apply")
     if fp4 and gpu.capability[0] not in (10, 12):
         raise _refuse(f"{SRC}/arg_groups/serving_hook.py:464-470", "--indexer-kv-dtype",
                       "fp8 on sm_90 (fp4 needs SM100/SM120)", f"fp4 on {gpu.sm} ({gpu.name})",
@@ -223,9 +258,13 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
         source = (f"{source}: {requested} for the server; per DP-attention worker max(1, {requested} // {dp}) = {mrr} "
                   f"({SRC}/model_executor/pool_configurator.py:956, mem_cache/kv_cache_configurator.py:3128)")
     out.append(Resolved("--max-running-requests", mrr, source))
-    drafts, spec_lines = speculative_draft_tokens(settings)
+    if settings.enable_encoder_swa_bounded_replay and not shared:
+        raise _refuse(f"{SRC}/arg_groups/fields/exec_.py:165-180", "--enable-encoder-swa-bounded-replay",
+                      "a DeepSeek-V4.1 model", "a model without shared compressed state",
+                      "encoder SWA bounded replay is V4.1's (its encoder layers); it cannot apply to this model")
+    drafts, spec_lines = dspark_draft_tokens(settings) if shared else speculative_draft_tokens(settings)
     out += spec_lines
-    if drafts:
+    if drafts and not shared:
         for ratio in (4, 128):
             ring, window = ring_size(ratio, drafts), ratio * (2 if ratio == 4 else 1)
             pad = ring - window + 2 if ring > window else 0  # get_compress_state_write_pad
@@ -238,7 +277,13 @@ def resolve(settings: EngineSettings) -> tuple[SglangSettings, tuple[Resolved, .
     frac = settings.mem_fraction_static
     out.append(Resolved("--mem-fraction-static", frac, "given" if frac is not None else
                         f"{SRC}/arg_groups/memory_hook.py (from the card; the device budget's step)"))
-    return SglangSettings(gpu, page, fp4, chunk, mrr, drafts, frac, requested, dp), tuple(out)
+    replay = bool(settings.enable_encoder_swa_bounded_replay)
+    if replay:
+        out.append(Resolved("--enable-encoder-swa-bounded-replay", True, "given"))
+    return SglangSettings(gpu, page, fp4, chunk, mrr, drafts, frac, requested, dp,
+                          "fp8_e4m3", replay, settings.indexer_kv_dtype is not None,
+                          settings.speculative_num_steps is not None or settings.speculative_eagle_topk is not None,
+                          settings.tensor_parallel_size or 1), tuple(out)
 
 
 @dataclass(frozen=True)
@@ -259,6 +304,7 @@ class SglangPlan(EnginePlan):
     resolved: SglangSettings
     layers: Layers
     _engine: EngineModel = field(repr=False)
+    v41: V41Pools | None = None  # DeepSeek-V4.1: the shared-state pools (planner/engines/sglang/v41.py)
 
     @property
     def engine(self) -> EngineModel:
@@ -275,6 +321,9 @@ class SglangPlan(EnginePlan):
     def full_page_bytes(self) -> int:
         """One 256-token full page across the c4 KV, c4 indexer and c128 KV pools."""
         L, p = self.layers, self.resolved.page_size
+        if self.v41 is not None:  # each source: its records' page and p // r FP4 keys
+            v = self.v41
+            return sum(n * (v.compressed.page_bytes(p // r) + p // r * LOW_RATIO_INDEX_BYTES) for r, n in v.sources)
         key = indexer_key_bytes(L.index_head_dim, self.resolved.indexer_fp4)
         return L.c4 * (page_bytes(p // 4) + p // 4 * key) + L.c128 * page_bytes(p // 128)
 
@@ -286,10 +335,15 @@ class SglangPlan(EnginePlan):
     @property
     def swa_page_bytes(self) -> int:
         """One 256-token SWA page across every main layer, with its c4 state rows (8 per page)."""
+        if self.v41 is not None:
+            return 0 if self.v41.encoder_replay else self.layers.main * self.v41.window.page_bytes(self.resolved.page_size)
         return self.layers.main * page_bytes(self.resolved.page_size) + self.rings[0] * self.c4_state_row_bytes
 
     @property
     def c128_slot_bytes(self) -> int:
+        """A request slot's fixed compressor state: c128 rings (V4), ratio-2 pair rings (V4.1)."""
+        if self.v41 is not None:
+            return c2_ring_rows(self.resolved.draft_tokens) * C2_STATE_ROW_BYTES * self.v41.owners(2)
         return self.rings[1] * 2 * self.layers.head_dim * FP32_BYTES * self.layers.c128
 
     @property
@@ -320,6 +374,17 @@ class SglangPlan(EnginePlan):
     def _uses(self, full_pages: int, swa_pages: int) -> tuple[PoolUse, ...]:
         L = self.layers
         p = self.resolved.page_size
+        if self.v41 is not None:
+            v = self.v41
+            full_content = sum(n * (p // r) * (v.compressed.bytes_per_token + LOW_RATIO_INDEX_BYTES) for r, n in v.sources)
+            swa_content = 0 if v.encoder_replay else L.main * p * v.window.bytes_per_token
+            names = " + ".join(f"ratio-{r} KV + keys ({n} source{'s' if n > 1 else ''})" for r, n in v.sources)
+            return (
+                PoolUse(f"full pages: {names}", full_pages, self.full_page_bytes, StateClass.COMPRESSED, full_content),
+                PoolUse(f"SWA pages ({L.main} layers)", 0 if v.encoder_replay else swa_pages, self.swa_page_bytes,
+                        StateClass.DENSE_RING, swa_content),
+                PoolUse("ratio-2 carry slot", 1 if v.owners(2) else 0, self.c128_slot_bytes, StateClass.CARRY),
+            )
         key = indexer_key_bytes(L.index_head_dim, self.resolved.indexer_fp4)
         swa_content = L.main * p * KV_BYTES_PER_TOKEN + self.rings[0] * self.c4_state_row_bytes
         full_content = L.c4 * (p // 4 * (KV_BYTES_PER_TOKEN + key)) + L.c128 * (p // 128 * KV_BYTES_PER_TOKEN)
@@ -344,6 +409,8 @@ class SglangPlan(EnginePlan):
 
     def pool_config(self, kv_memory_bytes: int) -> dict[str, Any]:
         """DSV4PoolConfigurator.calculate_pool_sizes (cap mode), floats in the engine's order."""
+        if self.v41 is not None:
+            return self._pool_config_v41(kv_memory_bytes)
         r, L = self.resolved, self.layers
         p, mrr = r.page_size, r.max_running_requests
         ring4, ring128 = self.rings
@@ -378,6 +445,37 @@ class SglangPlan(EnginePlan):
                 "c4_state": swa_tokens // p * ring4, "c128_state": slots * ring128,
                 "bytes_per_full_token": bytes_per_full_token, "bytes_per_swa_token": bytes_per_swa_token,
                 "c128_state_fixed": c128_fixed, "swa_fixed": swa_fixed}
+
+    def _pool_config_v41(self, kv_memory_bytes: int) -> dict[str, Any]:
+        """calculate_pool_sizes for V4.1 (pool_configurator.py:1638-1700): owners only, the layout's paged
+        bytes, the ratio-2 rings and the encoder-replay rings as fixed bytes, the low-ratio padding loop."""
+        r, L, v = self.resolved, self.layers, self.v41
+        p, mrr, d = r.page_size, r.max_running_requests, r.draft_tokens
+        bytes_per_swa_token = v.bytes_per_swa_token(p)
+        bytes_per_full_token = 0 * bytes_per_swa_token + v.bytes_per_full_token(p)
+        if d and not v.encoder_replay:  # the draft worker: (T + 1) / T
+            infl = (L.main + 1) / L.main
+            bytes_per_full_token *= infl
+            bytes_per_swa_token *= infl
+        if v.encoder_replay:
+            swa_tokens = 0
+        else:
+            cap = self.swa_budget_tokens() * max(1, mrr) + 2 * r.chunked_prefill_size + p
+            swa_tokens = round_up(cap + 4 * mrr * (L.window + p), p)
+        slots = mrr + 1
+        c2_fixed = v.c2_state_bytes(slots, d)
+        window_fixed = v.request_window_bytes(mrr, r.chunked_prefill_size, p, L.window, d, L.head_dim)
+        swa_fixed = window_fixed + swa_tokens * bytes_per_swa_token
+        fixed = 0 + c2_fixed + swa_fixed + 0 + 0
+        avail = max(kv_memory_bytes - fixed, 0)
+        full = int(avail / bytes_per_full_token) // p * p
+        while full > 0 and full * bytes_per_full_token + v.padding_bytes(full, p) > avail:
+            full -= p
+        return {"full": full, "swa": swa_tokens, "c4": full // 4, "c128": full // 128, "c4_state": 0,
+                "c128_state": 0, "bytes_per_full_token": bytes_per_full_token,
+                "bytes_per_swa_token": bytes_per_swa_token, "c128_state_fixed": 0, "c2_state_fixed": c2_fixed,
+                "swa_fixed": swa_fixed, "request_window_fixed": window_fixed,
+                "padding": v.padding_bytes(full, p) if full > 0 else 0}
 
     def pool_config_for(self, max_running_requests: int, kv_memory_bytes: int) -> dict[str, Any]:
         """``pool_config`` had the server been started with ``--max-running-requests`` this value."""
@@ -427,6 +525,8 @@ class SglangPlan(EnginePlan):
                           "--swa-prefix-tails or SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static.")
         ring4, ring128 = self.rings
         key = indexer_key_bytes(L.index_head_dim, r.indexer_fp4)
+        if self.v41 is not None:
+            return self._size_pool_v41(kv_memory_bytes, cfg)
         pools = [PoolSize("SWA KV (every main layer)", physical_pages(cfg["swa"], p), L.main * page_bytes(p),
                           f"{cfg['swa']:,} tokens in {p}-token pages of {page_bytes(p):,} B per layer, one spare page")]
         if L.c4:
@@ -478,6 +578,73 @@ class SglangPlan(EnginePlan):
                    ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
                    ("c128_state_fixed_bytes", cfg["c128_state_fixed"]), ("swa_pages", swa_pages)))
 
+    def _v41_pools(self, cfg: dict[str, Any]) -> list[PoolSize]:
+        """The V4.1 pools as DeepSeekV4TokenToKVPool allocates them (deepseek_v4_memory_pool.py:1590-1645)."""
+        r, L, v = self.resolved, self.layers, self.v41
+        p, full = r.page_size, cfg["full"]
+        pools = []
+        if v.encoder_replay:
+            pools.append(PoolSize("encoder-replay request windows (rings)", 1, cfg["request_window_fixed"],
+                                  f"{L.main} layers x (max_running_requests + 1) rings of the {L.window}-token "
+                                  "window, scratch and the DSpark ring (pool_configurator.py:1208-1235)"))
+        else:
+            pools.append(PoolSize(f"SWA KV (every main layer, {v.window.name})", physical_pages(cfg["swa"], p),
+                                  L.main * v.window.page_bytes(p),
+                                  f"{cfg['swa']:,} tokens in {p}-token pages of {v.window.page_bytes(p):,} B per "
+                                  "layer, one spare page"))
+        for ratio, n in v.sources:
+            size = full // ratio
+            pools.append(PoolSize(f"ratio-{ratio} KV ({n} kv source{'s' if n > 1 else ''}, {v.compressed.name})",
+                                  physical_pages(size, p // ratio), n * v.compressed.page_bytes(p // ratio),
+                                  f"{size:,} records, {p // ratio}-slot pages of "
+                                  f"{v.compressed.page_bytes(p // ratio):,} B"))
+            pools.append(PoolSize(f"ratio-{ratio} index keys (FP4, {LOW_RATIO_INDEX_BYTES} B)",
+                                  v.index_pages(full, p, ratio), n * v.index_page * LOW_RATIO_INDEX_BYTES,
+                                  f"{(full + p) // ratio:,} keys in {v.index_page}-slot pages"))
+        if v.owners(2):
+            rows = v.c2_state_rows(r.max_running_requests + 1, r.draft_tokens)
+            pools.append(PoolSize("ratio-2 pair state (per request slot)", rows, v.owners(2) * C2_STATE_ROW_BYTES,
+                                  f"{c2_ring_rows(r.draft_tokens)} fp32 rows x {r.max_running_requests + 1} slots"))
+        pools.append(PoolSize("req_to_token (int32 per slot)", r.max_running_requests + 1 + 1, self.max_seq_len * 4,
+                              "ReqToTokenPool: max_running_requests + 1 slots + a padding row; not from the KV budget"))
+        return pools
+
+    def _size_pool_v41(self, kv_memory_bytes: int, cfg: dict[str, Any]) -> PoolSizing:
+        r, v = self.resolved, self.v41
+        p = r.page_size
+        pools = self._v41_pools(cfg)
+        reserved = sum(pp.bytes for pp in pools if pp.name.startswith(("SWA", "encoder", "ratio-2 pair")))
+        full_pages = cfg["full"] // p
+        swa_pages = cfg["swa"] // p
+        per_request = self.startup_budget()
+        fit_full = full_pages // max(per_request.uses[0].units, 1)
+        fit_swa = swa_pages // max(per_request.uses[1].units, 1) if not v.encoder_replay else r.max_running_requests
+        concurrency = min(fit_full, fit_swa, r.max_running_requests)
+        lines = (
+            f"DSV4 pool sizes: full={cfg['full']}, swa={cfg['swa']}, c4={cfg['c4']}, c128={cfg['c128']}, "
+            f"c4_state=0, c128_state=0",
+            f"max_total_num_tokens={cfg['full']}, chunked_prefill_size={r.chunked_prefill_size}, "
+            f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={r.max_running_requests}, "
+            f"context_len={self.max_seq_len}",
+        )
+        return PoolSizing(
+            kv_memory_bytes=kv_memory_bytes, unit_name="page", unit_bytes=self.full_page_bytes,
+            total_units=full_pages, usable_units=full_pages, max_running=r.max_running_requests,
+            max_seq_len=self.max_seq_len, budget_units_per_request=per_request.uses[0].units,
+            concurrency=float(concurrency), tokens=cfg["full"], pools=tuple(pools), reserved_bytes=reserved,
+            log_lines=lines,
+            extra=(("max_total_num_tokens", cfg["full"]), ("swa_tokens", cfg["swa"]), ("c4_tokens", cfg["c4"]),
+                   ("c128_tokens", cfg["c128"]), ("c4_state_rows", 0), ("c128_state_rows", 0),
+                   ("bytes_per_full_token", cfg["bytes_per_full_token"]),
+                   ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
+                   ("c2_state_fixed_bytes", cfg["c2_state_fixed"]), ("c128_state_fixed_bytes", 0),
+                   ("low_ratio_padding_bytes", cfg["padding"]), ("swa_pages", swa_pages),
+                   ("attention_backend", v.backend), ("window_layout", v.window.name),
+                   ("compressed_layout", v.compressed.name)))
+
+    def _describe_v41(self) -> dict[str, Any]:
+        return _describe_v41_of(self)
+
     @property
     def runtime_modelled(self) -> bool:
         return True
@@ -492,13 +659,23 @@ class SglangPlan(EnginePlan):
 
         r, extra = self.resolved, dict(sizing.extra)
         p = r.page_size
+        pools = None
+        if self.v41 is not None:
+            if self.v41.encoder_replay:
+                raise _refuse(f"{SRC}/model_executor/pool_configurator.py:1198-1240", "--enable-encoder-swa-bounded-"
+                              "replay", "off for simulate", "on", "with encoder SWA bounded replay the windows live in "
+                              "per-request rings and the scheduler's SWA accounting changes; csa-plan's SGLang "
+                              "replay models the paged SWA pool only (check sizes the rings)")
+            owners = sum(n for _, n in self.v41.sources)
+            pools = (f"full pages (ratio-1/2 {self.v41.compressed.name} records + FP4 keys of the {owners} kv sources)",
+                     f"SWA pages ({self.layers.main} layers, {self.v41.window.name})")
         radix = True if options.enable_prefix_caching is None else bool(options.enable_prefix_caching)
         cfg = SchedulerConfig(full_pages=extra["max_total_num_tokens"] // p, swa_pages=extra["swa_tokens"] // p,
                               page=p, window=self.layers.window, max_running_requests=r.max_running_requests,
                               chunked_prefill_size=r.chunked_prefill_size, max_prefill_tokens=MAX_PREFILL_TOKENS,
                               context_len=self.max_seq_len, radix_cache=radix)
         return SglangRuntime(cfg, trace, f"{ENGINE} ({'radix cache' if radix else '--disable-radix-cache'})",
-                             compiled=replay_for)
+                             compiled=replay_for, pools=pools)
 
     def charge(self, tokens: int) -> Footprint:
         """The simulator's charge: the full pages only. The SWA pool and every slot's c128 state are
@@ -526,6 +703,8 @@ class SglangPlan(EnginePlan):
     def describe(self) -> dict[str, Any]:
         r, L = self.resolved, self.layers
         p = r.page_size
+        if self.v41 is not None:
+            return self._describe_v41()
         key = indexer_key_bytes(L.index_head_dim, r.indexer_fp4)
         return {
             "startup_note": (f"SGLang budgets each request {self.swa_budget_tokens()} SWA tokens "
@@ -557,9 +736,50 @@ class SglangPlan(EnginePlan):
         }
 
 
+def _describe_v41_of(plan: "SglangPlan") -> dict[str, Any]:
+    r, L, v = plan.resolved, plan.layers, plan.v41
+    p = r.page_size
+    pools = [] if v.encoder_replay else [
+        {"name": "SWA KV", "scope": f"{p}-token pages, {L.main} layers, {v.window.name}", "unit": "page",
+         "unit_bytes": L.main * v.window.page_bytes(p)}]
+    for ratio, n in v.sources:
+        pools.append({"name": f"ratio-{ratio} KV", "scope": f"{p // ratio} records per page, {n} kv sources, "
+                      f"{v.compressed.name}", "unit": "page", "unit_bytes": n * v.compressed.page_bytes(p // ratio)})
+        pools.append({"name": f"ratio-{ratio} index keys", "scope": f"{LOW_RATIO_INDEX_BYTES} B FP4 keys, "
+                      f"{v.index_page}-slot pages, {n} kv sources", "unit": "page",
+                      "unit_bytes": n * v.index_page * LOW_RATIO_INDEX_BYTES})
+    if v.owners(2):
+        pools.append({"name": "ratio-2 pair state", "scope": f"{c2_ring_rows(r.draft_tokens)} fp32 rows per request "
+                      "slot", "unit": "slot", "unit_bytes": plan.c128_slot_bytes})
+    per_token = v.bytes_per_full_token(p)
+    return {
+        "startup_note": (f"SGLang 0.5.23 runs DeepSeek-V4.1 with --dsv4-attn-backend {v.backend}: windows "
+                         f"{v.window.name} on all {L.main} layers, ratio-1/2 records {v.compressed.name} on the "
+                         f"{sum(n for _, n in v.sources)} kv sources only, {LOW_RATIO_INDEX_BYTES} B FP4 keys; "
+                         f"{per_token:g} B per full token of compressed state (paged"
+                         + (f"; {per_token * ((L.main + 1) / L.main):.2f} with the draft worker's (T + 1) / T"
+                            if r.draft_tokens and not v.encoder_replay else "") + "). "
+                         + ("Encoder SWA bounded replay: target windows in per-request rings. " if v.encoder_replay
+                            else f"The SWA pool is sized for --max-running-requests {r.max_running_requests}. ")
+                         + "--max-running-requests is the setting that moves the fixed part."),
+        "startup_budget_setting": "--max-running-requests",
+        "page_size": p,
+        "full_page_bytes": plan.full_page_bytes,
+        "swa_page_bytes": plan.swa_page_bytes,
+        "c2_slot_bytes": plan.c128_slot_bytes,
+        "attention_backend": v.backend,
+        "bytes_per_full_token": per_token,
+        "layers": {"main": L.main, "kv_sources": dict((f"ratio_{r_}", n) for r_, n in v.sources),
+                   "draft": v.draft_layers},
+        "pools": pools,
+    }
+
+
 @dataclass(frozen=True)
 class Sglang0523(EngineModel):
     def configure(self, model, settings: EngineSettings, max_seq_len: int) -> SglangPlan:
+        if any(d.sharing is not None for d in model.layers):
+            return self._configure_v41(model, settings, max_seq_len)
         resolved, out = resolve(settings)
         main = [d for d in model.layers if not d.is_mtp]
         for d in main:
@@ -585,8 +805,53 @@ class Sglang0523(EngineModel):
                           layers=layers, _engine=self)
 
 
+    def _configure_v41(self, model, settings: EngineSettings, max_seq_len: int) -> SglangPlan:
+        """DeepSeek-V4.1: owners by collect_sources_by_ratio, the layouts by the attention backend
+        (planner/engines/sglang/v41.py)."""
+        resolved, out = resolve(settings, shared=True)
+        main = [d for d in model.layers if not d.is_mtp]
+        drafts = [d for d in model.layers if d.is_mtp]
+        kv_sources = main[0].sharing.kv_sources if main[0].sharing is not None else ()
+        ratio_of = {d.layer_id: d.compression_ratio for d in main}
+        for d in main:
+            if d.compression_ratio not in (0, 1, 2):
+                raise _refuse(f"{SRC}/mem_cache/deepseek_v4_memory_pool.py:94-115", "compress_ratios",
+                              "0, 1 or 2 in a model with kv_source_layer_ids", str(d.compression_ratio),
+                              f"layer {d.layer_id}: ratio {d.compression_ratio} mixed into a shared-state model "
+                              "is not modelled")
+        sources = tuple((r, n) for r in (1, 2)
+                        if (n := sum(1 for i in kv_sources if ratio_of.get(i) == r)))
+        if not sources:
+            raise _refuse(f"{SRC}/model_executor/pool_configurator.py:1437-1446", "kv_source_layer_ids",
+                          "a ratio-1/2 kv source", "none", "bytes_per_full_token is 0 without a compressed source")
+        attn_tp = resolved.tensor_parallel_size  # csa-plan's --tp is SGLang's attention TP (its --tp is tp x dp)
+        backend, why = attention_backend(True, resolved.gpu.capability, resolved.kv_cache_dtype, attn_tp)
+        window, compressed = layouts(backend)
+        v41 = V41Pools(backend=backend, backend_source=why, window=window, compressed=compressed,
+                       index_page=index_page_slots(resolved.gpu.capability), sources=sources,
+                       layers_total=len(main), draft_layers=len(drafts), encoder_replay=resolved.encoder_replay)
+        lines = []
+        for line in out:
+            if line.option == "--kv-cache-dtype":
+                given = "given" if settings.kv_cache_dtype else f"auto -> fp8_e4m3 ({SRC}/arg_groups/overrides.py)"
+                line = Resolved("--kv-cache-dtype", resolved.kv_cache_dtype, f"{given}; --dsv4-attn-backend "
+                                f"{backend} ({why}): windows {window.name} {window.bytes_per_token} B, ratio-1/2 "
+                                f"records {compressed.name} {compressed.bytes_per_token} B "
+                                f"({SRC}/mem_cache/deepseek_v4_memory_pool.py:174-234)")
+            elif line.option == "--indexer-kv-dtype":
+                line = Resolved("--indexer-kv-dtype", "fp4", f"ratio-1/2 keys always FP4, {LOW_RATIO_INDEX_BYTES} B, "
+                                f"{v41.index_page}-slot index pages ({SRC}/model_executor/pool_configurator.py:"
+                                "1170-1172, mem_cache/deepseek_v4_memory_pool.py:530-542)")
+            lines.append(line)
+        layers = Layers(main=len(main), c4=0, c128=0, window=max(d.window for d in main), head_dim=main[0].head_dim,
+                        index_head_dim=main[0].index_head_dim)
+        return SglangPlan(model_name=model.name, max_seq_len=max_seq_len, settings=tuple(lines), resolved=resolved,
+                          layers=layers, _engine=self, v41=v41)
+
+
 SGLANG_0523 = Sglang0523(
     name=ENGINE, engine_name="SGLang", version="0.5.23",
+    models_shared_state=True,
     summary="SGLang 0.5.23: paged SWA pool sized for max_running_requests, c4/c128/indexer pages per 256 tokens, "
             "c4 state per SWA page, c128 state per request slot",
     options=ACCEPTS,

@@ -98,7 +98,7 @@ ACCEPTS = ("gpu", "block_size", "kv_cache_dtype", "indexer_kv_dtype", "max_num_b
            "async_scheduling", "num_speculative_tokens", "gpu_memory_utilization", "usage",
            # start-up memory only (the device budget's non-KV terms: budget/vllm_nonkv.py)
            "cudagraph_capture_sizes", "max_cudagraph_capture_size", "enforce_eager", "compilation_config",
-           "estimate_cudagraphs", "moe_backend")
+           "estimate_cudagraphs", "moe_backend", "all2all_backend")
 
 
 # The engine's checks of its own arguments (it raises on them before it loads or profiles anything): a

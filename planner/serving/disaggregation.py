@@ -1,0 +1,401 @@
+"""Prefill/decode disaggregation: a prefill pool and a decode pool, each its own engine instance, composed
+from the one replay loop (``loop.replay``) and the replicas (``replicas``) every served run uses.
+
+What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL connector, SGLang 0.5.23
+``--disaggregation-mode prefill|decode``):
+
+1. **Prefill.** The prefill worker (round-robin over ``--prefill-workers``) serves the request as
+   a prefill-only request: ``max_tokens`` 1 (vLLM ``distributed/kv_transfer/kv_connector/v1/nixl/
+   base_scheduler.py:440``; SGLang ``srt/disaggregation/prefill.py:480-482`` sets ``max_new_tokens = 1``
+   "so PrefillAdder memory estimation is accurate"), through the engine's own scheduler, pool and
+   prefix cache: the trace with every output set to 1, replayed as any served run.
+2. **Transfer.** Its state moves to a decode worker (round-robin over ``--decode-workers``) over the
+   link the deployment names (``--transfer-link``; ``cards.LINKS``): the bytes are the request's own,
+   the decode engine's footprint of its prompt per GPU (``EnginePlan.footprint``, the blocks / pages
+   the request holds, as the connectors move whole blocks: ``nixl/pull_scheduler.py:270``
+   ``get_exchange_clipped_blocks``), every rank pulling its share over its own NIC at once; a
+   worker's transfers queue one after another on its links (FIFO by the time prefill ended).
+3. **Memory held during the transfer.** The prefill side keeps the request's blocks until the
+   decode side has read them: vLLM's ``request_finished`` returns ``delay_free_blocks``
+   (``nixl/pull_scheduler.py:248-278``; the scheduler skips ``_free_blocks``,
+   ``v1/core/sched/scheduler.py:3057-3059``) until the consumer's notification; SGLang keeps the
+   request in ``disagg_prefill_inflight_queue`` and calls ``release_kv_cache`` only when the
+   sender polls ``KVPoll.Success`` (``srt/disaggregation/prefill.py:1151-1228``). Here the held
+   units are counted in the prefill pool's peak (``peak_units_with_transfer_hold``) from the
+   prefill's end to the transfer's end; they do not feed back into the prefill scheduler's
+   admission (said in the notes).
+4. **Decode.** The decode worker admits the request at the transfer's end with its prompt's KV
+   loaded: vLLM loads ``len(prompt)`` tokens (``nixl/pull_scheduler.py:59-65``, backoff 0 without
+   MTP) and recomputes the last one so it can sample (``scheduler.py:3515-3516``); SGLang's
+   decode side pre-allocates and receives the pages (``srt/disaggregation/decode.py:387``
+   ``DecodePreallocQueue``). The decode engine's own scheduler runs (``RemoteKvRuntime``): its
+   blocks are allocated as for a prompt, but the loaded positions cost no step time; only the last
+   prompt token is computed. A request preempted (retracted) on the decode side recomputes its
+   prompt there, as both engines do.
+
+TTFT is the client's: arrival to the decode side's first token = prefill queue + prefill + transfer
+(link queue included) + the decode side's queue and first step. TPOT is the decode side's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
+
+if TYPE_CHECKING:
+    from csa_plan.planner.replay.result import RuntimeResult
+    from csa_plan.planner.serving.report import RuntimeReport
+    from csa_plan.planner.serving.serve import RuntimeSetup
+    from csa_plan.planner.workloads import Workload
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role's deployment: ``workers`` independent engine instances of ``tp`` GPUs each."""
+
+    workers: int
+    tp: int
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.tp
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """``--prefill-workers/--prefill-tp --decode-workers/--decode-tp --transfer-link``."""
+
+    prefill: Role
+    decode: Role
+    link: str | None = None  # None: nvlink when both roles fit one NVLink domain, else ib-ndr
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+
+def default_link(gpus: int, domain: int) -> str:
+    """NVLink when every GPU of both roles sits in one scale-up domain, else the NIC per GPU (ib-ndr)."""
+    return "nvlink" if gpus <= domain else "ib-ndr"
+
+
+class RemoteKvRuntime(EngineRuntime):
+    """The decode side: the engine's own runtime (``inner``), its prompt's KV loaded from the prefill
+    side. The inner scheduler allocates and schedules the prompt as it would (blocks, token budget,
+    preemption); this wrapper takes the loaded positions (1 .. prompt - 1) out of each step's batch,
+    so only the last prompt token is computed (vLLM ``scheduler.py:3515-3516``). A request that was
+    preempted recomputes everything (its loaded blocks were freed)."""
+
+    def __init__(self, inner: EngineRuntime, prompt_tokens: list[int]) -> None:
+        self.inner = inner
+        self.pools = inner.pools
+        self.usable_units = inner.usable_units
+        self.pool_units = inner.pool_units
+        self.pipeline_depth = inner.pipeline_depth
+        self.label = inner.label
+        self.preemption_word = inner.preemption_word
+        self._prompt = prompt_tokens
+        self._computed: dict[int, int] = {}
+        self._lost: set[int] = set()
+        self.loaded_tokens = 0  # prompt tokens taken from the transfer instead of computed
+
+    def refuse(self, r: int) -> str | None:
+        return self.inner.refuse(r)
+
+    def add(self, r: int) -> None:
+        self._computed[r] = 0
+        self.inner.add(r)
+
+    def schedule(self) -> Step:
+        step = self.inner.schedule()
+        for r in step.preempted:
+            self._lost.add(r)
+        free_n, free_pos = 0, 0.0
+        for r, n in zip(step.requests, step.tokens):
+            before = 0 if r in step.preempted else self._computed.get(r, 0)
+            self._computed[r] = before + n
+            if r in self._lost:
+                continue
+            last = self._prompt[r] - 1  # positions 1 .. last arrive over the link
+            if before < last:
+                k = min(n, last - before)
+                free_n += k
+                free_pos += float(k * before + k * (k + 1) // 2)
+        if free_n:
+            step.batch.prefill -= free_n
+            step.batch.prefill_pos -= free_pos
+            step.prefill_tokens -= free_n
+            self.loaded_tokens += free_n
+        return step
+
+    def complete(self, step: Step) -> Completion:
+        return self.inner.complete(step)
+
+    def used_units(self) -> tuple[int, ...]:
+        return self.inner.used_units()
+
+    def running(self) -> int:
+        return self.inner.running()
+
+    def waiting(self) -> int:
+        return self.inner.waiting()
+
+    def stranded(self) -> tuple[int, ...]:
+        return self.inner.stranded()
+
+    def notes(self) -> tuple[str, ...]:
+        return self.inner.notes() + ("decode side of a disaggregated deployment: each prompt's KV is loaded, not "
+                                     "computed (its last token is), and its blocks are allocated as the scheduler "
+                                     "admits it; the loaded prompt still passes the token budget as chunks "
+                                     "(the engines load it outside the budget: up to ceil(prompt / budget) - 1 "
+                                     "extra decode steps before the first token); no prefix cache on the decode "
+                                     "side",)
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """Per request (-1 / 0 where the prefill side refused it): when its transfer started and ended, its
+    bytes per GPU (each rank's share) and over all ranks."""
+
+    start_ns: Any
+    end_ns: Any
+    bytes_per_gpu: Any
+    bytes_total: Any
+    link_bytes_s: float
+
+
+def footprint_of(plan: Any, tokens: int, cache: dict[int, Any]) -> Any:
+    """The request's footprint per GPU once its prompt is in (decode phase: windows at their bound)."""
+    from csa_plan.planner.engines.engine import Phase
+
+    fp = cache.get(tokens)
+    if fp is None:
+        fp = cache[tokens] = plan.footprint(tokens, Phase.DECODE)
+    return fp
+
+
+def schedule_transfers(ready_ns: Any, bytes_per_gpu: Any, link_bytes_s: float, prefill_of: Any, decode_of: Any) -> tuple[Any, Any]:
+    """FIFO by ready time: a transfer starts when its prefill worker's and its decode worker's links are both
+    free, and lasts its bytes per GPU over the link (every rank at once). Returns (start_ns, end_ns)."""
+    import numpy as np
+
+    n = len(ready_ns)
+    start = np.full(n, -1, dtype=np.int64)
+    end = np.full(n, -1, dtype=np.int64)
+    p_free: dict[int, int] = {}
+    d_free: dict[int, int] = {}
+    for i in np.argsort(ready_ns, kind="stable"):
+        t = int(ready_ns[i])
+        if t < 0:
+            continue
+        p, d = int(prefill_of[i]), int(decode_of[i])
+        s = max(t, p_free.get(p, t), d_free.get(d, t))
+        e = s + int(np.ceil(int(bytes_per_gpu[i]) / link_bytes_s * 1e9))
+        start[i], end[i] = s, e
+        p_free[p] = d_free[d] = e
+    return start, end
+
+
+def peak_with_hold(series: Any, finished_ns: Any, release_ns: Any, units: Any) -> int:
+    """The pool's peak units (summed over its workers) with each request's units held from its prefill's end
+    to its transfer's end (the series' points are step ends, where holds begin)."""
+    import numpy as np
+
+    if not series.buckets:
+        return 0
+    t = np.asarray(series.end_ns, dtype=np.int64)
+    f = np.asarray(finished_ns, dtype=np.int64)
+    e = np.asarray(release_ns, dtype=np.int64)
+    u = np.asarray(units, dtype=np.int64)
+    ok = (f >= 0) & (e >= 0)
+    f, e, u = f[ok], e[ok], u[ok]
+    of, oe = np.argsort(f, kind="stable"), np.argsort(e, kind="stable")
+    began = np.concatenate([[0], np.cumsum(u[of])])[np.searchsorted(f[of], t, side="right")]
+    ended = np.concatenate([[0], np.cumsum(u[oe])])[np.searchsorted(e[oe], t, side="right")]
+    return int((series.total_used + began - ended).max())
+
+
+def _int_quantiles(values: Any) -> dict[str, int | None]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.int64)
+    if not len(v):
+        return {"p50": None, "p99": None, "max": None}
+    q = np.quantile(v, [0.5, 0.99], method="inverted_cdf")
+    return {"p50": int(q[0]), "p99": int(q[1]), "max": int(v.max())}
+
+
+@dataclass(frozen=True)
+class DisaggregatedRun:
+    """What a disaggregated replay observed: the client's view (``result``: arrival to decode), each role's own
+    replay and the transfers."""
+
+    result: "RuntimeResult"
+    prefill: "RuntimeResult"
+    decode: "RuntimeResult"
+    transfers: Transfers
+    prefill_hold_peak_units: int
+    loaded_tokens: int
+
+
+def serve_disaggregated(prefill: "RuntimeSetup", decode: "RuntimeSetup", wl: "Workload", rate_scale: float,
+                        link_bytes_s: float) -> DisaggregatedRun:
+    """The workload through the prefill pool, the link and the decode pool (module docstring)."""
+    import numpy as np
+
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.replay.trace import runtime_trace
+    from csa_plan.planner.serving.replicas import merge_replicas
+
+    trace = runtime_trace(wl, rate_scale)
+    n = len(trace)
+    ones = np.ones(n, dtype=np.int64)
+    ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
+                          trace.id_block_tokens)
+    pplan = prefill.plan
+    from csa_plan.planner.serving.serve import serve_trace
+
+    pres = serve_trace(prefill, ptrace)
+    p_done = np.asarray(pres.finished_ns, dtype=np.int64)
+    prompt = trace.prompt_tokens.astype(np.int64)
+    dcache: dict[int, Any] = {}
+    pcache: dict[int, Any] = {}
+    per_gpu = np.zeros(n, dtype=np.int64)
+    held = np.zeros(n, dtype=np.int64)
+    for i in np.nonzero(p_done >= 0)[0]:
+        per_gpu[i] = footprint_of(decode.plan, int(prompt[i]), dcache).total_bytes
+        held[i] = footprint_of(pplan, int(prompt[i]), pcache).units
+    idx = np.arange(n, dtype=np.int64)
+    start, end = schedule_transfers(p_done, per_gpu, link_bytes_s, idx % prefill.dp, idx % decode.dp)
+    transfers = Transfers(start, end, per_gpu, per_gpu * decode.plan_devices, link_bytes_s)
+    hold_peak = peak_with_hold(pres.series, p_done, end, held)
+
+    results, owners, loaded = [], [], [0]
+    dplan, dsizing, dtime = decode.plan, decode.sizing, decode.time
+    for k in range(decode.dp):
+        mine = idx[(idx % decode.dp == k) & (end >= 0)]
+        mine = mine[np.argsort(end[mine], kind="stable")]
+        sub = RuntimeTrace(end[mine], prompt[mine], trace.output_tokens[mine])
+        rt = RemoteKvRuntime(dplan.runtime(dsizing, sub, decode.options), sub.prompt_tokens.tolist())
+        results.append(replay(rt, sub, dtime))
+        owners.append(mine)
+        loaded[0] += rt.loaded_tokens
+    dres = merge_replicas(results, owners, trace, decode.dp) if decode.dp > 1 else _placed(results[0], owners[0], n)
+    refused = dict(pres.refused)
+    refused.update(dres.refused)
+    client = replace(dres, arrival_ns=trace.arrival_ns, admitted_ns=np.asarray(pres.admitted_ns, dtype=np.int64),
+                     refused=refused, prefix_hit_tokens=pres.prefix_hit_tokens,
+                     prefix_query_tokens=pres.prefix_query_tokens,
+                     recomputed_tokens=pres.recomputed_tokens + dres.recomputed_tokens,
+                     preemptions=np.asarray(pres.preemptions, dtype=np.int64)
+                     + np.asarray(dres.preemptions, dtype=np.int64),
+                     notes=notes(pres, dres))
+    return DisaggregatedRun(client, pres, replace(dres, arrival_ns=np.where(end >= 0, end, -1)), transfers,
+                            hold_peak, loaded[0])
+
+
+def _placed(res: "RuntimeResult", owner: Any, n: int) -> "RuntimeResult":
+    """One decode worker's result under the requests' own indices (-1 for the ones it never received)."""
+    import numpy as np
+
+    out = {}
+    for name in ("arrival_ns", "admitted_ns", "first_token_ns", "finished_ns"):
+        a = np.full(n, -1, dtype=np.int64)
+        a[owner] = np.asarray(getattr(res, name), dtype=np.int64)
+        out[name] = a
+    pre = np.zeros(n, dtype=np.int64)
+    pre[owner] = np.asarray(res.preemptions, dtype=np.int64)
+    refused = {int(owner[j]): why for j, why in res.refused.items()}
+    return replace(res, preemptions=pre, refused=refused, **out)
+
+
+def notes(pres: "RuntimeResult", dres: "RuntimeResult") -> tuple[str, ...]:
+    return (("disaggregated: prefill-only requests (max_tokens 1) on the prefill pool, the KV moved over the link, "
+             "decode on the decode pool; queue wait is the prefill side's, TTFT the client's (to the decode side's "
+             "first token), blocks in use the decode pool's"),
+            "prefill pool: " + "; ".join(pres.notes),
+            "decode pool: " + "; ".join(dres.notes),
+            ("the prefill side's blocks are held until the transfer ends (vLLM NIXL delay_free_blocks, SGLang's "
+             "inflight queue): counted in its peak, not in its admission decisions"))
+
+
+def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", "RuntimeSetup"],
+                           reports: tuple["RuntimeReport", "RuntimeReport"], plan: Disaggregation,
+                           link: Any) -> dict[str, Any]:
+    """``runtime.disaggregation``: both pools (their peaks, the prefill's with the transfer hold), the link and
+    the transfers' bytes (integers) and seconds (p50/p99), and where TTFT goes."""
+    import numpy as np
+
+    from csa_plan.planner.serving.report import quantiles
+
+    t = run.transfers
+    sent = np.asarray(t.end_ns, dtype=np.int64) >= 0
+    start, end = np.asarray(t.start_ns)[sent], np.asarray(t.end_ns)[sent]
+    pdone = np.asarray(run.prefill.finished_ns, dtype=np.int64)[sent]
+    arrival = np.asarray(run.result.arrival_ns, dtype=np.int64)
+    padm = np.asarray(run.prefill.admitted_ns, dtype=np.int64)
+    first = np.asarray(run.result.first_token_ns, dtype=np.int64)
+    ok = sent & (first >= 0)
+
+    def q(v: Any) -> dict[str, Any]:
+        x = quantiles(np.asarray(v, dtype=np.int64))
+        return {"p50_s": x.p50_s, "p99_s": x.p99_s, "max_s": x.max_s}
+
+    def pool(role: Role, setup: "RuntimeSetup", rep: "RuntimeReport", hold: int | None) -> dict[str, Any]:
+        occ = rep.occupancy
+        d = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "engine": rep.engine,
+             "unit": occ.unit, "unit_bytes": setup.sizing.unit_bytes, "usable_units": occ.usable_units,
+             "peak_units": occ.peak_units, "peak_running": occ.peak_running, "peak_waiting": occ.peak_waiting,
+             "steps": rep.steps, "preemptions": rep.preemptions.count,
+             "prefix_cache": {"hit_tokens": rep.prefix_cache.hit_tokens,
+                              "queried_tokens": rep.prefix_cache.queried_tokens}}
+        if hold is not None:
+            d["peak_units_with_transfer_hold"] = hold
+            # at or under the pool, every admission the replay made also fits beside the held blocks; above it, the
+            # prefill side would have admitted later than replayed (the hold is not fed back into admission)
+            d["transfer_hold_fits"] = hold <= occ.usable_units
+        return d
+
+    return {
+        "prefill": pool(plan.prefill, setups[0], reports[0], run.prefill_hold_peak_units),
+        "decode": pool(plan.decode, setups[1], reports[1], None) | {"loaded_prompt_tokens": run.loaded_tokens},
+        "link": {"name": link.name, "bytes_s_per_gpu": t.link_bytes_s, "source": link.source,
+                 "band": "line rate: achieved transfer throughput is below it, so the seconds are a floor"},
+        "transfer": {"requests": int(sent.sum()),
+                     "bytes_per_gpu": _int_quantiles(np.asarray(t.bytes_per_gpu)[sent]),
+                     "bytes": _int_quantiles(np.asarray(t.bytes_total)[sent]),
+                     "bytes_total": int(np.asarray(t.bytes_total)[sent].sum()),
+                     "seconds": q(end - start), "link_wait": q(start - pdone)},
+        "ttft_parts": {"prefill_queue": q((padm - arrival)[ok]), "prefill": q((pdone - padm[sent])[ok[sent]]),
+                       "transfer": q((end - pdone)[ok[sent]]),
+                       "decode_first_token": q((first[sent] - end)[ok[sent]])},
+    }
+
+
+def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
+                        decode_tp: int | None, link: str | None, source: str = "options") -> Disaggregation | None:
+    """The roles the options name (None: none, an aggregated run); a role without the other, a count
+    below 1 or ``--transfer-link`` without roles is bad input. A role's workers default to 1, its tp to 1."""
+    from csa_plan.planner.errors import BadInput
+
+    given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--decode-workers": decode_workers,
+             "--decode-tp": decode_tp}
+    for flag, value in given.items():
+        if value is not None and value < 1:
+            raise BadInput(source, flag, f"must be at least 1, got {value}")
+    has_prefill = prefill_workers is not None or prefill_tp is not None
+    has_decode = decode_workers is not None or decode_tp is not None
+    if not has_prefill and not has_decode:
+        if link is not None:
+            raise BadInput(source, "--transfer-link", "moves KV between a prefill and a decode pool: add "
+                                                      "--prefill-workers/--prefill-tp and --decode-workers/--decode-tp")
+        return None
+    if has_prefill != has_decode:
+        missing = "--decode-workers/--decode-tp" if has_prefill else "--prefill-workers/--prefill-tp"
+        have = "a prefill pool" if has_prefill else "a decode pool"
+        raise BadInput(source, missing.split("/")[0], f"{have} without the other role: add {missing}")
+    return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1), Role(decode_workers or 1, decode_tp or 1),
+                          link)

@@ -1,0 +1,223 @@
+"""Refit vLLM's non-KV start-up terms on the posted logs marked 'fit', and test them on the 'held-out' ones.
+
+    python tools/heldout_vllm_nonkv.py [--logs tests/fixtures/vllm_nonkv_logs.json] [--write]
+
+Each posted log (``tests/fixtures/vllm_nonkv_logs.json``: source, printed lines, csa-plan's command
+for its flags) is predicted from its flags alone through ``csa-plan check --json``. The terms of
+``planner/budget/vllm_nonkv.py`` that a log can fix are refitted on the training split:
+
+* the non-torch figure from the RTX PRO 6000 log's KV pool (``Available KV cache memory``): the
+  figure that makes the predicted pool equal the printed one (the printed figure has 2 decimals,
+  +-5 MiB);
+* the CUDA-graph factor from the same log's ``--gpu-memory-utilization=0.9500 is equivalent to
+  ...=0.9334`` (graphs = the difference x total memory) over csa-plan's capture-list token bytes.
+
+A refitted figure that differs from the code's beyond the log's rounding is reported (the code is
+not rewritten: a change of a fitted constant is a reviewed edit). The table of every log, its
+release, the printed and predicted figure and the error goes to stdout, or with ``--write`` to
+``docs/vllm-nonkv-heldout.md``, whose band is stated from the held-out logs only. For each log that
+prints its pool, the non-KV memory the print implies is set beside csa-plan's at the same requested
+figure (``gaps``): the vllm#51041 H20 runs' unmodelled GiB a GPU, with what vLLM 0.26.0's code rules out.
+``tests/budget/test_vllm_nonkv_heldout.py`` recomputes it from the fixtures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "tests" / "fixtures" / "vllm_nonkv_logs.json"
+DOC = ROOT / "docs" / "vllm-nonkv-heldout.md"
+RTX_EQUIVALENT_UTILIZATION = (0.95, 0.9334)  # the RTX log's "0.9500 is equivalent to 0.9334" line
+
+
+def run_check(argv: list[str]) -> dict:
+    """``csa-plan check ARGV --json`` in process, as the tests run it."""
+    from csa_plan.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(["check", *argv, "--json"])
+        except SystemExit as exc:
+            if exc.code not in (0, 3, None):
+                raise RuntimeError(f"csa-plan check {' '.join(argv)}: exit {exc.code}: {err.getvalue().strip()}")
+    return json.loads(out.getvalue())
+
+
+def predicted(log: dict) -> float:
+    from csa_plan.planner.units import GiB
+
+    d = run_check(log["argv"])
+    if log["measure"] == "kv_gib":
+        return d["budget"]["kv_memory_bytes"] / GiB
+    if log["measure"] == "concurrency":
+        return float(d["engine"]["pool"]["concurrency"])
+    raise ValueError(f"{log['id']}: unknown measure {log['measure']!r}")
+
+
+def refit(logs: list[dict]) -> list[str]:
+    """The training split's figures, re-derived, beside the code's: one line each."""
+    from csa_plan.planner.budget.vllm_nonkv import FIT_025, activation_token_bytes, capture_descs, capture_sizes
+    from csa_plan.planner.budget.vllm_nonkv import graph_estimate_bytes
+    from csa_plan.planner.cards import card
+    from csa_plan.planner.units import GiB, MiB
+
+    rtx = next(log for log in logs if log["id"] == "rtx-pro-6000-tp2")
+    kv_pred = run_check(rtx["argv"])["budget"]["kv_memory_bytes"]
+    non_torch = FIT_025.non_torch_tp_bytes + kv_pred - round(rtx["printed"] * GiB)
+    total = card("rtx-pro-6000").memory_bytes
+    graphs = round((RTX_EQUIVALENT_UTILIZATION[0] - RTX_EQUIVALENT_UTILIZATION[1]) * total)
+    from csa_plan.planner.budget.stage import model_dims
+    from csa_plan.planner.loaders.model_files import PRESETS
+    from csa_plan.planner.presets import read_preset
+
+    dims = model_dims(json.loads(read_preset(PRESETS["deepseek-v4-flash"])), "deepseek-v4-flash")
+    assert dims is not None
+    sizes = capture_sizes("vllm-0.25", max_num_seqs=64, mnbt=4096, spec_tokens=2, sm100=False, sizes=None,
+                          max_size=None)
+    unit = graph_estimate_bytes(capture_descs("FULL_AND_PIECEWISE", sizes, 64, 2), activation_token_bytes(dims, 2),
+                                1_000_000)
+    factor_ppm = graphs * 1_000_000 // unit
+    return [f"non-torch at TP > 1: refit {non_torch / MiB:,.1f} MiB, code {FIT_025.non_torch_tp_bytes / MiB:,.0f} MiB "
+            f"(the printed 10.29 GiB is +-5 MiB)",
+            f"CUDA-graph factor: refit {factor_ppm / 1e6:.4f}, code {FIT_025.graph_factor_ppm / 1e6:.4f} "
+            f"(graphs {graphs:,} B = (0.95 - 0.9334) x {total:,} B)"]
+
+
+def table(logs: list[dict]) -> tuple[list[dict], str]:
+    rows = []
+    for log in logs:
+        p = predicted(log)
+        rows.append({"id": log["id"], "role": log["role"], "release": log["release"], "measure": log["measure"],
+                     "printed": log["printed"], "predicted": p, "error_pct": (p / log["printed"] - 1) * 100,
+                     "source": log["source"]})
+    unit = {"kv_gib": " GiB", "concurrency": "x"}
+    lines = ["| log | role | release | printed | predicted | error |", "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        u = unit[r["measure"]]
+        lines.append(f"| {r['id']} | {r['role']} | {r['release']} | "
+                     f"{r['printed']:.2f}{u} | {r['predicted']:.2f}{u} | {r['error_pct']:+.1f} % |")
+    held = [r["error_pct"] for r in rows if r["role"] == "held-out"]
+    band = (f"Held-out band ({len(held)} logs): {min(held):+.1f} % to {max(held):+.1f} %; the fit logs are not "
+            "counted.")
+    sources = "".join(f"* {r['id']}: {r['source']}\n" for r in rows)
+    return rows, "\n".join(lines) + "\n\n" + band + "\n\nSources:\n\n" + sources
+
+
+HEADER = """# vLLM's non-KV start-up terms on posted logs: fit and held out
+
+Generated by `python tools/heldout_vllm_nonkv.py --write` from `tests/fixtures/vllm_nonkv_logs.json`
+(each log's source, printed lines and flags); `tests/budget/test_vllm_nonkv_heldout.py` recomputes
+the table. Predicted = `csa-plan check` from the log's flags alone (no `--kv-memory`), the terms of
+`planner/budget/vllm_nonkv.py`. A 'fit' log fixes a term (its error is small by construction); the
+band is stated from the 'held-out' logs only.
+
+"""
+
+
+def gaps(logs: list[dict]) -> list[str]:
+    """Per log that prints its KV pool: the non-KV memory the print implies (requested - pool) beside
+    csa-plan's (requested - predicted pool), per GPU. Both use csa-plan's requested figure
+    (ceil(card-table total x utilization)), so the difference is the non-KV memory csa-plan does not
+    model, less whatever part a smaller real total accounts for (the H20's torch-visible total may sit
+    up to ~0.5 GiB below nvidia-smi's 97,871 MiB: <= 0.48 GiB of requested at 0.95)."""
+    from csa_plan.planner.units import GiB
+
+    out = []
+    for log in logs:
+        if log["measure"] != "kv_gib":
+            continue
+        b = run_check(log["argv"])["budget"]
+        printed = round(log["printed"] * GiB)
+        implied, modelled = b["usable_bytes"] - printed, b["usable_bytes"] - b["kv_memory_bytes"]
+        out.append(f"{log['id']} ({log['role']}): requested {b['usable_bytes'] / GiB:.2f} GiB; non-KV implied by "
+                   f"the print {implied / GiB:.2f} GiB, csa-plan's {modelled / GiB:.2f} GiB (weights "
+                   f"{b['weights_bytes'] / GiB:.2f} + reserves {b['reserve_bytes'] / GiB:.2f}): "
+                   f"{(implied - modelled) / GiB:+.2f} GiB a GPU unmodelled")
+    return out
+
+
+def render(logs: list[dict]) -> str:
+    _, body = table(logs)
+    return HEADER + body + "\nRefit on the training split:\n\n" + "".join(f"* {line}\n" for line in refit(logs)) + \
+        "\nNon-KV memory a GPU, printed pool against predicted (the same requested figure):\n\n" + \
+        "".join(f"* {line}\n" for line in gaps(logs)) + FOOTER
+
+
+FOOTER = """
+What the held-out band says: the two 0.25 logs off the fit (B200 DP 8, GH200 with the `LLM` class)
+are within -0.4 % and -12.4 %; the two vllm#51041 H20 logs on 0.26 are about +56 % too large: about
+4 GiB a GPU of non-KV memory that no term here has (above). The cause is not found. The thread
+prints only the pool and the token counts (no `Model loading took`, no graph-estimate or
+`peak activation` line), so the missing figure cannot be split between weights, the profile run's
+torch peak, non-torch memory and the graph estimate. What vLLM 0.26.0's code rules out, with its
+numbers (sources: the unpacked vllm-0.26.0 wheel):
+
+* DeepEP: vLLM builds no all-to-all at TP 2 without DP (fused_moe/config.py:1052-1055): 0 B
+  (`tests/budget/test_deepep.py`).
+* How much is requested: `ceil(total x 0.95)` of the card's total, not of free memory
+  (v1/worker/utils.py:425-445), as csa-plan does; if the H20's total as torch sees it is below the
+  card table's nvidia-smi 97,871 MiB (an H20-class OOM message in sgl-project/sglang#23602 reads
+  "total capacity of 95.07 GiB"), that accounts for at most 0.48 GiB of the gap, not 4.
+* Vocabulary logits in the profile run: `_dummy_run(max_num_batched_tokens)` splits the 8,192 tokens
+  over `min(tokens, max_num_seqs)` = 32 requests (v1/worker/gpu_model_runner.py:5859) and
+  `_dummy_sampler_run` computes logits for their 32 last tokens only (:6170-6185): 32 x 129,280 x 4 B
+  = 16.5 MB (8,192 rows would have been 3.95 GiB).
+* The MXFP4 experts on Hopper: SM90 has neither DeepGEMM's MXFP4 kernel (SM100/SM120 only,
+  fused_moe/experts/deep_gemm_moe.py:423-429) nor TRT-LLM's, so the oracle picks Marlin
+  (fused_moe/oracle/mxfp4.py:330-349); Marlin repacks the weights to the same bytes and turns the
+  scales back to 1-byte e8m0 (quantization/utils/marlin_utils_fp4.py:125-139, :576-675). A bf16 copy
+  of the scales would be 4,328,521,728 B (4.03 GiB) a GPU - the right size - but none is kept, and
+  the conversion's transients are not in `Model loading took` (DeviceMemoryProfiler reads
+  `max_memory_allocated` after a peak reset, platforms/cuda.py:351-356).
+* The persisted start-up plan: off unless `VLLM_ENABLE_STARTUP_PLAN=1` (v1/worker/startup_plan.py:134-142).
+* Communication buffers at TP 2 on SM90: the custom all-reduce and symmetric-memory buffers are
+  64 MiB each (distributed/device_communicators/all_reduce_utils.py:31-58); NCCL's NVLS buffers are
+  not set up below 3 GPUs (vllm-project/vllm#9699's measurement).
+* The max_model_len terms: from the preview (912,128) to the 0731 run (121,344) csa-plan's FlashMLA
+  gather and indexer K-gather workspaces shrink by 1.05 GiB while the printed pool grows by only
+  0.70 GiB, and those two and the MoE workspace are one buffer in vLLM (the workspace manager keeps
+  the largest request, v1/worker/workspace.py:92-180; fused_moe/modular_kernel.py:1105,
+  models/deepseek_v4/nvidia/flashmla.py:98, model_executor/layers/sparse_attn_indexer.py:330)
+  where csa-plan adds them: csa-plan over-reserves there, the opposite sign.
+* The FULL decode graph's indexer logits (DeepGEMM's paged MQA logits, [32 x 2, max_model_len / 4]
+  fp32 in the first capture, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
+  max_model_len // 4, models/deepseek_v4/attention.py:720-721: 58.4 MB at 912,128, 7.8 MB at
+  121,344) and the C128A top-k buffers of the sparse-MLA metadata builder
+  (models/deepseek_v4/sparse_mla.py:183-194, built with the KV cache, outside the four subtracted
+  terms) are far smaller than the gap or not subtracted at all.
+
+What differs between the fit and these runs, and stays unmeasured: the fit log ran on SM120
+(FlashInfer sparse attention, models/deepseek_v4/nvidia/model.py:760-789, and, where DeepGEMM is
+installed, DeepGEMM's MXFP4 MoE); the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE), 0.26
+instead of 0.25, and 8,192 batched tokens instead of 4,096: the profile run's torch peak and the
+graph estimate's fixed part are fitted on the first and extrapolated to the second. No further
+public stock-vLLM DeepSeek-V4 log printing `Model loading took` and `Available KV cache memory`
+with its flags was found (forks are not stock: #50576's SM8x fork, a 0.26.1rc0 SM120 fork), so the
+profile-run, non-torch and graph terms are not separately refitted beyond the one log that prints
+them all.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--logs", type=Path, default=LOGS)
+    ap.add_argument("--write", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    logs = json.loads(args.logs.read_text(encoding="utf-8"))["logs"]
+    text = render(logs)
+    if args.write:
+        DOC.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
