@@ -195,7 +195,10 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
         else:
             count = f"Requests of {length:,} tokens that fit: [bold]{cap['requests_that_fit']:,}[/] {authority}"
         longest = cap["longest_context"]
-        if longest is None:
+        if longest is None and doc.get("pipeline"):
+            longest_line = (f"Longest max_seq_len for {plural(n, 'concurrent request')}: not searched with pipeline "
+                            f"stages (each stage's pool is sized at this length) {authority}")
+        elif longest is None:
             longest_line = f"Longest max_seq_len for {plural(n, 'concurrent request')}: none fits {authority}"
         else:
             longest_line = (f"Longest max_seq_len for {plural(n, 'concurrent request')}: [bold]{longest:,}[/] tokens "
@@ -208,6 +211,7 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
                           f"{length:,} tokens)", highlight=False)
     for line in head["log_lines"]:
         console.print(f"Engine log: {line}", markup=False, highlight=False)
+    _pipeline_lines(doc.get("pipeline"), console)
     if cap["kv_memory_bytes"] is not None and cap["kv_memory_bytes"] > 0:
         per = cap["per_request_bytes"]
         console.print(f"State pool per GPU: {fmt_size(cap['kv_memory_bytes'])}"
@@ -236,3 +240,20 @@ def render_head(console: Console, doc: dict[str, Any]) -> None:
                           f"replica, {rep['in_all']:,} in all", highlight=False)
     for w in doc["warnings"]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+def _pipeline_lines(pipe: dict | None, console) -> None:
+    """``--engine E --pp N``: each stage's pool from its own layers, and the binding stage."""
+    if not pipe:
+        return
+    from csa_plan.cli.format import fmt_size
+
+    unit = pipe["unit"]
+    for st in pipe["stages"]:
+        first, last = st["layers"]
+        console.print(f"Stage {st['stage']} (layers {first}-{last}): KV memory {fmt_size(st['kv_memory_bytes'])} -> "
+                      f"{st['total_units']:,} {unit}s of {st['unit_bytes']:,} B", highlight=False)
+        for line in st["log_lines"]:
+            console.print(f"  stage {st['stage']} engine log: {line}", markup=False, highlight=False)
+    console.print(f"Binding stage: {pipe['binding_stage']}; the scheduler sees {pipe['scheduler_units']:,} {unit}s "
+                  f"({pipe['rule']})", markup=False, highlight=False)

@@ -66,6 +66,17 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     for p in occ["pools"]:
         size = "" if p.get("usable") is None else f" of {p['usable']:,}"
         out.print(f"    {p['name']}: {p['at_peak']:,} at the peak (its own peak {p['peak']:,}{size})", highlight=False)
+    pipe = rt.get("pipeline")
+    if pipe:
+        out.print(f"  pipeline: {pipe['num_stages']} stages, binding stage {pipe['binding_stage']}; "
+                  f"{pipe['in_flight']} batch(es) in flight ({pipe['in_flight_rule']}); each stage's clock: the step "
+                  f"time's per-layer terms x {pipe['stage_share']:.3f}; boundary link {pipe['link']} "
+                  f"({pipe['activation_bytes_per_token']:,} B per token per GPU)", highlight=False)
+        for st in pipe["peaks"]:
+            first, last = st["layers"]
+            out.print(f"    stage {st['stage']} (layers {first}-{last}): peak {st['peak_units']:,} of "
+                      f"{st['usable_units']:,} {occ['unit']}s = {st['peak_bytes']:,} of {st['usable_bytes']:,} B",
+                      highlight=False)
     print_table(out, "per request", [Col("", KEY), Col("", KEY), Col("p50", "right"), Col("p90", "right"),
                                      Col("p99", "right"), Col("max", "right")],
                 [["queue wait", *_q(rt["queue_wait"])], ["time to first token", *_q(rt["ttft"])],
@@ -74,6 +85,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
         out.print(f"  output: {rt['output_tokens']:,} tokens, {rt['output_tok_s_per_gpu']:,.1f} tokens/s per GPU")
     for note in rt["modelled"]:
         out.print(f"  modelled: {note}", highlight=False)
+    for note in (pipe or {}).get("not_modelled", ()):
+        out.print(f"  not modelled (pipeline stages): {note}", highlight=False)
     cap = report.get("capacity")
     if cap:
         out.print(f"  {capacity_line(cap)}", highlight=False)

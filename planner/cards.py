@@ -195,6 +195,12 @@ LINKS: dict[str, Link] = {link.name: link for link in (
 )}
 
 
+def default_link(gpus: int, domain: int) -> str:
+    """NVLink when every GPU that talks sits in one scale-up domain (both roles of a disaggregated
+    deployment; every stage of a pipeline), else the NIC per GPU (ib-ndr)."""
+    return "nvlink" if gpus <= domain else "ib-ndr"
+
+
 def link(name: str, gpu: Card, gpus: int, source: str = "options", field: str = "--transfer-link") -> tuple[Link, float]:
     """The link ``name`` between ``gpus`` GPUs of ``gpu`` and its bytes/s per GPU: bad input for an unknown
     link, NVLink on a card without a scale-up figure, or NVLink across more GPUs than one domain joins."""

@@ -58,9 +58,10 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         raise BadInput("options", "--concurrency", "must be at least 1")
     o = req.options
     deployment = req.deployment or Deployment(tp=o.tp, reserved_bytes=req.reserved_bytes or None)
-    if req.engine is not None:  # an engine's pool is sized from every layer's specs on one stage
-        deployment.require_one_stage(f"--engine {req.engine} is modelled with one stage (pp 1); without "
-                                     "--engine, check gives the per-stage ledger answer")
+    stages = deployment.pp or 1
+    if req.engine is not None and stages > 1 and req.device_memory_bytes is None:
+        raise BadInput("options", "--pp", f"--engine {req.engine} with {stages} pipeline stages sizes each stage's "
+                                          "pool from that stage's budget: name --device-memory (or --gpu)")
     if req.device_memory_bytes is None:
         if deployment.reserved_bytes:  # --reserved alone is bad input
             from csa_plan.planner.memory import device_budget
@@ -123,7 +124,14 @@ def run_check(req: CheckRequest) -> CheckOutcome:
                                                 "device (--device-memory or --gpu)")
     warnings = () if device is None else reserve_warnings(device, req.model, deployment, req.engine, settings)
     engine_result = None
-    if req.engine is not None:
+    pipeline = None
+    if req.engine is not None and stages > 1 and device is not None and device.fits:
+        answer, engine_result, pipeline = pipeline_answer(spec, req.engine, req.concurrency, settings, length, device)
+        if plan.refusals and answer.answered:
+            answer = no_answer(engine_authority(req.engine), length, req.concurrency,
+                               "the model is refused by the gate (see the refusals)", answer.kv_memory_bytes)
+        cap = None
+    elif req.engine is not None:
         if device is None and req.kv_memory_bytes is None:
             kv_at = lambda n: None  # noqa: E731
             why = ("the engine refuses this configuration (no budget is sized from it)" if refused_first else
@@ -180,7 +188,39 @@ def run_check(req: CheckRequest) -> CheckOutcome:
         device = with_(device, smallest_fitting=found, searched=True, searched_max_tp=max_tp,
                        replicas=None if found else replicas_for(device, answer, req.concurrency))
     doc, code = check_document(plan, device, answer, engine_result, warnings, o.layout, question)
+    if pipeline is not None:
+        doc["pipeline"] = pipeline.as_dict()
     return CheckOutcome(doc, ExitCode(code))
+
+
+def pipeline_answer(spec, engine_name: str, concurrency: int, settings, length: int, device):
+    """``--engine E --pp N``: each stage's pool from its own layers and budget (``serving/pipeline.py``), the
+    scheduler's pool the smallest, and the engine's admission count in it (the same ``engine_admits`` as one
+    stage). No longest-context search (as the ledger's per-stage answer). An engine that refuses a stage's
+    memory: its refusal, typed, no count."""
+    from csa_plan.planner.budget.admission import engine_admits
+    from csa_plan.planner.budget.answer import CapacityAnswer, engine_authority, no_answer
+    from csa_plan.planner.budget.engine_pool import EngineCheck
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.serving.pipeline import pipeline_pools
+
+    engine = get_engine(engine_name)
+    authority = engine_authority(engine_name)
+    try:
+        pools = pipeline_pools(spec, engine_name, settings, length, device)
+    except EngineRefused as exc:
+        why = f"{engine_name} refuses this configuration ({exc.refusal.setting}; the refusal says why)"
+        return (no_answer(authority, length, concurrency, why, device.kv_memory_bytes),
+                EngineCheck(engine, None, None, exc.refusal, device.kv_memory_bytes), None)
+    binding = pools.stages[pools.binding]
+    admits = engine_admits(pools.plan, pools.sizing)
+    source = (f"{admits['source']}; stage {binding.stage} binds ({pools.sizing.total_units:,} "
+              f"{pools.sizing.unit_name}s: {pools.rule})")
+    answer = CapacityAnswer(authority, length, concurrency, binding.kv_memory_bytes,
+                            admits["units_per_request"] * binding.sizing.unit_bytes, admits["count"], None,
+                            source=source)
+    return answer, EngineCheck(engine, pools.plan, pools.sizing, None, binding.kv_memory_bytes), pools
 
 
 def replicas_for(device, answer, concurrency: int) -> dict[str, int] | None:

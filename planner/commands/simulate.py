@@ -141,6 +141,21 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     spec = load_model(settings.model, max_seq_len=config.max_seq_len)
     base_plan = plan_model(spec, PlanOptions(max_seq_len=config.max_seq_len, tp=config.placement.tp,
                                              layout=config.layout))
+    pipeline_fit = None
+    if req.engine is not None and config.placement.pp > 1:  # each stage's pool (serving/pipeline.py)
+        if device is None:
+            raise BadInput("options", "--pp", f"--engine {req.engine} with {config.placement.pp} pipeline stages "
+                                              "sizes each stage's pool from that stage's budget: name "
+                                              "--device-memory (or --gpu)")
+        if device.fits:
+            from csa_plan.planner.commands.check import pipeline_answer
+
+            length = config.max_seq_len or max(d.max_seq_len for d in spec.layers)
+            pipeline_fit, checked, pools = pipeline_answer(spec, req.engine, 1, config.engine.settings, length, device)
+            if pools is None:  # the engine refuses a stage's memory: its typed document
+                return _engine_refused(wl, spec, config, device, checked.refusal, req.engine, engine_settings,
+                                       req.kv_memory_bytes)
+            config = replace(config, engine=replace(config.engine, pipeline=pools))
     runtime_plan = _runtime_plan(req, spec, config)
     refuse_unused_time_options(req, wl, runtime_plan)
     if runtime_plan is not None:
@@ -166,8 +181,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
         except EngineRefused as exc:  # the engine refuses the KV memory: the same typed document as below
             return _engine_refused(wl, spec, config, device, exc.refusal, req.engine, engine_settings,
                                    req.kv_memory_bytes)
-        with_budget(outcome.report, device, _capacity(spec, config, req.engine, engine_settings, device,
-                                                      req.kv_memory_bytes))
+        with_budget(outcome.report, device, pipeline_fit or _capacity(spec, config, req.engine, engine_settings,
+                                                                      device, req.kv_memory_bytes))
         return outcome
     try:
         scn = prepare(spec, wl, config)
@@ -436,6 +451,12 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
                        step_model=setup.time.label)
     doc["runtime"] = rep.as_dict()
     doc["runtime"]["host_tier"] = host_tier_section(setup, result)
+    doc["runtime"]["pipeline"] = None
+    if setup.pipeline is not None:
+        from csa_plan.planner.serving.pipeline import pipeline_section
+
+        doc["runtime"]["pipeline"] = pipeline_section(config.engine.pipeline, setup.pipeline, setup.pipeline_link,
+                                                      rep.occupancy)
     doc["capacity"] = capacity
     return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
 

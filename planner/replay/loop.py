@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
+from csa_plan.planner.replay.pipeline import PipelineTiming
 from csa_plan.planner.replay.protocol import EngineRuntime, RuntimeTrace, Step
 from csa_plan.planner.replay.result import RuntimeResult, StepSeries
 from csa_plan.planner.errors import BadInput
@@ -34,10 +35,17 @@ STRANDED = "never fits: nothing running could free enough memory"
 
 def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
            progress: Callable[[int, int], None] | None = None, compiled: bool | None = None,
-           max_concurrency: int | None = None, on_step: Callable[[Step], None] | None = None) -> RuntimeResult:
+           max_concurrency: int | None = None, on_step: Callable[[Step], None] | None = None,
+           pipeline: PipelineTiming | None = None) -> RuntimeResult:
     """The trace through ``rt``: by the engine's compiled loop when it offers one (``compiled=False``
     forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here.
-    ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``)."""
+    ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``).
+    ``pipeline`` (``--pp`` above 1, ``replay/pipeline.py``): each step is timed through the stages and
+    ``pipeline.in_flight`` batches are in flight; the compiled loops do not take it (this loop runs)."""
+    if pipeline is not None:
+        if compiled:
+            raise RuntimeError(f"{rt.label or 'this engine'}: the compiled loop does not replay pipeline stages")
+        compiled = False
     if on_step is not None:
         compiled = False
     if compiled is not False:
@@ -61,12 +69,12 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
     preemptions = [0] * n
     refused: dict[int, str] = {}
     series = StepSeries.empty(len(rt.pools))
-    inflight: deque[tuple[Step, int]] = deque()
+    inflight: deque[tuple[Step, int, int]] = deque()  # (step, its end, when its output is back)
     totals = {"recomputed": 0, "hit": 0, "query": 0}
     t = arrival[0] if n else 0
     nxt = 0
     done = 0
-    depth = rt.pipeline_depth
+    depth = rt.pipeline_depth if pipeline is None else pipeline.in_flight
     linear = time.linear
 
     def release(k: int, at: int) -> None:  # a closed loop: k requests ended at ``at``; as many more are sent
@@ -107,8 +115,15 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         totals["hit"] += step.prefix_hit_tokens
         totals["query"] += step.prefix_query_tokens
         if step.tokens:
-            end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time)) \
-                + step.extra_ns
+            if pipeline is None:
+                end = t + (step_ns(step.prefill_tokens, time) if linear is None else batch_ns(step.batch, time)) \
+                    + step.extra_ns
+                back = end
+            else:  # through the stages: the next step may start one interval on, the output is back one latency on
+                st = pipeline.stage_time
+                interval, latency = pipeline.timing(step_ns(step.prefill_tokens, st) if st.linear is None
+                                                    else batch_ns(step.batch, st), step.total_tokens)
+                end, back = t + interval + step.extra_ns, t + latency + step.extra_ns
             if on_step is not None:
                 on_step(step)
             if end > MAX_CLOCK_NS:  # the simulate loops' bound: bad input, never a wrapped (or unstorable) time
@@ -116,21 +131,26 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
                                f"the engine step starting at {t / NS_PER_S:,.0f} s would end past the int64 "
                                "nanosecond clock (about 292 years, MAX_CLOCK_NS): shorten the trace, its token "
                                "counts or the step times")
-            inflight.append((step, end))
-            while len(inflight) >= depth:
-                s, e = inflight.popleft()
-                apply(s, e)
+            if back > MAX_CLOCK_NS:
+                raise BadInput("options", "--pp", f"the engine step starting at {t / NS_PER_S:,.0f} s would end "
+                               "past the int64 nanosecond clock (MAX_CLOCK_NS)")
+            inflight.append((step, end, back))
+            waited = end
+            while len(inflight) >= depth:  # the queue is full: wait for the oldest batch's output
+                s, _, b = inflight.popleft()
+                apply(s, b)
+                waited = max(waited, b)
                 if s is step:
                     break
-            t = end
+            t = waited
             series.add(t, rt.used_units(), rt.running(), rt.waiting(), step.total_tokens, step.prefill_tokens)
             if progress is not None and len(series) % 4096 == 0:
                 progress(done, n)
             continue
         if inflight:
-            s, e = inflight.popleft()
-            apply(s, e)
-            t = max(t, e)
+            s, _, b = inflight.popleft()
+            apply(s, b)
+            t = max(t, b)
             continue
         if nxt < sent:
             t = max(t, arrival[nxt])

@@ -14,7 +14,7 @@ ledger's byte admission is exactly the engine's unit admission.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.engines.registry import get_engine
@@ -34,6 +34,8 @@ class EngineRun:
     name: str
     settings: EngineSettings = EngineSettings()
     kv_memory_bytes: int | None = None  # None: the device budget's limit (device memory - reserved) is the KV memory
+    # --pp above 1: every stage's pool and the scheduler's (serving/pipeline.py PipelinePools), sized by the caller
+    pipeline: Any = field(default=None, compare=False, hash=False)
 
     def prepare(self, spec: "ModelSpec", pp: int, limit_bytes: int, max_seq_len: int,
                 tier_tokens: list[int]) -> tuple[int, int, list[tuple["GroupBytes", ...]]]:
@@ -50,7 +52,10 @@ class EngineRun:
         """The engine configured once for the run, and its pool from the KV memory (this record's, else
         the device budget's ``limit_bytes``; None without either)."""
         if pp != 1:
-            raise BadInput("options", "--pp", "simulate --engine models one pipeline stage (pp 1)")
+            if self.pipeline is None or len(self.pipeline.stages) != pp:
+                raise BadInput("options", "--pp", f"--engine {self.name} with {pp} pipeline stages needs each stage's "
+                                                  "budget: name --device-memory (or --gpu)")
+            return self.pipeline.plan, self.pipeline.sizing  # the pool the scheduler sees (the smallest stage's)
         plan = get_engine(self.name).configure(spec, self.settings, max_seq_len)
         kv = self.kv_memory_bytes if self.kv_memory_bytes is not None else (limit_bytes or None)
         return plan, (plan.size_pool(kv) if kv else None)

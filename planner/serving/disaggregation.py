@@ -76,9 +76,7 @@ class Disaggregation:
         return self.prefill.gpus + self.decode.gpus
 
 
-def default_link(gpus: int, domain: int) -> str:
-    """NVLink when every GPU of both roles sits in one scale-up domain, else the NIC per GPU (ib-ndr)."""
-    return "nvlink" if gpus <= domain else "ib-ndr"
+from csa_plan.planner.cards import default_link  # noqa: E402,F401  (its home: the link table; pipeline stages use it too)
 
 
 class RemoteKvRuntime(EngineRuntime):

@@ -46,6 +46,8 @@ class RuntimeSetup:
     max_concurrency: int | None = None  # one closed-loop client for the deployment (vllm bench serve's flag)
     plan_devices: int = 1  # GPUs of one replica (tp x pp)
     host_tier: Any = None  # engines.host_tier.HostTier: a host KV tier beneath the prefix cache
+    pipeline: Any = None  # replay.pipeline.PipelineTiming: --pp above 1 (serving/pipeline.py)
+    pipeline_link: Any = None  # cards.Link of the stage boundary
 
     @property
     def devices(self) -> int:
@@ -81,16 +83,24 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
-    return RuntimeSetup(plan, sizing, step_time_for(spec, config, plan),
+    time = step_time_for(spec, config, plan)
+    pipeline = link = None
+    if p.pp > 1:  # the pools are the caller's (EngineRun.pipeline); the clock through the stages is set here
+        from csa_plan.planner.serving.pipeline import stage_clock
+
+        pipeline, link = stage_clock(spec, config, config.engine.pipeline, time)
+    return RuntimeSetup(plan, sizing, time,
                         RuntimeOptions(enable_prefix_caching=enable_prefix_caching,
                                        spec_acceptance=config.time.spec_acceptance), p.dp,
-                        config.time.max_concurrency, p.tp * p.pp)
+                        config.time.max_concurrency, p.tp * p.pp, pipeline=pipeline, pipeline_link=link)
 
 
 def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) -> Any:
     """The engine's runtime over ``trace``, under its host tier when the setup has one (``made`` collects
     the tiers, whose counters the caller sums)."""
     rt = setup.plan.runtime(setup.sizing, trace, setup.options)
+    if setup.pipeline is not None and getattr(rt, "async_on", False) and hasattr(rt, "decode_stagger"):
+        rt.decode_stagger = setup.pipeline.stages  # vLLM V2 + PP + async: AsyncScheduler.decode_stagger = pp_size
     if setup.host_tier is not None:
         from csa_plan.planner.engines.host_tier import HostTierRuntime
 
@@ -120,11 +130,13 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
         result = replay_closed_replicas(lambda t, c: replay(engine_runtime(setup, t, made), t, time,
-                                                            progress=progress, max_concurrency=c),
+                                                            progress=progress, max_concurrency=c,
+                                                            pipeline=setup.pipeline),
                                         trace, setup.dp, setup.max_concurrency)
     else:
         result = replay_replicas(lambda t: replay(engine_runtime(setup, t, made), t, time, progress=progress,
-                                                  max_concurrency=setup.max_concurrency), trace, setup.dp)
+                                                  max_concurrency=setup.max_concurrency, pipeline=setup.pipeline),
+                                 trace, setup.dp)
     if made:
         totals: dict[str, int] = {}
         for rt in made:

@@ -1,5 +1,6 @@
-"""Pipeline stages end to end: the per-stage ledger answer, and a clean refusal wherever only one
-stage is modelled (engines, compare) — never a crash, never one stage's pool against every layer."""
+"""Pipeline stages end to end: the per-stage ledger answer, each engine's per-stage pools (``check --engine
+E --pp N``), and a clean refusal wherever only one stage is modelled (compare) — never a crash, never one
+stage's pool against every layer."""
 
 from __future__ import annotations
 
@@ -27,10 +28,65 @@ def test_check_with_stages_gives_the_tightest_stage_answer(csa):
     assert fit["requests_that_fit"] <= min(s["kv_memory_bytes"] for s in stages) // fit["per_request_bytes"]
 
 
-def test_an_engine_with_stages_is_one_line_bad_input(csa):
-    for engine in ("vllm-0.33", "sglang-0.5.23"):
-        r = csa("check", *PRO, "--tp", "4", "--pp", "2", "--engine", engine)
-        assert r.code == 2 and "--pp" in r.err and "one stage" in r.err and len(r.err.strip().splitlines()) == 1
+H20 = ["deepseek-v4-pro", "--gpu", "h20", "--tp", "8", "--pp", "2", "--max-seq-len", "131072"]
+
+
+def test_vllm_sizes_each_stage_from_its_projected_groups_and_takes_the_smallest(csa):
+    """vLLM 0.33 get_kv_cache_configs: each worker's blocks = its memory // bytes per block of the global
+    groups projected onto its layers; every worker then takes the smallest count (the scheduler's)."""
+    from csa_plan.planner.engines.vllm.kv_cache_utils import KvGroup, bytes_per_block
+
+    r = csa("check", *H20, "--engine", "vllm-0.33", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    pipe = doc["pipeline"]
+    budget = {s["stage"]: s for s in doc["budget"]["stages"]}
+    for st in pipe["stages"]:
+        assert st["kv_memory_bytes"] == budget[st["stage"]]["kv_memory_bytes"]
+        assert st["total_units"] == st["kv_memory_bytes"] // st["unit_bytes"]
+    # the figures of the must-show deployment (16 x H20, TP 8, PP 2, 131,072 tokens), as vLLM's code computes them
+    assert [(s["layers"], s["total_units"], s["unit_bytes"]) for s in pipe["stages"]] == [
+        ([0, 30], 43_778, 718_848), ([31, 61], 46_365, 717_120)]
+    assert pipe["binding_stage"] == 0 and pipe["scheduler_units"] == 43_778
+    assert doc["fit"]["requests_that_fit"] == 4 and "stage 0 binds" in doc["fit"]["source"]
+    # the projection: the stage's bytes per block from its own layers' pages, the global groups kept
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.loaders.model_files import load_model
+
+    plan = get_engine("vllm-0.33").configure(load_model("deepseek-v4-pro", max_seq_len=131072),
+                                             EngineSettings(gpu="h20"), 131072)
+    for st in pipe["stages"]:
+        keep = set(range(st["layers"][0], st["layers"][1] + 1))
+        projected = [KvGroup(g.index, tuple(x for x in g.specs if x.layer_id in keep)) for g in plan.groups]
+        assert st["unit_bytes"] == bytes_per_block([g for g in projected if g.specs]) < plan.block_bytes
+
+
+def test_sglang_sizes_each_rank_from_the_least_free_memory_and_its_own_layers(csa):
+    r = csa("check", *H20, "--engine", "sglang-0.5.23", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    pipe = doc["pipeline"]
+    least = min(s["kv_memory_bytes"] for s in doc["budget"]["stages"])
+    assert {s["kv_memory_bytes"] for s in pipe["stages"]} == {least}  # get_available_gpu_memory: MIN over GPUs
+    assert [(s["layers"], s["total_units"], s["unit_bytes"]) for s in pipe["stages"]] == [
+        ([0, 29], 18_369, 670_080), ([30, 61], 15_394, 760_128)]
+    assert pipe["binding_stage"] == 1 and pipe["scheduler_units"] == 15_394
+    assert any("max_total_num_tokens=3940864" in line for line in pipe["stages"][1]["log_lines"])
+
+
+def test_check_text_names_every_stage_and_the_binding_one(csa):
+    out = " ".join(csa("check", *H20, "--engine", "vllm-0.33").out.split())
+    assert "Stage 0 (layers 0-30)" in out and "Stage 1 (layers 31-61)" in out
+    assert "Binding stage: 0; the scheduler sees 43,778 blocks" in out
+    assert out.count("engine log: GPU KV cache size") == 2
+
+
+def test_an_engine_with_stages_needs_a_device_and_a_projected_release(csa):
+    r = csa("check", "deepseek-v4-pro", "--tp", "4", "--pp", "2", "--engine", "vllm-0.33", "--kv-memory", "30GB")
+    assert r.code == 2 and "--pp" in r.err and "--device-memory" in r.err and len(r.err.strip().splitlines()) == 1
+    r = csa("check", *PRO, "--tp", "4", "--pp", "2", "--engine", "vllm-0.26")
+    assert r.code == 2 and "layer tuples" in r.err and len(r.err.strip().splitlines()) == 1
 
 
 def test_compare_with_stages_is_one_line_bad_input(csa):

@@ -105,6 +105,12 @@ class VllmRuntime(EngineRuntime):
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.async_on = async_scheduling
+        # --pp above 1 with async scheduling (Model Runner V2): a request that sampled may decode again only
+        # decode_stagger scheduler steps later (v1/core/sched/async_scheduler.py :18-22, :51-56; the check in
+        # scheduler.py :816-820; current_step counts every schedule() call, :700). 1: no stagger (pp 1).
+        self.decode_stagger = 1
+        self.step_no = 0
+        self.eligible: dict[int, int] = {}
         self.num_spec = num_spec_tokens
         self.acceptance = acceptance  # each draft's acceptance rate (draft_acceptance.py)
         self.accept_milli = None if acceptance >= 1.0 else milli_table(acceptance, max(num_spec_tokens, 1))
@@ -151,10 +157,15 @@ class VllmRuntime(EngineRuntime):
         sched_n: list[int] = []
         sched_spec: list[int] = []
         i = 0
+        self.step_no += 1
+        stagger = self.decode_stagger
         while i < len(running) and token_budget > 0:
             req = running[i]
             nc, ph = req.num_computed, req.placeholders
             if ph > 0 and nc + 2 - ph >= req.num_prompt + req.max_tokens:
+                i += 1
+                continue
+            if stagger > 1 and self.step_no < self.eligible.get(req.rid, 0):
                 i += 1
                 continue
             ntok = req.num_prompt + req.num_output
@@ -265,6 +276,8 @@ class VllmRuntime(EngineRuntime):
             if async_on and samples:
                 req.placeholders += 1 + spec
                 req.spec = num_spec
+                if stagger > 1:
+                    self.eligible[req.rid] = self.step_no + stagger
             if before < ntok - 1:  # a prompt (or recomputation) chunk, not a decode
                 prefill_tokens += n
                 batch.add_prefill(before, n)

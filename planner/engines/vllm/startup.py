@@ -33,7 +33,7 @@ What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any
 
 from csa_plan.planner.descriptor import Descriptor
@@ -391,6 +391,21 @@ class VllmPlan(EnginePlan):
     @property
     def unit_bytes(self) -> int:
         return self.block_bytes
+
+    def on_stage(self, layer_ids: "frozenset[int]") -> "VllmPlan":
+        """This plan as one pipeline-parallel worker holds it (``--pp``): the global groups stay the scheduler's
+        (every group keeps its block table), but the worker's bytes per block come from its own layers only —
+        0.33 ``v1/core/kv_cache_planning.py`` ``_project_kv_cache_groups_to_worker`` (:1413-1458) filters each
+        global group to the worker's layers and ``get_kv_cache_configs`` (:1560-1568) divides that worker's
+        memory by ``_pool_bytes_per_block_from_builder`` of the projection (a group with none of its layers
+        holds no tensor there). The 0.25/0.26 layer tuples are not projected (EngineRefused by the caller)."""
+        if self.release.layer_tuples:
+            raise NotImplementedError(f"{self.release.engine}: layer tuples are not projected per pipeline stage")
+        projected = [KvGroup(g.index, tuple(s for s in g.specs if s.layer_id in layer_ids)) for g in self.groups]
+        projected = [g for g in projected if g.specs]
+        if not projected:
+            return self
+        return replace(self, block_bytes=bytes_per_block(projected))
 
     @property
     def release(self) -> VllmRelease:

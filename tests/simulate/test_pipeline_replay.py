@@ -1,0 +1,133 @@
+"""Pipeline stages in the engine replays (issue 46 item 2): each stage's pool from its own layers, the
+scheduler in the smallest, and the one loop timing each step through the stages."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from csa_plan.planner.replay.pipeline import PipelineTiming
+from csa_plan.planner.steptime.model import StepTime
+
+TRACE = "examples/traces/mooncake_conversation_head200.jsonl"
+PRO_H20 = ["--model", "deepseek-v4-pro", "--gpu", "h20", "--tp", "8", "--pp", "2"]
+
+
+def _one_request(tmp_path, prompt: int = 300, output: int = 11) -> str:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": prompt, "output_length": output}) + "\n")
+    return str(path)
+
+
+def test_pipeline_timing_interval_and_latency():
+    t = PipelineTiming(stages=2, stage_time=StepTime(10.0, 1e6), activation_bytes_per_token=7168,
+                       link_bytes_s=50e9, in_flight=2)
+    assert t.transfer_ns(1) == 144  # ceil(7168 / 50e9 s) in ns
+    assert t.timing(1000, 1) == (1000, 2 * 1000 + 144)  # the next batch enters when stage 0 is free
+    serial = PipelineTiming(stages=3, stage_time=StepTime(10.0, 1e6), activation_bytes_per_token=7168,
+                            link_bytes_s=50e9, in_flight=1)
+    assert serial.timing(1000, 1) == (3 * 1000 + 2 * 144,) * 2  # one micro-batch round: every stage in turn
+    with pytest.raises(ValueError):
+        PipelineTiming(stages=1, stage_time=StepTime(10.0, 1e6), activation_bytes_per_token=1, link_bytes_s=1.0,
+                       in_flight=1)
+
+
+@pytest.mark.parametrize("engine,extra", [("sglang-0.5.23", ()), ("vllm-0.33", ("--no-async-scheduling",)),
+                                          ("vllm-0.33", ("--async-scheduling",))])
+def test_a_lone_request_waits_for_its_batch_through_every_stage(csa, tmp_path, engine, extra):
+    """Nothing else to schedule: each token is one batch through both stages and the boundary (2 S + X),
+    not one stage's time — the scheduler cannot take the request again until its batch returns (vLLM
+    without async scheduling: no placeholder; with it, on Model Runner V2: AsyncScheduler.decode_stagger =
+    pp_size steps between a request's decodes, async_scheduler.py :18-22, :51-56)."""
+    r = csa("simulate", _one_request(tmp_path), *PRO_H20, "--engine", engine, *extra, "--step-time", "fixed",
+            "--tpot-ms", "10", "--prefill-tok-s", "1000000", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    pipe = doc["runtime"]["pipeline"]
+    layers = [p["layers"] for p in pipe["peaks"]]
+    largest = max(min(last, 60) - first + 1 for first, last in layers)  # decoder layers 0-60; 61 is MTP
+    stage_ns = max(1, math.ceil(10.0 * largest / 61 * 1_000_000))  # the fixed clock scaled to the stage, rounded up
+    x = -(-1 * pipe["activation_bytes_per_token"] * 10**9 // int(pipe["link_bytes_s"]))
+    tpot_ns = doc["runtime"]["tpot"]["p50_s"] * 1e9
+    assert tpot_ns == pytest.approx(2 * stage_ns + x, abs=2)
+    assert pipe["in_flight"] == (1 if engine.startswith("sglang") else 3 if "--async-scheduling" in extra else 2)
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "sglang-0.5.23"])
+def test_pp2_replay_peaks_stay_within_every_stage_pool(csa, engine):
+    r = csa("simulate", TRACE, *PRO_H20, "--engine", engine, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    rt, pipe = doc["runtime"], doc["runtime"]["pipeline"]
+    assert rt["served"] == rt["requests"] == 200
+    units = [s["total_units"] for s in pipe["stages"]]
+    assert pipe["binding_stage"] == units.index(min(units))
+    assert pipe["link"] == "ib-ndr"  # 16 GPUs: two NVLink domains of 8
+    for st in pipe["peaks"]:
+        assert st["within_pool"] and st["peak_bytes"] <= st["usable_bytes"]
+        assert st["peak_units"] <= st["usable_units"]
+
+
+def test_pp1_has_no_pipeline_and_is_todays_replay(csa, tmp_path):
+    """--pp 1 builds no PipelineTiming: the loop's own path (its compiled twin equal, tests/simulate/
+    test_vllm_compiled.py); the document says pipeline null."""
+    args = (_one_request(tmp_path), "--model", "deepseek-v4-flash", "--gpu", "h200", "--tp", "4", "--engine",
+            "vllm-0.33", "--json")
+    one = csa("simulate", *args, "--pp", "1").json()
+    plain = csa("simulate", *args).json()
+    assert one["runtime"]["pipeline"] is None
+    assert one["runtime"]["ttft"] == plain["runtime"]["ttft"] and one["runtime"]["tpot"] == plain["runtime"]["tpot"]
+
+
+def test_pp_with_an_engine_needs_a_device(csa):
+    r = csa("simulate", TRACE, "--model", "deepseek-v4-pro", "--tp", "8", "--pp", "2", "--engine", "vllm-0.33",
+            "--kv-memory", "30GB")
+    assert r.code == 2 and "--pp" in r.err and "--device-memory" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_the_loop_refuses_a_compiled_pipeline():
+    from csa_plan.planner.replay.loop import replay
+
+    class Rt:
+        label = "x"
+
+    t = PipelineTiming(stages=2, stage_time=StepTime(10.0, 1e6), activation_bytes_per_token=1, link_bytes_s=1.0,
+                       in_flight=2)
+    with pytest.raises(RuntimeError, match="pipeline"):
+        replay(Rt(), None, StepTime(10.0, 1e6), compiled=True, pipeline=t)
+
+
+def test_sglang_refuses_deepseek_v41_with_stages_and_a_split_inside_a_group_is_refused():
+    """SGLang 0.5.23 refuses V4.1 with PP (its own check); a boundary inside a sharing group is refused for
+    every engine (planner/sharing.py, the rule the ledger's per-stage answer applies)."""
+    from types import SimpleNamespace
+
+    from csa_plan.planner.engines.engine import EngineRefused
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.serving.pipeline import pipeline_pools
+    from csa_plan.planner.sharing import SharingGroupSplitError
+
+    spec = load_model("deepseek-v4.1-flash", max_seq_len=131072)
+    main = spec.num_main_layers
+    clean = SimpleNamespace(stages=(SimpleNamespace(layers=tuple(range(0, 20)), kv_memory_bytes=1 << 34),
+                                    SimpleNamespace(layers=tuple(range(20, main)), kv_memory_bytes=1 << 34)))
+    with pytest.raises(EngineRefused, match="does not support pipeline parallelism"):
+        pipeline_pools(spec, "sglang-0.5.23", None, 131072, clean)
+    inside = SimpleNamespace(stages=(SimpleNamespace(layers=tuple(range(0, 21)), kv_memory_bytes=1 << 34),
+                                     SimpleNamespace(layers=tuple(range(21, main)), kv_memory_bytes=1 << 34)))
+    with pytest.raises(SharingGroupSplitError):
+        pipeline_pools(spec, "vllm-0.33", None, 131072, inside)
+
+
+@pytest.mark.parametrize("command", ["check", "simulate"])
+def test_a_stage_pool_the_engine_refuses_is_a_typed_refusal(csa, command):
+    """A stage too small for one request of max_seq_len: vLLM's own start-up check on that worker
+    (_check_enough_kv_cache_memory per projected worker), exit 3 with the refusal typed, nothing replayed."""
+    args = (["deepseek-v4-pro"] if command == "check" else [TRACE, "--model", "deepseek-v4-pro"])
+    r = csa(command, *args, "--gpu", "h20", "--tp", "8", "--pp", "2", "--engine", "vllm-0.33",
+            "--gpu-memory-utilization", "0.64", "--json")
+    assert r.code == 3, r.err
+    doc = r.json()
+    assert doc["all_refusals"][0]["type"] == "EngineRefused" and doc["fit"]["requests_that_fit"] is None
