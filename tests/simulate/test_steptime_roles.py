@@ -131,3 +131,22 @@ def test_v41_physics_replay_names_its_source_and_band(csa):
     assert st["band"].startswith("V4's band, carried, not measured")
     rt = doc["runtime"]
     assert rt["tpot"]["p50_s"] > 0 and rt["ttft"]["p50_s"] > 0
+
+
+def test_v41_held_out_rows_are_published_rows_and_replay(capsys):
+    """The V4.1 rows found (never fitted) keep the published table's columns and are timed by the tool
+    docs/steptime.md quotes."""
+    import csv
+    import runpy
+
+    root = EXAMPLES.parent
+    with (root / "benchmarks" / "published_serving.csv").open(encoding="utf-8") as f:
+        header = next(csv.reader(f))
+    with (root / "benchmarks" / "published_serving_v41_heldout.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == header and {r["model"] for r in rows} == {"deepseek-v4.1-flash"}
+    assert all(r["strategy"] == "held-out" and r["source_id"] and r["tpot_ms"] for r in rows)
+    runpy.run_path(str(root / "tools" / "v41_heldout.py"), run_name="not_main")["main"]([])
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| vllm") or
+             line.startswith("| sglang")]
+    assert len(table) == len(rows)
