@@ -53,6 +53,10 @@ def test_readers_run_no_compressor_and_no_indexer():
             owners[w.role].add(w.layer)
     assert owners == {Role.COMPRESSOR_LINEAR: {2, 8, 14, 20}, Role.INDEXER_WK: {2, 8, 14, 20},
                       Role.INDEXER_WQ_B: {2, 8, 14, 20, 24, 28, 32, 36}}
+    # ratio 2 compresses with a gate (wkv + wgate), ratio 1 without (wkv alone): half the compressor's FLOPs
+    comp = {layer: sum(w.elements for w in inv.weights if w.role is Role.COMPRESSOR_LINEAR and w.layer == layer)
+            for layer in (2, 20)}
+    assert comp[2] == 2 * comp[20] == 2 * 512 * 5120
     # so a reader's step share has fewer FLOPs than its source's, and all readers of a ratio cost alike
     rows = {r.layer: r for r in _breakdown("deepseek-v4.1-flash", 131072)}
     assert rows[3].flops < rows[2].flops and rows[3].flops == rows[19].flops == rows[21].flops
