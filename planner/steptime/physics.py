@@ -284,7 +284,7 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
     under ``engine`` (vllm | sglang), each rank costed by the engine release's shard ``rules`` (None: the
     rules of vLLM 0.33 / SGLang 0.5.23). A shared-state model (V4.1) is costed by its layers' roles
     (``roles.py``) with the engine's record ``formats`` and ``engram`` lookups; its band is V4's, carried:
-    no published V4.1 row is fitted or held out, and the provenance says so."""
+    no published V4.1 row is fitted (``roles.SHARED_BAND`` says so, and the gap on the rows found)."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.weights.rules import RULES
 
