@@ -302,10 +302,12 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
     c = linear_model(basis_rows(cost, perf), beta)
     devices = placement.tp * placement.dp
     roles = ""
-    from csa_plan.planner.steptime.roles import SHARED_BAND, is_shared
+    from csa_plan.planner.steptime.roles import SHARED_BAND, descriptor_formats, is_shared
 
     if is_shared(spec.layers):
-        fmt = f"; records: {formats.source}" if formats is not None else ""
+        fmt = "; records: " + (formats.source if formats is not None else
+                               descriptor_formats(next(d for d in spec.layers if d.sharing is not None)).source
+                               + ", the engine's own widths not modelled")
         roles = (f"; each layer costed by its role (kv sources, index sources, readers){fmt}"
                  f"{'; ' + engram.label if engram is not None else ''}")
         band = f"{SHARED_BAND}: {band}"

@@ -158,3 +158,13 @@ def test_v41_held_out_rows_are_published_rows_and_replay(capsys):
     cells = [[c.strip() for c in line.split("|")] for line in table]
     for tpot_err, ttft_err in ((c[9], c[12]) for c in cells):
         assert tpot_err in roles.SHARED_BAND and ttft_err in roles.SHARED_BAND
+
+
+def test_without_the_engine_widths_the_records_say_whose_they_are():
+    spec, data, inv = _model("deepseek-v4.1-flash")
+    st = physics_step_time(spec, data, inv, "b200", 8, "vllm", "vLLM 0.33")
+    assert "records: the model's formats (nvfp4 records, mxfp8 windows, mxfp4 keys), the engine's own widths " \
+           "not modelled" in st.provenance
+    with_widths = physics_step_time(spec, data, inv, "b200", 8, "vllm", "vLLM 0.33", formats=HOPPER)
+    assert "records: sglang-0.5.23 V4 records on Hopper" in with_widths.provenance
+    assert with_widths.linear != st.linear  # 584 B records read more than 288 B ones
