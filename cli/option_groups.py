@@ -131,8 +131,12 @@ def with_engine_settings(func: Callable[..., Any] | None = None, *, multiple: bo
             from csa_plan.cli.stream import echo
             from csa_plan.planner.engines.registry import resolve_engine_name
 
+            from csa_plan.planner.shared_engines import before_modelled, spelled
+
             resolved = []
             for name in names:
+                if not multiple and before_modelled(name):  # the release named, for the V4.1 refusal
+                    values["release_named"] = spelled(name)
                 name, note = resolve_engine_name(name)
                 if note:
                     echo(f"note: {note}", err=True)

@@ -28,6 +28,10 @@ PARAMS = (
     Opt(("--setting",), "settings", multiple=True, metavar="NAME=VALUE",
         help="An engine option every shape runs with, by its name (repeatable): max_num_seqs=256, "
              "num_speculative_tokens=1 (vLLM MTP), max_running_requests=128 (SGLang)."),
+    Opt(("--search",), "search", multiple=True, metavar="NAME=V1,V2,...",
+        help="An engine option searched over these values (repeatable): max_num_seqs=64,128,256, "
+             "num_speculative_tokens=0,1,2 (MTP off and on), expert_parallel=false,true (EP over every GPU), replicas=1,2 (independent servers behind a router); "
+             "each shape runs with each combination."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
         help="Data-parallel replicas up to this (1, 2, 4, ...)."),
     Opt(("--max-seq-len",), "max_seq_len", Kind.COUNT, help="The engines' context length [default: isl + osl]."),
@@ -41,7 +45,7 @@ PARAMS = (
 @bad_input_exits
 def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_p99: str | None,
          tpot_p99: str | None, max_wait: str | None, devices: tuple[str, ...], engines: tuple[str, ...],
-         tps: tuple[int, ...] | None, settings: tuple[str, ...], max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
+         tps: tuple[int, ...] | None, settings: tuple[str, ...], search: tuple[str, ...], max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
          as_json: bool) -> int:
     """The fewest GPUs, per card, that serve REQUESTS/s of ISL-in, OSL-out traffic within the TTFT and
     TPOT p99 bounds, in steady state: each card x engine x tp x dp shape is replayed through the engine's
@@ -55,7 +59,7 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
     from csa_plan.cli.emit import emit
     from csa_plan.cli.progress import progress_bar
     from csa_plan.planner.commands.plan import (DEFAULT_DEVICES, DEFAULT_TPS, PlanRequest, parse_duration_s,
-                                                parse_setting, run_plan)
+                                                parse_search, parse_setting, run_plan)
     from csa_plan.planner.errors import BadInput
 
     for name, value in (("--rate", rate), ("--isl", isl), ("--osl", osl)):
@@ -69,7 +73,8 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
                       None if max_wait is None else parse_duration_s(max_wait, "--max-wait"),
                       tuple(devices) or DEFAULT_DEVICES, tuple(engines) or ("vllm-0.33",),
                       tuple(tps) if tps else DEFAULT_TPS, max_dp, max_seq_len, requests, step_time,
-                      settings=tuple(parse_setting(t) for t in settings))
+                      settings=tuple(parse_setting(t) for t in settings),
+                      search=tuple(parse_search(t) for t in search))
     outcome = run_plan(req, lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     emit(consoles, outcome.report, as_json, render_plan)
     return int(outcome.exit_code)
@@ -77,6 +82,12 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
 
 def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1000:,.1f} ms"
+
+
+def _settings(shape: dict[str, Any]) -> str:
+    ep = ", expert parallel" if shape.get("expert_parallel") else ""
+    ep += f", x{shape['replicas']} servers behind a router" if (shape.get("replicas") or 1) > 1 else ""
+    return ep + "".join(f", {k}={v}" for k, v in (shape.get("settings") or {}).items())
 
 
 def render_plan(out: Any, r: dict[str, Any]) -> None:
@@ -88,11 +99,15 @@ def render_plan(out: Any, r: dict[str, Any]) -> None:
               + ", ".join(b for b in bounds if b) + f" ({', '.join(q['engines'])}, step time {q['step_time']}"
               + "".join(f", {k}={v}" for k, v in (q.get("settings") or {}).items()) + ")",
               highlight=False)
+    for axis in q.get("search") or []:
+        out.print(f"  searched {axis['name']} over {', '.join(map(str, axis['values']))}: changes {axis['changes']}",
+                  highlight=False)
     a = r["answer"]
     if a is None:
         out.print(f"[bold red]no card and shape in the grid serve it[/bold red] (exit {r['exit_code']})")
     else:
-        out.print(f"[bold]answer:[/bold] {a['devices']} x {a['device']} — tp {a['tp']}, dp {a['dp']}, {a['engine']} "
+        out.print(f"[bold]answer:[/bold] {a['devices']} x {a['device']} — tp {a['tp']}, dp {a['dp']}, {a['engine']}"
+                  + _settings(a) + " "
                   f"(TTFT p99 {a['ttft_p99_s']:.3f} s, TPOT p99 {_ms(a['tpot_p99_s'])}) (exit {r['exit_code']})",
                   highlight=False)
         if a.get("launch"):
@@ -102,7 +117,7 @@ def render_plan(out: Any, r: dict[str, Any]) -> None:
         if b is None:
             out.print(f"  {c['device']}: no shape tried serves it", highlight=False)
         else:
-            out.print(f"  {c['device']}: {b['devices']} GPUs — tp {b['tp']}, dp {b['dp']} (TTFT p99 "
+            out.print(f"  {c['device']}: {b['devices']} GPUs — tp {b['tp']}, dp {b['dp']}{_settings(b)} (TTFT p99 "
                       f"{b['ttft_p99_s']:.3f} s, TPOT p99 {_ms(b['tpot_p99_s'])})", highlight=False)
             if b.get("launch"):
                 out.print(f"    launch: {b['launch']['text']}", highlight=False, soft_wrap=True)
@@ -112,12 +127,13 @@ def render_plan(out: Any, r: dict[str, Any]) -> None:
             why = "; ".join(s["violations"]) or ("serves it too, at the same count" if s["feasible"] else "")
             if s["steady"].startswith("trace too short"):  # say what was seen: lifetimes against the arrivals
                 why = s["steady"]
-            out.print(f"    {s['devices']:>3} GPUs, tp {s['tp']}, dp {s['dp']}: {why}", highlight=False)
+            out.print(f"    {s['devices']:>3} GPUs, tp {s['tp']}, dp {s['dp']}{_settings(s)}: {why}", highlight=False)
     skipped = r["skipped"]
     if skipped:
         out.print(f"  skipped before replaying: {len(skipped)} shapes (e.g. {skipped[0]['reason']}: "
                   f"{skipped[0]['detail'][:120]})", highlight=False)
-    out.print(f"  {r['evaluated']} of {r['grid_points']} shapes replayed; {r['workload']['requests']:,} requests, "
+    out.print(f"  {r['evaluated'] - r.get('bounded_out', 0)} of {r['grid_points']} shapes replayed"
+              f" ({r.get('bounded_out', 0)} more proven short of the rate by the step clock's busy-time bound); {r['workload']['requests']:,} requests, "
               f"{r['workload']['arrivals']}; sustainable means {r['workload']['rate_rule']}", highlight=False)
 
 

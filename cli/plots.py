@@ -299,3 +299,31 @@ def plot_runtime(report: dict[str, Any], path: str, title: str) -> str | None:
     fig.tight_layout()
     _save(fig, path)
     return None
+
+
+def plot_frontier(report: dict[str, Any], path: str, title: str) -> str | None:
+    """Output tok/s per GPU against tok/s per user, one point per client concurrency, labelled; None on success."""
+    try:
+        plt = _pyplot()
+    except ImportError:
+        return f"matplotlib is not installed ({PLOT_HINT})"
+    pts = [p for p in report["frontier"]["points"]
+           if p["output_tok_s_per_gpu"] is not None and p["output_tok_s_per_user"] is not None]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [p["output_tok_s_per_user"] for p in pts]
+    ys = [p["output_tok_s_per_gpu"] for p in pts]
+    ax.plot(xs, ys, "-", color="grey", alpha=0.5)
+    ax.scatter(xs, ys, c=["tab:blue" if p["on_frontier"] else "tab:red" for p in pts], zorder=3)
+    for p, x, y in zip(pts, xs, ys):
+        ax.annotate(f"c={p['concurrency']:,}", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("output tok/s per user (1 / TPOT p50)")
+    ax.set_ylabel("output tok/s per GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    dep = report["deployment"]
+    ax.set_title(f"{title}\n{(report.get('engine') or {}).get('name', '')} tp {dep['tp']} dp {dep['dp']}, "
+                 f"{dep['devices']} GPUs", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+    return None

@@ -56,7 +56,8 @@ def _render_structures(console: Console, e: dict[str, Any]) -> None:
         for col in ("group", "kind", "layers", "block", "window", "page sum B"):
             table.add_column(col, justify="left" if col in ("group", "kind") else "right", overflow="fold")
         for g in groups:
-            kind = "full" if g["sliding_window"] is None else "window"
+            kind = {"CircularBufferSpec": "ring"}.get(g.get("spec"), "full" if g["sliding_window"] is None
+                                                                     else "window")
             table.add_row(f"{g['index']}: {g['label']}", kind, str(g["layers"]), str(g["block_tokens"]),
                           "-" if g["sliding_window"] is None else str(g["sliding_window"]), f"{g['page_sum_bytes']:,}")
         console.print(table)

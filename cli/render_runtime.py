@@ -165,6 +165,33 @@ def render_side_by_side(out: Console, report: dict[str, Any]) -> None:
             out.print(f"  {d['engine']['name']}: {note}", highlight=False)
 
 
+def render_frontier(out: Console, report: dict[str, Any], plot_note: str | None = None) -> None:
+    """``simulate --max-concurrency C1,C2,...``: one row per client concurrency, the frontier's points marked."""
+    fr, t = report["frontier"], report["time"]
+    dep = report["deployment"]
+    out.print(f"[bold]{report['model']['name']}[/bold] on {report['workload']['source']} "
+              f"({plural(report['workload']['requests'], 'request')} a point), "
+              f"{(report.get('engine') or {}).get('name', '?')} tp {dep['tp']} dp {dep['dp']} ({dep['devices']} GPUs): "
+              f"the throughput-interactivity frontier over {len(fr['points'])} client concurrencies", highlight=False)
+    out.print(f"  step time: {_step_time(t)}", highlight=False)
+    f3 = lambda v, s=1.0: "-" if v is None else f"{v * s:,.3f}"
+    f1 = lambda v: "-" if v is None else f"{v:,.1f}"
+    rows = [[f"{p['concurrency']:,}", f"{p['served']:,}/{p['requests']:,}", f1(p["output_tok_s_per_gpu"]),
+             f1(p["output_tok_s_per_user"]), f3(p["ttft_p50_s"]), f3(p["ttft_p99_s"]), f3(p["tpot_p50_s"], 1000),
+             f3(p["tpot_p99_s"], 1000), f"{p['peak_running']:,}", f"{p['preemptions']:,}",
+             "*" if p["on_frontier"] else ""] for p in fr["points"]]
+    print_table(out, "frontier (one closed-loop replay per concurrency)",
+                [Col("concurrency", KEY), Col("served"), Col("tok/s/GPU"), Col("tok/s/user"), Col("TTFT p50 s"),
+                 Col("TTFT p99 s"), Col("TPOT p50 ms"), Col("TPOT p99 ms"), Col("running peak"), Col("preempted"),
+                 Col("frontier")], rows)
+    out.print(f"  tok/s/user: {fr['per_user']}; tok/s/GPU: {fr['per_gpu']}; * on the frontier (no other point is "
+              "better on both)", highlight=False)
+    for note in fr["modelled"]:
+        out.print(f"  modelled: {note}", highlight=False)
+    if plot_note:
+        out.print(f"  plot: {plot_note}", highlight=False)
+
+
 def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     """Both pools, the link and where TTFT goes (``runtime.disaggregation``)."""
     def s(q: dict[str, Any], scale: float = 1.0) -> str:

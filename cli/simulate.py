@@ -47,13 +47,14 @@ PARAMS = (
         help="How long an engine replay's step lasts: physics (roofline on the card, fitted on published "
              "measurements), measured (aiconfigurator-core's kernel data: csa-plan[perf]) or fixed (--tpot-ms, "
              "--prefill-tok-s) [default: physics; fixed when --tpot-ms or --prefill-tok-s is given]."),
-    Opt(("--max-concurrency",), "max_concurrency", Kind.COUNT,
+    Opt(("--max-concurrency",), "max_concurrency", Kind.COUNTS, metavar="C[,C,...]",
         help="A closed-loop client, as vllm bench serve spells it: at most this many requests in flight, the next "
-             "sent when one ends (trace times ignored; engine replays)."),
+             "sent when one ends (trace times ignored; engine replays). Several (1,4,16,64,256): one replay each, "
+             "output tok/s per GPU against tok/s per user, the throughput-interactivity frontier (--plot draws it)."),
     Opt(("--spec-acceptance",), "spec_acceptance", Kind.NUMBER, high=1.0,
-        help="vLLM MTP replays (--num-speculative-tokens): each draft token's acceptance rate, given the ones "
-             f"before it were accepted [default: {TimeModel.spec_acceptance:g}, the middle of the published "
-             "0.57-0.70]."),
+        help="Replays that draft (vLLM --num-speculative-tokens, SGLang --speculative-num-steps): each draft "
+             "token's acceptance rate, given the ones before it were accepted "
+             f"[default: {TimeModel.spec_acceptance:g}, the middle of the published MTP 0.57-0.70]."),
     Opt(("--rate-scale",), "rate_scale", Kind.NUMBER, high=MAX_RATE_SCALE,
         help=f"Arrival-rate multiplier: 2 = twice as fast [default: {TimeModel.rate_scale:g}]."),
     Opt(("--sort",), "sort_rows", Kind.FLAG, default=False,
@@ -120,7 +121,7 @@ PARAMS = (
 def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: int | None,
              router: str | None, device_memory: int | None,
              reserve: str | None, bucket: int | None, policy: str | None, prefill_tok_s: float | None,
-             tpot_ms: float | None, step_time: str | None, max_concurrency: int | None,
+             tpot_ms: float | None, step_time: str | None, max_concurrency: tuple[int, ...] | None,
              spec_acceptance: float | None, rate_scale: float | None,
              sort_rows: bool, trace_format: str | None,
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
@@ -158,6 +159,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
         require_plotting("--plot")
     consoles = make_consoles()
     d = deployment
+    levels = tuple(max_concurrency or ())
+    max_concurrency = levels[0] if len(levels) == 1 else None
     given = MixSettings(model=model, layout=layout, max_seq_len=max_seq_len, tp=d.tp, pp=d.pp, dp=d.dp, router=router,
                         device_memory_bytes=device_memory, reserved_bytes=d.reserved_bytes, reserve=reserve,
                         bucket=bucket, policy=policy, prefill_tok_s=prefill_tok_s, tpot_ms=tpot_ms,
@@ -176,11 +179,14 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                               engine_settings=engine_settings, kv_memory_bytes=kv_memory,
                               enable_prefix_caching=False if disable_radix_cache else prefix_caching,
                               engines=engines if len(engines) > 1 else (), disaggregation=disaggregation,
-                              host_tier=host_tier if host_tier.given else None)
+                              host_tier=host_tier if host_tier.given else None,
+                              concurrencies=levels if len(levels) > 1 else ())
     show = not as_json and consoles.err.is_terminal
     outcome = run_simulate(request, lambda label, total, long_run: progress_bar(
         consoles.err if show else None, show and long_run, label, total))
     report = outcome.report
+    if report.get("frontier") is not None:
+        return _frontier_output(consoles, outcome, as_json, plot_path, budget_plot)
     if report.get("side_by_side") is not None:
         return _side_by_side_output(consoles, outcome, as_json, budget_plot)
     plot_note = None
@@ -236,6 +242,28 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
     write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
     if plot_path is not None and plot_note is None and (outcome.series is not None or report.get("runtime")):
         say_written(consoles, "plot", plot_path, as_json)
+    return int(outcome.exit_code)
+
+
+def _frontier_output(consoles, outcome, as_json: bool, plot_path: str | None, budget_plot: str | None) -> int:
+    from csa_plan.cli.emit import emit
+    from csa_plan.cli.plots import plot_frontier, say_written, write_budget_plot
+
+    report = outcome.report
+    note = None
+    if plot_path is not None:
+        note = plot_frontier(report, plot_path, title=outcome.title)
+        report["plot"] = {"path": plot_path if note is None else None, "note": note}
+
+    def render(out, r):
+        from csa_plan.cli.render_runtime import render_frontier
+
+        render_frontier(out, r, plot_note=note)
+
+    emit(consoles, report, as_json, render)
+    write_budget_plot(consoles, report.get("budget"), budget_plot, as_json)
+    if plot_path is not None and note is None:
+        say_written(consoles, "frontier plot", plot_path, as_json)
     return int(outcome.exit_code)
 
 

@@ -22,6 +22,25 @@ FIRST_RELEASE: dict[str, tuple[tuple[int, ...], str]] = {
 }
 
 
+# The first release of each family whose V4.1 pool csa-plan models (vllm-0.33, and 0.34 with it): vLLM 0.30-0.32
+# run V4.1 with other rules (records 528 / 584 B only, no SWA bounded replay, no mega attention: DEEPSEEK_V41.md
+# §5), so a version the release map hands to vllm-0.33's V4 rules is not modelled for V4.1.
+FIRST_MODELLED: dict[str, tuple[int, ...]] = {"vllm": (0, 33)}
+
+
+def spelled(engine: str) -> str:
+    """``vllm==0.30.1`` / ``vllm 0.30.1`` / ``vLLM-0.30.1`` as ``vllm-0.30.1`` (how a release is named here)."""
+    return engine.strip().lower().replace("==", "-").replace(" ", "-")
+
+
+def before_modelled(engine: str) -> bool:
+    """Whether a named version is older than the first release whose V4.1 pool is modelled (False without a
+    numeric version: a bare family name or a registry alias)."""
+    family, version = release_of(spelled(engine))
+    first = FIRST_MODELLED.get(family)
+    return first is not None and version is not None and tuple(version[:len(first)]) < first
+
+
 def release_of(engine: str) -> tuple[str, tuple[int, ...] | None]:
     """``("vllm", (0, 33))`` from ``vllm-0.33``; a name without a numeric release gives None."""
     family, _, version = engine.partition("-")

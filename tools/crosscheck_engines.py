@@ -312,6 +312,226 @@ def run_vllm(quick: bool) -> list[tuple[bool, str]]:
     return out
 
 
+# -- vLLM 0.33.0 / 0.34.0: DeepSeek-V4.1 (cross-layer shared compressed state) ---------------------
+
+
+def _platform_as(capability: tuple[int, int]) -> None:
+    """vLLM's platform answering as the named card's compute capability (the V4.1 model code asks it)."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    cls.is_device_capability_family = classmethod(lambda c, fam, device_id=0: capability[0] * 10 == fam)
+    cls.is_device_capability = classmethod(lambda c, cc, device_id=0: tuple(cc) == tuple(capability))
+    cls.get_device_capability = classmethod(
+        lambda c, device_id=0: types.SimpleNamespace(major=capability[0], minor=capability[1]))
+
+
+def v41_config_stub(max_model_len: int, mnbt: int, async_on: bool, drafts: int, block_size: int):
+    """``vllm_config_stub`` with DSpark as the speculative method (speculative.py: method "dspark")."""
+    cfg = vllm_config_stub(max_model_len, mnbt, 1024, async_on, 0, 0, block_size)
+    if drafts:
+        from vllm.config import VllmConfig
+
+        cfg.speculative_config = _Stub(method="dspark", num_speculative_tokens=drafts,
+                                       draft_model_config=_Stub(hf_config=_Stub(num_nextn_predict_layers=3)),
+                                       use_eagle=lambda: True, use_multi_module_mtp=lambda: False,
+                                       use_eagle_block_drop=lambda: False)
+        try:  # 0.34: the lookahead comes from the speculator's config class (speculator_config.py:122-125)
+            from vllm.v1.worker.gpu.spec_decode.dspark.config import DSparkSpeculatorConfig as D
+
+            cfg.speculative_config.speculator_config = _Stub(
+                num_prefill_lookahead_tokens=D.num_prefill_lookahead_tokens.fget(
+                    _Stub(uses_target_hidden_states=D.uses_target_hidden_states, num_speculative_tokens=drafts)))
+        except ImportError:  # 0.33: VllmConfig.num_prefill_lookahead_tokens reads use_eagle / multi-module MTP
+            pass
+        for name in ("num_speculative_tokens", "num_prefill_lookahead_tokens"):
+            setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
+    return cfg
+
+
+def v41_specs(text: dict, capability: tuple[int, int], cfg, fp4_index: bool, tp: int = 8) -> dict:
+    """DeepSeek-V4.1's specs from vLLM's own ``get_kv_cache_spec`` methods (attention.py:1206-1231
+    DeepseekV4Attention, :1257-1297 DeepseekV4IndexerCache, sparse_swa.py:120-147 DeepseekV4SWACache,
+    compressor.py:228-240 CompressorStateCache), each called on an instance holding the attributes its
+    ``__init__`` sets (attention.py:326-361, 514-580; compressor.py:216-226), then the layer's backend's
+    ``customize_attention_spec`` (v1/worker/gpu/attn_utils.py:140-152) and the draft tag, in
+    static_forward_context order. The card picks the attention class as nvidia/model.py:201-258 does."""
+    import math
+
+    import torch
+    import vllm.models.deepseek_v41.attention as A
+    import vllm.models.deepseek_v41.compressor as C
+    from vllm.models.deepseek_v41.nvidia.flashmla import DeepseekSparseSWAFlashMLABackend
+    from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLABackend, FlashMLAMegaAttnBackend
+    from vllm.v1.attention.backends.mla.indexer import DeepseekV41IndexerBackend
+    from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm.v1.worker.utils import customize_attention_spec
+
+    _platform_as(capability)
+    heads, groups = text["num_attention_heads"], text["o_groups"]
+    mega = capability[0] == 10 and (heads // tp) // (groups // tp) == 8  # is_available_for (WV_GROUP_SIZE 8)
+    packed = "nvfp4_ds_mla" if mega else "fp8_ds_mla"
+    cfg.cache_config.cache_dtype = packed  # _resolve_dsv4_kv_cache_dtype writes the resolved record back
+    mla_backend = FlashMLAMegaAttnBackend if mega else DeepseekV4FlashMLABackend
+    kv_mxfp8 = A._use_v41_mxfp8_kv_record()
+    swa_bytes = 528 if kv_mxfp8 else 584
+    comp_bytes = 288 if packed == "nvfp4_ds_mla" else swa_bytes
+    align = 512 if kv_mxfp8 else 576
+    ratios, srcs, idx = text["compress_ratios"], text["kv_source_layer_ids"], text["index_source_layer_ids"]
+    n_main = text["num_hidden_layers"]
+    drafts = cfg.num_speculative_tokens
+    specs: dict = {}
+
+    def add(name, spec, backend, draft=False):
+        if isinstance(spec, AttentionSpec):
+            spec = customize_attention_spec(backend, spec)
+        specs[name] = replace(spec, is_draft=True) if draft else spec
+
+    for i in range(n_main + (text["num_nextn_predict_layers"] if drafts else 0)):
+        r = int(ratios[i]) if i < len(ratios) else 0
+        p = f"model.layers.{i}.self_attn"
+        backbone = i < n_main
+        is_src, is_idx = backbone and i in srcs, backbone and i in idx
+        attn = types.SimpleNamespace(is_kv_source=is_src, kv_cache_dtype=packed, head_dim=text["head_dim"],
+                                     compress_ratio=r, kv_page_alignment=align, compressed_bytes_per_token=comp_bytes,
+                                     kv_cache_torch_dtype=torch.uint8)
+        spec = A.DeepseekV4Attention.get_kv_cache_spec(attn, cfg)
+        if spec is not None:
+            add(p, spec, mla_backend)
+        if is_idx and is_src:
+            keys = types.SimpleNamespace(cache_config=cfg.cache_config, dtype=torch.uint8, compress_ratio=r,
+                                         head_dim=A._indexer_k_cache_head_dim(text["index_head_dim"], fp4_index),
+                                         sparse_logits=False, rocm_mxfp4=False)
+            add(f"{p}.indexer.k_cache", A.DeepseekV4IndexerCache.get_kv_cache_spec(keys, cfg), DeepseekV41IndexerBackend)
+        swa = types.SimpleNamespace(cache_config=cfg.cache_config, bounded_replay=True, block_size=32,
+                                    head_dim=text["head_dim"], dtype=torch.uint8, window_size=text["sliding_window"],
+                                    packed_bytes_per_token=swa_bytes, packed_page_alignment=align,
+                                    packed_block_stride_alignment=math.lcm(swa_bytes, comp_bytes) if kv_mxfp8 else None)
+        add(f"{p}.swa_cache", DeepseekV4SWACache.get_kv_cache_spec(swa, cfg), DeepseekSparseSWAFlashMLABackend,
+            draft=not backbone)
+        if is_src and r > 1:
+            rows = drafts + 2
+            ring = types.SimpleNamespace(block_size=max(8, 1 << (rows - 1).bit_length()), state_dim=2 * text["head_dim"],
+                                         dtype=torch.float32)
+            add(f"{p}.compressor.state_cache", C.CompressorStateCache.get_kv_cache_spec(ring, cfg), C.CompressorBackend)
+    return specs
+
+
+def vllm_v41_case(model, text: dict, gpu: str, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool,
+                  drafts: int, block_size: int | None = None, fp4: bool = False,
+                  engine: str = "vllm-0.33") -> tuple[bool, str]:
+    """One V4.1 deployment: vLLM's grouping, bytes per block, blocks per request, num_blocks, capacity and log
+    line against csa-plan's ``engine`` model."""
+    import vllm.v1.core.kv_cache_utils as kcu
+    from vllm.v1.core import kv_cache_planning as kcp
+    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+
+    from csa_plan.planner.engines.engine import EngineRefused, Phase
+    from csa_plan.planner.engines.registry import get_engine
+    from csa_plan.planner.engines.settings import EngineSettings, gpu_target
+
+    target = gpu_target(gpu)
+    block = block_size or (128 if target.capability[0] == 10 else 64)
+    cfg = v41_config_stub(max_model_len, mnbt, async_on, drafts, block)
+    specs = v41_specs(text, target.capability, cfg, fp4)
+    groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+    builder = get_kv_cache_config_builder(cfg)
+    bpb = kcp._pool_bytes_per_block_from_builder(builder, cfg, groups)
+    v_blocks = kcp._max_memory_usage_bytes_from_groups(builder, cfg, groups) // bpb
+    lines: list[str] = []
+    kcu.logger.info_once = lambda msg, *a, **k: lines.append(msg % a)
+    v_error = None
+    try:
+        configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+        sched = kcu.generate_scheduler_kv_cache_config(configs)
+        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, sched)
+        kcu.update_kv_cache_capacity(cfg, sched)
+        v_num_blocks = sched.num_blocks
+    except ValueError as exc:
+        v_error = str(exc)
+    v_groups = [sorted(kcp._get_per_layer_spec(g, n).page_size_bytes for n in g.layer_names) for g in groups]
+    v_names = [list(g.layer_names) for g in groups]
+
+    settings = EngineSettings(gpu=gpu, max_num_batched_tokens=mnbt, async_scheduling=async_on,
+                              num_speculative_tokens=drafts or None, indexer_kv_dtype="mxfp4" if fp4 else None,
+                              block_size=block_size)
+    plan = get_engine(engine).configure(model, settings, max_model_len)
+    label = (f"{engine} {model.name} {gpu} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} dspark={drafts}{' mxfp4' if fp4 else ''} block={block}")
+    problems = []
+    ours_groups = [sorted(s.page_bytes for s in g.specs) for g in plan.groups]
+    if [[s.name for s in g.specs] for g in plan.groups] != v_names:
+        problems.append("group membership differs")
+    if ours_groups != v_groups:
+        problems.append(f"group pages {ours_groups} != vLLM {v_groups}")
+    if plan.block_bytes != bpb:
+        problems.append(f"bytes_per_block {plan.block_bytes} != vLLM {bpb}")
+    if plan.startup_budget().units != v_blocks:
+        problems.append(f"blocks per request {plan.startup_budget().units} != vLLM {v_blocks}")
+    try:
+        sizing = plan.size_pool(kv_memory)
+        ours_error = None
+    except EngineRefused as exc:
+        ours_error = exc.refusal.message
+    if v_error is not None or ours_error is not None:
+        if (v_error is None) != (ours_error is None):
+            problems.append(f"refusal mismatch: csa-plan {ours_error!r} vs vLLM {v_error!r}")
+        elif v_error.split(" Try increasing")[0].split(" See https")[0] not in ours_error:
+            # the figures (needed, available, estimated length) up to the hint, whose wording 0.34 changed
+            # (kv_cache_planning.py:64-96 _more_kv_cache_memory_hint; csa-plan keeps 0.33's)
+            problems.append(f"refusal text: csa-plan {ours_error!r} vs vLLM {v_error!r}")
+        summary = f"refused as vLLM does: {v_error.split('. ')[0][:90]}"
+    else:
+        if sizing.total_units != v_num_blocks:
+            problems.append(f"num_blocks {sizing.total_units} != vLLM {v_num_blocks}")
+        if sizing.tokens != v_tokens or sizing.concurrency != v_conc:
+            problems.append(f"capacity ({sizing.tokens}, {sizing.concurrency}) != vLLM ({v_tokens}, {v_conc})")
+        if list(sizing.log_lines) != lines:
+            problems.append(f"log line {sizing.log_lines} != vLLM {lines}")
+        kinds = " ".join(f"{type(kcp._get_per_layer_spec(g, g.layer_names[0])).__name__.replace('Spec', '')}"
+                         f"x{len(g.layer_names)}" for g in groups)
+        summary = (f"{len(groups)} groups [{kinds}], {bpb:,} B/block, {v_num_blocks:,} blocks, "
+                   f"{v_blocks:,} blocks/request: {lines[0] if lines else ''}")
+    ok = not problems
+    return ok, f"{'OK  ' if ok else 'FAIL'} {label}: " + (summary if ok else "; ".join(problems))
+
+
+V41_MODELS = ("deepseek-v4.1-flash", "deepseek-v4.1-flash-1017")
+
+
+def run_vllm_v41(quick: bool, engine: str = "vllm-0.33") -> list[tuple[bool, str]]:
+    """V4.1 on an H200 (sm_90: FlashMLA, fp8_ds_mla 584 B) and a B200 (sm_100: mega attention, nvfp4_ds_mla
+    288 B records, 528 B windows), several lengths, budgets, block sizes, with and without DSpark drafts."""
+    from csa_plan.planner.loaders.model_files import load_model
+
+    out = []
+    for name in V41_MODELS if not quick else V41_MODELS[:1]:
+        model = load_model(name)
+        text = _v41_text_config(name)
+        for gpu, length, kv, mnbt, async_on, drafts in itertools.product(
+                ("h200", "b200"), (1_048_576, 131_072, 4_096) if not quick else (1_048_576,),
+                (40 * GiB, 2 * GiB) if not quick else (40 * GiB,), (16384, 2048) if not quick else (16384,),
+                (True, False) if not quick else (True,), (0, 1, 5, 7) if not quick else (0, 5)):
+            out.append(vllm_v41_case(model, text, gpu, length, kv, mnbt, async_on, drafts, engine=engine))
+        for gpu, block in (("h200", 128), ("h200", 256), ("b200", 256), ("b200", 512)):
+            out.append(vllm_v41_case(model, text, gpu, 1_048_576, 40 * GiB, 16384, True, 5, block_size=block,
+                                     engine=engine))
+        out.append(vllm_v41_case(model, text, "b200", 1_048_576, 40 * GiB, 16384, True, 0, fp4=True, engine=engine))
+        out.append(vllm_v41_case(model, text, "h200", 1_048_576, 200 * (1 << 20), 16384, True, 0, engine=engine))
+    return out
+
+
+def _v41_text_config(name: str) -> dict:
+    """The preset's published config.json ``text_config`` (what vLLM's model code reads)."""
+    import json
+
+    from csa_plan.planner.loaders.model_files import PRESETS
+    from csa_plan.planner.presets import read_preset
+
+    return json.loads(read_preset(PRESETS[name]))["text_config"]
+
+
 # -- vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release) ----------------------------
 
 
@@ -772,6 +992,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine in ("vllm", "all"):
         release = installed_vllm_release()
         results += run_vllm(args.quick) if release == "vllm-0.33" else run_vllm_legacy(release, args.quick)
+        if release in ("vllm-0.33", "vllm-0.34"):
+            results += run_vllm_v41(args.quick, release)
     if args.engine in ("sglang", "all"):
         results += run_sglang(args.quick)
         results += run_sglang_v41(args.quick)

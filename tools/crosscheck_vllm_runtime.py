@@ -64,13 +64,26 @@ def token_ids(trace, r: int, block_tokens: int) -> list[int]:
 
 
 def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_num_seqs: int, async_on: bool,
-                    spec_tokens: int, caching: bool, release: str = "vllm-0.33"):
+                    spec_tokens: int, caching: bool, release: str = "vllm-0.33", gpu: str = "h200"):
     import vllm.v1.core.kv_cache_utils as kcu
     from vllm.config import SchedulerConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    if release == "vllm-0.33":
+    shared = any(d.sharing is not None for d in model.layers)
+    if shared:  # DeepSeek-V4.1: vLLM's own V4.1 specs (crosscheck_engines.v41_specs) on the named card
+        from crosscheck_engines import _v41_text_config, v41_config_stub, v41_specs
+        from vllm.v1.core import kv_cache_planning as kcp
+
+        from csa_plan.planner.engines.settings import gpu_target
+
+        cap = gpu_target(gpu).capability
+        cfg = v41_config_stub(max_model_len, mnbt, async_on, spec_tokens, 128 if cap[0] == 10 else 64)
+        cfg.scheduler_config.max_num_seqs = max_num_seqs
+        specs = v41_specs(_v41_text_config("deepseek-v4.1-flash"), cap, cfg, False)
+        groups = kcp.get_global_kv_cache_groups(cfg, [specs])
+        configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
+    elif release == "vllm-0.33":
         from crosscheck_engines import vllm_config_stub, vllm_specs
         from vllm.v1.core import kv_cache_planning as kcp
 
@@ -121,7 +134,16 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
     from vllm.config import VllmConfig
 
     spec = cfg.speculative_config
-    if spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
+    if spec is not None and shared:  # DSpark: a hidden-state drafter without the EAGLE block drop (:2122-2128)
+        for k, v in dict(num_speculative_tokens_per_batch_size=None, disable_eagle_block_drop=False,
+                         disable_lookahead_block_hashes=False, max_num_new_slots_for_drafting=0,
+                         parallel_drafting=True).items():
+            setattr(spec, k, v)
+        for k, v in dict(use_dflash=False, use_dspark=True, uses_draft_model=False,
+                         needs_eagle_block_drop=False).items():
+            setattr(spec, k, (lambda value: (lambda: value))(v))
+        spec.use_eagle_block_drop = lambda: False
+    elif spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
         for k, v in dict(num_speculative_tokens_per_batch_size=None, disable_eagle_block_drop=False,
                          disable_lookahead_block_hashes=False, max_num_new_slots_for_drafting=0,
                          parallel_drafting=False).items():
@@ -342,7 +364,7 @@ def mix_trace(traces):
 
 
 def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=True, spec=0, max_model_len=131072,
-             verbose=False, release="vllm-0.33", acceptance=1.0):
+             verbose=False, release="vllm-0.33", acceptance=1.0, gpu=None):
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
@@ -356,14 +378,15 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
     time_model = StepTime(20.0, 10_000.0)
     t0 = time.time()
     sched, kv_cfg, hash_block = build_scheduler(model, max_model_len, kv, mnbt, seqs, async_on, spec, caching,
-                                                release)
+                                                release, gpu or "h200")
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching, acceptance)
-    if spec and caching and release == "vllm-0.33" and not sched.num_hash_lookahead_tokens:
+    shared = any(d.sharing is not None for d in model.layers)
+    if spec and caching and release == "vllm-0.33" and not shared and not sched.num_hash_lookahead_tokens:
         raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
     a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
     t1 = time.time()
     settings = EngineSettings(max_num_batched_tokens=mnbt, max_num_seqs=seqs, async_scheduling=async_on,
-                              num_speculative_tokens=spec or None)
+                              num_speculative_tokens=spec or None, gpu=gpu)
     engine = get_engine(release)
     if engine.release.scheduler_replayed is False:  # the question: would 0.33's replay equal this release's own?
         from dataclasses import replace
@@ -490,6 +513,19 @@ def cases(n: int):
         mtp_cached += [("mix-mtp", traces["mix"], (tight, 2048, 1024, True, 3))]
         for label, load, (kv, mnbt, seqs, async_on, spec) in mtp_cached:
             out.append((label, model, load, kv, mnbt, seqs, True, async_on, spec))
+    # DeepSeek-V4.1 (shared compressed state): rings, bounded-replay windows, DSpark drafts, on H200 and B200
+    for gpu in ("h200", "b200"):
+        for label, load, (kv, mnbt, seqs, caching, async_on, spec) in [
+                ("mooncake-head", traces["mooncake-head"], (4, 8192, 1024, True, True, 0)),
+                ("mooncake-head", traces["mooncake-head"], (ROOMY_GIB, 2048, 8, True, False, 0)),
+                ("mooncake-head", traces["mooncake-head"], (4, 2048, 1024, False, True, 0)),
+                ("mooncake-head-dspark", traces["mooncake-head"], (4, 8192, 1024, True, True, 5)),
+                ("azure-conv@12000-dspark", traces["azure-conv@12000"], (ROOMY_GIB, 2048, 1024, True, False, 3)),
+                ("mix", traces["mix"], (4, 2048, 1024, True, True, 0)),
+                ("mooncake-head-tight", traces["mooncake-head"], (0.7, 8192, 1024, True, True, 0)),
+                ("mooncake-head-tight-dspark", traces["mooncake-head"], (0.5, 2048, 1024, True, False, 5)),
+                ("mix-tight", traces["mix"], (0.7, 2048, 1024, True, True, 0))]:
+            out.append((f"{label}@{gpu}", "deepseek-v4.1-flash", load, kv, mnbt, seqs, caching, async_on, spec))
     # multi-module MTP: N lookahead tokens in every hash, N - 1 extra retained tokens in every window
     for label, load, (kv, mnbt, seqs, async_on, spec) in [
             ("mooncake-head-mtp", traces["mooncake-head"], (8, 8192, 1024, True, 2)),
@@ -521,8 +557,9 @@ def main(argv=None) -> int:
         if args.only and args.only not in f"{label} {model}" or (args.no_mtp and spec):
             continue
         try:
+            gpu = label.rsplit("@", 1)[1] if label.endswith(("@h200", "@b200")) else None
             ok, line = run_case(label, model, load(), kv, mnbt, seqs, caching, async_on, spec, release=release,
-                                acceptance=args.acceptance)
+                                acceptance=args.acceptance, gpu=gpu)
         except Exception as exc:  # a case that cannot run is a failure, named
             ok, line = False, f"FAIL {label} {model} kv={kv} mnbt={mnbt} seqs={seqs}: {type(exc).__name__}: {exc}"
         print(line, flush=True)

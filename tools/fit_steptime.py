@@ -17,10 +17,9 @@ is EP over all GPUs; vLLM ``--data-parallel-size`` with ``--enable-expert-parall
 attention TP 1 and EP over all GPUs.
 
 EAGLE rows (TPOT per accepted token): the replay has no drafts, so each decode step is costed
-with every request verifying its draft tokens (``spec_draft_tokens``) plus one draft pass per
-speculative step (one more layer each), and TPOT divides that step by the accepted length
-``1 + p + ... + p^steps`` at the acceptance rate ``--acceptance`` (0.65: the middle of the
-published 0.57-0.70 MTP rates, docs/steptime.md). Targets: TPOT of every fitted row, and TTFT of
+with every request verifying its draft tokens (``spec_draft_tokens``) and the drafter's chain of
+passes (``physics.draft_rows`` for ``steptime/drafts.py``'s EAGLE), and TPOT divides that step by the
+accepted length ``1 + p + ... + p^k`` at EAGLE's published default (0.65, the MTP layer's rate). Targets: TPOT of every fitted row, and TTFT of
 every fitted row whose requests all run at once in the replay (no request waits for a slot: the
 high-throughput cells, minutes of queueing, are left out).
 
@@ -45,7 +44,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT_PATH = ROOT / "planner" / "steptime" / "steptime_fit.json"
-from csa_plan.planner.replay.draft_acceptance import DEFAULT_RATE as ACCEPTANCE
+from csa_plan.planner.steptime.drafts import METHODS, DraftMethod
+
+ACCEPTANCE = METHODS[DraftMethod.EAGLE].default_acceptance  # EAGLE rows: the method's published default
 FIT_CONCURRENCY = (1, 16, 64, 1024, 4096)
 ENGINES = {"sglang": "sglang-0.5.23", "vllm": "vllm-0.33"}
 # No kernel beats its datasheet peak: the roofline terms' coefficients are at least 1 (the floors and the extra
@@ -137,6 +138,7 @@ def replay_row(row: dict, max_requests: int) -> dict:
     from csa_plan.planner.cards import CardBytes, card
     from csa_plan.planner.commands.simulate import SimulateRequest, run_simulate
     from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.errors import BadInput
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.steptime.model import StepSource, StepTime
     from csa_plan.planner.replay.trace import runtime_trace
@@ -182,6 +184,8 @@ def replay_row(row: dict, max_requests: int) -> dict:
                                                                                   **row_settings(row))))
         except _Captured:
             outcome = None
+        except BadInput as exc:  # the engine refuses the cell before its runtime is planned (too little memory)
+            return {"refused": str(exc)[:200]}
     finally:
         serve_mod.serve = original
         Path(path).unlink()
@@ -195,12 +199,26 @@ def replay_row(row: dict, max_requests: int) -> dict:
             "replica_concurrency": -(-conc // dp)}
 
 
+def row_backend(row: dict) -> str | None:
+    """The MoE backend term of the row (``physics.moe_backend_key``): its published backend, or, where none
+    is stated, the engine's default as csa-plan's engine model resolves it for the row's card."""
+    from csa_plan.planner.steptime.physics import moe_backend_key
+
+    name = row["moe_backend"]
+    if not name and row["engine"] == "sglang":
+        from csa_plan.planner.engines.settings import gpu_target
+        from csa_plan.planner.engines.sglang.startup import moe_runner
+
+        name = str(moe_runner(None, gpu_target(row["gpu"])).value)
+    return moe_backend_key(row["engine"], name)
+
+
 def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(TPOT basis, TTFT basis), each per request (one row a request) or None: the steps' basis terms summed
     over each request's decode (per output token) and over its wait for the first token."""
     from csa_plan.planner.loaders.model_files import load_model
     from csa_plan.planner.steptime.hardware import card_perf
-    from csa_plan.planner.steptime.physics import BASIS, basis_rows, model_cost
+    from csa_plan.planner.steptime.physics import ALL_TERMS as BASIS, basis_rows, model_cost
     from csa_plan.planner.serving.step_source import model_inputs
     from csa_plan.planner.steptime.model import linear_seconds
 
@@ -212,21 +230,26 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
     tp, dp, ep = layout(row)
     cost = model_cost(spec, data, inventory, rules_for(ENGINES[row["engine"]]),
                       Placement(tp=tp, dp=dp, ep=ep if ep > 1 else None))
-    vecs = basis_rows(cost, card_perf(row["gpu"]))
+    from csa_plan.planner.steptime.drafts import DraftMethod, draft_plan
+
+    perf = card_perf(row["gpu"])
+    backend = row_backend(row)
+    vecs = basis_rows(cost, perf, None, backend)
     f = rec["feats"]
     steps = int(row["spec_steps"] or 0) if row["spec_method"] == "EAGLE" else 0
     draft = (int(row["spec_draft_tokens"] or steps + 1) - 1) if steps else 0
+    plan = draft_plan(DraftMethod.EAGLE, draft)
+    spec_vecs = basis_rows(cost, perf, plan, backend) if plan is not None else vecs  # the drafter's passes and verify pass
 
     def phi(feats: np.ndarray, spec: bool) -> np.ndarray:
         out = np.empty((len(feats), len(BASIS)))
+        v = spec_vecs if spec else vecs
         for k, (p, pos, dreq, dtok, dctx) in enumerate(feats):
             if spec and dreq:
                 dtok = dreq * (1 + draft)
             tokens = int(p + dtok)
             for j, term in enumerate(BASIS):
-                out[k, j] = linear_seconds(vecs[term], tokens, int(p), pos, int(dreq), int(dctx))
-            if spec and dreq:
-                out[k, BASIS.index("layer")] *= (cost.layers + steps) / cost.layers  # the draft passes
+                out[k, j] = linear_seconds(v[term], tokens, int(p), pos, int(dreq), int(dctx))
         return out
 
     end = rec["end"]
@@ -235,7 +258,7 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
     ok = (fin >= 0) & (first >= 0)
     osl = int(row["osl"])
     cum = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, bool(steps)), axis=0)])
-    accept = sum(ACCEPTANCE ** j for j in range(steps + 1))
+    accept = sum(ACCEPTANCE ** j for j in range(draft + 1))
     tpot = ((cum[at(fin[ok])] - cum[at(first[ok])]) / (osl - 1)) / accept if row["tpot_ms"] else None
     ttft = None
     if row["ttft_ms"] and TTFT_MIN <= int(row["max_concurrency"]) <= TTFT_MAX:
@@ -290,7 +313,7 @@ def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[d
 def main(argv: list[str] | None = None) -> int:
     from csa_plan.planner.steptime.hardware import card_perf
     from csa_plan.planner.steptime.nnls import nnls
-    from csa_plan.planner.steptime.physics import BASIS
+    from csa_plan.planner.steptime.physics import ALL_TERMS as BASIS, MOE_TERMS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "published_serving.csv"))
@@ -329,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         r = np.array([m[j] / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
         r0 = np.array([float(m @ base) / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
         base[j] = max(0.0, float(r @ (1 - r0) / (r @ r)))
+        for t in MOE_TERMS:  # SGLang's backends are not vLLM's kernels: no vLLM row fits a backend term
+            base[BASIS.index(t)] = 0.0
         vbetas[fam] = base
     table = []
     err = lambda pred, m: None if pred is None or not m else round(pred / m - 1, 4)
@@ -344,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         table.append({"row": u["i"], "source": row["source_id"], "engine": row["engine"], "model": row["model"],
                       "gpu": row["gpu"], "gpus": int(row["num_gpus"] or row["tp"]), "layout": layout_name(row),
                       "isl": int(row["isl"]), "concurrency": int(row["max_concurrency"]),
-                      "spec": row["spec_method"] or "none", "split": u["split"], "tpot_ms": m_tpot,
+                      "spec": row["spec_method"] or "none", "moe_backend": row_backend(row) or "-",
+                      "split": u["split"], "tpot_ms": m_tpot,
                       "tpot_pred_ms": None if tpot is None else round(tpot, 2), "tpot_err": err(tpot, m_tpot),
                       "tpot_err_other_family_fit": err(cross, m_tpot),
                       "ttft_ms": m_ttft, "ttft_pred_ms": None if ttft is None else round(ttft, 1),
@@ -387,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         mine = [t for t in table if t["layout"].split()[0] == kind]
         add(f"TPOT by layout: {kind}", [t["tpot_err"] for t in mine])
         add(f"TTFT by layout: {kind}", [t["ttft_err"] for t in mine])
+    for b in sorted({t["moe_backend"] for t in table}):
+        add(f"TPOT by MoE backend: {b}", [t["tpot_err"] for t in table if t["moe_backend"] == b])
     print(json.dumps(summary, indent=1))
     if args.write:
         fits = {}
@@ -410,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
             fits[f"sglang/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                      "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
                                              "(the SGLang cookbook, benchmarks/published_serving.csv)",
-                                     "band": band}
+                                     "band": band,
+                                     "moe_rows": {b: sum(1 for t in mine if t["split"] == "fit" and t["moe_backend"] == b)
+                                                  for b in sorted({t["moe_backend"] for t in mine
+                                                                   if t["split"] == "fit" and t["moe_backend"] != "-"})}}
         for fam, beta in vbetas.items():
             mine = [t for t in table if family(t) == fam and t["engine"] == "vllm" and t["ttft_err"] is not None]
             rows_ = "; ".join(f"{t['layout']} {t['isl']:,}-token prompts c{t['concurrency']} ({t['split']}): TTFT "

@@ -272,7 +272,7 @@ def card_settings(engine_settings: Any, device_memory_bytes: int | None, engine:
 @lru_cache(maxsize=1024)
 def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
                           engine: str | None = None, reserved_bytes: int | None = None,
-                          settings: Any = None) -> int:
+                          settings: Any = None, ep: int | None = None) -> int:
     """What the device budget sets aside on each device (card minus the state pool of the tightest
     stage): a sweep point's ``reserved: budget``. The same budget as check and simulate: with an
     engine, its usable share (gpu_memory_utilization / mem_fraction_static), its weight sharding and
@@ -283,7 +283,7 @@ def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: i
 
     length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
     try:
-        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, reserved_bytes=reserved_bytes),
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, ep=ep, reserved_bytes=reserved_bytes),
                               length, engine,
                               card_settings(settings, memory_bytes), search=False)
     except BadInput:
@@ -292,14 +292,15 @@ def budget_reserved_bytes(model: str, memory_bytes: int, tp: int, pp: int, dp: i
 
 
 def budget_shortfall(model: str, memory_bytes: int, tp: int, pp: int, dp: int, max_seq_len: int | None,
-                     engine: str | None = None, reserved_bytes: int | None = None, settings: Any = None) -> str:
+                     engine: str | None = None, reserved_bytes: int | None = None, settings: Any = None,
+                     ep: int | None = None) -> str:
     """Why ``budget_reserved_bytes`` sets aside the whole card, in words: the weights and start-up
     reserves per device against what is usable, or the problem the engine's rules name."""
     from csa_plan.planner.loaders.model_files import load_model
 
     length = max_seq_len or max(d.max_seq_len for d in load_model(model).layers)
     try:
-        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, reserved_bytes=reserved_bytes),
+        b = deployment_budget(model, memory_bytes, Deployment(tp=tp, pp=pp, dp=dp, ep=ep, reserved_bytes=reserved_bytes),
                               length, engine, card_settings(settings, memory_bytes), search=False)
     except BadInput as exc:
         return f"{exc.field}: {exc.problem}"

@@ -59,6 +59,10 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     o = req.options
     deployment = req.deployment or Deployment(tp=o.tp, reserved_bytes=req.reserved_bytes or None)
     stages = deployment.pp or 1
+    if req.engine is not None:
+        from csa_plan.planner.commands.shared_routing import refuse_split_sharing_groups
+
+        refuse_split_sharing_groups(req.model, req.engine, deployment.pp)  # vLLM's own refusal first (typed)
     if req.engine is not None and stages > 1 and req.device_memory_bytes is None:
         raise BadInput("options", "--pp", f"--engine {req.engine} with {stages} pipeline stages sizes each stage's "
                                           "pool from that stage's budget: name --device-memory (or --gpu)")
@@ -72,11 +76,12 @@ def run_check(req: CheckRequest) -> CheckOutcome:
     spec = load_model(req.model, max_seq_len=o.max_seq_len, window=o.window, at_length=req.at_length)
     if req.engine is not None and any(d.sharing is not None for d in spec.layers) and not _models_shared_state(req.engine):
         # shared compressed state on a release whose V4.1 pool is not modelled: a typed refusal, never a V4 figure
+        from csa_plan.planner.commands.shared_routing import named_release
         from csa_plan.planner.engines.registry import resolve_engine_name
         from csa_plan.planner.shared_engines import engine_refusal
 
-        name = resolve_engine_name(req.engine)[0]
-        refusal = engine_refusal(name)
+        name = resolve_engine_name(req.engine)[0]  # the registry release (its Engram placement)
+        refusal = engine_refusal(named_release(req.engine))  # the release named (vllm-0.30.1), not its rules
         spec = replace(spec, graph_refusals=spec.graph_refusals + (refusal,))
         req = replace(req, engine=None, engine_settings=None, kv_memory_bytes=None)  # the deployment stays
         deployment = replace(deployment, engram_engine=name)  # its Engram tables still sit where that release puts them
@@ -239,7 +244,7 @@ def replicas_for(device, answer, concurrency: int) -> dict[str, int] | None:
 
 
 def _models_shared_state(engine: str) -> bool:
-    """Whether that engine release's pools for shared compressed state are modelled (an unknown name is bad input)."""
-    from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+    """Whether that engine release's pools for shared compressed state are modelled (shared_routing decides)."""
+    from csa_plan.planner.commands.shared_routing import models_shared_state
 
-    return get_engine(resolve_engine_name(engine)[0]).models_shared_state
+    return models_shared_state(engine)

@@ -63,6 +63,12 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
     from csa_plan.planner.engines.engine import EngineRefused
 
     budgets, budget_refusals = {}, []
+    # shared compressed state (DeepSeek-V4.1) on a release that does not model it: its row is the typed refusal,
+    # named or by default, and no V4 figure is computed for it (shared_routing)
+    from csa_plan.planner.commands.shared_routing import shared_state_refusal
+
+    shared_refusals = {n: r for n in engine_names if (r := shared_state_refusal(spec, n)) is not None}
+    engine_names = tuple(n for n in engine_names if n not in shared_refusals)
     for name in (None, *engine_names):
         try:
             budgets[name] = deployment_budget(req.model, req.device_memory_bytes, deployment, length, name, settings)
@@ -86,10 +92,11 @@ def run_compare(req: CompareRequest) -> CompareOutcome:
         result = compare(spec, req.options, limit, layouts, engine_names, engine_limits, settings)
     else:
         result = compare(spec, req.options, limit, None, None, engine_limits, settings)
-    if budget_refusals and chosen:  # named with --engine: its row is the refusal; by default it is left out
+    if (budget_refusals and chosen) or shared_refusals:  # named with --engine: its row is the refusal
         from dataclasses import replace as _with
 
-        result = _with(result, engine_refusals=result.engine_refusals + tuple(budget_refusals))
+        result = _with(result, engine_refusals=result.engine_refusals + tuple(budget_refusals if chosen else ())
+                       + tuple(shared_refusals.values()))
     fits = all(r.requests_that_fit != 0 for r in result.rows)
     weights_fit = base is None or all(b.fits for b in budgets.values())
     code = ExitCode.OK if result.admitted and fits and weights_fit else ExitCode.REFUSED

@@ -8,7 +8,9 @@ skipped exactly as a sweep spec would be (``sweep/spec.py``, ``sweep/evaluate.py
 each point is judged at the target rate alone, by the one steady-state rule (``planner/steady.py``
 through ``evaluate``: its rate search bounded to the target, one probe). A card's points are run
 in order of their GPU count, and the first count with a feasible point ends that card's search:
-more GPUs can only cost more. The answer per card is the fewest GPUs, the shape and its launch
+more GPUs can only cost more. Before a shape is replayed its busy-time bound (``sweep/bounds.py``: the
+step clock's work the rate needs at the least) is checked; a shape it proves cannot serve the rate is
+not replayed and says so. The answer per card is the fewest GPUs, the shape and its launch
 command; the shapes run before it say why they lose.
 """
 
@@ -65,6 +67,78 @@ class PlanRequest:
     step_time: str = "physics"
     seed: int = 1
     settings: tuple[tuple[str, Any], ...] = ()  # engine options every shape runs with (--setting NAME=VALUE)
+    search: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # engine options searched (--search NAME=V1,V2,...)
+
+
+# What a searched engine option changes in the replay (issue 45 item 3: no silent no-op axis). The step
+# clock (planner/steptime/physics.py) reads the batch a step holds and the deployment's shard groups, never
+# a dtype or a kernel choice: an option it does not read still changes the start-up memory (the pool, so
+# the concurrency the replay admits), and says so. An option neither reads is refused, not searched.
+SCHEDULER = "the scheduler's batch (what each step holds, so the step clock) and the start-up memory"
+MEMORY_ONLY = ("the start-up memory only (the KV pool, so how many requests the replay holds at once); "
+               "the step clock does not distinguish it")
+AXIS_EFFECT: dict[str, str] = {
+    "max_num_seqs": SCHEDULER, "max_running_requests": SCHEDULER,
+    "max_num_batched_tokens": SCHEDULER, "chunked_prefill_size": SCHEDULER,
+    "num_speculative_tokens": SCHEDULER + "; drafts timed as decoded tokens, each accepted at the replay's "
+                              "acceptance rate (planner/replay/draft_acceptance.py DEFAULT_RATE)",
+    "speculative_num_steps": SCHEDULER + "; drafts timed as decoded tokens",
+    "gpu_memory_utilization": MEMORY_ONLY, "mem_fraction_static": MEMORY_ONLY,
+    "kv_cache_dtype": MEMORY_ONLY, "indexer_kv_dtype": MEMORY_ONLY, "block_size": MEMORY_ONLY,
+    "page_size": MEMORY_ONLY, "moe_backend": MEMORY_ONLY, "moe_runner_backend": MEMORY_ONLY,
+    "moe_a2a_backend": MEMORY_ONLY, "max_cudagraph_capture_size": MEMORY_ONLY, "cuda_graph_max_bs": MEMORY_ONLY,
+    "enforce_eager": MEMORY_ONLY, "disable_cuda_graph": MEMORY_ONLY, "async_scheduling": MEMORY_ONLY,
+    "all2all_backend": MEMORY_ONLY, "enable_encoder_swa_bounded_replay": MEMORY_ONLY,
+}
+
+
+GRID_AXES = {"replicas": "independent servers of the shape behind a round-robin router: each its own pool and clock "
+                          "(the shape's), the trace split round-robin over them; the launch is the shape's command "
+                          "that many times",
+             "expert_parallel": "the MoE split (the experts over every GPU, MoE TP 1): the engine's shard rules, the "
+                                 "weights a GPU holds (so the pool) and the step clock's expert and all-to-all terms"}
+
+
+def parse_search(text: str) -> tuple[str, tuple[Any, ...]]:
+    """``max_num_seqs=64,128,256``: an engine option and the values ``plan`` searches (each as ``--setting``
+    reads a value)."""
+    name, sep, raw = text.partition("=")
+    if not sep or not raw.strip():
+        raise BadInput("options", "--search", f"expected NAME=V1,V2,..., got {text[:60]!r}")
+    values = tuple(parse_setting(f"{name}={v}")[1] for v in raw.split(","))
+    name = parse_setting(f"{name}=0")[0]
+    if len(set(map(repr, values))) != len(values):
+        raise BadInput("options", "--search", f"{name} lists a value twice")
+    return name, values
+
+
+def search_axes(req: "PlanRequest") -> list[dict[str, Any]]:
+    """The searched options with what each changes; bad input for one no planned engine reads, one the
+    replay does not distinguish at all, or one also fixed by --setting."""
+    from csa_plan.planner.engines.registry import get_engine
+
+    fixed = {k for k, _ in req.settings}
+    out = []
+    for name, values in req.search:
+        if name in fixed:
+            raise BadInput("options", "--search", f"{name} is also given by --setting: give it one way")
+        if name in GRID_AXES:
+            if name == "expert_parallel" and not all(isinstance(v, bool) for v in values):
+                raise BadInput("options", "--search", f"{name} takes true and false, got {values}")
+            if name == "replicas" and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                              for v in values):
+                raise BadInput("options", "--search", f"{name} takes whole numbers of servers, got {values}")
+            out.append({"name": name, "values": list(values), "engines": list(req.engines), "changes": GRID_AXES[name]})
+            continue
+        readers = [e for e in req.engines if name in get_engine(e).options]
+        if not readers:
+            raise BadInput("options", "--search", f"{name}: no engine planned reads it ({', '.join(req.engines)})")
+        if name not in AXIS_EFFECT:
+            raise BadInput("options", "--search", f"{name}: the replay does not distinguish its values (neither "
+                           f"the step clock nor the start-up memory csa-plan models reads it differently): "
+                           f"give it with --setting instead")
+        out.append({"name": name, "values": list(values), "engines": readers, "changes": AXIS_EFFECT[name]})
+    return out
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -99,6 +173,13 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     while d <= req.max_dp:
         dps.append(d)
         d *= 2
+    import itertools
+
+    searched = [(n, v) for n, v in req.search if n not in GRID_AXES]
+    combos = [dict(req.settings) | dict(zip([n for n, _ in searched], vs))
+              for vs in itertools.product(*(v for _, v in searched))]
+    ep = next((list(v) for n, v in req.search if n == "expert_parallel"), [False])
+    replicas = next((list(v) for n, v in req.search if n == "replicas"), [1])
     mix = {"name": "plan", "seed": req.seed, "requests": n,
            "classes": [{"name": f"{req.isl}in-{req.osl}out", "rate": req.rate_per_s,
                         "prompt": {"dist": "fixed", "value": req.isl},
@@ -114,23 +195,35 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
                      "max_seq_len": length, "engine": list(req.engines),
-                     "settings": [dict(req.settings) if req.settings else None]},
+                     "settings": [c or None for c in combos], "expert_parallel": ep, "replicas": replicas},
             "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
             "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
     return mix, spec
+
+
+def bounded_out(p: Any, bound: Any) -> Any:
+    """The result of a shape the busy-time bound (``sweep/bounds.py``) proves cannot serve the rate: infeasible,
+    with the bound's figures as its reason; nothing replayed, so no replay figures."""
+    from csa_plan.planner.sweep.results import PointResult
+
+    return PointResult(key=p.key, devices=p.devices, requests=0, admitted=0, refused=0, refusals=(), wait_p99_ns=None,
+                       peak_bytes=None, mean_utilization=0.0, peak_utilization=0.0, sustainable_rate_scale=None,
+                       at_least=False, probes=0, sustainable_rate_per_s=None, rate_per_device_per_s=None,
+                       feasible=False, violations=(bound.line(),), steady="")
 
 
 def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutcome:
     import json
 
     from csa_plan.planner.reports.plan import plan_report
-    from csa_plan.planner.sweep.evaluate import Task, evaluate, triage
+    from csa_plan.planner.sweep.evaluate import Task, evaluate, point_bound, triage
     from csa_plan.planner.sweep.spec import parse_spec
 
     if not (math.isfinite(req.rate_per_s) and req.rate_per_s > 0):
         raise BadInput("options", "--rate", f"must be a positive request rate, got {req.rate_per_s!r}")
     if req.ttft_p99_s is None and req.tpot_p99_s is None and req.wait_p99_s is None:
         raise BadInput("options", "--tpot-p99", "give at least one bound: --ttft-p99, --tpot-p99 or --max-wait")
+    axes = search_axes(req)
     n = req.requests or min(MAX_PLAN_REQUESTS, max(MIN_REQUESTS, math.ceil(req.rate_per_s * WINDOW_S)))
     mix, data = _spec_data(req, n)
     with tempfile.TemporaryDirectory(prefix="csa-plan-") as tmp:
@@ -144,6 +237,7 @@ def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutco
             groups.setdefault((p.device, p.engine), []).append(p)
         results = []
         total = len(plan.to_run)
+        bounded = 0
         with progress("planning", total) as tick:
             done = 0
             for (device, engine), points in groups.items():
@@ -152,13 +246,21 @@ def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutco
                 for p in points:
                     if found is not None and p.devices > found:
                         break  # more GPUs than a feasible shape of this card: never the answer
-                    r = evaluate(Task(spec.context, p))
+                    task = Task(spec.context, p)
+                    bound = point_bound(task)
+                    if bound is not None and bound.infeasible:  # proven not to serve the rate: not replayed
+                        r = bounded_out(p, bound)
+                        bounded += 1
+                    else:
+                        r = evaluate(task)
                     results.append((p, r))
                     done += 1
                     tick(done, total, f"planning: {device} {engine} tp {p.tp} dp {p.dp}")
                     if r.feasible and found is None:
                         found = p.devices
         report = plan_report(req, spec, plan, results, n)
+        report["question"]["search"] = axes  # each searched option and what it changes in the replay
+        report["bounded_out"] = bounded  # shapes the busy-time bound proved infeasible, not replayed
     code = ExitCode.OK if report["answer"] is not None else ExitCode.REFUSED
     report["exit_code"] = int(code)
     return PlanOutcome(code, report)

@@ -51,6 +51,7 @@ class SimulateRequest:
     kv_memory_bytes: int | None = None  # the engine's KV memory per device [default: device memory - reserved]
     enable_prefix_caching: bool | None = None  # runtime-modelled engines: None = the engine's default
     engines: tuple[str, ...] = ()  # several runtime-modelled engines side by side on the same trace
+    concurrencies: tuple[int, ...] = ()  # several --max-concurrency: the throughput-interactivity frontier
     disaggregation: Any = None  # serving.disaggregation.Disaggregation: a prefill pool and a decode pool
     host_tier: Any = None  # engines.host_tier.HostTierFlags: a host KV tier beneath the prefix cache
 
@@ -78,6 +79,8 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
     from csa_plan.planner.reserve.settings import merge, sim_config
     from csa_plan.planner.workloads import load_workload
 
+    if len(req.concurrencies) > 1:
+        return run_frontier(req, progress)
     if len(req.engines) > 1 and req.disaggregation is None:
         return run_side_by_side(req, run_simulate, progress)
 
@@ -112,6 +115,13 @@ def run_simulate(req: SimulateRequest, progress: ProgressFactory = _no_progress)
 
     from csa_plan.planner.budget.deployment import card_settings
 
+    if req.engine is not None:  # shared compressed state on a release that does not model it: typed, nothing sized
+        from csa_plan.planner.commands.shared_routing import shared_state_refusal
+
+        shared_spec = load_model(settings.model, max_seq_len=config.max_seq_len)
+        refused = shared_state_refusal(shared_spec, req.engine)
+        if refused is not None:
+            return _engine_refused(wl, shared_spec, config, None, refused, None, None, None)
     # the mix's memory.device names the card too: its engine rules follow it (one target GPU)
     engine_settings = card_settings(req.engine_settings, settings.device_memory_bytes, req.engine) if req.engine \
         else None
@@ -274,10 +284,11 @@ def refuse_unused_time_options(req: SimulateRequest, wl: Any, runtime_plan: Any)
                                           "change nothing")
         if name == "spec_acceptance":
             resolved = getattr(runtime_plan, "resolved", None)
-            drafts = getattr(resolved, "num_speculative_tokens", 0) or 0
-            if not drafts or not runtime_plan.engine.name.startswith("vllm"):
-                why = "no --num-speculative-tokens" if runtime_plan.engine.name.startswith("vllm") else \
-                    f"{runtime_plan.engine.name}'s replay runs no drafts"
+            vllm = runtime_plan.engine.name.startswith("vllm")
+            drafts = (getattr(resolved, "num_speculative_tokens", 0) if vllm else
+                      max(0, (getattr(resolved, "draft_tokens", 0) or 0) - 1)) or 0
+            if not drafts:
+                why = "no --num-speculative-tokens" if vllm else "no --speculative-num-steps"
                 raise BadInput(source, shown, f"the acceptance rate of speculative drafts, and no drafts run ({why}): "
                                               "it would change nothing")
 
@@ -459,6 +470,34 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
                                                       rep.occupancy)
     doc["capacity"] = capacity
     return SimulateOutcome(doc, code, None, title=f"{spec.name} — {wl.source}")
+
+
+def run_frontier(req: SimulateRequest, progress) -> SimulateOutcome:
+    """``--max-concurrency C1,C2,...``: the run ``--max-concurrency C`` gives alone, once per C (the same
+    replay, client and clock), condensed to the throughput-interactivity frontier
+    (``planner/serving/frontier.py``). An engine that refuses to start refuses every point: its
+    document is the answer (exit 3)."""
+    from csa_plan.planner.serving.frontier import check_concurrencies, frontier_document, frontier_point
+
+    check_concurrencies(req.concurrencies)
+    if len(req.engines) > 1:
+        raise BadInput("options", "--max-concurrency", "several concurrencies draw one deployment's frontier: "
+                                                       "give one --engine (run each engine on its own)")
+    if req.find_capacity:
+        raise BadInput("options", "--find-capacity", "a closed loop sends each request when one ends, not at the "
+                                                     "trace's rate: the frontier's --max-concurrency list and "
+                                                     "--find-capacity do not go together")
+    points, first, code = [], None, ExitCode.OK
+    for c in req.concurrencies:
+        out = run_simulate(replace(req, concurrencies=(), given=replace(req.given, max_concurrency=c)), progress)
+        runtime = out.report.get("runtime")
+        if runtime is None:  # refused, or the weights do not fit: nothing to draw, the refusal is the answer
+            return out
+        first = first or out.report
+        points.append(frontier_point(c, runtime))
+        code = max(code, out.exit_code)
+    doc = frontier_document(first, points, code)
+    return SimulateOutcome(doc, ExitCode(code), None, title=f"{first['model']['name']} — {first['workload']['source']}")
 
 
 def run_side_by_side(req: SimulateRequest, run_one, progress) -> SimulateOutcome:

@@ -102,6 +102,9 @@ class EngineSettings:
     dp_attention_size: int | None = None
     # not an option: csa-plan's --tp, SGLang's attention TP (SGLang's --tp is tp x dp); it picks V4.1's backend
     tensor_parallel_size: int | None = None
+    # not an option: the vLLM version a user named (``vllm-0.30.1``) when the release map hands it to another
+    # release's rules; a model the named release runs differently (V4.1 before 0.33) is refused by that name
+    release_named: str | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, limit) in SETTING_RANGES.items():
@@ -133,7 +136,7 @@ class EngineSettings:
         return tuple(f.name for f in fields(self) if f.name not in DERIVED and getattr(self, f.name) is not None)
 
 
-DERIVED = ("gpu_memory_bytes", "dp_attention_size", "tensor_parallel_size")
+DERIVED = ("gpu_memory_bytes", "dp_attention_size", "tensor_parallel_size", "release_named")
 
 
 # The range of each numeric setting, (low, high, the limit's name): zero, negative and absurd

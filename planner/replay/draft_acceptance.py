@@ -12,7 +12,11 @@ draft is accepted (the replay before issue 35).
 from __future__ import annotations
 
 MILLI = 1000
-DEFAULT_RATE = 0.65  # the middle of the published DeepSeek MTP acceptance rates, 0.57-0.70 (docs/steptime.md)
+from csa_plan.planner.steptime.drafts import METHODS, DraftMethod
+
+# the MTP default, stated once with every method's (planner/steptime/drafts.py): 0.65, the middle of the
+# published DeepSeek MTP acceptance rates, 0.57-0.70 (docs/steptime.md)
+DEFAULT_RATE = METHODS[DraftMethod.MTP].default_acceptance
 
 
 def milli_table(rate: float, k_max: int) -> tuple[int, ...]:

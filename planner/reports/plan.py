@@ -12,9 +12,10 @@ def _shape(p: Any, r: Any) -> dict[str, Any]:
     from csa_plan.planner.engines.launch import launch_argv
 
     rt = r.runtime
-    launch = None if p.engine is None else launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings)
+    launch = None if p.engine is None else launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings,
+                                                      ep=p.ep, replicas=p.replicas)
     return {"device": p.device, "engine": p.engine, "tp": p.tp, "dp": p.dp, "devices": p.devices,
-            "settings": dict(p.settings) or None,
+            "settings": dict(p.settings) or None, "expert_parallel": p.expert_parallel, "replicas": p.replicas,
             "feasible": r.feasible, "violations": list(r.violations), "steady": r.steady,
             "ttft_p99_s": None if rt is None else rt.ttft_p99_s, "tpot_p99_s": None if rt is None else rt.tpot_p99_s,
             "wait_p99_s": None if r.wait_p99_ns is None else r.wait_p99_ns / 1e9,

@@ -63,7 +63,12 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
     if dp == 1:
         return run_one(trace)
     split = split_round_robin(trace, dp)
-    return merge_replicas([run_one(sub) for sub, _ in split], [idx for _, idx in split], trace, dp)
+    merged = merge_replicas([run_one(sub) for sub, _ in split], [idx for _, idx in split], trace, dp)
+    from dataclasses import replace
+
+    return replace(merged, notes=merged.notes + ("open-loop arrivals: the data-parallel ranks are timed alone, not "
+                                                 "in lockstep (their schedules depend on the clock; "
+                                                 "planner/serving/lockstep.py)",))
 
 
 def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: RuntimeTrace, dp: int,
@@ -119,7 +124,7 @@ def closed_shares(max_concurrency: int, dp: int) -> list[int]:
 
 
 def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult], trace: RuntimeTrace, dp: int,
-                           max_concurrency: int) -> RuntimeResult:
+                           max_concurrency: int, lockstep_time: "object | None" = None) -> RuntimeResult:
     """``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
     (``vllm bench serve --max-concurrency C`` against it): the connections are spread over the replicas
     (``closed_shares``: C in all, never C per replica nor ``ceil(C / dp)`` each), each pinned to its
@@ -134,6 +139,12 @@ def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult]
     split = split_round_robin(trace, active)
     results = [run_one(sub, share) for (sub, _), share in zip(split, shares)]
     owners = [idx for _, idx in split]
+    step_note: tuple[str, ...] = ()
+    if lockstep_time is not None and active > 1:  # the ranks step together (serving/lockstep.py)
+        from csa_plan.planner.serving.lockstep import lockstep
+
+        results, line = lockstep(results, [int(sub.arrival_ns[0]) for sub, _ in split], lockstep_time)
+        step_note = (line,)
     sent = np.full(len(trace), -1, dtype=np.int64)
     for res, idx in zip(results, owners):
         sent[idx] = np.asarray(res.arrival_ns, dtype=np.int64)
@@ -142,4 +153,4 @@ def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult]
 
     spread = "/".join(map(str, shares)) + ("" if active == dp else f" (the other {dp - active} replicas get none)")
     return replace(merged, notes=merged.notes + (f"one closed-loop client of {max_concurrency:,} connections for "
-                                                 f"the {dp} replicas, spread {spread}",))
+                                                 f"the {dp} replicas, spread {spread}",) + step_note)

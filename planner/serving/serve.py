@@ -132,7 +132,7 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -
         result = replay_closed_replicas(lambda t, c: replay(engine_runtime(setup, t, made), t, time,
                                                             progress=progress, max_concurrency=c,
                                                             pipeline=setup.pipeline),
-                                        trace, setup.dp, setup.max_concurrency)
+                                        trace, setup.dp, setup.max_concurrency, lockstep_time=time)
     else:
         result = replay_replicas(lambda t: replay(engine_runtime(setup, t, made), t, time, progress=progress,
                                                   max_concurrency=setup.max_concurrency, pipeline=setup.pipeline),

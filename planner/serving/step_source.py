@@ -80,7 +80,43 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
 
     from csa_plan.planner.cards import HOSTS
 
+    draft, note = replay_drafts(plan, data)
     p = config.placement  # simulate takes no Engram option: the release's default placement is what runs
     engram = engram_read(flat_config(data), plan.engine.name, p.tp, p.dp, HOSTS.get(gpu.name))
     return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
-                             plan.engine.label(), rules, formats=engine_formats(plan), engram=engram)
+                             plan.engine.label(), rules, draft, note, moe_backend_of(plan, settings, gpu),
+                             formats=engine_formats(plan), engram=engram)
+
+
+def moe_backend_of(plan: Any, settings: Any, gpu: Any) -> tuple[str | None, str]:
+    """(the backend term's key or None, the backend as the engine spells it): SGLang's resolved
+    ``--moe-runner-backend`` (its start-up's own resolution, auto -> flashinfer_mxfp4 for FP4 experts)
+    or its ``--moe-a2a-backend`` where one dispatches; vLLM's ``--moe-backend``."""
+    from csa_plan.planner.steptime.physics import moe_backend_key
+
+    if engine_family(plan) == "sglang":
+        from csa_plan.planner.engines.sglang.startup import moe_runner
+
+        a2a = settings.moe_a2a_backend
+        runner = str(moe_runner(settings.moe_runner_backend, gpu).value)
+        spelled = f"--moe-a2a-backend {a2a}" if a2a not in (None, "none") else f"--moe-runner-backend {runner}"
+        return moe_backend_key("sglang", runner, a2a), spelled
+    name = settings.moe_backend or "auto"
+    return moe_backend_key("vllm", name), f"--moe-backend {name}"
+
+
+def replay_drafts(plan: Any, config: Any = None) -> tuple[Any, str]:
+    """The speculative method the replay runs, as the clock costs it (``steptime/drafts.py``), and what the
+    provenance says: vLLM's replay drafts ``--num-speculative-tokens`` tokens a step, as DSpark where the
+    checkpoint carries a DSpark drafter (its config names ``dspark_target_layer_ids``: Flash-0731,
+    Pro-0813, V4.1), else as MTP; SGLang's replay drafts ``--speculative-num-steps`` EAGLE tokens a step
+    (``speculative_num_draft_tokens`` - 1, top-k 1: the one algorithm its settings resolve)."""
+    from csa_plan.planner.dspark import DSPARK_MARKER
+    from csa_plan.planner.steptime.drafts import DraftMethod, draft_plan
+
+    resolved = getattr(plan, "resolved", None)
+    if engine_family(plan) == "vllm":
+        method = DraftMethod.DSPARK if config is not None and DSPARK_MARKER in config else DraftMethod.MTP
+        return draft_plan(method, int(getattr(resolved, "num_speculative_tokens", 0) or 0)), ""
+    tokens = int(getattr(resolved, "draft_tokens", 0) or 0)  # speculative_num_draft_tokens = steps + 1
+    return draft_plan(DraftMethod.EAGLE, max(0, tokens - 1)), ""

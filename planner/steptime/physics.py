@@ -24,9 +24,12 @@ what the rank holds and repeats from the engine's shard rules, ``planner/weights
 
 ``StepTime.linear``'s eight coefficients are these terms collected by batch feature, so the
 compiled loops evaluate the model without knowing its parts. What is approximated: the
-top-k records are read in full from the first token (a short context reads fewer), a draft
-token costs what a decoded token costs, every rank is as loaded as the others, and DP ranks
-do not step together (each replica is timed for its own batch).
+top-k records are read in full from the first token (a short context reads fewer), every rank
+is as loaded as the others, and each DP rank is timed for its own batch (the serving layer puts
+closed-loop ranks on one clock, each shared step as long as the slowest rank's:
+``planner/serving/lockstep.py``). Speculative decoding (``draft_rows``, ``steptime/drafts.py``): a verified draft token costs
+a main-model token, and the drafter's passes are charged per method (an MTP or EAGLE chain runs
+the checkpoint's drafter once per draft, DSpark once per block).
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ from typing import Any, Mapping
 
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.steptime.hardware import CardPerf, card_perf
+from csa_plan.planner.steptime.drafts import DraftPlan
 from csa_plan.planner.steptime.model import StepSource, StepTime
 
 BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm", "a2a_decode",
          "a2a_prefill")
+# The MoE backends as the engines spell them (SGLang --moe-runner-backend / --moe-a2a-backend, vLLM --moe-backend):
+# each its own term, the routed-expert work again (``moe_row``), fitted where published rows of it exist.
+MOE_BACKENDS = ("marlin", "flashinfer_mxfp4", "flashinfer_trtllm_routed", "triton", "deepep", "megamoe",
+                "deep_gemm_mega_moe")
+MOE_TERMS = tuple(f"moe:{b}" for b in MOE_BACKENDS)
+ALL_TERMS = BASIS + MOE_TERMS
 FIT_FILE = "steptime_fit.json"
 
 
@@ -87,9 +97,26 @@ class ModelCost:
     comm_bytes_per_token: float  # all-reduce bytes per token, ring factors included
     a2a_bytes_per_token: float = 0.0  # expert-parallel dispatch (FP8) and combine (BF16) bytes per token
     shape: RankShape = RankShape()
+    draft: "DrafterCost | None" = None
+    expert_token_flops: float = 0.0  # the routed experts' part of token_gemm_flops (what a MoE backend runs)  # the checkpoint's drafter (MTP / DSpark blocks) on the same rank
+
     token_index_flops: float = 0.0  # candidate-bounded indexers per token, flat in the context (roles.py; V4.1)
     engram_bytes_per_token: float = 0.0  # Engram rows a token looks up on the rank (roles.py; V4.1)
     engram_bytes_s: float = 0.0  # the link those rows cross; 0: HBM
+
+@dataclass(frozen=True)
+class DrafterCost:
+    """One pass of the checkpoint's draft layers (its ``is_mtp`` weights: V4's MTP layer, V4.1's three
+    DSpark blocks) on one rank, under the same shard rules as the main layers; the LM head it shares
+    with the model is read again on every pass."""
+
+    layers: int
+    dense_bytes: int            # the drafter's non-expert weights and the LM head, the rank's share
+    expert_bytes: int           # the drafter's routed experts on the rank
+    token_flops: float          # its linears (and the LM head) per drafted token, over the GEMM peak
+    token_attn_flops: float     # its window attention per drafted token (draft layers are window-only)
+    request_read_bytes: float   # the window records a request's draft pass reads
+    comm_bytes_per_token: float
 
 
 def _record_bytes(d) -> int:
@@ -126,7 +153,7 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
     ``formats`` (the engine's layouts; None: the descriptors'), its Engram lookups as ``engram``
     (``roles.EngramRead``); Engram tables and the unattributed rest of a checkpoint (vision tower) are
     not dense weights a step reads."""
-    from csa_plan.planner.steptime.roles import flat_config, is_shared, shared_terms
+    from csa_plan.planner.steptime.roles import descriptor_formats, flat_config, is_shared, shared_terms
     from csa_plan.planner.weights.tensors import Role
 
     config = flat_config(config)
@@ -149,34 +176,48 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
         one = rules.groups(Placement(), experts)
     dense = expert = 0.0
     dense_flops = expert_params = 0.0
+    # the drafter's (MTP / DSpark blocks, w.is_mtp) own weights, and the LM head every draft pass reads again
+    d_dense = d_expert = d_flops = d_expert_params = head_bytes = head_flops = 0.0
     seen: dict[tuple[object, ...], tuple[int, int]] = {}
     for w in inventory.weights:
-        if w.is_mtp or w.role in (Role.EMBED, Role.ENGRAM, Role.UNATTRIBUTED):
+        if w.role in (Role.EMBED, Role.ENGRAM, Role.UNATTRIBUTED):  # Engram: lookups (roles.py); the rest: vision tower
             continue
         params = math.prod(w.logical) * w.copies
         if w.role in (Role.EXPERT_W13, Role.EXPERT_W2):
             if g is None:
-                expert += w.nbytes
+                mine_e = float(w.nbytes)
             else:
                 kind = (w.role, w.logical, w.quant, w.tensor.dtype)
                 if kind not in seen:
                     seen[kind] = (local_bytes(w, rules, g), 0)
-                expert += seen[kind][0] * w.copies / g.moe_ep
-            expert_params += params
+                mine_e = seen[kind][0] * w.copies / g.moe_ep
+            if w.is_mtp:
+                d_expert += mine_e
+                d_expert_params += params
+            else:
+                expert += mine_e
+                expert_params += params
             continue
         if g is None:
-            dense += w.nbytes
-            dense_flops += 2.0 * params
+            mine_b, flops = float(w.nbytes), 2.0 * params
+        else:
+            kind = (w.role, w.logical, w.quant, w.tensor.dtype)  # layers repeat their shapes: one computation a kind
+            if kind not in seen:
+                seen[kind] = (local_bytes(w, rules, g), local_bytes(w, rules, one))
+            mine, whole = seen[kind]
+            share = mine / whole if whole else 1.0
+            group = round(1 / share) if share > 0 else 1  # the ranks this weight is split over
+            tokens = group // shape.attn_tp if group > shape.attn_tp else 1  # tokens of other DP ranks gathered
+            mine_b, flops = float(mine * w.copies), 2.0 * params * share * tokens
+        if w.is_mtp:
+            d_dense += mine_b
+            d_flops += flops
             continue
-        kind = (w.role, w.logical, w.quant, w.tensor.dtype)  # layers repeat their shapes: one computation a kind
-        if kind not in seen:
-            seen[kind] = (local_bytes(w, rules, g), local_bytes(w, rules, one))
-        mine, whole = seen[kind]
-        share = mine / whole if whole else 1.0
-        group = round(1 / share) if share > 0 else 1  # the ranks this weight is split over
-        tokens = group // shape.attn_tp if group > shape.attn_tp else 1  # tokens of other DP ranks gathered
-        dense += mine * w.copies
-        dense_flops += 2.0 * params * share * tokens
+        dense += mine_b
+        dense_flops += flops
+        if w.role is Role.HEAD:
+            head_bytes += mine_b
+            head_flops += flops
     attn = pos_rep = pos_heads = req = ctx = 0.0
     indexer_split = 1 if g is None else g.indexer
     bounded = 0.0
@@ -207,21 +248,92 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
         a2a = len(mains) * k * hidden * (1 + 2) * (shape.moe_ep - 1) / shape.moe_ep
     else:  # every rank holds every token (TP attention): the experts' outputs meet in an all-reduce
         moe_ring = _ring(shape.world) * shape.dp
+    drafts = [d for d in spec.layers if d.is_mtp]
+    d_experts = int(config.get("dspark_n_routed_experts") or experts)
+    d_k = min(k, d_experts)
+    d_attn = sum(d.window * d.num_heads * d.head_dim * 4 for d in drafts)
+    draft = DrafterCost(layers=len(drafts), dense_bytes=int(d_dense + head_bytes), expert_bytes=int(d_expert),
+                        token_flops=d_flops + head_flops + 2.0 * d_expert_params * d_k / d_experts / tp,
+                        token_attn_flops=d_attn / tp,
+                        request_read_bytes=sum(d.window * ((formats or descriptor_formats(d)).window_bytes
+                                                           if d.sharing is not None else _record_bytes(d))
+                                               for d in drafts),  # V4.1's DSpark windows at the engine's widths
+                        comm_bytes_per_token=len(drafts) * hidden * 2 * (_ring(tp) + moe_ring))
     return ModelCost(layers=len(mains), dense_bytes=int(dense), expert_bytes=int(expert), experts=experts,
                      experts_per_token=k,
                      token_gemm_flops=dense_flops + 2.0 * expert_params * k / experts / tp,
                      token_attn_flops=attn / tp, position_flops=pos_rep / indexer_split + pos_heads / tp,
                      request_read_bytes=req, context_read_bytes=ctx,
                      comm_bytes_per_token=len(mains) * hidden * 2 * (_ring(tp) + moe_ring),
-                     a2a_bytes_per_token=a2a, shape=shape, token_index_flops=bounded / indexer_split,
+                     a2a_bytes_per_token=a2a, shape=shape, draft=draft,
+                     expert_token_flops=2.0 * expert_params * k / experts / tp,
+                     token_index_flops=bounded / indexer_split,
                      engram_bytes_per_token=float(engram.bytes_per_token) if engram else 0.0,
                      engram_bytes_s=float(engram.link_bytes_s or 0.0) if engram else 0.0)
 
 
-def basis_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
+def basis_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan | None = None,
+               moe_backend: str | None = None) -> dict[str, tuple[float, ...]]:
     """Each basis term of one rank as a ``StepTime.linear`` vector (its coefficient 1): the model is
     their sum weighted by the fitted coefficients (``linear_model``). The expert term's exponent counts
-    the tokens of every DP rank that meet at the MoE."""
+    the tokens of every DP rank that meet at the MoE. With ``draft``, each term also carries the
+    drafter's part of a step (``draft_rows``) and the verify pass's position work; with ``moe_backend``
+    (one of ``MOE_BACKENDS``) its own term is the routed-expert work (``moe_row``), every other
+    backend's term zero."""
+    rows = _main_rows(cost, perf)
+    if draft is not None and draft.drafts > 0:
+        extra = draft_rows(cost, perf, draft)
+        rows = {t: tuple(a + b for a, b in zip(v[:7], extra.get(t, (0.0,) * 7))) + (v[7],) for t, v in rows.items()}
+    q = rows["step"][7]
+    for b, term in zip(MOE_BACKENDS, MOE_TERMS):
+        rows[term] = moe_row(cost, perf, q) if b == moe_backend else (0, 0, 0, 0, 0, 0, 0, q)
+    return rows
+
+
+def moe_row(cost: ModelCost, perf: CardPerf, q: float) -> tuple[float, ...]:
+    """The routed-expert weights a step's tokens touch, over HBM, once more: a backend's fitted coefficient
+    is how much longer than the datasheet its kernels take to stream them (decode is where the backends
+    differ: marlin dequantises MXFP4 in the GEMM, flashinfer_mxfp4 and trtllm run native FP4), beyond what
+    every backend shares (``weights``). The experts' GEMM FLOPs stay in the shared ``flops`` term: a
+    per-backend FLOP term moved the prefill (TTFT) fit, which the rows cannot split by backend."""
+    return (0, 0, 0, 0, 0, 0, cost.expert_bytes / perf.hbm_bytes_s, q)
+
+
+def moe_backend_key(engine: str, runner: str | None, a2a: str | None = None) -> str | None:
+    """The backend term a deployment's MoE runs under, from the engine's own spellings: SGLang's
+    ``--moe-a2a-backend`` (deepep, megamoe) when one dispatches, else its ``--moe-runner-backend``;
+    vLLM's ``--moe-backend``. None: a spelling with no term (``auto``, or one not listed)."""
+    name = (a2a if a2a not in (None, "", "none") else runner) or ""
+    name = name.replace(" (a2a)", "").strip()
+    return name if name in MOE_BACKENDS else None
+
+
+def draft_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan) -> dict[str, tuple[float, ...]]:
+    """The drafter's part of one step and the verify pass (first seven coefficients per term).
+
+    Every step runs ``draft.passes`` drafter passes: each reads the drafter's weights and the LM head
+    once (``c0``) and the experts its tokens touch (the expert term, saturating at the step's tokens:
+    an overestimate at small batches, said in docs/steptime.md), and per decoding request (``c_req``)
+    its drafted positions' linears, window attention and window reads. The verify pass puts k + 1
+    tokens a request through the main model (the replay already counts them as the step's tokens);
+    its position work (the indexer's and HCA's scoring of every earlier key) is per query token, so
+    the per-request context term counts k + 1 queries."""
+    d = cost.draft
+    bw, gemm, bf16 = perf.hbm_bytes_s, perf.gemm_flops, perf.bf16_flops
+    out: dict[str, tuple[float, ...]] = {"flops": (0, 0, 0, 0, 0, cost.position_flops / bf16 * draft.drafts, 0)}
+    if d is None or d.layers == 0:
+        return out
+    p, n = float(draft.passes), float(draft.tokens_per_request)
+    out["layer"] = (p * d.layers, 0, 0, 0, 0, 0, 0)
+    out["weights"] = (p * d.dense_bytes / bw, 0, 0, 0, 0, 0, p * d.expert_bytes / bw)
+    out["state"] = (0, 0, 0, 0, p * d.request_read_bytes / bw, 0, 0)
+    out["flops"] = (0, 0, 0, 0, p * n * (d.token_flops / gemm + d.token_attn_flops / bf16),
+                    cost.position_flops / bf16 * draft.drafts, 0)
+    out["comm"] = (0, 0, 0, 0, p * n * d.comm_bytes_per_token / perf.link_bytes_s, 0, 0)
+    return out
+
+
+def _main_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
     bw, gemm, bf16 = perf.hbm_bytes_s, perf.gemm_flops, perf.bf16_flops
     k, e = cost.experts_per_token, cost.experts
     q = math.log1p(-k / e) * cost.shape.dp if k < e else -1e300
@@ -247,6 +359,8 @@ def linear_model(rows: Mapping[str, tuple[float, ...]], beta: Mapping[str, float
     """The coefficients of ``sum(beta[t] * rows[t])`` (the expert term's exponent is shared)."""
     out = [0.0] * 7
     for term, vec in rows.items():
+        if not any(vec[:7]):
+            continue
         b = float(beta.get(term, 0.0))
         for i in range(7):
             out[i] += b * float(vec[i])
@@ -278,13 +392,17 @@ def fitted_beta(engine: str, family: str) -> tuple[dict[str, float], str, str]:
 
 
 def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card_name: str, placement: Any,
-                      engine: str, engine_label: str, rules: Any = None, formats: Any = None,
+                      engine: str, engine_label: str, rules: Any = None, draft: DraftPlan | None = None,
+                      draft_note: str = "", moe_backend: tuple[str | None, str] = (None, ""), formats: Any = None,
                       engram: Any = None) -> StepTime:
     """The physics step time of one rank of ``placement`` (a ``Placement``, or a TP size) on ``card_name``
     under ``engine`` (vllm | sglang), each rank costed by the engine release's shard ``rules`` (None: the
-    rules of vLLM 0.33 / SGLang 0.5.23). A shared-state model (V4.1) is costed by its layers' roles
-    (``roles.py``) with the engine's record ``formats`` and ``engram`` lookups; its band is V4's, carried:
-    no published V4.1 row is fitted (``roles.SHARED_BAND`` says so, and the gap on the rows found)."""
+    rules of vLLM 0.33 / SGLang 0.5.23); ``draft``: the speculative method the replay runs (its drafter
+    passes and verify pass, ``draft_rows``); ``draft_note``: what the provenance says of drafts;
+    ``moe_backend``: (its term's key or None, the backend as the engine spells it). A shared-state model
+    (V4.1) is costed by its layers' roles (``roles.py``) with the engine's record ``formats`` and ``engram``
+    lookups; its band is V4's, carried: no published V4.1 row is fitted (``roles.SHARED_BAND`` says so,
+    and the gap on the rows found)."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.weights.rules import RULES
 
@@ -299,8 +417,11 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
         rules = RULES["sglang-0.5.23" if engine == "sglang" else "vllm-0.33"]
     cost = model_cost(spec, config, inventory, rules, placement, formats, engram)
     beta, fitted, band = fitted_beta(engine, perf.family)
-    c = linear_model(basis_rows(cost, perf), beta)
+    key, spelled = moe_backend
+    moe_note, fitted_term = moe_backend_note(key, spelled, engine, perf.family)
+    c = linear_model(basis_rows(cost, perf, draft, key if fitted_term else None), beta)
     devices = placement.tp * placement.dp
+    drafts = f"; drafts: {draft.label()}" if draft is not None else ""
     roles = ""
     from csa_plan.planner.steptime.roles import SHARED_BAND, descriptor_formats, is_shared
 
@@ -311,22 +432,39 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
         roles = (f"; each layer costed by its role (kv sources, index sources, readers){fmt}"
                  f"{'; ' + engram.label if engram is not None else ''}")
         band = f"{SHARED_BAND}: {band}"
-    provenance = (f"roofline on {card_name} x{devices} ({perf.family}; a rank: {cost.shape.label()}), {fitted}"
-                  f"{roles}; replaying {engine_label}")
+    provenance = (f"roofline on {card_name} x{devices} ({perf.family}; a rank: {cost.shape.label()}{drafts}"
+                  f"{draft_note}; {moe_note}), {fitted}{roles}; "
+                  f"replaying {engine_label}")
     return StepTime(20.0, 10_000.0, linear=c, source=StepSource.PHYSICS, provenance=provenance, band=band)
+
+
+def moe_backend_note(key: str | None, spelled: str, engine: str, family: str) -> tuple[str, bool]:
+    """What the provenance says of the MoE backend, and whether its own term applies: only a backend
+    with rows in the engine's own fit for the family has one (a stand-in fit's terms are another
+    engine's kernels); every other backend is said to be not distinguished."""
+    fit = shipped_fit()["fits"]
+    chosen = f"{engine}/{family}" if f"{engine}/{family}" in fit else None
+    rows = (fit.get(chosen) or {}).get("moe_rows", {}) if chosen else {}
+    shown = spelled or "the engine's default"
+    if key is not None and rows.get(key):
+        beta = float(fit[chosen]["beta"].get(f"moe:{key}", 0.0))
+        return (f"MoE backend {shown}: its own term, +{beta:.2f}x the routed-expert work (fitted on "
+                f"{rows[key]} {key} rows)"), True
+    return f"MoE backend {shown}: not distinguished (no published {engine}/{family} rows of it to fit a term)", False
 
 
 def fit_table_markdown(fit: dict[str, Any]) -> str:
     """The fit's row-by-row errors as docs/steptime.md shows them (generated, and tested equal)."""
     pct = lambda v: "-" if v is None else f"{v:+.1%}"
     ms = lambda v, f: "-" if v is None else format(v, f)
-    lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | split | TPOT published (ms) "
-             "| TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) | TTFT physics (ms) "
-             "| error |",
-             "|---:|---|---|---|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | MoE backend | split "
+             "| TPOT published (ms) | TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) "
+             "| TTFT physics (ms) | error |",
+             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in fit["rows"]:
         lines.append(f"| {t['row']} | {t['engine']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['layout']} "
-                     f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t['split']} | {ms(t['tpot_ms'], '.2f')} "
+                     f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t.get('moe_backend', '-')} "
+                     f"| {t['split']} | {ms(t['tpot_ms'], '.2f')} "
                      f"| {ms(t['tpot_pred_ms'], '.2f')} | {pct(t['tpot_err'])} | {pct(t['tpot_err_other_family_fit'])} "
                      f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} |")
     lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]

@@ -119,21 +119,38 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
         r = plan.refusals[0]
         more = f" (and {len(plan.refusals) - 1} more)" if len(plan.refusals) > 1 else ""
         return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {r.message}{more}")
+    if point.engine is not None and any(d.sharing is not None for d in spec.layers):
+        # shared compressed state (DeepSeek-V4.1) on a release that does not model it: the typed refusal of
+        # check (shared_engines.py), before any budget or pool of that release's V4 rules is read
+        from csa_plan.planner.engines.registry import get_engine, resolve_engine_name
+        from csa_plan.planner.shared_engines import before_modelled, engine_refusal, release_of, spelled
+
+        name = resolve_engine_name(point.engine)[0]
+        if not get_engine(name).models_shared_state or before_modelled(point.engine):
+            name = spelled(point.engine) if release_of(spelled(point.engine))[1] else name  # the release named
+            r = engine_refusal(name)
+            return Skip(point.key, SkipReason.PLAN_REFUSED, f"{r.type.value}: {name}: {r.message}")
     if point.limit_bytes <= 0:  # after the deployment's own checks: a bad tp is not 'no memory'
         if point.reserved.budget:  # the weights (or the rules) leave nothing: say which
             from csa_plan.planner.budget.deployment import budget_shortfall
 
+            split = split_problem(point, point.tp, point.dp)
+            if split is not None:  # a split the engine cannot make is no memory question (issue 45)
+                return Skip(point.key, SkipReason.BAD_DEPLOYMENT, split + nearest_valid(point))
+
             return Skip(point.key, SkipReason.NO_MEMORY_LEFT, budget_shortfall(
                 point.model, point.memory_bytes, point.tp, point.pp, point.dp, point.max_seq_len, point.engine,
-                point.reserved.runtime_bytes, point.engine_settings))
+                point.reserved.runtime_bytes, point.engine_settings, point.ep))
         return Skip(point.key, SkipReason.NO_MEMORY_LEFT,
                     f"reserved {point.reserved_bytes:,} bytes >= device memory {point.memory_bytes:,} bytes")
     max_seq_len = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
     window = max(d.window for d in spec.layers)
     if point.engine is not None:
         return _engine_skip(spec, point, max_seq_len, constraints, source)
-    if point.settings:
-        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "engine settings apply to an engine point (engine: null "
+    if point.settings or point.expert_parallel or point.replicas > 1:
+        what = ("engine settings apply" if point.settings else "expert_parallel applies" if point.expert_parallel
+                else "replicas (servers behind a router) apply")
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{what} to an engine point (engine: null "
                                                           "is csa-plan's own layout)")
     if bounds.min_tokens > max_seq_len:
         return Skip(point.key, SkipReason.EXCEEDS_MAX_SEQ_LEN,
@@ -153,6 +170,49 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
             return Skip(point.key, SkipReason.LARGEST_NEVER_FITS,
                         f"the largest request reserves {need:,} bytes on a device; the limit is {point.limit_bytes:,}")
     return None
+
+
+def split_problem(point: SweepPoint, tp: int, dp: int, expert_parallel: bool | None = None) -> str | None:
+    """The engine's shard rules' refusal of ``tp`` x ``dp`` for the point's model and engine (the divisibility
+    rules: heads over attention ranks, ``moe_intermediate_size`` over MoE ranks, the MXFP4 runner's 128
+    columns, ``planner/weights/rules.py``), through the device budget; None when the split can be made."""
+    from csa_plan.planner.budget.deployment import Deployment, card_settings, deployment_budget
+
+    spec = load_point_model(point.model, point.max_seq_len)
+    length = point.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    try:
+        ep_on = point.expert_parallel if expert_parallel is None else expert_parallel
+        ep = tp * dp if ep_on and tp * dp > 1 else None
+        deployment_budget(point.model, point.memory_bytes, Deployment(tp=tp, pp=point.pp, dp=dp, ep=ep,
+                                                                      reserved_bytes=point.reserved.runtime_bytes),
+                          length, point.engine, card_settings(point.engine_settings, point.memory_bytes),
+                          search=False)
+    except BadInput as exc:
+        return f"{exc.field}: {exc.problem}"
+    return None
+
+
+def nearest_valid(point: SweepPoint) -> str:
+    """The nearest shapes the rules accept (fewer and more GPUs), for a point whose split cannot be made:
+    the same tp with another dp first, then another tp with the same dp."""
+    tried = [(point.tp, d) for d in range(1, 2 * point.dp + 1) if d != point.dp]
+    tried += [(t, point.dp) for t in (1, 2, 4, 8, 16) if t != point.tp]
+    tried.sort(key=lambda s: (abs(s[0] * s[1] - point.devices), s[0] != point.tp))
+    below = above = None
+    for t, d in tried:
+        if (below is not None and t * d < point.devices) or (above is not None and t * d >= point.devices):
+            continue
+        if split_problem(point, t, d) is None:
+            if t * d < point.devices:
+                below = (t, d)
+            else:
+                above = (t, d)
+        if below is not None and above is not None:
+            break
+    found = [f"tp {s[0]} dp {s[1]} ({s[0] * s[1]} GPUs)" for s in (below, above) if s is not None]
+    if not point.expert_parallel and point.engine is not None and split_problem(point, point.tp, point.dp, True) is None:
+        found.insert(0, f"this shape with expert_parallel: true (EP {point.tp * point.dp})")
+    return f"; nearest valid: {' or '.join(found)}" if found else ""
 
 
 def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constraints: Constraints,
@@ -207,21 +267,13 @@ class Task:
 
 def evaluate(task: Task) -> PointResult:
     """Run one point: ``simulate`` at its target rate, ``find_capacity`` from there."""
-    from csa_plan.planner.placement import Placement
     from csa_plan.planner.reserve.capacity import find_capacity
-    from csa_plan.planner.reserve.engine_run import EngineRun
-    from csa_plan.planner.reserve import SimConfig, TimeModel, prepare, simulate
+    from csa_plan.planner.reserve import prepare, simulate
 
     ctx, p = task.context, task.point
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
     spec = load_point_model(p.model, p.max_seq_len)
-    config = SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router), limit_bytes=p.limit_bytes,
-                       reserve=p.reserve, bucket=p.bucket, policy=p.policy,
-                       time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
-                                      step_time=p.step_time or ctx.step_time),
-                       layout=p.layout, max_seq_len=p.max_seq_len,
-                       engine=None if p.engine is None else EngineRun(p.engine, _card_settings(
-                           p.memory_bytes, p.engine, p.dp, p.engine_settings)))
+    config = _sim_config(ctx, p)
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config)
         if runtime is not None:
@@ -247,6 +299,51 @@ def evaluate(task: Task) -> PointResult:
         feasible=not violations, violations=violations, steady=_steady_note(cap))
 
 
+def _sim_config(ctx: Context, p: SweepPoint):
+    """The point as ``simulate`` runs it: one construction for the replay and the bound."""
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.reserve.engine_run import EngineRun
+    from csa_plan.planner.reserve import SimConfig, TimeModel
+
+    return SimConfig(placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=p.ep), limit_bytes=p.limit_bytes,
+                     reserve=p.reserve, bucket=p.bucket, policy=p.policy,
+                     time=TimeModel(prefill_tok_s=ctx.prefill_tok_s, tpot_ms=ctx.tpot_ms, rate_scale=p.rate_scale,
+                                    step_time=p.step_time or ctx.step_time),
+                     layout=p.layout, max_seq_len=p.max_seq_len,
+                     engine=None if p.engine is None else EngineRun(p.engine, _card_settings(
+                         p.memory_bytes, p.engine, p.dp, p.engine_settings)))
+
+
+def _setup(spec: "ModelSpec", config, p: SweepPoint):
+    """The replay's setup for the point: its tp x dp shape's plan, pool and clock, and ``replicas``
+    independent servers of it behind a round-robin router (the replay's replicas: dp x replicas)."""
+    from dataclasses import replace
+
+    from csa_plan.planner.serving.serve import runtime_setup
+
+    setup = runtime_setup(spec, config)
+    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas)
+
+
+def point_bound(task: Task):
+    """The busy-time lower bound of an engine point whose runtime is replayed, at its target rate
+    (``sweep/bounds.py``); None for a ledger point or a clock that gives none. EngineRefused passes."""
+    from csa_plan.planner.serving.serve import runtime_setup
+    from csa_plan.planner.sweep.bounds import busy_bound
+
+    ctx, p = task.context, task.point
+    if p.engine is None:
+        return None
+    wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
+    setup = _setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p), p)
+    if not setup.plan.runtime_modelled or not len(wl):
+        return None
+    isl = wl.prompt_tokens.astype(float)
+    rate = WorkloadBounds.of(wl).base_rate_per_s * p.rate_scale
+    return busy_bound(setup, rate, float(isl.mean()), float(wl.output_tokens.mean()), int(isl.min()),
+                      float((isl * (isl + 1) / 2).mean()))
+
+
 def _steady_note(cap) -> str:
     """The steady-state verdict at a point's sustainable rate, or why there is none (either search)."""
     note = cap.too_short or ("" if cap.judgement is None else cap.judgement.line())
@@ -265,7 +362,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
     from csa_plan.planner.replay.loop import STRANDED
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
-    setup = runtime_setup(spec, config)
+    setup = _setup(spec, config, p)
     if not setup.plan.runtime_modelled:
         return None
     rep = report(setup, serve(setup, wl, p.rate_scale), wl)

@@ -36,7 +36,8 @@ MAX_POINTS = 100_000
 BUDGET = "budget"  # the reserved axis's default: the device budget (weights from the inventory)
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
-        "rate_scale", "max_seq_len", "engine", "step_time", "settings")
+        "rate_scale", "max_seq_len", "engine", "step_time", "settings", "expert_parallel",
+        "replicas")
 TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
 
 
@@ -97,6 +98,13 @@ class SweepPoint:
     engine: str | None = None  # an engine model (planner/engines): charge what it charges, limit = its pool
     step_time: str | None = None  # the grid's step_time axis; None: the spec's time.step_time
     settings: tuple[tuple[str, Any], ...] = ()  # the grid's settings axis: engine options by name (max_num_seqs: 256)
+    expert_parallel: bool = False  # the experts split over every GPU of the point (EP = tp x dp), else MoE TP
+    replicas: int = 1  # independent servers of this tp x dp shape behind a round-robin router (engine points)
+
+    @property
+    def ep(self) -> int | None:
+        """Expert-parallel ranks (``Placement.ep``): tp x dp with ``expert_parallel``, else the engine's default."""
+        return self.tp * self.dp if self.expert_parallel and self.tp * self.dp > 1 else None
 
     @property
     def engine_settings(self) -> Any:
@@ -113,7 +121,7 @@ class SweepPoint:
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.replicas
 
     @property
     def reserved_bytes(self) -> int:
@@ -121,7 +129,7 @@ class SweepPoint:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
             return budget_reserved_bytes(self.model, self.memory_bytes, self.tp, self.pp, self.dp, self.max_seq_len,
-                                         self.engine, self.reserved.runtime_bytes, self.engine_settings)
+                                         self.engine, self.reserved.runtime_bytes, self.engine_settings, self.ep)
         return self.reserved.per_device_bytes(self.tp, self.pp)
 
     @property
@@ -143,7 +151,9 @@ class SweepPoint:
             f"rate_scale={self.rate_scale:g}", f"max_seq_len={self.max_seq_len or 'model'}")
             + ((f"engine={self.engine}",) if self.engine else ())
             + ((f"step_time={self.step_time}",) if self.step_time else ())
-            + ((f"settings={self.settings_label}",) if self.settings else ()))
+            + ((f"settings={self.settings_label}",) if self.settings else ())
+            + (("expert_parallel=true",) if self.expert_parallel else ())
+            + ((f"replicas={self.replicas}",) if self.replicas > 1 else ()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
@@ -152,7 +162,8 @@ class SweepPoint:
                 "devices": self.devices, "router": self.router.value, "reserve": self.reserve_label,
                 "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
                 "max_seq_len": self.max_seq_len, "engine": self.engine, "step_time": self.step_time,
-                "settings": dict(self.settings) or None}
+                "settings": dict(self.settings) or None, "expert_parallel": self.expert_parallel, "ep": self.ep,
+                "replicas": self.replicas}
 
 
 @dataclass(frozen=True)
@@ -417,6 +428,13 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 values.append(v)
             elif axis == "settings":
                 values.append(_settings(v, source, where))
+            elif axis == "expert_parallel":
+                values.append(read_bool(source, where, v))
+            elif axis == "replicas":
+                n = read_int(source, where, v)
+                if not 1 <= n <= MAX_DP:
+                    raise BadInput(source, where, f"{n:,} is outside its range 1..{MAX_DP:,} (MAX_DP)")
+                values.append(n)
             elif axis == "rate_scale":
                 values.append(read_number(source, where, v, positive=True, at_least=MIN_RATE_SCALE,
                                           at_most=MAX_RATE_SCALE))
@@ -449,7 +467,7 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_POINTS:
         raise BadInput(source, "grid", f"expands to {count:,} points (at most {MAX_POINTS:,})")
-    most = max(axes["tp"]) * max(axes["pp"]) * max(axes["dp"])
+    most = max(axes["tp"]) * max(axes["pp"]) * max(axes["dp"]) * max(axes["replicas"])
     if most > MAX_DEVICES:
         raise BadInput(source, "grid.dp", f"a point would use {most:,} devices (tp x pp x dp), more than "
                                           f"{MAX_DEVICES:,} (MAX_DEVICES)")
@@ -461,7 +479,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
             model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
             layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"],
-            step_time=v["step_time"], settings=v["settings"]))
+            step_time=v["step_time"], settings=v["settings"], expert_parallel=v["expert_parallel"],
+            replicas=v["replicas"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
                       step_time=step_time, search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
@@ -470,7 +489,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
 _AXIS_DEFAULTS: dict[str, Any] = {
     "model": [], "device": [], "reserved": [BUDGET], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
-    "engine": [None], "step_time": [None], "settings": [None],
+    "engine": [None], "step_time": [None], "settings": [None], "expert_parallel": [False],
+    "replicas": [1],
 }
 
 

@@ -40,3 +40,35 @@ def test_plan_answers_per_card_with_the_launch_command(csa):
     assert card["devices"] == a["devices"]
     assert all(s["devices"] <= a["devices"] for s in card["runners_up"])  # no larger count was replayed
     assert all(not s["feasible"] for s in card["runners_up"] if s["devices"] < a["devices"])
+
+
+@pytest.mark.parametrize("search, why", [
+    ("max_running_requests=64,128", "no engine planned reads it (vllm-0.33)"),  # SGLang's, on vLLM
+    ("usage=serve,llm", "the replay does not distinguish its values"),
+    ("max_num_seqs=64,64", "lists a value twice"),
+    ("max_num_seqs", "expected NAME=V1,V2"),
+    ("expert_parallel=on,off", "takes true and false"),
+])
+def test_a_search_axis_that_cannot_apply_is_refused_not_ignored(csa, search, why):
+    r = csa("plan", "deepseek-v4-flash", "--rate", "1", "--isl", "1024", "--osl", "128", "--tpot-p99", "50ms",
+            "--search", search)
+    assert r.code == 2 and why in r.err and "Traceback" not in r.err
+
+
+def test_a_searched_setting_is_run_on_each_shape_and_says_what_it_changes(csa):
+    """MTP off and on as one search: each shape runs with each value, the answer names its settings and the
+    launch carries them; a memory-only option is marked as one the step clock does not distinguish."""
+    r = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+            "--device", "b200", "--tp", "4", "--max-dp", "1", "--requests", "400", "--json",
+            "--search", "num_speculative_tokens=0,1", "--search", "kv_cache_dtype=auto")
+    assert r.code in (0, 3), r.err
+    doc = r.json()
+    axes = {a["name"]: a for a in doc["question"]["search"]}
+    assert axes["num_speculative_tokens"]["values"] == [0, 1]
+    assert "step clock" in axes["num_speculative_tokens"]["changes"]
+    assert "does not distinguish" in axes["kv_cache_dtype"]["changes"]
+    shapes = doc["cards"][0]["runners_up"] + ([doc["cards"][0]["answer"]] if doc["cards"][0]["answer"] else [])
+    assert sorted(s["settings"]["num_speculative_tokens"] for s in shapes) == [0, 1]
+    for s in shapes:
+        mtp = "--speculative-config" in s["launch"]["argv"]
+        assert mtp == (s["settings"]["num_speculative_tokens"] == 1)

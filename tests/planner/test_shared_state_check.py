@@ -37,7 +37,7 @@ def test_check_1m_on_8_h200_without_an_engine(check):
     assert all(l["descriptor"]["sharing"]["kv_source"] in (2, 8, 14, 20) for l in layers if l["kind"] == "reader")
 
 
-@pytest.mark.parametrize("engine, refusal", [("vllm-0.33", "LayoutNotModelled"),  # sglang-0.5.23: test_sglang_v41.py
+@pytest.mark.parametrize("engine, refusal", [  # vllm-0.33: test_vllm_v41.py; sglang-0.5.23: test_sglang_v41.py
                                              ("vllm-0.26", "EngineReleaseUnsupported"),
                                              ("onnx-genai", "EngineReleaseUnsupported")])
 def test_engines_refuse_typed_never_a_v4_figure(check, engine, refusal):

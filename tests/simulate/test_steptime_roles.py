@@ -154,6 +154,8 @@ def test_v41_held_out_rows_are_published_rows_and_replay(capsys):
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| vllm") or
              line.startswith("| sglang")]
     assert len(table) == len(rows)
+    doc = (root / "docs" / "steptime.md").read_text(encoding="utf-8")
+    assert all(line in doc for line in table), "docs/steptime.md: paste python tools/v41_heldout.py's table"
     # the band every V4.1 output prints quotes these errors: it stays true when the clock changes
     cells = [[c.strip() for c in line.split("|")] for line in table]
     for tpot_err, ttft_err in ((c[9], c[12]) for c in cells):

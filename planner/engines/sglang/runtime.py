@@ -49,10 +49,19 @@ class SglangRuntime(EngineRuntime):
 
     def __init__(self, cfg: SchedulerConfig, trace: "RuntimeTrace", label: str,
                  compiled: "Callable[[SglangRuntime], CompiledReplay | None] | None" = None,
-                 pools: tuple[str, str] | None = None) -> None:
+                 pools: tuple[str, str] | None = None, drafts: int = 0, acceptance: float = 1.0) -> None:
         self.cfg, self.trace, self.label = cfg, trace, label
         if pools is not None:  # what the two pools hold for this model (V4.1: the kv sources' records and keys)
             self.pools = pools
+        # EAGLE (top-k 1): each decode step verifies speculative_num_draft_tokens = drafts + 1 tokens a request and
+        # keeps the accepted drafts (planner/replay/draft_acceptance.py: the same integer credits as vLLM's replay)
+        self.drafts = drafts
+        self.acceptance = acceptance
+        self.credit: dict[int, int] = {}
+        if drafts:
+            from csa_plan.planner.replay.draft_acceptance import milli_table
+
+            self.accept_milli = milli_table(acceptance, drafts)
         self.compiled = compiled  # the compiled twin's provider, handed in by the engine plan
         self.sched = SglangScheduler(cfg)
         self.usable_units = cfg.full_pages + cfg.swa_pages
@@ -88,11 +97,12 @@ class SglangRuntime(EngineRuntime):
         s = Step(payload=d)
         if d.kind == "idle":
             return s
-        if d.kind == "decode":  # one token each, in the running batch's order
+        if d.kind == "decode":  # one token each (with drafts: the verified ones), in the running batch's order
             s.requests = list(map(_RID, self.sched.running))
-            s.tokens = [1] * len(s.requests)
+            verify = 1 + self.drafts
+            s.tokens = [verify] * len(s.requests)
             for r in self.sched.running:
-                s.batch.add_decode(r.prompt + r.out, 1)
+                s.batch.add_decode(r.prompt + r.out, verify)
         else:
             s.batch = d.step_batch
             s.requests = [req.rid for req, _n, _c in d.batch]
@@ -110,6 +120,14 @@ class SglangRuntime(EngineRuntime):
 
     def complete(self, step: Step) -> Completion:
         d: Decision = step.payload
+        if self.drafts and d.kind == "decode":
+            from csa_plan.planner.replay.draft_acceptance import accept
+
+            for req, _n, _c in d.batch:  # each keeps its accepted drafts, at most up to its last token
+                taken, self.credit[req.rid] = accept(self.credit.get(req.rid, 0), self.drafts, self.accept_milli)
+                taken = min(taken, max(0, req.max_new - req.out - 1))
+                if taken:
+                    self.sched.advance_accepted(req, taken, d)
         o = self.sched.complete(d)
         return Completion(first_token=o.first_token, finished=o.finished)
 
@@ -131,6 +149,8 @@ class SglangRuntime(EngineRuntime):
     def compiled_replay(self) -> "CompiledReplay | None":
         """The compiled loop (``compiled.py``, ``csglang.c``) as the engine plan handed it in, when built and
         every setting is in its range; else None (the loop steps the methods above, its checked twin)."""
+        if self.drafts:  # the compiled twin has no drafts: this loop steps them
+            return None
         return None if self.compiled is None else self.compiled(self)
 
     def notes(self) -> tuple[str, ...]:
@@ -139,7 +159,12 @@ class SglangRuntime(EngineRuntime):
             f"ratio, FCFS, prefill steps before decode steps, retraction by length); radix cache "
             f"{'on (page-granular, SWA tombstones, LRU)' if self.cfg.radix_cache else 'off (--disable-radix-cache)'}",
             "not modelled: the overlap scheduler's one-step lag, HiCache, priority scheduling, speculative "
-            "decoding at run time, mixed prefill/decode chunks (off by default)",
+            "decoding at run time, mixed prefill/decode chunks (off by default)"
+            if not self.drafts else
+            f"speculative decoding: EAGLE (top-k 1), {self.drafts + 1} tokens verified a decode step per request, "
+            f"each draft accepted at {self.acceptance:g} given the ones before (credits, as vLLM's replay); the "
+            "accepted drafts' KV placed after the step (not reserved up front as SGLang's check_decode_mem "
+            "does); not modelled: the overlap scheduler's one-step lag, HiCache, priority scheduling, mixed chunks",
         ]
         if self.aborted:
             notes.append(f"{len(self.aborted)} request(s) aborted: out of memory even alone in the decode batch")

@@ -370,6 +370,17 @@ class SglangScheduler:
         req.decode_idx += 1
         req.decode_due = min((kv // page + 1) * page, req.swa_mark)
 
+    def advance_accepted(self, req: Req, n: int, d: Decision) -> None:
+        """Speculative decoding (``SglangRuntime`` with drafts): ``n`` accepted draft tokens of ``req`` join
+        its KV after the verify step, position by position as ``_decode`` places one (the same page and
+        window events); its output grows by ``n`` before ``complete`` adds the sampled token."""
+        for _ in range(n):
+            kv = req.kv_len
+            if kv >= req.decode_due:
+                self._decode_events(req, kv, d)
+            req.kv_len = kv + 1
+        req.out += n
+
     def _decode(self) -> Decision:
         d = Decision("decode")
         batch = self.running

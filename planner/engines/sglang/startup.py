@@ -674,8 +674,10 @@ class SglangPlan(EnginePlan):
                               page=p, window=self.layers.window, max_running_requests=r.max_running_requests,
                               chunked_prefill_size=r.chunked_prefill_size, max_prefill_tokens=MAX_PREFILL_TOKENS,
                               context_len=self.max_seq_len, radix_cache=radix)
+        drafts = max(0, r.draft_tokens - 1)  # speculative_num_draft_tokens counts the verified token
         return SglangRuntime(cfg, trace, f"{ENGINE} ({'radix cache' if radix else '--disable-radix-cache'})",
-                             compiled=replay_for, pools=pools)
+                             compiled=replay_for, pools=pools, drafts=drafts,
+                             acceptance=options.spec_acceptance)
 
     def charge(self, tokens: int) -> Footprint:
         """The simulator's charge: the full pages only. The SWA pool and every slot's c128 state are

@@ -54,6 +54,9 @@ def refusal(rt: "VllmRuntime") -> str | None:
     hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
     if max(rt.num_spec, rt.lookahead, rt.prefill_lookahead, hash_lookahead) > MTP_MAX:
         return f"more than {MTP_MAX:,} speculative / lookahead tokens"
+    if rt.replay_tokens or any(g.spec.ring or not g.spec.cacheable for g in kv.groups):
+        return ("DeepSeek-V4.1's carry rings, uncached windows and bounded replay are not in the C loop "
+                "(the Python replay runs them)")
     if not 1 <= len(kv.groups) <= GROUPS_MAX:
         return f"more than {GROUPS_MAX} KV cache groups"
     for g in kv.groups:

@@ -165,6 +165,11 @@ class GroupSpec:
     window: int | None  # None: full attention
     extra_retained: int = 0
     admission_cap: int | None = None  # max_admission_blocks_per_request (windowed groups)
+    # DeepSeek-V4.1: a CircularBufferSpec ring (CircularBufferManager, single_type_kv_cache_manager.py:1186-1243:
+    # one block per request for its life, never a hit) and whether the group takes part in prefix caching
+    # (kv_cache_interface.py prefix_cacheable: False for rings and for bounded-replay windows, :998-1000, :1027-1029)
+    ring: bool = False
+    cacheable: bool = True
 
     def skipped_tokens(self, computed: int) -> int:
         """SlidingWindowManager.get_num_skipped_tokens (single_type_kv_cache_manager.py:1148-1183)."""
@@ -188,6 +193,8 @@ class GroupManager:
                                cap: bool) -> int:
         """get_num_blocks_to_allocate (single_type_kv_cache_manager.py:176-266)."""
         s = self.spec
+        if s.ring:  # CircularBufferManager.get_num_blocks_to_allocate (:1203-1214)
+            return 0 if self.tables.get(r) else 1
         required = cdiv(num_tokens, s.block_size)
         if cap and s.admission_cap is not None:
             required = min(required, s.admission_cap)
@@ -220,6 +227,10 @@ class GroupManager:
     def allocate_new(self, r: int, num_tokens: int) -> None:
         """allocate_new_blocks (single_type_kv_cache_manager.py:370-411)."""
         table = self.tables.setdefault(r, [])
+        if self.spec.ring:  # _claim_ring_block (:1191-1201): the one block, once
+            if not table:
+                table.extend(self.pool.get_new_blocks(1, self.gid))
+            return
         n = cdiv(num_tokens, self.spec.block_size) - len(table)
         if n > 0:
             table.extend(self.pool.get_new_blocks(n, self.gid))
@@ -362,7 +373,7 @@ class KvCacheManager:
                 req.next_slot = -1
                 return
             s = g.spec
-            slots.append(len(table) * s.block_size)
+            slots.append(len(table) * s.block_size if not s.ring else 1 << 62)  # a ring never grows
             frees.append((g.nulls.get(req.rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
                          if s.window is not None else 1 << 62)
         req.slot_th, req.free_th = slots, frees

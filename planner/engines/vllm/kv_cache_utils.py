@@ -37,6 +37,9 @@ from csa_plan.planner.units import ceil_div, round_up
 class SpecKind(str, Enum):
     FULL = "MLAAttentionSpec"  # registered with uniform_type_base_spec=FullAttentionSpec
     SLIDING = "SlidingWindowMLASpec"  # uniform_type_base_spec=SlidingWindowMLASpec
+    # DeepSeek-V4.1's ratio-2 compressor ring (v1/kv_cache_interface.py:968-1005): one block per request for
+    # its whole life (max_num_blocks_per_req = 1), uniform only with other rings, never prefix-cached
+    CIRCULAR = "CircularBufferSpec"
 
 
 @record
@@ -99,6 +102,8 @@ class KvSpec:
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
         """cdiv(max_memory_usage_bytes, page_size_bytes) for this spec."""
+        if self.kind is SpecKind.CIRCULAR:  # CircularBufferSpec.max_memory_usage_bytes = one page
+            return 1
         if self.kind is SpecKind.FULL:
             return ceil_div(max_model_len, self.block_size)
         tokens = min(self.sliding_window - 1 + self.extra_retained_tokens + in_flight_tokens, max_model_len)
@@ -107,7 +112,11 @@ class KvSpec:
     def blocks_held(self, tokens: int, max_model_len: int, in_flight_tokens: int) -> int:
         """Blocks a request of ``tokens`` takes: the runtime gate's
         ``min(cdiv(tokens, block), max_admission_blocks_per_request)`` (single_type_kv_cache_manager.py
-        ``get_num_blocks_to_allocate`` with apply_admission_cap), the cap sized for ``in_flight_tokens``."""
+        ``get_num_blocks_to_allocate`` with apply_admission_cap), the cap sized for ``in_flight_tokens``;
+        a ring its one block (``CircularBufferManager.get_num_blocks_to_allocate``,
+        single_type_kv_cache_manager.py:1203-1214)."""
+        if self.kind is SpecKind.CIRCULAR:
+            return 1 if tokens > 0 else 0
         full = ceil_div(tokens, self.block_size)
         if self.kind is SpecKind.FULL:
             return full
@@ -210,7 +219,9 @@ def packed_groups(specs: list[KvSpec]) -> tuple[list[KvGroup], int | None]:
         return sum(ceil_div(len(layers), n) * page for page, layers in b.page_layers)
 
     def is_state_bucket(b: _Bucket) -> bool:
-        # Mamba / circular-buffer buckets never occur for DeepSeek-V4.
+        # Mamba never occurs for DeepSeek-V4/V4.1; circular buffers (V4.1's ratio-2 rings) always count
+        if b.specs[0].kind is SpecKind.CIRCULAR:
+            return True
         return repeats is None and b.specs[0].kind is SpecKind.SLIDING
 
     anchor = max((widest_group_bytes(b, len(b.specs) if is_state_bucket(b) else num_groups_for(b))

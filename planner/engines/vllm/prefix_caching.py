@@ -65,6 +65,16 @@ HASH_BLOCK = 4  # gcd of DeepSeek-V4's group block sizes (256, 64, 8, 4)
 ALIGN = 256  # scheduler_block_size: the lcm of the group block sizes; hits land on it
 
 
+def block_sizes(specs: tuple["GroupSpec", ...]) -> tuple[int, int]:
+    """(scheduler_block_size, hash_block_size) as kv_cache_utils.py:816-918 resolve_kv_cache_block_sizes
+    does with prefix caching on: the lcm of every group's block size, the gcd of the prefix-cacheable
+    groups' (DeepSeek-V4: 256 and 4; V4.1: 64 / 128, the compressed group's, on sm_90 / sm_100)."""
+    from math import gcd, lcm
+
+    cacheable = [s.block_size for s in specs if s.cacheable] or [s.block_size for s in specs]
+    return lcm(*(s.block_size for s in specs)), gcd(*cacheable)
+
+
 class PrefixCache:
     """Block identities and vLLM's hit / cache rules over a ``KvCacheManager``."""
 
@@ -73,16 +83,21 @@ class PrefixCache:
         self.trace = trace
         self.lookahead = hash_lookahead_tokens  # VllmConfig.num_hash_lookahead_tokens (0 without MTP)
         self.specs = specs
+        # V4.1 (rings / uncached windows): resolved from its groups; V4 keeps the constants its replay (and the
+        # compiled twin, compiled.py) was checked with at the default block size 256, where they are the same
+        shared = any(s.ring or not s.cacheable for s in specs)
+        self.align, self.hash_block = block_sizes(specs) if shared else (ALIGN, HASH_BLOCK)
         self.chunk = trace.id_block_tokens
         self._chains: dict[tuple[int, int], int] = {}  # (parent chain, id) -> chain id: exact, no collisions
         # spec groups as the coordinator forms them (verify_and_split_kv_cache_groups :718-775):
         # equal specs share one lookup; full attention first.
         buckets: dict[GroupSpec, list[int]] = {}
         for i, s in enumerate(specs):
-            buckets.setdefault(s, []).append(i)
+            if s.cacheable:  # a group that opts out never takes part in the lookup (:727-731)
+                buckets.setdefault(s, []).append(i)
         order = sorted(buckets.items(), key=lambda kv: kv[0].window is not None)
         self.lookup_groups = [(s, ids) for s, ids in order]
-        self.need = {s: cdiv(s.window - 1, s.block_size) for s in specs if s.window is not None}
+        self.need = {s: cdiv(s.window - 1, s.block_size) for s in specs if s.window is not None and s.cacheable}
 
     # -- identities ------------------------------------------------------------------------------
 
@@ -118,7 +133,7 @@ class PrefixCache:
         """len(request.block_hashes) * hash_block_size: full 4-token hash blocks whose lookahead tokens
         exist too (kv_cache_utils.py:974-983, ``num_tokens - num_hash_lookahead_tokens``)."""
         n = req.num_tokens - self.lookahead
-        return n // HASH_BLOCK * HASH_BLOCK if n > 0 else 0
+        return n // self.hash_block * self.hash_block if n > 0 else 0
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -139,7 +154,7 @@ class PrefixCache:
             for lst, blk in zip(out, found):
                 lst.append(blk)
         hit = len(out[0]) * b
-        hit -= hit % ALIGN
+        hit -= hit % self.align
         n = cdiv(hit, b)
         for lst in out:
             del lst[n:]
@@ -150,6 +165,7 @@ class PrefixCache:
         b = spec.block_size
         need = self.need[spec]
         max_blocks = max_length // b
+        ALIGN = self.align
         if need * b <= ALIGN and ALIGN % b == 0:
             # The same answer from the aligned ends only: a run of `need` blocks never spans an
             # aligned end without completing, and a run from block 0 shorter than `need` rounds to 0.
@@ -243,6 +259,7 @@ class PrefixCache:
 
     def cache_blocks(self, kv: "KvCacheManager", req, tokens: int) -> None:
         """KVCacheCoordinator.cache_blocks -> SingleTypeKVCacheManager.cache_blocks per group."""
+        ALIGN = self.align
         n = tokens - tokens % ALIGN  # HybridKVCacheCoordinator._align_cacheable (partial hits off)
         if n == req.cache_n and kv.fast:
             return  # every group's num_full is unchanged: each would return at once
@@ -253,6 +270,8 @@ class PrefixCache:
         pool = kv.pool
         for g in kv.groups:
             s = g.spec
+            if not s.cacheable:  # SingleTypeKVCacheManager.cache_blocks returns at once (:499-500)
+                continue
             b = s.block_size
             cached = g.num_cached.get(req.rid, 0)
             full = min(n, hashed) // b

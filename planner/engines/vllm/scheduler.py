@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Callable
 
 from csa_plan.planner.replay.draft_acceptance import accept, milli_table
 from csa_plan.planner.engines.vllm.kv_cache_manager import GroupSpec, KvCacheManager
-from csa_plan.planner.engines.vllm.prefix_caching import ALIGN
 from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
 
 if TYPE_CHECKING:
@@ -93,8 +92,12 @@ class VllmRuntime(EngineRuntime):
                  async_scheduling: bool, num_spec_tokens: int, lookahead: int, prefill_lookahead: int = 0,
                  prefix=None,
                  label: str = "vLLM 0.33.0", acceptance: float = 1.0,
-                 compiled: "Callable[[VllmRuntime], CompiledReplay | None] | None" = None) -> None:
+                 compiled: "Callable[[VllmRuntime], CompiledReplay | None] | None" = None,
+                 prefix_replay_tokens: int = 0) -> None:
         self.trace = trace
+        # DeepSeek-V4.1's SWA bounded replay (sched/scheduler.py:298-314): a prefix hit's last window is
+        # recomputed for the window groups, which are not prefix-cached; 0 for every other model
+        self.replay_tokens = prefix_replay_tokens
         self.compiled = compiled  # the compiled twin's provider, handed in by the engine plan
         self.pools = pool_names
         self.usable_units = num_blocks - 1
@@ -117,6 +120,7 @@ class VllmRuntime(EngineRuntime):
         self.lookahead = lookahead
         self.prefill_lookahead = prefill_lookahead
         self.prefix = prefix
+        self.align = prefix.align if prefix is not None else 0  # scheduler_block_size (prefix_caching.block_sizes)
         self.wait_q: deque[Req] = deque()
         self.run_q: list[Req] = []
         self.reqs: dict[int, Req] = {}
@@ -195,7 +199,7 @@ class VllmRuntime(EngineRuntime):
                     ok = kv._touched_groups(req, need_slot, processed, nc)
                 if ok and prefix is not None:
                     c = total + n if total + n < ntok else ntok
-                    if c - c % ALIGN != req.cache_n:
+                    if c - c % self.align != req.cache_n:
                         prefix.cache_blocks(kv, req, c)
             else:
                 ok = kv.allocate_slots(req, n, lookahead=lookahead)
@@ -232,29 +236,38 @@ class VllmRuntime(EngineRuntime):
                 hit_blocks, hit = (None, 0)
                 if req.num_computed == 0 and self.prefix is not None:
                     hit_blocks, hit = self.prefix.computed_blocks(kv, req)
-                n = req.num_tokens - hit
+                replay = 0
+                if self.replay_tokens and hit:
+                    if hit <= self.replay_tokens:  # :1222-1236: a hit within one window saves nothing
+                        hit_blocks, hit = None, 0
+                    else:  # _mark_prefix_replay (:3447-3465): recompute the hit's last window
+                        replay = self.replay_tokens
+                computed = hit - replay
+                n = req.num_tokens - computed
                 pad = False
-                if self.num_spec and n == 1 and not prefill_scheduled and (any_running or hit > 0):
+                if self.num_spec and n == 1 and not prefill_scheduled and (any_running or computed > 0):
                     padded = 1 + self.num_spec
-                    if hit + padded + 1 <= mml:
+                    if computed + padded + 1 <= mml:
                         if padded > token_budget:
                             break
                         n, pad = padded, True
                 n = min(n, token_budget)
-                n = self._reserve_prefill_lookahead(req, hit, n)
+                n = self._reserve_prefill_lookahead(req, computed, n)
                 if n == 0:
                     skipped.append(self.wait_q.popleft())
                     continue
-                if not kv.allocate_slots(req, n, hit, hit_blocks, self.lookahead, full_sequence_must_fit=True):
+                # :1432-1434: the replayed tokens are in the adopted hit; only the tokens past it need slots
+                if not kv.allocate_slots(req, max(n - replay, 0), hit, hit_blocks, self.lookahead,
+                                         full_sequence_must_fit=True):
                     break
                 self.wait_q.popleft()
                 running.append(req)
                 step.admitted.append(req.rid)
-                if self.prefix is not None:
-                    step.prefix_hit_tokens += hit
+                if self.prefix is not None:  # the tokens not recomputed: a bounded replay's window is
+                    step.prefix_hit_tokens += computed
                     step.prefix_query_tokens += req.num_tokens
                 req.status = RUNNING
-                req.num_computed = hit
+                req.num_computed = computed
                 sched_reqs.append(req)
                 sched_n.append(n)
                 sched_spec.append(self.num_spec if pad else 0)
@@ -354,7 +367,7 @@ class VllmRuntime(EngineRuntime):
                 req.placeholders -= tokens
             if prefix is not None and not stale and running_before and (had_placeholders or num_spec):
                 processed = req.num_computed - req.num_in_flight  # :2418-2425
-                if check_cache or processed - processed % ALIGN != req.cache_n:
+                if check_cache or processed - processed % self.align != req.cache_n:
                     prefix.cache_blocks(self.kv, req, processed)
             if stopped:
                 req.status = FINISHED

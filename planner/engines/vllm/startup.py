@@ -34,6 +34,7 @@ What vLLM builds, from the release (file:line are pointers into vllm-0.33.0):
 from __future__ import annotations
 
 from dataclasses import field, replace
+from math import lcm
 from typing import Any
 
 from csa_plan.planner.descriptor import Descriptor
@@ -83,6 +84,8 @@ class VllmRelease:
     one_log_line: bool  # 0.33: tokens and concurrency on one log line; older: two lines
     fp4_keys_fp8_sized: bool = False  # 0.25/0.26: an FP4 indexer cache still allocates FP8's 132 B per key
     #                                   (models/deepseek_v4/attention.py ~730-733)
+    shared_state: bool = False  # DeepSeek-V4.1's pools are modelled (v41_layer_specs): 0.33/0.34, whose
+    #                             models/deepseek_v41/ code they follow; 0.25/0.26 cannot load V4.1 (0.30.0 added it)
     scheduler_replayed: bool = False  # runtime() steps this release's own scheduler (0.33 only: 0.25/0.26's
     #                                   v1/core/sched and kv cache managers differ from 0.33's; not modelled)
     extensible_kv_cache: bool = False  # 0.34: the KV cache is sized after warmup from measured memory, with
@@ -150,6 +153,12 @@ class VllmSettings:
     num_speculative_tokens: int
     gpu_memory_utilization: float
     pp: int = 1
+    ring_rows: int = 0  # DeepSeek-V4.1: rows of each ratio-2 compressor ring (CircularBufferSpec block_size)
+
+    @property
+    def sm100(self) -> bool:
+        """current_platform.is_device_capability_family(100): V4.1's MXFP8 window record and mega attention."""
+        return self.gpu.capability[0] == 10
 
     @property
     def max_concurrent_batches(self) -> int:
@@ -161,7 +170,10 @@ class VllmSettings:
         return self.max_concurrent_batches * self.max_num_batched_tokens
 
 
-def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple[VllmSettings, tuple[Resolved, ...]]:
+def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None,
+            shared: bool = False) -> tuple[VllmSettings, tuple[Resolved, ...]]:
+    """The settings as the release resolves them; ``shared`` for DeepSeek-V4.1 (cross-layer shared compressed
+    state, ``models/deepseek_v41/``), whose block size and record formats depend on the card."""
     rel = rel or V033
     SRC = rel.src
 
@@ -181,18 +193,48 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
     if gpu.capability[0] < 9:
         raise _refuse(f"{SRC} models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls", "--gpu", "sm_90 or sm_100",
                       gpu.sm, f"DeepSeek-V4's FlashMLA sparse path is modelled for sm_90/sm_100 only, not {gpu.sm}")
-    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage, rel)
+    if shared and gpu.capability[0] not in (9, 10):
+        raise _refuse(f"{SRC} models/deepseek_v41/nvidia/model.py:201-258 _select_dsv4_attn_cls", "--gpu",
+                      "sm_90 or sm_100", gpu.sm, f"DeepSeek-V4.1 on {gpu.sm} takes the FlashInfer sparse path, "
+                      "whose KV pages csa-plan does not model (only sm_90's FlashMLA and sm_100's mega attention)")
     out: list[Resolved] = [Resolved("--gpu", gpu.name, gpu_source),
                            Resolved("--usage", usage, "given" if settings.usage else "vllm serve")]
 
     block = settings.block_size
-    if block is None:
+    if shared:
+        block, kv_dtype, fp4 = _resolve_v41(settings, gpu, rel, out)
+    elif block is None:
         block = KERNEL_BLOCK_TOKENS
         out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends"
                                                    " (FLASHMLA_SPARSE_DSV4 [256], DEEPSEEK_V4_INDEXER [256])"))
     else:
         _check_block_size(block, _refuse, rel)
         out.append(Resolved("--block-size", block, "given"))
+    if not shared:
+        kv_dtype, fp4 = _resolve_v4_dtypes(settings, gpu, rel, out)
+    _resolve_batch(settings, rel, gpu, usage, out)  # the scheduler settings: checked, appended
+    mnbt = settings.max_num_batched_tokens
+    seqs = settings.max_num_seqs
+    spec = settings.num_speculative_tokens or 0
+    # compressor.py:224-226 CompressorStateCache: drafts + the bonus token + the previous row, a power of two >= 8
+    rows = max(8, 1 << (spec + 2 - 1).bit_length()) if shared else 0
+    util = settings.gpu_memory_utilization
+    mnbt_default, seqs_default, tier_rule = _batch_defaults(settings, rel, gpu, usage)
+    resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype=kv_dtype, indexer_fp4=fp4,
+                            max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
+                            async_scheduling=True if settings.async_scheduling is None else settings.async_scheduling,
+                            num_speculative_tokens=spec,
+                            gpu_memory_utilization=util if util is not None else 0.92, ring_rows=rows)
+    return resolved, tuple(out)
+
+
+def _resolve_v4_dtypes(settings: EngineSettings, gpu: GpuTarget, rel: VllmRelease,
+                       out: list[Resolved]) -> tuple[str, bool]:
+    """DeepSeek-V4's record (always fp8_ds_mla, 584 B) and its indexer key format."""
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
 
     kv_dtype = settings.kv_cache_dtype or "auto"
     known("--kv-cache-dtype", kv_dtype, CACHE_DTYPES, f"{SRC} config/cache.py CacheDType")
@@ -217,6 +259,28 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
     out.append(Resolved("--indexer-kv-dtype", "mxfp4" if fp4 else "fp8",
                         "given" if settings.indexer_kv_dtype else f"auto -> fp8 ({SRC} config/attention.py "
                                                                   "resolve_indexer_kv_dtype)"))
+    return "fp8_ds_mla", fp4
+
+
+def _batch_defaults(settings: EngineSettings, rel: VllmRelease, gpu: GpuTarget, usage: str) -> tuple[int, int, str]:
+    """max_num_batched_tokens / max_num_seqs defaults, a defaulted max_num_seqs capped by the batched tokens."""
+    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage, rel)
+    tokens = settings.max_num_batched_tokens or mnbt_default
+    if settings.max_num_seqs is None and seqs_default > tokens:
+        seqs_default, tier_rule = tokens, (f"{tier_rule}, capped at max_num_batched_tokens {tokens:,} ({rel.src} "
+                                           "engine/arg_utils.py: max_num_seqs = min(default, max_num_batched_tokens))")
+    return mnbt_default, seqs_default, tier_rule
+
+
+def _resolve_batch(settings: EngineSettings, rel: VllmRelease, gpu: GpuTarget, usage: str,
+                   out: list[Resolved]) -> None:
+    """The scheduler's settings as the engine checks and defaults them."""
+    SRC = rel.src
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
+    mnbt_default, seqs_default, tier_rule = default_batched_tokens(gpu, usage, rel)
 
     mnbt = settings.max_num_batched_tokens
     if mnbt is not None and mnbt < 1:
@@ -253,14 +317,133 @@ def resolve(settings: EngineSettings, rel: "VllmRelease | None" = None) -> tuple
                       "gpu_memory_utilization must be in (0, 1]")
     out.append(Resolved("--gpu-memory-utilization", util if util is not None else 0.92,
                         "given" if util is not None else f"{SRC} config/cache.py CacheConfig.gpu_memory_utilization"))
-    resolved = VllmSettings(gpu=gpu, usage=usage, block_size=block, kv_cache_dtype="fp8_ds_mla", indexer_fp4=fp4,
-                            max_num_batched_tokens=mnbt or mnbt_default, max_num_seqs=seqs or seqs_default,
-                            async_scheduling=async_on, num_speculative_tokens=spec,
-                            gpu_memory_utilization=util if util is not None else 0.92)
-    return resolved, tuple(out)
 
 
 C128 = 128  # the largest compress ratio: a block must hold one compressed C128 record
+
+# --- DeepSeek-V4.1 (models/deepseek_v41/, vllm-0.33.0; 0.34.0 the same on every row below) ------------------
+V41_SWA_BLOCK = 32  # attention.py:562-580 DeepseekV4SWACache(block_size=32)
+V41_SWA_BYTES = {True: 528, False: 584}  # attention.py:521 swa_bytes_per_token (SM100 MXFP8 / V4 record)
+V41_NVFP4_BYTES = 288  # attention.py:522-526 compressed_bytes_per_token under nvfp4_ds_mla
+V41_ALIGNMENT = {True: 512, False: 576}  # attention.py:530 kv_page_alignment
+V41_RING_ROW_BYTES = 2 * 512 * FP32_BYTES  # compressor.py:306-311 state_dim 2 x head_dim, float32 (4,096 B)
+V41_RATIOS = (0, 1, 2)  # attention.py:326-331
+
+
+def v41_kernel_block(sm100: bool) -> int:
+    """The compressed and index backends' one kernel block size: sparse_mla.py:115-116 (FlashMLA: 64 on SM90,
+    else 128), :301-302 (mega attention: 128), v1/attention/backends/mla/indexer.py:366-367 (64 on SM90, else
+    128); platforms/interface.py _preferred_block_size_for_backends takes it as the cache block size."""
+    return 128 if sm100 else 64
+
+
+def _resolve_v41(settings: EngineSettings, gpu: GpuTarget, rel: VllmRelease,
+                 out: list[Resolved]) -> tuple[int, str, bool]:
+    """DeepSeek-V4.1's block size, record format and index-key format, as 0.33 decides them by card."""
+    SRC = rel.src
+    sm100 = gpu.capability[0] == 10
+
+    def _refuse(*args: str) -> EngineRefused:
+        return _refuse_as(rel, *args)
+
+    kernel = v41_kernel_block(sm100)
+    block = settings.block_size
+    if block is None:
+        block = kernel
+        out.append(Resolved("--block-size", block, f"{SRC} platforms/interface.py _preferred_block_size_for_backends "
+                                                   f"(V4.1 sparse-MLA and indexer backends: [{kernel}] on {gpu.sm}, "
+                                                   "models/deepseek_v41/sparse_mla.py:115-116)"))
+    else:
+        if block < 1 or block % kernel:
+            raise _refuse(f"{SRC} models/deepseek_v41/sparse_mla.py:115-116 get_supported_kernel_block_sizes "
+                          f"([{kernel}] on {gpu.sm}); v1/worker/utils.py _block_size_is_supported", "--block-size",
+                          f"a multiple of {kernel} on {gpu.sm}", str(block),
+                          f"--block-size {block} cannot be split into the V4.1 attention and indexer backends' "
+                          f"{kernel}-token kernel blocks")
+        out.append(Resolved("--block-size", block, "given"))
+    kv_dtype = settings.kv_cache_dtype or "auto"
+    known("--kv-cache-dtype", kv_dtype, CACHE_DTYPES, f"{SRC} config/cache.py CacheDType")
+    # nvidia/model.py:244-258: mega attention is the SM100 default (TP leaving 8 heads per wo_a group: TP <= 8 for
+    # 64 heads / 8 groups); its packed record is nvfp4_ds_mla (flash_mla_mega_attn.py:203-207), FlashMLA's
+    # fp8_ds_mla (attention.py:206-215). auto / fp8 resolve to it (attention.py _resolve_dsv4_kv_cache_dtype).
+    packed = "nvfp4_ds_mla" if sm100 else "fp8_ds_mla"
+    rule = f"{SRC} models/deepseek_v41/attention.py:142-170 _resolve_dsv4_kv_cache_dtype"
+    if kv_dtype in ("auto", "fp8"):
+        resolved = packed
+    elif kv_dtype.endswith("_ds_mla"):
+        resolved = kv_dtype
+    else:
+        raise _refuse(rule, "--kv-cache-dtype", "auto | fp8 | fp8_ds_mla | nvfp4_ds_mla (sm_100)", kv_dtype,
+                      f"DeepseekV4 packed KV layouts only support fp8 kv-cache, got {kv_dtype}")
+    if resolved == "nvfp4_ds_mla" and not sm100:
+        raise _refuse(f"{SRC} models/deepseek_v41/attention.py:532-536", "--kv-cache-dtype",
+                      "fp8_ds_mla off sm_100", f"nvfp4_ds_mla on {gpu.sm} ({gpu.name})",
+                      "nvfp4_ds_mla needs the V4.1 KV records, which FlashMLA decodes only on SM100")
+    how = "given" if settings.kv_cache_dtype else "auto"
+    out.append(Resolved("--kv-cache-dtype", resolved, f"{how} -> {resolved} ({rule}; "
+                        + ("mega attention on sm_100, nvidia/model.py:244-258)" if packed == "nvfp4_ds_mla"
+                           else "FlashMLA sparse)")))
+    idx = settings.indexer_kv_dtype or "auto"
+    known("--indexer-kv-dtype", idx, INDEXER_KV_DTYPES, f"{SRC} config/attention.py IndexerKVDType")
+    if idx not in INDEXER_DTYPES:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "auto | fp8 | mxfp4", idx, f"indexer_kv_dtype={idx!r} is not supported by the sparse indexer")
+    fp4 = idx == "mxfp4"
+    if fp4 and not sm100:
+        raise _refuse(f"{SRC} v1/attention/backends/mla/indexer.py:60-68 dsa_indexer_uses_fp4", "--indexer-kv-dtype",
+                      "fp8 off sm_100 (mxfp4 needs sm_100)", f"mxfp4 on {gpu.sm} ({gpu.name})",
+                      "indexer_kv_dtype='mxfp4' requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200)")
+    out.append(Resolved("--indexer-kv-dtype", "mxfp4" if fp4 else "fp8",
+                        "given" if settings.indexer_kv_dtype else f"auto -> fp8 ({SRC} config/attention.py "
+                                                                  "resolve_indexer_kv_dtype)"))
+    return block, resolved, fp4
+
+
+def v41_layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, rel: "VllmRelease | None" = None) -> list[KvSpec]:
+    """DeepSeek-V4.1's KV specs in registration order (static_forward_context insertion order:
+    attention.py:423-429 registers the layer before its indexer's key cache (:441-490), its window cache
+    (:562-580) and its compressor's ring (compressor.py:306-311)); the DSpark draft layers' windows after the
+    main model's, with speculative decoding only (nvidia/dspark.py:85-129, tagged is_draft by
+    v1/worker/gpu/spec_decode/speculator.py:242)."""
+    rel = rel or V033
+    SRC = rel.src
+    sm100 = s.sm100
+    swa_bytes = V41_SWA_BYTES[sm100]
+    comp_bytes = V41_NVFP4_BYTES if s.kv_cache_dtype == "nvfp4_ds_mla" else swa_bytes
+    align = V41_ALIGNMENT[sm100]
+    kernel = v41_kernel_block(sm100)
+    # sparse_swa.py:133-136 + attention.py:570-577: on SM100 the window block stride holds whole rows of both records
+    swa_stride = lcm(swa_bytes, comp_bytes) if sm100 else 1
+    out: list[KvSpec] = []
+    for d in layers:
+        if d.is_mtp and not s.num_speculative_tokens:
+            continue
+        i, r = d.layer_id, d.compression_ratio
+        p = f"model.layers.{i}.self_attn"
+        if r not in V41_RATIOS:
+            raise _refuse_as(rel, f"{SRC} models/deepseek_v41/attention.py:326-331", "compress_ratios", "0, 1 or 2",
+                             str(r), f"DeepSeek V4.1 layer {i} has compress_ratio={r}; only 0 (sliding window), 1 "
+                             "and 2 are supported")
+        sh = d.sharing
+        owner = not d.is_mtp and sh is not None and i in sh.kv_sources and r > 0
+        if owner:  # attention.py:1206-1231: kv sources only
+            out.append(KvSpec(name=p, role=f"C{r} source records", layer_id=i, kind=SpecKind.FULL,
+                              block_size=s.block_size, tokens_per_state=r, num_heads=1,
+                              state_content_bytes=comp_bytes, alignment=align).with_kernel_stride(kernel))
+            if i in sh.index_sources:  # attention.py:441-455, 1243-1310: the keys live on the kv source
+                out.append(KvSpec(name=f"{p}.indexer.k_cache", role=f"C{r} source index keys", layer_id=i,
+                                  kind=SpecKind.FULL, block_size=s.block_size, tokens_per_state=r, num_heads=1,
+                                  state_content_bytes=index_key_bytes(d.index_head_dim, s.indexer_fp4),
+                                  alignment=align).with_kernel_stride(kernel))
+        out.append(KvSpec(name=f"{p}.swa_cache", role="DSpark SWA cache" if d.is_mtp else "SWA cache", layer_id=i,
+                          kind=SpecKind.SLIDING, block_size=V41_SWA_BLOCK, tokens_per_state=1, num_heads=1,
+                          state_content_bytes=swa_bytes, alignment=align, sliding_window=d.window,
+                          stride_alignment=swa_stride, is_draft=d.is_mtp))
+        if owner and r > 1:  # compressor.py:206-240: the ratio-2 ring, one block per request
+            out.append(KvSpec(name=f"{p}.compressor.state_cache", role=f"C{r} carry ring", layer_id=i,
+                              kind=SpecKind.CIRCULAR, block_size=s.ring_rows, tokens_per_state=1, num_heads=1,
+                              state_content_bytes=V41_RING_ROW_BYTES, alignment=None))
+    return out
 
 
 def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
@@ -361,7 +544,10 @@ def layer_specs(layers: tuple[Descriptor, ...], s: VllmSettings, num_mtp_layers:
 _CLASS = {"C4 attention": StateClass.COMPRESSED, "C128 attention": StateClass.COMPRESSED,
           "C4 indexer keys": StateClass.INDEX, "C4 state": StateClass.CARRY, "C128 state": StateClass.CARRY,
           "C4 indexer state": StateClass.INDEX_CARRY, "SWA cache": StateClass.DENSE_RING,
-          "MTP SWA cache": StateClass.DENSE_RING}
+          "MTP SWA cache": StateClass.DENSE_RING, "DSpark SWA cache": StateClass.DENSE_RING,
+          "C1 source records": StateClass.COMPRESSED, "C2 source records": StateClass.COMPRESSED,
+          "C1 source index keys": StateClass.INDEX, "C2 source index keys": StateClass.INDEX,
+          "C2 carry ring": StateClass.CARRY}
 
 
 def group_class(g: KvGroup) -> StateClass:
@@ -383,6 +569,7 @@ class VllmPlan(EnginePlan):
     repeats_per_group: int | None
     block_bytes: int
     _engine: EngineModel = field(repr=False)
+    shared: bool = False  # DeepSeek-V4.1 (models/deepseek_v41/): DSpark drafts, bounded-replay windows, rings
 
     @property
     def engine(self) -> EngineModel:
@@ -529,6 +716,8 @@ class VllmPlan(EnginePlan):
         n = self.resolved.num_speculative_tokens
         if not n:
             return 0
+        if self.shared:  # DSpark is no multi-module MTP (speculative.py:2188-2194): the next token only
+            return 1
         mtp = sum(1 for s in self.specs if s.is_draft)
         return n if min(mtp, n) > 1 else 1
 
@@ -537,6 +726,8 @@ class VllmPlan(EnginePlan):
         EAGLE-style drafter needing the block drop (speculative.py:2122-2149), no KV connector, and
         ``disable_lookahead_block_hashes`` off, so each block hash covers the prefill lookahead tokens after
         it (and the scheduler then turns the EAGLE block drop off, sched/scheduler.py:342-345)."""
+        if self.shared:  # DSpark needs no EAGLE block drop (speculative.py:2122-2128): the legacy hashes
+            return 0
         return self.prefill_lookahead()
 
     def runtime(self, sizing: PoolSizing, trace, options):
@@ -550,12 +741,18 @@ class VllmPlan(EnginePlan):
 
         r = self.resolved
         q = r.max_in_flight_tokens
+        # V4.1 (shared): rings never cached; windows under SWA bounded replay not cached either
+        # (config/cache.py:367-372 swa_bounded_replay on with model runner V2, sparse_swa.py:128 bounded_replay)
         specs = tuple(GroupSpec(block_size=g.first.block_size,
                                 window=g.first.sliding_window if g.first.kind is SpecKind.SLIDING else None,
                                 extra_retained=g.first.extra_retained_tokens,
                                 admission_cap=(g.blocks_per_request(self.max_seq_len, q)
-                                               if g.first.kind is SpecKind.SLIDING else None))
+                                               if g.first.kind is SpecKind.SLIDING else None),
+                                ring=g.first.kind is SpecKind.CIRCULAR,
+                                cacheable=not (self.shared and g.first.kind is not SpecKind.FULL))
                       for g in self.groups)
+        replay = next((g.first.sliding_window for g in self.groups if self.shared and g.first.kind is SpecKind.SLIDING),
+                      0)  # SlidingWindowMLASpec.prefix_replay_tokens (kv_cache_interface.py:1031-1033)
         caching = True if options.enable_prefix_caching is None else options.enable_prefix_caching
         prefix = None
         if caching:
@@ -566,7 +763,8 @@ class VllmPlan(EnginePlan):
                            sizing.total_units, self.max_seq_len, r.max_num_batched_tokens, r.max_num_seqs,
                            r.async_scheduling, r.num_speculative_tokens, r.num_speculative_tokens,
                            self.prefill_lookahead(), prefix=prefix, label=self.engine.label(),
-                           acceptance=options.spec_acceptance, compiled=compiled_replay)
+                           acceptance=options.spec_acceptance, compiled=compiled_replay,
+                           prefix_replay_tokens=replay)
 
     def tp_rules(self) -> tuple[TpRule, ...]:
         src = (f"{self.release.src} every DeepSeek-V4 spec has num_kv_heads=1, max_tp_shards=1 (attention.py ~860-926, "
@@ -586,11 +784,39 @@ class VllmPlan(EnginePlan):
         mode = "async scheduling" if r.async_scheduling else "no async scheduling"
         batches = (f"{r.max_concurrent_batches} concurrent batches, {mode}, x" if self.release.windows_in_flight
                    else f"{self.release.src} sizes windows for one batch whatever the scheduling ({mode}):")
-        return (f"{self.release.engine}: vLLM budgets every windowed group for {q:,} in-flight tokens ({batches} "
+        return self._shared_note() + (f"{self.release.engine}: vLLM budgets every windowed group for {q:,} in-flight tokens ({batches} "
                 f"--max-num-batched-tokens {r.max_num_batched_tokens:,}): "
                 f"{budget:,} blocks per request at start-up, while a decoding request holds {held:,} "
                 f"({d} token{'s' if d > 1 else ''} in flight). That budget is the divisor of its 'Maximum "
                 f"concurrency'; --max-num-batched-tokens {alt_tokens:,} would make it {alt:,} blocks.")
+
+    def shared_bytes_per_token(self) -> tuple[int, int] | None:
+        """DeepSeek-V4.1: (compressed records + index keys per token, unpadded: DEEPSEEK_V41.md §4's 1,790 on
+        sm_90 / 1,050 on sm_100 with nvfp4_ds_mla; the same as vLLM's pages hold them, block alignment
+        included, x the block's tokens) — None for V4. Both exclude windows and rings (per request, not per token)."""
+        if not self.shared:
+            return None
+        full = [s for s in self.specs if s.kind is SpecKind.FULL]
+        exact = sum(s.state_content_bytes * self.resolved.block_size // s.tokens_per_state for s in full)
+        paged = sum(s.page_bytes for s in full)
+        return exact // self.resolved.block_size, paged / self.resolved.block_size
+
+    def _shared_note(self) -> str:
+        bpt = self.shared_bytes_per_token()
+        if bpt is None:
+            return ""
+        recs = sorted({s.state_content_bytes for s in self.specs if s.role.endswith("records")})
+        keys = sorted({s.state_content_bytes for s in self.specs if s.role.endswith("index keys")})
+        owners = sorted({s.layer_id for s in self.specs if s.role.endswith("records")})
+        windows = sum(1 for s in self.specs if s.kind is SpecKind.SLIDING)
+        rings = [s for s in self.specs if s.kind is SpecKind.CIRCULAR]
+        ring = (f"; {len(rings)} carry rings of {rings[0].block_size} rows x {V41_RING_ROW_BYTES:,} B, one block each "
+                "per request" if rings else "")
+        return (f"{self.release.engine} shared state: {len(owners)} kv sources {owners} own the compressed records "
+                f"({'/'.join(map(str, recs))} B, {self.resolved.kv_cache_dtype}) and index keys "
+                f"({'/'.join(map(str, keys))} B): {bpt[0]:,} B/token unpadded, {bpt[1]:,.1f} B/token as vLLM pages "
+                f"them; {windows} windows ({V41_SWA_BYTES[self.resolved.sm100]} B rows, not prefix-cached: bounded "
+                f"replay){ring}. ")
 
     def describe(self) -> dict[str, Any]:
         q = self.window_tokens
@@ -602,6 +828,9 @@ class VllmPlan(EnginePlan):
             "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)"
                       + ("; layer tuples (0.25/0.26 grouping)" if self.release.layer_tuples else "; packed groups"),
             "bytes_per_block": self.block_bytes,
+            "shared_state_bytes_per_token": (None if self.shared_bytes_per_token() is None
+                                             else {"unpadded": self.shared_bytes_per_token()[0],
+                                                   "paged": self.shared_bytes_per_token()[1]}),
             "repeats_per_group": self.repeats_per_group,
             "max_in_flight_tokens": q,
             "max_concurrent_batches": self.resolved.max_concurrent_batches,
@@ -628,8 +857,24 @@ class Vllm033(EngineModel):
     def configure(self, model, settings: EngineSettings, max_seq_len: int) -> VllmPlan:
         rel = self.release or V033
         src = rel.src
-        resolved, out = resolve(settings, rel)
-        specs = layer_specs(model.layers, resolved, model.num_mtp_layers, rel)
+        shared = any(d.sharing is not None for d in model.layers)
+        if shared and not rel.shared_state:  # the commands refuse this before (shared_engines.py); kept typed here
+            raise _refuse(f"{src} (no models/deepseek_v41/: vLLM 0.30.0 added it)", "--engine", "vllm >= 0.30",
+                          rel.engine, "this release cannot load a model with cross-layer shared compressed state "
+                          "(DeepSeek-V4.1)", engine=rel.engine)
+        named = settings.release_named
+        if shared and named:
+            from csa_plan.planner.shared_engines import before_modelled
+
+            if before_modelled(named):  # vLLM 0.30-0.32: the release map hands them 0.33's V4 rules, not its V4.1 ones
+                raise _refuse(f"{named} (0.30.0-0.32.x models/deepseek_v41/: 528 / 584 B records only, no SWA "
+                              "bounded replay, no mega attention: DEEPSEEK_V41.md §5)", "--engine", "vllm >= 0.33",
+                              named, "this release runs DeepSeek-V4.1 with other KV rules than vLLM 0.33, which "
+                              "csa-plan does not model (LayoutNotModelled); name --engine vllm-0.33 for 0.33's pool",
+                              engine=named)
+        resolved, out = resolve(replace(settings, release_named=None) if named else settings, rel, shared=shared)
+        specs = (v41_layer_specs(model.layers, resolved, rel) if shared
+                 else layer_specs(model.layers, resolved, model.num_mtp_layers, rel))
         where = "v1/core/kv_cache_utils.py" if rel.layer_tuples else "v1/core/kv_cache_planning.py"
         try:
             if rel.layer_tuples:
@@ -646,11 +891,12 @@ class Vllm033(EngineModel):
                           "none", "the model has no KV cache layers", engine=rel.engine)
         return VllmPlan(model_name=model.name, max_seq_len=max_seq_len, settings=out, resolved=resolved,
                         specs=tuple(specs), groups=tuple(groups), repeats_per_group=repeats,
-                        block_bytes=block_bytes, _engine=self)
+                        block_bytes=block_bytes, _engine=self, shared=shared)
 
 
 V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight=True, extra_retained=True,
-                   null_block_in_check=True, tier_160_gib=True, one_log_line=True, scheduler_replayed=True)
+                   null_block_in_check=True, tier_160_gib=True, one_log_line=True, scheduler_replayed=True,
+                   shared_state=True)
 # 0.34.0: 0.33's KV planning for DeepSeek-V4, unchanged where it decides the pool (read against 0.33.0):
 # v1/core/kv_cache_planning.py _get_packed_kv_cache_groups (:958-1087, the same body), _approximate_gcd (:923),
 # get_kv_cache_configs with the null block in the check (:215, :1635), extra_retained_tokens (:1742);
@@ -664,7 +910,11 @@ V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight
 # (v1/core/sched/scheduler.py:716 schedule, cache-aware admission :431-437) is not 0.33's.
 V034 = VllmRelease(engine="vllm-0.34", src="vllm-0.34.0", layer_tuples=False, windows_in_flight=True,
                    extra_retained=True, null_block_in_check=True, tier_160_gib=True, one_log_line=True,
-                   scheduler_replayed=False, extensible_kv_cache=True)
+                   scheduler_replayed=False, extensible_kv_cache=True, shared_state=True)
+# 0.34.0 builds DeepSeek-V4.1's specs as 0.33.0 does (read against 0.33.0): attention.py get_kv_cache_spec and
+# DeepseekV4IndexerCache.get_kv_cache_spec, compressor.py CompressorStateCache (:236-266, the same ring rows),
+# sparse_swa.py DeepseekV4SWACache, the backends' kernel block sizes and CircularBufferSpec are unchanged; mega
+# attention's selection adds only ``lora_config is None`` (nvidia/model.py:264).
 # 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
 V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
@@ -686,12 +936,14 @@ VLLM_033 = Vllm033(
     summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
             "windowed groups budgeted for the in-flight tokens",
     options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
+    models_shared_state=V033.shared_state,
 )
 VLLM_034 = Vllm033(
     name=V034.engine, engine_name="vLLM", version="0.34.0",
     summary="vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block pool, windows for the "
             "in-flight tokens); the pool sized after warmup by the extensible KV cache; start-up only",
     options=ACCEPTS, sources=_sources(V034.src, "v1/core/kv_cache_planning.py"), release=V034,
+    models_shared_state=V034.shared_state,
 )
 VLLM_026 = Vllm033(
     name=V026.engine, engine_name="vLLM", version="0.26.0",
