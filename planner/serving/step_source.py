@@ -35,14 +35,26 @@ def model_inputs(spec: Any) -> tuple[dict[str, Any], Any]:
 
 
 def engine_formats(plan: Any) -> Any:
-    """The record widths the engine release really stores for V4.1 (SGLang 0.5.23's pools,
-    ``engines/sglang/v41.py``), as ``roles.ReadFormats``; None where the plan has no V4.1 pool (the
-    descriptors' formats then stand)."""
+    """The record widths the engine release really stores for V4.1, as ``roles.ReadFormats``: SGLang
+    0.5.23's pools (``engines/sglang/v41.py``), vLLM 0.33's KV specs (``v41_layer_specs``: a source's
+    ``self_attn`` records, its ``indexer.k_cache`` keys, a main layer's ``swa_cache`` rows); None where the
+    plan has no V4.1 pool (the descriptors' formats then stand, and the provenance says so)."""
+    from csa_plan.planner.steptime.roles import ReadFormats
+
+    specs = getattr(plan, "specs", None) if getattr(plan, "shared", False) else None
+    if specs:
+        def width(suffix: str, draft: bool = False) -> int | None:
+            return next((sp.state_content_bytes for sp in specs if sp.name.endswith(suffix) and sp.is_draft == draft),
+                        None)
+
+        rec, key, win = width(".self_attn"), width(".indexer.k_cache"), width(".swa_cache")
+        if None not in (rec, key, win):
+            return ReadFormats(rec, win, key, f"{plan.engine.name}'s KV specs ({rec} B records, {win} B windows, "
+                                              f"{key} B keys)")
     v = getattr(plan, "v41", None)
     if v is None:
         return None
     from csa_plan.planner.engines.sglang.v41 import LOW_RATIO_INDEX_BYTES
-    from csa_plan.planner.steptime.roles import ReadFormats
 
     return ReadFormats(v.compressed.bytes_per_token, v.window.bytes_per_token, LOW_RATIO_INDEX_BYTES,
                        f"{plan.engine.name}'s layouts ({v.compressed.name} records, {v.window.name} windows, "

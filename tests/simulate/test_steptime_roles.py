@@ -170,3 +170,15 @@ def test_without_the_engine_widths_the_records_say_whose_they_are():
     with_widths = physics_step_time(spec, data, inv, "b200", 8, "vllm", "vLLM 0.33", formats=HOPPER)
     assert "records: sglang-0.5.23 V4 records on Hopper" in with_widths.provenance
     assert with_widths.linear != st.linear  # 584 B records read more than 288 B ones
+
+
+@pytest.mark.parametrize("card, widths", [("h200", "584 B records, 584 B windows, 132 B keys"),
+                                          ("b200", "288 B records, 528 B windows, 132 B keys")])
+def test_vllm_v41_replay_reads_its_release_widths(csa, card, widths):
+    """vLLM 0.33's own KV specs give the widths (DEEPSEEK_V41.md §5: fp8_ds_mla 584 B off SM100, nvfp4_ds_mla
+    288 B with 528 B windows on SM100, FP8 132 B index keys), and its Engram tables sit on the host."""
+    r = csa("simulate", TRACE, "--model", "deepseek-v4.1-flash", "--device-memory", card, "--tp", "8", "--ep", "8",
+            "--engine", "vllm-0.33", "--json")
+    assert r.code == 0, r.err
+    label = r.json()["time"]["step_time"]["label"]
+    assert f"records: vllm-0.33's KV specs ({widths})" in label and "Engram on the host: 1,584 B" in label
