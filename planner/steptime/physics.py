@@ -340,9 +340,10 @@ def _main_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
     return {
         "step": (1.0, 0, 0, 0, 0, 0, 0, q),
         "layer": (float(cost.layers), 0, 0, 0, 0, 0, 0, q),
-        "weights": (cost.dense_bytes / bw, 0, 0, 0, 0, 0, cost.expert_bytes / bw, q),
-        "state": (0, cost.engram_bytes_per_token / (cost.engram_bytes_s or bw), 0, 0, cost.request_read_bytes / bw,
-                  cost.context_read_bytes / bw, 0, q),
+        # the Engram tables are weights read by lookup: a token's rows, over HBM or the host link (roles.py)
+        "weights": (cost.dense_bytes / bw, cost.engram_bytes_per_token / (cost.engram_bytes_s or bw), 0, 0, 0, 0,
+                    cost.expert_bytes / bw, q),
+        "state": (0, 0, 0, 0, cost.request_read_bytes / bw, cost.context_read_bytes / bw, 0, q),
         "flops": (0, cost.token_gemm_flops / gemm + cost.token_attn_flops / bf16 + cost.token_index_flops / bf16, 0,
                   cost.position_flops / bf16, 0, cost.position_flops / bf16, 0, q),
         "prefill_flops": (0, 0, cost.token_gemm_flops / gemm, 0, 0, 0, 0, q),

@@ -27,8 +27,9 @@ Per layer, per token (decode reads per request):
 Engram (``planner/weights/engram.py`` says where each engine keeps the tables): each token looks
 up one row per hash column (24 per table), 264 B each; a rank reads its own columns, over HBM
 when the tables sit on the GPU, over the card's host link (``planner/cards.py`` ``HOSTS``) when
-the engine keeps them on the host. No published row times these lookups: they ride on the state
-term's coefficient (the other reads of non-weight memory).
+the engine keeps them on the host. No published row times these lookups: the tables are weights read
+by lookup, so they ride on the weights term's coefficient (a roofline at the link's rate; random 264 B
+reads over PCIe run below it, so host lookups are an optimistic bound).
 """
 
 from __future__ import annotations
