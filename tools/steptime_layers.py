@@ -4,7 +4,7 @@
                                     [--engine sglang-0.5.23] [--context 131072] [--requests 1]
 
 The records are read at the engine's widths: SGLang 0.5.23 on this card and attention TP
-(planner/engines/sglang/v41.py), the Engram rows where the release keeps them (planner/weights/engram.py).
+(planner/engines/sglang/v41.py), vLLM 0.33's defaults (planner/engines/vllm/startup.py), the Engram rows where the release keeps them (planner/weights/engram.py).
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def main(argv: list[str] | None = None) -> int:
             win, rec = v41.layouts(backend)
             formats = ReadFormats(rec.bytes_per_token, win.bytes_per_token, v41.LOW_RATIO_INDEX_BYTES,
                                   f"{args.engine} {rec.name} records, {win.name} windows ({backend})")
+        else:  # vLLM 0.33's defaults: nvfp4_ds_mla records and MXFP8 windows on SM100, else fp8_ds_mla; FP8 keys
+            from csa_plan.planner.engines.vllm import startup as vs
+
+            sm100 = card.capability[0] == 10
+            win_b = vs.V41_SWA_BYTES[sm100]
+            key = vs.index_key_bytes(128, False)
+            rec_b = vs.V41_NVFP4_BYTES if sm100 else win_b
+            formats = ReadFormats(rec_b, win_b, key, f"{args.engine} defaults ({rec_b} B records, {win_b} B windows, "
+                                                     f"{key} B keys)")
         engram = engram_read(flat_config(data), args.engine, args.tp, 1, HOSTS.get(args.gpu))
     family = "sglang" if args.engine.startswith("sglang") else "vllm"
     rows = decode_breakdown(spec, data, inventory, args.gpu, placement, family, rules, args.context,
