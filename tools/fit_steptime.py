@@ -23,12 +23,13 @@ accepted length ``1 + p + ... + p^k`` at EAGLE's published default (0.65, the MT
 every fitted row whose requests all run at once in the replay (no request waits for a slot: the
 high-throughput cells, minutes of queueing, are left out).
 
-Fitted per GPU family on SGLang V4-Flash rows at concurrency 1, 16, 1024 and 4096, by
-non-negative least squares on relative error (Lawson-Hanson). Held out, in this order: V4-Pro
-(another model), vLLM rows (another engine: too few published rows with TPOT to fit vLLM on its
-own), Hopper's DP-attention rows (another layout: the Hopper fit sees TP rows only), concurrency
-64, 256 and 512 (another regime), and each family's rows under the other family's fit (another GPU
-family). ``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
+Fitted per engine and GPU family by non-negative least squares on relative error (Lawson-Hanson):
+SGLang on its V4-Flash cookbook rows at concurrency 1, 16, 64, 1024 and 4096; vLLM on its own rows
+(TP8 and DP8, prompts up to 256K, concurrency up to 8), its ``VLLM_FREE`` terms free and the rest
+SGLang's of the family. Held out, in this order: V4-Pro (another model); vLLM's TP4xDP2 and TP2xDP4
+rows and Hopper's DP-attention rows (another layout); SGLang at concurrency 256 and 512, vLLM at 16
+and at prompts over 256K (another regime); each family's rows under the other family's fit (another
+GPU family); each engine's rows under the other engine's fit (another engine). ``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
 """
 
 from __future__ import annotations
