@@ -478,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
             def med(metric: str, fitted: bool) -> str:
                 errs = [abs(t[f"{metric}_err"]) for t in mine
                         if t[f"{metric}_err"] is not None and (t["split"] == "fit") == fitted]
+                if len(errs) == 1:
+                    return f"{errs[0]:.0%} {'in-sample' if fitted else 'held out'} (one row)"
                 return (f"{np.median(errs):.0%} {'in-sample' if fitted else 'held out'} ({len(errs)} rows, max "
                         f"{max(errs):.0%})") if errs else f"no {'fitted' if fitted else 'held-out'} rows"
 
