@@ -23,12 +23,13 @@ accepted length ``1 + p + ... + p^k`` at EAGLE's published default (0.65, the MT
 every fitted row whose requests all run at once in the replay (no request waits for a slot: the
 high-throughput cells, minutes of queueing, are left out).
 
-Fitted per GPU family on SGLang V4-Flash rows at concurrency 1, 16, 1024 and 4096, by
-non-negative least squares on relative error (Lawson-Hanson). Held out, in this order: V4-Pro
-(another model), vLLM rows (another engine: too few published rows with TPOT to fit vLLM on its
-own), Hopper's DP-attention rows (another layout: the Hopper fit sees TP rows only), concurrency
-64, 256 and 512 (another regime), and each family's rows under the other family's fit (another GPU
-family). ``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
+Fitted per engine and GPU family by non-negative least squares on relative error (Lawson-Hanson):
+SGLang on its V4-Flash cookbook rows at concurrency 1, 16, 64, 1024 and 4096; vLLM on its own rows
+(TP8 and DP8, prompts up to 256K, concurrency up to 8), its ``VLLM_FREE`` terms free and the rest
+SGLang's of the family. Held out, in this order: V4-Pro (another model); vLLM's TP4xDP2 and TP2xDP4
+rows and Hopper's DP-attention rows (another layout); SGLang at concurrency 256 and 512, vLLM at 16
+and at prompts over 256K (another regime); each family's rows under the other family's fit (another
+GPU family); each engine's rows under the other engine's fit (another engine). ``--write`` stores the fits in ``planner/steptime/steptime_fit.json`` with every row's error.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ ENGINES = {"sglang": "sglang-0.5.23", "vllm": "vllm-0.33"}
 # prefill terms at least 0), so rows that cannot tell two terms apart do not hand one term's cost to the other.
 FIT_ROUNDS = 4
 FLOOR = {"weights": 1.0, "state": 1.0, "flops": 1.0, "comm": 1.0, "a2a_decode": 1.0, "a2a_prefill": 1.0}
+# vLLM (its own coefficients, fitted on vLLM rows): the terms its published rows constrain, each from the SGLang fit of
+# the family as a start; the rest (the weights and GEMM rooflines, the decode state and all-to-all terms the 8K
+# cookbook rows fit) stay SGLang's. Its rows are long-prompt TTFTs (32K and up): the position term, floors and link terms are
+# free; the prefill GEMM term stays SGLang's (0), which the 8K cookbook TTFTs fit (freeing it fits the vLLM rows no better).
+VLLM_FREE = ("step", "layer", "state", "prefill_positions", "comm", "a2a_prefill")
+VLLM_FIT_MAX_CONCURRENCY = 8  # vLLM rows above it (the ladder's concurrency 16) are held out: another regime
+VLLM_FIT_MAX_PROMPT = 262_144  # and prompts over 256K tokens (512K, 1M, the 264,801-token decode row): another regime
 TTFT_MAX = 256  # above it the cookbook's TTFT is minutes of queueing the replay admits at once (SERVING_DATA.md)
 TTFT_MIN = 2  # at concurrency 1 the cookbook's TTFT is 150-430 ms for a prefill the roofline puts at 20-60 ms, and
 # above the same cell's TTFT at concurrency 16 on some cells: time outside the engine's steps (docs/steptime.md)
@@ -110,7 +118,8 @@ def layout(row: dict) -> tuple[int, int, int]:
 
 def layout_name(row: dict) -> str:
     tp, dp, ep = layout(row)
-    kind = "DP-attention" if row["engine"] == "sglang" and dp > 1 else ("DP" if dp > 1 else "TP")
+    kind = ("DP-attention" if row["engine"] == "sglang" and dp > 1
+            else "TP+DP" if dp > 1 and tp > 1 else "DP" if dp > 1 else "TP")
     return f"{kind} {tp}x{dp}" + (f" EP{ep}" if ep > 1 else "")
 
 
@@ -119,8 +128,13 @@ def split(row: dict) -> str:
 
     if row["model"] != "deepseek-v4-flash":
         return "held out: model"
-    if row["engine"] != "sglang":  # vLLM: TP rows fit its prefill position term, the rest are held out
-        return "fit" if layout(row)[1] == 1 else "held out: layout"
+    if row["engine"] != "sglang":  # vLLM: fitted on its own rows at whole-TP and whole-DP layouts
+        tp, dp, _ = layout(row)
+        if tp > 1 and dp > 1:
+            return "held out: layout"  # TP4xDP2, TP2xDP4: neither fitted shape
+        if int(row["max_concurrency"]) > VLLM_FIT_MAX_CONCURRENCY or int(row["isl"]) > VLLM_FIT_MAX_PROMPT:
+            return "held out: regime"
+        return "fit"
     if layout(row)[1] > 1 and card_perf(row["gpu"]).family == "hopper":
         return "held out: layout"
     if int(row["max_concurrency"]) not in FIT_CONCURRENCY:
@@ -340,21 +354,24 @@ def main(argv: list[str] | None = None) -> int:
             a = np.array(a)
             beta = lo + nnls(a, np.ones(len(a)) - a @ lo)
         betas[fam] = beta
-    # vLLM: SGLang's coefficients of the family, with the prefill position term (the indexer's scoring of every
-    # earlier key, which the 8K cookbook rows cannot see) fitted on the vLLM long-prompt rows of the "fit" split
+    # vLLM: its own coefficients per family, fitted on the vLLM rows of the "fit" split (NNLS on relative error, as
+    # SGLang's): the VLLM_FREE terms are free (floors and prefill terms at least 0, roofline terms at least 1), the
+    # rest are SGLang's of the family; SGLang's MoE backend terms are not vLLM's kernels and are 0
     vbetas = {}
     for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "vllm"}):
         mine = [u for u in used if u["split"] == "fit" and u["row"]["engine"] == "vllm" and family(u["row"]) == fam]
-        base = betas[fam].copy()
-        j = BASIS.index("prefill_positions")
-        base[j] = 0.0
-        med = [p50(u["ttft"], betas[fam]) for u in mine]
-        r = np.array([m[j] / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
-        r0 = np.array([float(m @ base) / (float(u["row"]["ttft_ms"]) / 1e3) for m, u in zip(med, mine)])
-        base[j] = max(0.0, float(r @ (1 - r0) / (r @ r)))
-        for t in MOE_TERMS:  # SGLang's backends are not vLLM's kernels: no vLLM row fits a backend term
-            base[BASIS.index(t)] = 0.0
-        vbetas[fam] = base
+        beta = betas[fam].copy()
+        for t in MOE_TERMS:
+            beta[BASIS.index(t)] = 0.0
+        free = [BASIS.index(t) for t in VLLM_FREE]
+        fixed = [j for j in range(len(BASIS)) if j not in free]
+        lo = np.array([FLOOR.get(BASIS[j], 0.0) for j in free])
+        beta[free] = lo
+        for _ in range(FIT_ROUNDS):
+            a = np.array([p50(u[kind], beta) / (float(u["row"][f"{kind}_ms"]) / 1e3)
+                          for u in mine for kind in ("tpot", "ttft") if u[kind] is not None])
+            beta[free] = lo + nnls(a[:, free], np.ones(len(a)) - a[:, fixed] @ beta[fixed] - a[:, free] @ lo)
+        vbetas[fam] = beta
     table = []
     err = lambda pred, m: None if pred is None or not m else round(pred / m - 1, 4)
     for u in used:
@@ -400,16 +417,29 @@ def main(argv: list[str] | None = None) -> int:
         add(f"TPOT {part}", [t["tpot_err"] for t in table if t["split"] == part])
         add(f"TTFT {part}", [t["ttft_err"] for t in table if t["split"] == part])
     add("TPOT held out: GPU family (the other family's fit)",
-        [t["tpot_err_other_family_fit"] for t in table if t["split"] == "fit"])
-    engine_cross = []  # another engine: the vLLM rows under the SGLang coefficients of their family, unadjusted
-    for u in used:
-        if u["row"]["engine"] == "vllm" and u["ttft"] is not None and family(u["row"]) in betas:
-            b = betas[family(u["row"])]
-            engine_cross.append(float(p50(u["ttft"], b) @ b) / (float(u["row"]["ttft_ms"]) / 1e3) - 1)
-    add("TTFT held out: engine (vLLM rows under the SGLang fit)", engine_cross)
+        [t["tpot_err_other_family_fit"] for t in table if t["split"] == "fit" and t["engine"] == "sglang"])
+    for eng in ("vllm", "sglang"):  # each engine's rows on their own
+        name = {"vllm": "vLLM", "sglang": "SGLang"}[eng]
+        for part in sorted({t["split"] for t in table if t["engine"] == eng}):
+            for m in ("TPOT", "TTFT"):
+                add(f"{m} {name} {part}", [t[f"{m.lower()}_err"] for t in table if t["engine"] == eng and t["split"] == part])
+
+    def engine_cross(eng: str, other: dict, metric: str) -> list:
+        """Another engine: ``eng``'s rows under the other engine's coefficients of their family, unadjusted."""
+        out = []
+        for u in used:
+            fam = family(u["row"])
+            if u["row"]["engine"] == eng and u[metric] is not None and fam in other and fam in vbetas:
+                b = other[fam]
+                out.append(float(p50(u[metric], b) @ b) / (float(u["row"][f"{metric}_ms"]) / 1e3) - 1)
+        return out
+
+    for m in ("TPOT", "TTFT"):
+        add(f"{m} held out: engine (vLLM rows under the SGLang fit)", engine_cross("vllm", betas, m.lower()))
+        add(f"{m} held out: engine (SGLang rows under the vLLM fit)", engine_cross("sglang", vbetas, m.lower()))
     add("TPOT all held out", [t["tpot_err"] for t in table if t["split"] != "fit"])
     add("TTFT all held out", [t["ttft_err"] for t in table if t["split"] != "fit"])
-    for kind in ("TP", "DP", "DP-attention"):
+    for kind in ("TP", "DP", "TP+DP", "DP-attention"):
         mine = [t for t in table if t["layout"].split()[0] == kind]
         add(f"TPOT by layout: {kind}", [t["tpot_err"] for t in mine])
         add(f"TTFT by layout: {kind}", [t["ttft_err"] for t in mine])
@@ -443,15 +473,29 @@ def main(argv: list[str] | None = None) -> int:
                                                   for b in sorted({t["moe_backend"] for t in mine
                                                                    if t["split"] == "fit" and t["moe_backend"] != "-"})}}
         for fam, beta in vbetas.items():
-            mine = [t for t in table if family(t) == fam and t["engine"] == "vllm" and t["ttft_err"] is not None]
-            rows_ = "; ".join(f"{t['layout']} {t['isl']:,}-token prompts c{t['concurrency']} ({t['split']}): TTFT "
-                              f"{t['ttft_err']:+.0%}" for t in mine)
+            mine = [t for t in table if family(t) == fam and t["engine"] == "vllm"]
+
+            def med(metric: str, fitted: bool) -> str:
+                errs = [abs(t[f"{metric}_err"]) for t in mine
+                        if t[f"{metric}_err"] is not None and (t["split"] == "fit") == fitted]
+                if len(errs) == 1:
+                    return f"{errs[0]:.0%} {'in-sample' if fitted else 'held out'} (one row)"
+                return (f"{np.median(errs):.0%} {'in-sample' if fitted else 'held out'} ({len(errs)} rows, max "
+                        f"{max(errs):.0%})") if errs else f"no {'fitted' if fitted else 'held-out'} rows"
+
+            held = {part: [abs(t["ttft_err"]) for t in mine if t["split"] == part and t["ttft_err"] is not None]
+                    for part in sorted({t["split"] for t in mine} - {"fit"})}
+            by = ", ".join(f"{part.split(': ')[1]} {np.median(e):.0%} ({len(e)})" for part, e in held.items() if e)
+            gpus = sorted({t["gpu"] for t in mine if t["split"] == "fit"})
+            n_fit = sum(t["split"] == "fit" for t in mine)
             fits[f"vllm/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
-                                   "data": f"sglang/{fam}'s coefficients, the prefill position term fitted on "
-                                           f"{sum(t['split'] == 'fit' for t in mine)} vLLM 0.25 V4-Flash-0731 "
-                                           "long-prompt row (vllm-project/vllm#51454)",
-                                   "band": fits[f"sglang/{fam}"]["band"].split(";")[0] + " (SGLang rows); "
-                                           + rows_ + "; too few vLLM rows for a band of its own"}
+                                   "data": f"{n_fit} vLLM 0.25 V4-Flash-0731 rows on {', '.join(gpus)} (TP8 and DP8 with EP8, "
+                                           "32K-256K prompts at concurrency 1-8: vllm-project/vllm#51454 and "
+                                           "stewtong/dsv4-flash-0731, benchmarks/published_serving.csv; "
+                                           f"{', '.join(VLLM_FREE)} fitted, the rest sglang/{fam}'s)",
+                                   "band": f"TTFT median |error| {med('ttft', True)}, {med('ttft', False)}: by split {by}; "
+                                           f"TPOT {med('tpot', True)}, {med('tpot', False)} (one layout, concurrency 1 "
+                                           "only: no published vLLM TPOT at batch)"}
         out = {"schema": "csa-plan/steptime-fit/v2", "default": "sglang/hopper",
                "method": "tools/fit_steptime.py: NNLS (roofline coefficients at least 1) on the relative p50 TPOT and "
                          f"TTFT (TTFT at concurrency {TTFT_MIN} to {TTFT_MAX}) of closed-loop replays of "

@@ -276,24 +276,30 @@ def test_dp_attention_and_expert_parallelism_are_shapes():
 
 
 def test_tp_scaling_of_a_long_prefill_is_far_from_linear():
-    """One 128K prompt at TP 1/2/4/8 on B200 under the shipped vLLM coefficients: faster with TP, but
-    the replicated work keeps TP8 well under 8x (published: ~1.45x over one DP rank at 1M, vLLM #51454)."""
+    """One 128K prompt on 8 B200s under the shipped vLLM coefficients (fitted on vLLM rows): TP8+EP8 prefills it
+    only a little faster than one DP8+EP8 rank or one TP2xDP4 replica, as vLLM's published ladder measures
+    (vllm-project/vllm#51454, cold topology at 128K, concurrency 4: TP8 about 4.5 s a prompt, four in turn;
+    a DP8 rank 5.3 s and a TP2xDP4 replica 5.6 s, one prompt each; the 1M follow-up 1.45x): not the ~7x of a
+    clock dividing all by TP."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.steptime.model import StepBatch, batch_ns
     from csa_plan.planner.steptime.physics import physics_step_time
 
     spec, data, inv = _flash()
-    times = []
-    for tp in (1, 2, 4, 8):
-        t = physics_step_time(spec, data, inv, "b200", Placement(tp=tp), "vllm", "vLLM 0.33.0")
+
+    def prefill_ns(placement):
+        t = physics_step_time(spec, data, inv, "b200", placement, "vllm", "vLLM 0.33.0")
         ns = 0
         for start in range(0, 131072, 8192):
             b = StepBatch()
             b.add_prefill(start, 8192)
             ns += batch_ns(b, t)
-        times.append(ns)
-    assert times == sorted(times, reverse=True)
-    assert times[0] / times[3] < 5
+        return ns
+
+    tp8, tp2, dp_rank = (prefill_ns(p) for p in (Placement(tp=8, ep=8), Placement(tp=2, dp=4, ep=8),
+                                                 Placement(tp=1, dp=8, ep=8)))
+    assert 1.0 < dp_rank / tp8 < 1.5 and 1.0 < tp2 / tp8 < 1.5
+    assert 3e9 < tp8 < 6e9  # published: about 4.5 s a prompt
 
 
 def test_blackwell_ultra_and_nvl72_cards_have_figures():
