@@ -162,6 +162,9 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
             from vllm.v1.worker.gpu.spec_decode.dspark.config import DSparkSpeculatorConfig
 
             spec.uses_target_hidden_states = DSparkSpeculatorConfig.uses_target_hidden_states
+            spec.custom_method = None
+            spec.speculator_config = DSparkSpeculatorConfig(spec)  # its own lookaheads (dspark/config.py:129-137)
+            cfg.num_prefill_lookahead_tokens = VllmConfig.__dict__["num_prefill_lookahead_tokens"].fget(cfg)
         except ImportError:  # 0.33 reads use_eagle()
             pass
     elif spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
