@@ -271,14 +271,11 @@ class VllmReference:
             if rq.num_computed_tokens - n < rq.num_tokens - 1:  # the one step-time rule: prompt/recompute chunks
                 step.prefill_tokens += n
             rows.append((rid, n, samples, len(out.scheduled_spec_decode_tokens.get(rid, ()))))
-        # 0.34 sends a resumed request as a new one (sched/scheduler.py:1619-1626); 0.33 listed it apart. The
-        # log keeps 0.33's meaning: admitted = a request never scheduled before, its hit the prefix-cache hit.
-        from vllm.v1.request import RequestStatus
-
-        news = [d for d in out.scheduled_new_reqs if before.get(d.req_id) != RequestStatus.PREEMPTED]
-        new_ids = [d.req_id for d in news]
+        # new and resumed requests alike: 0.33.0 with Model Runner V2 appends the resumed ones
+        # (sched/scheduler.py:1642-1643), 0.34.0 lists both as new (:1619-1626)
+        new_ids = [d.req_id for d in out.scheduled_new_reqs]
         hit = 0
-        for d in news:
+        for d in out.scheduled_new_reqs:
             rq = s.requests[d.req_id]
             step.admitted.append(int(d.req_id))
             hit += rq.num_computed_tokens - out.num_scheduled_tokens[d.req_id]
