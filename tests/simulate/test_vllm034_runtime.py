@@ -51,6 +51,25 @@ def test_the_fixture_is_vllm_034s_own_run():
     assert {c["model"] for c in cases} == {"deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4.1-flash"}
 
 
+# vLLM 0.34.0's own run (steps, preemptions, prefix-hit tokens); the V4 rows equal the 0.33.0 fixture's
+FIGURES = {
+    "mooncake40-flash-8g-cache": (972, 12, 177_664),
+    "mooncake40-flash-8g-nocache": (999, 0, 0),
+    "azure30-flash-40g-seqs8-sync": (913, 0, 0),
+    "mooncake30-pro-10g-cache": (1138, 10, 75_008),
+    "mooncake60-flash-8g-cache-mtp1": (587, 5, 47_360),
+    "mooncake30-pro-10g-cache-mtp3-sync": (297, 0, 7_168),
+    "azure30-flash-40g-seqs8-cache-mtp2": (251, 0, 0),
+    "mooncake40-v41flash-h200-0.7g-cache": (1774, 1, 31_552),
+    "mooncake40-v41flash-b200-0.5g-cache-dspark5-sync": (339, 0, 14_976),
+}
+
+
+def test_the_captured_figures():
+    assert {k: (c["steps"], sum(c["preemptions"]), c["prefix_hit_tokens"])
+            for k, c in EXPECTED["cases"].items()} == FIGURES
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED["cases"]))
 def test_steps_equal_vllm_034s_own_scheduler(name):
     case = EXPECTED["cases"][name]
