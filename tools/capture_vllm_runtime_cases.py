@@ -1,7 +1,9 @@
 """Capture the expected figures of tests/simulate/test_vllm_runtime.py from vLLM 0.33.0's own Scheduler (outside CI).
 
 Run in the cross-check virtualenv (see tools/crosscheck_vllm_runtime.py); writes
-tests/fixtures/vllm_runtime_expected.json: per case the step count, a digest of every step's
+tests/fixtures/vllm_runtime_expected.json (vLLM 0.33.0 installed) or
+tests/fixtures/vllm034_runtime_expected.json (vLLM 0.34.0 installed: the same cases plus DeepSeek-V4.1-Flash ones,
+for tests/simulate/test_vllm034_runtime.py): per case the step count, a digest of every step's
 figures (tokens per request, running, waiting, preempted, free blocks, prefix-hit tokens) and
 every request's admission / first token / finish times and preemptions.
 """
@@ -35,6 +37,13 @@ CASES = [  # name, model, trace, requests, skip, kv GiB, mnbt, seqs, caching, as
     ("azure30-flash-40g-seqs8-cache-mtp2", "deepseek-v4-flash", "examples/traces/azure_llm_inference_2023_conv.csv",
      30, 12000, 40, 2048, 8, True, True, 2),
 ]
+# DeepSeek-V4.1-Flash (vLLM 0.34.0 capture): rings, bounded replay, DSpark drafts; the card after the model name
+CASES_V41 = [
+    ("mooncake40-v41flash-h200-0.7g-cache", "deepseek-v4.1-flash@h200",
+     "examples/traces/mooncake_conversation_head200.jsonl", 40, 0, 0.7, 8192, 1024, True, True),
+    ("mooncake40-v41flash-b200-0.5g-cache-dspark5-sync", "deepseek-v4.1-flash@b200",
+     "examples/traces/mooncake_conversation_head200.jsonl", 40, 0, 0.5, 2048, 1024, True, False, 5),
+]
 
 
 def digest(log: list[dict]) -> str:
@@ -48,15 +57,26 @@ def main() -> int:
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.steptime.model import StepTime
 
-    out = {"release": "vllm 0.33.0 (its own v1/core/sched/scheduler.py Scheduler / AsyncScheduler)", "cases": {}}
-    for name, model_name, path, n, skip, kv, mnbt, seqs, caching, async_on, *rest in CASES:
+    import vllm
+    from crosscheck_engines import installed_vllm_release
+
+    release = installed_vllm_release()
+    if release not in ("vllm-0.33", "vllm-0.34"):
+        raise SystemExit(f"the installed vLLM is {vllm.__version__}: capture from 0.33.0 or 0.34.0")
+    cases = CASES + (CASES_V41 if release == "vllm-0.34" else [])
+    fixture = "vllm_runtime_expected.json" if release == "vllm-0.33" else "vllm034_runtime_expected.json"
+    out = {"release": f"vllm {vllm.__version__} (its own v1/core/sched/scheduler.py Scheduler / AsyncScheduler)",
+           "cases": {}}
+    for name, model_ref, path, n, skip, kv, mnbt, seqs, caching, async_on, *rest in cases:
         spec = rest[0] if rest else 0
+        model_name, _, gpu = model_ref.partition("@")
         trace = x.load_trace(os.path.join(ROOT, path), n, skip)
         model = load_model(model_name, max_seq_len=131072)
-        sched, _, hb = x.build_scheduler(model, 131072, kv << 30, mnbt, seqs, async_on, spec, caching)
+        sched, _, hb = x.build_scheduler(model, 131072, int(kv * (1 << 30)), mnbt, seqs, async_on, spec, caching,
+                                         release, gpu or "h200")
         ref = x.VllmReference(sched, trace, hb, 131072, spec, caching)
         res = replay(ref, trace, StepTime(20.0, 10_000.0), compiled=False)
-        out["cases"][name] = {"model": model_name, "trace": path, "requests": n, "skip": skip, "kv_gib": kv,
+        out["cases"][name] = {"model": model_name, "gpu": gpu or None, "trace": path, "requests": n, "skip": skip, "kv_gib": kv,
                               "max_num_batched_tokens": mnbt, "max_num_seqs": seqs, "prefix_caching": caching,
                               "async_scheduling": async_on, "num_speculative_tokens": spec,
                               "steps": len(ref.log), "step_digest": digest(ref.log),
@@ -64,7 +84,7 @@ def main() -> int:
                               "finished_ns": res.finished_ns, "preemptions": res.preemptions,
                               "prefix_hit_tokens": res.prefix_hit_tokens}
         print(name, len(ref.log), "steps", sum(res.preemptions), "preemptions", res.prefix_hit_tokens, "hit", flush=True)
-    with open(os.path.join(ROOT, "tests", "fixtures", "vllm_runtime_expected.json"), "w") as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", fixture), "w") as f:
         json.dump(out, f, indent=1)
     return 0
 

@@ -66,6 +66,19 @@ def vllm_config_stub(max_model_len: int, mnbt: int, max_num_seqs: int, async_on:
         speculative.use_multi_module_mtp = lambda: SpeculativeConfig.use_multi_module_mtp.fget(speculative) \
             if isinstance(SpeculativeConfig.__dict__.get("use_multi_module_mtp"), property) \
             else SpeculativeConfig.use_multi_module_mtp(speculative)
+        try:  # 0.34: the lookaheads come from the speculator's config class (speculator_config.py:378-388)
+            from vllm.v1.worker.gpu.spec_decode.speculator_config import get_speculator_config_class
+        except ImportError:  # 0.33: VllmConfig's own properties read use_eagle / multi-module MTP
+            get_speculator_config_class = None
+        if get_speculator_config_class is not None:
+            # the draft config vLLM 0.34.0 builds for DeepSeek-V4 (speculative.py:863-874): deepseek_mtp, n_predict
+            speculative.draft_model_config.hf_config.n_predict = num_mtp_layers
+            speculative.draft_model_config.hf_config.model_type = "deepseek_mtp"
+            speculative.custom_method = None
+            speculative.index_share_for_mtp_iteration = None
+            speculative.num_mtp_modules = lambda: SpeculativeConfig.num_mtp_modules(speculative)
+            speculative.speculator_config = get_speculator_config_class(speculative)(speculative)
+            speculative.uses_target_hidden_states = speculative.speculator_config.uses_target_hidden_states
     cfg = _Stub(
         cache_config=cache,
         scheduler_config=_Stub(max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, async_scheduling=async_on,

@@ -37,8 +37,18 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 GiB = 1 << 30
-OUT_BASE = 1 << 40  # output token ids: unique per request
-UNIQUE_BASE = 1 << 50  # prompt tokens outside any hash id: unique per request
+# Token ids fit vLLM 0.34.0's int32 token buffers (v1/token_buffer.py:20-21): hash-id runs below 2^28, then per
+# request a 2^20 range (prompt tokens outside any hash id, then output tokens from 2^19). Only equality matters.
+UNIQUE_BASE = 1 << 28
+REQUEST_SPAN = 1 << 20
+OUT_OFFSET = 1 << 19
+MAX_REQUESTS = ((1 << 31) - UNIQUE_BASE) // REQUEST_SPAN
+
+
+def request_base(r: int) -> int:
+    if not 0 <= r < MAX_REQUESTS:
+        raise ValueError(f"request {r}: the int32 token ids cover {MAX_REQUESTS} requests")
+    return UNIQUE_BASE + r * REQUEST_SPAN
 
 
 class _Stub(types.SimpleNamespace):
@@ -53,12 +63,16 @@ def token_ids(trace, r: int, block_tokens: int) -> list[int]:
     if ids is not None:
         for k in ids.tolist():
             base = 1 + int(k) * block_tokens
+            if base + block_tokens > UNIQUE_BASE:
+                raise ValueError(f"hash id {k}: beyond the int32 token ids' hash-id range")
             out.extend(range(base, base + block_tokens))
             if len(out) >= n:
                 break
         del out[n:]
     start = len(out)
-    base = UNIQUE_BASE + r * (1 << 24)
+    if n > OUT_OFFSET:
+        raise ValueError(f"request {r}: {n} prompt tokens, beyond its int32 token id range")
+    base = request_base(r)
     out.extend(range(base + start, base + n))
     return out
 
@@ -83,7 +97,7 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
         specs = v41_specs(_v41_text_config("deepseek-v4.1-flash"), cap, cfg, False)
         groups = kcp.get_global_kv_cache_groups(cfg, [specs])
         configs = kcp.get_kv_cache_configs(cfg, [specs], [kv_memory], groups)
-    elif release == "vllm-0.33":
+    elif release in ("vllm-0.33", "vllm-0.34"):  # 0.34: the same planning functions (kv_cache_planning.py)
         from crosscheck_engines import vllm_config_stub, vllm_specs
         from vllm.v1.core import kv_cache_planning as kcp
 
@@ -121,6 +135,7 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
                      enable_return_routed_experts=False).items():
         setattr(cfg.model_config, k, v)
     cfg.kv_events_config = None
+    cfg.watermark_config = None  # 0.34: read once a request finishes prefill (sched/scheduler.py:2515-2523)
     cfg.observability_config = _Stub(per_request_spec_decode_metrics=None, kv_cache_metrics=False,
                                      enable_mfu_metrics=False, enable_logging_iteration_details=False)
     cfg.is_mm_encoder_only = False
@@ -143,6 +158,15 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
                          needs_eagle_block_drop=False).items():
             setattr(spec, k, (lambda value: (lambda: value))(v))
         spec.use_eagle_block_drop = lambda: False
+        try:  # 0.34: Scheduler.use_eagle reads it (sched/scheduler.py:330); DSpark's class (dflash/config.py:19)
+            from vllm.v1.worker.gpu.spec_decode.dspark.config import DSparkSpeculatorConfig
+
+            spec.uses_target_hidden_states = DSparkSpeculatorConfig.uses_target_hidden_states
+            spec.custom_method = None
+            spec.speculator_config = DSparkSpeculatorConfig(spec)  # its own lookaheads (dspark/config.py:129-137)
+            cfg.num_prefill_lookahead_tokens = VllmConfig.__dict__["num_prefill_lookahead_tokens"].fget(cfg)
+        except ImportError:  # 0.33 reads use_eagle()
+            pass
     elif spec is not None:  # the SpeculativeConfig fields the scheduler and its managers read (method mtp)
         for k, v in dict(num_speculative_tokens_per_batch_size=None, disable_eagle_block_drop=False,
                          disable_lookahead_block_hashes=False, max_num_new_slots_for_drafting=0,
@@ -160,15 +184,20 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
                 spec.use_eagle_block_drop()
             except Exception:
                 setattr(spec, name, lambda: False)
-    for name in ("num_lookahead_tokens", "num_hash_lookahead_tokens"):
-        try:
-            setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
-        except Exception:
-            setattr(cfg, name, spec_tokens if name == "num_lookahead_tokens" else 0)
+    resolve_hash = getattr(VllmConfig, "_resolve_num_hash_lookahead_tokens", None)
+    if release == "vllm-0.34":  # its own resolution, no fallback (config/vllm.py:601-655): a stub gap fails loudly
+        cfg.num_lookahead_tokens = VllmConfig.__dict__["num_lookahead_tokens"].fget(cfg)
+        cfg.num_hash_lookahead_tokens = resolve_hash(cfg)
+    else:
+        for name in ("num_lookahead_tokens", "num_hash_lookahead_tokens"):
+            try:
+                setattr(cfg, name, VllmConfig.__dict__[name].fget(cfg))
+            except Exception:
+                setattr(cfg, name, spec_tokens if name == "num_lookahead_tokens" else 0)
     sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cfg, cfg)
     cls = AsyncScheduler if async_on else Scheduler
     sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t,
-                                   should_advance=lambda r: False),
+                                   trim_spec_tokens=lambda r, t: t, should_advance=lambda r: False),
                 block_size=sched_block,
                 hash_block_size=hash_block)
     return sched, kv_cfg, hash_block
@@ -242,6 +271,8 @@ class VllmReference:
             if rq.num_computed_tokens - n < rq.num_tokens - 1:  # the one step-time rule: prompt/recompute chunks
                 step.prefill_tokens += n
             rows.append((rid, n, samples, len(out.scheduled_spec_decode_tokens.get(rid, ()))))
+        # new and resumed requests alike: 0.33.0 with Model Runner V2 appends the resumed ones
+        # (sched/scheduler.py:1642-1643), 0.34.0 lists both as new (:1619-1626)
         new_ids = [d.req_id for d in out.scheduled_new_reqs]
         hit = 0
         for d in out.scheduled_new_reqs:
@@ -276,14 +307,17 @@ class VllmReference:
                     from csa_plan.planner.replay.draft_acceptance import accept
 
                     spec, self.credit[rid] = accept(self.credit.get(rid, 0), spec, self.milli)
-                base = OUT_BASE + int(rid) * (1 << 20)
+                base = request_base(int(rid)) + OUT_OFFSET
                 k = self.next_token.get(rid, 0)
                 sampled.append([base + k + j for j in range(1 + spec)])
                 self.next_token[rid] = k + 1 + spec
             else:
                 sampled.append([])
-        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=sampled)
+        import dataclasses
+
+        fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+        extra = {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}} if "req_id_to_index" in fields else {}
+        mro = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)  # 0.34: index from req_ids
         s.update_from_output(out, mro)
         if self.spec_tokens and self.pipeline_depth == 1:  # sync engine core: the drafter's proposals after the step
             from vllm.v1.outputs import DraftTokenIds
@@ -381,7 +415,7 @@ def run_case(label, model_name, trace, kv_gib, mnbt, seqs, caching, async_on=Tru
                                                 release, gpu or "h200")
     ref = VllmReference(sched, trace, hash_block, max_model_len, spec, caching, acceptance)
     shared = any(d.sharing is not None for d in model.layers)
-    if spec and caching and release == "vllm-0.33" and not shared and not sched.num_hash_lookahead_tokens:
+    if spec and caching and release in ("vllm-0.33", "vllm-0.34") and not shared and not sched.num_hash_lookahead_tokens:
         raise RuntimeError("vLLM's num_hash_lookahead_tokens resolved to 0 for MTP with caching")
     a = replay(ref, trace, time_model, compiled=False)  # vLLM's own objects, stepped by the Python loop
     t1 = time.time()

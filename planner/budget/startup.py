@@ -37,9 +37,9 @@ def _vllm_defaults(c: StageContext, release: str) -> tuple[int, int, str]:
     (one copy: ``engines/vllm/startup.py default_batched_tokens``, by card memory, device name and usage;
     0.25/0.26 lack 0.33's >= 160 GiB tier)."""
     from csa_plan.planner.engines.settings import gpu_target
-    from csa_plan.planner.engines.vllm.startup import V025, V026, V033, default_batched_tokens
+    from csa_plan.planner.engines.vllm.startup import V025, V026, V033, V034, default_batched_tokens
 
-    rel = {r.engine: r for r in (V033, V026, V025)}[release]
+    rel = {r.engine: r for r in (V034, V033, V026, V025)}[release]  # 0.34: 0.33's get_batch_defaults body
     return default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
                                   c.settings.usage or "serve", rel)
 

@@ -55,7 +55,7 @@ class _Engines(Mapping[str, "EngineModel"]):
 ENGINES: Mapping[str, EngineModel] = _Engines()
 
 # An engine named without a release: its newest release modelled at start-up and in motion (every output names
-# the one used). vllm-0.34 is modelled at start-up only (its scheduler is not replayed).
+# the one used). vllm-0.34 replays too, but its device budget from flags is refused (the pool needs --kv-memory).
 NEWEST: dict[str, str] = {"vllm": "vllm-0.33", "sglang": "sglang-0.5.23"}
 SGLANG_MODELLED = ("0.5.23",)
 
@@ -64,7 +64,7 @@ def resolve_engine_name(name: str) -> tuple[str, str | None]:
     key = name.strip().lower() if isinstance(name, str) else name
     if key in NEWEST:
         return NEWEST[key], (f"--engine {key} names the newest release modelled at start-up and in motion, "
-                             f"{NEWEST[key]}" + (" (vllm-0.34: start-up only)" if key == "vllm" else ""))
+                             f"{NEWEST[key]}" + (" (vllm-0.34: its pool needs --kv-memory)" if key == "vllm" else ""))
     if isinstance(key, str):  # vLLM-0.33, and vllm-0.33.0 as `vllm --version` prints it
         for spelled in (key, key.removesuffix(".0")):
             if spelled in ENGINES:

@@ -98,7 +98,7 @@ def test_vllm_034_plans_the_pool_as_0_33_from_the_same_kv_memory(flash, pro):
             assert dict(a.extra)["release"] == "vllm-0.34"
 
 
-def test_vllm_034_names_itself_and_refuses_the_budget_from_flags_and_the_replay(csa):
+def test_vllm_034_names_itself_refuses_the_budget_from_flags_and_replays_over_the_given_pool(csa):
     r = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--engine", "vllm-0.34", "--kv-memory", "40GiB")
     assert r.code == 0 and "vllm-0.34 (vLLM 0.34.0)" in r.out
     assert "GPU KV cache size: 4,169,106 tokens" in r.out  # 0.33's figure for the same 40 GiB
@@ -106,8 +106,12 @@ def test_vllm_034_names_itself_and_refuses_the_budget_from_flags_and_the_replay(
     assert r.code == 3 and "extensible KV cache" in r.err and "--kv-memory" in r.err  # a typed refusal
     r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
             "--kv-memory", "40GiB", "--engine", "vllm-0.34")
-    text = r.err if r.err.strip() else r.out
-    assert r.code == 2 and "vllm-0.34's start-up is modelled" in text and "use --engine vllm-0.33" in text
+    assert r.code == 0 and "vllm-0.34 (vLLM 0.34.0), its scheduler and KV cache manager replayed" in r.out
+    for old in ("vllm-0.26", "vllm-0.25"):  # their schedulers differ from 0.33's: still refused
+        r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
+                "--kv-memory", "40GiB", "--engine", old)
+        text = r.err if r.err.strip() else r.out
+        assert r.code == 2 and f"{old}'s start-up is modelled" in text and "use --engine vllm-0.33" in text
 
 
 def test_the_cli_says_which_rules_a_named_version_runs(csa):

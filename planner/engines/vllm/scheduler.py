@@ -395,7 +395,8 @@ class VllmRuntime(EngineRuntime):
         return len(self.wait_q)
 
     def notes(self) -> tuple[str, ...]:
-        out = ["vLLM 0.33.0's Scheduler + KVCacheManager step by step: FCFS, chunked prefill, max_num_seqs, "
+        same = "" if self.label == "vLLM 0.33.0" else f" ({self.label} runs the same code here: docs/vllm-runtime.md)"
+        out = [f"vLLM 0.33.0's Scheduler + KVCacheManager step by step{same}: FCFS, chunked prefill, max_num_seqs, "
                "allocate_slots per KV cache group with window frees, preemption by recompute, "
                + ("async scheduling (2 batches in flight), " if self.async_on else "")
                + (("prefix caching (LRU" + (f", block hashes covering {self.prefix.lookahead} MTP lookahead "

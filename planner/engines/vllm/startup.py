@@ -906,11 +906,22 @@ V033 = VllmRelease(engine=ENGINE, src=SRC, layer_tuples=False, windows_in_flight
 # engine/arg_utils.py get_batch_defaults (the >= 160 GiB tier :3010); the one-line log (kv_cache_utils.py:1169).
 # What differs: the extensible KV cache, on by default on CUDA (config/cache.py:395; config/vllm.py:3180-3263),
 # sizes the pool after warmup and CUDA-graph capture from measured memory with gpu_memory_utilization 1.0
-# (v1/worker/gpu_worker.py:1225-1240, v1/worker/extensible_kv_cache.py:592-618); and its scheduler
-# (v1/core/sched/scheduler.py:716 schedule, cache-aware admission :431-437) is not 0.33's.
+# (v1/worker/gpu_worker.py:1225-1240, v1/worker/extensible_kv_cache.py:592-618).
+# In motion 0.34.0 is 0.33.0's replay (read against 0.33.0; docs/vllm-runtime.md "vLLM 0.34"): the pool is settled
+# once, before the scheduler exists (v1/engine/core.py:177 _initialize_kv_caches -> :408-418
+# finalize_extensible_kv_cache + extend_kv_cache, then :194 Scheduler(...)), and nothing grows it while serving
+# (extend_kv_cache has no other caller; ensure_kv_cache_blocks only in warmup, v1/worker/gpu/warmup.py:271-640);
+# kv_cache_coordinator.py is unchanged; the scheduler's changes are off DeepSeek-V4's serving path: cache-aware
+# admission defaults off (config/scheduler.py:223 window 0; sched/scheduler.py:428-438), async KV loads need a KV
+# connector (:235-238, :1325-1334), resumed requests are sent as new ones (:1619-1626, output only), drafts
+# skipped without Model Runner V2's condition (:321, the worker's skip_drafts only); the lookaheads come from the
+# speculator config classes with 0.33's values (mtp/config.py, eagle/config.py:56, speculator_config.py:122-125,
+# multi_module_mtp/config.py:14-18; config/vllm.py:633-655); block_pool.py's map and free paths keep 0.33's order
+# (BlockHashToBlockMap :56-104, free_blocks :798-839 with evict_first unused); request.py's cache-hit limit is
+# num_tokens - 1 without prompt logprobs (:352-377). tools/crosscheck_vllm_runtime.py checks it step by step.
 V034 = VllmRelease(engine="vllm-0.34", src="vllm-0.34.0", layer_tuples=False, windows_in_flight=True,
                    extra_retained=True, null_block_in_check=True, tier_160_gib=True, one_log_line=True,
-                   scheduler_replayed=False, extensible_kv_cache=True, shared_state=True)
+                   scheduler_replayed=True, extensible_kv_cache=True, shared_state=True)
 # 0.34.0 builds DeepSeek-V4.1's specs as 0.33.0 does (read against 0.33.0): attention.py get_kv_cache_spec and
 # DeepseekV4IndexerCache.get_kv_cache_spec, compressor.py CompressorStateCache (:236-266, the same ring rows),
 # sparse_swa.py DeepseekV4SWACache, the backends' kernel block sizes and CircularBufferSpec are unchanged; mega
@@ -941,7 +952,7 @@ VLLM_033 = Vllm033(
 VLLM_034 = Vllm033(
     name=V034.engine, engine_name="vLLM", version="0.34.0",
     summary="vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block pool, windows for the "
-            "in-flight tokens); the pool sized after warmup by the extensible KV cache; start-up only",
+            "in-flight tokens); the pool sized after warmup by the extensible KV cache; 0.33.0's scheduler in motion",
     options=ACCEPTS, sources=_sources(V034.src, "v1/core/kv_cache_planning.py"), release=V034,
     models_shared_state=V034.shared_state,
 )
