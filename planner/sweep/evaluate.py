@@ -421,7 +421,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
             steady = "the rate search not run: the replay at the target rate already breaks a bound"
         elif beat is not None and not mine < beat:
             broken = (f"TPOT p99 {mine[0] * 1000:.3f} ms, TTFT p99 {mine[1]:.3f} s: not below the found shape's "
-                      f"{beat[0] * 1000:.3f} ms, {beat[1]:.3f} s",)
+                      f"{beat[0] * 1000:.3f} ms, {beat[1]:.3f} s: it cannot be preferred to it",)
             steady = f"{NOT_JUDGED}: it cannot be preferred to the found shape; the rate search not run"
         if broken:
             return PointResult(
