@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 CHECK_STEPS = 4096  # the Python loop's check interval, in steps (the C loops': CSA_TICK_TURNS turns)
+CHECK_SHARE = 0.01  # a compiled loop's tick checks once this share of the deployment's requests is done since the last
+CHECK_EVERY = 8  # ... or after this many ticks without a check (a queue that grows while nothing finishes)
 P99 = 0.99
 
 
@@ -85,11 +87,18 @@ class StopWatch:
         self._arrays = (arrival, output, admitted, first, finished, refused)
 
     def ticker(self, progress: Any):
-        """The compiled loops' tick: the caller's progress, then the check over the watched arrays."""
+        """The compiled loops' tick: the caller's progress, then the check over the watched arrays once
+        another ``CHECK_SHARE`` of the deployment's requests is done, or every ``CHECK_EVERY`` ticks (a
+        check reads every request: about 0.3 ms for 5,000, against a C tick's 4,096 turns)."""
+        seen = [0, 0]  # requests done at the last check, ticks since it
+
         def tick(done: int, n: int) -> None:
             if progress is not None:
                 progress(done, n)
-            if self._arrays is not None:
+            seen[1] += 1
+            if self._arrays is not None and (done - seen[0] >= CHECK_SHARE * self.rule.requests
+                                             or seen[1] >= CHECK_EVERY):
+                seen[0], seen[1] = done, 0
                 self.check(*self._arrays)
         return tick
 
