@@ -56,6 +56,10 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         compiled = False
     if compiled is not False:
         fast = rt.compiled_replay()
+        if fast is not None and stop is not None and not _takes_stop(fast):
+            if compiled:
+                raise RuntimeError(f"{rt.label or 'this engine'}: the compiled loop does not take the early-exit rule")
+            fast = None  # a compiled loop without the early-exit hook: this loop runs, and takes it
         if fast is not None:
             result = fast(trace, time, progress, max_concurrency) if stop is None else \
                 fast(trace, time, progress, max_concurrency, stop)
@@ -187,3 +191,13 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
                          recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
                          prefix_query_tokens=totals["query"], notes=rt.notes(),
                          pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)
+
+
+def _takes_stop(fast: Callable) -> bool:
+    """Whether a compiled replay takes the early-exit rule (``stop``; cvllm's and csglang's do)."""
+    import inspect
+
+    try:
+        return "stop" in inspect.signature(fast).parameters
+    except (TypeError, ValueError):
+        return False

@@ -129,3 +129,22 @@ def test_a_closed_loop_refuses_the_rule():
     trace = _trace(50, 1.0)
     with pytest.raises(RuntimeError, match="closed-loop"):
         replay(_sglang(trace)(), trace, TIME, max_concurrency=4, stop=_rule(trace, ttft_max_s=1.0).watch())
+
+
+def test_a_compiled_loop_without_the_hook_leaves_the_rule_to_the_python_loop():
+    trace = _trace(3000, 30.0)
+    runtime = _sglang(trace)
+    rt = runtime()
+    if rt.compiled_replay() is None:
+        pytest.skip("the csglang extension is not built")
+    inner = rt.compiled_replay()
+    rt.compiled_replay = lambda: (lambda t, time, progress=None, max_concurrency=None: inner(t, time, progress,
+                                                                                              max_concurrency))
+    full = replay(runtime(), trace, TIME, compiled=False)
+    _, tpot, _ = _figures(full, trace)
+    with pytest.raises(ReplayStopped):  # the Python loop ran and took the rule
+        replay(rt, trace, TIME, stop=_rule(trace, tpot_max_s=tpot / 2).watch())
+    rt2 = runtime()
+    rt2.compiled_replay = rt.compiled_replay
+    with pytest.raises(RuntimeError, match="does not take the early-exit rule"):  # compiled required: refused
+        replay(rt2, trace, TIME, compiled=True, stop=_rule(trace, tpot_max_s=tpot / 2).watch())
