@@ -76,7 +76,7 @@ class StopWatch:
     """One replay's (or one deployment's replicas', in turn) counts against its ``StopRule``: ``watch``
     names the arrays a loop writes (the compiled loops' in place; the Python loop's lists at each check),
     ``check`` raises ``ReplayStopped`` once a bound is decided, ``carry`` adds a finished replica's
-    final counts."""
+    final counts (and raises when they decide it: the next replica is not replayed)."""
 
     def __init__(self, rule: StopRule):
         self.rule = rule
@@ -142,7 +142,9 @@ class StopWatch:
         return c
 
     def check(self, arrival: Any, output: Any, admitted: Any, first: Any, finished: Any, refused: Any) -> None:
-        c = self.counts(arrival, output, admitted, first, finished, refused)
+        self._decide(self.counts(arrival, output, admitted, first, finished, refused))
+
+    def _decide(self, c: dict[str, int]) -> None:
         total = {k: v + self.carried[k] for k, v in c.items()}
         r = self.rule
         done, n = total["done"], r.requests
@@ -162,7 +164,11 @@ class StopWatch:
                                 f"({total['beat']:,} of {r.multi_token:,} over, after {done:,} finished): it cannot "
                                 "be preferred to it", None, done, n)
 
-    def carry(self, arrival: Any, output: Any, admitted: Any, first: Any, finished: Any, refused: Any) -> None:
-        """A replica replayed to its end: its final counts carry into the next replica's checks."""
+    def carry(self, arrival: Any, output: Any, admitted: Any, first: Any, finished: Any, refused: Any,
+              more: bool = True) -> None:
+        """A replica replayed to its end: its final counts carry into the next replica's checks (``more``:
+        another replica follows, not replayed when these counts already decide a bound)."""
         for k, v in self.counts(arrival, output, admitted, first, finished, refused, final=True).items():
             self.carried[k] += v
+        if more:
+            self._decide(dict.fromkeys(self.carried, 0))  # the replicas so far may decide it

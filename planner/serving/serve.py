@@ -131,12 +131,15 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
     time = setup.time
     made: list = []
     watch = None if stop is None or setup.max_concurrency is not None else stop.watch()
+    replayed = [0]
 
     def one(t: Any) -> "RuntimeResult":
         r = replay(engine_runtime(setup, t, made), t, time, progress=progress, max_concurrency=setup.max_concurrency,
                    pipeline=setup.pipeline, stop=watch)
+        replayed[0] += 1
         if watch is not None:
-            watch.carry(r.arrival_ns, t.output_tokens, r.admitted_ns, r.first_token_ns, r.finished_ns, len(r.refused))
+            watch.carry(r.arrival_ns, t.output_tokens, r.admitted_ns, r.first_token_ns, r.finished_ns, len(r.refused),
+                        more=replayed[0] < setup.dp)
         return r
 
     if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment

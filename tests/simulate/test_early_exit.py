@@ -148,3 +148,23 @@ def test_a_compiled_loop_without_the_hook_leaves_the_rule_to_the_python_loop():
     rt2.compiled_replay = rt.compiled_replay
     with pytest.raises(RuntimeError, match="does not take the early-exit rule"):  # compiled required: refused
         replay(rt2, trace, TIME, compiled=True, stop=_rule(trace, tpot_max_s=tpot / 2).watch())
+
+
+def test_a_replica_that_decides_the_bound_stops_the_next_one_from_being_replayed():
+    """dp replicas in turn: the finished ones' counts carry; once they decide a bound, the next replica is
+    not replayed (the last one's counts need no decision: its replay is already whole)."""
+    n = 400  # the deployment's requests; 200 each on two replicas
+    rule = StopRule(requests=n, multi_token=n, ttft_max_s=1.0)
+    arrival = np.arange(200, dtype=np.int64) * 10**9
+    out = np.full(200, 8, dtype=np.int64)
+    first = arrival + np.where(np.arange(200) < over_needed(n), 2 * 10**9, 10**8)  # just enough over 1 s
+    done = first + 10**9
+    w = rule.watch()
+    w.carry(arrival, out, arrival, first, done, 0, more=False)  # no raise: nothing follows
+    w = rule.watch()
+    with pytest.raises(ReplayStopped) as e:
+        w.carry(arrival, out, arrival, first, done, 0, more=True)
+    assert e.value.verdict is False and f"{over_needed(n)} of {n} requests' TTFT" in e.value.reason
+    w = rule.watch()
+    fewer = arrival + np.where(np.arange(200) < over_needed(n) - 1, 2 * 10**9, 10**8)
+    w.carry(arrival, out, arrival, fewer, fewer + 10**9, 0, more=True)  # one short of deciding: goes on
