@@ -13,6 +13,9 @@ rank ``floor(0.99 (m - 1))``, and every value above it is larger). So the rule c
   end over it: a request waiting for its admission or first token since more than the limit before
   ``now`` (the latest time the loop has recorded: later events happen later), a running request
   whose time since its first token over its remaining tokens already puts its TPOT over;
+  (a request never served, refused or not, leaves the point infeasible in the full evaluation: refused at
+  the target rate, or unserved in the steady probe, whose ``serve.sustains`` wants every request served --
+  SGLang's abort of a request out of memory even alone in the decode batch recurs in the probe's copies);
 * ``m`` is the deployment's whole trace (every replica's requests; its requests of two output tokens
   or more for TPOT): the population of the full replay's p99 when all are served, and a p99 over
   fewer values needs no more of them over (the count is monotone in ``m``).
