@@ -10,8 +10,10 @@ through ``evaluate``: its rate search bounded to the target, one probe). A card'
 in order of their GPU count, and the first count with a feasible point ends that card's search:
 more GPUs can only cost more. Before a shape is replayed its busy-time bound (``sweep/bounds.py``: the
 step clock's work the rate needs at the least) is checked; a shape it proves cannot serve the rate is
-not replayed and says so. The answer per card is the fewest GPUs, the shape and its launch
-command; the shapes run before it say why they lose.
+not replayed and says so. A replay stops as soon as a bound is decided, and a shape of the found count
+stops once its TPOT p99 is decided above the found shape's (``sweep/evaluate.py`` ``early_exit``,
+``replay/early_exit.py``): it could not be preferred. The answer per card is the fewest GPUs, the shape
+and its launch command; the shapes run before it say why they lose.
 """
 
 from __future__ import annotations
@@ -242,11 +244,12 @@ def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutco
             done = 0
             for (device, engine), points in groups.items():
                 points.sort(key=lambda p: (p.devices, order[p.key]))
-                found = None
+                found = beat = None
                 for p in points:
                     if found is not None and p.devices > found:
                         break  # more GPUs than a feasible shape of this card: never the answer
-                    task = Task(spec.context, p)
+                    # early exit; a shape of the found count is replayed only while it may be preferred to it
+                    task = Task(spec.context, p, early_exit=True, beat=beat)
                     bound = point_bound(task)
                     if bound is not None and bound.infeasible:  # proven not to serve the rate: not replayed
                         r = bounded_out(p, bound)
@@ -256,8 +259,9 @@ def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutco
                     results.append((p, r))
                     done += 1
                     tick(done, total, f"planning: {device} {engine} tp {p.tp} dp {p.dp}")
-                    if r.feasible and found is None:
+                    if r.feasible:
                         found = p.devices
+                        beat = (r.runtime.tpot_p99_s or 0.0, r.runtime.ttft_p99_s or 0.0) if r.runtime else None
         report = plan_report(req, spec, plan, results, n)
         report["question"]["search"] = axes  # each searched option and what it changes in the replay
         report["bounded_out"] = bounded  # shapes the busy-time bound proved infeasible, not replayed

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
+from csa_plan.planner.replay.early_exit import CHECK_STEPS, StopWatch
 from csa_plan.planner.replay.pipeline import PipelineTiming
 from csa_plan.planner.replay.protocol import EngineRuntime, RuntimeTrace, Step
 from csa_plan.planner.replay.result import RuntimeResult, StepSeries
@@ -36,12 +37,17 @@ STRANDED = "never fits: nothing running could free enough memory"
 def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
            progress: Callable[[int, int], None] | None = None, compiled: bool | None = None,
            max_concurrency: int | None = None, on_step: Callable[[Step], None] | None = None,
-           pipeline: PipelineTiming | None = None) -> RuntimeResult:
+           pipeline: PipelineTiming | None = None, stop: "StopWatch | None" = None) -> RuntimeResult:
     """The trace through ``rt``: by the engine's compiled loop when it offers one (``compiled=False``
     forces this Python loop, its twin; ``True`` requires the compiled one), else step by step here.
     ``on_step`` sees every step with tokens as it is timed (this loop only: ``tools/fit_steptime.py``).
     ``pipeline`` (``--pp`` above 1, ``replay/pipeline.py``): each step is timed through the stages and
-    ``pipeline.in_flight`` batches are in flight; the compiled loops do not take it (this loop runs)."""
+    ``pipeline.in_flight`` batches are in flight; the compiled loops do not take it (this loop runs).
+    ``stop`` (``replay/early_exit.py``): raise ``ReplayStopped`` as soon as its rule decides a bound; both
+    loops take it (this one every ``CHECK_STEPS`` steps, the compiled ones through their tick). A closed
+    loop (``max_concurrency``) does not: its arrivals are not the trace's."""
+    if stop is not None and max_concurrency is not None:
+        raise RuntimeError("early exit: a closed-loop client's arrivals are set as it runs; replay it in full")
     if pipeline is not None:
         if compiled:
             raise RuntimeError(f"{rt.label or 'this engine'}: the compiled loop does not replay pipeline stages")
@@ -50,8 +56,13 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         compiled = False
     if compiled is not False:
         fast = rt.compiled_replay()
+        if fast is not None and stop is not None and not _takes_stop(fast):
+            if compiled:
+                raise RuntimeError(f"{rt.label or 'this engine'}: the compiled loop does not take the early-exit rule")
+            fast = None  # a compiled loop without the early-exit hook: this loop runs, and takes it
         if fast is not None:
-            result = fast(trace, time, progress, max_concurrency)
+            result = fast(trace, time, progress, max_concurrency) if stop is None else \
+                fast(trace, time, progress, max_concurrency, stop)
             if progress is not None:
                 progress(len(trace), len(trace))
             return result
@@ -146,6 +157,8 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             series.add(t, rt.used_units(), rt.running(), rt.waiting(), step.total_tokens, step.prefill_tokens)
             if progress is not None and len(series) % 4096 == 0:
                 progress(done, n)
+            if stop is not None and len(series) % CHECK_STEPS == 0:
+                stop.check(arrival, trace.output_tokens, admitted, first_token, finished, len(refused))
             continue
         if inflight:
             s, _, b = inflight.popleft()
@@ -178,3 +191,13 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
                          recomputed_tokens=totals["recomputed"], prefix_hit_tokens=totals["hit"],
                          prefix_query_tokens=totals["query"], notes=rt.notes(),
                          pool_units=tuple(rt.pool_units), preemption_word=rt.preemption_word)
+
+
+def _takes_stop(fast: Callable) -> bool:
+    """Whether a compiled replay takes the early-exit rule (``stop``; cvllm's and csglang's do)."""
+    import inspect
+
+    try:
+        return "stop" in inspect.signature(fast).parameters
+    except (TypeError, ValueError):
+        return False

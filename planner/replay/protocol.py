@@ -126,5 +126,7 @@ class EngineRuntime(ABC):
     def compiled_replay(self) -> CompiledReplay | None:
         """The engine's compiled loop for this runtime's settings, or None (not built, or settings it
         does not take): ``loop.replay`` then steps the Python methods above, the compiled loop's
-        checked twin. Called before any ``add``: the compiled loop replays the whole trace itself."""
+        checked twin. Called before any ``add``: the compiled loop replays the whole trace itself.
+        It is called ``(trace, time, progress, max_concurrency)``, and with ``stop`` (``replay/early_exit.py``)
+        when it takes that keyword; one that does not leaves an early-exit replay to the Python loop."""
         return None

@@ -110,15 +110,19 @@ def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) ->
     return rt
 
 
-def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick | None = None) -> "RuntimeResult":
-    """The workload at ``rate_scale``, replayed through the engine's own scheduler, one replay per replica."""
+def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick | None = None,
+          stop: Any = None) -> "RuntimeResult":
+    """The workload at ``rate_scale``, replayed through the engine's own scheduler, one replay per replica.
+    ``stop`` (``replay/early_exit.py`` ``StopRule``): end as soon as it decides a bound (``ReplayStopped``)."""
     from csa_plan.planner.replay.trace import runtime_trace
 
-    return serve_trace(setup, runtime_trace(wl, rate_scale), progress)
+    return serve_trace(setup, runtime_trace(wl, rate_scale), progress, stop)
 
 
-def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -> "RuntimeResult":
-    """``trace`` replayed through the engine's own scheduler, one replay per replica (``serve``)."""
+def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, stop: Any = None) -> "RuntimeResult":
+    """``trace`` replayed through the engine's own scheduler, one replay per replica (``serve``); ``stop``
+    counts over the whole deployment (each replica's final counts carried into the next one's checks).
+    A closed-loop client refuses it (its arrivals are set as it runs): it is replayed in full."""
     from dataclasses import replace
 
     from csa_plan.planner.replay.loop import replay
@@ -126,6 +130,18 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -
 
     time = setup.time
     made: list = []
+    watch = None if stop is None or setup.max_concurrency is not None else stop.watch()
+    replayed = [0]
+
+    def one(t: Any) -> "RuntimeResult":
+        r = replay(engine_runtime(setup, t, made), t, time, progress=progress, max_concurrency=setup.max_concurrency,
+                   pipeline=setup.pipeline, stop=watch)
+        replayed[0] += 1
+        if watch is not None:
+            watch.carry(r.arrival_ns, t.output_tokens, r.admitted_ns, r.first_token_ns, r.finished_ns, len(r.refused),
+                        more=replayed[0] < setup.dp)
+        return r
+
     if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
@@ -134,9 +150,7 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None) -
                                                             pipeline=setup.pipeline),
                                         trace, setup.dp, setup.max_concurrency, lockstep_time=time)
     else:
-        result = replay_replicas(lambda t: replay(engine_runtime(setup, t, made), t, time, progress=progress,
-                                                  max_concurrency=setup.max_concurrency, pipeline=setup.pipeline),
-                                 trace, setup.dp)
+        result = replay_replicas(one, trace, setup.dp)
     if made:
         totals: dict[str, int] = {}
         for rt in made:

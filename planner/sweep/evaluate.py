@@ -263,6 +263,11 @@ class Task:
 
     context: Context
     point: SweepPoint
+    early_exit: bool = False  # plan's path: a replay stops once a bound is decided; no rate search once it fails
+    beat: tuple[float, float] | None = None  # (TPOT p99 s, TTFT p99 s) of a found shape of the same GPU count
+
+
+NOT_JUDGED = "not judged"  # a shape stopped because it cannot be preferred to one found: no verdict of its own
 
 
 def evaluate(task: Task) -> PointResult:
@@ -275,7 +280,7 @@ def evaluate(task: Task) -> PointResult:
     spec = load_point_model(p.model, p.max_seq_len)
     config = _sim_config(ctx, p)
     if config.engine is not None:
-        runtime = _runtime_point(ctx, p, wl, spec, config)
+        runtime = _runtime_point(ctx, p, wl, spec, config, task.early_exit, task.beat)
         if runtime is not None:
             return runtime
     scn = prepare(spec, wl, config)
@@ -352,30 +357,82 @@ def _steady_note(cap) -> str:
     return note
 
 
-def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config) -> PointResult | None:
+def stop_rule(cons: Constraints, wl: "Workload", beat_tpot_s: float | None = None):
+    """The early-exit rule (``replay/early_exit.py``) of a point's constraints over the whole trace ``wl``."""
+    from csa_plan.planner.replay.early_exit import StopRule
+
+    tpot = cons.latency_bounds[1]
+    return StopRule(requests=len(wl), multi_token=int((wl.output_tokens >= 2).sum()), no_refusals=cons.zero_refusals,
+                    ttft_max_s=cons.latency_bounds[0], tpot_max_s=tpot,
+                    wait_max_s=None if cons.wait_p99_max_ns is None else cons.wait_p99_max_ns / 1e9,
+                    beat_tpot_s=beat_tpot_s)
+
+
+def _stopped(p: SweepPoint, stop: Any) -> PointResult:
+    """A point whose replay at the target rate stopped early (``ReplayStopped``): infeasible with the
+    decided bound as its reason, or (verdict None) not judged, as it cannot be preferred to a found shape."""
+    note = f"{NOT_JUDGED}: " if stop.verdict is None else ""
+    return PointResult(key=p.key, devices=p.devices, requests=stop.requests, admitted=0, refused=0, refusals=(),
+                       wait_p99_ns=None, peak_bytes=None, mean_utilization=0.0, peak_utilization=0.0,
+                       sustainable_rate_scale=None, at_least=False, probes=0, sustainable_rate_per_s=None,
+                       rate_per_device_per_s=None, feasible=False, violations=(stop.reason,),
+                       steady=f"{note}the replay at the target rate {stop.reason}; the rate search not run")
+
+
+def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec", config, early_exit: bool = False,
+                   beat: tuple[float, float] | None = None) -> PointResult | None:
     """A point whose engine's runtime is replayed step by step (``EnginePlan.runtime_modelled``):
     the same replay as ``simulate --engine`` (``planner/serving/serve.py``) at the point's rate
     scale, and the same rate search as ``simulate --engine --find-capacity`` (``serve.steady_probe``:
     a steady state over a window of many request lifetimes, every request served, the wait, TTFT
     and TPOT bounds on the window). The point is feasible only when its target rate is itself
-    sustained. None: the engine reserves (the ledger)."""
+    sustained. None: the engine reserves (the ledger).
+
+    ``early_exit`` (``plan``'s path, issue 45 item 5): the replay at the target rate stops as soon as a
+    bound is decided (``stop_rule``), and the rate search is not run once that replay breaks a bound
+    (the point is infeasible whatever rate it sustains) nor for a shape that cannot be preferred to
+    ``beat`` (a found shape's TPOT and TTFT p99 at the same GPU count). Every verdict it gives is the
+    full evaluation's; a feasible point is replayed and searched in full."""
+    from csa_plan.planner.replay.early_exit import ReplayStopped
     from csa_plan.planner.replay.loop import STRANDED
     from csa_plan.planner.serving.serve import report, runtime_capacity, runtime_setup, serve, wait_p99_ns
 
     setup = _setup(spec, config, p)
     if not setup.plan.runtime_modelled:
         return None
-    rep = report(setup, serve(setup, wl, p.rate_scale), wl)
     cons = ctx.constraints
-    cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
-                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale,
-                           latency=cons.latency_bounds)
+    stop = stop_rule(cons, wl, None if beat is None else beat[0]) if early_exit else None
+    try:
+        res = serve(setup, wl, p.rate_scale, stop=stop)
+    except ReplayStopped as e:
+        return _stopped(p, e)
+    rep = report(setup, res, wl)
     refusals = runtime_refusals(rep.refused, STRANDED)
     occ = rep.occupancy
     usable = occ.usable_units
     mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
     peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
     wait = wait_p99_ns(rep)
+    cap = None
+    if early_exit:
+        broken = point_violations(cons, refusals, wait, mean_util, p.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s)
+        mine = (rep.tpot.p99_s or 0.0, rep.ttft.p99_s or 0.0)
+        if broken:
+            steady = "the rate search not run: the replay at the target rate already breaks a bound"
+        elif beat is not None and not mine < beat:
+            broken = (f"TPOT p99 {mine[0] * 1000:.3f} ms, TTFT p99 {mine[1]:.3f} s: not below the found shape's "
+                      f"{beat[0] * 1000:.3f} ms, {beat[1]:.3f} s: it cannot be preferred to it",)
+            steady = f"{NOT_JUDGED}: it cannot be preferred to the found shape; the rate search not run"
+        if broken:
+            return PointResult(
+                key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served,
+                refused=rep.requests - rep.served, refusals=refusals, wait_p99_ns=wait, peak_bytes=None,
+                mean_utilization=mean_util, peak_utilization=peak_util, sustainable_rate_scale=None, at_least=False,
+                probes=0, sustainable_rate_per_s=None, rate_per_device_per_s=None, feasible=False, violations=broken,
+                runtime=RuntimeFigures.of(rep), steady=steady)
+    cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
+                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale,
+                           latency=cons.latency_bounds)
     steady = _steady_note(cap)
     violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
                                   p.rate_scale, steady)

@@ -73,21 +73,24 @@ def replay_for(rt: "SglangRuntime") -> "CompiledReplay | None":
     if mod is None or not takes(rt, mod.BOUND):
         return None
 
-    def run(trace: "RuntimeTrace", time: "StepTime", progress=None, max_concurrency: int | None = None) -> "RuntimeResult":
+    def run(trace: "RuntimeTrace", time: "StepTime", progress=None, max_concurrency: int | None = None,
+            stop=None) -> "RuntimeResult":
         from csa_plan.planner.errors import ReplayInputError
         from csa_plan.planner.replay.loop import replay
 
         if not _trace_taken(trace, time, mod.BOUND):
-            return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency)
-        out = reporting(mod, progress,
-                        lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "csglang"))
-        return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency) if out is None else out
+            return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency, stop=stop)
+        out = reporting(mod, progress if stop is None else stop.ticker(progress),
+                        lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency, stop),
+                                                       "csglang"))
+        return replay(rt, trace, time, progress, compiled=False, max_concurrency=max_concurrency, stop=stop) \
+            if out is None else out
 
     return run
 
 
 def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
-         max_concurrency: int | None = None) -> "RuntimeResult | None":
+         max_concurrency: int | None = None, stop=None) -> "RuntimeResult | None":
     import numpy as np
 
     from csa_plan.planner.engines.sglang.ratio import RatioRule
@@ -110,6 +113,8 @@ def _run(mod, rt: "SglangRuntime", trace: "RuntimeTrace", time: "StepTime",
     rule = RatioRule.from_config(c.schedule_conservativeness)
     closed = 0 if max_concurrency is None else int(max_concurrency)
     sent = np.empty(n, dtype=np.int64) if closed else None
+    if stop is not None:  # the loop's tick reads these as the loop writes them (replay/early_exit.py)
+        stop.watch(trace.arrival_ns, trace.output_tokens, admitted, first, finished, refused_code)
     got = mod.replay(
         full_pages=c.full_pages, swa_pages=c.swa_pages, page=c.page, window=c.window,
         max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,

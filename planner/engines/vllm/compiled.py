@@ -77,12 +77,13 @@ def compiled_replay(rt: "VllmRuntime") -> "CompiledReplay | None":
         return None
     from csa_plan.planner.errors import ReplayInputError
 
-    return lambda trace, time, progress=None, max_concurrency=None: reporting(
-        mod, progress, lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency), "cvllm"))
+    return lambda trace, time, progress=None, max_concurrency=None, stop=None: reporting(
+        mod, progress if stop is None else stop.ticker(progress),
+        lambda: ReplayInputError.guard(lambda: _run(mod, rt, trace, time, max_concurrency, stop), "cvllm"))
 
 
 def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
-         max_concurrency: int | None = None) -> "RuntimeResult":
+         max_concurrency: int | None = None, stop=None) -> "RuntimeResult":
     import numpy as np
 
     from csa_plan.planner.engines.vllm.prefix_caching import ALIGN, HASH_BLOCK
@@ -109,6 +110,8 @@ def _run(mod, rt: "VllmRuntime", trace: "RuntimeTrace", time: "StepTime",
     hash_lookahead = rt.prefix.lookahead if rt.prefix is not None else 0
     closed = 0 if max_concurrency is None else int(max_concurrency)
     sent = np.empty(n, dtype=np.int64) if closed else None
+    if stop is not None:  # the loop's tick reads these as the loop writes them (replay/early_exit.py)
+        stop.watch(trace.arrival_ns, trace.output_tokens, admitted, first, finished, refused)
     status, recomputed, hit, query, at = mod.run(
         arrival=i64(trace.arrival_ns), prompt=i64(trace.prompt_tokens), output=i64(trace.output_tokens),
         block_ids=ids, block_offsets=offs, id_block_tokens=int(trace.id_block_tokens), specs=specs, lookup=lookup,
