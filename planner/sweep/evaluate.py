@@ -261,9 +261,17 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
 
-    if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
-        return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
-                    f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
+    if point.pp > 1:  # each stage's pool (serving/pipeline.py), as simulate --engine --pp sizes it
+        if not point.reserved.budget:
+            return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
+                        f"{point.engine} with {point.pp} pipeline stages sizes each stage's pool from its own device "
+                        f"budget: reserved must be budget, not {point.reserved.label}")
+        try:
+            pipeline_pools_of(point)
+        except BadInput as exc:
+            return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{exc.field}: {exc.problem}")
+        except EngineRefused as exc:
+            return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
     model = get_engine(point.engine)
     foreign = [name for name, _ in point.settings if name not in model.options]
     if foreign:
@@ -339,8 +347,39 @@ def evaluate(task: Task) -> PointResult:
         feasible=not violations, violations=violations, steady=_steady_note(cap))
 
 
+@lru_cache(maxsize=64)
+def pipeline_pools_of(p: SweepPoint):
+    """An engine point's pipeline stages (pp above 1): each stage's pool from its own layers and its device
+    budget (``serving.pipeline.pipeline_pools``, the budget ``check``/``simulate --engine --pp`` use). BadInput
+    or EngineRefused pass to the caller."""
+    from csa_plan.planner.budget.deployment import Deployment, card_settings, deployment_budget
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.serving.pipeline import pipeline_pools
+
+    spec = load_point_model(p.model, p.max_seq_len)
+    length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    budget = deployment_budget(p.model, p.memory_bytes, Deployment(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep,
+                                                                   reserved_bytes=p.reserved.runtime_bytes),
+                               length, p.engine, card_settings(p.engine_settings, p.memory_bytes), search=False,
+                               placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=p.ep))
+    if budget is None or not budget.fits:
+        raise BadInput("sweep spec", "grid.pp", f"{p.pp} stages of tp {p.tp}: the weights do not fit the stages")
+    return pipeline_pools(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp, p.engine_settings), length,
+                          budget)
+
+
 def _sim_config(ctx: Context, p: SweepPoint):
-    """The point as ``simulate`` runs it: one construction for the replay and the bound."""
+    """The point as ``simulate`` runs it: one construction for the replay and the bound (an engine point with
+    pipeline stages carries each stage's pool, ``pipeline_pools_of``)."""
+    from dataclasses import replace
+
+    config = _base_config(ctx, p)
+    if p.engine is not None and p.pp > 1:
+        config = replace(config, engine=replace(config.engine, pipeline=pipeline_pools_of(p)))
+    return config
+
+
+def _base_config(ctx: Context, p: SweepPoint):
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.reserve.engine_run import EngineRun
     from csa_plan.planner.reserve import SimConfig, TimeModel
@@ -394,6 +433,8 @@ def point_bound(task: Task):
                              busy_bound(decode, rate, 1.0, osl, int(isl.min()), 0.0, who="a decode worker"))
                  if b is not None]
         return max(found, key=lambda b: b.busy_s_per_s) if found else None
+    if p.pp > 1:  # stages in flight at once: one replica's busy time is no longer at most a second a second
+        return None
     setup = _setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p), p)
     if not setup.plan.runtime_modelled:
         return None

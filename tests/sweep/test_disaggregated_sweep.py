@@ -140,3 +140,38 @@ def test_the_busy_bound_bounds_each_role(tmp_path):
     b = point_bound(Task(spec.context, _pd(spec)))
     assert b is not None and b.infeasible and b.line().startswith("bound: a ")
     assert b.who in ("a prefill worker", "a decode worker")
+
+
+PP_SPEC = """name: pp
+workload: azure_conv_sample_200.csv
+grid:
+  model: deepseek-v4-flash
+  device: h200
+  tp: 2
+  pp: [1, 2]
+  max_seq_len: 65536
+  engine: {engine}
+constraints: {{zero_refusals: true, tpot_p99_max_ms: 200}}
+search: {{rel_tol: 0.2, max_scale: 2}}
+"""
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "sglang-0.5.23"])
+def test_pipeline_stages_are_evaluated_with_each_stage_s_pool(tmp_path, engine):
+    """issue 46 item 3: an engine point with pp 2 is no longer skipped; it replays the scheduler in the pool
+    the stages give it (``serving/pipeline.py``, as ``simulate --engine --pp`` does) on 4 GPUs."""
+    from csa_plan.planner.serving.serve import runtime_setup
+    from csa_plan.planner.sweep.evaluate import Task, _sim_config, evaluate, load_point_model, pipeline_pools_of, triage
+
+    spec = _load(_spec(tmp_path, body=PP_SPEC.format(engine=engine)))
+    assert not triage(spec).skipped
+    (p2,) = [p for p in spec.points if p.pp == 2]
+    pools = pipeline_pools_of(p2)
+    assert len(pools.stages) == 2
+    (p1,) = [p for p in spec.points if p.pp == 1]
+    model = load_point_model(p2.model, p2.max_seq_len)
+    setup = runtime_setup(model, _sim_config(spec.context, p2))
+    assert setup.pipeline is not None and setup.sizing.total_units == pools.sizing.total_units
+    assert setup.sizing.total_units > runtime_setup(model, _sim_config(spec.context, p1)).sizing.total_units
+    r = evaluate(Task(spec.context, p2))
+    assert r.devices == 4 and r.runtime is not None and r.runtime.served == 200 and r.steady
