@@ -545,9 +545,11 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
 
 def point_capacity(p: SweepPoint):
     """The point's capacity answer (requests of max_seq_len that fit its state pool), from the same
-    budget and admission as check: ``budget.answer.point_answer``."""
+    budget and admission as check: ``budget.answer.point_answer``; a disaggregated point's decode worker's."""
     from csa_plan.planner.budget.answer import point_answer
 
+    if p.disaggregation is not None:
+        p = p.role_point("decode")
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
     return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp, p.engine_settings), length,

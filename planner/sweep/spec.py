@@ -141,6 +141,8 @@ class SweepPoint:
 
     @property
     def reserved_bytes(self) -> int:
+        if self.disaggregation is not None:  # the decode worker's (whose pool holds the client's requests)
+            return self.role_point("decode").reserved_bytes
         if self.reserved.budget:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
@@ -150,7 +152,8 @@ class SweepPoint:
 
     @property
     def limit_bytes(self) -> int:
-        """May be zero or negative: such a point is skipped (NoMemoryLeft), never run as 'unlimited'."""
+        """May be zero or negative: such a point is skipped (NoMemoryLeft), never run as 'unlimited'. A
+        disaggregated point's is its decode worker's."""
         return self.memory_bytes - self.reserved_bytes
 
     @property

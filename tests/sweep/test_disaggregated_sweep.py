@@ -175,3 +175,19 @@ def test_pipeline_stages_are_evaluated_with_each_stage_s_pool(tmp_path, engine):
     assert setup.sizing.total_units > runtime_setup(model, _sim_config(spec.context, p1)).sizing.total_units
     r = evaluate(Task(spec.context, p2))
     assert r.devices == 4 and r.runtime is not None and r.runtime.served == 200 and r.steady
+
+
+def test_a_sweep_answered_by_a_layout_prints_each_role_s_launch(tmp_path, csa):
+    body = SPEC.format(engine="sglang-0.5.23").replace("  tp: [2, 4]\n", "").replace("    - null\n", "")
+    path = _spec(tmp_path, body=body)
+    r = csa("sweep", str(path), "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    a = doc["answer"]
+    assert a["label"] == "the only point" and a["point"]["disaggregation"] == "1P tp2 + 1D tp2"
+    assert a["devices"] == 4 and a["disaggregation"]["transfer"]["requests"] == 200
+    assert a["point"]["limit_bytes"] > 0  # the decode worker's pool, not a tp-1 budget
+    assert doc["head"]["launch"]["decode"]["argv"][-4:] == ["--disaggregation-mode", "decode",
+                                                            "--disaggregation-transfer-backend", "mooncake"]
+    text = csa("sweep", str(path)).out
+    assert "launch prefill: python -m sglang.launch_server" in text and "KV transfer over nvlink" in text
