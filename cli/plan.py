@@ -97,7 +97,7 @@ def _settings(shape: dict[str, Any]) -> str:
 
 def _shape(s: dict[str, Any]) -> str:
     """``tp 8, dp 2`` for an aggregated shape, ``1P tp8 + 2D tp8`` for a disaggregated one."""
-    return f"tp {s['tp']}, dp {s['dp']}" if s.get("disaggregation") is None else s["layout"]
+    return f"tp {s['tp']}, dp {s['dp']}" if s.get("layout", "aggregated") == "aggregated" else s["layout"]
 
 
 def _transfer(s: dict[str, Any]) -> str:
@@ -115,7 +115,7 @@ def _launches(out: Any, s: dict[str, Any], indent: str) -> None:
     launch = s.get("launch")
     if not launch:
         return
-    if s.get("disaggregation") is None:
+    if "text" in launch:
         out.print(f"{indent}launch: {launch['text']}", highlight=False, soft_wrap=True)
         return
     for role in ("prefill", "decode"):

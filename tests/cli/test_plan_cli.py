@@ -93,6 +93,12 @@ def test_plan_disaggregated_searches_layouts_beside_the_aggregated_shapes(csa):
             assert s["devices"] == s["disaggregation"]["prefill"]["gpus"] + s["disaggregation"]["decode"]["gpus"]
             assert set(s["launch"]) == {"prefill", "decode"}
             assert '"kv_role":"kv_producer"' in s["launch"]["prefill"]["text"]
+    text = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+               "--device", "b200", "--tp", "2", "--max-dp", "2", "--requests", "300", "--disaggregated").out
+    assert "tp 1" not in text  # a layout (replayed or bounded out) is named by its roles, never its tp-1 point
+    for s in shapes:
+        if s["layout"] != "aggregated":
+            assert f"GPUs, {s['layout']}" in text or f"GPUs — {s['layout']}" in text
 
 
 def test_plan_without_disaggregated_keeps_its_grid(csa):
