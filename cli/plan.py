@@ -38,7 +38,8 @@ PARAMS = (
              "--max-dp too), GPUs counted over both roles; the answer carries each role's launch command "
              "(docs/disaggregation.md)."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
-        help="Data-parallel replicas up to this (1, 2, 4, ...)."),
+        help="Data-parallel replicas up to this (1, 2, 4, ...; every count with --disaggregated, and each "
+             "role's workers up to it)."),
     Opt(("--max-seq-len",), "max_seq_len", Kind.COUNT, help="The engines' context length [default: isl + osl]."),
     Opt(("--requests",), "requests", Kind.COUNT, help="Requests drawn [default: about 300 s of arrivals]."),
     Opt(("--step-time",), "step_time", Kind.CHOICE, choices=("physics", "measured", "fixed"), default="physics",
