@@ -34,6 +34,33 @@ def model_inputs(spec: Any) -> tuple[dict[str, Any], Any]:
                                              "give --step-time fixed for a YAML or ONNX model")
 
 
+def engine_formats(plan: Any) -> Any:
+    """The record widths the engine release really stores for V4.1, as ``roles.ReadFormats``: SGLang
+    0.5.23's pools (``engines/sglang/v41.py``), vLLM 0.33's KV specs (``v41_layer_specs``: a source's
+    ``self_attn`` records, its ``indexer.k_cache`` keys, a main layer's ``swa_cache`` rows); None where the
+    plan has no V4.1 pool (the descriptors' formats then stand, and the provenance says so)."""
+    from csa_plan.planner.steptime.roles import ReadFormats
+
+    specs = getattr(plan, "specs", None) if getattr(plan, "shared", False) else None
+    if specs:
+        def width(suffix: str, draft: bool = False) -> int | None:
+            return next((sp.state_content_bytes for sp in specs if sp.name.endswith(suffix) and sp.is_draft == draft),
+                        None)
+
+        rec, key, win = width(".self_attn"), width(".indexer.k_cache"), width(".swa_cache")
+        if None not in (rec, key, win):
+            return ReadFormats(rec, win, key, f"{plan.engine.name}'s KV specs ({rec} B records, {win} B windows, "
+                                              f"{key} B keys)")
+    v = getattr(plan, "v41", None)
+    if v is None:
+        return None
+    from csa_plan.planner.engines.sglang.v41 import LOW_RATIO_INDEX_BYTES
+
+    return ReadFormats(v.compressed.bytes_per_token, v.window.bytes_per_token, LOW_RATIO_INDEX_BYTES,
+                       f"{plan.engine.name}'s layouts ({v.compressed.name} records, {v.window.name} windows, "
+                       f"{LOW_RATIO_INDEX_BYTES} B FP4 keys; backend {v.backend})")
+
+
 def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
     """The step time of ``config.time.step_time`` for ``plan`` on ``config``'s deployment."""
     t = config.time
@@ -61,9 +88,16 @@ def step_time_for(spec: Any, config: Any, plan: Any) -> StepTime:
     from csa_plan.planner.weights.rules import rules_for
 
     rules = rules_for(plan.engine.name, settings.moe_runner_backend, gpu.capability, settings.shared_expert_tp1)
+    from csa_plan.planner.steptime.roles import engram_read, flat_config
+
+    from csa_plan.planner.cards import HOSTS
+
     draft, note = replay_drafts(plan, data)
+    p = config.placement  # simulate takes no Engram option: the release's default placement is what runs
+    engram = engram_read(flat_config(data), plan.engine.name, p.tp, p.dp, HOSTS.get(gpu.name))
     return physics_step_time(spec, data, inventory, gpu.name, config.placement, engine_family(plan),
-                             plan.engine.label(), rules, draft, note, moe_backend_of(plan, settings, gpu))
+                             plan.engine.label(), rules, draft, note, moe_backend_of(plan, settings, gpu),
+                             formats=engine_formats(plan), engram=engram)
 
 
 def moe_backend_of(plan: Any, settings: Any, gpu: Any) -> tuple[str | None, str]:

@@ -100,6 +100,9 @@ class ModelCost:
     draft: "DrafterCost | None" = None
     expert_token_flops: float = 0.0  # the routed experts' part of token_gemm_flops (what a MoE backend runs)  # the checkpoint's drafter (MTP / DSpark blocks) on the same rank
 
+    token_index_flops: float = 0.0  # candidate-bounded indexers per token, flat in the context (roles.py; V4.1)
+    engram_bytes_per_token: float = 0.0  # Engram rows a token looks up on the rank (roles.py; V4.1)
+    engram_bytes_s: float = 0.0  # the link those rows cross; 0: HBM
 
 @dataclass(frozen=True)
 class DrafterCost:
@@ -136,7 +139,7 @@ def rank_shape(rules: Any, placement: Any, experts: int) -> tuple[RankShape, Any
 
 
 def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any = None,
-               placement: Any = None) -> ModelCost:
+               placement: Any = None, formats: Any = None, engram: Any = None) -> ModelCost:
     """The costs of one rank running ``spec``'s main layers with the checkpoint's weights (``inventory``)
     under the engine's shard ``rules`` at ``placement``; without rules, one rank running the whole model.
 
@@ -144,8 +147,16 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
     the rank's group costs the rank its share, a replicated one (vLLM's and SGLang's fused wq_a+wkv,
     compressors, indexers, router) costs every rank all of it, for every token of the rank's attention
     group. Under DP attention the tokens of the ``dp`` ranks meet at the MoE: the shared experts split over
-    the whole group and the routed experts over EP see them all."""
+    the whole group and the routed experts over EP see them all.
+
+    A shared-state model (V4.1) is costed layer by layer from its roles (``roles.py``), its records at
+    ``formats`` (the engine's layouts; None: the descriptors'), its Engram lookups as ``engram``
+    (``roles.EngramRead``); Engram tables and the unattributed rest of a checkpoint (vision tower) are
+    not dense weights a step reads."""
+    from csa_plan.planner.steptime.roles import descriptor_formats, flat_config, is_shared, shared_terms
     from csa_plan.planner.weights.tensors import Role
+
+    config = flat_config(config)
 
     mains = [d for d in spec.layers if not d.is_mtp]
     if not mains:
@@ -169,7 +180,7 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
     d_dense = d_expert = d_flops = d_expert_params = head_bytes = head_flops = 0.0
     seen: dict[tuple[object, ...], tuple[int, int]] = {}
     for w in inventory.weights:
-        if w.role is Role.EMBED:
+        if w.role in (Role.EMBED, Role.ENGRAM, Role.UNATTRIBUTED):  # Engram: lookups (roles.py); the rest: vision tower
             continue
         params = math.prod(w.logical) * w.copies
         if w.role in (Role.EXPERT_W13, Role.EXPERT_W2):
@@ -209,7 +220,14 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
             head_flops += flops
     attn = pos_rep = pos_heads = req = ctx = 0.0
     indexer_split = 1 if g is None else g.indexer
-    for d in mains:
+    bounded = 0.0
+    for t in shared_terms(mains, formats) if is_shared(mains) else ():
+        attn += t.attn_flops
+        pos_rep += t.position_flops
+        bounded += t.bounded_flops
+        req += t.request_read_bytes
+        ctx += t.context_read_bytes
+    for d in () if is_shared(mains) else mains:
         qk = d.head_dim  # one latent KV head: scores and values both over head_dim
         rec = _record_bytes(d)
         attn += d.window * d.num_heads * qk * 4
@@ -237,7 +255,9 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
     draft = DrafterCost(layers=len(drafts), dense_bytes=int(d_dense + head_bytes), expert_bytes=int(d_expert),
                         token_flops=d_flops + head_flops + 2.0 * d_expert_params * d_k / d_experts / tp,
                         token_attn_flops=d_attn / tp,
-                        request_read_bytes=sum(d.window * _record_bytes(d) for d in drafts),
+                        request_read_bytes=sum(d.window * ((formats or descriptor_formats(d)).window_bytes
+                                                           if d.sharing is not None else _record_bytes(d))
+                                               for d in drafts),  # V4.1's DSpark windows at the engine's widths
                         comm_bytes_per_token=len(drafts) * hidden * 2 * (_ring(tp) + moe_ring))
     return ModelCost(layers=len(mains), dense_bytes=int(dense), expert_bytes=int(expert), experts=experts,
                      experts_per_token=k,
@@ -246,7 +266,10 @@ def model_cost(spec: Any, config: Mapping[str, Any], inventory: Any, rules: Any 
                      request_read_bytes=req, context_read_bytes=ctx,
                      comm_bytes_per_token=len(mains) * hidden * 2 * (_ring(tp) + moe_ring),
                      a2a_bytes_per_token=a2a, shape=shape, draft=draft,
-                     expert_token_flops=2.0 * expert_params * k / experts / tp)
+                     expert_token_flops=2.0 * expert_params * k / experts / tp,
+                     token_index_flops=bounded / indexer_split,
+                     engram_bytes_per_token=float(engram.bytes_per_token) if engram else 0.0,
+                     engram_bytes_s=float(engram.link_bytes_s or 0.0) if engram else 0.0)
 
 
 def basis_rows(cost: ModelCost, perf: CardPerf, draft: DraftPlan | None = None,
@@ -317,9 +340,11 @@ def _main_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
     return {
         "step": (1.0, 0, 0, 0, 0, 0, 0, q),
         "layer": (float(cost.layers), 0, 0, 0, 0, 0, 0, q),
-        "weights": (cost.dense_bytes / bw, 0, 0, 0, 0, 0, cost.expert_bytes / bw, q),
+        # the Engram tables are weights read by lookup: a token's rows, over HBM or the host link (roles.py)
+        "weights": (cost.dense_bytes / bw, cost.engram_bytes_per_token / (cost.engram_bytes_s or bw), 0, 0, 0, 0,
+                    cost.expert_bytes / bw, q),
         "state": (0, 0, 0, 0, cost.request_read_bytes / bw, cost.context_read_bytes / bw, 0, q),
-        "flops": (0, cost.token_gemm_flops / gemm + cost.token_attn_flops / bf16, 0,
+        "flops": (0, cost.token_gemm_flops / gemm + cost.token_attn_flops / bf16 + cost.token_index_flops / bf16, 0,
                   cost.position_flops / bf16, 0, cost.position_flops / bf16, 0, q),
         "prefill_flops": (0, 0, cost.token_gemm_flops / gemm, 0, 0, 0, 0, q),
         "prefill_positions": (0, 0, 0, cost.position_flops / bf16, 0, 0, 0, q),
@@ -369,12 +394,16 @@ def fitted_beta(engine: str, family: str) -> tuple[dict[str, float], str, str]:
 
 def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card_name: str, placement: Any,
                       engine: str, engine_label: str, rules: Any = None, draft: DraftPlan | None = None,
-                      draft_note: str = "", moe_backend: tuple[str | None, str] = (None, "")) -> StepTime:
+                      draft_note: str = "", moe_backend: tuple[str | None, str] = (None, ""), formats: Any = None,
+                      engram: Any = None) -> StepTime:
     """The physics step time of one rank of ``placement`` (a ``Placement``, or a TP size) on ``card_name``
     under ``engine`` (vllm | sglang), each rank costed by the engine release's shard ``rules`` (None: the
     rules of vLLM 0.33 / SGLang 0.5.23); ``draft``: the speculative method the replay runs (its drafter
     passes and verify pass, ``draft_rows``); ``draft_note``: what the provenance says of drafts;
-    ``moe_backend``: (its term's key or None, the backend as the engine spells it)."""
+    ``moe_backend``: (its term's key or None, the backend as the engine spells it). A shared-state model
+    (V4.1) is costed by its layers' roles (``roles.py``) with the engine's record ``formats`` and ``engram``
+    lookups; its band is V4's, carried: no published V4.1 row is fitted (``roles.SHARED_BAND`` says so,
+    and the gap on the rows found)."""
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.weights.rules import RULES
 
@@ -387,15 +416,25 @@ def physics_step_time(spec: Any, config: Mapping[str, Any], inventory: Any, card
         placement = Placement(tp=placement)
     if rules is None:
         rules = RULES["sglang-0.5.23" if engine == "sglang" else "vllm-0.33"]
-    cost = model_cost(spec, config, inventory, rules, placement)
+    cost = model_cost(spec, config, inventory, rules, placement, formats, engram)
     beta, fitted, band = fitted_beta(engine, perf.family)
     key, spelled = moe_backend
     moe_note, fitted_term = moe_backend_note(key, spelled, engine, perf.family)
     c = linear_model(basis_rows(cost, perf, draft, key if fitted_term else None), beta)
     devices = placement.tp * placement.dp
     drafts = f"; drafts: {draft.label()}" if draft is not None else ""
+    roles = ""
+    from csa_plan.planner.steptime.roles import SHARED_BAND, descriptor_formats, is_shared
+
+    if is_shared(spec.layers):
+        fmt = "; records: " + (formats.source if formats is not None else
+                               descriptor_formats(next(d for d in spec.layers if d.sharing is not None)).source
+                               + ", the engine's own widths not modelled")
+        roles = (f"; each layer costed by its role (kv sources, index sources, readers){fmt}"
+                 f"{'; ' + engram.label if engram is not None else ''}")
+        band = f"{SHARED_BAND}: {band}"
     provenance = (f"roofline on {card_name} x{devices} ({perf.family}; a rank: {cost.shape.label()}{drafts}"
-                  f"{draft_note}; {moe_note}), {fitted}; "
+                  f"{draft_note}; {moe_note}), {fitted}{roles}; "
                   f"replaying {engine_label}")
     return StepTime(20.0, 10_000.0, linear=c, source=StepSource.PHYSICS, provenance=provenance, band=band)
 
