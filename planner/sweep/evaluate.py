@@ -188,7 +188,7 @@ def _disaggregated_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: 
                                                           "disaggregation (docs/disaggregation.md)")
     for role in ("prefill", "decode"):
         r = point.role_point(role)
-        skip = static_skip(r, bounds, constraints, source)
+        skip = _role_skip(r, bounds, constraints, source)
         if skip is not None:
             return Skip(point.key, skip.reason, f"{role} worker (tp {r.tp}): {skip.detail}")
     try:
@@ -196,6 +196,12 @@ def _disaggregated_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: 
     except BadInput as exc:
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{exc.field}: {exc.problem}")
     return None
+
+
+@lru_cache(maxsize=256)
+def _role_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints, source: str) -> Skip | None:
+    """``static_skip`` of a role's worker, once per worker shape: a grid of layouts names each a hundred times."""
+    return static_skip(point, bounds, constraints, source)
 
 
 def transfer_link(point: SweepPoint) -> tuple[Any, float]:
