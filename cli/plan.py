@@ -32,8 +32,14 @@ PARAMS = (
         help="An engine option searched over these values (repeatable): max_num_seqs=64,128,256, "
              "num_speculative_tokens=0,1,2 (MTP off and on), expert_parallel=false,true (EP over every GPU), replicas=1,2 (independent servers behind a router); "
              "each shape runs with each combination."),
+    Opt(("--disaggregated",), "disaggregated", Kind.FLAG, default=False,
+        help="Also search prefill/decode disaggregated layouts (xPyD: every prefill tp x decode tp from --tp, "
+             "each role 1, 2, 3 ... up to --max-dp workers; the aggregated dp then takes every count up to "
+             "--max-dp too), GPUs counted over both roles; the answer carries each role's launch command "
+             "(docs/disaggregation.md)."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,
-        help="Data-parallel replicas up to this (1, 2, 4, ...)."),
+        help="Data-parallel replicas up to this (1, 2, 4, ...; every count with --disaggregated, and each "
+             "role's workers up to it)."),
     Opt(("--max-seq-len",), "max_seq_len", Kind.COUNT, help="The engines' context length [default: isl + osl]."),
     Opt(("--requests",), "requests", Kind.COUNT, help="Requests drawn [default: about 300 s of arrivals]."),
     Opt(("--step-time",), "step_time", Kind.CHOICE, choices=("physics", "measured", "fixed"), default="physics",
@@ -45,7 +51,7 @@ PARAMS = (
 @bad_input_exits
 def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_p99: str | None,
          tpot_p99: str | None, max_wait: str | None, devices: tuple[str, ...], engines: tuple[str, ...],
-         tps: tuple[int, ...] | None, settings: tuple[str, ...], search: tuple[str, ...], max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
+         tps: tuple[int, ...] | None, settings: tuple[str, ...], search: tuple[str, ...], disaggregated: bool, max_dp: int, max_seq_len: int | None, requests: int | None, step_time: str,
          as_json: bool) -> int:
     """The fewest GPUs, per card, that serve REQUESTS/s of ISL-in, OSL-out traffic within the TTFT and
     TPOT p99 bounds, in steady state: each card x engine x tp x dp shape is replayed through the engine's
@@ -74,7 +80,7 @@ def plan(model: str, rate: float | None, isl: int | None, osl: int | None, ttft_
                       tuple(devices) or DEFAULT_DEVICES, tuple(engines) or ("vllm-0.33",),
                       tuple(tps) if tps else DEFAULT_TPS, max_dp, max_seq_len, requests, step_time,
                       settings=tuple(parse_setting(t) for t in settings),
-                      search=tuple(parse_search(t) for t in search))
+                      search=tuple(parse_search(t) for t in search), disaggregated=disaggregated)
     outcome = run_plan(req, lambda label, total: progress_bar(consoles.err if show else None, show, label, total))
     emit(consoles, outcome.report, as_json, render_plan)
     return int(outcome.exit_code)
@@ -88,6 +94,33 @@ def _settings(shape: dict[str, Any]) -> str:
     ep = ", expert parallel" if shape.get("expert_parallel") else ""
     ep += f", x{shape['replicas']} servers behind a router" if (shape.get("replicas") or 1) > 1 else ""
     return ep + "".join(f", {k}={v}" for k, v in (shape.get("settings") or {}).items())
+
+
+def _shape(s: dict[str, Any]) -> str:
+    """``tp 8, dp 2`` for an aggregated shape, ``1P tp8 + 2D tp8`` for a disaggregated one."""
+    return f"tp {s['tp']}, dp {s['dp']}" if s.get("layout", "aggregated") == "aggregated" else s["layout"]
+
+
+def _transfer(s: dict[str, Any]) -> str:
+    """A disaggregated shape's transfers in brief (its link, seconds and bytes per request, p50 / p99)."""
+    d = s.get("disaggregation")
+    if d is None:
+        return ""
+    t = d["transfer"]
+    sec = " / ".join("-" if v is None else f"{v * 1000:,.1f}" for v in (t["seconds_p50"], t["seconds_p99"]))
+    byt = " / ".join("-" if v is None else f"{v:,}" for v in (t["bytes"]["p50"], t["bytes"]["p99"]))
+    return f"KV transfer over {d['link']} (line rate): {sec} ms, {byt} B a request (p50 / p99)"
+
+
+def _launches(out: Any, s: dict[str, Any], indent: str) -> None:
+    launch = s.get("launch")
+    if not launch:
+        return
+    if "text" in launch:
+        out.print(f"{indent}launch: {launch['text']}", highlight=False, soft_wrap=True)
+        return
+    for role in ("prefill", "decode"):
+        out.print(f"{indent}launch {role}: {launch[role]['text']}", highlight=False, soft_wrap=True)
 
 
 def render_plan(out: Any, r: dict[str, Any]) -> None:
@@ -106,28 +139,30 @@ def render_plan(out: Any, r: dict[str, Any]) -> None:
     if a is None:
         out.print(f"[bold red]no card and shape in the grid serve it[/bold red] (exit {r['exit_code']})")
     else:
-        out.print(f"[bold]answer:[/bold] {a['devices']} x {a['device']} — tp {a['tp']}, dp {a['dp']}, {a['engine']}"
+        out.print(f"[bold]answer:[/bold] {a['devices']} x {a['device']} — {_shape(a)}, {a['engine']}"
                   + _settings(a) + " "
                   f"(TTFT p99 {a['ttft_p99_s']:.3f} s, TPOT p99 {_ms(a['tpot_p99_s'])}) (exit {r['exit_code']})",
                   highlight=False)
-        if a.get("launch"):
-            out.print(f"  launch: {a['launch']['text']}", highlight=False, soft_wrap=True)
+        if a.get("disaggregation"):
+            out.print(f"  {_transfer(a)}", highlight=False)
+        _launches(out, a, "  ")
     for c in r["cards"]:
         b = c["answer"]
         if b is None:
             out.print(f"  {c['device']}: no shape tried serves it", highlight=False)
         else:
-            out.print(f"  {c['device']}: {b['devices']} GPUs — tp {b['tp']}, dp {b['dp']}{_settings(b)} (TTFT p99 "
+            out.print(f"  {c['device']}: {b['devices']} GPUs — {_shape(b)}{_settings(b)} (TTFT p99 "
                       f"{b['ttft_p99_s']:.3f} s, TPOT p99 {_ms(b['tpot_p99_s'])})", highlight=False)
-            if b.get("launch"):
-                out.print(f"    launch: {b['launch']['text']}", highlight=False, soft_wrap=True)
+            if b.get("disaggregation"):
+                out.print(f"    {_transfer(b)}", highlight=False)
+            _launches(out, b, "    ")
             if b.get("steady"):
                 out.print(f"    {b['steady']}", highlight=False)
         for s in c["runners_up"]:
             why = "; ".join(s["violations"]) or ("serves it too, at the same count" if s["feasible"] else "")
             if s["steady"].startswith("trace too short"):  # say what was seen: lifetimes against the arrivals
                 why = s["steady"]
-            out.print(f"    {s['devices']:>3} GPUs, tp {s['tp']}, dp {s['dp']}{_settings(s)}: {why}", highlight=False)
+            out.print(f"    {s['devices']:>3} GPUs, {_shape(s)}{_settings(s)}: {why}", highlight=False)
     skipped = r["skipped"]
     if skipped:
         out.print(f"  skipped before replaying: {len(skipped)} shapes (e.g. {skipped[0]['reason']}: "

@@ -73,6 +73,15 @@ def render_sweep(out: Console, report: dict[str, Any], top: int = 10, plot_note:
                           f"{rt['preemptions']:,} preemptions of {rt['preempted_requests']:,} requests "
                           f"({rt['tokens_recomputed']:,} tokens recomputed), TTFT p99 {ttft}, "
                           f"peak {rt['peak_units']:,} of {rt['usable_units']:,} {esc(rt['unit'])}s", highlight=False)
+                d = r.get("disaggregation")
+                if d:
+                    t = d["transfer"]
+                    sec = " / ".join("-" if v is None else f"{v * 1000:,.1f}" for v in (t["seconds_p50"],
+                                                                                     t["seconds_p99"]))
+                    out.print(f"      {esc(d['layout'])}: KV transfer over {esc(d['link'])} (line rate) {sec} ms, "
+                              f"{t['bytes']['p50'] or 0:,} / {t['bytes']['p99'] or 0:,} B a request (p50 / p99); "
+                              f"prefill peak with the held blocks {t['prefill_peak_units_with_transfer_hold']:,} of "
+                              f"{d['prefill']['usable_units']:,}", highlight=False)
                 if r.get("steady"):
                     out.print(f"      at the sustainable rate: {esc(r['steady'])}", highlight=False)
     infeasible = [r for r in report["results"] if not r["feasible"]]
@@ -98,8 +107,12 @@ def render_sweep_head(out: Console, report: dict[str, Any]) -> None:
                    f"(rate scale {h['sustainable_rate_scale']:,.4g})")
         out.print(f"[bold]answer:[/bold] {h['answer_label']} — {plural(h['devices'], 'device')}, {how} "
                   f"(exit {h['exit_code']})", highlight=False)
-        if h.get("launch"):
-            out.print(f"  launch: {h['launch']['text']}", highlight=False, soft_wrap=True)
+        launch = h.get("launch")
+        if launch and "text" in launch:
+            out.print(f"  launch: {launch['text']}", highlight=False, soft_wrap=True)
+        elif launch:  # a disaggregated answer: each role's command
+            for role in ("prefill", "decode"):
+                out.print(f"  launch {role}: {launch[role]['text']}", highlight=False, soft_wrap=True)
         fit = h["fit"]
         if fit is not None:
             from csa_plan.cli.format import fit_line

@@ -14,6 +14,12 @@ not replayed and says so. A replay stops as soon as a bound is decided, and a sh
 stops once its TPOT p99 is decided above the found shape's (``sweep/evaluate.py`` ``early_exit``,
 ``replay/early_exit.py``): it could not be preferred. The answer per card is the fewest GPUs, the shape
 and its launch command; the shapes run before it say why they lose.
+
+With ``--disaggregated`` the grid also holds prefill/decode layouts (``sweep``'s ``disaggregation`` axis: every
+prefill tp x decode tp from ``--tp``, each role 1, 2, 3 ... up to ``--max-dp`` workers; the aggregated dp then
+takes every count up to ``--max-dp`` too, so a layout's GPU count has its aggregated peers), counted by both roles'
+GPUs together and judged by the same steady rule at the same rate and bounds; the answer then carries each
+role's launch command.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class PlanRequest:
     seed: int = 1
     settings: tuple[tuple[str, Any], ...] = ()  # engine options every shape runs with (--setting NAME=VALUE)
     search: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # engine options searched (--search NAME=V1,V2,...)
+    disaggregated: bool = False  # --disaggregated: prefill/decode layouts (xPyD) searched beside the aggregated shapes
 
 
 # What a searched engine option changes in the replay (issue 45 item 3: no silent no-op axis). The step
@@ -175,6 +182,8 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     while d <= req.max_dp:
         dps.append(d)
         d *= 2
+    if req.disaggregated:  # every count up to --max-dp: a layout's GPU count (8 + 2 x 8) has its aggregated peer
+        dps = list(range(1, req.max_dp + 1))
     import itertools
 
     searched = [(n, v) for n, v in req.search if n not in GRID_AXES]
@@ -194,10 +203,15 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
     if req.tpot_p99_s is not None:
         cons["tpot_p99_max_ms"] = req.tpot_p99_s * 1000
     length = req.max_seq_len or req.isl + req.osl
+    layouts: list[Any] = [None]
+    if req.disaggregated:  # every prefill tp x decode tp, each role 1, 2, 3 ... up to --max-dp workers
+        layouts += [{"prefill_workers": pw, "prefill_tp": pt, "decode_workers": dw, "decode_tp": dt}
+                    for pt in req.tps for dt in req.tps for pw in dps for dw in dps]
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
                      "max_seq_len": length, "engine": list(req.engines),
-                     "settings": [c or None for c in combos], "expert_parallel": ep, "replicas": replicas},
+                     "settings": [c or None for c in combos], "expert_parallel": ep, "replicas": replicas,
+                     "disaggregation": layouts},
             "objective": "fewest_devices", "constraints": cons, "time": {"step_time": req.step_time},
             "search": {"min_scale": 1.0, "max_scale": 1.000001}}  # the target rate alone: one steady probe
     return mix, spec
@@ -258,7 +272,8 @@ def run_plan(req: PlanRequest, progress: Callable[[str, int], Any]) -> PlanOutco
                         r = evaluate(task)
                     results.append((p, r))
                     done += 1
-                    tick(done, total, f"planning: {device} {engine} tp {p.tp} dp {p.dp}")
+                    shape = f"tp {p.tp} dp {p.dp}" if p.disaggregation is None else p.layout_label
+                    tick(done, total, f"planning: {device} {engine} {shape}")
                     if r.feasible:
                         found = p.devices
                         beat = (r.runtime.tpot_p99_s or 0.0, r.runtime.ttft_p99_s or 0.0) if r.runtime else None

@@ -168,3 +168,38 @@ def launch_argv(engine: str, model: str, tp: int, dp: int = 1, max_seq_len: int 
         else:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return Launch(engine, tuple(argv), tuple(unexpressed), tuple(env), replicas)
+
+
+# The role flags of a disaggregated deployment, as each release's parser spells them. vLLM 0.33: one JSON option,
+# ``--kv-transfer-config`` (engine/arg_utils.py:1881) read into KVTransferConfig (config/kv_transfer.py:60-73:
+# ``kv_connector``, ``kv_role`` one of kv_producer / kv_consumer / kv_both); the NIXL connector is registered as
+# "NixlConnector" (distributed/kv_transfer/kv_connector/factory.py:178) and asks for kv_producer on prefill
+# instances and kv_consumer on decode ones (kv_both is deprecated there: nixl/connector.py:97-103).
+# SGLang 0.5.23: ``--disaggregation-mode prefill|decode`` and ``--disaggregation-transfer-backend`` (its default,
+# mooncake, written out: srt/arg_groups/fields/disagg.py:55-71).
+VLLM_KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+SGLANG_TRANSFER_BACKEND = "mooncake"
+
+
+def disaggregated_launch(engine: str, model: str, roles: Any, max_seq_len: int | None = None,
+                         settings: Any = None) -> dict[str, Launch] | None:
+    """Each role's command (``roles``: ``serving.disaggregation.Disaggregation``): the aggregated command of one
+    worker of that role's tp (``launch_argv``), started ``workers`` times, with the role's connector flags. A
+    router that sends each request to a prefill and then a decode worker sits in front (vLLM's NIXL proxy, Dynamo
+    or llm-d; SGLang's ``sglang_router --pd-disaggregation``): it is no engine flag and is not written."""
+    import json
+
+    fam = family(engine)
+    if fam is None:
+        return None
+    out = {}
+    for name in ("prefill", "decode"):
+        role = getattr(roles, name)
+        base = launch_argv(engine, model, role.tp, 1, max_seq_len, settings, replicas=role.workers)
+        if fam == "vllm":
+            extra = ("--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector",
+                                                         "kv_role": VLLM_KV_ROLE[name]}, separators=(",", ":")))
+        else:
+            extra = ("--disaggregation-mode", name, "--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND)
+        out[name] = Launch(base.engine, base.argv + extra, base.unexpressed, base.env, role.workers)
+    return out

@@ -24,6 +24,11 @@ def _label(point: dict[str, Any], axes: list[str]) -> str:
     parts = []
     for a in axes:
         value = point[a]
+        if a == "disaggregation":  # layout aggregated | layout 1P tp8 + 2D tp8
+            parts.append(f"layout {value or 'aggregated'}")
+            continue
+        if point.get("disaggregation") and a in ("tp", "pp", "dp", "replicas"):
+            continue  # each role names its shape (the layout)
         if a == "model" and isinstance(value, str) and "/" in value:
             value = value.rsplit("/", 1)[-1]
         missing = {"engine": "exact (no engine)", "step_time": "the spec's", "settings": "defaults"}.get(a, "model")
@@ -56,6 +61,11 @@ def _launch(p) -> dict[str, Any] | None:
 
     if p.engine is None:
         return None
+    if p.disaggregation is not None:  # each role's command: launch.prefill, launch.decode
+        from csa_plan.planner.engines.launch import disaggregated_launch
+
+        roles = disaggregated_launch(p.engine, p.model, p.disaggregation, p.max_seq_len, p.engine_settings)
+        return None if roles is None else {name: x.as_dict() for name, x in roles.items()}
     launch = launch_argv(p.engine, p.model, p.tp, p.dp, p.max_seq_len, p.engine_settings)
     return None if launch is None else launch.as_dict()
 

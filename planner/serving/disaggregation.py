@@ -75,6 +75,12 @@ class Disaggregation:
     def gpus(self) -> int:
         return self.prefill.gpus + self.decode.gpus
 
+    @property
+    def label(self) -> str:
+        """``1P tp8 + 2D tp8`` (xPyD, each role's TP), with the link when one is named."""
+        text = f"{self.prefill.workers}P tp{self.prefill.tp} + {self.decode.workers}D tp{self.decode.tp}"
+        return text if self.link is None else f"{text} over {self.link}"
+
 
 from csa_plan.planner.cards import default_link  # noqa: E402,F401  (its home: the link table; pipeline stages use it too)
 
@@ -241,14 +247,20 @@ class DisaggregatedRun:
 def serve_disaggregated(prefill: "RuntimeSetup", decode: "RuntimeSetup", wl: "Workload", rate_scale: float,
                         link_bytes_s: float) -> DisaggregatedRun:
     """The workload through the prefill pool, the link and the decode pool (module docstring)."""
+    from csa_plan.planner.replay.trace import runtime_trace
+
+    return serve_disaggregated_trace(prefill, decode, runtime_trace(wl, rate_scale), link_bytes_s)
+
+
+def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", trace: Any,
+                              link_bytes_s: float) -> DisaggregatedRun:
+    """A runtime trace (``replay.trace.runtime_trace``) through the prefill pool, the link and the decode pool."""
     import numpy as np
 
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.replay.protocol import RuntimeTrace
-    from csa_plan.planner.replay.trace import runtime_trace
     from csa_plan.planner.serving.replicas import merge_replicas
 
-    trace = runtime_trace(wl, rate_scale)
     n = len(trace)
     ones = np.ones(n, dtype=np.int64)
     ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
@@ -397,3 +409,46 @@ def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, dec
         raise BadInput(source, missing.split("/")[0], f"{have} without the other role: add {missing}")
     return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1), Role(decode_workers or 1, decode_tp or 1),
                           link)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The two pools and the link as one served deployment: called with a runtime trace, it returns the client's
+    result (``serve_disaggregated_trace``). ``serve.serve_trace`` calls it for a setup that carries it, so the
+    one rate search and steady probe (``serve.runtime_capacity``, ``serve.steady_probe``) judge a disaggregated
+    deployment exactly as they judge one pool."""
+
+    prefill: "RuntimeSetup"
+    decode: "RuntimeSetup"
+    link_bytes_s: float
+
+    def __call__(self, trace: Any) -> "RuntimeResult":
+        return serve_disaggregated_trace(self.prefill, self.decode, trace, self.link_bytes_s).result
+
+
+def composed_setup(prefill: "RuntimeSetup", decode: "RuntimeSetup", link_bytes_s: float) -> "RuntimeSetup":
+    """The setup the rate search and the reports take for a disaggregated deployment: the decode pool's plan,
+    sizing and clock (what the client's TPOT, blocks in use and unit are), every GPU of both roles as its
+    devices (``plan_devices``; one replica), and the composition that serves a trace."""
+    return replace(decode, dp=1, plan_devices=prefill.devices + decode.devices, max_concurrency=None,
+                   composed=Composition(prefill, decode, link_bytes_s))
+
+
+def transfer_figures(run: DisaggregatedRun) -> dict[str, Any]:
+    """The transfers of a run in brief (a sweep row, a plan answer): requests moved, bytes per request over all
+    ranks (integers: p50, p99, max, total) and seconds on the link (p50, p99), the link wait (p99), the prefill
+    pool's peak with the held blocks and whether it stays within the pool."""
+    import numpy as np
+
+    from csa_plan.planner.serving.report import quantiles
+
+    t = run.transfers
+    sent = np.asarray(t.end_ns, dtype=np.int64) >= 0
+    secs = quantiles(np.asarray(t.end_ns, dtype=np.int64)[sent] - np.asarray(t.start_ns, dtype=np.int64)[sent])
+    wait = quantiles(np.asarray(t.start_ns, dtype=np.int64)[sent]
+                     - np.asarray(run.prefill.finished_ns, dtype=np.int64)[sent])
+    total = np.asarray(t.bytes_total, dtype=np.int64)[sent]
+    return {"requests": int(sent.sum()), "bytes": _int_quantiles(total), "bytes_total": int(total.sum()),
+            "seconds_p50": secs.p50_s, "seconds_p99": secs.p99_s, "link_wait_p99_s": wait.p99_s,
+            "link_bytes_s_per_gpu": t.link_bytes_s, "prefill_peak_units_with_transfer_hold": run.prefill_hold_peak_units,
+            "transfer_hold_fits": run.prefill_hold_peak_units <= int(run.prefill.usable_units)}

@@ -16,7 +16,7 @@ within their bounds where given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from csa_plan.planner.errors import BadInput
@@ -48,6 +48,11 @@ class RuntimeSetup:
     host_tier: Any = None  # engines.host_tier.HostTier: a host KV tier beneath the prefix cache
     pipeline: Any = None  # replay.pipeline.PipelineTiming: --pp above 1 (serving/pipeline.py)
     pipeline_link: Any = None  # cards.Link of the stage boundary
+    # A deployment of several pools served as one (prefill/decode disaggregation): a callable taking the runtime
+    # trace and returning the client's result, handed down by serving/disaggregation.py (``composed_setup``) so the
+    # rate search and the steady probe run it as they run one pool. ``plan`` and ``sizing`` are then its decode
+    # pool's, ``plan_devices`` every GPU of both roles.
+    composed: Any = field(default=None, compare=False, hash=False)
 
     @property
     def devices(self) -> int:
@@ -122,8 +127,12 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
 def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, stop: Any = None) -> "RuntimeResult":
     """``trace`` replayed through the engine's own scheduler, one replay per replica (``serve``); ``stop``
     counts over the whole deployment (each replica's final counts carried into the next one's checks).
-    A closed-loop client refuses it (its arrivals are set as it runs): it is replayed in full."""
+    A closed-loop client refuses it (its arrivals are set as it runs): it is replayed in full. A composed
+    deployment's pools (disaggregated roles) go through its composition, replayed in full."""
     from dataclasses import replace
+
+    if setup.composed is not None:
+        return setup.composed(trace)
 
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.serving.replicas import replay_replicas

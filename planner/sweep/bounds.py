@@ -40,6 +40,7 @@ class Bound:
     rate_per_replica_per_s: float
     drafts: int
     terms: tuple[tuple[str, float], ...]
+    who: str = "a replica"  # whose busy time: a disaggregated point bounds each role's worker apart
 
     @property
     def infeasible(self) -> bool:
@@ -47,13 +48,13 @@ class Bound:
 
     def line(self) -> str:
         top = ", ".join(f"{name} {s:.3g} s" for name, s in sorted(self.terms, key=lambda t: -t[1])[:3])
-        return (f"bound: a replica needs at least {self.busy_s_per_s:.3g} s of steps a second at "
+        return (f"bound: {self.who} needs at least {self.busy_s_per_s:.3g} s of steps a second at "
                 f"{self.rate_per_replica_per_s:.4g} req/s ({top}; at most {self.max_batch} running, "
                 f"{1 + self.drafts} tokens a step each) > 1 s: not replayed")
 
 
 def busy_bound(setup: Any, rate_per_s: float, mean_isl: float, mean_osl: float, min_isl: int,
-               mean_positions: float) -> Bound | None:
+               mean_positions: float, who: str = "a replica") -> Bound | None:
     """The lower bound on one replica's busy seconds per second at ``rate_per_s`` for the deployment
     (``serving.serve.RuntimeSetup``); None when the clock's form gives none (no linear coefficients)."""
     time, sizing, plan = setup.time, setup.sizing, setup.plan
@@ -73,7 +74,7 @@ def busy_bound(setup: Any, rate_per_s: float, mean_isl: float, mean_osl: float, 
                  "prefill": (c[2], lam * mean_isl), "positions": (c[3], lam * mean_positions),
                  "decode requests": (c[4], decoded), "decode context": (c[5], decoded * min_isl)}
         terms = tuple((name, coef * amount) for name, (coef, amount) in parts.items() if coef > 0)
-    return Bound(sum(s for _, s in terms), max_batch, lam, k, terms)
+    return Bound(sum(s for _, s in terms), max_batch, lam, k, terms, who)
 
 
 def drafts(plan: Any) -> int:

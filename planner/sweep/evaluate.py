@@ -109,6 +109,8 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     from csa_plan.planner.plan import PlanOptions, plan_model
     from csa_plan.planner.reserve import reserved_tokens
 
+    if point.disaggregation is not None:
+        return _disaggregated_skip(point, bounds, constraints, source)
     spec = load_point_model(point.model, point.max_seq_len)
     try:
         split_stages(spec.num_main_layers, spec.num_mtp_layers, point.pp)
@@ -172,6 +174,48 @@ def static_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constrai
     return None
 
 
+def _disaggregated_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints,
+                        source: str) -> Skip | None:
+    """A disaggregated point is skipped for what skips either role's worker as an aggregated point (its split,
+    its memory, a request it can never hold: ``static_skip`` of ``role_point``), for a link its cards cannot
+    have, and for what the composition does not model (expert parallelism per role); a point without an
+    engine has no prefill and decode instances to replay."""
+    if point.engine is None:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "disaggregation replays an engine's prefill and decode "
+                                                          "instances: an engine point (engine: null has none)")
+    if point.expert_parallel:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "expert parallelism per role is not modelled with "
+                                                          "disaggregation (docs/disaggregation.md)")
+    for role in ("prefill", "decode"):
+        r = point.role_point(role)
+        skip = _role_skip(r, bounds, constraints, source)
+        if skip is not None:
+            return Skip(point.key, skip.reason, f"{role} worker (tp {r.tp}): {skip.detail}")
+    try:
+        transfer_link(point)
+    except BadInput as exc:
+        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{exc.field}: {exc.problem}")
+    return None
+
+
+@lru_cache(maxsize=256)
+def _role_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: Constraints, source: str) -> Skip | None:
+    """``static_skip`` of a role's worker, once per worker shape: a grid of layouts names each a hundred times."""
+    return static_skip(point, bounds, constraints, source)
+
+
+def transfer_link(point: SweepPoint) -> tuple[Any, float]:
+    """The disaggregated point's link and its bytes/s per GPU, as ``simulate --transfer-link`` resolves it
+    (``cards.link``; the default: NVLink when both roles fit one NVLink domain, else ib-ndr)."""
+    from csa_plan.planner.cards import card, default_link, link
+    from csa_plan.planner.engines.settings import target_of
+
+    d = point.disaggregation
+    c = card(target_of(_card_settings(point.memory_bytes, point.engine, 1, point.engine_settings))[0].name)
+    domain = c.perf.link_domain if c.perf is not None else 1
+    return link(d.link or default_link(d.gpus, domain), c, d.gpus, field="grid.disaggregation.transfer_link")
+
+
 def split_problem(point: SweepPoint, tp: int, dp: int, expert_parallel: bool | None = None) -> str | None:
     """The engine's shard rules' refusal of ``tp`` x ``dp`` for the point's model and engine (the divisibility
     rules: heads over attention ranks, ``moe_intermediate_size`` over MoE ranks, the MXFP4 runner's 128
@@ -223,9 +267,17 @@ def _engine_skip(spec: "ModelSpec", point: SweepPoint, max_seq_len: int, constra
     from csa_plan.planner.engines.engine import EngineRefused
     from csa_plan.planner.engines.registry import get_engine
 
-    if point.pp > 1:  # as simulate --engine: an engine's pool is sized from every layer on one stage
-        return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
-                    f"{point.engine} is modelled with one pipeline stage (pp 1), not {point.pp}")
+    if point.pp > 1:  # each stage's pool (serving/pipeline.py), as simulate --engine --pp sizes it
+        if not point.reserved.budget:
+            return Skip(point.key, SkipReason.BAD_DEPLOYMENT,
+                        f"{point.engine} with {point.pp} pipeline stages sizes each stage's pool from its own device "
+                        f"budget: reserved must be budget, not {point.reserved.label}")
+        try:
+            pipeline_pools_of(point)
+        except BadInput as exc:
+            return Skip(point.key, SkipReason.BAD_DEPLOYMENT, f"{exc.field}: {exc.problem}")
+        except EngineRefused as exc:
+            return Skip(point.key, SkipReason.PLAN_REFUSED, f"EngineRefused: {exc.refusal.message}")
     model = get_engine(point.engine)
     foreign = [name for name, _ in point.settings if name not in model.options]
     if foreign:
@@ -278,6 +330,8 @@ def evaluate(task: Task) -> PointResult:
     ctx, p = task.context, task.point
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
     spec = load_point_model(p.model, p.max_seq_len)
+    if p.disaggregation is not None:
+        return _disaggregated_point(ctx, p, wl, spec)
     config = _sim_config(ctx, p)
     if config.engine is not None:
         runtime = _runtime_point(ctx, p, wl, spec, config, task.early_exit, task.beat)
@@ -304,8 +358,39 @@ def evaluate(task: Task) -> PointResult:
         feasible=not violations, violations=violations, steady=_steady_note(cap))
 
 
+@lru_cache(maxsize=64)
+def pipeline_pools_of(p: SweepPoint):
+    """An engine point's pipeline stages (pp above 1): each stage's pool from its own layers and its device
+    budget (``serving.pipeline.pipeline_pools``, the budget ``check``/``simulate --engine --pp`` use). BadInput
+    or EngineRefused pass to the caller."""
+    from csa_plan.planner.budget.deployment import Deployment, card_settings, deployment_budget
+    from csa_plan.planner.placement import Placement
+    from csa_plan.planner.serving.pipeline import pipeline_pools
+
+    spec = load_point_model(p.model, p.max_seq_len)
+    length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
+    budget = deployment_budget(p.model, p.memory_bytes, Deployment(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep,
+                                                                   reserved_bytes=p.reserved.runtime_bytes),
+                               length, p.engine, card_settings(p.engine_settings, p.memory_bytes), search=False,
+                               placement=Placement(tp=p.tp, pp=p.pp, dp=p.dp, router=p.router, ep=p.ep))
+    if budget is None or not budget.fits:
+        raise BadInput("sweep spec", "grid.pp", f"{p.pp} stages of tp {p.tp}: the weights do not fit the stages")
+    return pipeline_pools(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp, p.engine_settings), length,
+                          budget)
+
+
 def _sim_config(ctx: Context, p: SweepPoint):
-    """The point as ``simulate`` runs it: one construction for the replay and the bound."""
+    """The point as ``simulate`` runs it: one construction for the replay and the bound (an engine point with
+    pipeline stages carries each stage's pool, ``pipeline_pools_of``)."""
+    from dataclasses import replace
+
+    config = _base_config(ctx, p)
+    if p.engine is not None and p.pp > 1:
+        config = replace(config, engine=replace(config.engine, pipeline=pipeline_pools_of(p)))
+    return config
+
+
+def _base_config(ctx: Context, p: SweepPoint):
     from csa_plan.planner.placement import Placement
     from csa_plan.planner.reserve.engine_run import EngineRun
     from csa_plan.planner.reserve import SimConfig, TimeModel
@@ -340,13 +425,89 @@ def point_bound(task: Task):
     if p.engine is None:
         return None
     wl = load_context_workload(ctx.workload, ctx.sort, ctx.seed)
-    setup = _setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p), p)
-    if not setup.plan.runtime_modelled or not len(wl):
+    if not len(wl):
         return None
     isl = wl.prompt_tokens.astype(float)
     rate = WorkloadBounds.of(wl).base_rate_per_s * p.rate_scale
-    return busy_bound(setup, rate, float(isl.mean()), float(wl.output_tokens.mean()), int(isl.min()),
-                      float((isl * (isl + 1) / 2).mean()))
+    positions = float((isl * (isl + 1) / 2).mean())
+    if p.disaggregation is not None:
+        # each role's work alone, counted low: the prefill pool computes every prompt (its one output token comes
+        # from the prompt's last step: no decode counted); the decode pool computes each prompt's last token and
+        # decodes the other output tokens over contexts of at least the shortest prompt (the loaded prompt costs
+        # no step time, so neither its tokens nor their positions are counted)
+        prefill, decode = _role_setups(ctx, p, load_point_model(p.model, p.max_seq_len))
+        if not prefill.plan.runtime_modelled:
+            return None
+        osl = max(0.0, float(wl.output_tokens.mean()) - 1.0)
+        found = [b for b in (busy_bound(prefill, rate, float(isl.mean()), 0.0, int(isl.min()), positions,
+                                        who="a prefill worker"),
+                             busy_bound(decode, rate, 1.0, osl, int(isl.min()), 0.0, who="a decode worker"))
+                 if b is not None]
+        return max(found, key=lambda b: b.busy_s_per_s) if found else None
+    if p.pp > 1:  # stages in flight at once: one replica's busy time is no longer at most a second a second
+        return None
+    setup = _setup(load_point_model(p.model, p.max_seq_len), _sim_config(ctx, p), p)
+    if not setup.plan.runtime_modelled:
+        return None
+    return busy_bound(setup, rate, float(isl.mean()), float(wl.output_tokens.mean()), int(isl.min()), positions)
+
+
+def _role_setups(ctx: Context, p: SweepPoint, spec: "ModelSpec"):
+    """The prefill and decode pools of a disaggregated point: each role's worker set up as the aggregated point
+    of its tp (``role_point``: its device budget, pool and clock), its workers as round-robin replicas; the
+    decode side without a prefix cache, as ``simulate --prefill-workers`` replays it."""
+    from dataclasses import replace
+
+    from csa_plan.planner.serving.serve import runtime_setup
+
+    d = p.disaggregation
+    pre_point, dec_point = p.role_point("prefill"), p.role_point("decode")
+    prefill = runtime_setup(spec, _sim_config(ctx, pre_point))
+    decode = runtime_setup(spec, _sim_config(ctx, dec_point), False)
+    return replace(prefill, dp=d.prefill.workers), replace(decode, dp=d.decode.workers)
+
+
+def _disaggregated_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec") -> PointResult:
+    """A disaggregated point: the replay at its target rate (``serve_disaggregated``: the prefill pool, the link,
+    the decode pool) and the one rate search (``serve.runtime_capacity`` over the composed setup, so the same
+    steady probe, window and TTFT/TPOT bounds as an aggregated point). TTFT is the client's (prefill queue +
+    prefill + transfer + the decode side's first step), TPOT and the blocks in use the decode pool's."""
+    from csa_plan.planner.replay.loop import STRANDED
+    from csa_plan.planner.serving.disaggregation import composed_setup, serve_disaggregated, transfer_figures
+    from csa_plan.planner.serving.serve import report, runtime_capacity, wait_p99_ns
+
+    d = p.disaggregation
+    prefill, decode = _role_setups(ctx, p, spec)
+    link, bytes_s = transfer_link(p)
+    setup = composed_setup(prefill, decode, bytes_s)
+    run = serve_disaggregated(prefill, decode, wl, p.rate_scale, bytes_s)
+    rep = report(setup, run.result, wl)
+    cons = ctx.constraints
+    cap = runtime_capacity(setup, wl, cons.wait_p99_max_ns, start=p.rate_scale, rel_tol=ctx.search.rel_tol,
+                           scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale,
+                           latency=cons.latency_bounds)
+    refusals = runtime_refusals(rep.refused, STRANDED)
+    occ = rep.occupancy
+    usable = occ.usable_units
+    mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
+    peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
+    wait = wait_p99_ns(rep)
+    steady = _steady_note(cap)
+    violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
+                                  p.rate_scale, steady)
+    rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
+    figures = {"layout": d.label, "link": link.name, "link_source": link.source,
+               "prefill": {"workers": d.prefill.workers, "tp": d.prefill.tp, "gpus": d.prefill.gpus,
+                           "usable_units": int(run.prefill.usable_units)},
+               "decode": {"workers": d.decode.workers, "tp": d.decode.tp, "gpus": d.decode.gpus,
+                          "usable_units": int(run.decode.usable_units)},
+               "transfer": transfer_figures(run)}
+    return PointResult(
+        key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,
+        refusals=refusals, wait_p99_ns=wait, peak_bytes=None, mean_utilization=mean_util, peak_utilization=peak_util,
+        sustainable_rate_scale=cap.rate_scale, at_least=cap.capped, probes=cap.probes, sustainable_rate_per_s=rate,
+        rate_per_device_per_s=None if rate is None else rate / p.devices, feasible=not violations,
+        violations=violations, runtime=RuntimeFigures.of(rep), steady=steady, disaggregation=figures)
 
 
 def _steady_note(cap) -> str:
@@ -447,9 +608,11 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
 
 def point_capacity(p: SweepPoint):
     """The point's capacity answer (requests of max_seq_len that fit its state pool), from the same
-    budget and admission as check: ``budget.answer.point_answer``."""
+    budget and admission as check: ``budget.answer.point_answer``; a disaggregated point's decode worker's."""
     from csa_plan.planner.budget.answer import point_answer
 
+    if p.disaggregation is not None:
+        p = p.role_point("decode")
     spec = load_point_model(p.model, p.max_seq_len)
     length = p.max_seq_len or max(d.max_seq_len for d in spec.layers)
     return point_answer(spec, p.engine, _card_settings(p.memory_bytes, p.engine, p.dp, p.engine_settings), length,

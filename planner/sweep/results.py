@@ -73,6 +73,8 @@ class PointResult:
     violations: tuple[str, ...]
     runtime: RuntimeFigures | None = None  # the engine's runtime replayed step by step (else the reservation model)
     steady: str = ""  # the steady-state verdict at the sustainable rate (planner/steady.py), or why none was found
+    # a disaggregated point: its roles, link and transfers at the target rate (sweep/evaluate.py); None: aggregated
+    disaggregation: dict[str, Any] | None = None
 
     @property
     def rate_measured(self) -> bool:
@@ -97,7 +99,8 @@ class PointResult:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "PointResult":
-        values = {f.name: d[f.name] for f in fields(PointResult) if f.name != "steady"}
+        values = {f.name: d[f.name] for f in fields(PointResult) if f.name not in ("steady", "disaggregation")}
+        values["disaggregation"] = d.get("disaggregation")
         values["refusals"] = tuple((str(k), int(v)) for k, v in dict(d["refusals"]).items())
         values["violations"] = tuple(d["violations"])
         values["steady"] = str(d.get("steady") or "")

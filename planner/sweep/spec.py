@@ -37,7 +37,7 @@ BUDGET = "budget"  # the reserved axis's default: the device budget (weights fro
 
 AXES = ("model", "device", "reserved", "tp", "pp", "dp", "router", "reserve", "policy", "layout",
         "rate_scale", "max_seq_len", "engine", "step_time", "settings", "expert_parallel",
-        "replicas")
+        "replicas", "disaggregation")
 TOP_KEYS = {"name", "workload", "sort", "seed", "grid", "time", "search", "objective", "constraints"}
 
 
@@ -100,6 +100,20 @@ class SweepPoint:
     settings: tuple[tuple[str, Any], ...] = ()  # the grid's settings axis: engine options by name (max_num_seqs: 256)
     expert_parallel: bool = False  # the experts split over every GPU of the point (EP = tp x dp), else MoE TP
     replicas: int = 1  # independent servers of this tp x dp shape behind a round-robin router (engine points)
+    # a prefill pool and a decode pool (serving.disaggregation.Disaggregation), each role its own workers x tp; the
+    # point's own tp/pp/dp/replicas are then 1 (each role names its shape); None: aggregated
+    disaggregation: Any = None
+
+    @property
+    def layout_label(self) -> str:
+        """``aggregated`` or the roles (``1P tp8 + 2D tp8``): how the deployment serves a request."""
+        return "aggregated" if self.disaggregation is None else self.disaggregation.label
+
+    def role_point(self, role: str) -> "SweepPoint":
+        """One role of a disaggregated point as the aggregated point of one worker that role runs (its tp, dp 1):
+        the device budget, pool and clock of that worker are that point's, nothing recomputed apart."""
+        r = getattr(self.disaggregation, role)
+        return replace(self, tp=r.tp, pp=1, dp=1, replicas=1, disaggregation=None)
 
     @property
     def ep(self) -> int | None:
@@ -121,10 +135,14 @@ class SweepPoint:
 
     @property
     def devices(self) -> int:
+        if self.disaggregation is not None:  # both roles together
+            return self.disaggregation.gpus
         return self.tp * self.pp * self.dp * self.replicas
 
     @property
     def reserved_bytes(self) -> int:
+        if self.disaggregation is not None:  # the decode worker's (whose pool holds the client's requests)
+            return self.role_point("decode").reserved_bytes
         if self.reserved.budget:
             from csa_plan.planner.budget.deployment import budget_reserved_bytes
 
@@ -134,7 +152,8 @@ class SweepPoint:
 
     @property
     def limit_bytes(self) -> int:
-        """May be zero or negative: such a point is skipped (NoMemoryLeft), never run as 'unlimited'."""
+        """May be zero or negative: such a point is skipped (NoMemoryLeft), never run as 'unlimited'. A
+        disaggregated point's is its decode worker's."""
         return self.memory_bytes - self.reserved_bytes
 
     @property
@@ -153,7 +172,8 @@ class SweepPoint:
             + ((f"step_time={self.step_time}",) if self.step_time else ())
             + ((f"settings={self.settings_label}",) if self.settings else ())
             + (("expert_parallel=true",) if self.expert_parallel else ())
-            + ((f"replicas={self.replicas}",) if self.replicas > 1 else ()))
+            + ((f"replicas={self.replicas}",) if self.replicas > 1 else ())
+            + ((f"disaggregation={self.layout_label}",) if self.disaggregation is not None else ()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "memory_bytes": self.memory_bytes,
@@ -163,7 +183,8 @@ class SweepPoint:
                 "policy": self.policy.value, "layout": self.layout, "rate_scale": self.rate_scale,
                 "max_seq_len": self.max_seq_len, "engine": self.engine, "step_time": self.step_time,
                 "settings": dict(self.settings) or None, "expert_parallel": self.expert_parallel, "ep": self.ep,
-                "replicas": self.replicas}
+                "replicas": self.replicas,
+                "disaggregation": None if self.disaggregation is None else self.layout_label}
 
 
 @dataclass(frozen=True)
@@ -430,6 +451,8 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
                 values.append(_settings(v, source, where))
             elif axis == "expert_parallel":
                 values.append(read_bool(source, where, v))
+            elif axis == "disaggregation":
+                values.append(_disaggregation(v, source, where))
             elif axis == "replicas":
                 n = read_int(source, where, v)
                 if not 1 <= n <= MAX_DP:
@@ -471,16 +494,25 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
     if most > MAX_DEVICES:
         raise BadInput(source, "grid.dp", f"a point would use {most:,} devices (tp x pp x dp), more than "
                                           f"{MAX_DEVICES:,} (MAX_DEVICES)")
-    points = []
+    if any(d is not None and d.gpus > MAX_DEVICES for d in axes["disaggregation"]):
+        raise BadInput(source, "grid.disaggregation", f"a layout would use more than {MAX_DEVICES:,} devices "
+                                                      "(MAX_DEVICES)")
+    points, seen = [], set()
     for combo in itertools.product(*(axes[a] for a in AXES)):
         v = dict(zip(AXES, combo))
         (device, memory), (reserve, bucket) = v["device"], v["reserve"]
+        if v["disaggregation"] is not None:  # each role names its shape: one point per layout, not per tp x dp
+            v.update(tp=1, pp=1, dp=1, replicas=1)
+            same = repr(sorted((k, repr(x)) for k, x in v.items()))
+            if same in seen:
+                continue
+            seen.add(same)
         points.append(SweepPoint(
             model=v["model"], device=device, memory_bytes=memory, reserved=v["reserved"], tp=v["tp"], pp=v["pp"],
             dp=v["dp"], router=v["router"], reserve=reserve, bucket=bucket, policy=v["policy"],
             layout=v["layout"], rate_scale=v["rate_scale"], max_seq_len=v["max_seq_len"], engine=v["engine"],
             step_time=v["step_time"], settings=v["settings"], expert_parallel=v["expert_parallel"],
-            replicas=v["replicas"]))
+            replicas=v["replicas"], disaggregation=v["disaggregation"]))
     context = Context(workload=str(wl_path.resolve()), sort=sort, seed=seed, prefill_tok_s=prefill, tpot_ms=tpot,
                       step_time=step_time, search=Search(rel_tol, min_scale, max_scale), constraints=constraints)
     return SweepSpec(source, name, context, tuple(points), objective)
@@ -490,8 +522,47 @@ _AXIS_DEFAULTS: dict[str, Any] = {
     "model": [], "device": [], "reserved": [BUDGET], "tp": [1], "pp": [1], "dp": [1], "router": ["round-robin"],
     "reserve": ["max"], "policy": ["refuse"], "layout": ["exact"], "rate_scale": [1.0], "max_seq_len": [None],
     "engine": [None], "step_time": [None], "settings": [None], "expert_parallel": [False],
-    "replicas": [1],
+    "replicas": [1], "disaggregation": [None],
 }
+
+
+DISAGGREGATION_KEYS = {"prefill_workers", "prefill_tp", "decode_workers", "decode_tp", "transfer_link"}
+
+
+def _disaggregation(value: Any, source: str, where: str) -> Any:
+    """One value of the ``disaggregation`` axis: null (aggregated) or the roles, as ``simulate``'s
+    ``--prefill-workers/--prefill-tp/--decode-workers/--decode-tp/--transfer-link`` read them
+    (``serving.disaggregation.disaggregation_from``: a role without the other is bad input)."""
+    from csa_plan.planner.cards import LINKS
+    from csa_plan.planner.serving.disaggregation import disaggregation_from
+
+    if value is None:
+        return None
+    m = read_mapping(source, where, value)
+    check_keys(source, where, m, DISAGGREGATION_KEYS)
+    counts = {}
+    for key in ("prefill_workers", "prefill_tp", "decode_workers", "decode_tp"):
+        n = None if m.get(key) is None else read_int(source, f"{where}.{key}", m[key])
+        if n is not None and n > MAX_DEVICES:
+            raise BadInput(source, f"{where}.{key}", f"{n:,} is more than {MAX_DEVICES:,} (MAX_DEVICES)")
+        counts[key] = n
+    link = None if m.get("transfer_link") is None else read_str(source, f"{where}.transfer_link", m["transfer_link"])
+    if link is not None and link.strip().lower() not in LINKS:
+        raise BadInput(source, f"{where}.transfer_link", f"unknown link {link[:40]!r} (known: {', '.join(LINKS)})")
+    try:
+        d = disaggregation_from(counts["prefill_workers"], counts["prefill_tp"], counts["decode_workers"],
+                                counts["decode_tp"], None if link is None else link.strip().lower(), source)
+    except BadInput as exc:  # the options' words (--decode-tp) as the spec's keys (decode_tp)
+        import re
+
+        def key(text: str) -> str:
+            return re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_"), text)
+
+        raise BadInput(source, where, f"{key(exc.field or '')}: {key(exc.problem)}") from None
+    if d is None:
+        raise BadInput(source, where, "names no role: give prefill_workers/prefill_tp and decode_workers/decode_tp, "
+                                      "or null for an aggregated deployment")
+    return d
 
 
 def _settings(value: Any, source: str, where: str) -> tuple[tuple[str, Any], ...]:

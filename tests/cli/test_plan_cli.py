@@ -72,3 +72,38 @@ def test_a_searched_setting_is_run_on_each_shape_and_says_what_it_changes(csa):
     for s in shapes:
         mtp = "--speculative-config" in s["launch"]["argv"]
         assert mtp == (s["settings"]["num_speculative_tokens"] == 1)
+
+
+def test_plan_disaggregated_searches_layouts_beside_the_aggregated_shapes(csa):
+    """--disaggregated (issue 46): every prefill tp x decode tp, each role 1 .. --max-dp workers, beside the
+    aggregated shapes (dp every count up to --max-dp), GPUs over both roles; a layout's row says its layout and
+    carries each role's command."""
+    r = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+            "--device", "b200", "--tp", "2", "--max-dp", "2", "--requests", "300", "--disaggregated", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["question"]["disaggregated"] is True
+    assert doc["grid_points"] == 2 + 4  # tp 2 x dp 1, 2; and 1..2 prefill x 1..2 decode workers of tp 2
+    shapes = [doc["cards"][0]["answer"], *doc["cards"][0]["runners_up"]]
+    for s in shapes:
+        if s["disaggregation"] is None:
+            assert s["layout"] == "aggregated" and s["launch"]["argv"][:2] == ["vllm", "serve"]
+        else:
+            assert s["layout"] == s["disaggregation"]["layout"]
+            assert s["devices"] == s["disaggregation"]["prefill"]["gpus"] + s["disaggregation"]["decode"]["gpus"]
+            assert set(s["launch"]) == {"prefill", "decode"}
+            assert '"kv_role":"kv_producer"' in s["launch"]["prefill"]["text"]
+    text = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+               "--device", "b200", "--tp", "2", "--max-dp", "2", "--requests", "300", "--disaggregated").out
+    assert "tp 1" not in text  # a layout (replayed or bounded out) is named by its roles, never its tp-1 point
+    for s in shapes:
+        if s["layout"] != "aggregated":
+            assert f"GPUs, {s['layout']}" in text or f"GPUs — {s['layout']}" in text
+
+
+def test_plan_without_disaggregated_keeps_its_grid(csa):
+    r = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
+            "--device", "b200", "--tp", "2", "--max-dp", "4", "--requests", "300", "--json")
+    doc = r.json()
+    assert doc["question"]["disaggregated"] is False and doc["grid_points"] == 3  # dp 1, 2, 4
+    assert all(s["layout"] == "aggregated" for s in doc["cards"][0]["runners_up"] + [doc["answer"]])

@@ -153,3 +153,31 @@ def test_a_false_boolean_is_written_only_where_the_release_has_its_no_form(engin
     assert "--no-async-scheduling" in launch.argv and "--no-enforce-eager" in launch.argv
     for name in NEGATABLE[engine]:
         assert "--no-" + name.replace("_", "-") in table()[engine]["switches"], (engine, name)
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_each_role_of_a_disaggregated_deployment_parses_under_the_release_s_own_parser(engine):
+    """issue 46: the prefill and the decode command, each parsed by the release's table; vLLM's role in
+    ``--kv-transfer-config`` JSON as KVTransferConfig reads it (kv_connector NixlConnector, kv_role
+    kv_producer / kv_consumer: config/kv_transfer.py:60-73), SGLang's ``--disaggregation-mode`` among its choices
+    and its transfer backend among ``--disaggregation-transfer-backend``'s."""
+    from csa_plan.planner.engines.launch import disaggregated_launch
+    from csa_plan.planner.serving.disaggregation import Disaggregation, Role
+
+    for roles in (Disaggregation(Role(1, 8), Role(2, 8)), Disaggregation(Role(3, 4), Role(1, 8))):
+        launches = disaggregated_launch(engine, "deepseek-v4-pro", roles, 33792, EngineSettings(max_num_seqs=128)
+                                        if engine.startswith("vllm") else EngineSettings(max_running_requests=128))
+        assert set(launches) == {"prefill", "decode"}
+        for name, launch in launches.items():
+            role = getattr(roles, name)
+            ns = vars(check(engine, launch.argv))
+            assert launch.replicas == role.workers
+            if engine.startswith("vllm"):
+                assert ns["--tensor-parallel-size"] == role.tp and ns["--max-num-seqs"] == 128
+                config = json.loads(ns["--kv-transfer-config"])
+                assert config == {"kv_connector": "NixlConnector",
+                                  "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[name]}
+            else:
+                assert ns["--tp-size"] == role.tp and ns["--max-running-requests"] == 128
+                assert ns["--disaggregation-mode"] == name
+                assert ns["--disaggregation-transfer-backend"] == "mooncake"
