@@ -41,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
+from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime
 
 if TYPE_CHECKING:
     from csa_plan.planner.replay.protocol import RuntimeTrace
@@ -150,7 +150,7 @@ def resolve_tier(plan: Any, sizing: Any, tp: int, gpu: Any, *, offloading_gib: f
     return HostTier(flag, per_gpu, tokens, per_token, host.link, host.link_bytes_s, host.source)
 
 
-class HostTierRuntime(EngineRuntime):
+class HostTierRuntime(WrappedRuntime):
     """The engine's runtime (``inner``) with a host tier beneath its prefix cache (module docstring).
 
     The inner scheduler reports each step's HBM prefix hits in total; a fresh admission's own hit is its
@@ -158,13 +158,7 @@ class HostTierRuntime(EngineRuntime):
     the step's total less the others')."""
 
     def __init__(self, inner: EngineRuntime, trace: "RuntimeTrace", tier: HostTier, plan: Any) -> None:
-        self.inner = inner
-        self.pools = inner.pools
-        self.usable_units = inner.usable_units
-        self.pool_units = inner.pool_units
-        self.pipeline_depth = inner.pipeline_depth
-        self.label = inner.label
-        self.preemption_word = inner.preemption_word
+        super().__init__(inner)
         self.trace = trace
         self.tier = tier
         self.plan = plan
@@ -183,9 +177,6 @@ class HostTierRuntime(EngineRuntime):
         self.reload_ns = 0
         self.stored_blocks = 0
         self.evicted_blocks = 0
-
-    def refuse(self, r: int) -> str | None:
-        return self.inner.refuse(r)
 
     def add(self, r: int) -> None:
         self.inner.add(r)
@@ -277,21 +268,6 @@ class HostTierRuntime(EngineRuntime):
             if len(self.lru) > self.capacity_blocks:
                 self.lru.popitem(last=False)
                 self.evicted_blocks += 1
-
-    def complete(self, step: Step) -> Completion:
-        return self.inner.complete(step)
-
-    def used_units(self) -> tuple[int, ...]:
-        return self.inner.used_units()
-
-    def running(self) -> int:
-        return self.inner.running()
-
-    def waiting(self) -> int:
-        return self.inner.waiting()
-
-    def stranded(self) -> tuple[int, ...]:
-        return self.inner.stranded()
 
     def notes(self) -> tuple[str, ...]:
         t = self.tier

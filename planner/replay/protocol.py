@@ -130,3 +130,45 @@ class EngineRuntime(ABC):
         It is called ``(trace, time, progress, max_concurrency)``, and with ``stop`` (``replay/early_exit.py``)
         when it takes that keyword; one that does not leaves an early-exit replay to the Python loop."""
         return None
+
+class WrappedRuntime(EngineRuntime):
+    """An engine's runtime (``inner``) with something layered over it (a host KV tier, a decode side whose
+    prompts arrive over a link): it answers as the inner runtime does wherever the layer changes nothing,
+    so each layer writes only what it changes."""
+
+    def __init__(self, inner: EngineRuntime) -> None:
+        self.inner = inner
+        self.pools = inner.pools
+        self.usable_units = inner.usable_units
+        self.pool_units = inner.pool_units
+        self.pipeline_depth = inner.pipeline_depth
+        self.label = inner.label
+        self.preemption_word = inner.preemption_word
+
+    def refuse(self, r: int) -> str | None:
+        return self.inner.refuse(r)
+
+    def add(self, r: int) -> None:
+        self.inner.add(r)
+
+    def schedule(self) -> Step:
+        return self.inner.schedule()
+
+    def complete(self, step: Step) -> Completion:
+        return self.inner.complete(step)
+
+    def used_units(self) -> tuple[int, ...]:
+        return self.inner.used_units()
+
+    def running(self) -> int:
+        return self.inner.running()
+
+    def waiting(self) -> int:
+        return self.inner.waiting()
+
+    def stranded(self) -> tuple[int, ...]:
+        return self.inner.stranded()
+
+    def notes(self) -> tuple[str, ...]:
+        return self.inner.notes()
+

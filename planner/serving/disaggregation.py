@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
+from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime
 
 if TYPE_CHECKING:
     from csa_plan.planner.replay.result import RuntimeResult
@@ -85,7 +85,7 @@ class Disaggregation:
 from csa_plan.planner.cards import default_link  # noqa: E402,F401  (its home: the link table; pipeline stages use it too)
 
 
-class RemoteKvRuntime(EngineRuntime):
+class RemoteKvRuntime(WrappedRuntime):
     """The decode side: the engine's own runtime (``inner``), its prompt's KV loaded from the prefill
     side. The inner scheduler allocates and schedules the prompt as it would (blocks, token budget,
     preemption); this wrapper takes the loaded positions (1 .. prompt - 1) out of each step's batch,
@@ -93,20 +93,11 @@ class RemoteKvRuntime(EngineRuntime):
     preempted recomputes everything (its loaded blocks were freed)."""
 
     def __init__(self, inner: EngineRuntime, prompt_tokens: list[int]) -> None:
-        self.inner = inner
-        self.pools = inner.pools
-        self.usable_units = inner.usable_units
-        self.pool_units = inner.pool_units
-        self.pipeline_depth = inner.pipeline_depth
-        self.label = inner.label
-        self.preemption_word = inner.preemption_word
+        super().__init__(inner)
         self._prompt = prompt_tokens
         self._computed: dict[int, int] = {}
         self._lost: set[int] = set()
         self.loaded_tokens = 0  # prompt tokens taken from the transfer instead of computed
-
-    def refuse(self, r: int) -> str | None:
-        return self.inner.refuse(r)
 
     def add(self, r: int) -> None:
         self._computed[r] = 0
@@ -133,21 +124,6 @@ class RemoteKvRuntime(EngineRuntime):
             step.prefill_tokens -= free_n
             self.loaded_tokens += free_n
         return step
-
-    def complete(self, step: Step) -> Completion:
-        return self.inner.complete(step)
-
-    def used_units(self) -> tuple[int, ...]:
-        return self.inner.used_units()
-
-    def running(self) -> int:
-        return self.inner.running()
-
-    def waiting(self) -> int:
-        return self.inner.waiting()
-
-    def stranded(self) -> tuple[int, ...]:
-        return self.inner.stranded()
 
     def notes(self) -> tuple[str, ...]:
         return self.inner.notes() + ("decode side of a disaggregated deployment: each prompt's KV is loaded, not "
