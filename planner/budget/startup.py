@@ -329,7 +329,7 @@ def _sglang_reserves(c: StageContext) -> tuple[Step, ...]:
                scale_trunc(SGLANG_PRELOAD_BYTES, f),
                SGLANG_PRELOAD_SOURCE + ("" if tp_many else "; TP 1: the TP 8 figure (no TP 1 log), an upper bound"),
                estimate=True, band_pct=SGLANG_PRELOAD_BAND_PCT * (1 if tp_many else 2))
-    if c.dims is None:
+    if c.dims is None or c.dims.shared:  # V4.1 under SGLang: its start-up buffers are not read here yet
         return (pre,)
     d = c.dims
     tables = _rope_tables(c)
