@@ -188,6 +188,15 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
                           "model_executor/layers/indexer_topk.py:15; sparse_attn_indexer.py:494"))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
                           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:501-506"))
+        from csa_plan.planner.budget.vllm_nonkv import graph_plan
+
+        mode = graph_plan(c, release, _vllm_max_num_seqs(c, release), mnbt).mode
+        if c.placement.tp > 1 and mode != "FULL":  # mixed mode not FULL (FULL_AND_PIECEWISE: PIECEWISE)
+            rows = mnbt * d.index_topk * 4
+            steps.append(Step(StepKind.RESERVE, "top-k row-shard exchange (transient, TP > 1)", 2 * rows,
+                              "sparse_attn_indexer.py:408-435, 510 (2 x the top-k buffer); "
+                              "v1/attention/backends/mla/indexer.py:246-263 (TP > 1, cudagraph mixed mode "
+                              "not FULL, default envs)"))
     from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
 
     steps += [replace(s, source=s.source + V41_CARRIED) if s.estimate else s
