@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from csa_plan.planner.errors import BadInput
 from csa_plan.planner.placement import Placement
 from csa_plan.planner.record import record
 from csa_plan.planner.values import read_int
@@ -55,13 +56,27 @@ class ModelDims:
     experts_per_token: int = 0         # num_experts_per_tok (0: not in the config)
     moe_intermediate: int = 0          # moe_intermediate_size
     routed_experts: int = 0            # n_routed_experts (DeepEP's buffers: budget/deepep.py)
+    index_layers: tuple[int, ...] | None = None  # V4.1's index_source_layer_ids (None: V4, indexers by ratio)
+    candidate_topk_blocks: int = 0     # V4.1's candidate filter width (0: no candidate_source_layer_id)
+
+    @property
+    def shared(self) -> bool:
+        """V4.1's shared-source topology: its indexers sit on named layers, not on a ratio."""
+        return self.index_layers is not None
 
     def ratios_of(self, layers: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.compress_ratios[i] for i in layers)
 
 
 def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
-    """None when the config lacks a field (a budget then lists the buffers as not modelled)."""
+    """None when the config lacks a field (a budget then lists the buffers as not modelled).
+
+    V4.1 nests its fields under ``text_config``: read through the roofline's one flattener
+    (``steptime/roles.py flat_config``), so both read the same fields.
+    """
+    from csa_plan.planner.steptime.roles import flat_config
+
+    config = flat_config(config)
     keys = ("hidden_size", "hc_mult", "index_topk", "max_position_embeddings", "num_hidden_layers")
     if not all(k in config for k in keys) or not isinstance(config.get("compress_ratios"), list):
         return None
@@ -74,7 +89,26 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      read_int(source, "num_hidden_layers", config["num_hidden_layers"]),
                      read_int(source, "num_experts_per_tok", config.get("num_experts_per_tok", 0)),
                      read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)),
-                     read_int(source, "n_routed_experts", config.get("n_routed_experts", 0)))
+                     read_int(source, "n_routed_experts", config.get("n_routed_experts", 0)),
+                     _index_layers(config, source), _candidate_blocks(config, source))
+
+
+def _index_layers(config: Mapping[str, Any], source: str) -> tuple[int, ...] | None:
+    ids = config.get("index_source_layer_ids")
+    if ids is None:
+        return None
+    if not isinstance(ids, list):
+        raise BadInput(source, "index_source_layer_ids", "expected a list of layer ids")
+    return tuple(read_int(source, f"index_source_layer_ids[{i}]", v) for i, v in enumerate(ids))
+
+
+def _candidate_blocks(config: Mapping[str, Any], source: str) -> int:
+    """vLLM allocates the candidate buffer only for a candidate source layer >= 0 and blocks > 0."""
+    layer = config.get("candidate_source_layer_id", -1)
+    if layer == -1 or layer is None:  # vLLM's getattr default (models/deepseek_v41/nvidia/model.py:769)
+        return 0
+    read_int(source, "candidate_source_layer_id", layer)
+    return read_int(source, "candidate_topk_blocks", config.get("candidate_topk_blocks", 0))
 
 
 @record

@@ -88,6 +88,8 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
         return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
                      "pass --reserved"),)
     d, mnbt = c.dims, _vllm_mnbt(c, release)[0]
+    if d.shared:
+        return _vllm_v41_reserves(c, release, mnbt)
     L = c.max_seq_len
     ratios = d.ratios_of(c.layers)
     mtp_here = c.settings.speculative_tokens > 0 and c.last
@@ -125,6 +127,80 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
     from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
 
     steps += vllm_nonkv_steps(c, release, mnbt, _vllm_max_num_seqs(c, release))
+    return tuple(steps)
+
+
+V41_CARRIED = ("; V4's band, carried: fitted on DeepSeek-V4 start-up logs, no DeepSeek-V4.1 vLLM start-up log "
+               "is published")
+
+
+def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, ...]:
+    """DeepSeek-V4.1's start-up buffers as vLLM 0.33.0's ``models/deepseek_v41/`` allocates them.
+
+    Differences from V4 that move bytes: a candidate-block buffer beside the top-k one; YaRN RoPE on
+    every compressed layer (ratio > 0, ratio 1 included); ratio-1 layers, whose compressed axis is
+    the token axis, set the FlashMLA prefill workspace (M = max_model_len + window + mnbt) and the
+    indexer K-gather workspace (T = the prefill buffer / 1); indexers sit on
+    ``index_source_layer_ids``, not on ratio-4 layers. The fitted non-KV terms are V4's, carried.
+    """
+    from dataclasses import replace
+
+    d = c.dims
+    assert d is not None and d.index_layers is not None
+    L = c.max_seq_len
+    ratios = d.ratios_of(c.layers)
+    mtp_here = c.settings.speculative_tokens > 0 and c.last
+    steps = [Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {d.index_topk}] int32",
+                  mnbt * d.index_topk * 4 * (2 if mtp_here else 1),
+                  "models/deepseek_v41/nvidia/model.py:758-763" + ("; DSpark drafter's: nvidia/dspark.py:108-112"
+                                                                    if mtp_here else ""))]
+    if d.candidate_topk_blocks:
+        steps.append(Step(StepKind.RESERVE, f"candidate-block buffer [{mnbt}, {d.candidate_topk_blocks}] int32",
+                          mnbt * d.candidate_topk_blocks * 4, "models/deepseek_v41/nvidia/model.py:765-779"))
+    tables = int(any(r > 0 for r in ratios)) + int(any(r == 0 for r in ratios))
+    steps.append(Step(StepKind.RESERVE, f"RoPE cos/sin tables, {tables} x fp32 [{d.max_position_embeddings}, "
+                      f"{d.rope_head_dim}]", tables * d.max_position_embeddings * d.rope_head_dim * 4,
+                      "models/deepseek_v41/common/rope.py:17-50 (YaRN on ratio > 0, plain on ratio 0); "
+                      "rotary_embedding/__init__.py:74-85 (cached by key)"))
+    if c.first:
+        mix = (2 + d.hc_mult) * d.hc_mult
+        steps.append(Step(StepKind.RESERVE, f"hc_attn_fn_broadcast [{mix}, {d.hidden}] fp32", mix * d.hidden * 4,
+                          "models/deepseek_v41/nvidia/model.py:440-449, 1488-1498"))
+    if mtp_here:
+        steps.append(Step(StepKind.RESERVE, f"MTP hidden buffer [{mnbt}, {d.hc_mult * d.hidden}] bf16",
+                          mnbt * d.hc_mult * d.hidden * 2, "models/deepseek_v41/nvidia/model.py:930-941"))
+    compressed = [r for r in ratios if r > 0]
+    n, top_k = (ceil_div(L, min(compressed)), d.index_topk) if compressed else (0, 0)
+    m = n + 128 + mnbt
+    prefill = 4 * m * 512 * 2 + mnbt * round_up(top_k + 128, 128) * 4 + mnbt * 4
+    steps.append(Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})", prefill,
+                      "models/deepseek_v41/nvidia/flashmla.py:109-131 (flash_mla_mega_attn.py:318-332 alike), "
+                      "attention.py:209 (chunk 4), :312 (window 128) (profile run)"))
+    indexed = [d.compress_ratios[i] for i in c.layers if i in d.index_layers and d.compress_ratios[i] > 0]
+    if indexed:
+        factor = 5 if L <= 256 * 1024 else 2
+        t = L * 8 * factor // min(indexed)
+        steps.append(Step(StepKind.RESERVE, f"indexer K-gather workspace (T = {t:,})", t * 128 + t * 4,
+                          "model_executor/layers/sparse_attn_indexer.py:327-346, 485-499 (FP8 index cache: "
+                          "indexer_kv_dtype auto); models/deepseek_v41/attention.py:1410-1412; "
+                          "v1/attention/backends/mla/indexer.py:916-927; config/vllm.py:1866-1874 (profile run)"))
+        steps.append(Step(StepKind.RESERVE, "indexer radix top-k workspace", 1 * MiB,
+                          "model_executor/layers/indexer_topk.py:15; sparse_attn_indexer.py:494"))
+        steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
+                          "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:501-506"))
+        from csa_plan.planner.budget.vllm_nonkv import graph_plan
+
+        mode = graph_plan(c, release, _vllm_max_num_seqs(c, release), mnbt).mode
+        if c.placement.tp > 1 and mode != "FULL":  # mixed mode not FULL (FULL_AND_PIECEWISE: PIECEWISE)
+            rows = mnbt * d.index_topk * 4
+            steps.append(Step(StepKind.RESERVE, "top-k row-shard exchange (transient, TP > 1)", 2 * rows,
+                              "sparse_attn_indexer.py:408-435, 510 (2 x the top-k buffer); "
+                              "v1/attention/backends/mla/indexer.py:246-263 (TP > 1, cudagraph mixed mode "
+                              "not FULL, default envs)"))
+    from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
+
+    steps += [replace(s, source=s.source + V41_CARRIED) if s.estimate else s
+              for s in vllm_nonkv_steps(c, release, mnbt, _vllm_max_num_seqs(c, release))]
     return tuple(steps)
 
 
@@ -262,7 +338,7 @@ def _sglang_reserves(c: StageContext) -> tuple[Step, ...]:
                scale_trunc(SGLANG_PRELOAD_BYTES, f),
                SGLANG_PRELOAD_SOURCE + ("" if tp_many else "; TP 1: the TP 8 figure (no TP 1 log), an upper bound"),
                estimate=True, band_pct=SGLANG_PRELOAD_BAND_PCT * (1 if tp_many else 2))
-    if c.dims is None:
+    if c.dims is None or c.dims.shared:  # V4.1 under SGLang: its start-up buffers are not read here yet
         return (pre,)
     d = c.dims
     tables = _rope_tables(c)

@@ -206,3 +206,69 @@ def test_v030_to_v032_are_refused_by_their_own_name_not_sized_with_033s_rules(cs
     ok = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
              "--engine", named, "--json")
     assert ok.code == 0  # V4 under the same name: 0.33's rules, as the release map says
+
+
+# --- start-up reserves: what vLLM 0.33.0's models/deepseek_v41/ allocates (H200, TP 8, mnbt 8,192, 1M) ------
+
+V41_RESERVES = {  # label prefix -> bytes, each from the release's shapes (file:line in the step's source)
+    "top-k index buffer [8192, 512] int32": 8192 * 512 * 4,                        # nvidia/model.py:758-763
+    "candidate-block buffer [8192, 2048] int32": 8192 * 2048 * 4,                 # nvidia/model.py:765-779
+    "RoPE cos/sin tables, 2 x fp32 [1048576, 64]": 2 * 1_048_576 * 64 * 4,        # YaRN (ratio > 0) + plain
+    "hc_attn_fn_broadcast [24, 5120] fp32": 24 * 5120 * 4,
+    # ratio-1 layers: N = max_model_len; M = N + window 128 + mnbt; chunk 4 x M x 512 bf16 + topk/lens int32
+    "FlashMLA sparse-prefill workspace (M = 1,056,896)": 4 * 1_056_896 * 512 * 2 + 8192 * 640 * 4 + 8192 * 4,
+    # T = max_model_len x (1152 // 132) x factor 2 (> 256K) // ratio 1; fp8 [T, 128] + uint8 [T, 4]
+    "indexer K-gather workspace (T = 16,777,216)": 16_777_216 * 132,
+    "indexer radix top-k workspace": 1 << 20,
+    "sparse-indexer logits dummy (transient)": 512 << 20,
+    # TP 8, FULL_AND_PIECEWISE (mixed mode PIECEWISE): 2 x the top-k buffer's rows x width x 4
+    "top-k row-shard exchange (transient, TP > 1)": 2 * 8192 * 512 * 4,
+}
+
+
+def _v41_budget(csa, *extra):
+    r = csa("check", "deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",
+            "--engine", "vllm-0.33", *extra, "--json")
+    assert r.code == 0, r.err
+    return r.json()["budget"]
+
+
+def test_v41_start_up_buffers_are_the_releases_own_shapes(csa):
+    b = _v41_budget(csa)
+    steps = {s["label"]: s for s in b["stages"][0]["steps"]}
+    assert not any("not modelled" in label for label in steps)
+    for label, size in V41_RESERVES.items():
+        assert steps[label]["bytes"] == size and steps[label]["estimate"] is False, label
+    assert steps["top-k index buffer [8192, 512] int32"]["bytes"] == 16_777_216
+    assert steps["candidate-block buffer [8192, 2048] int32"]["bytes"] == 67_108_864
+    assert "deepseek_v41/nvidia/model.py:765-779" in steps["candidate-block buffer [8192, 2048] int32"]["source"]
+    fitted = [s for s in b["stages"][0]["steps"] if s["estimate"] and s["kind"] == "reserve"]
+    assert {s["label"].split(" (")[0].split(" at ")[0] for s in fitted} >= {"other profile-run activations",
+                                                                          "non-torch memory"}
+    assert all("V4's band, carried" in s["source"] for s in fitted)
+
+
+def test_v41_pool_takes_every_reserve(csa):
+    b = _v41_budget(csa)
+    assert b["usable_bytes"] - b["weights_bytes"] - b["reserve_bytes"] == b["kv_memory_bytes"]
+    assert b["kv_memory_bytes"] == 86_314_753_433  # was 98,646,501,873 with no reserve modelled
+    named = sum(V41_RESERVES.values())
+    assert b["reserve_bytes"] >= named + 24 * (1 << 20)  # + the Engram staging buffers and the fitted terms
+
+
+def test_v41_model_dims_read_text_config():
+    import json
+
+    from csa_plan.planner.budget.stage import model_dims
+
+    from helpers import ROOT
+
+    presets = ROOT / "planner" / "presets"
+    data = json.loads((presets / "deepseek-v4.1-flash.json").read_text())
+    d = model_dims(data, "preset")
+    assert d is not None and d.shared and d.index_layers == (2, 8, 14, 20, 24, 28, 32, 36)
+    assert (d.hidden, d.index_topk, d.candidate_topk_blocks, d.num_main, len(d.compress_ratios)) == \
+        (5120, 512, 2048, 40, 43)
+    v4 = json.loads((presets / "deepseek-v4-flash.json").read_text())
+    d4 = model_dims(v4, "preset")
+    assert d4 is not None and not d4.shared and d4.candidate_topk_blocks == 0
