@@ -114,16 +114,21 @@ def test_errors_cross_process_boundaries_intact():
     assert (e.source, e.field, e.problem, str(e)) == ("spec.yaml", "grid.pp", "too many", "spec.yaml: grid.pp: too many")
 
 
-def test_sweep_skips_engine_points_with_stages_in_a_worker_pool(csa, tmp_path):
+def test_sweep_evaluates_engine_points_with_stages(csa, tmp_path):
+    """An engine point with pipeline stages is replayed from each stage's pool (serving/pipeline.py), as
+    ``simulate --engine --pp`` is, not skipped: both engines' pp 2 points are results of their own."""
     spec = (EXAMPLES / "sweeps" / "engines.yaml").read_text().replace("dp: [1, 2, 4]", "dp: [1]\n  pp: [1, 2]")
-    shutil.copy(EXAMPLES / "traces" / "azure_conv_sample_200.csv", tmp_path / "azure_conv_sample_200.csv")
+    head = (EXAMPLES / "traces" / "azure_conv_sample_200.csv").read_text().splitlines()[:31]  # 30 requests
+    (tmp_path / "azure_conv_sample_200.csv").write_text("\n".join(head) + "\n")
     path = tmp_path / "s.yaml"
-    path.write_text(spec.replace("../traces/azure_conv_sample_200.csv", "azure_conv_sample_200.csv"))
+    path.write_text(spec.replace("../traces/azure_conv_sample_200.csv", "azure_conv_sample_200.csv")
+                    .replace("max_scale: 64", "max_scale: 2"))
     r = csa("sweep", str(path), "--jobs", "2", "--json")
     assert r.code in (0, 3), r.err
-    skipped = [s for s in r.json()["skipped"]["points"] if "pipeline stage" in s["detail"]]
-    assert {s["key"].split("engine=")[1] for s in skipped} == {"vllm-0.33", "sglang-0.5.23"}
-    assert all(s["reason"] == "BadDeployment" and "pp=2" in s["key"] for s in skipped)
+    doc = r.json()
+    assert not [s for s in doc["skipped"]["points"] if "pipeline stage" in s["detail"]]
+    staged = {x["key"].split("engine=")[1] for x in doc["results"] if ",pp=2," in x["key"]}
+    assert staged == {"vllm-0.33", "sglang-0.5.23"}
 
 
 def _long_config(tmp_path, layers: int):
