@@ -553,15 +553,26 @@ class SglangPlan(EnginePlan):
                               "ReqToTokenPool: max_running_requests + 1 slots + a padding row; not from the KV budget"))
         reserved = sum(pp.bytes for pp in pools if "state (per request slot)" in pp.name or pp.name.startswith("SWA")
                        or "per SWA page" in pp.name)
+        return self._sizing(kv_memory_bytes, cfg, tuple(pools), reserved, cfg["c4_state"], swa_fits=True, extra=(
+            ("c4_state_rows", cfg["c4_state"]), ("c128_state_rows", cfg["c128_state"]),
+            ("bytes_per_full_token", cfg["bytes_per_full_token"]), ("bytes_per_swa_token", cfg["bytes_per_swa_token"]),
+            ("swa_fixed_bytes", cfg["swa_fixed"]), ("c128_state_fixed_bytes", cfg["c128_state_fixed"])))
+
+    def _sizing(self, kv_memory_bytes: int, cfg: dict[str, Any], pools: tuple[PoolSize, ...], reserved: int,
+                c4_state: int, swa_fits: bool, extra: tuple[tuple[str, Any], ...]) -> PoolSizing:
+        """The pools SGLang sized as its scheduler and its log see them (V4 and V4.1 alike): full pages are the
+        admission unit; the SWA pool caps how many fit unless the windows live in per-request rings."""
+        r = self.resolved
+        p = r.page_size
         full_pages = cfg["full"] // p
         swa_pages = cfg["swa"] // p
         per_request = self.startup_budget()
         fit_full = full_pages // max(per_request.uses[0].units, 1)
-        fit_swa = swa_pages // max(per_request.uses[1].units, 1)
+        fit_swa = swa_pages // max(per_request.uses[1].units, 1) if swa_fits else r.max_running_requests
         concurrency = min(fit_full, fit_swa, r.max_running_requests)
         lines = (
             f"DSV4 pool sizes: full={cfg['full']}, swa={cfg['swa']}, c4={cfg['c4']}, c128={cfg['c128']}, "
-            f"c4_state={cfg['c4_state']}, c128_state=0",
+            f"c4_state={c4_state}, c128_state=0",
             f"max_total_num_tokens={cfg['full']}, chunked_prefill_size={r.chunked_prefill_size}, "
             f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={r.max_running_requests}, "
             f"context_len={self.max_seq_len}",
@@ -570,13 +581,16 @@ class SglangPlan(EnginePlan):
             kv_memory_bytes=kv_memory_bytes, unit_name="page", unit_bytes=self.full_page_bytes,
             total_units=full_pages, usable_units=full_pages, max_running=r.max_running_requests,
             max_seq_len=self.max_seq_len, budget_units_per_request=per_request.uses[0].units,
-            concurrency=float(concurrency), tokens=cfg["full"], pools=tuple(pools), reserved_bytes=reserved,
+            concurrency=float(concurrency), tokens=cfg["full"], pools=pools, reserved_bytes=reserved,
             log_lines=lines,
             extra=(("max_total_num_tokens", cfg["full"]), ("swa_tokens", cfg["swa"]), ("c4_tokens", cfg["c4"]),
-                   ("c128_tokens", cfg["c128"]), ("c4_state_rows", cfg["c4_state"]),
-                   ("c128_state_rows", cfg["c128_state"]), ("bytes_per_full_token", cfg["bytes_per_full_token"]),
-                   ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
-                   ("c128_state_fixed_bytes", cfg["c128_state_fixed"]), ("swa_pages", swa_pages)))
+                   ("c128_tokens", cfg["c128"])) + extra + (("swa_pages", swa_pages),) + self._sizing_tail(cfg))
+
+    def _sizing_tail(self, cfg: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+        v = self.v41
+        if v is None:
+            return ()
+        return (("attention_backend", v.backend), ("window_layout", v.window.name), ("compressed_layout", v.compressed.name))
 
     def _v41_pools(self, cfg: dict[str, Any]) -> list[PoolSize]:
         """The V4.1 pools as DeepSeekV4TokenToKVPool allocates them (deepseek_v4_memory_pool.py:1590-1645)."""
@@ -610,37 +624,14 @@ class SglangPlan(EnginePlan):
         return pools
 
     def _size_pool_v41(self, kv_memory_bytes: int, cfg: dict[str, Any]) -> PoolSizing:
-        r, v = self.resolved, self.v41
-        p = r.page_size
         pools = self._v41_pools(cfg)
         reserved = sum(pp.bytes for pp in pools if pp.name.startswith(("SWA", "encoder", "ratio-2 pair")))
-        full_pages = cfg["full"] // p
-        swa_pages = cfg["swa"] // p
-        per_request = self.startup_budget()
-        fit_full = full_pages // max(per_request.uses[0].units, 1)
-        fit_swa = swa_pages // max(per_request.uses[1].units, 1) if not v.encoder_replay else r.max_running_requests
-        concurrency = min(fit_full, fit_swa, r.max_running_requests)
-        lines = (
-            f"DSV4 pool sizes: full={cfg['full']}, swa={cfg['swa']}, c4={cfg['c4']}, c128={cfg['c128']}, "
-            f"c4_state=0, c128_state=0",
-            f"max_total_num_tokens={cfg['full']}, chunked_prefill_size={r.chunked_prefill_size}, "
-            f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={r.max_running_requests}, "
-            f"context_len={self.max_seq_len}",
-        )
-        return PoolSizing(
-            kv_memory_bytes=kv_memory_bytes, unit_name="page", unit_bytes=self.full_page_bytes,
-            total_units=full_pages, usable_units=full_pages, max_running=r.max_running_requests,
-            max_seq_len=self.max_seq_len, budget_units_per_request=per_request.uses[0].units,
-            concurrency=float(concurrency), tokens=cfg["full"], pools=tuple(pools), reserved_bytes=reserved,
-            log_lines=lines,
-            extra=(("max_total_num_tokens", cfg["full"]), ("swa_tokens", cfg["swa"]), ("c4_tokens", cfg["c4"]),
-                   ("c128_tokens", cfg["c128"]), ("c4_state_rows", 0), ("c128_state_rows", 0),
-                   ("bytes_per_full_token", cfg["bytes_per_full_token"]),
-                   ("bytes_per_swa_token", cfg["bytes_per_swa_token"]), ("swa_fixed_bytes", cfg["swa_fixed"]),
-                   ("c2_state_fixed_bytes", cfg["c2_state_fixed"]), ("c128_state_fixed_bytes", 0),
-                   ("low_ratio_padding_bytes", cfg["padding"]), ("swa_pages", swa_pages),
-                   ("attention_backend", v.backend), ("window_layout", v.window.name),
-                   ("compressed_layout", v.compressed.name)))
+        return self._sizing(kv_memory_bytes, cfg, tuple(pools), reserved, 0, swa_fits=not self.v41.encoder_replay,
+                            extra=(("c4_state_rows", 0), ("c128_state_rows", 0),
+                                   ("bytes_per_full_token", cfg["bytes_per_full_token"]),
+                                   ("bytes_per_swa_token", cfg["bytes_per_swa_token"]),
+                                   ("swa_fixed_bytes", cfg["swa_fixed"]), ("c2_state_fixed_bytes", cfg["c2_state_fixed"]),
+                                   ("c128_state_fixed_bytes", 0), ("low_ratio_padding_bytes", cfg["padding"])))
 
     def _describe_v41(self) -> dict[str, Any]:
         return _describe_v41_of(self)
