@@ -17,6 +17,8 @@ import json
 import pytest
 
 from csa_plan.planner.engines.engine import EngineRefused
+from helpers import ROOT
+
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.errors import BadInput
@@ -26,7 +28,7 @@ from csa_plan.planner.weights.engram import (EngramChoice, HostMemoryRefused, ho
 
 SGLANG = get_engine("sglang-0.5.23")
 KV = 62 * GiB
-CONFIG = "/work/shared/models/deepseek-v4.1-flash/config.json"
+CONFIG = ROOT / "planner" / "presets" / "deepseek-v4.1-flash.json"  # the bundled copy of the published config
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +195,7 @@ def test_an_engram_option_that_cannot_apply_is_refused(tables, engine, choice, p
 
 
 def test_a_config_whose_rows_disagree_with_its_primes_is_bad_input():
-    data = json.load(open(CONFIG))
+    data = json.loads(CONFIG.read_text())
     data["text_config"]["engram_num_embeddings"] = [384_006_168, 384_016_683]
     with pytest.raises(BadInput, match="sum to 384,016,682"):
         tables_of(data)
