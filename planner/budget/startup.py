@@ -83,6 +83,30 @@ def _rope_tables(c: StageContext) -> int:
     return int(any(r > 1 for r in ratios)) + int(any(r <= 1 for r in ratios))
 
 
+
+def _model_buffers(c: StageContext, mnbt: int, mtp_here: bool, tables: int, rope_src: str, hc_src: str,
+                   mtp_src: str) -> list[Step]:
+    """The buffers V4 and V4.1 allocate alike at model build (each release's file:line passed in): the RoPE
+    cos/sin tables (one per RoPE kind), the first stage's hc broadcast, the MTP/DSpark hidden buffer."""
+    d = c.dims
+    steps = [Step(StepKind.RESERVE, f"RoPE cos/sin tables, {tables} x fp32 [{d.max_position_embeddings}, "
+                  f"{d.rope_head_dim}]", tables * d.max_position_embeddings * d.rope_head_dim * 4,
+                  f"{rope_src}; rotary_embedding/__init__.py:74-85 (cached by key)")]
+    if c.first:
+        mix = (2 + d.hc_mult) * d.hc_mult
+        steps.append(Step(StepKind.RESERVE, f"hc_attn_fn_broadcast [{mix}, {d.hidden}] fp32", mix * d.hidden * 4,
+                          hc_src))
+    if mtp_here:
+        steps.append(Step(StepKind.RESERVE, f"MTP hidden buffer [{mnbt}, {d.hc_mult * d.hidden}] bf16",
+                          mnbt * d.hc_mult * d.hidden * 2, mtp_src))
+    return steps
+
+
+def _flashmla_workspace(m: int, mnbt: int, top_k: int, src: str) -> Step:
+    """FlashMLA's sparse-prefill workspace for M gathered rows (the profile run allocates it)."""
+    return Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})",
+                4 * m * 512 * 2 + mnbt * round_up(top_k + 128, 128) * 4 + mnbt * 4, src)
+
 def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, ...]:
     if c.dims is None:
         return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
@@ -97,24 +121,16 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
                   mnbt * d.index_topk * 4 * (2 if mtp_here else 1),
                   "models/deepseek_v4/nvidia/model.py:848-852" + ("; drafter's: nvidia/mtp.py:221-225"
                                                                    if mtp_here else ""))]
-    tables = _rope_tables(c)
-    steps.append(Step(StepKind.RESERVE, f"RoPE cos/sin tables, {tables} x fp32 [{d.max_position_embeddings}, "
-                      f"{d.rope_head_dim}]", tables * d.max_position_embeddings * d.rope_head_dim * 4,
-                      "models/deepseek_v4/common/rope.py:28-52; rotary_embedding/__init__.py:74-85 (cached by key)"))
-    if c.first:
-        mix = (2 + d.hc_mult) * d.hc_mult
-        steps.append(Step(StepKind.RESERVE, f"hc_attn_fn_broadcast [{mix}, {d.hidden}] fp32", mix * d.hidden * 4,
-                          "models/deepseek_v4/nvidia/model.py:1210-1223"))
-    if mtp_here:
-        steps.append(Step(StepKind.RESERVE, f"MTP hidden buffer [{mnbt}, {d.hc_mult * d.hidden}] bf16",
-                          mnbt * d.hc_mult * d.hidden * 2, "models/deepseek_v4/nvidia/model.py:902-913"))
+    steps += _model_buffers(c, mnbt, mtp_here, _rope_tables(c),
+                            "models/deepseek_v4/common/rope.py:28-52",
+                            "models/deepseek_v4/nvidia/model.py:1210-1223",
+                            "models/deepseek_v4/nvidia/model.py:902-913")
     compressed = [r for r in ratios if r > 1]
     if compressed:
         ratio = min(compressed)
         m = ceil_div(L, ratio) + 128 + mnbt
-        prefill = 4 * m * 512 * 2 + mnbt * round_up(d.index_topk + 128, 128) * 4 + mnbt * 4
-        steps.append(Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})", prefill,
-                          "models/deepseek_v4/nvidia/flashmla.py:105-131, attention.py:156 (profile run)"))
+        steps.append(_flashmla_workspace(m, mnbt, d.index_topk,
+                                         "models/deepseek_v4/nvidia/flashmla.py:105-131, attention.py:156 (profile run)"))
     if 4 in ratios:
         factor = 5 if L <= 256 * 1024 else 2
         t = L * 8 * factor // 4
@@ -157,25 +173,16 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
     if d.candidate_topk_blocks:
         steps.append(Step(StepKind.RESERVE, f"candidate-block buffer [{mnbt}, {d.candidate_topk_blocks}] int32",
                           mnbt * d.candidate_topk_blocks * 4, "models/deepseek_v41/nvidia/model.py:765-779"))
-    tables = int(any(r > 0 for r in ratios)) + int(any(r == 0 for r in ratios))
-    steps.append(Step(StepKind.RESERVE, f"RoPE cos/sin tables, {tables} x fp32 [{d.max_position_embeddings}, "
-                      f"{d.rope_head_dim}]", tables * d.max_position_embeddings * d.rope_head_dim * 4,
-                      "models/deepseek_v41/common/rope.py:17-50 (YaRN on ratio > 0, plain on ratio 0); "
-                      "rotary_embedding/__init__.py:74-85 (cached by key)"))
-    if c.first:
-        mix = (2 + d.hc_mult) * d.hc_mult
-        steps.append(Step(StepKind.RESERVE, f"hc_attn_fn_broadcast [{mix}, {d.hidden}] fp32", mix * d.hidden * 4,
-                          "models/deepseek_v41/nvidia/model.py:440-449, 1488-1498"))
-    if mtp_here:
-        steps.append(Step(StepKind.RESERVE, f"MTP hidden buffer [{mnbt}, {d.hc_mult * d.hidden}] bf16",
-                          mnbt * d.hc_mult * d.hidden * 2, "models/deepseek_v41/nvidia/model.py:930-941"))
+    steps += _model_buffers(c, mnbt, mtp_here, int(any(r > 0 for r in ratios)) + int(any(r == 0 for r in ratios)),
+                            "models/deepseek_v41/common/rope.py:17-50 (YaRN on ratio > 0, plain on ratio 0)",
+                            "models/deepseek_v41/nvidia/model.py:440-449, 1488-1498",
+                            "models/deepseek_v41/nvidia/model.py:930-941")
     compressed = [r for r in ratios if r > 0]
     n, top_k = (ceil_div(L, min(compressed)), d.index_topk) if compressed else (0, 0)
     m = n + 128 + mnbt
-    prefill = 4 * m * 512 * 2 + mnbt * round_up(top_k + 128, 128) * 4 + mnbt * 4
-    steps.append(Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})", prefill,
-                      "models/deepseek_v41/nvidia/flashmla.py:109-131 (flash_mla_mega_attn.py:318-332 alike), "
-                      "attention.py:209 (chunk 4), :312 (window 128) (profile run)"))
+    steps.append(_flashmla_workspace(m, mnbt, top_k,
+                                     "models/deepseek_v41/nvidia/flashmla.py:109-131 (flash_mla_mega_attn.py:318-332 "
+                                     "alike), attention.py:209 (chunk 4), :312 (window 128) (profile run)"))
     indexed = [d.compress_ratios[i] for i in c.layers if i in d.index_layers and d.compress_ratios[i] > 0]
     if indexed:
         factor = 5 if L <= 256 * 1024 else 2
