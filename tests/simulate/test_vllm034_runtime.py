@@ -13,7 +13,6 @@ lookahead block hashes) and V4.1-Flash on an H200 and a B200 (rings, bounded rep
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -22,26 +21,15 @@ import pytest
 from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 from csa_plan.planner.loaders.model_files import load_model
-from csa_plan.planner.replay.loop import replay
 from csa_plan.planner.replay.protocol import RuntimeOptions
 from csa_plan.planner.replay.trace import runtime_trace, slice_trace
 from csa_plan.planner.steptime.model import StepTime
 from csa_plan.planner.workloads import load_workload
-from helpers.runtime_spy import RuntimeSpy
+from helpers.runtime_spy import assert_replay_equals_captured
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((ROOT / "tests" / "fixtures" / "vllm034_runtime_expected.json").read_text())
 TIME = StepTime(20.0, 10_000.0)
-
-
-class Logged(RuntimeSpy):
-    """Our runtime, logging each step as the capture tool logs vLLM's."""
-
-    def schedule(self):
-        step = self.rt.schedule()
-        self.log.append([sorted(zip(step.requests, step.tokens)), self.rt.running(), self.rt.waiting(),
-                         sorted(step.preempted), self.rt.kv.pool.num_free(), step.prefix_hit_tokens])
-        return step
 
 
 def test_the_fixture_is_vllm_034s_own_run():
@@ -82,15 +70,7 @@ def test_steps_equal_vllm_034s_own_scheduler(name):
     sizing = plan.size_pool(int(case["kv_gib"] * (1 << 30)))
     rt = plan.runtime(sizing, trace, RuntimeOptions(enable_prefix_caching=case["prefix_caching"]))
     assert rt.label == "vLLM 0.34.0"
-    logged = Logged(rt)
-    res = replay(logged, trace, TIME, compiled=False)  # the Python twin, logged step by step
-    assert len(logged.log) == case["steps"]
-    assert hashlib.sha256(json.dumps(logged.log).encode()).hexdigest() == case["step_digest"]
-    assert res.admitted_ns == case["admitted_ns"]
-    assert res.first_token_ns == case["first_token_ns"]
-    assert res.finished_ns == case["finished_ns"]
-    assert res.preemptions == case["preemptions"]
-    assert res.prefix_hit_tokens == case["prefix_hit_tokens"]
+    assert_replay_equals_captured(rt, trace, TIME, case)
 
 
 def test_simulate_vllm_034_needs_the_pool_given(csa):

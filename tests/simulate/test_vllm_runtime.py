@@ -12,7 +12,6 @@ preemption storms and full prefix reuse included.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -29,23 +28,13 @@ from csa_plan.planner.replay.protocol import RuntimeOptions, RuntimeTrace
 from csa_plan.planner.steptime.model import StepTime
 from csa_plan.planner.replay.trace import runtime_trace, slice_trace
 from csa_plan.planner.workloads import load_workload
-from helpers.runtime_spy import RuntimeSpy
+from helpers.runtime_spy import RuntimeSpy, assert_replay_equals_captured
 from helpers.vllm_runtimes import drawn_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((ROOT / "tests" / "fixtures" / "vllm_runtime_expected.json").read_text())
 TIME = StepTime(20.0, 10_000.0)
 GiB = 1 << 30
-
-
-class Logged(RuntimeSpy):
-    """Our runtime, logging each step as the capture tool logs vLLM's."""
-
-    def schedule(self):
-        step = self.rt.schedule()
-        self.log.append([sorted(zip(step.requests, step.tokens)), self.rt.running(), self.rt.waiting(),
-                         sorted(step.preempted), self.rt.kv.pool.num_free(), step.prefix_hit_tokens])
-        return step
 
 
 def _runtime(model: str, trace, kv_bytes: int, mnbt: int, seqs: int, caching: bool, async_on: bool,
@@ -66,15 +55,7 @@ def test_steps_equal_vllm_own_scheduler(name):
     _, _, rt = _runtime(case["model"], trace, case["kv_gib"] * GiB, case["max_num_batched_tokens"],
                         case["max_num_seqs"], case["prefix_caching"], case["async_scheduling"],
                         spec=case.get("num_speculative_tokens", 0))
-    logged = Logged(rt)
-    res = replay(logged, trace, TIME, compiled=False)  # the Python twin, logged step by step
-    assert len(logged.log) == case["steps"]
-    assert hashlib.sha256(json.dumps(logged.log).encode()).hexdigest() == case["step_digest"]
-    assert res.admitted_ns == case["admitted_ns"]
-    assert res.first_token_ns == case["first_token_ns"]
-    assert res.finished_ns == case["finished_ns"]
-    assert res.preemptions == case["preemptions"]
-    assert res.prefix_hit_tokens == case["prefix_hit_tokens"]
+    assert_replay_equals_captured(rt, trace, TIME, case)
 
 
 def test_a_captured_case_preempts_and_hits_the_prefix_cache():
