@@ -668,12 +668,14 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
     try:
         specs = legacy_specs(model, block_size, spec_tokens, fp4)
         groups = kcu.get_kv_cache_groups(cfg, copy.deepcopy(specs))
+        configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
+        # the groups get_kv_cache_configs planned (0.28 tags the windows with extra_retained_tokens first)
+        groups = configs[0].kv_cache_groups
         if hasattr(kcu, "_bucket_layers_by_page_size"):
             v_bpb = sum(ps * len(slots) for ps, slots in kcu._bucket_layers_by_page_size(groups).items())
         else:
             v_bpb = kcu._pool_bytes_per_block(cfg, groups)
         v_needed = kcu._max_memory_usage_bytes_from_groups(cfg, groups)
-        configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
         logged = configs[0]
         if hasattr(kcu, "update_kv_cache_capacity"):  # 0.28: the engine core logs the scheduler's config
             logged = kcu.generate_scheduler_kv_cache_config(configs)
@@ -759,6 +761,13 @@ def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
             for spec in (1, 3):
                 out.append(legacy_case(release, model, 1_048_576, 60 * GiB, mnbt, True, spec, gpu=gpu))
         out.append(legacy_case(release, model, 1_048_576, 60 * GiB, 16384, True, 0, fp4=True, gpu="b200"))
+        # two MTP modules (the presets have one): multi-module MTP, where 0.28 keeps extra_retained_tokens =
+        # drafts - 1 in every window (0.28.0 v1/core/kv_cache_utils.py:2134-2147); 0.25-0.27 keep none
+        mtp = next(d for d in model.layers if d.is_mtp)
+        two = replace(model, name=f"{model.name}+mtp2", num_mtp_layers=2,
+                      layers=model.layers + (replace(mtp, layer_id=mtp.layer_id + 1),))
+        for length, kv, spec in ((1_048_576, 40 * GiB, 2), (1_048_576, 40 * GiB, 3), (4_096, 300 * (1 << 20), 3)):
+            out.append(legacy_case(release, two, length, kv, 8192, True, spec))
     return out
 
 
