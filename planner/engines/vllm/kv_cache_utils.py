@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's KV cache specs and its grouping algorithm, as pure integer code.
+"""vLLM 0.33.0's KV cache specs and its grouping algorithm (and 0.25-0.28's layer tuples), as pure integer code.
 
 Ported from the release (line numbers are pointers into vllm-0.33.0):
 
@@ -266,8 +266,8 @@ def bytes_per_block(groups: list[KvGroup]) -> int:
 # 0.28.0 keep the window pages as they are (0.27.0 _get_kv_cache_groups_uniform_groups :1670-1754, 0.28.0
 # :1623-1707: "The packed block planner overlays groups, so their page sizes do not need to match"), lay one
 # block out as the largest group's pages side by side (_get_packed_kv_cache_layout, 0.27.0 :1283-1305) and
-# divide "Maximum concurrency" by the groups' blocks summed (get_max_concurrency_for_kv_cache_config :937-959, 0.28.0
-# :917-939).
+# divide "Maximum concurrency" by the groups' blocks summed (get_max_concurrency_for_kv_cache_config :937-959,
+# 0.28.0 :917-939).
 
 
 def tuple_groups(specs: list[KvSpec], pad_window_pages: bool = True) -> list[KvGroup]:
@@ -339,9 +339,9 @@ def tuple_bytes_per_block(groups: list[KvGroup]) -> int:
 
 def largest_group_bytes(groups: list[KvGroup]) -> int:
     """The largest group's page sum: 0.33's block before stride rounding (``bytes_per_block``), and the whole
-    block under 0.27.0 / 0.28.0's ``_get_packed_kv_cache_layout`` (0.27.0 kv_cache_utils.py:1283-1305, 0.28.0 :1249): each group laid out
-    densely in one shared block, groups overlapping, so a block is the largest group's page sum (no stride
-    alignment: 0.27/0.28 have no ``get_block_stride_alignment``)."""
+    block under 0.27.0 / 0.28.0's ``_get_packed_kv_cache_layout`` (0.27.0 kv_cache_utils.py:1283-1305, 0.28.0
+    :1249): each group laid out densely in one shared block, groups overlapping, so a block is the largest
+    group's page sum (no stride alignment: 0.27/0.28 have no ``get_block_stride_alignment``)."""
     return max(g.page_sum_bytes for g in groups)
 
 

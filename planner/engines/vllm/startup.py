@@ -939,25 +939,6 @@ V034 = VllmRelease(engine="vllm-0.34", src="vllm-0.34.0", layer_tuples=False, wi
 # DeepseekV4IndexerCache.get_kv_cache_spec, compressor.py CompressorStateCache (:236-266, the same ring rows),
 # sparse_swa.py DeepseekV4SWACache, the backends' kernel block sizes and CircularBufferSpec are unchanged; mega
 # attention's selection adds only ``lora_config is None`` (nvidia/model.py:264).
-# 0.28.0: 0.27.0's layer tuples (v1/core/kv_cache_utils.py:1623-1707, _get_packed_kv_cache_layout :1249,
-# get_max_concurrency_for_kv_cache_config :917-939; the same bodies) with extra_retained_tokens on every
-# SlidingWindowSpec under multi-module MTP (get_kv_cache_configs :2134-2147), the >= 160 GiB tier of
-# get_batch_defaults (engine/arg_utils.py:2582) and one log line (update_kv_cache_capacity :1861-1875, called by
-# v1/engine/core.py:325); the memory check still plans against the whole budget (_check_enough_kv_cache_memory
-# :731, no null block). The V4 specs: 0.27's arguments, the 584 B record now passed as state_content_bytes
-# (models/deepseek_v4/attention.py:737, v1/attention/backends/mla/sparse_swa.py:104), the same pages.
-V028 = VllmRelease(engine="vllm-0.28", src="vllm-0.28.0", layer_tuples=True, windows_in_flight=True,
-                   extra_retained=True, null_block_in_check=False, tier_160_gib=True, one_log_line=True,
-                   tuple_pages_padded=False)
-# 0.27.0 (0.27.1 the same on every rule: the wheels differ only in _version.py and models/qwen3_dspark.py):
-# 0.26.0's layer tuples without the window-page padding (v1/core/kv_cache_utils.py:1670-1754), one block the
-# largest group's pages (_get_packed_kv_cache_layout :1283-1305), the "Maximum concurrency" divisor the groups'
-# blocks summed (:937-959), an MXFP4 indexer cache at 68 B a key (models/deepseek_v4/attention.py:782-785, no
-# FP8-sized allocation); windows for max_in_flight_tokens (v1/kv_cache_interface.py:543), two log lines
-# (kv_cache_utils.py:2235-2240), no extra retained tokens, no null block in the check, no 160 GiB tier.
-V027 = VllmRelease(engine="vllm-0.27", src="vllm-0.27.0", layer_tuples=True, windows_in_flight=True,
-                   extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
-                   tuple_pages_padded=False)
 # 0.26.0: windows for max_in_flight_tokens (v1/kv_cache_interface.py ~566-597, config/vllm.py ~525-533)
 V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, windows_in_flight=True,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
@@ -966,6 +947,21 @@ V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, win
 V025 = VllmRelease(engine="vllm-0.25", src="vllm-0.25.0", layer_tuples=True, windows_in_flight=False,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
                    fp4_keys_fp8_sized=True)
+# 0.27.0 (0.27.1 the same on every rule: the wheels differ only in _version.py and models/qwen3_dspark.py):
+# 0.26.0's layer tuples without the window-page padding (v1/core/kv_cache_utils.py:1670-1754), one block the
+# largest group's pages (_get_packed_kv_cache_layout :1283-1305), the "Maximum concurrency" divisor the groups'
+# blocks summed (:937-959), an MXFP4 indexer cache at 68 B a key (models/deepseek_v4/attention.py:782-785, no
+# FP8-sized allocation); windows for max_in_flight_tokens (v1/kv_cache_interface.py:543), two log lines
+# (kv_cache_utils.py:2235-2240), no extra retained tokens, no null block in the check, no 160 GiB tier.
+V027 = replace(V026, engine="vllm-0.27", src="vllm-0.27.0", tuple_pages_padded=False, fp4_keys_fp8_sized=False)
+# 0.28.0: 0.27.0's layer tuples (v1/core/kv_cache_utils.py:1623-1707, _get_packed_kv_cache_layout :1249,
+# get_max_concurrency_for_kv_cache_config :917-939; the same bodies) with extra_retained_tokens on every
+# SlidingWindowSpec under multi-module MTP (get_kv_cache_configs :2134-2147), the >= 160 GiB tier of
+# get_batch_defaults (engine/arg_utils.py:2582) and one log line (update_kv_cache_capacity :1861-1875, called by
+# v1/engine/core.py:325); the memory check still plans against the whole budget (_check_enough_kv_cache_memory
+# :731, no null block). The V4 specs: 0.27's arguments, the 584 B record now passed as state_content_bytes
+# (models/deepseek_v4/attention.py:737, v1/attention/backends/mla/sparse_swa.py:104), the same pages.
+V028 = replace(V027, engine="vllm-0.28", src="vllm-0.28.0", extra_retained=True, tier_160_gib=True, one_log_line=True)
 
 
 def _sources(src: str, planning: str) -> tuple[str, ...]:
@@ -974,46 +970,31 @@ def _sources(src: str, planning: str) -> tuple[str, ...]:
             f"{src} v1/attention/backends/mla/sparse_swa.py", f"{src} config/vllm.py", f"{src} engine/arg_utils.py")
 
 
-VLLM_033 = Vllm033(
-    name=ENGINE, engine_name="vLLM", version="0.33.0",
-    summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
-            "windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
-    models_shared_state=V033.shared_state,
-)
-VLLM_034 = Vllm033(
-    name=V034.engine, engine_name="vLLM", version="0.34.0",
-    summary="vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block pool, windows for the "
-            "in-flight tokens); the pool sized after warmup by the extensible KV cache; 0.33.0's scheduler in motion",
-    options=ACCEPTS, sources=_sources(V034.src, "v1/core/kv_cache_planning.py"), release=V034,
-    models_shared_state=V034.shared_state,
-)
-VLLM_028 = Vllm033(
-    name=V028.engine, engine_name="vLLM", version="0.28.0",
-    summary="vLLM 0.28.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the largest group's pages), "
-            "windows for the in-flight tokens and MTP's extra retained tokens, one log line",
-    options=ACCEPTS, sources=_sources(V028.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V028,
-)
-VLLM_027 = Vllm033(
-    name=V027.engine, engine_name="vLLM", version="0.27.0",
-    summary="vLLM 0.27.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the largest group's pages), "
-            "windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS, sources=_sources(V027.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V027,
-)
-VLLM_026 = Vllm033(
-    name=V026.engine, engine_name="vLLM", version="0.26.0",
-    summary="vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, window groups padded "
-            "to its pages), windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS, sources=_sources(V026.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V026,
-)
-VLLM_025 = Vllm033(
-    name=V025.engine, engine_name="vLLM", version="0.25.0",
-    summary="vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one --max-num-batched-tokens",
-    options=ACCEPTS, sources=_sources(V025.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V025,
-)
+TUPLES = "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"
+PACKED = "v1/core/kv_cache_planning.py"
+
+
+def _engine_model(rel: VllmRelease, planning: str, summary: str) -> Vllm033:
+    """The registered engine model of one release (its name, version and sources from the release record)."""
+    return Vllm033(name=rel.engine, engine_name="vLLM", version=rel.src.removeprefix("vllm-"), summary=summary,
+                   options=ACCEPTS, sources=_sources(rel.src, planning), release=rel,
+                   models_shared_state=rel.shared_state)
+
+
+VLLM_033 = _engine_model(V033, PACKED, "vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = "
+                                       "largest group), windowed groups budgeted for the in-flight tokens")
+VLLM_034 = _engine_model(V034, PACKED, "vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block "
+                                       "pool, windows for the in-flight tokens); the pool sized after warmup by the "
+                                       "extensible KV cache; 0.33.0's scheduler in motion")
+VLLM_028 = _engine_model(V028, TUPLES, "vLLM 0.28.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the "
+                                       "largest group's pages), windows for the in-flight tokens and MTP's extra "
+                                       "retained tokens, one log line")
+VLLM_027 = _engine_model(V027, TUPLES, "vLLM 0.27.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the "
+                                       "largest group's pages), windowed groups budgeted for the in-flight tokens")
+VLLM_026 = _engine_model(V026, TUPLES, "vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, "
+                                       "window groups padded to its pages), windowed groups budgeted for the "
+                                       "in-flight tokens")
+VLLM_025 = _engine_model(V025, TUPLES, "vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one "
+                                       "--max-num-batched-tokens")
 # The newest modelled release: what ``--engine vllm`` names.
 VLLM_RELEASES = (VLLM_034, VLLM_033, VLLM_028, VLLM_027, VLLM_026, VLLM_025)
