@@ -15,12 +15,15 @@ backends' ``customize_attention_spec`` applied; then vLLM's start-up planning ru
 ``EngineArgs.get_batch_defaults`` with the platform answering as an H200 (or B200).
 Every figure is compared byte for byte with csa-plan's ``vllm-0.33`` engine model.
 
-vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release; the installed ``vllm.__version__``
-picks the release): the specs are built with that release's classes and arguments, then its own
-``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size``,
-``_max_memory_usage_bytes_from_groups``, ``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on
-them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 and L40S, and block
-sizes 64 / 128 / 192 / 200 / 320 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
+vLLM 0.25.0 / 0.26.0 / 0.27.x / 0.28.0 (run in a virtualenv with that release; the installed
+``vllm.__version__`` picks the release): the specs are built with that release's classes and arguments, then
+its own ``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size`` (0.25/0.26) or
+``_pool_bytes_per_block`` (0.27/0.28: ``_get_packed_kv_cache_layout``), ``_max_memory_usage_bytes_from_groups``,
+``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on them (its log lines captured; 0.28's
+``update_kv_cache_capacity`` on the scheduler's config, as its engine core calls it), with ``get_batch_defaults``
+on an H200, B200 and L40S, block sizes 64 / 128 / 192 / 200 / 320 / 512, the cards' default batches, MXFP4
+index keys on a B200 and a two-MTP-module model (0.28's extra retained tokens); every figure, and each group's
+layers and pages, is compared with the ``vllm-0.25`` .. ``vllm-0.28`` engine model.
 
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
 ``pool_configurator`` sizing functions (``DSV4PoolConfigurator``); where torchvision is missing (its

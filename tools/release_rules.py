@@ -37,7 +37,8 @@ MARKERS = {
                                  r"For FP4 indexer cache, we still allocate the same amount"),
     "extensible KV cache": (("config/cache.py",), r"enable_extensible_kv_cache: bool"),
     "indexer BLHNC layout": (("v1/attention/backends/mla/indexer.py",), r"BLHNC"),
-    "DeepSeek-V4 on Model Runner V2 by default": (("config/vllm.py",), r'^\s+"DeepseekV4ForCausalLM",'),
+    # an entry of DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (indented 8, as no other list naming it is)
+    "DeepSeek-V4 on Model Runner V2 by default": (("config/vllm.py",), r'^        "DeepseekV4ForCausalLM",$'),
     "1024-token capture ceiling on sm_100": (("config/vllm.py",), r"^\s+1024 if current_platform.is_device_capability_family"),
     "uniform decode capture sizes": (("config/vllm.py",), r"uniform_decode_sizes: list\[int\] = \[\]"),
 }
