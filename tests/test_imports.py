@@ -163,7 +163,8 @@ def test_the_registry_lists_engines_without_importing_them():
         assert module not in mods, module
     from csa_plan.planner.engines.registry import ENGINES, NEWEST, get_engine
 
-    assert list(ENGINES) == ["vllm-0.34", "vllm-0.33", "vllm-0.26", "vllm-0.25", "sglang-0.5.23", "onnx-genai"]
+    assert list(ENGINES) == ["vllm-0.34", "vllm-0.33", "vllm-0.28", "vllm-0.27", "vllm-0.26", "vllm-0.25", "sglang-0.5.23",
+                             "onnx-genai"]
     for name, model in ENGINES.items():
         assert model.name == name and get_engine(name) is model
     assert all(target in ENGINES for target in NEWEST.values())

@@ -15,12 +15,15 @@ backends' ``customize_attention_spec`` applied; then vLLM's start-up planning ru
 ``EngineArgs.get_batch_defaults`` with the platform answering as an H200 (or B200).
 Every figure is compared byte for byte with csa-plan's ``vllm-0.33`` engine model.
 
-vLLM 0.25.0 / 0.26.0 (run in a virtualenv with that release; the installed ``vllm.__version__``
-picks the release): the specs are built with that release's classes and arguments, then its own
-``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size``,
-``_max_memory_usage_bytes_from_groups``, ``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on
-them (its two log lines captured), with ``get_batch_defaults`` on an H200, B200 and L40S, and block
-sizes 64 / 128 / 192 / 200 / 320 / 512; every figure is compared with the ``vllm-0.25`` / ``vllm-0.26`` engine model.
+vLLM 0.25.0 / 0.26.0 / 0.27.x / 0.28.0 (run in a virtualenv with that release; the installed
+``vllm.__version__`` picks the release): the specs are built with that release's classes and arguments, then
+its own ``get_kv_cache_groups`` (the layer-tuple grouping), ``_bucket_layers_by_page_size`` (0.25/0.26) or
+``_pool_bytes_per_block`` (0.27/0.28: ``_get_packed_kv_cache_layout``), ``_max_memory_usage_bytes_from_groups``,
+``get_kv_cache_configs`` and ``get_kv_cache_capacity`` run on them (its log lines captured; 0.28's
+``update_kv_cache_capacity`` on the scheduler's config, as its engine core calls it), with ``get_batch_defaults``
+on an H200, B200 and L40S, block sizes 64 / 128 / 192 / 200 / 320 / 512, the cards' default batches, MXFP4
+index keys on a B200 and a two-MTP-module model (0.28's extra retained tokens); every figure, and each group's
+layers and pages, is compared with the ``vllm-0.25`` .. ``vllm-0.28`` engine model.
 
 SGLang: ``kernels/ops/attention/dsv4/kv_layout.py`` (imports without torch) and the
 ``pool_configurator`` sizing functions (``DSV4PoolConfigurator``); where torchvision is missing (its
@@ -556,14 +559,23 @@ def installed_vllm_release() -> str:
     return f"vllm-{major}.{minor}"
 
 
-def legacy_config_stub(max_model_len: int, mnbt: int, async_on: bool, spec_tokens: int, block_size: int):
-    """The attributes 0.25/0.26's planning reads, with that release's own VllmConfig properties."""
+def legacy_config_stub(max_model_len: int, mnbt: int, async_on: bool, spec_tokens: int, block_size: int,
+                       num_mtp_layers: int = 1):
+    """The attributes 0.25-0.28's planning reads, with that release's own VllmConfig properties (and, from 0.28.0,
+    its own ``SpeculativeConfig.use_multi_module_mtp``, which get_kv_cache_configs reads for the extra retained
+    tokens: 0.28.0 v1/core/kv_cache_utils.py:2137)."""
     from vllm.config import CacheConfig, VllmConfig
 
     cache = CacheConfig(block_size=block_size, cache_dtype="fp8_ds_mla")
     speculative = None
     if spec_tokens:
-        speculative = _Stub(method="mtp", num_speculative_tokens=spec_tokens, use_eagle=lambda: True)
+        from vllm.config.speculative import SpeculativeConfig
+
+        speculative = _Stub(method="mtp", num_speculative_tokens=spec_tokens, use_eagle=lambda: True,
+                            draft_model_config=_Stub(hf_config=_Stub(num_nextn_predict_layers=num_mtp_layers)))
+        own = SpeculativeConfig.__dict__.get("use_multi_module_mtp")
+        if own is not None:
+            speculative.use_multi_module_mtp = lambda: own(speculative)
     cfg = _Stub(
         cache_config=cache,
         scheduler_config=_Stub(max_num_batched_tokens=mnbt, max_num_seqs=1024, async_scheduling=async_on,
@@ -580,12 +592,22 @@ def legacy_config_stub(max_model_len: int, mnbt: int, async_on: bool, spec_token
     return cfg
 
 
-def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
-    """DeepSeek-V4's specs as 0.25/0.26's model code registers them (models/deepseek_v4/attention.py,
-    compressor.py, v1/attention/backends/mla/sparse_swa.py), built with that release's classes."""
+def legacy_specs(model, block_size: int, spec_tokens: int, fp4: bool = False) -> dict:
+    """DeepSeek-V4's specs as 0.25-0.28's model code registers them (models/deepseek_v4/attention.py,
+    compressor.py, v1/attention/backends/mla/sparse_swa.py), built with that release's classes: an MXFP4 indexer
+    key is FP8's 132 B in 0.25/0.26 (attention.py:732 "still allocate the same amount of memory as FP8") and 68 B
+    from 0.27.0 (attention.py:785); 0.28.0 passes the 584 B record as ``state_content_bytes`` (attention.py:737,
+    sparse_swa.py:104), which 0.25-0.27's spec classes do not have (their real_page_size_bytes has the 584)."""
+    import dataclasses
+
     import torch
+    import vllm
     from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec, get_kv_quant_mode
 
+    release = tuple(int(x) for x in vllm.__version__.split(".")[:2])
+    record = ({"state_content_bytes": 584}
+              if "state_content_bytes" in {f.name for f in dataclasses.fields(MLAAttentionSpec)} else {})
+    fp4_keys = fp4 and release >= (0, 27)
     specs: dict = {}
 
     def state(prefix, ratio, head_dim):
@@ -598,7 +620,7 @@ def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
         specs[prefix] = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
                                              sliding_window=window, cache_dtype_str="fp8_ds_mla", alignment=576,
                                              model_version="deepseek_v4",
-                                             kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+                                             kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"), **record)
 
     for d in model.layers:
         if d.is_mtp:
@@ -606,16 +628,18 @@ def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
         p = f"model.layers.{d.layer_id}.self_attn"
         r = d.compression_ratio
         if r == 4:
+            keys = (d.index_head_dim // 2 + d.index_head_dim // 32 if fp4_keys
+                    else d.index_head_dim + d.index_head_dim // 128 * 4)
             specs[f"{p}.indexer.k_cache"] = MLAAttentionSpec(
-                block_size=block_size, num_kv_heads=1, head_size=d.index_head_dim + d.index_head_dim // 128 * 4,
-                dtype=torch.uint8, compress_ratio=4, alignment=576)
+                block_size=block_size, num_kv_heads=1, head_size=keys, dtype=torch.uint8, compress_ratio=4,
+                alignment=576)
             state(f"{p}.indexer.compressor.state_cache", 4, d.index_head_dim)
         swa(f"{p}.swa_cache", d.window)
         if r in (4, 128):
             specs[p] = MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=d.head_dim,
                                         dtype=torch.uint8, compress_ratio=r, cache_dtype_str="fp8_ds_mla",
                                         alignment=576, model_version="deepseek_v4",
-                                        kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"))
+                                        kv_quant_mode=get_kv_quant_mode("fp8_ds_mla"), **record)
             state(f"{p}.compressor.state_cache", r, d.head_dim)
     if spec_tokens:
         for d in model.layers:
@@ -625,7 +649,11 @@ def legacy_specs(model, block_size: int, spec_tokens: int) -> dict:
 
 
 def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: int, async_on: bool,
-                spec_tokens: int, block_size: int = 256) -> tuple[bool, str]:
+                spec_tokens: int, block_size: int = 256, fp4: bool = False, gpu: str = "h200") -> tuple[bool, str]:
+    """One deployment under 0.25-0.28's own planning: grouping, bytes per block, needed bytes, num_blocks,
+    capacity and the log lines, against csa-plan's ``release`` engine model. 0.25/0.26 lay a block out as
+    ``_bucket_layers_by_page_size``; 0.27/0.28 as ``_get_packed_kv_cache_layout`` (through ``_pool_bytes_per_block``);
+    0.28 logs from ``update_kv_cache_capacity``, which v1/engine/core.py:325 calls on the scheduler's config."""
     import copy
 
     import vllm.v1.core.kv_cache_utils as kcu
@@ -634,26 +662,36 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
     from csa_plan.planner.engines.registry import get_engine
     from csa_plan.planner.engines.settings import EngineSettings
 
-    label = (f"{release} {model.name} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
-             f"async={'on' if async_on else 'off'} spec={spec_tokens} block={block_size}")
-    cfg = legacy_config_stub(max_model_len, mnbt, async_on, spec_tokens, block_size)
+    label = (f"{release} {model.name} {gpu} L={max_model_len} kv={kv_memory} mnbt={mnbt} "
+             f"async={'on' if async_on else 'off'} spec={spec_tokens}{' mxfp4' if fp4 else ''} block={block_size}")
+    cfg = legacy_config_stub(max_model_len, mnbt, async_on, spec_tokens, block_size, model.num_mtp_layers)
     lines: list[str] = []
     kcu.logger.info_once = lambda msg, *a, **k: lines.append(msg % a)
     v_error = v_exc = None
     try:
-        specs = legacy_specs(model, block_size, spec_tokens)
+        specs = legacy_specs(model, block_size, spec_tokens, fp4)
         groups = kcu.get_kv_cache_groups(cfg, copy.deepcopy(specs))
-        v_bpb = sum(ps * len(slots) for ps, slots in kcu._bucket_layers_by_page_size(groups).items())
-        v_needed = kcu._max_memory_usage_bytes_from_groups(cfg, groups)
         configs = kcu.get_kv_cache_configs(cfg, [specs], [kv_memory])
-        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, configs[0])
+        # the groups get_kv_cache_configs planned (0.28 tags the windows with extra_retained_tokens first)
+        groups = configs[0].kv_cache_groups
+        if hasattr(kcu, "_bucket_layers_by_page_size"):
+            v_bpb = sum(ps * len(slots) for ps, slots in kcu._bucket_layers_by_page_size(groups).items())
+        else:
+            v_bpb = kcu._pool_bytes_per_block(cfg, groups)
+        v_needed = kcu._max_memory_usage_bytes_from_groups(cfg, groups)
+        logged = configs[0]
+        if hasattr(kcu, "update_kv_cache_capacity"):  # 0.28: the engine core logs the scheduler's config
+            logged = kcu.generate_scheduler_kv_cache_config(configs)
+            kcu.update_kv_cache_capacity(cfg, logged)
+        v_tokens, v_conc = kcu.get_kv_cache_capacity(cfg, logged)
         v_num_blocks = configs[0].num_blocks
     except ValueError as exc:
         v_error = str(exc)
     except (ZeroDivisionError, AssertionError) as exc:
         v_exc = f"{type(exc).__name__}: {exc}"
     settings = EngineSettings(max_num_batched_tokens=mnbt, async_scheduling=async_on,
-                              num_speculative_tokens=spec_tokens or None, block_size=block_size)
+                              num_speculative_tokens=spec_tokens or None, block_size=block_size, gpu=gpu,
+                              indexer_kv_dtype="mxfp4" if fp4 else None)
     problems: list[str] = []
     try:
         plan = get_engine(release).configure(model, settings, max_model_len)
@@ -667,6 +705,10 @@ def legacy_case(release: str, model, max_model_len: int, kv_memory: int, mnbt: i
     if v_exc is not None:
         return False, f"FAIL {label}: {release} fails ({v_exc}) but csa-plan plans it"
     if v_error is None:
+        v_groups = [[(n, g.kv_cache_spec.kv_cache_specs[n].page_size_bytes) for n in g.layer_names] for g in groups]
+        ours_groups = [[(s.name, s.page_bytes) for s in g.specs] for g in plan.groups]
+        if ours_groups != v_groups:
+            problems.append("groups (layer names and pages) differ")
         if plan.block_bytes != v_bpb:
             problems.append(f"bytes_per_block {plan.block_bytes} != {v_bpb}")
         if plan.needed_bytes(max_model_len) != v_needed:
@@ -717,6 +759,18 @@ def run_vllm_legacy(release: str, quick: bool) -> list[tuple[bool, str]]:
             out.append(legacy_case(release, model, length, kv, mnbt, async_on, spec))
         for block in (64, 128, 192, 200, 320, 512):
             out.append(legacy_case(release, model, 65_536, 40 * GiB, 8192, True, 1, block))
+        for gpu in ("h200", "b200"):  # each card's default batch (the 160 GiB tier from 0.28), MTP 1 and 3
+            mnbt = default_batched_tokens(gpu_target(gpu), "serve", get_engine(release).release)[0]
+            for spec in (1, 3):
+                out.append(legacy_case(release, model, 1_048_576, 60 * GiB, mnbt, True, spec, gpu=gpu))
+        out.append(legacy_case(release, model, 1_048_576, 60 * GiB, 16384, True, 0, fp4=True, gpu="b200"))
+        # two MTP modules (the presets have one): multi-module MTP, where 0.28 keeps extra_retained_tokens =
+        # drafts - 1 in every window (0.28.0 v1/core/kv_cache_utils.py:2134-2147); 0.25-0.27 keep none
+        mtp = next(d for d in model.layers if d.is_mtp)
+        two = replace(model, name=f"{model.name}+mtp2", num_mtp_layers=2,
+                      layers=model.layers + (replace(mtp, layer_id=mtp.layer_id + 1),))
+        for length, kv, spec in ((1_048_576, 40 * GiB, 2), (1_048_576, 40 * GiB, 3), (4_096, 300 * (1 << 20), 3)):
+            out.append(legacy_case(release, two, length, kv, 8192, True, spec))
     return out
 
 

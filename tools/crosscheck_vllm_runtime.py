@@ -18,8 +18,8 @@ its request. Then the same trace runs through csa-plan's ``vllm-0.33`` runtime a
 step is compared: tokens scheduled per request, running, waiting, preempted, free blocks,
 prefix-hit tokens; and every request's outcome (admission, first token, finish, preemptions).
 
-``--release vllm-0.26`` / ``vllm-0.25`` (in a virtualenv holding that release): that release's own
-KV cache config (its ``kv_cache_utils`` planning, ``crosscheck_engines.legacy_specs``) and its own
+``--release vllm-0.28`` / ``vllm-0.27`` / ``vllm-0.26`` / ``vllm-0.25`` (in a virtualenv holding that release):
+that release's own KV cache config (its ``kv_cache_utils`` planning, ``crosscheck_engines.legacy_specs``) and its own
 ``Scheduler``, against csa-plan's replay of 0.33.0's scheduler over that release's pool: the
 evidence for refusing ``simulate --engine vllm-0.2x`` (docs/vllm-runtime.md).
 
@@ -135,6 +135,7 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
                      enable_return_routed_experts=False).items():
         setattr(cfg.model_config, k, v)
     cfg.kv_events_config = None
+    cfg.is_encoder_only = False  # 0.28: read by Scheduler.__init__ (sched/scheduler.py:97)
     cfg.watermark_config = None  # 0.34: read once a request finishes prefill (sched/scheduler.py:2515-2523)
     cfg.observability_config = _Stub(per_request_spec_decode_metrics=None, kv_cache_metrics=False,
                                      enable_mfu_metrics=False, enable_logging_iteration_details=False)
@@ -197,7 +198,7 @@ def build_scheduler(model, max_model_len: int, kv_memory: int, mnbt: int, max_nu
     sched_block, hash_block = kcu.resolve_kv_cache_block_sizes(kv_cfg, cfg)
     cls = AsyncScheduler if async_on else Scheduler
     sched = cls(cfg, kv_cfg, _Stub(accept_tokens=lambda *a: True, validate_tokens=lambda r, t: t,
-                                   trim_spec_tokens=lambda r, t: t, should_advance=lambda r: False),
+                                   trim_spec_tokens=lambda r, t: t, should_advance=lambda r, **kw: False),
                 block_size=sched_block,
                 hash_block_size=hash_block)
     return sched, kv_cfg, hash_block

@@ -9,7 +9,7 @@ How: each release is imported in a child process of a separate Python (``--pytho
 ``pip install torch==2.13.0`` and the releases' pure-Python dependencies; never a dependency of csa-plan)
 from its unpacked wheel, and its parser is built and walked:
 
-* vLLM (0.25, 0.26, 0.33, 0.34): ``vllm/engine/arg_utils.py`` ``AsyncEngineArgs.add_cli_args`` on vLLM's own
+* vLLM (0.25, 0.26, 0.27, 0.28, 0.33, 0.34): ``vllm/engine/arg_utils.py`` ``AsyncEngineArgs.add_cli_args`` on vLLM's own
   ``FlexibleArgumentParser`` -- the engine flags ``vllm serve`` takes (its frontend flags, host, port,
   API keys, are not planned and not extracted). There is no GPU here: vLLM is told its platform is the CPU
   (``vllm/platforms/__init__.py`` ``cpu_platform_plugin``), which changes defaults, not the flags or choices.
@@ -28,6 +28,7 @@ left out) and ``many`` (``nargs='+'``: one or more values).
 Usage (from the repository root):
   python tools/extract_engine_flags.py --python /tmp/torchcpu/bin/python \\
       --vllm vllm-0.25=/tmp/w43/v0.25.0 --vllm vllm-0.26=/tmp/w43/v0.26.0 \\
+      --vllm vllm-0.27=/tmp/w43/v0.27.0 --vllm vllm-0.28=/tmp/w43/v0.28.0 \\
       --vllm vllm-0.33=/tmp/w43/v0.33.0 --vllm vllm-0.34=/tmp/w43/v0.34.0 \\
       --sglang sglang-0.5.23=/tmp/w43/sg --out tests/fixtures/engine_flags.json
 """

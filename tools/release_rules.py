@@ -37,6 +37,10 @@ MARKERS = {
                                  r"For FP4 indexer cache, we still allocate the same amount"),
     "extensible KV cache": (("config/cache.py",), r"enable_extensible_kv_cache: bool"),
     "indexer BLHNC layout": (("v1/attention/backends/mla/indexer.py",), r"BLHNC"),
+    # an entry of DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (indented 8, as no other list naming it is)
+    "DeepSeek-V4 on Model Runner V2 by default": (("config/vllm.py",), r'^        "DeepseekV4ForCausalLM",$'),
+    "1024-token capture ceiling on sm_100": (("config/vllm.py",), r"^\s+1024 if current_platform.is_device_capability_family"),
+    "uniform decode capture sizes": (("config/vllm.py",), r"uniform_decode_sizes: list\[int\] = \[\]"),
 }
 RULES = {  # the functions that decide the pool, by qualified name
     "SlidingWindowSpec.max_memory_usage_bytes": ("v1/kv_cache_interface.py",),
@@ -51,6 +55,11 @@ RULES = {  # the functions that decide the pool, by qualified name
     "DeepseekV4SWACache.get_kv_cache_spec": ("v1/attention/backends/mla/sparse_swa.py",),
     "Scheduler.schedule": ("v1/core/sched/scheduler.py",),
     "KVCacheManager.allocate_slots": ("v1/core/kv_cache_manager.py",),
+    # the device budget's non-KV terms (planner/budget/vllm_nonkv.py)
+    "Worker.determine_available_memory": ("v1/worker/gpu_worker.py",),
+    "VllmConfig._set_cudagraph_sizes": ("config/vllm.py",),
+    "VllmConfig.use_v2_model_runner": ("config/vllm.py",),
+    "VllmConfig._is_default_v2_model_runner_model": ("config/vllm.py",),
 }
 
 

@@ -35,11 +35,11 @@ VLLM_UTIL_DEFAULT = 0.92  # config/cache.py:215
 def _vllm_defaults(c: StageContext, release: str) -> tuple[int, int, str]:
     """(max_num_batched_tokens, max_num_seqs, rule) by the engine model's default rule for that release
     (one copy: ``engines/vllm/startup.py default_batched_tokens``, by card memory, device name and usage;
-    0.25/0.26 lack 0.33's >= 160 GiB tier)."""
+    0.25-0.27 lack 0.28's >= 160 GiB tier)."""
     from csa_plan.planner.engines.settings import gpu_target
-    from csa_plan.planner.engines.vllm.startup import V025, V026, V033, V034, default_batched_tokens
+    from csa_plan.planner.engines.vllm.startup import VLLM_RELEASES, default_batched_tokens
 
-    rel = {r.engine: r for r in (V034, V033, V026, V025)}[release]  # 0.34: 0.33's get_batch_defaults body
+    rel = {m.release.engine: m.release for m in VLLM_RELEASES}[release]  # 0.34: 0.33's get_batch_defaults body
     return default_batched_tokens(gpu_target(c.settings.gpu, memory_bytes=c.card_bytes),
                                   c.settings.usage or "serve", rel)
 
@@ -236,6 +236,12 @@ VLLM_026 = StartupRules("vllm-0.26", _vllm_usable, lambda c: _vllm_reserves(c, "
                         lambda c: _vllm_resolved(c, "vllm-0.26"))
 VLLM_025 = StartupRules("vllm-0.25", _vllm_usable, lambda c: _vllm_reserves(c, "vllm-0.25"),
                         lambda c: _vllm_resolved(c, "vllm-0.25"))
+# 0.27.0 / 0.28.0: the same buffers; their release-specific non-KV rules (capture list, model runner, graph
+# estimate) are budget/vllm_nonkv.py's, their batch defaults engines/vllm/startup.py's.
+VLLM_027 = StartupRules("vllm-0.27", _vllm_usable, lambda c: _vllm_reserves(c, "vllm-0.27"),
+                        lambda c: _vllm_resolved(c, "vllm-0.27"))
+VLLM_028 = StartupRules("vllm-0.28", _vllm_usable, lambda c: _vllm_reserves(c, "vllm-0.28"),
+                        lambda c: _vllm_resolved(c, "vllm-0.28"))
 
 
 def _vllm_034_refused(c: StageContext) -> Usable:
@@ -419,7 +425,8 @@ REFERENCE = StartupRules(
     lambda c: {},
 )
 
-STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_026, VLLM_025, SGLANG)}
+STARTUP: dict[str, StartupRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_028, VLLM_027, VLLM_026,
+                                                         VLLM_025, SGLANG)}
 
 
 def startup_for(engine: str | None) -> StartupRules:

@@ -74,7 +74,11 @@ FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non
                    mega_moe_band_pct=50, source=RTX_LOG)
 
 FITS: dict[str, NonKvFit] = {"vllm-0.25": FIT_025}
-NEAREST_FIT: dict[str, str] = {"vllm-0.26": "vllm-0.25", "vllm-0.33": "vllm-0.25"}
+# 0.27.0 / 0.28.0 take requested - non_kv_cache_memory - the graph estimate as 0.26.0 and 0.33.0 do
+# (v1/worker/gpu_worker.py determine_available_memory: 0.27.0 :460, 0.28.0 the same body), non_kv_cache_memory
+# from utils/mem_utils.py memory_profiling's total_consumed + transient_peak_headroom as in 0.33.0.
+NEAREST_FIT: dict[str, str] = {"vllm-0.26": "vllm-0.25", "vllm-0.27": "vllm-0.25", "vllm-0.28": "vllm-0.25",
+                               "vllm-0.33": "vllm-0.25"}
 
 
 def fit_for(release: str) -> tuple[NonKvFit, str, int]:
@@ -102,17 +106,26 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+# The releases whose default capture list tops out at 1024 tokens on sm_100 (512 elsewhere): 0.28.0
+# config/vllm.py:1937-1939, 0.33.0 :2463-2465; 0.25-0.27 cap it at 512 on every card (0.27.0 :1832-1835).
+CAPTURE_1024_ON_SM100 = ("vllm-0.28", "vllm-0.33")
+# The releases that add the uniform decode sizes (n requests x the decode query length): 0.29.0
+# config/vllm.py:2002 on (0.33.0 :2459-2550); 0.28.0 and older do not.
+UNIFORM_DECODE_SIZES = ("vllm-0.33",)
+
+
 def capture_sizes(release: str, *, max_num_seqs: int, mnbt: int, spec_tokens: int, sm100: bool,
                   sizes: tuple[int, ...] | None, max_size: int | None) -> tuple[int, ...]:
     """compilation_config.cudagraph_capture_sizes as the release builds them: vllm-0.25.0
-    config/vllm.py:1714-1790 (0.26.0 :1786-1860); 0.33.0 config/vllm.py:2455-2600 adds the uniform
-    decode sizes and a 1024 ceiling on sm_100."""
+    config/vllm.py:1714-1790 (0.26.0 :1786-1860, 0.27.0 :1822-1880); 0.28.0 config/vllm.py:1937-1939 raises the
+    ceiling to 1024 on sm_100 (``CAPTURE_1024_ON_SM100``); 0.33.0 config/vllm.py:2455-2600 also adds the uniform
+    decode sizes (``UNIFORM_DECODE_SIZES``)."""
     dq = 1 + spec_tokens
     extra: list[int] = []
     if max_size is None:
-        ceiling = 1024 if release == "vllm-0.33" and sm100 else 512
+        ceiling = 1024 if release in CAPTURE_1024_ON_SM100 and sm100 else 512
         max_size = min(max_num_seqs * dq * 2, ceiling)
-        if release == "vllm-0.33":
+        if release in UNIFORM_DECODE_SIZES:
             if dq > 1:
                 reqs = min(max_num_seqs, ceiling)
                 counts = [n for n in (1, 2, 4) if n <= reqs] + list(range(8, min(reqs + 1, 256), 8)) \
@@ -252,8 +265,15 @@ def graph_plan(c: StageContext, release: str, max_num_seqs: int, mnbt: int) -> G
 
 
 # Releases whose default model runner for DeepSeek-V4 is Model Runner V2 (vllm-0.33.0 config/vllm.py:731-767:
-# on unless VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature; MTP is supported).
-V2_RUNNER = ("vllm-0.33",)
+# on unless VLLM_USE_V2_MODEL_RUNNER=0 or an unsupported feature; MTP is supported). 0.28.0 first lists
+# DeepseekV4ForCausalLM among DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (config/vllm.py:69-93, :691-712); 0.25-0.27
+# do not (a MoE model off that list stays on the V1 runner: 0.27.0 config/vllm.py:637-658).
+V2_RUNNER = ("vllm-0.28", "vllm-0.33")
+# Releases whose Model Runner V2 estimates no CUDA-graph memory before the KV cache is sized: 0.28.0
+# v1/worker/gpu/model_runner.py:843-845 ``profile_cudagraph_memory`` returns 0 ("TBD whether we keep this API"),
+# so determine_available_memory subtracts nothing for graphs and they are captured afterwards, outside the
+# budget (capture_model :847-901); 0.33.0 measures them (v1/worker/gpu/cudagraph_utils.py:922-1039).
+GRAPHS_NOT_ESTIMATED = ("vllm-0.28",)
 
 
 def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int) -> tuple[Step, ...]:
@@ -293,7 +313,12 @@ def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int
         shape = ("Model Runner V2 (v1/worker/gpu/cudagraph_utils.py:922-1039): PIECEWISE measured in one pool "
                  "(largest + 1 MiB a graph), FULL first + (n-1) x second" if v2 else
                  "profile_cudagraph_memory (v1/worker/gpu_model_runner.py): first + (n-1) x second capture")
-        if g.estimated:
+        if g.estimated and release in GRAPHS_NOT_ESTIMATED:
+            steps.append(Step(StepKind.RESERVE, f"CUDA graphs: {counts}, not subtracted", 0,
+                              f"{release}: Model Runner V2's profile_cudagraph_memory returns 0 (vllm-0.28.0 "
+                              "v1/worker/gpu/model_runner.py:843-845): the graphs are captured after the KV cache "
+                              f"is sized, outside its budget (about {est:,} B)"))
+        elif g.estimated:
             steps.append(Step(StepKind.RESERVE, f"CUDA graph estimate: {counts}", est,
                               f"{shape} (subtracted: gpu_worker.py "
                               f"determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); mode "

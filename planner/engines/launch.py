@@ -49,6 +49,8 @@ FLAGS: dict[str, dict[str, str]] = {
 NEGATABLE: dict[str, tuple[str, ...]] = {
     "vllm-0.25": ("async_scheduling", "enforce_eager", "enable_prefix_caching"),
     "vllm-0.26": ("async_scheduling", "enforce_eager", "enable_prefix_caching"),
+    "vllm-0.27": ("async_scheduling", "enforce_eager", "enable_prefix_caching"),
+    "vllm-0.28": ("async_scheduling", "enforce_eager", "enable_prefix_caching"),
     "vllm-0.33": ("async_scheduling", "enforce_eager"),
     "vllm-0.34": ("async_scheduling", "enforce_eager"),
 }

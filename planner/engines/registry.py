@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 ENGINE_MODULES: dict[str, str] = {
     "vllm-0.34": "csa_plan.planner.engines.vllm.startup:VLLM_034",
     "vllm-0.33": "csa_plan.planner.engines.vllm.startup:VLLM_033",
+    "vllm-0.28": "csa_plan.planner.engines.vllm.startup:VLLM_028",
+    "vllm-0.27": "csa_plan.planner.engines.vllm.startup:VLLM_027",
     "vllm-0.26": "csa_plan.planner.engines.vllm.startup:VLLM_026",
     "vllm-0.25": "csa_plan.planner.engines.vllm.startup:VLLM_025",
     "sglang-0.5.23": "csa_plan.planner.engines.sglang.startup:SGLANG_0523",

@@ -17,6 +17,7 @@ The rules (the fields of ``engines/vllm/startup.VllmRelease``):
 * the >= 160 GiB tier of ``get_batch_defaults``;
 * the start-up log on one line ("KV cache size: ..., Maximum concurrency ...");
 * an MXFP4 indexer cache still allocated at FP8's 132 B per key;
+* layer tuples with window pages padded to the full-attention pages (0.25/0.26) or not (0.27/0.28);
 * the extensible KV cache (sized after warmup from measured memory, utilisation 1.0).
 """
 
@@ -63,17 +64,20 @@ ROWS: tuple[ReleaseRow, ...] = (
                "int4 KV"),
     ReleaseRow(_v("0.26.0"), _v("0.26.0"), "vllm-0.26",
                "0.25's rules with windows for max_in_flight_tokens (0.26.0 v1/kv_cache_interface.py:523)"),
-    ReleaseRow(_v("0.27.0"), _v("0.27.1"), None,
+    ReleaseRow(_v("0.27.0"), _v("0.27.1"), "vllm-0.27",
                "0.26's layer tuples changed three ways (0.27.0 v1/core/kv_cache_utils.py): window pages no longer "
-               "padded up to the full-attention page sizes (_get_kv_cache_groups_uniform_groups :1670), the "
-               "'Maximum concurrency' divisor the sum of each group's blocks (get_max_concurrency_for_kv_cache_config "
-               ":937, 0.26's cdiv of the layer-tuple sums before), and the MXFP4 indexer cache at 68 B per key (the "
-               "0.26.0 models/deepseek_v4/attention.py:732 'still allocate the same amount of memory as FP8' is "
-               "gone): modelled by neither vllm-0.26 nor vllm-0.33"),
-    ReleaseRow(_v("0.28.0"), _v("0.28.0"), None,
-               "0.27's layer tuples (v1/core/kv_cache_utils.py:1623) with 0.33's extra_retained_tokens (:2137), "
+               "padded up to the full-attention page sizes (_get_kv_cache_groups_uniform_groups :1670), one block "
+               "the largest group's pages side by side (_get_packed_kv_cache_layout :1283), the 'Maximum "
+               "concurrency' divisor the sum of each group's blocks (get_max_concurrency_for_kv_cache_config :937); "
+               "the MXFP4 indexer cache at 68 B per key (models/deepseek_v4/attention.py:785; 0.26.0 :732's 'still "
+               "allocate the same amount of memory as FP8' is gone); windows for max_in_flight_tokens "
+               "(v1/kv_cache_interface.py:543), two log lines, no null block in the check, no >= 160 GiB tier; "
+               "0.27.1 differs from 0.27.0 only in _version.py and models/qwen3_dspark.py"),
+    ReleaseRow(_v("0.28.0"), _v("0.28.0"), "vllm-0.28",
+               "0.27's layer tuples (v1/core/kv_cache_utils.py:1623) with extra_retained_tokens (:2137), the "
                ">= 160 GiB tier (engine/arg_utils.py:2582) and one log line (kv_cache_utils.py:1870), without the "
-               "null block in the check: between vllm-0.26 and vllm-0.33, modelled by neither"),
+               "null block in the check; DeepSeek-V4 on Model Runner V2 by default (config/vllm.py:72), whose "
+               "profile_cudagraph_memory returns 0 (v1/worker/gpu/model_runner.py:843-845)"),
     ReleaseRow(_v("0.29.0"), _v("0.33.0"), "vllm-0.33",
                "packed groups (0.29.0 v1/core/kv_cache_utils.py:1668 ... 0.33.0 v1/core/kv_cache_planning.py:914; "
                "BLHNC indexer layout from 0.29.0 v1/attention/backends/mla/indexer.py:192), windows for "

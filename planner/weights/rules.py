@@ -204,10 +204,15 @@ REFERENCE = ShardRules(
 # models/deepseek_v4; what differs between the releases is the KV cache planning, planner/engines).
 VLLM_026 = replace(VLLM, name="vllm-0.26", description="vLLM 0.26.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
 VLLM_025 = replace(VLLM, name="vllm-0.25", description="vLLM 0.25.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+# 0.27.0 / 0.28.0: read against 0.26.0, models/deepseek_v4/nvidia/model.py and attention.py change no layer's TP/EP
+# split (the diffs move the MoE construction and comments; the heads stay num_attention_heads // TP world size).
+VLLM_027 = replace(VLLM, name="vllm-0.27", description="vLLM 0.27.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
+VLLM_028 = replace(VLLM, name="vllm-0.28", description="vLLM 0.28.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
 # 0.34.0: nvidia/model.py and attention.py change no TP/EP split against 0.33.0 (attention.py:219 the same assert)
 VLLM_034 = replace(VLLM, name="vllm-0.34", description="vLLM 0.34.0 (the rules of 0.33.0's DeepseekV4ForCausalLM)")
 
-RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_026, VLLM_025, SGLANG)}
+RULES: dict[str, ShardRules] = {r.name: r for r in (REFERENCE, VLLM, VLLM_034, VLLM_028, VLLM_027, VLLM_026, VLLM_025,
+                                                    SGLANG)}
 
 
 # --- SGLang's MoE runners (--moe-runner-backend) ----------------------------------------------------

@@ -197,3 +197,25 @@ def test_the_waterfall_names_each_term_with_its_source_and_band(csa, tmp_path):
     path = tmp_path / "budget.png"
     r = csa(*args, "--budget-plot", str(path))
     assert r.code == 0 and path.stat().st_size > 1000
+
+
+def test_vllm_027_and_028_capture_lists_and_runners_as_their_code():
+    """0.27.0 caps the default capture list at 512 on every card (config/vllm.py:1832-1835) and runs DeepSeek-V4
+    on the V1 runner; 0.28.0 raises the cap to 1024 on sm_100 (:1937-1939) without 0.29's uniform decode sizes,
+    and runs it on Model Runner V2 (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, config/vllm.py:72)."""
+    kw = dict(max_num_seqs=1024, mnbt=8192, spec_tokens=0, sizes=None, max_size=None)
+    assert capture_sizes("vllm-0.27", sm100=True, **kw)[-1] == 512
+    assert capture_sizes("vllm-0.28", sm100=True, **kw)[-1] == 1024
+    mtp = dict(max_num_seqs=64, mnbt=4096, spec_tokens=2, sm100=False, sizes=None, max_size=None)
+    assert capture_sizes("vllm-0.28", **mtp) == capture_sizes("vllm-0.25", **mtp) != capture_sizes("vllm-0.33", **mtp)
+    old = rtx_budget(engine="vllm-0.27")
+    assert step(old, "CUDA graph estimate").bytes == step(rtx_budget(engine="vllm-0.26"), "CUDA graph estimate").bytes
+
+
+def test_vllm_028_subtracts_no_graph_estimate():
+    """0.28.0's Model Runner V2 returns 0 from profile_cudagraph_memory (v1/worker/gpu/model_runner.py:843-845):
+    determine_available_memory subtracts nothing for graphs, so the pool is larger by 0.27's estimate."""
+    b27, b28 = rtx_budget(engine="vllm-0.27"), rtx_budget(engine="vllm-0.28")
+    graphs = step(b28, "CUDA graphs:")
+    assert graphs.bytes == 0 and "not subtracted" in graphs.label and "model_runner.py:843-845" in graphs.source
+    assert b28.kv_memory_bytes - b27.kv_memory_bytes == step(b27, "CUDA graph estimate").bytes

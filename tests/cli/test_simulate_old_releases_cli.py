@@ -15,7 +15,7 @@ import pytest
 from helpers import EXAMPLES
 
 TRACE = "examples/traces/mooncake_conversation_head200.jsonl"
-OLD = ("vllm-0.25", "vllm-0.26")
+OLD = ("vllm-0.25", "vllm-0.26", "vllm-0.27", "vllm-0.28")
 
 
 def _base(engine):
@@ -97,7 +97,8 @@ def test_the_plan_api_refuses_too():
     from csa_plan.planner.loaders.model_files import load_model
 
     model = load_model("deepseek-v4-flash", max_seq_len=65536)
-    for name, refused in (("vllm-0.25", True), ("vllm-0.26", True), ("vllm-0.33", False), ("vllm-0.34", False)):
+    for name, refused in (("vllm-0.25", True), ("vllm-0.26", True), ("vllm-0.27", True), ("vllm-0.28", True),
+                          ("vllm-0.33", False), ("vllm-0.34", False)):
         plan = get_engine(name).configure(model, EngineSettings(), 65536)
         assert plan.runtime_modelled and bool(plan.replay_refusal) is refused
     with pytest.raises(NotImplementedError, match="vllm-0.26"):

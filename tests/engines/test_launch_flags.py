@@ -1,7 +1,7 @@
 """Every launch command csa-plan emits parses under that engine release's own argument parser (issue 45 item 4).
 
 The flag tables are what each release's parser registers (``tests/fixtures/engine_flags.json``, extracted by
-``tools/extract_engine_flags.py`` from vLLM 0.25/0.26/0.33/0.34 ``vllm/engine/arg_utils.py`` and SGLang 0.5.23
+``tools/extract_engine_flags.py`` from vLLM 0.25/0.26/0.27/0.28/0.33/0.34 ``vllm/engine/arg_utils.py`` and SGLang 0.5.23
 ``sglang/srt/server_args.py``, run on CPU). The test cannot import the engines, so it rebuilds an argparse
 parser from the table: an unknown flag, a value outside the flag's choices, a value that is not the flag's
 type, or a flag missing its value fails -- as ``vllm serve`` / ``sglang.launch_server`` would refuse it.
@@ -22,7 +22,7 @@ from csa_plan.planner.engines.registry import get_engine
 from csa_plan.planner.engines.settings import EngineSettings
 
 TABLE = Path(__file__).resolve().parents[1] / "fixtures" / "engine_flags.json"
-RELEASES = ("vllm-0.25", "vllm-0.26", "vllm-0.33", "vllm-0.34", "sglang-0.5.23")
+RELEASES = ("vllm-0.25", "vllm-0.26", "vllm-0.27", "vllm-0.28", "vllm-0.33", "vllm-0.34", "sglang-0.5.23")
 
 
 class Refused(Exception):

@@ -24,6 +24,8 @@ ONE_M = 1 << 20
 @pytest.mark.parametrize("named, modelled", [
     ("vllm-0.22.0", "vllm-0.25"), ("vllm-0.23.0", "vllm-0.25"), ("vllm-0.24", "vllm-0.25"),
     ("vllm-0.25.1", "vllm-0.25"), ("vllm-0.25.2", "vllm-0.25"),  # a patch not in the table: its branch
+    ("vllm-0.27.1", "vllm-0.27"), ("vllm-0.27.2", "vllm-0.27"), ("vllm-0.27.1+cu129", "vllm-0.27"),
+    ("vllm-0.28.1", "vllm-0.28"), ("vllm-0.28.0rc2", "vllm-0.28"),
     ("vllm-0.29.0", "vllm-0.33"), ("vllm-0.30.1", "vllm-0.33"), ("vllm-0.31", "vllm-0.33"),
     ("vllm-0.32.0rc1", "vllm-0.33"), ("vllm-0.31.1.dev45+g1a2b3c4", "vllm-0.33"),
     ("vllm-0.30.0+cu129", "vllm-0.33"), ("vllm-0.31.0.dev12", "vllm-0.33"), ("vLLM-0.29.1.dev7", "vllm-0.33"), ("vllm-v0.30.0", "vllm-0.33"),
@@ -35,7 +37,7 @@ def test_a_version_maps_to_the_release_whose_rules_it_runs(named, modelled):
 
 
 @pytest.mark.parametrize("named", ["vllm-0.33", "vllm-0.33.0", "vllm-0.34", "vllm-0.34.0", "vllm-0.26.0",
-                                   "vllm-0.25"])
+                                   "vllm-0.25", "vllm-0.27", "vllm-0.27.0", "vllm-0.28", "vllm-0.28.0"])
 def test_a_modelled_release_is_itself_without_a_note(named):
     name, note = resolve_engine_name(named)
     assert name == named.removesuffix(".0") and note is None
@@ -46,9 +48,8 @@ def test_a_modelled_release_is_itself_without_a_note(named):
     ("vllm-0.10.2", "before DeepSeek-V4 support"),
     ("vllm-0.18.1.dev4", "before DeepSeek-V4 support"),
     ("vllm-0.21.0", "not compared"),  # 0.20/0.21: DeepSeek-V4 in another code path
-    ("vllm-0.27.1", "68 B per key"),
-    ("vllm-0.28", "modelled by neither"),
-    ("vllm-0.28.1.dev2", "which rules it runs depends on its commit"),  # between 0.28 (none) and 0.29
+    ("vllm-0.27.1.dev4", "between vllm 0.27.0 (vllm-0.27) and 0.28.0 (vllm-0.28)"),
+    ("vllm-0.28.1.dev2", "between vllm 0.28.0 (vllm-0.28) and 0.29.0 (vllm-0.33)"),
     ("vllm-0.33.1.dev3", "between vllm 0.33.0 (vllm-0.33) and 0.34.0 (vllm-0.34)"),
     ("vllm-0.34.1", "after the newest modelled release"),
     ("vllm-0.35.0", "after the newest modelled release"),
@@ -78,7 +79,8 @@ def test_the_rows_cover_every_release_from_the_first_v4_to_the_newest_without_ov
     assert all(re.search(r":\d+", r.why) for r in ROWS if r.modelled is not None)  # every boundary cited
 
 
-@pytest.mark.parametrize("named, modelled", [("vllm-0.30.1", "vllm-0.33"), ("vllm-0.23.0", "vllm-0.25")])
+@pytest.mark.parametrize("named, modelled", [("vllm-0.30.1", "vllm-0.33"), ("vllm-0.23.0", "vllm-0.25"),
+                                             ("vllm-0.27.1", "vllm-0.27")])
 def test_a_mapped_version_plans_exactly_as_its_modelled_release(flash, named, modelled):
     settings = EngineSettings(gpu="h200", num_speculative_tokens=1)
     a = get_engine(named).configure(flash, settings, ONE_M).size_pool(40 * GiB)
@@ -107,7 +109,7 @@ def test_vllm_034_names_itself_refuses_the_budget_from_flags_and_replays_over_th
     r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
             "--kv-memory", "40GiB", "--engine", "vllm-0.34")
     assert r.code == 0 and "vllm-0.34 (vLLM 0.34.0), its scheduler and KV cache manager replayed" in r.out
-    for old in ("vllm-0.26", "vllm-0.25"):  # their schedulers differ from 0.33's: still refused
+    for old in ("vllm-0.28", "vllm-0.27", "vllm-0.26", "vllm-0.25"):  # their schedulers differ from 0.33's: refused
         r = csa("simulate", "examples/traces/mooncake_conversation_head200.jsonl", "--model", "deepseek-v4-flash",
                 "--kv-memory", "40GiB", "--engine", old)
         text = r.err if r.err.strip() else r.out
@@ -119,7 +121,10 @@ def test_the_cli_says_which_rules_a_named_version_runs(csa):
     assert r.code == 0 and "vllm-0.33 (vLLM 0.33.0)" in r.out
     assert "note: vllm-0.30.1: modelled by vllm-0.33's rules" in r.err
     r = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--engine", "vllm-0.28", "--kv-memory", "40GiB")
-    assert r.code == 2 and "vllm-0.28" in r.err and "no modelled release" in r.err
+    assert r.code == 0 and "vllm-0.28 (vLLM 0.28.0)" in r.out and "note: vllm-0.28" not in r.err
+    r = csa("check", "deepseek-v4-flash", "--max-seq-len", "1M", "--engine", "vllm-0.27.1", "--kv-memory", "40GiB")
+    assert r.code == 0 and "vllm-0.27 (vLLM 0.27.0)" in r.out
+    assert "note: vllm-0.27.1: modelled by vllm-0.27's rules" in r.err
 
 
 def _doc_rows() -> list[tuple[str, str]]:

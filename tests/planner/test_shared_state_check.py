@@ -39,6 +39,7 @@ def test_check_1m_on_8_h200_without_an_engine(check):
 
 @pytest.mark.parametrize("engine, refusal", [  # vllm-0.33: test_vllm_v41.py; sglang-0.5.23: test_sglang_v41.py
                                              ("vllm-0.26", "EngineReleaseUnsupported"),
+                                             ("vllm-0.28", "EngineReleaseUnsupported"),
                                              ("onnx-genai", "EngineReleaseUnsupported")])
 def test_engines_refuse_typed_never_a_v4_figure(check, engine, refusal):
     code, doc = check("deepseek-v4.1-flash", "--max-seq-len", "1M", "--device-memory", "h200", "--tp", "8",

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's KV cache specs and its grouping algorithm, as pure integer code.
+"""vLLM 0.33.0's KV cache specs and its grouping algorithm (and 0.25-0.28's layer tuples), as pure integer code.
 
 Ported from the release (line numbers are pointers into vllm-0.33.0):
 
@@ -258,19 +258,26 @@ def kv_cache_groups(specs: list[KvSpec]) -> tuple[list[KvGroup], int | None]:
 def bytes_per_block(groups: list[KvGroup]) -> int:
     """``_get_kv_cache_bytes_per_block`` for a block-outermost layout: the largest group's
     page sum, rounded to the lcm of every layer's stride alignment (1 at block size 256)."""
-    largest = max(g.page_sum_bytes for g in groups)
-    return round_up(largest, lcm(*(s.stride_alignment for g in groups for s in g.specs)))
+    return round_up(largest_group_bytes(groups), lcm(*(s.stride_alignment for g in groups for s in g.specs)))
 
 
-# --- vLLM 0.25.0 / 0.26.0: layer tuples (v1/core/kv_cache_utils.py, the same code in both) -------------
+# --- vLLM 0.25.0 - 0.28.0: layer tuples (v1/core/kv_cache_utils.py) -------------------------------------
+# Two variants: 0.25.0 / 0.26.0 (the same code) pad each window page up to a full-attention page; 0.27.0 /
+# 0.28.0 keep the window pages as they are (0.27.0 _get_kv_cache_groups_uniform_groups :1670-1754, 0.28.0
+# :1623-1707: "The packed block planner overlays groups, so their page sizes do not need to match"), lay one
+# block out as the largest group's pages side by side (_get_packed_kv_cache_layout, 0.27.0 :1283-1305) and
+# divide "Maximum concurrency" by the groups' blocks summed (get_max_concurrency_for_kv_cache_config :937-959,
+# 0.28.0 :917-939).
 
 
-def tuple_groups(specs: list[KvSpec]) -> list[KvGroup]:
+def tuple_groups(specs: list[KvSpec], pad_window_pages: bool = True) -> list[KvGroup]:
     """``group_and_unify_kv_cache_specs`` + ``_get_kv_cache_groups_uniform_groups`` (0.25.0 / 0.26.0
-    v1/core/kv_cache_utils.py ~1525-1700): every MLAAttentionSpec in one full group; sliding-window
-    specs bucketed by (block_size, window), each page padded up to the nearest full-group page at or
-    above it, and each bucket split ``[i::n]`` into cdiv(layers per page size, num_layer_tuples) groups,
-    num_layer_tuples the ``_approximate_gcd`` of every bucket's tuples bounded below by the full group's."""
+    v1/core/kv_cache_utils.py ~1525-1700; 0.27.0 :1592-1754): every MLAAttentionSpec in one full group;
+    sliding-window specs bucketed by (block_size, window), each page padded up to the nearest full-group page
+    at or above it (``pad_window_pages``: 0.25/0.26 only, whose assertion fails when a window page outgrows
+    every full page), and each bucket split ``[i::n]`` into cdiv(layers per page size, num_layer_tuples)
+    groups, num_layer_tuples the ``_approximate_gcd`` of every bucket's tuples bounded below by the full
+    group's."""
     full = [s for s in specs if s.kind is SpecKind.FULL]
     buckets: dict[tuple[int, int | None], list[KvSpec]] = {}
     for s in specs:
@@ -289,6 +296,12 @@ def tuple_groups(specs: list[KvSpec]) -> list[KvGroup]:
     full_pages = sorted({s.page_bytes for s in full})
     groups: list[tuple[KvSpec, ...]] = [tuple(full)]
     for bucket in buckets.values():
+        if not pad_window_pages:  # 0.27.0 :1725-1726: layers_per_size keyed by each layer's own page size
+            by_own: dict[int, list[KvSpec]] = {}
+            for s in bucket:
+                by_own.setdefault(s.page_bytes, []).append(s)
+            groups += _split_tuples(by_own, num_tuples)
+            continue
         if max(s.page_bytes for s in bucket) > full_pages[-1]:
             raise NotImplementedError(
                 f"a sliding-window page of {max(s.page_bytes for s in bucket):,} B is larger than every "
@@ -299,13 +312,18 @@ def tuple_groups(specs: list[KvSpec]) -> list[KvGroup]:
             target = min(x for x in full_pages if x >= s.page_bytes)
             padded = s if target == s.page_bytes else replace(s, page_size_padded=target)
             by_size.setdefault(target, []).append(padded)
-        if len({len(v) for v in by_size.values()}) != 1:
-            raise NotImplementedError("a sliding-window bucket with unequal layers per page size")
-        n = ceil_div(len(next(iter(by_size.values()))), num_tuples)
-        layer_tuples = list(zip(*by_size.values()))
-        for i in range(n):
-            groups.append(tuple(s for t in layer_tuples[i::n] for s in t))
+        groups += _split_tuples(by_size, num_tuples)
     return [KvGroup(i, g) for i, g in enumerate(groups)]
+
+
+def _split_tuples(by_size: dict[int, list[KvSpec]], num_tuples: int) -> list[tuple[KvSpec, ...]]:
+    """One window bucket's layer tuples split ``[i::n]`` into cdiv(layers per page size, num_tuples) groups
+    (the engine asserts every page size has as many layers)."""
+    if len({len(v) for v in by_size.values()}) != 1:
+        raise NotImplementedError("a sliding-window bucket with unequal layers per page size")
+    n = ceil_div(len(next(iter(by_size.values()))), num_tuples)
+    layer_tuples = list(zip(*by_size.values()))
+    return [tuple(s for t in layer_tuples[i::n] for s in t) for i in range(n)]
 
 
 def tuple_bytes_per_block(groups: list[KvGroup]) -> int:
@@ -319,16 +337,26 @@ def tuple_bytes_per_block(groups: list[KvGroup]) -> int:
     return sum(page * n for page, n in slots.items())
 
 
+def largest_group_bytes(groups: list[KvGroup]) -> int:
+    """The largest group's page sum: 0.33's block before stride rounding (``bytes_per_block``), and the whole
+    block under 0.27.0 / 0.28.0's ``_get_packed_kv_cache_layout`` (0.27.0 kv_cache_utils.py:1283-1305, 0.28.0
+    :1249): each group laid out densely in one shared block, groups overlapping, so a block is the largest
+    group's page sum (no stride alignment: 0.27/0.28 have no ``get_block_stride_alignment``)."""
+    return max(g.page_sum_bytes for g in groups)
+
+
 def tuple_blocks_per_request(groups: list[KvGroup], max_model_len: int, in_flight_tokens: int) -> int:
-    """``get_max_concurrency_for_kv_cache_config``: cdiv(sum of groups' max pages x page sums, the first
-    group's page sum) — the per-request divisor of "Maximum concurrency" (layer counts cancel)."""
+    """0.25.0 / 0.26.0 ``get_max_concurrency_for_kv_cache_config``: cdiv(sum of groups' max pages x page sums,
+    the first group's page sum) — the per-request divisor of "Maximum concurrency" (layer counts cancel).
+    0.27.0 on divide by the groups' blocks summed, as the packed planner does."""
     total = sum(g.blocks_per_request(max_model_len, in_flight_tokens) * g.page_sum_bytes for g in groups)
     return ceil_div(total, groups[0].page_sum_bytes)
 
 
 def tuple_needed_bytes(groups: list[KvGroup], max_model_len: int, in_flight_tokens: int) -> int:
-    """``_max_memory_usage_bytes_from_groups`` (all groups uniform-type): every group reserves the
-    global number of layer tuples x its max pages x the full group's distinct page sizes summed."""
+    """``_max_memory_usage_bytes_from_groups`` (all groups uniform-type; the same body 0.25.0 - 0.28.0, 0.27.0
+    kv_cache_utils.py:1913-1937): every group reserves the global number of layer tuples x its max pages x the
+    full group's distinct page sizes summed."""
     tuple_bytes = sum({s.page_bytes for s in groups[0].specs})
     num_tuples = max(Counter(s.page_bytes for s in g.specs).most_common(1)[0][1] for g in groups)
     return sum(num_tuples * g.blocks_per_request(max_model_len, in_flight_tokens) * tuple_bytes for g in groups)

@@ -41,7 +41,9 @@ from csa_plan.planner.descriptor import Descriptor
 from csa_plan.planner.engines.engine import (EngineModel, EnginePlan, EngineRefusal, EngineRefused, Footprint,
                                               Phase, PoolSize, PoolSizing, PoolUse, Resolved, TpRule)
 from csa_plan.planner.engines.settings import EngineSettings, GpuTarget, check_accepted, known, target_of
-from csa_plan.planner.engines.vllm.kv_cache_utils import (KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups, tuple_blocks_per_request, tuple_bytes_per_block, tuple_groups, tuple_needed_bytes)
+from csa_plan.planner.engines.vllm.kv_cache_utils import (KvGroup, KvSpec, SpecKind, bytes_per_block, kv_cache_groups,
+                                                          largest_group_bytes, tuple_blocks_per_request,
+                                                          tuple_bytes_per_block, tuple_groups, tuple_needed_bytes)
 from csa_plan.planner.layout import FP32_BYTES, StateClass
 from csa_plan.planner.record import record
 from csa_plan.planner.units import GiB
@@ -84,6 +86,10 @@ class VllmRelease:
     one_log_line: bool  # 0.33: tokens and concurrency on one log line; older: two lines
     fp4_keys_fp8_sized: bool = False  # 0.25/0.26: an FP4 indexer cache still allocates FP8's 132 B per key
     #                                   (models/deepseek_v4/attention.py ~730-733)
+    tuple_pages_padded: bool = True  # layer tuples only: 0.25/0.26 pad window pages up to the full-attention
+    #                                  pages, a block = each page size x its slots, concurrency divisor cdiv(sum of
+    #                                  groups' pages x page sums, the first's); 0.27/0.28 do not pad, a block = the
+    #                                  largest group's pages, divisor the groups' blocks summed (kv_cache_utils.py)
     shared_state: bool = False  # DeepSeek-V4.1's pools are modelled (v41_layer_specs): 0.33/0.34, whose
     #                             models/deepseek_v41/ code they follow; 0.25/0.26 cannot load V4.1 (0.30.0 added it)
     scheduler_replayed: bool = False  # runtime() steps this release's own scheduler (0.33 only: 0.25/0.26's
@@ -458,7 +464,7 @@ def _check_block_size(block: int, refuse, rel: VllmRelease) -> None:
     if block < 1:
         raise refuse(f"{src} config/cache.py CacheConfig.block_size", "--block-size", ">= 1", str(block),
                      "--block-size must be positive")
-    if block < C128 and not rel.layer_tuples:
+    if block < C128 and not (rel.layer_tuples and rel.tuple_pages_padded):
         raise refuse(f"{src} v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes", "--block-size",
                      f">= {C128} (one C128 record per block)", str(block),
                      f"--block-size {block} gives the compress-ratio-128 layers block_size // 128 = 0 records per "
@@ -627,11 +633,16 @@ class VllmPlan(EnginePlan):
         return Footprint(self.max_seq_len, "startup", q, self._uses(blocks))
 
     def budget_blocks_per_request(self) -> int:
-        """The divisor of "Maximum concurrency": 0.33 the groups' blocks per request summed; 0.25/0.26
-        cdiv(sum of groups' pages x page sums, the first group's page sum) (``kv_cache_utils.tuple_blocks_per_request``)."""
-        if self.release.layer_tuples:
-            return tuple_blocks_per_request(list(self.groups), self.max_seq_len, self.window_tokens)
-        return self.startup_budget().units
+        """The divisor of "Maximum concurrency" (``get_max_concurrency_for_kv_cache_config``)."""
+        return self.blocks_per_request_for(self.window_tokens)
+
+    def blocks_per_request_for(self, in_flight_tokens: int) -> int:
+        """The "Maximum concurrency" divisor with windows sized for ``in_flight_tokens``: 0.27 on the groups'
+        blocks per request summed; 0.25/0.26 cdiv(sum of groups' pages x page sums, the first group's page sum)
+        (``kv_cache_utils.tuple_blocks_per_request``)."""
+        if self.release.layer_tuples and self.release.tuple_pages_padded:
+            return tuple_blocks_per_request(list(self.groups), self.max_seq_len, in_flight_tokens)
+        return sum(g.blocks_per_request(self.max_seq_len, in_flight_tokens) for g in self.groups)
 
     def needed_bytes(self, max_model_len: int) -> int:
         """_max_memory_usage_bytes_from_groups: 0.33 bytes_per_block x sum of groups' blocks per request;
@@ -779,8 +790,7 @@ class VllmPlan(EnginePlan):
         held = self.footprint(self.max_seq_len, Phase.DECODE).units
         alt_tokens = 2048 if r.max_num_batched_tokens > 2048 else r.max_num_batched_tokens
         alt_q = alt_tokens * (r.max_concurrent_batches if self.release.windows_in_flight else 1)
-        alt = (tuple_blocks_per_request(list(self.groups), self.max_seq_len, alt_q) if self.release.layer_tuples
-               else sum(g.blocks_per_request(self.max_seq_len, alt_q) for g in self.groups))
+        alt = self.blocks_per_request_for(alt_q)
         mode = "async scheduling" if r.async_scheduling else "no async scheduling"
         batches = (f"{r.max_concurrent_batches} concurrent batches, {mode}, x" if self.release.windows_in_flight
                    else f"{self.release.src} sizes windows for one batch whatever the scheduling ({mode}):")
@@ -826,7 +836,9 @@ class VllmPlan(EnginePlan):
             "startup_note": self.startup_note(),
             "startup_budget_setting": "--max-num-batched-tokens",
             "layout": "BLHNC (block-outermost: the V4 indexer backend's supported layouts)"
-                      + ("; layer tuples (0.25/0.26 grouping)" if self.release.layer_tuples else "; packed groups"),
+                      + (f"; layer tuples ({self.release.src} grouping, window pages "
+                         f"{'padded' if self.release.tuple_pages_padded else 'unpadded'})"
+                         if self.release.layer_tuples else "; packed groups"),
             "bytes_per_block": self.block_bytes,
             "shared_state_bytes_per_token": (None if self.shared_bytes_per_token() is None
                                              else {"unpadded": self.shared_bytes_per_token()[0],
@@ -878,8 +890,9 @@ class Vllm033(EngineModel):
         where = "v1/core/kv_cache_utils.py" if rel.layer_tuples else "v1/core/kv_cache_planning.py"
         try:
             if rel.layer_tuples:
-                groups, repeats = tuple_groups(specs), None
-                block_bytes = tuple_bytes_per_block(groups)
+                groups, repeats = tuple_groups(specs, pad_window_pages=rel.tuple_pages_padded), None
+                block_bytes = (tuple_bytes_per_block(groups) if rel.tuple_pages_padded
+                               else largest_group_bytes(groups))
             else:
                 groups, repeats = kv_cache_groups(specs)
                 block_bytes = bytes_per_block(groups) if groups else 0
@@ -934,6 +947,21 @@ V026 = VllmRelease(engine="vllm-0.26", src="vllm-0.26.0", layer_tuples=True, win
 V025 = VllmRelease(engine="vllm-0.25", src="vllm-0.25.0", layer_tuples=True, windows_in_flight=False,
                    extra_retained=False, null_block_in_check=False, tier_160_gib=False, one_log_line=False,
                    fp4_keys_fp8_sized=True)
+# 0.27.0 (0.27.1 the same on every rule: the wheels differ only in _version.py and models/qwen3_dspark.py):
+# 0.26.0's layer tuples without the window-page padding (v1/core/kv_cache_utils.py:1670-1754), one block the
+# largest group's pages (_get_packed_kv_cache_layout :1283-1305), the "Maximum concurrency" divisor the groups'
+# blocks summed (:937-959), an MXFP4 indexer cache at 68 B a key (models/deepseek_v4/attention.py:782-785, no
+# FP8-sized allocation); windows for max_in_flight_tokens (v1/kv_cache_interface.py:543), two log lines
+# (kv_cache_utils.py:2235-2240), no extra retained tokens, no null block in the check, no 160 GiB tier.
+V027 = replace(V026, engine="vllm-0.27", src="vllm-0.27.0", tuple_pages_padded=False, fp4_keys_fp8_sized=False)
+# 0.28.0: 0.27.0's layer tuples (v1/core/kv_cache_utils.py:1623-1707, _get_packed_kv_cache_layout :1249,
+# get_max_concurrency_for_kv_cache_config :917-939; the same bodies) with extra_retained_tokens on every
+# SlidingWindowSpec under multi-module MTP (get_kv_cache_configs :2134-2147), the >= 160 GiB tier of
+# get_batch_defaults (engine/arg_utils.py:2582) and one log line (update_kv_cache_capacity :1861-1875, called by
+# v1/engine/core.py:325); the memory check still plans against the whole budget (_check_enough_kv_cache_memory
+# :731, no null block). The V4 specs: 0.27's arguments, the 584 B record now passed as state_content_bytes
+# (models/deepseek_v4/attention.py:737, v1/attention/backends/mla/sparse_swa.py:104), the same pages.
+V028 = replace(V027, engine="vllm-0.28", src="vllm-0.28.0", extra_retained=True, tier_160_gib=True, one_log_line=True)
 
 
 def _sources(src: str, planning: str) -> tuple[str, ...]:
@@ -942,32 +970,31 @@ def _sources(src: str, planning: str) -> tuple[str, ...]:
             f"{src} v1/attention/backends/mla/sparse_swa.py", f"{src} config/vllm.py", f"{src} engine/arg_utils.py")
 
 
-VLLM_033 = Vllm033(
-    name=ENGINE, engine_name="vLLM", version="0.33.0",
-    summary="vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = largest group), "
-            "windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS, sources=_sources(SRC, "v1/core/kv_cache_planning.py"), release=V033,
-    models_shared_state=V033.shared_state,
-)
-VLLM_034 = Vllm033(
-    name=V034.engine, engine_name="vLLM", version="0.34.0",
-    summary="vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block pool, windows for the "
-            "in-flight tokens); the pool sized after warmup by the extensible KV cache; 0.33.0's scheduler in motion",
-    options=ACCEPTS, sources=_sources(V034.src, "v1/core/kv_cache_planning.py"), release=V034,
-    models_shared_state=V034.shared_state,
-)
-VLLM_026 = Vllm033(
-    name=V026.engine, engine_name="vLLM", version="0.26.0",
-    summary="vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, window groups padded "
-            "to its pages), windowed groups budgeted for the in-flight tokens",
-    options=ACCEPTS, sources=_sources(V026.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V026,
-)
-VLLM_025 = Vllm033(
-    name=V025.engine, engine_name="vLLM", version="0.25.0",
-    summary="vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one --max-num-batched-tokens",
-    options=ACCEPTS, sources=_sources(V025.src, "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"),
-    release=V025,
-)
+TUPLES = "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups"
+PACKED = "v1/core/kv_cache_planning.py"
+
+
+def _engine_model(rel: VllmRelease, planning: str, summary: str) -> Vllm033:
+    """The registered engine model of one release (its name, version and sources from the release record)."""
+    return Vllm033(name=rel.engine, engine_name="vLLM", version=rel.src.removeprefix("vllm-"), summary=summary,
+                   options=ACCEPTS, sources=_sources(rel.src, planning), release=rel,
+                   models_shared_state=rel.shared_state)
+
+
+VLLM_033 = _engine_model(V033, PACKED, "vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = "
+                                       "largest group), windowed groups budgeted for the in-flight tokens")
+VLLM_034 = _engine_model(V034, PACKED, "vLLM 0.34.0: vLLM 0.33.0's DeepSeek-V4 KV planning (packed groups, one block "
+                                       "pool, windows for the in-flight tokens); the pool sized after warmup by the "
+                                       "extensible KV cache; 0.33.0's scheduler in motion")
+VLLM_028 = _engine_model(V028, TUPLES, "vLLM 0.28.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the "
+                                       "largest group's pages), windows for the in-flight tokens and MTP's extra "
+                                       "retained tokens, one log line")
+VLLM_027 = _engine_model(V027, TUPLES, "vLLM 0.27.0: DeepSeek-V4 specs in unpadded layer tuples (one block = the "
+                                       "largest group's pages), windowed groups budgeted for the in-flight tokens")
+VLLM_026 = _engine_model(V026, TUPLES, "vLLM 0.26.0: DeepSeek-V4 specs in layer tuples (one full-attention group, "
+                                       "window groups padded to its pages), windowed groups budgeted for the "
+                                       "in-flight tokens")
+VLLM_025 = _engine_model(V025, TUPLES, "vLLM 0.25.0: 0.26.0's layer tuples, windowed groups budgeted for one "
+                                       "--max-num-batched-tokens")
 # The newest modelled release: what ``--engine vllm`` names.
-VLLM_RELEASES = (VLLM_034, VLLM_033, VLLM_026, VLLM_025)
+VLLM_RELEASES = (VLLM_034, VLLM_033, VLLM_028, VLLM_027, VLLM_026, VLLM_025)
