@@ -204,7 +204,7 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
         extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer" + (
             ")" if r.get("transfer_hold_fits", True) else ": more than the pool, so the prefill side would admit "
                                                           "later than replayed)")
-        out.print(f"  {role}: {r['workers']} x tp {r['tp']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
+        out.print(f"  {role}: {r['workers']} x {r['shape']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
                   f"{r['peak_units']:,} of {r['usable_units']:,}{extra}; running peak {r['peak_running']:,}, "
                   f"waiting peak {r['peak_waiting']:,}")
     t, link = d["transfer"], d["link"]

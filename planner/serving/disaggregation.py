@@ -53,19 +53,38 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Role:
-    """One role's deployment: ``workers`` independent engine instances of ``tp`` GPUs each."""
+    """One role's deployment: ``workers`` independent engine instances, each of ``dp`` data-parallel ranks of
+    ``tp`` GPUs (``tp x dp`` GPUs a worker), expert parallelism over ``ep`` of them. The shape reads as the
+    aggregated ``--tp/--dp/--ep`` do (``engines/flags.py``): vLLM ``--data-parallel-size dp`` engine cores
+    (with ``--enable-expert-parallel``: ep = tp x dp); SGLang ``--tp-size tp*dp --dp-size dp
+    --enable-dp-attention`` (attention TP = tp-size / dp-size = ``tp``, ``--max-running-requests`` divided by
+    dp per rank) and ``--ep-size ep``. Each rank has its own pool (the device budget per rank), as an
+    aggregated ``--dp`` replay sizes and replays it."""
 
     workers: int
     tp: int
+    dp: int = 1
+    ep: int | None = None  # None: no expert parallelism (the engines' default)
 
     @property
     def gpus(self) -> int:
-        return self.workers * self.tp
+        return self.workers * self.tp * self.dp
+
+    @property
+    def ranks(self) -> int:
+        """Data-parallel ranks of the role, each with its own scheduler and pool (requests dealt round-robin)."""
+        return self.workers * self.dp
+
+    @property
+    def shape(self) -> str:
+        """``tp8``, ``tp2 dp8 ep16``: the role's worker as the aggregated flags spell it."""
+        text = f"tp{self.tp}" + (f" dp{self.dp}" if self.dp > 1 else "")
+        return text + (f" ep{self.ep}" if self.ep is not None and self.ep > 1 else "")
 
 
 @dataclass(frozen=True)
 class Disaggregation:
-    """``--prefill-workers/--prefill-tp --decode-workers/--decode-tp --transfer-link``."""
+    """``--prefill-workers/--prefill-tp/--prefill-dp/--prefill-ep``, the decode role's alike, ``--transfer-link``."""
 
     prefill: Role
     decode: Role
@@ -77,8 +96,8 @@ class Disaggregation:
 
     @property
     def label(self) -> str:
-        """``1P tp8 + 2D tp8`` (xPyD, each role's TP), with the link when one is named."""
-        text = f"{self.prefill.workers}P tp{self.prefill.tp} + {self.decode.workers}D tp{self.decode.tp}"
+        """``1P tp8 + 2D tp8`` (xPyD, each role's shape), with the link when one is named."""
+        text = f"{self.prefill.workers}P {self.prefill.shape} + {self.decode.workers}D {self.decode.shape}"
         return text if self.link is None else f"{text} over {self.link}"
 
 
@@ -332,7 +351,8 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
 
     def pool(role: Role, setup: "RuntimeSetup", rep: "RuntimeReport", hold: int | None) -> dict[str, Any]:
         occ = rep.occupancy
-        d = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "engine": rep.engine,
+        d = {"workers": role.workers, "tp": role.tp, "dp": role.dp, "ep": role.ep, "ranks": role.ranks,
+             "shape": role.shape, "gpus": role.gpus, "engine": rep.engine,
              "unit": occ.unit, "unit_bytes": setup.sizing.unit_bytes, "usable_units": occ.usable_units,
              "peak_units": occ.peak_units, "peak_running": occ.peak_running, "peak_waiting": occ.peak_waiting,
              "steps": rep.steps, "preemptions": rep.preemptions.count,
@@ -362,18 +382,30 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
 
 
 def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
-                        decode_tp: int | None, link: str | None, source: str = "options") -> Disaggregation | None:
+                        decode_tp: int | None, link: str | None, source: str = "options", *,
+                        prefill_dp: int | None = None, decode_dp: int | None = None, prefill_ep: int | None = None,
+                        decode_ep: int | None = None) -> Disaggregation | None:
     """The roles the options name (None: none, an aggregated run); a role without the other, a count
-    below 1 or ``--transfer-link`` without roles is bad input. A role's workers default to 1, its tp to 1."""
+    below 1, a role's dp or ep without that role, or ``--transfer-link`` without roles is bad input. A role's
+    workers, tp and dp default to 1, its ep to none. Whether a role's ep fits its tp x dp is the engine's
+    shard rule (``weights/rules.py``), checked where the role is set up (``commands/disaggregated.py``)."""
     from csa_plan.planner.errors import BadInput
 
-    given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--decode-workers": decode_workers,
-             "--decode-tp": decode_tp}
+    given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--prefill-dp": prefill_dp,
+             "--prefill-ep": prefill_ep, "--decode-workers": decode_workers, "--decode-tp": decode_tp,
+             "--decode-dp": decode_dp, "--decode-ep": decode_ep}
     for flag, value in given.items():
         if value is not None and value < 1:
             raise BadInput(source, flag, f"must be at least 1, got {value}")
     has_prefill = prefill_workers is not None or prefill_tp is not None
     has_decode = decode_workers is not None or decode_tp is not None
+    for flag, value, role, named in (("--prefill-dp", prefill_dp, "prefill", has_prefill),
+                                     ("--prefill-ep", prefill_ep, "prefill", has_prefill),
+                                     ("--decode-dp", decode_dp, "decode", has_decode),
+                                     ("--decode-ep", decode_ep, "decode", has_decode)):
+        if value is not None and not named:
+            raise BadInput(source, flag, f"shapes the {role} role's workers: name the role "
+                                         f"(--{role}-workers/--{role}-tp; the aggregated shape is --dp/--ep)")
     if not has_prefill and not has_decode:
         if link is not None:
             raise BadInput(source, "--transfer-link", "moves KV between a prefill and a decode pool: add "
@@ -383,8 +415,8 @@ def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, dec
         missing = "--decode-workers/--decode-tp" if has_prefill else "--prefill-workers/--prefill-tp"
         have = "a prefill pool" if has_prefill else "a decode pool"
         raise BadInput(source, missing.split("/")[0], f"{have} without the other role: add {missing}")
-    return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1), Role(decode_workers or 1, decode_tp or 1),
-                          link)
+    return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1, prefill_dp or 1, prefill_ep),
+                          Role(decode_workers or 1, decode_tp or 1, decode_dp or 1, decode_ep), link)
 
 
 @dataclass(frozen=True)
