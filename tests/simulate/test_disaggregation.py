@@ -361,3 +361,57 @@ def test_bad_role_shapes_are_one_line(csa, extra, field):
     for command in (("simulate", TRACE, "--model", "deepseek-v4-flash"), ("check", "deepseek-v4-flash")):
         r = csa(*command, "--engine", "vllm-0.33", "--device-memory", "h200", *extra)
         assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, (command, r.code, r.err)
+
+
+def test_the_rounds_end_at_release_times_that_reproduce_themselves_over_several_ranks():
+    """Two prefill ranks share one decode rank's link (the coupling that keeps the link out of one replay):
+    the last round's transfer ends are the very release times it held the blocks to, and recomputing the
+    transfers from its prefill ends gives them again; the hold delayed admissions on both ranks. (Here one
+    round does it: the shared link, not the prefill ends, sets every transfer's end, so delaying the prefills
+    moves no release.)"""
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import Role, footprint_of, serve_disaggregated_trace
+    from dataclasses import replace as dc_replace
+
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000)
+    p = dc_replace(p, dp=Role(1, 1, 2).ranks)  # one worker of two DP ranks: requests 0, 2, 4 and 1, 3, 5
+    n = 6
+    trace = RuntimeTrace(np.arange(n, dtype=np.int64), np.full(n, 6000, dtype=np.int64), np.full(n, 2, dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, trace, 1e8)
+    assert run.hold.converged and run.hold.rounds >= 1 and not run.result.refused
+    done = np.asarray(run.prefill.finished_ns, dtype=np.int64)
+    size = np.array([footprint_of(q.plan, 6000, {}).total_bytes] * n, dtype=np.int64)
+    idx = np.arange(n)
+    start, end = schedule_transfers(done, size, 1e8, idx % 2, idx % 1)
+    assert start.tolist() == np.asarray(run.transfers.start_ns).tolist()
+    assert end.tolist() == np.asarray(run.transfers.end_ns).tolist()
+    # held to exactly those ends, the prefill pool replays to the same prefill ends: a fixed point
+    from csa_plan.planner.replay.protocol import RuntimeTrace as RT
+    from csa_plan.planner.serving.serve import serve_trace
+    from csa_plan.planner.serving.transfer_hold import TransferHoldRuntime
+
+    ptrace = RT(trace.arrival_ns, trace.prompt_tokens, np.ones(n, dtype=np.int64))
+    again = serve_trace(p, ptrace, layer=lambda rt, k: TransferHoldRuntime(rt, end[idx % 2 == k].tolist()))
+    assert np.asarray(again.finished_ns).tolist() == done.tolist()
+    adm = np.asarray(run.prefill.admitted_ns, dtype=np.int64)
+    # on each rank the next prompt waits for the one before it to finish its transfer (the pool holds one)
+    for k in (0, 1):
+        mine = idx[idx % 2 == k]
+        assert all(adm[b] >= end[a] for a, b in zip(mine, mine[1:]))
+    assert run.hold.admitted_later() >= 4
+
+
+def test_a_run_short_of_its_fixed_point_says_so(monkeypatch):
+    """HOLD_ROUNDS bounds the rounds: the two-prompt case needs two, so with one the run is flagged (JSON
+    ``converged`` false, and the notes), never passed off as the answer."""
+    import csa_plan.planner.serving.transfer_hold as th
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import serve_disaggregated_trace
+
+    monkeypatch.setattr(th, "HOLD_ROUNDS", 1)
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000)
+    two = RuntimeTrace(np.array([0, 1], dtype=np.int64), np.array([6000, 6000], dtype=np.int64),
+                       np.array([2, 2], dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, two, 1e8)
+    assert (run.hold.rounds, run.hold.converged) == (1, False)
+    assert any("NOT converged after 1 rounds" in n for n in run.result.notes)
