@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ROLE_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.descriptor import CACHE_FORMAT_NAMES, INDEX_KEY_FORMAT_NAMES, RECORD_FORMAT_NAMES
 from csa_plan.planner.profiles import PROFILES
@@ -55,12 +55,7 @@ PARAMS = (
     Opt(("--enable-dsv41-engram-host-table",), "engram_host_table", Kind.FLAG, default=None,
         help="SGLang run with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1: the Engram tables in host memory "
              "[default: off, on the GPUs]."),
-    Opt(("--prefill-workers",), "prefill_workers", Kind.COUNT,
-        help="Disaggregated serving (--engine): the prefill role's instances; check answers per role "
-             "(docs/disaggregation.md)."),
-    Opt(("--prefill-tp",), "prefill_tp", Kind.COUNT, help="GPUs (tensor parallel) of one prefill instance."),
-    Opt(("--decode-workers",), "decode_workers", Kind.COUNT, help="The decode role's instances."),
-    Opt(("--decode-tp",), "decode_tp", Kind.COUNT, help="GPUs (tensor parallel) of one decode instance."),
+    *ROLE_PARAMS,
     Opt(("--kv-offloading-size",), "kv_offloading_size", Kind.NUMBER, high=1e6,
         help="vLLM's host KV tier (GiB over the TP ranks): its capacity in tokens of reusable prefix."),
     Opt(("--enable-hierarchical-cache",), "enable_hierarchical_cache", Kind.FLAG, default=False,
@@ -97,6 +92,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
           kv_memory: int | None, engine_settings, deployment, budget_plot: str | None,
           from_log: str | None = None, index_key_format: str | None = None, prefill_workers: int | None = None,
           prefill_tp: int | None = None, decode_workers: int | None = None, decode_tp: int | None = None,
+          prefill_dp: int | None = None, prefill_ep: int | None = None, decode_dp: int | None = None,
+          decode_ep: int | None = None,
           kv_offloading_size: float | None = None, enable_hierarchical_cache: bool = False,
           hicache_size: float | None = None, hicache_ratio: float | None = None, host_memory: int | None = None,
           engram_config: str | None = None, engram_host_table: bool | None = None) -> int:
@@ -128,7 +125,8 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
                              engram_host_table=engram_host_table)
     from csa_plan.planner.serving.disaggregation import disaggregation_from
 
-    roles = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, None)
+    roles = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, None, prefill_dp=prefill_dp,
+                                decode_dp=decode_dp, prefill_ep=prefill_ep, decode_ep=decode_ep)
     options = PlanOptions(gate=Gate(gate or Gate.OP.value), layout=layout, max_seq_len=max_seq_len, batch=batch, cache_format=kv_format,
                           index_key_format=index_key_format, window=window, query_len=query_len, tp=1 if deployment.tp is None else deployment.tp)
     request = CheckRequest(model, options, device_memory, deployment.reserved_bytes or 0, concurrency,
@@ -206,7 +204,7 @@ def _check_roles(request, roles, brief: bool, as_json: bool, budget_plot: str | 
 
         for name in ("prefill", "decode"):
             role = doc["disaggregation"][name]
-            out.print(f"{name} role: {role['workers']} x tp {role['tp']} ({role['gpus']} GPUs)")
+            out.print(f"{name} role: {role['workers']} x {role['shape']} ({role['gpus']} GPUs)")
             r = role["check"]
             render_head(out, r)
             if brief:

@@ -211,6 +211,28 @@ DEPLOYMENT_PARAMS: tuple[Opt, ...] = (
 DEPLOYMENT_OPTION_NAMES = tuple(opt.dest for opt in DEPLOYMENT_PARAMS)
 
 
+# -- disaggregated roles: simulate and check (planner/serving/disaggregation.py) --------------------
+
+def _role_params(role: str, what: str) -> tuple[Opt, ...]:
+    """One role's shape, read as the aggregated --tp/--dp/--ep read (each role is its own engine instance)."""
+    return (
+        Opt((f"--{role}-workers",), f"{role}_workers", Kind.COUNT,
+            help=f"{what}: engine instances of the {role} role, each --{role}-tp x --{role}-dp GPUs [default: 1 "
+                 "when the role is named] (docs/disaggregation.md)."),
+        Opt((f"--{role}-tp",), f"{role}_tp", Kind.COUNT,
+            help=f"Tensor-parallel ranks per data-parallel rank of one {role} instance [default: 1]."),
+        Opt((f"--{role}-dp",), f"{role}_dp", Kind.COUNT,
+            help=f"Data-parallel ranks of one {role} instance (vLLM --data-parallel-size; SGLang --dp-size with "
+                 "--enable-dp-attention), each its own pool [default: 1]."),
+        Opt((f"--{role}-ep",), f"{role}_ep", Kind.COUNT,
+            help=f"Expert-parallel ranks of one {role} instance over its tp x dp GPUs [default: none]."),
+    )
+
+
+ROLE_PARAMS: tuple[Opt, ...] = (_role_params("prefill", "Disaggregated serving (--engine)")
+                                + _role_params("decode", "Disaggregated serving"))
+
+
 def _spelling_opts() -> tuple[Opt, ...]:
     """The engines' own spellings of the deployment (``planner/engines/flags.py``: vLLM's
     ``-tp``/``--enable-expert-parallel``, SGLang's ``--tp-size``/``--enable-dp-attention``, ...),

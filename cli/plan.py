@@ -34,7 +34,8 @@ PARAMS = (
              "each shape runs with each combination."),
     Opt(("--disaggregated",), "disaggregated", Kind.FLAG, default=False,
         help="Also search prefill/decode disaggregated layouts (xPyD: every prefill tp x decode tp from --tp, "
-             "each role 1, 2, 3 ... up to --max-dp workers; the aggregated dp then takes every count up to "
+             "each role 1, 2, 3 ... up to --max-dp workers, or one worker of dp 2, 4 ... up to --max-dp; the "
+             "aggregated dp then takes every count up to "
              "--max-dp too), GPUs counted over both roles; the answer carries each role's launch command "
              "(docs/disaggregation.md)."),
     Opt(("--max-dp",), "max_dp", Kind.COUNT, default=8, show_default=True,

@@ -200,11 +200,11 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     out.print("disaggregated (p50 / p99):")
     for role in ("prefill", "decode"):
         r = d[role]
-        hold = r.get("peak_units_with_transfer_hold")
-        extra = "" if hold is None else f" ({hold:,} with blocks held for the transfer" + (
-            ")" if r.get("transfer_hold_fits", True) else ": more than the pool, so the prefill side would admit "
-                                                          "later than replayed)")
-        out.print(f"  {role}: {r['workers']} x tp {r['tp']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
+        h = r.get("transfer_hold")
+        extra = "" if h is None else (f", blocks held for their transfers included ({h['peak_units_without_hold']:,} "
+                                      f"freed at the finish; {h['admitted_later']:,} admitted later for the hold, "
+                                      f"{h['rounds']} round(s)" + ("" if h["converged"] else ", NOT converged") + ")")
+        out.print(f"  {role}: {r['workers']} x {r['shape']} ({r['gpus']} GPUs), {r['engine']}: {r['unit']}s peak "
                   f"{r['peak_units']:,} of {r['usable_units']:,}{extra}; running peak {r['peak_running']:,}, "
                   f"waiting peak {r['peak_waiting']:,}")
     t, link = d["transfer"], d["link"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from csa_plan.cli.error_doc import bad_input_exits
-from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
+from csa_plan.cli.option_groups import DEPLOYMENT_PARAMS, ROLE_PARAMS, ENGINE_SPELLING_PARAMS, engine_params, with_deployment, with_engine_settings
 from csa_plan.cli.params import Arg, CommandSpec, Kind, Opt
 from csa_plan.planner.limits import MAX_PREFILL_TOK_S, MAX_RATE_SCALE, MAX_TPOT_MS, MAX_WAIT_S
 from csa_plan.planner.placement import Router
@@ -79,12 +79,7 @@ PARAMS = (
         help="Seconds: the TTFT p99 bound for --find-capacity with a replayed engine."),
     Opt(("--max-tpot",), "max_tpot", Kind.NUMBER, high=MAX_WAIT_S * 1000,
         help="Milliseconds: the TPOT p99 bound for --find-capacity with a replayed engine."),
-    Opt(("--prefill-workers",), "prefill_workers", Kind.COUNT,
-        help="Disaggregated serving (--engine): prefill engine instances, each --prefill-tp GPUs [default: 1 when "
-             "a prefill role is named] (docs/disaggregation.md)."),
-    Opt(("--prefill-tp",), "prefill_tp", Kind.COUNT, help="GPUs (tensor parallel) of one prefill instance."),
-    Opt(("--decode-workers",), "decode_workers", Kind.COUNT, help="Decode engine instances, each --decode-tp GPUs."),
-    Opt(("--decode-tp",), "decode_tp", Kind.COUNT, help="GPUs (tensor parallel) of one decode instance."),
+    *ROLE_PARAMS,
     Opt(("--transfer-link",), "transfer_link", Kind.NAME, choices=("nvlink", "ib-ndr", "ib-xdr", "roce-400g"),
         help="The link KV moves over from prefill to decode [default: nvlink when both roles fit one NVLink "
              "domain, else ib-ndr]."),
@@ -128,6 +123,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              max_wait: float | None, max_ttft: float | None, max_tpot: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
              prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
              decode_tp: int | None, transfer_link: str | None, kv_offloading_size: float | None,
+             prefill_dp: int | None, prefill_ep: int | None, decode_dp: int | None, decode_ep: int | None,
              enable_hierarchical_cache: bool, hicache_size: float | None, hicache_ratio: float | None,
              brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
              kv_memory: int | None, engine_settings, deployment, budget_plot: str | None) -> int:
@@ -170,7 +166,9 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
                          where=parse_where(where), keep_failures=keep_failures)
     from csa_plan.planner.serving.disaggregation import disaggregation_from
 
-    disaggregation = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, transfer_link)
+    disaggregation = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, transfer_link,
+                                         prefill_dp=prefill_dp, decode_dp=decode_dp, prefill_ep=prefill_ep,
+                                         decode_ep=decode_ep)
     from csa_plan.planner.engines.host_tier import HostTierFlags
 
     host_tier = HostTierFlags(kv_offloading_size, enable_hierarchical_cache, hicache_size, hicache_ratio)

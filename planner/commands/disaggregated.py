@@ -4,7 +4,8 @@ budget, ``serve.runtime_setup``), then composed by ``planner/serving/disaggregat
 
 Options the composition does not replay are refused, never dropped: ``--find-capacity`` (the rate search
 bisects one setup), ``--max-concurrency`` (a closed loop over two pools), ``--verify`` (the ledger),
-several ``--engine``, and the aggregated ``--tp/--dp/--pp`` (each role names its own).
+several ``--engine``, and the aggregated ``--tp/--dp/--pp/--ep`` (each role names its own:
+``--prefill-tp/--prefill-dp/--prefill-ep``, the decode role's alike).
 """
 
 from __future__ import annotations
@@ -25,12 +26,24 @@ def refuse_disaggregated_options(req: Any) -> None:
                                               "--engine vllm-0.33 or --engine sglang-0.5.23")
     for option, value in (("--find-capacity", req.find_capacity), ("--verify", req.verify),
                           ("--max-concurrency", req.given.max_concurrency), ("--tp", req.given.tp),
-                          ("--dp", req.given.dp), ("--pp", req.given.pp), ("--reserve", req.given.reserve),
-                          ("--policy", req.given.policy)):
+                          ("--dp", req.given.dp), ("--pp", req.given.pp), ("--ep", req.given.ep),
+                          ("--reserve", req.given.reserve), ("--policy", req.given.policy)):
         if value:
-            why = ("each role names its own (--prefill-tp, --decode-tp; --prefill-workers, --decode-workers)"
-                   if option in ("--tp", "--dp", "--pp") else "not modelled for a disaggregated deployment")
+            why = (ROLE_SHAPE if option in ("--tp", "--dp", "--pp", "--ep")
+                   else "not modelled for a disaggregated deployment")
             raise BadInput("options", option, f"{role}: {why}")
+
+
+ROLE_SHAPE = ("each role names its own (--prefill-tp/--prefill-dp/--prefill-ep, --decode-tp/--decode-dp/--decode-ep; "
+              "--prefill-workers, --decode-workers)")
+
+
+def role_field(exc: BadInput, role: str) -> BadInput:
+    """A shard rule's or budget's refusal of ``--tp/--dp/--ep`` (``weights/rules.py``), named as the role's flag
+    (``--prefill-ep``): the user gave that one."""
+    if exc.field in ("--tp", "--dp", "--ep"):
+        return BadInput(exc.source, f"--{role}-{exc.field[2:]}", exc.problem)
+    return exc
 
 
 class RoleRefused(Exception):
@@ -42,8 +55,9 @@ class RoleRefused(Exception):
 
 
 def role_setup(req: Any, wl: Any, settings: Any, role: Any, caching: bool | None, field: str) -> tuple[Any, ...]:
-    """One role's engine instance as an aggregated run of ``role.tp`` GPUs sets it up: (setup, config,
-    device budget, spec); its workers are the setup's replicas."""
+    """One role's engine instance as an aggregated run of ``--tp role.tp --dp role.dp --ep role.ep`` sets it up
+    (the device budget per rank, SGLang's per-rank ``--max-running-requests``, EP in the shard rules and the step
+    clock): (setup, config, device budget, spec); its workers' data-parallel ranks are the setup's replicas."""
     from csa_plan.planner.budget.deployment import Deployment, card_settings, deployment_budget, engine_settings_for
     from csa_plan.planner.engines.settings import EngineSettings
     from csa_plan.planner.loaders.model_files import load_model
@@ -52,26 +66,31 @@ def role_setup(req: Any, wl: Any, settings: Any, role: Any, caching: bool | None
     from csa_plan.planner.reserve.settings import sim_config
     from csa_plan.planner.serving.serve import runtime_setup
 
-    s = replace(settings, tp=role.tp, dp=1, pp=1)
-    config, _ = sim_config(s, wl.source)
-    es = card_settings(req.engine_settings, s.device_memory_bytes, req.engine)
-    es = engine_settings_for(req.engine, es or EngineSettings(), Deployment(dp=1))
-    length = config.max_seq_len or max(d.max_seq_len for d in load_model(s.model).layers)
-    device = None
-    if s.device_memory_bytes is not None:
-        device = deployment_budget(s.model, s.device_memory_bytes,
-                                   Deployment(tp=role.tp, pp=1, dp=1, ep=s.ep, weights_bytes=s.weights_bytes,
-                                              reserved_bytes=s.reserved_bytes or None),
-                                   length, req.engine, es, req.kv_memory_bytes,
-                                   placement=Placement(tp=role.tp, pp=1, dp=1, ep=s.ep))
-        if not device.fits:
-            raise RoleRefused(field, device, config)
-        config = replace(config, limit_bytes=device.kv_memory_bytes)
-    kv = req.kv_memory_bytes if device is None else device.kv_memory_bytes
-    config = replace(config, engine=EngineRun(req.engine, es, kv))
-    spec = load_model(s.model, max_seq_len=config.max_seq_len)
-    setup = runtime_setup(spec, config, caching)  # refuses a release whose scheduler is not replayed
-    return replace(setup, dp=role.workers), config, device, spec
+    name = field.split("-")[2]  # --prefill-tp: prefill
+    try:
+        s = replace(settings, tp=role.tp, dp=role.dp, ep=role.ep, pp=1)
+        config, _ = sim_config(s, wl.source)
+        es = card_settings(req.engine_settings, s.device_memory_bytes, req.engine)
+        es = engine_settings_for(req.engine, es or EngineSettings(), Deployment(dp=role.dp))
+        length = config.max_seq_len or max(d.max_seq_len for d in load_model(s.model).layers)
+        device = None
+        if s.device_memory_bytes is not None:
+            device = deployment_budget(s.model, s.device_memory_bytes,
+                                       Deployment(tp=role.tp, pp=1, dp=role.dp, ep=role.ep,
+                                                  weights_bytes=s.weights_bytes,
+                                                  reserved_bytes=s.reserved_bytes or None),
+                                       length, req.engine, es, req.kv_memory_bytes,
+                                       placement=Placement(tp=role.tp, pp=1, dp=role.dp, ep=role.ep))
+            if not device.fits:
+                raise RoleRefused(field, device, config)
+            config = replace(config, limit_bytes=device.kv_memory_bytes)
+        kv = req.kv_memory_bytes if device is None else device.kv_memory_bytes
+        config = replace(config, engine=EngineRun(req.engine, es, kv))
+        spec = load_model(s.model, max_seq_len=config.max_seq_len)
+        setup = runtime_setup(spec, config, caching)  # refuses a release whose scheduler is not replayed
+    except BadInput as exc:
+        raise role_field(exc, name) from None
+    return replace(setup, dp=role.ranks), config, device, spec
 
 
 def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any], ExitCode, str]:
@@ -84,10 +103,10 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
 
     refuse_disaggregated_options(req)
     mix = wl.settings
-    for name in ("tp", "dp", "pp"):
+    for name in ("tp", "dp", "pp", "ep"):
         if getattr(mix, name, None) not in (None, 1):
             raise BadInput(wl.source, name, f"sizes an aggregated deployment; with --prefill-workers/--decode-workers "
-                                            f"each role names its own (--prefill-tp, --decode-tp)")
+                                            f"{ROLE_SHAPE}")
     d = req.disaggregation
     try:
         prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,
@@ -136,18 +155,22 @@ def run_check_roles(request: Any, roles: Any, budget_plot: str | None = None) ->
     if request.engine is None:
         raise BadInput("options", "--engine", "--prefill-workers/--decode-workers check each role's engine "
                                               "instance: add --engine vllm-0.33 or --engine sglang-0.5.23")
-    for option, value in (("--tp", d.tp), ("--dp", d.dp), ("--pp", d.pp), ("--budget-plot", budget_plot),
-                          ("--from-log", d.from_log)):
+    for option, value in (("--tp", d.tp), ("--dp", d.dp), ("--pp", d.pp), ("--ep", d.ep),
+                          ("--budget-plot", budget_plot), ("--from-log", d.from_log)):
         if value is not None:
-            raise BadInput("options", option, "--prefill-workers/--decode-workers: each role names its own "
-                                              "deployment (--prefill-tp, --decode-tp)" if option in ("--tp", "--dp", "--pp")
+            raise BadInput("options", option, f"--prefill-workers/--decode-workers: {ROLE_SHAPE}"
+                           if option in ("--tp", "--dp", "--pp", "--ep")
                            else "--prefill-workers/--decode-workers: not per role; check one role at a time")
     out: dict[str, Any] = {}
     code = ExitCode.OK
     for name, role in (("prefill", roles.prefill), ("decode", roles.decode)):
-        r = run_check(replace(request, options=replace(request.options, tp=role.tp),
-                              deployment=replace(d, tp=role.tp)))
-        out[name] = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "check": r.report}
+        try:  # the role's worker checked as the aggregated --tp/--dp/--ep check it (per rank)
+            r = run_check(replace(request, options=replace(request.options, tp=role.tp),
+                                  deployment=replace(d, tp=role.tp, dp=role.dp, ep=role.ep)))
+        except BadInput as exc:
+            raise role_field(exc, name) from None
+        out[name] = {"workers": role.workers, "tp": role.tp, "dp": role.dp, "ep": role.ep, "ranks": role.ranks,
+                     "shape": role.shape, "gpus": role.gpus, "check": r.report}
         code = max(code, r.exit_code)
     return {"schema": "csa-plan/check/v1", "disaggregation": out, "exit_code": int(code)}, ExitCode(code)
 

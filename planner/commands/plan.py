@@ -16,7 +16,8 @@ stops once its TPOT p99 is decided above the found shape's (``sweep/evaluate.py`
 and its launch command; the shapes run before it say why they lose.
 
 With ``--disaggregated`` the grid also holds prefill/decode layouts (``sweep``'s ``disaggregation`` axis: every
-prefill tp x decode tp from ``--tp``, each role 1, 2, 3 ... up to ``--max-dp`` workers; the aggregated dp then
+prefill tp x decode tp from ``--tp``, each role 1, 2, 3 ... up to ``--max-dp`` workers, or one worker of dp 2, 4 ...
+up to ``--max-dp``, expert-parallel over it where ``expert_parallel`` is searched; the aggregated dp then
 takes every count up to ``--max-dp`` too, so a layout's GPU count has its aggregated peers), counted by both roles'
 GPUs together and judged by the same steady rule at the same rate and bounds; the answer then carries each
 role's launch command.
@@ -204,9 +205,13 @@ def _spec_data(req: PlanRequest, n: int) -> tuple[dict[str, Any], dict[str, Any]
         cons["tpot_p99_max_ms"] = req.tpot_p99_s * 1000
     length = req.max_seq_len or req.isl + req.osl
     layouts: list[Any] = [None]
-    if req.disaggregated:  # every prefill tp x decode tp, each role 1, 2, 3 ... up to --max-dp workers
-        layouts += [{"prefill_workers": pw, "prefill_tp": pt, "decode_workers": dw, "decode_tp": dt}
-                    for pt in req.tps for dt in req.tps for pw in dps for dw in dps]
+    if req.disaggregated:  # every prefill tp x decode tp, each role 1, 2, 3 ... up to --max-dp workers of dp 1, or
+        # one worker of dp 2, 4 ... up to --max-dp (DP attention / DP engine cores; EP over it where the grid's
+        # expert_parallel is searched): the same GPU counts, bounded by --max-dp as the aggregated dp is
+        shapes = [(w, 1) for w in dps] + [(1, d) for d in range(2, req.max_dp + 1) if d & (d - 1) == 0]
+        layouts += [{"prefill_workers": pw, "prefill_tp": pt, "prefill_dp": pd, "decode_workers": dw,
+                     "decode_tp": dt, "decode_dp": dd}
+                    for pt in req.tps for dt in req.tps for pw, pd in shapes for dw, dd in shapes]
     spec = {"name": "plan", "workload": "plan-mix.yaml",
             "grid": {"model": req.model, "device": list(req.devices), "tp": list(req.tps), "dp": dps,
                      "max_seq_len": length, "engine": list(req.engines),

@@ -186,7 +186,9 @@ SGLANG_TRANSFER_BACKEND = "mooncake"
 def disaggregated_launch(engine: str, model: str, roles: Any, max_seq_len: int | None = None,
                          settings: Any = None) -> dict[str, Launch] | None:
     """Each role's command (``roles``: ``serving.disaggregation.Disaggregation``): the aggregated command of one
-    worker of that role's tp (``launch_argv``), started ``workers`` times, with the role's connector flags. A
+    worker of that role's shape (``launch_argv`` with its tp, dp and ep: vLLM ``--data-parallel-size`` and
+    ``--enable-expert-parallel``, SGLang ``--tp-size tp*dp --dp-size dp --enable-dp-attention --ep-size``),
+    started ``workers`` times, with the role's connector flags. A
     router that sends each request to a prefill and then a decode worker sits in front (vLLM's NIXL proxy, Dynamo
     or llm-d; SGLang's ``sglang_router --pd-disaggregation``): it is no engine flag and is not written."""
     import json
@@ -197,7 +199,7 @@ def disaggregated_launch(engine: str, model: str, roles: Any, max_seq_len: int |
     out = {}
     for name in ("prefill", "decode"):
         role = getattr(roles, name)
-        base = launch_argv(engine, model, role.tp, 1, max_seq_len, settings, replicas=role.workers)
+        base = launch_argv(engine, model, role.tp, role.dp, max_seq_len, settings, ep=role.ep, replicas=role.workers)
         if fam == "vllm":
             extra = ("--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector",
                                                          "kv_role": VLLM_KV_ROLE[name]}, separators=(",", ":")))

@@ -7,7 +7,9 @@ engine for a step; a step with tokens lasts ``steptime.batch_ns`` of what it hol
 previous step's output is applied now (it ended at ``t``) and this one's after the next
 step is scheduled — vLLM's async scheduling, where step k+1 is scheduled while step k runs.
 A step with nothing scheduled waits for the batch in flight, else jumps to the next
-arrival; with nothing in flight and nothing to come the requests still waiting are
+arrival (or, with requests waiting, to when the runtime frees memory it holds for a set
+time: ``EngineRuntime.release_due``, a disaggregated prefill's blocks until their transfer
+ends); with nothing in flight and nothing to come the requests still waiting are
 stranded (refused as never fitting) instead of spinning.
 
 ``max_concurrency`` C makes the client closed-loop, as ``vllm bench serve --max-concurrency``
@@ -107,6 +109,7 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
         release(len(c.finished), end)
 
     while True:
+        wake = rt.release_due(t)  # memory held for a set time, freed when due (None: none held)
         while nxt < sent and arrival[nxt] <= t:
             reason = rt.refuse(nxt)
             if reason is None:
@@ -164,6 +167,9 @@ def replay(rt: EngineRuntime, trace: RuntimeTrace, time: StepTime,
             s, _, b = inflight.popleft()
             apply(s, b)
             t = max(t, b)
+            continue
+        if wake is not None and rt.waiting() and (nxt >= sent or wake < arrival[nxt]):
+            t = max(t, wake)  # the held memory is freed before anything else happens
             continue
         if nxt < sent:
             t = max(t, arrival[nxt])

@@ -123,6 +123,22 @@ class EngineRuntime(ABC):
         """What this runtime models and what it does not, in one line each."""
         return ()
 
+    def release_due(self, now_ns: int) -> int | None:
+        """Memory the runtime keeps for a set time after a request ends (a disaggregated prefill's blocks until
+        their transfer ends: ``serving/transfer_hold.py``): free what is due by ``now_ns`` and say when the
+        next is due (None: nothing held). The loop calls it before each step and, with nothing to run,
+        waits for it as for an arrival."""
+        return None
+
+    def hold_on_finish(self) -> None:
+        """From now on keep a finished request's memory until ``free_held`` (vLLM's ``delay_free_blocks``,
+        SGLang's inflight queue); an engine runtime that cannot says so."""
+        raise RuntimeError(f"{self.label or type(self).__name__}: cannot hold a finished request's memory")
+
+    def free_held(self, r: int) -> None:
+        """Free the memory request ``r`` kept since it finished (``hold_on_finish``)."""
+        raise RuntimeError(f"{self.label or type(self).__name__}: holds no finished request's memory")
+
     def compiled_replay(self) -> CompiledReplay | None:
         """The engine's compiled loop for this runtime's settings, or None (not built, or settings it
         does not take): ``loop.replay`` then steps the Python methods above, the compiled loop's
@@ -171,4 +187,13 @@ class WrappedRuntime(EngineRuntime):
 
     def notes(self) -> tuple[str, ...]:
         return self.inner.notes()
+
+    def release_due(self, now_ns: int) -> int | None:
+        return self.inner.release_due(now_ns)
+
+    def hold_on_finish(self) -> None:
+        self.inner.hold_on_finish()
+
+    def free_held(self, r: int) -> None:
+        self.inner.free_held(r)
 

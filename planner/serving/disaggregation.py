@@ -20,10 +20,10 @@ What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL c
    (``nixl/pull_scheduler.py:248-278``; the scheduler skips ``_free_blocks``,
    ``v1/core/sched/scheduler.py:3057-3059``) until the consumer's notification; SGLang keeps the
    request in ``disagg_prefill_inflight_queue`` and calls ``release_kv_cache`` only when the
-   sender polls ``KVPoll.Success`` (``srt/disaggregation/prefill.py:1151-1228``). Here the held
-   units are counted in the prefill pool's peak (``peak_units_with_transfer_hold``) from the
-   prefill's end to the transfer's end; they do not feed back into the prefill scheduler's
-   admission (said in the notes).
+   sender polls ``KVPoll.Success`` (``srt/disaggregation/prefill.py:1151-1228``). Here each engine
+   runtime holds them as its engine does, from the prefill's end to the transfer's end, so the
+   prefill scheduler admits against the smaller free pool (``serving/transfer_hold.py``: the rounds
+   that make the prefill ends, the link queue and the holds agree).
 4. **Decode.** The decode worker admits the request at the transfer's end with its prompt's KV
    loaded: vLLM loads ``len(prompt)`` tokens (``nixl/pull_scheduler.py:59-65``, backoff 0 without
    MTP) and recomputes the last one so it can sample (``scheduler.py:3515-3516``); SGLang's
@@ -47,25 +47,45 @@ from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime
 if TYPE_CHECKING:
     from csa_plan.planner.replay.result import RuntimeResult
     from csa_plan.planner.serving.report import RuntimeReport
+    from csa_plan.planner.serving.transfer_hold import HeldPrefill
     from csa_plan.planner.serving.serve import RuntimeSetup
     from csa_plan.planner.workloads import Workload
 
 
 @dataclass(frozen=True)
 class Role:
-    """One role's deployment: ``workers`` independent engine instances of ``tp`` GPUs each."""
+    """One role's deployment: ``workers`` independent engine instances, each of ``dp`` data-parallel ranks of
+    ``tp`` GPUs (``tp x dp`` GPUs a worker), expert parallelism over ``ep`` of them. The shape reads as the
+    aggregated ``--tp/--dp/--ep`` do (``engines/flags.py``): vLLM ``--data-parallel-size dp`` engine cores
+    (with ``--enable-expert-parallel``: ep = tp x dp); SGLang ``--tp-size tp*dp --dp-size dp
+    --enable-dp-attention`` (attention TP = tp-size / dp-size = ``tp``, ``--max-running-requests`` divided by
+    dp per rank) and ``--ep-size ep``. Each rank has its own pool (the device budget per rank), as an
+    aggregated ``--dp`` replay sizes and replays it."""
 
     workers: int
     tp: int
+    dp: int = 1
+    ep: int | None = None  # None: no expert parallelism (the engines' default)
 
     @property
     def gpus(self) -> int:
-        return self.workers * self.tp
+        return self.workers * self.tp * self.dp
+
+    @property
+    def ranks(self) -> int:
+        """Data-parallel ranks of the role, each with its own scheduler and pool (requests dealt round-robin)."""
+        return self.workers * self.dp
+
+    @property
+    def shape(self) -> str:
+        """``tp8``, ``tp2 dp8 ep16``: the role's worker as the aggregated flags spell it."""
+        text = f"tp{self.tp}" + (f" dp{self.dp}" if self.dp > 1 else "")
+        return text + (f" ep{self.ep}" if self.ep is not None and self.ep > 1 else "")
 
 
 @dataclass(frozen=True)
 class Disaggregation:
-    """``--prefill-workers/--prefill-tp --decode-workers/--decode-tp --transfer-link``."""
+    """``--prefill-workers/--prefill-tp/--prefill-dp/--prefill-ep``, the decode role's alike, ``--transfer-link``."""
 
     prefill: Role
     decode: Role
@@ -77,8 +97,8 @@ class Disaggregation:
 
     @property
     def label(self) -> str:
-        """``1P tp8 + 2D tp8`` (xPyD, each role's TP), with the link when one is named."""
-        text = f"{self.prefill.workers}P tp{self.prefill.tp} + {self.decode.workers}D tp{self.decode.tp}"
+        """``1P tp8 + 2D tp8`` (xPyD, each role's shape), with the link when one is named."""
+        text = f"{self.prefill.workers}P {self.prefill.shape} + {self.decode.workers}D {self.decode.shape}"
         return text if self.link is None else f"{text} over {self.link}"
 
 
@@ -178,25 +198,6 @@ def schedule_transfers(ready_ns: Any, bytes_per_gpu: Any, link_bytes_s: float, p
     return start, end
 
 
-def peak_with_hold(series: Any, finished_ns: Any, release_ns: Any, units: Any) -> int:
-    """The pool's peak units (summed over its workers) with each request's units held from its prefill's end
-    to its transfer's end (the series' points are step ends, where holds begin)."""
-    import numpy as np
-
-    if not series.buckets:
-        return 0
-    t = np.asarray(series.end_ns, dtype=np.int64)
-    f = np.asarray(finished_ns, dtype=np.int64)
-    e = np.asarray(release_ns, dtype=np.int64)
-    u = np.asarray(units, dtype=np.int64)
-    ok = (f >= 0) & (e >= 0)
-    f, e, u = f[ok], e[ok], u[ok]
-    of, oe = np.argsort(f, kind="stable"), np.argsort(e, kind="stable")
-    began = np.concatenate([[0], np.cumsum(u[of])])[np.searchsorted(f[of], t, side="right")]
-    ended = np.concatenate([[0], np.cumsum(u[oe])])[np.searchsorted(e[oe], t, side="right")]
-    return int((series.total_used + began - ended).max())
-
-
 def _int_quantiles(values: Any) -> dict[str, int | None]:
     import numpy as np
 
@@ -216,8 +217,14 @@ class DisaggregatedRun:
     prefill: "RuntimeResult"
     decode: "RuntimeResult"
     transfers: Transfers
-    prefill_hold_peak_units: int
+    hold: "HeldPrefill"  # the prefill pool's replay rounds with the transfer holds (serving/transfer_hold.py)
     loaded_tokens: int
+
+    @property
+    def prefill_hold_peak_units(self) -> int:
+        """The prefill pool's peak units (summed over its ranks), the blocks held for transfers among them."""
+        s = self.prefill.series
+        return int(s.total_used.max()) if s.buckets else 0
 
 
 def serve_disaggregated(prefill: "RuntimeSetup", decode: "RuntimeSetup", wl: "Workload", rate_scale: float,
@@ -241,23 +248,22 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
     ones = np.ones(n, dtype=np.int64)
     ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
                           trace.id_block_tokens)
-    pplan = prefill.plan
-    from csa_plan.planner.serving.serve import serve_trace
+    from csa_plan.planner.serving.transfer_hold import prefill_with_holds
 
-    pres = serve_trace(prefill, ptrace)
-    p_done = np.asarray(pres.finished_ns, dtype=np.int64)
     prompt = trace.prompt_tokens.astype(np.int64)
     dcache: dict[int, Any] = {}
-    pcache: dict[int, Any] = {}
     per_gpu = np.zeros(n, dtype=np.int64)
-    held = np.zeros(n, dtype=np.int64)
-    for i in np.nonzero(p_done >= 0)[0]:
-        per_gpu[i] = footprint_of(decode.plan, int(prompt[i]), dcache).total_bytes
-        held[i] = footprint_of(pplan, int(prompt[i]), pcache).units
     idx = np.arange(n, dtype=np.int64)
-    start, end = schedule_transfers(p_done, per_gpu, link_bytes_s, idx % prefill.dp, idx % decode.dp)
-    transfers = Transfers(start, end, per_gpu, per_gpu * decode.plan_devices, link_bytes_s)
-    hold_peak = peak_with_hold(pres.series, p_done, end, held)
+
+    def transfers_of(done: Any) -> tuple[Any, Any]:
+        for i in np.nonzero((done >= 0) & (per_gpu == 0))[0]:
+            per_gpu[i] = footprint_of(decode.plan, int(prompt[i]), dcache).total_bytes
+        return schedule_transfers(done, per_gpu, link_bytes_s, idx % prefill.dp, idx % decode.dp)
+
+    held = prefill_with_holds(prefill, ptrace, transfers_of)  # the held blocks in the prefill's admission
+    pres, start, end = held.result, held.start_ns, held.end_ns
+    sent_bytes = np.where(end >= 0, per_gpu, 0)
+    transfers = Transfers(start, end, sent_bytes, sent_bytes * decode.plan_devices, link_bytes_s)
 
     results, owners, loaded = [], [], [0]
     dplan, dsizing, dtime = decode.plan, decode.sizing, decode.time
@@ -278,9 +284,9 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
                      recomputed_tokens=pres.recomputed_tokens + dres.recomputed_tokens,
                      preemptions=np.asarray(pres.preemptions, dtype=np.int64)
                      + np.asarray(dres.preemptions, dtype=np.int64),
-                     notes=notes(pres, dres))
-    return DisaggregatedRun(client, pres, replace(dres, arrival_ns=np.where(end >= 0, end, -1)), transfers,
-                            hold_peak, loaded[0])
+                     notes=notes(pres, dres, held.note()))
+    return DisaggregatedRun(client, pres, replace(dres, arrival_ns=np.where(end >= 0, end, -1)), transfers, held,
+                            loaded[0])
 
 
 def _placed(res: "RuntimeResult", owner: Any, n: int) -> "RuntimeResult":
@@ -298,14 +304,13 @@ def _placed(res: "RuntimeResult", owner: Any, n: int) -> "RuntimeResult":
     return replace(res, preemptions=pre, refused=refused, **out)
 
 
-def notes(pres: "RuntimeResult", dres: "RuntimeResult") -> tuple[str, ...]:
+def notes(pres: "RuntimeResult", dres: "RuntimeResult", hold: str) -> tuple[str, ...]:
     return (("disaggregated: prefill-only requests (max_tokens 1) on the prefill pool, the KV moved over the link, "
              "decode on the decode pool; queue wait is the prefill side's, TTFT the client's (to the decode side's "
              "first token), blocks in use the decode pool's"),
             "prefill pool: " + "; ".join(pres.notes),
             "decode pool: " + "; ".join(dres.notes),
-            ("the prefill side's blocks are held until the transfer ends (vLLM NIXL delay_free_blocks, SGLang's "
-             "inflight queue): counted in its peak, not in its admission decisions"))
+            hold)
 
 
 def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", "RuntimeSetup"],
@@ -332,17 +337,20 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
 
     def pool(role: Role, setup: "RuntimeSetup", rep: "RuntimeReport", hold: int | None) -> dict[str, Any]:
         occ = rep.occupancy
-        d = {"workers": role.workers, "tp": role.tp, "gpus": role.gpus, "engine": rep.engine,
+        d = {"workers": role.workers, "tp": role.tp, "dp": role.dp, "ep": role.ep, "ranks": role.ranks,
+             "shape": role.shape, "gpus": role.gpus, "engine": rep.engine,
              "unit": occ.unit, "unit_bytes": setup.sizing.unit_bytes, "usable_units": occ.usable_units,
              "peak_units": occ.peak_units, "peak_running": occ.peak_running, "peak_waiting": occ.peak_waiting,
              "steps": rep.steps, "preemptions": rep.preemptions.count,
              "prefix_cache": {"hit_tokens": rep.prefix_cache.hit_tokens,
                               "queried_tokens": rep.prefix_cache.queried_tokens}}
-        if hold is not None:
-            d["peak_units_with_transfer_hold"] = hold
-            # at or under the pool, every admission the replay made also fits beside the held blocks; above it, the
-            # prefill side would have admitted later than replayed (the hold is not fed back into admission)
-            d["transfer_hold_fits"] = hold <= occ.usable_units
+        if hold is not None:  # the held blocks are in the replay (its admission and its peak): serving/transfer_hold.py
+            h = run.hold
+            d["peak_units_with_transfer_hold"] = run.prefill_hold_peak_units
+            d["transfer_hold"] = {"in_admission": True, "rounds": h.rounds, "converged": h.converged,
+                                  "admitted_later": h.admitted_later(),
+                                  "peak_units_without_hold": int(h.unheld.series.total_used.max())
+                                  if h.unheld.series.buckets else 0}
         return d
 
     return {
@@ -362,18 +370,30 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
 
 
 def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
-                        decode_tp: int | None, link: str | None, source: str = "options") -> Disaggregation | None:
+                        decode_tp: int | None, link: str | None, source: str = "options", *,
+                        prefill_dp: int | None = None, decode_dp: int | None = None, prefill_ep: int | None = None,
+                        decode_ep: int | None = None) -> Disaggregation | None:
     """The roles the options name (None: none, an aggregated run); a role without the other, a count
-    below 1 or ``--transfer-link`` without roles is bad input. A role's workers default to 1, its tp to 1."""
+    below 1, a role's dp or ep without that role, or ``--transfer-link`` without roles is bad input. A role's
+    workers, tp and dp default to 1, its ep to none. Whether a role's ep fits its tp x dp is the engine's
+    shard rule (``weights/rules.py``), checked where the role is set up (``commands/disaggregated.py``)."""
     from csa_plan.planner.errors import BadInput
 
-    given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--decode-workers": decode_workers,
-             "--decode-tp": decode_tp}
+    given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--prefill-dp": prefill_dp,
+             "--prefill-ep": prefill_ep, "--decode-workers": decode_workers, "--decode-tp": decode_tp,
+             "--decode-dp": decode_dp, "--decode-ep": decode_ep}
     for flag, value in given.items():
         if value is not None and value < 1:
             raise BadInput(source, flag, f"must be at least 1, got {value}")
     has_prefill = prefill_workers is not None or prefill_tp is not None
     has_decode = decode_workers is not None or decode_tp is not None
+    for flag, value, role, named in (("--prefill-dp", prefill_dp, "prefill", has_prefill),
+                                     ("--prefill-ep", prefill_ep, "prefill", has_prefill),
+                                     ("--decode-dp", decode_dp, "decode", has_decode),
+                                     ("--decode-ep", decode_ep, "decode", has_decode)):
+        if value is not None and not named:
+            raise BadInput(source, flag, f"shapes the {role} role's workers: name the role "
+                                         f"(--{role}-workers/--{role}-tp; the aggregated shape is --dp/--ep)")
     if not has_prefill and not has_decode:
         if link is not None:
             raise BadInput(source, "--transfer-link", "moves KV between a prefill and a decode pool: add "
@@ -383,8 +403,8 @@ def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, dec
         missing = "--decode-workers/--decode-tp" if has_prefill else "--prefill-workers/--prefill-tp"
         have = "a prefill pool" if has_prefill else "a decode pool"
         raise BadInput(source, missing.split("/")[0], f"{have} without the other role: add {missing}")
-    return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1), Role(decode_workers or 1, decode_tp or 1),
-                          link)
+    return Disaggregation(Role(prefill_workers or 1, prefill_tp or 1, prefill_dp or 1, prefill_ep),
+                          Role(decode_workers or 1, decode_tp or 1, decode_dp or 1, decode_ep), link)
 
 
 @dataclass(frozen=True)
@@ -413,7 +433,7 @@ def composed_setup(prefill: "RuntimeSetup", decode: "RuntimeSetup", link_bytes_s
 def transfer_figures(run: DisaggregatedRun) -> dict[str, Any]:
     """The transfers of a run in brief (a sweep row, a plan answer): requests moved, bytes per request over all
     ranks (integers: p50, p99, max, total) and seconds on the link (p50, p99), the link wait (p99), the prefill
-    pool's peak with the held blocks and whether it stays within the pool."""
+    pool's peak with the held blocks, the rounds its replay took and the admissions the hold delayed."""
     import numpy as np
 
     from csa_plan.planner.serving.report import quantiles
@@ -427,4 +447,5 @@ def transfer_figures(run: DisaggregatedRun) -> dict[str, Any]:
     return {"requests": int(sent.sum()), "bytes": _int_quantiles(total), "bytes_total": int(total.sum()),
             "seconds_p50": secs.p50_s, "seconds_p99": secs.p99_s, "link_wait_p99_s": wait.p99_s,
             "link_bytes_s_per_gpu": t.link_bytes_s, "prefill_peak_units_with_transfer_hold": run.prefill_hold_peak_units,
-            "transfer_hold_fits": run.prefill_hold_peak_units <= int(run.prefill.usable_units)}
+            "transfer_hold_rounds": run.hold.rounds, "transfer_hold_converged": run.hold.converged,
+            "prefill_admitted_later_for_hold": run.hold.admitted_later()}

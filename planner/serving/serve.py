@@ -124,11 +124,14 @@ def serve(setup: RuntimeSetup, wl: "Workload", rate_scale: float, progress: Tick
     return serve_trace(setup, runtime_trace(wl, rate_scale), progress, stop)
 
 
-def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, stop: Any = None) -> "RuntimeResult":
+def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, stop: Any = None,
+                layer: Callable[[Any, int], Any] | None = None) -> "RuntimeResult":
     """``trace`` replayed through the engine's own scheduler, one replay per replica (``serve``); ``stop``
     counts over the whole deployment (each replica's final counts carried into the next one's checks).
     A closed-loop client refuses it (its arrivals are set as it runs): it is replayed in full. A composed
-    deployment's pools (disaggregated roles) go through its composition, replayed in full."""
+    deployment's pools (disaggregated roles) go through its composition, replayed in full. ``layer(rt, k)``
+    wraps replica k's runtime (``replicas.split_round_robin``'s k-th sub-trace; a disaggregated prefill's
+    transfer hold, ``serving/transfer_hold.py``)."""
     from dataclasses import replace
 
     if setup.composed is not None:
@@ -142,8 +145,12 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
     watch = None if stop is None or setup.max_concurrency is not None else stop.watch()
     replayed = [0]
 
+    if layer is not None and setup.max_concurrency is not None:
+        raise RuntimeError("a runtime layer is replayed open-loop only")
+
     def one(t: Any) -> "RuntimeResult":
-        r = replay(engine_runtime(setup, t, made), t, time, progress=progress, max_concurrency=setup.max_concurrency,
+        rt = engine_runtime(setup, t, made)
+        r = replay(rt if layer is None else layer(rt, replayed[0]), t, time, progress=progress, max_concurrency=setup.max_concurrency,
                    pipeline=setup.pipeline, stop=watch)
         replayed[0] += 1
         if watch is not None:

@@ -178,19 +178,16 @@ def _disaggregated_skip(point: SweepPoint, bounds: WorkloadBounds, constraints: 
                         source: str) -> Skip | None:
     """A disaggregated point is skipped for what skips either role's worker as an aggregated point (its split,
     its memory, a request it can never hold: ``static_skip`` of ``role_point``), for a link its cards cannot
-    have, and for what the composition does not model (expert parallelism per role); a point without an
-    engine has no prefill and decode instances to replay."""
+    have; a point without an engine has no prefill and decode instances to replay."""
     if point.engine is None:
         return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "disaggregation replays an engine's prefill and decode "
                                                           "instances: an engine point (engine: null has none)")
-    if point.expert_parallel:
-        return Skip(point.key, SkipReason.BAD_DEPLOYMENT, "expert parallelism per role is not modelled with "
-                                                          "disaggregation (docs/disaggregation.md)")
     for role in ("prefill", "decode"):
         r = point.role_point(role)
         skip = _role_skip(r, bounds, constraints, source)
         if skip is not None:
-            return Skip(point.key, skip.reason, f"{role} worker (tp {r.tp}): {skip.detail}")
+            return Skip(point.key, skip.reason, f"{role} worker ({getattr(point.disaggregation, role).shape}): "
+                                                f"{skip.detail}")
     try:
         transfer_link(point)
     except BadInput as exc:
@@ -454,8 +451,8 @@ def point_bound(task: Task):
 
 def _role_setups(ctx: Context, p: SweepPoint, spec: "ModelSpec"):
     """The prefill and decode pools of a disaggregated point: each role's worker set up as the aggregated point
-    of its tp (``role_point``: its device budget, pool and clock), its workers as round-robin replicas; the
-    decode side without a prefix cache, as ``simulate --prefill-workers`` replays it."""
+    of its tp x dp (``role_point``: its device budget per rank, pool and clock), its workers' ranks as round-robin
+    replicas; the decode side without a prefix cache, as ``simulate --prefill-workers`` replays it."""
     from dataclasses import replace
 
     from csa_plan.planner.serving.serve import runtime_setup
@@ -464,7 +461,7 @@ def _role_setups(ctx: Context, p: SweepPoint, spec: "ModelSpec"):
     pre_point, dec_point = p.role_point("prefill"), p.role_point("decode")
     prefill = runtime_setup(spec, _sim_config(ctx, pre_point))
     decode = runtime_setup(spec, _sim_config(ctx, dec_point), False)
-    return replace(prefill, dp=d.prefill.workers), replace(decode, dp=d.decode.workers)
+    return replace(prefill, dp=d.prefill.ranks), replace(decode, dp=d.decode.ranks)
 
 
 def _disaggregated_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec") -> PointResult:
@@ -497,10 +494,10 @@ def _disaggregated_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "Mod
                                   p.rate_scale, steady)
     rate = None if cap.rate_scale is None else cap.rate_scale * WorkloadBounds.of(wl).base_rate_per_s
     figures = {"layout": d.label, "link": link.name, "link_source": link.source,
-               "prefill": {"workers": d.prefill.workers, "tp": d.prefill.tp, "gpus": d.prefill.gpus,
-                           "usable_units": int(run.prefill.usable_units)},
-               "decode": {"workers": d.decode.workers, "tp": d.decode.tp, "gpus": d.decode.gpus,
-                          "usable_units": int(run.decode.usable_units)},
+               "prefill": {"workers": d.prefill.workers, "tp": d.prefill.tp, "dp": d.prefill.dp, "ep": d.prefill.ep,
+                           "gpus": d.prefill.gpus, "usable_units": int(run.prefill.usable_units)},
+               "decode": {"workers": d.decode.workers, "tp": d.decode.tp, "dp": d.decode.dp, "ep": d.decode.ep,
+                          "gpus": d.decode.gpus, "usable_units": int(run.decode.usable_units)},
                "transfer": transfer_figures(run)}
     return PointResult(
         key=p.key, devices=p.devices, requests=rep.requests, admitted=rep.served, refused=rep.requests - rep.served,

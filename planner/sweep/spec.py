@@ -100,8 +100,9 @@ class SweepPoint:
     settings: tuple[tuple[str, Any], ...] = ()  # the grid's settings axis: engine options by name (max_num_seqs: 256)
     expert_parallel: bool = False  # the experts split over every GPU of the point (EP = tp x dp), else MoE TP
     replicas: int = 1  # independent servers of this tp x dp shape behind a round-robin router (engine points)
-    # a prefill pool and a decode pool (serving.disaggregation.Disaggregation), each role its own workers x tp; the
-    # point's own tp/pp/dp/replicas are then 1 (each role names its shape); None: aggregated
+    # a prefill pool and a decode pool (serving.disaggregation.Disaggregation), each role its own workers x tp x dp
+    # (ep); the point's own tp/pp/dp/replicas/expert_parallel are then 1/False (each role names its shape); None:
+    # aggregated
     disaggregation: Any = None
 
     @property
@@ -110,10 +111,12 @@ class SweepPoint:
         return "aggregated" if self.disaggregation is None else self.disaggregation.label
 
     def role_point(self, role: str) -> "SweepPoint":
-        """One role of a disaggregated point as the aggregated point of one worker that role runs (its tp, dp 1):
-        the device budget, pool and clock of that worker are that point's, nothing recomputed apart."""
+        """One role of a disaggregated point as the aggregated point of one worker that role runs (its tp, dp and
+        expert parallelism over them): the device budget, pool and clock of that worker are that point's, nothing
+        recomputed apart."""
         r = getattr(self.disaggregation, role)
-        return replace(self, tp=r.tp, pp=1, dp=1, replicas=1, disaggregation=None)
+        return replace(self, tp=r.tp, pp=1, dp=r.dp, replicas=1, disaggregation=None,
+                       expert_parallel=r.ep is not None and r.ep > 1)
 
     @property
     def ep(self) -> int | None:
@@ -502,7 +505,9 @@ def parse_spec(data: Any, source: str) -> SweepSpec:
         v = dict(zip(AXES, combo))
         (device, memory), (reserve, bucket) = v["device"], v["reserve"]
         if v["disaggregation"] is not None:  # each role names its shape: one point per layout, not per tp x dp
-            v.update(tp=1, pp=1, dp=1, replicas=1)
+            if v["expert_parallel"]:  # the grid's EP over every GPU of the point: over every GPU of each worker
+                v["disaggregation"] = _with_expert_parallel(v["disaggregation"])
+            v.update(tp=1, pp=1, dp=1, replicas=1, expert_parallel=False)
             same = repr(sorted((k, repr(x)) for k, x in v.items()))
             if same in seen:
                 continue
@@ -526,7 +531,18 @@ _AXIS_DEFAULTS: dict[str, Any] = {
 }
 
 
-DISAGGREGATION_KEYS = {"prefill_workers", "prefill_tp", "decode_workers", "decode_tp", "transfer_link"}
+DISAGGREGATION_KEYS = {"prefill_workers", "prefill_tp", "prefill_dp", "prefill_ep", "decode_workers", "decode_tp",
+                       "decode_dp", "decode_ep", "transfer_link"}
+
+
+def _with_expert_parallel(d: Any) -> Any:
+    """The layout with expert parallelism over every GPU of each role's worker (ep = tp x dp, where above 1)."""
+    from dataclasses import replace
+
+    def on(r: Any) -> Any:
+        return replace(r, ep=r.tp * r.dp) if r.tp * r.dp > 1 else r
+
+    return replace(d, prefill=on(d.prefill), decode=on(d.decode))
 
 
 def _disaggregation(value: Any, source: str, where: str) -> Any:
@@ -541,7 +557,8 @@ def _disaggregation(value: Any, source: str, where: str) -> Any:
     m = read_mapping(source, where, value)
     check_keys(source, where, m, DISAGGREGATION_KEYS)
     counts = {}
-    for key in ("prefill_workers", "prefill_tp", "decode_workers", "decode_tp"):
+    for key in ("prefill_workers", "prefill_tp", "prefill_dp", "prefill_ep", "decode_workers", "decode_tp",
+                "decode_dp", "decode_ep"):
         n = None if m.get(key) is None else read_int(source, f"{where}.{key}", m[key])
         if n is not None and n > MAX_DEVICES:
             raise BadInput(source, f"{where}.{key}", f"{n:,} is more than {MAX_DEVICES:,} (MAX_DEVICES)")
@@ -551,7 +568,9 @@ def _disaggregation(value: Any, source: str, where: str) -> Any:
         raise BadInput(source, f"{where}.transfer_link", f"unknown link {link[:40]!r} (known: {', '.join(LINKS)})")
     try:
         d = disaggregation_from(counts["prefill_workers"], counts["prefill_tp"], counts["decode_workers"],
-                                counts["decode_tp"], None if link is None else link.strip().lower(), source)
+                                counts["decode_tp"], None if link is None else link.strip().lower(), source,
+                                prefill_dp=counts["prefill_dp"], decode_dp=counts["decode_dp"],
+                                prefill_ep=counts["prefill_ep"], decode_ep=counts["decode_ep"])
     except BadInput as exc:  # the options' words (--decode-tp) as the spec's keys (decode_tp)
         import re
 
@@ -562,6 +581,11 @@ def _disaggregation(value: Any, source: str, where: str) -> Any:
     if d is None:
         raise BadInput(source, where, "names no role: give prefill_workers/prefill_tp and decode_workers/decode_tp, "
                                       "or null for an aggregated deployment")
+    for role in ("prefill", "decode"):  # a grid point's EP is over every GPU of its shape (SweepPoint.ep)
+        r = getattr(d, role)
+        if r.ep is not None and r.ep != 1 and r.ep != r.tp * r.dp:
+            raise BadInput(source, f"{where}.{role}_ep", f"{r.ep}: a sweep point's expert parallelism spans every GPU "
+                                                         f"of the worker, tp x dp = {r.tp * r.dp} (or give 1, none)")
     return d
 
 

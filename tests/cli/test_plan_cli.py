@@ -75,7 +75,8 @@ def test_a_searched_setting_is_run_on_each_shape_and_says_what_it_changes(csa):
 
 
 def test_plan_disaggregated_searches_layouts_beside_the_aggregated_shapes(csa):
-    """--disaggregated (issue 46): every prefill tp x decode tp, each role 1 .. --max-dp workers, beside the
+    """--disaggregated (issue 46): every prefill tp x decode tp, each role 1 .. --max-dp workers or one worker of
+    dp 2, 4 .. --max-dp, beside the
     aggregated shapes (dp every count up to --max-dp), GPUs over both roles; a layout's row says its layout and
     carries each role's command."""
     r = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
@@ -83,7 +84,7 @@ def test_plan_disaggregated_searches_layouts_beside_the_aggregated_shapes(csa):
     assert r.code == 0, r.err
     doc = r.json()
     assert doc["question"]["disaggregated"] is True
-    assert doc["grid_points"] == 2 + 4  # tp 2 x dp 1, 2; and 1..2 prefill x 1..2 decode workers of tp 2
+    assert doc["grid_points"] == 2 + 9  # tp 2 x dp 1, 2; and (1, 2 workers or 1 worker of dp 2) for each role
     shapes = [doc["cards"][0]["answer"], *doc["cards"][0]["runners_up"]]
     for s in shapes:
         if s["disaggregation"] is None:
@@ -93,6 +94,9 @@ def test_plan_disaggregated_searches_layouts_beside_the_aggregated_shapes(csa):
             assert s["devices"] == s["disaggregation"]["prefill"]["gpus"] + s["disaggregation"]["decode"]["gpus"]
             assert set(s["launch"]) == {"prefill", "decode"}
             assert '"kv_role":"kv_producer"' in s["launch"]["prefill"]["text"]
+            for role in ("prefill", "decode"):  # a role of dp 2 is started with its DP engine cores
+                dp = s["disaggregation"][role]["dp"]
+                assert ("--data-parallel-size" in s["launch"][role]["argv"]) == (dp > 1)
     text = csa("plan", "deepseek-v4-flash", "--rate", "2", "--isl", "2048", "--osl", "256", "--tpot-p99", "200ms",
                "--device", "b200", "--tp", "2", "--max-dp", "2", "--requests", "300", "--disaggregated").out
     assert "tp 1" not in text  # a layout (replayed or bounded out) is named by its roles, never its tp-1 point

@@ -181,3 +181,29 @@ def test_each_role_of_a_disaggregated_deployment_parses_under_the_release_s_own_
                 assert ns["--tp-size"] == role.tp and ns["--max-running-requests"] == 128
                 assert ns["--disaggregation-mode"] == name
                 assert ns["--disaggregation-transfer-backend"] == "mooncake"
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_a_role_s_data_and_expert_parallel_shape_parses_under_the_release_s_own_parser(engine):
+    """issue 46: a role with dp and ep carries them as the release spells them, the aggregated shape's flags:
+    vLLM ``--data-parallel-size dp --enable-expert-parallel`` (EP over tp x dp), SGLang ``--tp-size tp*dp
+    --dp-size dp --enable-dp-attention --ep-size ep``; a role without them has none of those flags."""
+    from csa_plan.planner.engines.launch import disaggregated_launch
+    from csa_plan.planner.serving.disaggregation import Disaggregation, Role
+
+    roles = Disaggregation(Role(1, 2, 8, 16), Role(2, 8))
+    launches = disaggregated_launch(engine, "deepseek-v4-pro", roles, 33792, None)
+    prefill = vars(check(engine, launches["prefill"].argv))
+    decode = vars(check(engine, launches["decode"].argv))
+    assert launches["prefill"].replicas == 1 and launches["decode"].replicas == 2
+    if engine.startswith("vllm"):
+        assert prefill["--tensor-parallel-size"] == 2 and prefill["--data-parallel-size"] == 8
+        assert "--enable-expert-parallel" in launches["prefill"].argv
+        assert "--enable-expert-parallel" not in launches["decode"].argv
+        assert "--data-parallel-size" not in launches["decode"].argv
+        assert json.loads(prefill["--kv-transfer-config"])["kv_role"] == "kv_producer"
+    else:
+        assert prefill["--tp-size"] == 16 and prefill["--dp-size"] == 8 and prefill["--ep-size"] == 16
+        assert "--enable-dp-attention" in launches["prefill"].argv
+        assert decode["--tp-size"] == 8 and "--enable-dp-attention" not in launches["decode"].argv
+        assert prefill["--disaggregation-mode"] == "prefill"

@@ -13,7 +13,7 @@ from csa_plan.planner.cards import CARDS, LINKS, link
 from csa_plan.planner.errors import BadInput
 from csa_plan.planner.replay.protocol import Completion, EngineRuntime, Step
 from csa_plan.planner.serving.disaggregation import (RemoteKvRuntime, default_link, disaggregation_from,
-                                                     peak_with_hold, schedule_transfers)
+                                                     schedule_transfers)
 
 from helpers import EXAMPLES
 
@@ -32,21 +32,6 @@ def test_transfers_queue_on_a_workers_links_by_hand():
     # a shared decode link alone also queues
     start, end = schedule_transfers(ready[:2], size[:2], 1e9, np.array([0, 1]), np.array([0, 0]))
     assert start.tolist() == [0, 1000] and end.tolist() == [1000, 3000]
-
-
-class _Series:
-    def __init__(self, end_ns, total):
-        self.end_ns = np.array(end_ns, dtype=np.int64)
-        self.total_used = np.array(total, dtype=np.int64)
-        self.buckets = len(end_ns)
-
-
-def test_held_blocks_add_to_the_peak_until_the_transfer_ends():
-    s = _Series([10, 20, 30, 40], [5, 3, 8, 2])
-    # request 0 holds 4 units from 20 to 35, request 1 holds 6 from 30 to 30 (released at once)
-    assert peak_with_hold(s, [20, 30], [35, 30], [4, 6]) == 12  # at 30: 8 + 4
-    assert peak_with_hold(s, [20, -1], [45, -1], [4, 6]) == 12
-    assert peak_with_hold(s, [], [], []) == 8
 
 
 class _Inner(EngineRuntime):
@@ -186,9 +171,10 @@ def test_transfer_bytes_are_the_decode_plans_own(docs, engine):
     assert d["transfer"]["bytes_per_gpu"]["max"] == max(per_gpu)
     assert d["link"]["name"] == "nvlink"  # 2 + 4 GPUs: one HGX board
     assert d["prefill"]["gpus"] == 2 and d["decode"]["gpus"] == 4 and doc["deployment"]["devices"] == 6
-    assert d["prefill"]["peak_units_with_transfer_hold"] >= d["prefill"]["peak_units"]
-    assert d["prefill"]["transfer_hold_fits"] is (d["prefill"]["peak_units_with_transfer_hold"]
-                                                   <= d["prefill"]["usable_units"])
+    hold = d["prefill"]["transfer_hold"]
+    assert d["prefill"]["peak_units_with_transfer_hold"] == d["prefill"]["peak_units"]  # the holds are in the replay
+    assert d["prefill"]["peak_units"] >= hold["peak_units_without_hold"]
+    assert hold["in_admission"] and hold["converged"] and hold["rounds"] >= 1
     assert d["decode"]["loaded_prompt_tokens"] > 0
 
 
@@ -273,3 +259,159 @@ def test_a_mix_that_sizes_an_aggregated_deployment_is_refused_with_roles(csa):
     r = csa("simulate", str(EXAMPLES / "mixes" / "chat-h200.yaml"), "--engine", "vllm-0.33", "--prefill-tp", "8",
             "--decode-tp", "8")
     assert r.code == 2 and "chat-h200.yaml: tp" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def _tiny_roles(engine, kv_memory_bytes):
+    """Two V4-Flash roles of one GPU each, a prefill pool of ``kv_memory_bytes`` for 8,192-token contexts (SGLang
+    with one request row: its inflight request keeps it)."""
+    from csa_plan.planner.commands.disaggregated import role_setup
+    from csa_plan.planner.commands.simulate import SimulateRequest
+    from csa_plan.planner.engines.settings import EngineSettings
+    from csa_plan.planner.reserve.settings import merge
+    from csa_plan.planner.workloads import MixSettings, load_workload
+
+    wl = load_workload(TRACE)
+    given = MixSettings(model="deepseek-v4-flash", max_seq_len=8192)
+    settings = merge(given, wl.settings, wl.source)
+    d = disaggregation_from(1, 1, 1, 1, None)
+    es = EngineSettings(max_running_requests=1) if engine.startswith("sglang") else None
+    req = SimulateRequest(TRACE, given, engine=engine, engine_settings=es, disaggregation=d,
+                          kv_memory_bytes=kv_memory_bytes)
+    p, *_ = role_setup(req, wl, settings, d.prefill, None, "--prefill-tp")
+    q, *_ = role_setup(req, wl, settings, d.decode, False, "--decode-tp")
+    return p, q
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "sglang-0.5.23"])
+def test_held_blocks_delay_the_next_prefill_admission_until_the_transfer_ends(engine):
+    """issue 46 item 2, by hand: two 6,000-token prompts 1 ns apart. vLLM's pool (3.5 GB: 8,503 tokens) holds
+    one of them; SGLang's one request row is kept by the first while it is in flight. Freed at the finish (the
+    old replay, round 0) the second is admitted when the first's prefill ends; held until the transfer ends
+    (100 MB/s: about half a second) it is admitted at that transfer's end exactly: the loop waits for the
+    release as for an arrival. Two rounds: the second reproduces its own release times."""
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import serve_disaggregated_trace
+
+    p, q = _tiny_roles(engine, 3_500_000_000)
+    two = RuntimeTrace(np.array([0, 1], dtype=np.int64), np.array([6000, 6000], dtype=np.int64),
+                       np.array([2, 2], dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, two, 1e8)
+    unheld, held = run.hold.unheld, run.prefill
+    end = np.asarray(run.transfers.end_ns, dtype=np.int64)
+    assert int(unheld.admitted_ns[1]) == int(unheld.finished_ns[0])  # the old behaviour: no hold in admission
+    assert int(held.admitted_ns[1]) == int(end[0]) > int(held.finished_ns[0])
+    assert int(held.finished_ns[0]) == int(unheld.finished_ns[0])  # the first request is not touched
+    assert (run.hold.rounds, run.hold.converged, run.hold.admitted_later()) == (2, True, 1)
+    # the transfer of the second starts when its own prefill ends, and lasts its bytes over the link
+    assert int(run.transfers.start_ns[1]) == int(held.finished_ns[1])
+    assert int(end[1] - run.transfers.start_ns[1]) == int(np.ceil(int(run.transfers.bytes_per_gpu[1]) / 1e8 * 1e9))
+    assert not run.result.refused and (np.asarray(run.result.first_token_ns) > end).all()
+
+
+def test_the_pool_s_units_count_the_held_blocks_exactly():
+    """vLLM: the request's blocks stay allocated while held (the pool's units in use at the first request's
+    finish are its own blocks, an integer of the engine plan), and are back in the free pool when freed."""
+    from csa_plan.planner.engines.engine import Phase
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.transfer_hold import TransferHoldRuntime
+
+    p, _ = _tiny_roles("vllm-0.33", 3_500_000_000)
+    one = RuntimeTrace(np.array([0], dtype=np.int64), np.array([6000], dtype=np.int64), np.array([1], dtype=np.int64))
+    rt = TransferHoldRuntime(p.plan.runtime(p.sizing, one, p.options), [10**9])
+    rt.add(0)
+    step = rt.schedule()
+    assert rt.complete(step).finished == [0]
+    held = p.plan.footprint(6000, Phase.PREFILL).units  # 2,462 blocks over its KV cache groups
+    assert sum(rt.used_units()) == held
+    assert rt.release_due(10**9 - 1) == 10**9 and sum(rt.used_units()) == held
+    assert rt.release_due(10**9) is None and sum(rt.used_units()) == 0
+
+
+def test_role_dp_and_ep_shape_each_rank_s_pool_as_the_aggregated_run(csa):
+    """issue 46 item 1: a role's dp ranks each get the pool an aggregated --tp/--dp/--ep run gives a rank (the
+    device budget per rank; SGLang's --max-running-requests per DP-attention rank); JSON names each role's shape."""
+    roles = ("--prefill-tp", "1", "--prefill-dp", "2", "--prefill-ep", "2", "--decode-workers", "2", "--decode-tp", "2")
+    r = csa("simulate", TRACE, *FLASH, "--engine", "sglang-0.5.23", *roles, "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)["runtime"]["disaggregation"]
+    assert (d["prefill"]["tp"], d["prefill"]["dp"], d["prefill"]["ep"], d["prefill"]["ranks"]) == (1, 2, 2, 2)
+    assert (d["decode"]["dp"], d["decode"]["ep"], d["decode"]["ranks"], d["decode"]["gpus"]) == (1, None, 2, 4)
+    assert d["prefill"]["shape"] == "tp1 dp2 ep2" and d["prefill"]["gpus"] == 2
+    shape = ("--tp", "1", "--dp", "2", "--ep", "2")
+    agg = json.loads(csa("simulate", TRACE, *FLASH, "--engine", "sglang-0.5.23", *shape, "--json").out)
+    agg_check = json.loads(csa("check", "deepseek-v4-flash", "--engine", "sglang-0.5.23", "--device-memory", "h200",
+                               *shape, "--json").out)
+    roles_check = json.loads(csa("check", "deepseek-v4-flash", "--engine", "sglang-0.5.23", "--device-memory", "h200",
+                                 *roles, "--json").out)["disaggregation"]
+    assert roles_check["prefill"]["check"]["budget"] == agg_check["budget"] == agg["budget"]
+    assert roles_check["prefill"]["shape"] == "tp1 dp2 ep2" and roles_check["decode"]["ranks"] == 2
+    # two ranks, one pool each (81,234 pages in all), and each rank's KV memory the aggregated run's
+    assert d["prefill"]["usable_units"] == agg["runtime"]["occupancy"]["usable_units"]
+    assert d["prefill"]["kv_memory_bytes"] == agg["budget"]["kv_memory_bytes"]
+
+
+@pytest.mark.parametrize("extra, field", [
+    (("--prefill-tp", "1", "--prefill-dp", "2", "--prefill-ep", "3", "--decode-tp", "2"), "--prefill-ep"),
+    (("--prefill-tp", "2", "--decode-tp", "2", "--decode-dp", "0"), "--decode-dp"),
+    (("--prefill-dp", "2", "--decode-tp", "2"), "--prefill-dp"),
+    (("--prefill-tp", "2", "--decode-ep", "2"), "--decode-ep"),
+    (("--prefill-tp", "2", "--decode-tp", "2", "--ep", "2"), "--ep"),
+])
+def test_bad_role_shapes_are_one_line(csa, extra, field):
+    for command in (("simulate", TRACE, "--model", "deepseek-v4-flash"), ("check", "deepseek-v4-flash")):
+        r = csa(*command, "--engine", "vllm-0.33", "--device-memory", "h200", *extra)
+        assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, (command, r.code, r.err)
+
+
+def test_the_rounds_end_at_release_times_that_reproduce_themselves_over_several_ranks():
+    """Two prefill ranks share one decode rank's link (the coupling that keeps the link out of one replay):
+    the last round's transfer ends are the very release times it held the blocks to, and recomputing the
+    transfers from its prefill ends gives them again; the hold delayed admissions on both ranks. (Here one
+    round does it: the shared link, not the prefill ends, sets every transfer's end, so delaying the prefills
+    moves no release.)"""
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import Role, footprint_of, serve_disaggregated_trace
+    from dataclasses import replace as dc_replace
+
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000)
+    p = dc_replace(p, dp=Role(1, 1, 2).ranks)  # one worker of two DP ranks: requests 0, 2, 4 and 1, 3, 5
+    n = 6
+    trace = RuntimeTrace(np.arange(n, dtype=np.int64), np.full(n, 6000, dtype=np.int64), np.full(n, 2, dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, trace, 1e8)
+    assert run.hold.converged and run.hold.rounds >= 1 and not run.result.refused
+    done = np.asarray(run.prefill.finished_ns, dtype=np.int64)
+    size = np.array([footprint_of(q.plan, 6000, {}).total_bytes] * n, dtype=np.int64)
+    idx = np.arange(n)
+    start, end = schedule_transfers(done, size, 1e8, idx % 2, idx % 1)
+    assert start.tolist() == np.asarray(run.transfers.start_ns).tolist()
+    assert end.tolist() == np.asarray(run.transfers.end_ns).tolist()
+    # held to exactly those ends, the prefill pool replays to the same prefill ends: a fixed point
+    from csa_plan.planner.replay.protocol import RuntimeTrace as RT
+    from csa_plan.planner.serving.serve import serve_trace
+    from csa_plan.planner.serving.transfer_hold import TransferHoldRuntime
+
+    ptrace = RT(trace.arrival_ns, trace.prompt_tokens, np.ones(n, dtype=np.int64))
+    again = serve_trace(p, ptrace, layer=lambda rt, k: TransferHoldRuntime(rt, end[idx % 2 == k].tolist()))
+    assert np.asarray(again.finished_ns).tolist() == done.tolist()
+    adm = np.asarray(run.prefill.admitted_ns, dtype=np.int64)
+    # on each rank the next prompt waits for the one before it to finish its transfer (the pool holds one)
+    for k in (0, 1):
+        mine = idx[idx % 2 == k]
+        assert all(adm[b] >= end[a] for a, b in zip(mine, mine[1:]))
+    assert run.hold.admitted_later() >= 4
+
+
+def test_a_run_short_of_its_fixed_point_says_so(monkeypatch):
+    """HOLD_ROUNDS bounds the rounds: the two-prompt case needs two, so with one the run is flagged (JSON
+    ``converged`` false, and the notes), never passed off as the answer."""
+    import csa_plan.planner.serving.transfer_hold as th
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import serve_disaggregated_trace
+
+    monkeypatch.setattr(th, "HOLD_ROUNDS", 1)
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000)
+    two = RuntimeTrace(np.array([0, 1], dtype=np.int64), np.array([6000, 6000], dtype=np.int64),
+                       np.array([2, 2], dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, two, 1e8)
+    assert (run.hold.rounds, run.hold.converged) == (1, False)
+    assert any("NOT converged after 1 rounds" in n for n in run.result.notes)

@@ -57,11 +57,34 @@ def test_one_point_per_layout_counted_over_both_roles(tmp_path):
     assert pd.role_point("decode").tp == 2 and pd.role_point("decode").disaggregation is None
 
 
+def test_a_role_s_dp_and_the_grid_s_expert_parallel_shape_each_role_s_worker(tmp_path):
+    """issue 46: a layout's role dp is its worker's data-parallel ranks (tp x dp GPUs, each rank a replica of the
+    role's replay); the grid's expert_parallel is EP over every GPU of each worker (ep = tp x dp), folded into the
+    roles so the point is one layout; the role's aggregated point carries both."""
+    body = SPEC.format(engine="vllm-0.33").replace(
+        "    - {prefill_workers: 1, prefill_tp: 2, decode_workers: 1, decode_tp: 2}",
+        "    - {prefill_workers: 1, prefill_tp: 1, prefill_dp: 2, decode_workers: 2, decode_tp: 2}").replace(
+        "  disaggregation:", "  expert_parallel: [false, true]\n  disaggregation:")
+    spec = _load(_spec(tmp_path, body=body))
+    pds = [p for p in spec.points if p.disaggregation is not None]
+    assert [p.layout_label for p in pds] == ["1P tp1 dp2 + 2D tp2", "1P tp1 dp2 ep2 + 2D tp2 ep2"]
+    plain, ep = pds
+    assert plain.devices == ep.devices == 2 + 4 and not ep.expert_parallel
+    pre = ep.role_point("prefill")
+    assert (pre.tp, pre.dp, pre.ep, pre.replicas) == (1, 2, 2, 1)
+    assert (plain.role_point("prefill").ep, ep.role_point("decode").ep) == (None, 2)
+    assert (ep.disaggregation.prefill.ranks, ep.disaggregation.decode.ranks) == (2, 2)
+
+
 @pytest.mark.parametrize("value, problem", [
     ("{prefill_workers: 1, prefill_tp: 2}", "without the other role: add decode_workers/decode_tp"),
     ("{prefill_tp: 2, decode_tp: 0}", "decode_tp: must be at least 1"),
     ("{prefill_tp: 2, decode_tp: 2, transfer_link: carrier-pigeon}", "unknown link"),
-    ("{prefill_tp: 2, decode_tp: 2, decode_dp: 2}", "unknown key"),
+    ("{prefill_tp: 2, decode_tp: 2, decode_pp: 2}", "unknown key"),
+    ("{prefill_tp: 2, decode_tp: 2, decode_dp: 0}", "decode_dp: must be at least 1"),
+    ("{prefill_tp: 2, decode_tp: 2, decode_dp: 2, decode_ep: 2}", "tp x dp = 4"),
+    ("{prefill_tp: 2, prefill_ep: 2}", "without the other role"),
+    ("{prefill_tp: 2, decode_ep: 2}", "decode_ep: shapes the decode role"),
     ("{}", "names no role"),
 ])
 def test_a_bad_layout_is_one_line_naming_its_field(tmp_path, value, problem):
@@ -87,7 +110,7 @@ def test_static_skips_say_which_role_and_why(tmp_path):
     why = {p.layout_label + " " + str(p.engine): skipped[p.key].detail for p in spec.points
            if p.disaggregation is not None and p.key in skipped}
     assert why["1P tp1 + 1D tp2 None"].startswith("disaggregation replays an engine's")
-    assert why["1P tp1 + 1D tp2 vllm-0.33"].startswith("prefill worker (tp 1): ")  # V4-Flash needs two H200s
+    assert why["1P tp1 + 1D tp2 vllm-0.33"].startswith("prefill worker (tp1): ")  # V4-Flash needs two H200s
     assert "nvlink" in why["2P tp4 + 1D tp4 over nvlink vllm-0.33"]  # 12 GPUs: more than one 8-GPU NVLink domain
 
 

@@ -146,10 +146,18 @@ class SglangRuntime(EngineRuntime):
     def stranded(self) -> tuple[int, ...]:
         return tuple(r.rid for r in self.sched.stranded())
 
+    def hold_on_finish(self) -> None:
+        """A prefill server (``--disaggregation-mode prefill``): a finished request waits in
+        ``disagg_prefill_inflight_queue`` with its pages and request row until its transfer ends."""
+        self.sched.held = {}
+
+    def free_held(self, r: int) -> None:
+        self.sched.free_held(r)
+
     def compiled_replay(self) -> "CompiledReplay | None":
         """The compiled loop (``compiled.py``, ``csglang.c``) as the engine plan handed it in, when built and
         every setting is in its range; else None (the loop steps the methods above, its checked twin)."""
-        if self.drafts:  # the compiled twin has no drafts: this loop steps them
+        if self.drafts or self.sched.held is not None:  # the compiled twin has no drafts, holds nothing
             return None
         return None if self.compiled is None else self.compiled(self)
 

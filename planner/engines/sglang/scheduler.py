@@ -109,6 +109,9 @@ class SglangScheduler:
         self.req_full = 0  # full pages owned by requests
         self.req_swa = 0
         self.size_swa = cfg.swa_pages * cfg.page
+        # a disaggregated prefill server (hold_on_finish): finished requests in disagg_prefill_inflight_queue, their
+        # pages and req_to_token row kept until the transfer's KVPoll.Success (disaggregation/prefill.py:1151-1228)
+        self.held: dict[int, Req] | None = None
 
     # -- pool views (tokens, as the adder reads them) -------------------------------------------
 
@@ -205,6 +208,17 @@ class SglangScheduler:
             req.node = None
         req.own_full = req.own_swa = 0
 
+    def _finish(self, req: Req) -> None:
+        """A finished request's release, or (a disaggregated prefill server) its place in the inflight queue, whose
+        ``release_kv_cache(req, tree_cache, checkpoint=True)`` waits for the transfer (``free_held``)."""
+        if self.held is None:
+            self._release(req, insert=True)
+        else:
+            self.held[req.rid] = req
+
+    def free_held(self, rid: int) -> None:
+        self._release(self.held.pop(rid), insert=True)
+
     def _evict_window(self, req: Req, pre_len: int, interval: int) -> None:
         new = evicted_after(req.swa_from, pre_len, self.cfg.window, self.cfg.page, self.cfg.radix_cache, interval)
         if new > req.swa_from:
@@ -240,7 +254,7 @@ class SglangScheduler:
                     out.first_token.append(req.rid)
                 req.decode_idx = req.decode_due = 0
                 if req.out >= req.max_new:
-                    self._release(req, insert=True)
+                    self._finish(req)
                     out.finished.append(req.rid)
                 else:
                     if self.cfg.radix_cache:
@@ -255,7 +269,7 @@ class SglangScheduler:
                     done.append(req)
             if done:  # rare: most steps finish nobody, and then the batch stays as it is
                 for req in done:
-                    self._release(req, insert=True)
+                    self._finish(req)
                     out.finished.append(req.rid)
                 self.running = [r for r in self.running if r.out < r.max_new]
         return out
@@ -284,8 +298,8 @@ class SglangScheduler:
                 break
             running_bs = len(self.running)
             held = 1 if batch and batch[0][0] is self.chunked else 0
-            allocatable = min(cfg.max_running_requests - running_bs,
-                              cfg.max_running_requests - running_bs - holds_row + held)
+            rows = cfg.max_running_requests - running_bs - holds_row + held - (len(self.held) if self.held else 0)
+            allocatable = min(cfg.max_running_requests - running_bs, rows)  # inflight requests keep their rows
             if len(batch) >= allocatable:  # get_num_allocatable_reqs (scheduler.py:4024-4050)
                 break
             limit = (req.fill_len - 1) // cfg.page

@@ -126,6 +126,8 @@ class VllmRuntime(EngineRuntime):
         self.reqs: dict[int, Req] = {}
         self._prompt = trace.prompt_tokens.tolist()
         self._output = trace.output_tokens.tolist()
+        # a disaggregated prefill (hold_on_finish): finished requests whose blocks wait for their transfer
+        self.held: dict[int, Req] | None = None
 
     # -- arrivals ------------------------------------------------------------------------------
 
@@ -375,7 +377,10 @@ class VllmRuntime(EngineRuntime):
                     self.run_q.remove(req)
                 elif req in self.wait_q:  # a preempted request stopped by its stale output (:2546)
                     self.wait_q.remove(req)
-                self.kv.free(req)
+                if self.held is None:
+                    self.kv.free(req)
+                else:  # the connector's delay_free_blocks: _free_request skips _free_blocks (:3057-3059)
+                    self.held[req.rid] = req
                 c.finished.append(req.rid)
         if sync_drafts:  # the engine core's update_draft_token_ids after the step (:2862-2881)
             for req, *_ in step.payload:
@@ -412,10 +417,22 @@ class VllmRuntime(EngineRuntime):
     def stranded(self) -> tuple[int, ...]:
         return tuple(r.rid for r in self.wait_q) + tuple(r.rid for r in self.run_q)
 
+    def hold_on_finish(self) -> None:
+        """A NIXL producer (``kv_role`` kv_producer): ``request_finished`` returns ``delay_free_blocks``
+        (``distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py:248-278``), so ``_free_request`` leaves
+        the blocks allocated (``v1/core/sched/scheduler.py:3040-3059``) until the consumer's notification frees
+        them (``_free_blocks``); the request has left the running queue (``max_num_seqs`` does not count it)."""
+        self.held = {}
+
+    def free_held(self, r: int) -> None:
+        self.kv.free(self.held.pop(r))
+
     def compiled_replay(self) -> "CompiledReplay | None":
         """The whole replay in C (``compiled``: the ``cvllm`` extension), this class its checked twin, as the
         engine plan handed it in; None when none was, the extension is not built or a setting is outside
         its integer types (``compiled.refusal``)."""
+        if self.held is not None:  # the compiled twin frees at the finish: holding runs here
+            return None
         if self.reqs or self.compiled is None:  # already stepped: the compiled loop replays a trace from its start
             return None
         return self.compiled(self)
