@@ -58,13 +58,69 @@ FLOOR = {"weights": 1.0, "state": 1.0, "flops": 1.0, "comm": 1.0, "a2a_decode": 
 # the family as a start; the rest (the weights and GEMM rooflines, the decode state and all-to-all terms the 8K
 # cookbook rows fit) stay SGLang's. Its rows are long-prompt TTFTs (32K and up): the position term, floors and link terms are
 # free; the prefill GEMM term stays SGLang's (0), which the 8K cookbook TTFTs fit (freeing it fits the vLLM rows no better).
-VLLM_FREE = ("step", "layer", "state", "prefill_positions", "comm", "a2a_prefill")
+VLLM_FREE = ("step", "layer", "request", "state", "prefill_positions", "comm", "a2a_prefill")
 VLLM_FIT_MAX_CONCURRENCY = 8  # vLLM rows above it (the ladder's concurrency 16) are held out: another regime
 VLLM_FIT_MAX_PROMPT = 262_144  # and prompts over 256K tokens (512K, 1M, the 264,801-token decode row): another regime
 TTFT_MAX = 256  # above it the cookbook's TTFT is minutes of queueing the replay admits at once (SERVING_DATA.md)
 TTFT_MIN = 2  # at concurrency 1 the cookbook's TTFT is 150-430 ms for a prefill the roofline puts at 20-60 ms, and
 # above the same cell's TTFT at concurrency 16 on some cells: time outside the engine's steps (docs/steptime.md)
 TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"
+# Physical ceilings (docs/steptime.md, "Physical bounds"): no roofline coefficient may say a kernel runs slower than the
+# slowest published kernel of its kind would on the same work. Each is derived from one published figure:
+# - HBM terms (weights, state; a MoE backend's term on top of weights): FlashMLA's sparse MLA decoding kernel, the one
+#   both engines run over V4's top-k records, is compute-bound at 410 TFLOPS on H800 SXM5 and 350 TFLOPS on B200
+#   (deepseek-ai/FlashMLA README.md@066b5ba, "Performance"). Computing on each record it reads (4 x heads x head_dim
+#   FLOPs, V4-Pro's 128 heads the widest) at that rate takes at most this many times the record's HBM time on the
+#   family's fastest HBM: the slowest a record read can be.
+# - FLOP terms (flops; prefill_flops and prefill_positions on top of it): the same kernel's published rate against the
+#   family's largest BF16 peak, the lowest published efficiency of an attention or GEMM kernel these steps run.
+# - Link terms (comm, a2a_decode, a2a_prefill): DeepEP's low-latency EP8 kernels over RDMA at 128 tokens a rank, 77 us
+#   dispatch (FP8) + 114 us combine (BF16) for 128 x 8 x 7168 x 3 x 7/8 bytes (deepseek-ai/DeepEP docs/legacy.md@0297fc8,
+#   "Low-latency kernels with pure RDMA"), the slowest published expert-parallel transfer, against the card's link.
+SPARSE_DECODE_FLOPS = {"hopper": 410e12, "blackwell": 350e12}
+EP_SLOWEST_BYTES_S = 128 * 8 * 7168 * 3 * 7 / 8 / 191e-6
+EXTRA = {"prefill_flops": "flops", "prefill_positions": "flops"}  # charged on top of another term: ceiling minus 1
+
+
+def ceilings(family: str) -> dict[str, tuple[float, str]]:
+    """The upper bound of every roofline coefficient of ``family``'s fit and why (see ``SPARSE_DECODE_FLOPS``)."""
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.steptime.hardware import PERF
+    from csa_plan.planner.steptime.physics import MOE_TERMS, _record_bytes
+
+    cards = [p for p in PERF.values() if p.family == family]
+    hbm, bf16, link = (max(getattr(p, k) for p in cards) for k in ("hbm_bytes_s", "bf16_flops", "link_bytes_s"))
+    rate = SPARSE_DECODE_FLOPS[family]
+    widest = max((d for m in ("deepseek-v4-flash", "deepseek-v4-pro") for d in load_model(m).layers
+                  if not d.is_mtp and d.compression_ratio > 1 and d.index_topk > 0), key=lambda d: d.num_heads)
+    x_hbm = (4 * widest.num_heads * widest.head_dim / rate) / (_record_bytes(widest) / hbm)
+    x_flops = bf16 / rate
+    x_link = link / EP_SLOWEST_BYTES_S
+    why_hbm = (f"FlashMLA sparse decode at {rate / 1e12:.0f} TFLOPS on {widest.num_heads} heads x {widest.head_dim}: "
+               f"{x_hbm:.1f}x a {_record_bytes(widest)}-byte record's time at {hbm / 1e12:g} TB/s")
+    why_flops = f"FlashMLA sparse decode at {rate / 1e12:.0f} of {bf16 / 1e12:g} dense BF16 TFLOPS: {x_flops:.1f}x"
+    why_link = (f"DeepEP low-latency EP8 over RDMA at {EP_SLOWEST_BYTES_S / 1e9:.0f} GB/s against the "
+                f"{link / 1e9:g} GB/s link: {x_link:.1f}x")
+    out = {"weights": (x_hbm, why_hbm), "state": (x_hbm, why_hbm), "flops": (x_flops, why_flops),
+           "prefill_flops": (x_flops - 1, why_flops + ", less the shared flops term"),
+           "prefill_positions": (x_flops - 1, why_flops + ", less the shared flops term"),
+           "comm": (x_link, why_link), "a2a_decode": (x_link, why_link), "a2a_prefill": (x_link, why_link)}
+    for t in MOE_TERMS:  # the routed experts streamed once more, on top of the weights term
+        out[t] = (x_hbm - 1, why_hbm + ", less the shared weights term")
+    return out
+
+
+LINK_TERMS = ("comm", "a2a_decode", "a2a_prefill")
+# Applied: the HBM and FLOP ceilings. The link ceilings are computed and reported but not applied: held to them, the fit
+# moves the vLLM TP prefill's and the DP-attention decode's unexplained time onto the position and MoE terms and the
+# held-out TTFT median gets worse (docs/steptime.md, "Physical bounds"); ``--link-ceilings`` applies them too.
+
+
+def upper(basis: tuple[str, ...], family: str, bounded: bool, link: bool = False):
+    """The applied ceilings as a vector over ``basis`` (the floors ``step``, ``layer`` and ``request`` are seconds:
+    unbounded; the link terms only with ``link``)."""
+    c = {t: v for t, v in ceilings(family).items() if link or t not in LINK_TERMS} if bounded else {}
+    return np.array([c[t][0] if t in c else np.inf for t in basis])
 
 
 def usable(row: dict) -> str | None:
@@ -326,7 +382,7 @@ def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[d
 
 def main(argv: list[str] | None = None) -> int:
     from csa_plan.planner.steptime.hardware import card_perf
-    from csa_plan.planner.steptime.nnls import nnls
+    from csa_plan.planner.steptime.nnls import bounded_nnls
     from csa_plan.planner.steptime.physics import ALL_TERMS as BASIS, MOE_TERMS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -334,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int, default=1024)
     ap.add_argument("--cache", help="keep the replays' basis vectors in this file (a rerun reads them)")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--no-ceilings", action="store_true",
+                    help="fit without the physical ceilings (``ceilings``): the coefficients only floored")
+    ap.add_argument("--link-ceilings", action="store_true",
+                    help="hold the link terms (comm, a2a_*) to their ceilings too (reported, not shipped)")
     args = ap.parse_args(argv)
     rows = list(csv.DictReader(open(args.csv, newline="", encoding="utf-8")))
     used = replay_all(rows, args.max_requests, args.cache)
@@ -341,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     betas = {}
     for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "sglang"}):
         lo = np.array([FLOOR.get(t, 0.0) for t in BASIS])
+        hi = np.maximum(upper(BASIS, fam, not args.no_ceilings, args.link_ceilings), lo)
         beta = lo.copy()
         for _ in range(FIT_ROUNDS):
             a = []
@@ -352,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                 if u["ttft"] is not None:
                     a.append(p50(u["ttft"], beta) / (float(u["row"]["ttft_ms"]) / 1e3))
             a = np.array(a)
-            beta = lo + nnls(a, np.ones(len(a)) - a @ lo)
+            beta = lo + bounded_nnls(a, np.ones(len(a)) - a @ lo, hi - lo)
         betas[fam] = beta
     # vLLM: its own coefficients per family, fitted on the vLLM rows of the "fit" split (NNLS on relative error, as
     # SGLang's): the VLLM_FREE terms are free (floors and prefill terms at least 0, roofline terms at least 1), the
@@ -366,11 +427,13 @@ def main(argv: list[str] | None = None) -> int:
         free = [BASIS.index(t) for t in VLLM_FREE]
         fixed = [j for j in range(len(BASIS)) if j not in free]
         lo = np.array([FLOOR.get(BASIS[j], 0.0) for j in free])
+        hi = np.maximum(upper(BASIS, fam, not args.no_ceilings, args.link_ceilings)[free], lo)
         beta[free] = lo
         for _ in range(FIT_ROUNDS):
             a = np.array([p50(u[kind], beta) / (float(u["row"][f"{kind}_ms"]) / 1e3)
                           for u in mine for kind in ("tpot", "ttft") if u[kind] is not None])
-            beta[free] = lo + nnls(a[:, free], np.ones(len(a)) - a[:, fixed] @ beta[fixed] - a[:, free] @ lo)
+            beta[free] = lo + bounded_nnls(a[:, free], np.ones(len(a)) - a[:, fixed] @ beta[fixed] - a[:, free] @ lo,
+                                           hi - lo)
         vbetas[fam] = beta
     table = []
     err = lambda pred, m: None if pred is None or not m else round(pred / m - 1, 4)
