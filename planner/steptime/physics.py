@@ -464,14 +464,15 @@ def fit_table_markdown(fit: dict[str, Any]) -> str:
     ms = lambda v, f: "-" if v is None else format(v, f)
     lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | MoE backend | split "
              "| TPOT published (ms) | TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) "
-             "| TTFT physics (ms) | error |",
-             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| TTFT physics (ms) | error | ITL p50 published (ms) | ITL physics (ms) | error |",
+             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for t in fit["rows"]:
         lines.append(f"| {t['row']} | {t['engine']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['layout']} "
                      f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t.get('moe_backend', '-')} "
                      f"| {t['split']} | {ms(t['tpot_ms'], '.2f')} "
                      f"| {ms(t['tpot_pred_ms'], '.2f')} | {pct(t['tpot_err'])} | {pct(t['tpot_err_other_family_fit'])} "
-                     f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} |")
+                     f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} "
+                     f"| {ms(t.get('itl_ms'), '.1f')} | {ms(t.get('itl_pred_ms'), '.1f')} | {pct(t.get('itl_err'))} |")
     lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]
     for name, s in fit["summary"].items():
         lines.append(f"| {name} | {s['rows']} | {s['median_abs_err']:.1%} | {s['max_abs_err']:.1%} |")
