@@ -23,7 +23,12 @@ accepted length ``1 + p + ... + p^k`` at EAGLE's published default (0.65, the MT
 every fitted row whose requests all run at once in the replay (no request waits for a slot: the
 high-throughput cells, minutes of queueing, are left out).
 
-Fitted per engine and GPU family by non-negative least squares on relative error (Lawson-Hanson):
+ITL rows (the median gap between consecutive tokens over every request) are a check, never a target: the replay's
+steps weighted by the tokens they give (``itl_p50``).
+
+Fitted per engine and GPU family by bounded least squares on relative error (``nnls.bounded_nnls``): every roofline
+coefficient at least 1 and at most its physical ceiling (``ceilings``: the HBM and FLOP terms held to it, the link
+terms' ceilings reported, ``--link-ceilings`` to apply them), the floors (``step``, ``layer``, ``request``) at least 0:
 SGLang on its V4-Flash cookbook rows at concurrency 1, 16, 64, 1024 and 4096; vLLM on its own rows
 (TP8 and DP8, prompts up to 256K, concurrency up to 8), its ``VLLM_FREE`` terms free and the rest
 SGLang's of the family. Held out, in this order: V4-Pro (another model); vLLM's TP4xDP2 and TP2xDP4
@@ -58,13 +63,69 @@ FLOOR = {"weights": 1.0, "state": 1.0, "flops": 1.0, "comm": 1.0, "a2a_decode": 
 # the family as a start; the rest (the weights and GEMM rooflines, the decode state and all-to-all terms the 8K
 # cookbook rows fit) stay SGLang's. Its rows are long-prompt TTFTs (32K and up): the position term, floors and link terms are
 # free; the prefill GEMM term stays SGLang's (0), which the 8K cookbook TTFTs fit (freeing it fits the vLLM rows no better).
-VLLM_FREE = ("step", "layer", "state", "prefill_positions", "comm", "a2a_prefill")
+VLLM_FREE = ("step", "layer", "request", "state", "prefill_positions", "comm", "a2a_prefill")
 VLLM_FIT_MAX_CONCURRENCY = 8  # vLLM rows above it (the ladder's concurrency 16) are held out: another regime
 VLLM_FIT_MAX_PROMPT = 262_144  # and prompts over 256K tokens (512K, 1M, the 264,801-token decode row): another regime
 TTFT_MAX = 256  # above it the cookbook's TTFT is minutes of queueing the replay admits at once (SERVING_DATA.md)
 TTFT_MIN = 2  # at concurrency 1 the cookbook's TTFT is 150-430 ms for a prefill the roofline puts at 20-60 ms, and
 # above the same cell's TTFT at concurrency 16 on some cells: time outside the engine's steps (docs/steptime.md)
 TABLE_START, TABLE_END = "<!-- fit-table: tools/fit_steptime.py --write -->", "<!-- /fit-table -->"
+# Physical ceilings (docs/steptime.md, "Physical bounds"): no roofline coefficient may say a kernel runs slower than the
+# slowest published kernel of its kind would on the same work. Each is derived from one published figure:
+# - HBM terms (weights, state; a MoE backend's term on top of weights): FlashMLA's sparse MLA decoding kernel, the one
+#   both engines run over V4's top-k records, is compute-bound at 410 TFLOPS on H800 SXM5 and 350 TFLOPS on B200
+#   (deepseek-ai/FlashMLA README.md@066b5ba, "Performance"). Computing on each record it reads (4 x heads x head_dim
+#   FLOPs, V4-Pro's 128 heads the widest) at that rate takes at most this many times the record's HBM time on the
+#   family's fastest HBM: the slowest a record read can be.
+# - FLOP terms (flops; prefill_flops and prefill_positions on top of it): the same kernel's published rate against the
+#   family's largest BF16 peak, the lowest published efficiency of an attention or GEMM kernel these steps run.
+# - Link terms (comm, a2a_decode, a2a_prefill): DeepEP's low-latency EP8 kernels over RDMA at 128 tokens a rank, 77 us
+#   dispatch (FP8) + 114 us combine (BF16) for 128 x 8 x 7168 x 3 x 7/8 bytes (deepseek-ai/DeepEP docs/legacy.md@0297fc8,
+#   "Low-latency kernels with pure RDMA"), the slowest published expert-parallel transfer, against the card's link.
+SPARSE_DECODE_FLOPS = {"hopper": 410e12, "blackwell": 350e12}
+EP_SLOWEST_BYTES_S = 128 * 8 * 7168 * 3 * 7 / 8 / 191e-6
+EXTRA = {"prefill_flops": "flops", "prefill_positions": "flops"}  # charged on top of another term: ceiling minus 1
+
+
+def ceilings(family: str) -> dict[str, tuple[float, str]]:
+    """The upper bound of every roofline coefficient of ``family``'s fit and why (see ``SPARSE_DECODE_FLOPS``)."""
+    from csa_plan.planner.loaders.model_files import load_model
+    from csa_plan.planner.steptime.hardware import PERF
+    from csa_plan.planner.steptime.physics import MOE_TERMS, _record_bytes
+
+    cards = [p for p in PERF.values() if p.family == family]
+    hbm, bf16, link = (max(getattr(p, k) for p in cards) for k in ("hbm_bytes_s", "bf16_flops", "link_bytes_s"))
+    rate = SPARSE_DECODE_FLOPS[family]
+    widest = max((d for m in ("deepseek-v4-flash", "deepseek-v4-pro") for d in load_model(m).layers
+                  if not d.is_mtp and d.compression_ratio > 1 and d.index_topk > 0), key=lambda d: d.num_heads)
+    x_hbm = (4 * widest.num_heads * widest.head_dim / rate) / (_record_bytes(widest) / hbm)
+    x_flops = bf16 / rate
+    x_link = link / EP_SLOWEST_BYTES_S
+    why_hbm = (f"FlashMLA sparse decode at {rate / 1e12:.0f} TFLOPS on {widest.num_heads} heads x {widest.head_dim}: "
+               f"{x_hbm:.1f}x a {_record_bytes(widest)}-byte record's time at {hbm / 1e12:g} TB/s")
+    why_flops = f"FlashMLA sparse decode at {rate / 1e12:.0f} of {bf16 / 1e12:g} dense BF16 TFLOPS: {x_flops:.1f}x"
+    why_link = (f"DeepEP low-latency EP8 over RDMA at {EP_SLOWEST_BYTES_S / 1e9:.0f} GB/s against the "
+                f"{link / 1e9:g} GB/s link: {x_link:.1f}x")
+    out = {"weights": (x_hbm, why_hbm), "state": (x_hbm, why_hbm), "flops": (x_flops, why_flops),
+           "prefill_flops": (x_flops - 1, why_flops + ", less the shared flops term"),
+           "prefill_positions": (x_flops - 1, why_flops + ", less the shared flops term"),
+           "comm": (x_link, why_link), "a2a_decode": (x_link, why_link), "a2a_prefill": (x_link, why_link)}
+    for t in MOE_TERMS:  # the routed experts streamed once more, on top of the weights term
+        out[t] = (x_hbm - 1, why_hbm + ", less the shared weights term")
+    return out
+
+
+LINK_TERMS = ("comm", "a2a_decode", "a2a_prefill")
+# Applied: the HBM and FLOP ceilings. The link ceilings are computed and reported but not applied: held to them, the fit
+# moves the vLLM TP prefill's and the DP-attention decode's unexplained time onto the position and MoE terms and the
+# held-out TTFT median gets worse (docs/steptime.md, "Physical bounds"); ``--link-ceilings`` applies them too.
+
+
+def upper(basis: tuple[str, ...], family: str, bounded: bool, link: bool = False):
+    """The applied ceilings as a vector over ``basis`` (the floors ``step``, ``layer`` and ``request`` are seconds:
+    unbounded; the link terms only with ``link``)."""
+    c = {t: v for t, v in ceilings(family).items() if link or t not in LINK_TERMS} if bounded else {}
+    return np.array([c[t][0] if t in c else np.inf for t in basis])
 
 
 def usable(row: dict) -> str | None:
@@ -79,8 +140,9 @@ def usable(row: dict) -> str | None:
         return f"no card figures for {row['gpu']} in planner/cards.py"
     if row["spec_method"] not in ("", "none", "EAGLE") or (row["spec_method"] == "EAGLE" and not row["spec_steps"]):
         return f"speculative decoding ({row['spec_method']}) without its steps stated"
-    if not (row["tpot_ms"] or row["ttft_ms"]) or not row["max_concurrency"] or not row["isl"] or not row["osl"]:
-        return "no TPOT or TTFT, concurrency or lengths"
+    if not (row["tpot_ms"] or row["ttft_ms"] or row.get("itl_ms")) or not row["max_concurrency"] or not row["isl"] \
+            or not row["osl"]:
+        return "no TPOT, TTFT or ITL, concurrency or lengths"
     return None
 
 
@@ -271,7 +333,8 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
     first, fin, arr = rec["first"], rec["fin"], rec["arr"]
     ok = (fin >= 0) & (first >= 0)
     osl = int(row["osl"])
-    cum = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, bool(steps)), axis=0)])
+    per_step = phi(f, bool(steps))
+    cum = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(per_step, axis=0)])
     accept = sum(ACCEPTANCE ** j for j in range(draft + 1))
     tpot = ((cum[at(fin[ok])] - cum[at(first[ok])]) / (osl - 1)) / accept if row["tpot_ms"] else None
     ttft = None
@@ -279,7 +342,25 @@ def basis_vectors(row: dict, rec: dict) -> tuple[np.ndarray | None, np.ndarray |
         plain = np.vstack([np.zeros((1, len(BASIS))), np.cumsum(phi(f, False), axis=0)])
         start = np.where(arr[ok] > 0, at(arr[ok]), 0)
         ttft = plain[at(first[ok])] - plain[start]
-    return tpot, ttft
+    # ITL (a check, never a target): each decoding request of a step gets its next token when the step ends, so the
+    # gaps between consecutive tokens are the steps' durations, one per decoding request (its first token comes from
+    # the step that finished its prompt, not a decode)
+    itl = None
+    if row.get("itl_ms") and not steps:
+        gaps = f[:, 2] > 0
+        itl = (per_step[gaps], f[gaps, 2])
+    return tpot, ttft, itl
+
+
+def itl_p50(itl: tuple[np.ndarray, np.ndarray] | None, beta: np.ndarray) -> np.ndarray | None:
+    """The basis vector of the step whose duration is the median inter-token gap under ``beta``: the steps weighted
+    by the tokens they give (``basis_vectors``)."""
+    if itl is None:
+        return None
+    steps, tokens = itl
+    order = np.argsort(steps @ beta, kind="stable")
+    count = np.cumsum(tokens[order])
+    return steps[order[int(np.searchsorted(count, count[-1] / 2.0))]]
 
 
 def p50(per_request: np.ndarray | None, beta: np.ndarray) -> np.ndarray | None:
@@ -316,8 +397,8 @@ def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[d
         if store[key] is None:
             continue
         rec = store[key]
-        tpot, ttft = basis_vectors(row, rec)
-        used.append({"i": i, "row": row, "tpot": tpot, "ttft": ttft, "split": split(row),
+        tpot, ttft, itl = basis_vectors(row, rec)
+        used.append({"i": i, "row": row, "tpot": tpot, "ttft": ttft, "itl": itl, "split": split(row),
                      "peak_running": rec["peak_running"], "requests": rec["requests"]})
     if cache:
         Path(cache).write_bytes(pickle.dumps(store))
@@ -326,7 +407,7 @@ def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[d
 
 def main(argv: list[str] | None = None) -> int:
     from csa_plan.planner.steptime.hardware import card_perf
-    from csa_plan.planner.steptime.nnls import nnls
+    from csa_plan.planner.steptime.nnls import bounded_nnls
     from csa_plan.planner.steptime.physics import ALL_TERMS as BASIS, MOE_TERMS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -334,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int, default=1024)
     ap.add_argument("--cache", help="keep the replays' basis vectors in this file (a rerun reads them)")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--no-ceilings", action="store_true",
+                    help="fit without the physical ceilings (``ceilings``): the coefficients only floored")
+    ap.add_argument("--link-ceilings", action="store_true",
+                    help="hold the link terms (comm, a2a_*) to their ceilings too (reported, not shipped)")
     args = ap.parse_args(argv)
     rows = list(csv.DictReader(open(args.csv, newline="", encoding="utf-8")))
     used = replay_all(rows, args.max_requests, args.cache)
@@ -341,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     betas = {}
     for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "sglang"}):
         lo = np.array([FLOOR.get(t, 0.0) for t in BASIS])
+        hi = np.maximum(upper(BASIS, fam, not args.no_ceilings, args.link_ceilings), lo)
         beta = lo.copy()
         for _ in range(FIT_ROUNDS):
             a = []
@@ -352,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 if u["ttft"] is not None:
                     a.append(p50(u["ttft"], beta) / (float(u["row"]["ttft_ms"]) / 1e3))
             a = np.array(a)
-            beta = lo + nnls(a, np.ones(len(a)) - a @ lo)
+            beta = lo + bounded_nnls(a, np.ones(len(a)) - a @ lo, hi - lo)
         betas[fam] = beta
     # vLLM: its own coefficients per family, fitted on the vLLM rows of the "fit" split (NNLS on relative error, as
     # SGLang's): the VLLM_FREE terms are free (floors and prefill terms at least 0, roofline terms at least 1), the
@@ -366,11 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         free = [BASIS.index(t) for t in VLLM_FREE]
         fixed = [j for j in range(len(BASIS)) if j not in free]
         lo = np.array([FLOOR.get(BASIS[j], 0.0) for j in free])
+        hi = np.maximum(upper(BASIS, fam, not args.no_ceilings, args.link_ceilings)[free], lo)
         beta[free] = lo
         for _ in range(FIT_ROUNDS):
             a = np.array([p50(u[kind], beta) / (float(u["row"][f"{kind}_ms"]) / 1e3)
                           for u in mine for kind in ("tpot", "ttft") if u[kind] is not None])
-            beta[free] = lo + nnls(a[:, free], np.ones(len(a)) - a[:, fixed] @ beta[fixed] - a[:, free] @ lo)
+            beta[free] = lo + bounded_nnls(a[:, free], np.ones(len(a)) - a[:, fixed] @ beta[fixed] - a[:, free] @ lo,
+                                           hi - lo)
         vbetas[fam] = beta
     table = []
     err = lambda pred, m: None if pred is None or not m else round(pred / m - 1, 4)
@@ -382,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         m_ttft = float(row["ttft_ms"]) if row["ttft_ms"] else None
         tpot = None if u["tpot"] is None else float(p50(u["tpot"], own) @ own) * 1e3
         ttft = None if u["ttft"] is None else float(p50(u["ttft"], own) @ own) * 1e3
+        m_itl = float(row["itl_ms"]) if row.get("itl_ms") else None
+        itl = None if u["itl"] is None else float(itl_p50(u["itl"], own) @ own) * 1e3
         cross = float(p50(u["tpot"], other[0]) @ other[0]) * 1e3 if other and u["tpot"] is not None else None
         table.append({"row": u["i"], "source": row["source_id"], "engine": row["engine"], "model": row["model"],
                       "gpu": row["gpu"], "gpus": int(row["num_gpus"] or row["tp"]), "layout": layout_name(row),
@@ -391,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
                       "tpot_pred_ms": None if tpot is None else round(tpot, 2), "tpot_err": err(tpot, m_tpot),
                       "tpot_err_other_family_fit": err(cross, m_tpot),
                       "ttft_ms": m_ttft, "ttft_pred_ms": None if ttft is None else round(ttft, 1),
-                      "ttft_err": err(ttft, m_ttft), "peak_running": u["peak_running"], "requests": u["requests"]})
+                      "ttft_err": err(ttft, m_ttft), "itl_ms": m_itl, "itl_pred_ms": None if itl is None else round(itl, 2),
+                      "itl_err": err(itl, m_itl), "peak_running": u["peak_running"], "requests": u["requests"]})
     for fam, beta in betas.items():
         print(f"beta sglang/{fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
     for fam, beta in vbetas.items():
@@ -399,12 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     fmt = lambda v: "-" if v is None else f"{v:+.1%}"
     num = lambda v, f: "-" if v is None else format(v, f)
     print(f"{'row':>4} {'engine':6} {'model':18} {'gpu':5} {'n':>2} {'layout':22} {'isl':>7} {'conc':>5} {'spec':6} "
-          f"{'split':17} {'TPOT':>7} {'pred':>7} {'err':>7} {'x-fam':>7} {'TTFT':>8} {'pred':>8} {'err':>7}")
+          f"{'split':17} {'TPOT':>7} {'pred':>7} {'err':>7} {'x-fam':>7} {'TTFT':>8} {'pred':>8} {'err':>7} "
+          f"{'ITL':>7} {'pred':>7} {'err':>7}")
     for t in table:
         print(f"{t['row']:>4} {t['engine']:6} {t['model']:18} {t['gpu']:5} {t['gpus']:>2} {t['layout']:22} {t['isl']:>7} "
               f"{t['concurrency']:>5} {t['spec']:6} {t['split']:17} {num(t['tpot_ms'], '7.2f'):>7} "
               f"{num(t['tpot_pred_ms'], '7.2f'):>7} {fmt(t['tpot_err']):>7} {fmt(t['tpot_err_other_family_fit']):>7} "
-              f"{num(t['ttft_ms'], '8.0f'):>8} {num(t['ttft_pred_ms'], '8.0f'):>8} {fmt(t['ttft_err']):>7}")
+              f"{num(t['ttft_ms'], '8.0f'):>8} {num(t['ttft_pred_ms'], '8.0f'):>8} {fmt(t['ttft_err']):>7} "
+              f"{num(t['itl_ms'], '7.1f'):>7} {num(t['itl_pred_ms'], '7.1f'):>7} {fmt(t['itl_err']):>7}")
     summary = {}
 
     def add(name, errs):
@@ -439,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         add(f"{m} held out: engine (SGLang rows under the vLLM fit)", engine_cross("sglang", vbetas, m.lower()))
     add("TPOT all held out", [t["tpot_err"] for t in table if t["split"] != "fit"])
     add("TTFT all held out", [t["ttft_err"] for t in table if t["split"] != "fit"])
+    add("ITL vLLM held out (a check: ITL is never a fit target)", [t["itl_err"] for t in table if t["engine"] == "vllm"])
     for kind in ("TP", "DP", "TP+DP", "DP-attention"):
         mine = [t for t in table if t["layout"].split()[0] == kind]
         add(f"TPOT by layout: {kind}", [t["tpot_err"] for t in mine])
@@ -448,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary, indent=1))
     if args.write:
         fits = {}
+
+        def bounds(fam: str) -> dict:
+            """Each roofline coefficient's ceiling, why, and whether the fit was held to it (``ceilings``)."""
+            return {t: {"max": round(v, 3), "why": why, "applied": not args.no_ceilings
+                        and (args.link_ceilings or t not in LINK_TERMS)} for t, (v, why) in ceilings(fam).items()}
         for fam, beta in betas.items():
             mine = [t for t in table if family(t) == fam and t["engine"] == "sglang"]
             own = [abs(t["tpot_err"]) for t in mine if t["split"] == "fit" and t["tpot_err"] is not None]
@@ -468,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             fits[f"sglang/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                      "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
                                              "(the SGLang cookbook, benchmarks/published_serving.csv)",
-                                     "band": band,
+                                     "band": band, "ceilings": bounds(fam),
                                      "moe_rows": {b: sum(1 for t in mine if t["split"] == "fit" and t["moe_backend"] == b)
                                                   for b in sorted({t["moe_backend"] for t in mine
                                                                    if t["split"] == "fit" and t["moe_backend"] != "-"})}}
@@ -488,16 +587,21 @@ def main(argv: list[str] | None = None) -> int:
             by = ", ".join(f"{part.split(': ')[1]} {np.median(e):.0%} ({len(e)})" for part, e in held.items() if e)
             gpus = sorted({t["gpu"] for t in mine if t["split"] == "fit"})
             n_fit = sum(t["split"] == "fit" for t in mine)
+            itl_rows = ", ".join(f"{t['model'].removeprefix('deepseek-')} {t['isl']:,}-token prompts {t['itl_err']:+.0%}"
+                                 for t in mine if t["itl_err"] is not None) or "no rows"
             fits[f"vllm/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                    "data": f"{n_fit} vLLM 0.25 V4-Flash-0731 rows on {', '.join(gpus)} (TP8 and DP8 with EP8, "
                                            "32K-256K prompts at concurrency 1-8: vllm-project/vllm#51454 and "
                                            "stewtong/dsv4-flash-0731, benchmarks/published_serving.csv; "
                                            f"{', '.join(VLLM_FREE)} fitted, the rest sglang/{fam}'s)",
                                    "band": f"TTFT median |error| {med('ttft', True)}, {med('ttft', False)}: by split {by}; "
-                                           f"TPOT {med('tpot', True)}, {med('tpot', False)} (one layout, concurrency 1 "
-                                           "only: no published vLLM TPOT at batch)"}
+                                           f"TPOT {med('tpot', True)}, {med('tpot', False)} (DP8 at concurrency 1 "
+                                           f"only); ITL p50 of TP8+EP8 at concurrency 32, held out: {itl_rows} (no vLLM decode at batch "
+                                           "is fitted)",
+                                   "ceilings": bounds(fam)}
         out = {"schema": "csa-plan/steptime-fit/v2", "default": "sglang/hopper",
-               "method": "tools/fit_steptime.py: NNLS (roofline coefficients at least 1) on the relative p50 TPOT and "
+               "method": "tools/fit_steptime.py: NNLS (roofline coefficients at least 1 and at most their physical "
+                         "ceilings, each fit's `ceilings`) on the relative p50 TPOT and "
                          f"TTFT (TTFT at concurrency {TTFT_MIN} to {TTFT_MAX}) of closed-loop replays of "
                          "benchmarks/published_serving.csv, each rank costed "
                          f"by its engine's shard rules at the row's layout; EAGLE rows at acceptance {ACCEPTANCE}",

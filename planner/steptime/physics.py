@@ -5,7 +5,9 @@ measurements (``steptime_fit.json``, written by ``tools/fit_steptime.py``; BLIS'
 The basis terms of one step, in seconds, for one rank of the deployment (``model_cost`` reads
 what the rank holds and repeats from the engine's shard rules, ``planner/weights/rules.py``):
 
-* ``step`` 1 and ``layer`` L (decoder layers): launch and synchronisation floors;
+* ``step`` 1 and ``layer`` L (decoder layers): launch and synchronisation floors; ``request`` 1 per
+  decoding request: the per-request floor of a step (the scheduler's and the sampler's work for each
+  running request), seconds like the other two, so that no roofline coefficient has to carry it;
 * ``weights``: the rank's non-expert weights (embedding excluded) plus the routed-expert bytes of
   its local experts the tokens of every DP rank touch (each token picks k of E experts), over HBM;
 * ``state``: what each decoding request reads of its state group at its context length
@@ -45,8 +47,8 @@ from csa_plan.planner.steptime.hardware import CardPerf, card_perf
 from csa_plan.planner.steptime.drafts import DraftPlan
 from csa_plan.planner.steptime.model import StepSource, StepTime
 
-BASIS = ("step", "layer", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm", "a2a_decode",
-         "a2a_prefill")
+BASIS = ("step", "layer", "request", "weights", "state", "flops", "prefill_flops", "prefill_positions", "comm",
+         "a2a_decode", "a2a_prefill")
 # The MoE backends as the engines spell them (SGLang --moe-runner-backend / --moe-a2a-backend, vLLM --moe-backend):
 # each its own term, the routed-expert work again (``moe_row``), fitted where published rows of it exist.
 MOE_BACKENDS = ("marlin", "flashinfer_mxfp4", "flashinfer_trtllm_routed", "triton", "deepep", "megamoe",
@@ -340,6 +342,8 @@ def _main_rows(cost: ModelCost, perf: CardPerf) -> dict[str, tuple[float, ...]]:
     return {
         "step": (1.0, 0, 0, 0, 0, 0, 0, q),
         "layer": (float(cost.layers), 0, 0, 0, 0, 0, 0, q),
+        # the host's and the sampler's work for each decoding request, every step: seconds, not a roofline
+        "request": (0, 0, 0, 0, 1.0, 0, 0, q),
         # the Engram tables are weights read by lookup: a token's rows, over HBM or the host link (roles.py)
         "weights": (cost.dense_bytes / bw, cost.engram_bytes_per_token / (cost.engram_bytes_s or bw), 0, 0, 0, 0,
                     cost.expert_bytes / bw, q),
@@ -460,14 +464,15 @@ def fit_table_markdown(fit: dict[str, Any]) -> str:
     ms = lambda v, f: "-" if v is None else format(v, f)
     lines = ["| row | engine | model | GPU | GPUs | layout | prompt | concurrency | spec | MoE backend | split "
              "| TPOT published (ms) | TPOT physics (ms) | error | error, other family's fit | TTFT published (ms) "
-             "| TTFT physics (ms) | error |",
-             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| TTFT physics (ms) | error | ITL p50 published (ms) | ITL physics (ms) | error |",
+             "|---:|---|---|---|---:|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for t in fit["rows"]:
         lines.append(f"| {t['row']} | {t['engine']} | {t['model']} | {t['gpu']} | {t['gpus']} | {t['layout']} "
                      f"| {t['isl']:,} | {t['concurrency']:,} | {t['spec']} | {t.get('moe_backend', '-')} "
                      f"| {t['split']} | {ms(t['tpot_ms'], '.2f')} "
                      f"| {ms(t['tpot_pred_ms'], '.2f')} | {pct(t['tpot_err'])} | {pct(t['tpot_err_other_family_fit'])} "
-                     f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} |")
+                     f"| {ms(t['ttft_ms'], ',.0f')} | {ms(t['ttft_pred_ms'], ',.0f')} | {pct(t['ttft_err'])} "
+                     f"| {ms(t.get('itl_ms'), '.1f')} | {ms(t.get('itl_pred_ms'), '.1f')} | {pct(t.get('itl_err'))} |")
     lines += ["", "| split | rows | median abs error | max |", "|---|---:|---:|---:|"]
     for name, s in fit["summary"].items():
         lines.append(f"| {name} | {s['rows']} | {s['median_abs_err']:.1%} | {s['max_abs_err']:.1%} |")

@@ -42,7 +42,7 @@ from csa_plan.planner.errors import BadInput
 
 SHARED_BAND = ("V4's band, carried, not measured: no published DeepSeek-V4.1 serving row is fitted; the two found, "
                "from preview builds (benchmarks/published_serving_v41_heldout.csv, tools/v41_heldout.py), "
-               "show the clock too fast, TPOT -40% and -76%, TTFT -79% and -84% at one request")
+               "show the clock too fast, TPOT -43% and -77%, TTFT -80% and -84% at one request")
 
 
 def flat_config(config: Mapping[str, Any]) -> Mapping[str, Any]:

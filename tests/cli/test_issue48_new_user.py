@@ -282,9 +282,9 @@ def test_find_capacity_reports_req_per_s_and_every_probe_and_bounds_ttft_tpot(cs
     text = " ".join(csa(*SIM, "--find-capacity", "--max-wait", "2").out.split())
     assert "probes: x1 ok, x2 ok" in text and f"x{cap['rate_scale']:.4g} ok" in text
     tpot_at_wait_only = wait_only["runtime"]["tpot"]["p99_s"]
-    assert tpot_at_wait_only > 0.1  # the wait bound alone lets TPOT p99 past 100 ms
-    bounded = csa(*SIM, "--find-capacity", "--max-wait", "2", "--max-tpot", "100", "--json").json()
-    assert bounded["runtime"]["tpot"]["p99_s"] <= 0.1 and bounded["capacity"]["max_tpot_ms"] == 100
+    assert tpot_at_wait_only > 0.06  # the wait bound alone lets TPOT p99 past 60 ms
+    bounded = csa(*SIM, "--find-capacity", "--max-wait", "2", "--max-tpot", "60", "--json").json()
+    assert bounded["runtime"]["tpot"]["p99_s"] <= 0.06 and bounded["capacity"]["max_tpot_ms"] == 60
     assert bounded["capacity"]["rate_scale"] < cap["rate_scale"]
     ttft = csa(*SIM, "--find-capacity", "--max-ttft", "0.5", "--json").json()
     assert ttft["runtime"]["ttft"]["p99_s"] <= 0.5 and ttft["capacity"]["criterion"] == \
