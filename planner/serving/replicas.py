@@ -72,10 +72,11 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
 
 
 def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: RuntimeTrace, dp: int,
-                   arrival_ns: "object | None" = None, idle: int = 0) -> RuntimeResult:
+                   arrival_ns: "object | None" = None, idle: int = 0, routing: str = "round-robin") -> RuntimeResult:
     """The replicas' results under the requests' own indices (``owners[k]``: replica k's requests);
     ``arrival_ns``: when each request was sent, where a closed-loop client set it (else the trace's);
-    ``idle``: replicas beyond these that received no request (their pools still count)."""
+    ``idle``: replicas beyond these that received no request (their pools still count); ``routing``: how
+    the requests were split (the notes say)."""
     import numpy as np
 
     n = len(trace)
@@ -102,7 +103,7 @@ def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: Runtim
                          recomputed_tokens=sum(r.recomputed_tokens for r in results),
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
                          prefix_query_tokens=sum(r.prefix_query_tokens for r in results),
-                         notes=r0.notes + (f"{dp} data-parallel replicas, requests split round-robin; "
+                         notes=r0.notes + (f"{dp} data-parallel replicas, requests split {routing}; "
                                            "blocks, running and waiting summed over replicas",) + _coarse(parts))
 
 
