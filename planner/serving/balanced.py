@@ -50,11 +50,11 @@ def sglang_load(rt: "EngineRuntime") -> SglangLoad:
 
 
 def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace", time: "StepTime", dp: int,
-                    balancer: Balancer, max_concurrency: int | None = None) -> "RuntimeResult":
+                    balancer: Balancer, max_concurrency: int | None = None,
+                    assignment: list[int] | None = None) -> "RuntimeResult":
     """``trace`` over ``dp`` ranks (``make_rt()`` each, over the whole trace) under ``balancer``; the merged
-    result (``replicas.merge_replicas``) with the shared clock and the balancer in its notes."""
-    import numpy as np
-
+    result (``replicas.merge_replicas``) with the shared clock and the balancer in its notes.
+    ``assignment`` (a list, when given) receives each request's rank, -1 for one never sent."""
     from csa_plan.planner.serving.lockstep import dummy_ns
 
     n = len(trace)
@@ -132,6 +132,8 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
         for r in range(nxt, n):  # a closed loop whose requests in flight stranded: the rest are never sent
             owner[r] = -1
         break
+    if assignment is not None:
+        assignment[:] = owner
     return _merged(ranks, owner, trace, dp, balancer, max_concurrency, arrival, (waited, steps, idle))
 
 
@@ -147,7 +149,7 @@ def _merged(ranks: list[Replayer], owner: list[int], trace: "RuntimeTrace", dp: 
     owners = [np.flatnonzero(own == k) for k in range(dp)]
     parts = [_restricted(rank.result(), idx) for rank, idx in zip(ranks, owners)]
     sent = np.asarray(arrival, dtype=np.int64) if max_concurrency is not None else None
-    merged = merge_replicas(parts, owners, trace, dp, arrival_ns=sent, routing=f"by {balancer.label}")
+    merged = merge_replicas(parts, owners, trace, dp, arrival_ns=sent, routing=f"by {balancer.method.value}")
     never = np.flatnonzero(own < 0)
     if len(never):
         refused = dict(merged.refused)

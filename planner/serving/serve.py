@@ -53,6 +53,10 @@ class RuntimeSetup:
     # rate search and the steady probe run it as they run one pool. ``plan`` and ``sizing`` are then its decode
     # pool's, ``plan_devices`` every GPU of both roles.
     composed: Any = field(default=None, compare=False, hash=False)
+    # How requests are spread over the dp ranks (serving/balancer.py): the engine's own balancer; None with one
+    # rank. Round-robin replays each rank alone (replicas.py, compiled where it can be); any other is replayed
+    # with the ranks together in time (serving/balanced.py).
+    balancer: Any = None
 
     @property
     def devices(self) -> int:
@@ -85,6 +89,7 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     if plan.runtime_modelled and p.dp > 1 and p.router is not Router.ROUND_ROBIN:
         raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
                                               "replicas with round-robin routing only")
+    balancer = dp_balancer(config.engine.name, config.engine.settings, p.dp) if plan.runtime_modelled else None
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
@@ -97,7 +102,28 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     return RuntimeSetup(plan, sizing, time,
                         RuntimeOptions(enable_prefix_caching=enable_prefix_caching,
                                        spec_acceptance=config.time.spec_acceptance), p.dp,
-                        config.time.max_concurrency, p.tp * p.pp, pipeline=pipeline, pipeline_link=link)
+                        config.time.max_concurrency, p.tp * p.pp, pipeline=pipeline, pipeline_link=link,
+                        balancer=balancer)
+
+
+def dp_balancer(engine: str, settings: Any, dp: int) -> Any:
+    """The engine release's DP load balancer (``serving/balancer.py``) for ``dp`` ranks; None with one rank.
+    ``--load-balance-method`` is SGLang's (vLLM's balancer is not configurable: its settings refuse the
+    option as SGLang's); a method the release lacks, or one that cannot apply, is bad input."""
+    from csa_plan.planner.serving.balancer import sglang_balancer, vllm_balancer
+
+    method = getattr(settings, "load_balance_method", None)
+    if dp == 1:
+        if method is not None:
+            raise BadInput("options", "--load-balance-method", f"{method} spreads requests over data-parallel "
+                                                               "ranks: it needs --dp above 1")
+        return None
+    if engine.startswith("vllm"):
+        return vllm_balancer(engine)
+    try:
+        return sglang_balancer(method)
+    except ValueError as e:
+        raise BadInput("options", "--load-balance-method", str(e)) from None
 
 
 def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) -> Any:
@@ -151,7 +177,15 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
                         more=replayed[0] < setup.dp)
         return r
 
-    if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
+    if setup.dp > 1 and setup.balancer is not None and not setup.balancer.round_robin:
+        from csa_plan.planner.serving.balanced import replay_balanced
+
+        if setup.pipeline is not None:
+            raise BadInput("options", "--pp", f"{setup.balancer.label}: the ranks replayed together "
+                                              "(serving/balanced.py) do not take pipeline stages")
+        result = replay_balanced(lambda: engine_runtime(setup, trace, made), trace, time, setup.dp, setup.balancer,
+                                 setup.max_concurrency)
+    elif setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
         result = replay_closed_replicas(lambda t, c: replay(engine_runtime(setup, t, made), t, time,
