@@ -117,6 +117,9 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
                 ranks[k].commit(s, shared, shared)
             for k, rank in enumerate(ranks):
                 rank.t = shared
+                if steps_now[k] is None:  # its dummy batch: what it holds now (its last output applied) is recorded
+                    rt = rank.rt
+                    rank.series.add(shared, rt.used_units(), rt.running(), rt.waiting(), 0, 0)
                 if watch:
                     s = steps_now[k]
                     policy.step_end(k, shared, s is not None and s.prefill_tokens > 0, load(rank.rt))
