@@ -177,7 +177,7 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
                         more=replayed[0] < setup.dp)
         return r
 
-    if setup.dp > 1 and setup.balancer is not None and not setup.balancer.round_robin:
+    if together(setup):
         from csa_plan.planner.serving.balanced import replay_balanced
 
         if setup.pipeline is not None:
@@ -201,6 +201,22 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
                 totals[k] = totals.get(k, 0) + v
         result = replace(result, host_tier=totals)
     return result
+
+
+def together(setup: RuntimeSetup) -> bool:
+    """Whether the dp ranks are replayed together in time (``serving/balanced.py``): under a load-aware
+    balancer (its choice reads the ranks' state on arrival), and under round-robin behind a closed-loop
+    client, whose next request goes to the next rank in turn whichever rank freed the connection (the
+    ranks alone, ``replicas.replay_closed_replicas``, would pin each connection to one rank: on unequal
+    requests a rank there never holds more than its share). Round-robin over open-loop arrivals deals
+    the trace in order, as ``split_round_robin`` does: each rank alone, compiled where it can be; so with
+    pipeline stages, which the ranks together do not take."""
+    b = setup.balancer
+    if setup.dp == 1 or b is None:
+        return False
+    if not b.round_robin:
+        return True
+    return setup.max_concurrency is not None and setup.pipeline is None
 
 
 def with_host_tier(setup: RuntimeSetup, config: Any, flags: Any) -> RuntimeSetup:
