@@ -208,3 +208,15 @@ def test_the_output_names_the_balancer(csa, tmp_path, engine, extra, method):
     assert "requests over the DP ranks:" in text.out
     if engine.startswith("vllm"):
         assert "not configurable in vLLM" in lb["label"]
+
+
+def test_the_option_is_sglangs_own():
+    """--load-balance-method's choices are what SGLang 0.5.23's parser registers (tests/fixtures/engine_flags.json),
+    and vLLM registers no such flag (its balancer is not configurable)."""
+    from csa_plan.planner.serving.balancer import SGLANG_CHOICES
+
+    flags = json.loads((ROOT / "tests" / "fixtures" / "engine_flags.json").read_text())
+    assert sorted(SGLANG_CHOICES) == sorted(flags["sglang-0.5.23"]["values"]["--load-balance-method"][1])
+    assert all("--load-balance-method" not in flags[r]["values"] for r in ("vllm-0.25", "vllm-0.26", "vllm-0.33",
+                                                                          "vllm-0.34"))
+    assert sglang_balancer(None).round_robin and "auto = round_robin" in sglang_balancer(None).label
