@@ -126,7 +126,8 @@ def closed_shares(max_concurrency: int, dp: int) -> list[int]:
 
 def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult], trace: RuntimeTrace, dp: int,
                            max_concurrency: int, lockstep_time: "object | None" = None) -> RuntimeResult:
-    """``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
+    """(``serve`` runs this only where the ranks cannot be replayed together, ``serving/balanced.py``: with
+    ``--pp``.) ``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
     (``vllm bench serve --max-concurrency C`` against it): the connections are spread over the replicas
     (``closed_shares``: C in all, never C per replica nor ``ceil(C / dp)`` each), each pinned to its
     replica, and the requests dealt round-robin over the replicas that hold connections; each replica
