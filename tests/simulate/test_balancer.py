@@ -220,3 +220,25 @@ def test_the_option_is_sglangs_own():
     assert all("--load-balance-method" not in flags[r]["values"] for r in ("vllm-0.25", "vllm-0.26", "vllm-0.33",
                                                                           "vllm-0.34"))
     assert sglang_balancer(None).round_robin and "auto = round_robin" in sglang_balancer(None).label
+
+
+@pytest.mark.parametrize("engine, balancer", [("vllm-0.33", vllm_balancer("vllm-0.33")),
+                                              ("vllm-0.33", vllm_balancer("vllm-0.26")),
+                                              ("sglang-0.5.23", sglang_balancer("total_requests"))])
+def test_open_loop_arrivals_under_a_balancer(engine, balancer):
+    """Open-loop arrivals keep their trace times; each request is dispatched on arrival and its times are
+    ordered (sent <= admitted <= first token <= finished); the shared steps are every rank's."""
+    plan, sizing = _plan(engine)
+    rng = np.random.default_rng(7)
+    n = 60
+    trace = RuntimeTrace(np.sort(rng.integers(0, 2_000_000_000, n)).astype(np.int64), rng.integers(64, 3000, n),
+                         rng.integers(1, 60, n))
+    owners: list[int] = []
+    res = replay_balanced(lambda: plan.runtime(sizing, trace, RuntimeOptions()), trace, TIME, 3, balancer,
+                          assignment=owners)
+    sent, adm, first, fin = (np.asarray(x, dtype=np.int64) for x in (res.arrival_ns, res.admitted_ns,
+                                                                      res.first_token_ns, res.finished_ns))
+    assert np.array_equal(sent, trace.arrival_ns) and not res.refused and min(owners) >= 0
+    assert (adm >= sent).all() and (first >= adm).all() and (fin >= first).all()
+    ends = np.asarray(res.series.end_ns)
+    assert set(fin.tolist()) <= set(ends.tolist())  # every finish is a shared step's end
