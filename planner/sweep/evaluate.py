@@ -412,7 +412,10 @@ def _setup(spec: "ModelSpec", config, p: SweepPoint):
     from csa_plan.planner.serving.serve import runtime_setup
 
     setup = runtime_setup(spec, config)
-    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas)
+    # Servers behind a round-robin router do not step together: all dp x replicas ranks are dealt round-robin,
+    # each replayed alone, as before issue 44's balancers (one server's own DP balancer inside the router's
+    # split is not modelled: serving/balanced.py steps one deployment's ranks together)
+    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas, balancer=None)
 
 
 def point_bound(task: Task):
