@@ -11,7 +11,8 @@ schedules; a rank with tokens runs its batch, an idle one a one-token dummy batc
 rank has work, as vLLM's DP wave does); the shared step ends when the slowest rank's does. Behind a
 closed-loop client (``--max-concurrency C``) there is one pool of C connections for the deployment,
 not pinned to ranks: the next request is sent when any request ends and goes where the balancer
-sends it. Python loop only (the compiled loops replay one rank alone); ``--pp`` is not taken.
+sends it. Python loop only (the compiled loops replay one rank alone); ``--pp`` is not taken (``serve``
+replays those ranks alone, round-robin, and says so).
 """
 
 from __future__ import annotations

@@ -54,8 +54,7 @@ class RuntimeSetup:
     # pool's, ``plan_devices`` every GPU of both roles.
     composed: Any = field(default=None, compare=False, hash=False)
     # How requests are spread over the dp ranks (serving/balancer.py): the engine's own balancer; None with one
-    # rank. Round-robin replays each rank alone (replicas.py, compiled where it can be); any other is replayed
-    # with the ranks together in time (serving/balanced.py).
+    # rank (or servers behind an outside round-robin router). ``together`` says how the ranks are replayed.
     balancer: Any = None
 
     @property
@@ -90,6 +89,17 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
         raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
                                               "replicas with round-robin routing only")
     balancer = dp_balancer(config.engine.name, config.engine.settings, p.dp) if plan.runtime_modelled else None
+    if balancer is not None and p.pp > 1 and not balancer.round_robin:  # the ranks together take no stages
+        from csa_plan.planner.serving.balancer import Balancer, Method
+
+        if getattr(config.engine.settings, "load_balance_method", None) is not None:  # asked for: refused
+            raise BadInput("options", "--load-balance-method", f"{balancer.method.value} needs the ranks replayed "
+                                                               "together (serving/balanced.py), which take no "
+                                                               "pipeline stages: drop --pp or the method")
+
+        balancer = Balancer(Method.ROUND_ROBIN, f"round-robin, each rank replayed alone: with --pp, {balancer.label} "
+                                                "is not modelled (the ranks replayed together, serving/balanced.py, "
+                                                "take no pipeline stages)")
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
@@ -180,9 +190,6 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
     if together(setup):
         from csa_plan.planner.serving.balanced import replay_balanced
 
-        if setup.pipeline is not None:
-            raise BadInput("options", "--pp", f"{setup.balancer.label}: the ranks replayed together "
-                                              "(serving/balanced.py) do not take pipeline stages")
         result = replay_balanced(lambda: engine_runtime(setup, trace, made), trace, time, setup.dp, setup.balancer,
                                  setup.max_concurrency)
     elif setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
@@ -212,11 +219,9 @@ def together(setup: RuntimeSetup) -> bool:
     the trace in order, as ``split_round_robin`` does: each rank alone, compiled where it can be; so with
     pipeline stages, which the ranks together do not take."""
     b = setup.balancer
-    if setup.dp == 1 or b is None:
+    if setup.dp == 1 or b is None or setup.pipeline is not None:
         return False
-    if not b.round_robin:
-        return True
-    return setup.max_concurrency is not None and setup.pipeline is None
+    return not b.round_robin or setup.max_concurrency is not None
 
 
 def with_host_tier(setup: RuntimeSetup, config: Any, flags: Any) -> RuntimeSetup:

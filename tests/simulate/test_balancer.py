@@ -187,6 +187,8 @@ def _mix(tmp_path: Path) -> str:
      "--dp above 1"),
     (("--engine", "vllm-0.33", *DP2, "--load-balance-method", "total_requests"),
      "--load-balance-method", "SGLang"),
+    (("--engine", "sglang-0.5.23", "--tp", "2", "--pp", "2", "--dp", "2", "--load-balance-method", "total_tokens"),
+     "--load-balance-method", "pipeline stages"),
 ])
 def test_a_method_that_cannot_apply_is_one_line(csa, tmp_path, args, field, words):
     r = csa("simulate", _mix(tmp_path), *FLASH, *args)
@@ -242,3 +244,13 @@ def test_open_loop_arrivals_under_a_balancer(engine, balancer):
     assert (adm >= sent).all() and (first >= adm).all() and (fin >= first).all()
     ends = np.asarray(res.series.end_ns)
     assert set(fin.tolist()) <= set(ends.tolist())  # every finish is a shared step's end
+
+
+def test_vllm_with_pipeline_stages_says_its_balancer_is_not_modelled(csa, tmp_path):
+    """vLLM's balancer is not asked for, so --pp is not refused: the ranks are replayed alone, round-robin,
+    and the output says so."""
+    r = csa("simulate", _mix(tmp_path), "--model", "deepseek-v4-flash", "--gpu", "h200", "--max-concurrency", "8",
+            "--engine", "vllm-0.33", "--tp", "2", "--pp", "2", "--dp", "2", "--json")
+    assert r.code == 0, r.err
+    lb = json.loads(r.out)["runtime"]["dp_balancer"]
+    assert lb["method"] == "round_robin" and "with --pp" in lb["label"] and "not modelled" in lb["label"]
