@@ -254,3 +254,16 @@ def test_vllm_with_pipeline_stages_says_its_balancer_is_not_modelled(csa, tmp_pa
     assert r.code == 0, r.err
     lb = json.loads(r.out)["runtime"]["dp_balancer"]
     assert lb["method"] == "round_robin" and "with --pp" in lb["label"] and "not modelled" in lb["label"]
+
+
+def test_a_sweep_method_on_replicas_behind_a_router_is_refused(csa, tmp_path):
+    (tmp_path / "m.yaml").write_text("name: m\nseed: 1\nrequests: 20\nmodel: deepseek-v4-flash\nclasses:\n  - name: a\n"
+                                     "    rate: 1\n    prompt: {dist: fixed, value: 100}\n"
+                                     "    output: {dist: fixed, value: 10}\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nworkload: m.yaml\ngrid:\n  model: deepseek-v4-flash\n  device: h200\n  tp: 1\n  dp: 2\n"
+                    "  expert_parallel: true\n  replicas: 2\n  engine: sglang-0.5.23\n  settings:\n"
+                    "    - {load_balance_method: total_tokens}\nconstraints: {wait_p99_max_s: 10}\n")
+    r = csa("sweep", str(spec), "-j", "1")
+    assert r.code == 2 and "grid.settings" in r.err and "replicas 2" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1
