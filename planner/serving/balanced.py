@@ -52,10 +52,12 @@ def sglang_load(rt: "EngineRuntime") -> SglangLoad:
 
 def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace", time: "StepTime", dp: int,
                     balancer: Balancer, max_concurrency: int | None = None,
-                    assignment: list[int] | None = None) -> "RuntimeResult":
+                    assignment: list[int] | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> "RuntimeResult":
     """``trace`` over ``dp`` ranks (``make_rt()`` each, over the whole trace) under ``balancer``; the merged
     result (``replicas.merge_replicas``) with the shared clock and the balancer in its notes.
-    ``assignment`` (a list, when given) receives each request's rank, -1 for one never sent."""
+    ``assignment`` (a list, when given) receives each request's rank, -1 for one never sent; ``progress``
+    hears (requests done, requests) every 4,096 shared steps and at the end."""
     from csa_plan.planner.serving.lockstep import dummy_ns
 
     n = len(trace)
@@ -125,6 +127,8 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
                     s = steps_now[k]
                     policy.step_end(k, shared, s is not None and s.prefill_tokens > 0, load(rank.rt))
             now = shared
+            if progress is not None and steps % 4096 == 0:
+                progress(sum(r.done for r in ranks), n)
             continue
         if nxt < state["sent"]:
             now = max(now, arrival[nxt])
@@ -138,6 +142,8 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
         break
     if assignment is not None:
         assignment[:] = owner
+    if progress is not None:
+        progress(n, n)
     return _merged(ranks, owner, trace, dp, balancer, max_concurrency, arrival, (waited, steps, idle))
 
 

@@ -191,7 +191,7 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
         from csa_plan.planner.serving.balanced import replay_balanced
 
         result = replay_balanced(lambda: engine_runtime(setup, trace, made), trace, time, setup.dp, setup.balancer,
-                                 setup.max_concurrency)
+                                 setup.max_concurrency, progress=progress)
     elif setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
