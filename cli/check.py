@@ -106,6 +106,11 @@ def check(model: str, gate: str | None, layout: str, max_seq_len: int | None, ba
 
 
     refuse_unused_check_options(model, at_length, per_layer, brief, as_json)
+    if engine_settings.load_balance_method is not None:  # a replay's dispatch: check sizes memory, it changes none
+        from csa_plan.planner.errors import BadInput
+
+        raise BadInput("options", "--load-balance-method", "spreads requests over data-parallel ranks in simulate's "
+                                                           "replay; check sizes memory, which it does not change")
     if budget_plot is not None and device_memory is None:  # refused before any work, never a note after it
         from csa_plan.planner.errors import BadInput
 

@@ -11,6 +11,7 @@ import functools
 from typing import Any, Callable
 
 from csa_plan.cli.params import Kind, Opt
+from csa_plan.planner.serving.balancer import SGLANG_CHOICES as SGLANG_LB_METHODS
 
 
 def _engine_help(opt: Opt) -> str:
@@ -95,6 +96,9 @@ ENGINE_PARAMS: tuple[Opt, ...] = (
         help="SGLang: no decode CUDA graphs (their reserve is dropped) [default: off]."),
     Opt(("--moe-a2a-backend",), "moe_a2a_backend", Kind.NAME, metavar="NAME", choices=SGLANG_A2A_BACKENDS,
         help="SGLang MoE all-to-all backend; deepep adds 2 GiB to the reserve [default: none]."),
+    Opt(("--load-balance-method",), "load_balance_method", Kind.NAME, metavar="NAME", choices=SGLANG_LB_METHODS,
+        help="SGLang: how requests are spread over the --dp ranks (its DataParallelController); vLLM's is not "
+             "configurable [default: auto = round_robin]."),
     Opt(("--enable-encoder-swa-bounded-replay",), "enable_encoder_swa_bounded_replay", Kind.FLAG, default=None,
         help="SGLang (DeepSeek-V4.1): target windows in per-request rings instead of the paged SWA pool "
              "[default: off]."),

@@ -53,6 +53,8 @@ def render_runtime(out: Console, report: dict[str, Any], plot_note: str | None =
     client = (f"closed loop, at most {t['max_concurrency']:,} in flight" if t.get("max_concurrency")
               else f"arrivals x{t['rate_scale']:g}")
     out.print(f"  {client}; {plural(rt['steps'], 'step')} over {rt['makespan_s']:,.1f} s", highlight=False)
+    if rt.get("dp_balancer"):
+        out.print(f"  requests over the DP ranks: {rt['dp_balancer']['label']}", highlight=False)
     out.print(f"  served {rt['served']:,} of {rt['requests']:,}"
               + "".join(f"; refused {n:,}: {r}" for r, n in ((x['reason'], x['requests']) for x in rt["refused"])),
               highlight=False)

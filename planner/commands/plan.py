@@ -99,6 +99,8 @@ AXIS_EFFECT: dict[str, str] = {
     "moe_a2a_backend": MEMORY_ONLY, "max_cudagraph_capture_size": MEMORY_ONLY, "cuda_graph_max_bs": MEMORY_ONLY,
     "enforce_eager": MEMORY_ONLY, "disable_cuda_graph": MEMORY_ONLY, "async_scheduling": MEMORY_ONLY,
     "all2all_backend": MEMORY_ONLY, "enable_encoder_swa_bounded_replay": MEMORY_ONLY,
+    "load_balance_method": "which data-parallel rank each request is sent to (the replay's dispatch, "
+                           "planner/serving/balancer.py); neither the memory nor a step's clock",
 }
 
 

@@ -462,6 +462,7 @@ def run_runtime_simulate(req: SimulateRequest, wl, spec, config, progress) -> Si
                        step_model=setup.time.label)
     doc["runtime"] = rep.as_dict()
     doc["runtime"]["host_tier"] = host_tier_section(setup, result)
+    doc["runtime"]["dp_balancer"] = None if setup.balancer is None else setup.balancer.as_dict()
     doc["runtime"]["pipeline"] = None
     if setup.pipeline is not None:
         from csa_plan.planner.serving.pipeline import pipeline_section

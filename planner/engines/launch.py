@@ -42,7 +42,8 @@ FLAGS: dict[str, dict[str, str]] = {
                # 0.5.23 spells the decode capture size per phase (arg_groups/fields/exec_.py:629); no --cuda-graph-max-bs
                "cuda_graph_max_bs": "--cuda-graph-max-bs-decode",
                "enable_encoder_swa_bounded_replay": "--enable-encoder-swa-bounded-replay",
-               "disable_cuda_graph": "--disable-cuda-graph", "moe_a2a_backend": "--moe-a2a-backend"},
+               "disable_cuda_graph": "--disable-cuda-graph", "moe_a2a_backend": "--moe-a2a-backend",
+               "load_balance_method": "--load-balance-method"},
 }
 # Boolean settings whose False is a flag of its own (vLLM's BooleanOptionalAction ``--no-X``), by release: vLLM
 # 0.33 and 0.34 register --enable-prefix-caching as a plain switch (no --no- form; tests/fixtures/engine_flags.json).

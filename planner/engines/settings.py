@@ -93,6 +93,7 @@ class EngineSettings:
     cuda_graph_max_bs: int | None = None  # SGLang --cuda-graph-max-bs
     disable_cuda_graph: bool | None = None  # SGLang --disable-cuda-graph
     moe_a2a_backend: str | None = None  # SGLang --moe-a2a-backend
+    load_balance_method: str | None = None  # SGLang --load-balance-method (DP ranks: serving/balancer.py)
     enable_encoder_swa_bounded_replay: bool | None = None  # SGLang: V4.1 target windows in per-request rings
     # not an option: the device memory the budget uses (--device-memory, or --gpu's card); the
     # target GPU's size-tiered defaults read it (None: the card's own memory)
@@ -185,6 +186,7 @@ OPTION_SPELLING: dict[str, str] = {
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "disable_cuda_graph": "--disable-cuda-graph",
     "moe_a2a_backend": "--moe-a2a-backend",
+    "load_balance_method": "--load-balance-method",
     "enable_encoder_swa_bounded_replay": "--enable-encoder-swa-bounded-replay",
 }
 
@@ -199,7 +201,7 @@ OWNER: dict[str, str] = {
                                    "speculative_num_steps", "speculative_eagle_topk",
                                    "speculative_num_draft_tokens", "mem_fraction_static", "moe_runner_backend",
                                    "shared_expert_tp1", "cuda_graph_max_bs", "disable_cuda_graph",
-                                   "moe_a2a_backend", "enable_encoder_swa_bounded_replay")},
+                                   "moe_a2a_backend", "enable_encoder_swa_bounded_replay", "load_balance_method")},
 }
 
 # The same setting under another engine's name, where the memory it governs is alike.

@@ -13,6 +13,11 @@ runs dummy batches of one token). Every time a replay records (a request's send,
 token, end) is a step end or the run's start, so each maps to its step's end on the shared clock.
 With open-loop arrivals the schedule does depend on the clock, so the ranks are not put in lockstep
 and the replay says so.
+
+Where it is used: ``replicas.replay_closed_replicas`` (each rank alone with its pinned share of the
+connections), which ``serve`` now runs only where the ranks cannot be replayed together in time
+(``--pp`` with round-robin); everywhere else a closed loop over DP ranks, and every load-aware
+balancer, steps the ranks together from the start (``serving/balanced.py``).
 """
 
 from __future__ import annotations

@@ -72,10 +72,11 @@ def replay_replicas(run_one: Callable[[RuntimeTrace], RuntimeResult], trace: Run
 
 
 def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: RuntimeTrace, dp: int,
-                   arrival_ns: "object | None" = None, idle: int = 0) -> RuntimeResult:
+                   arrival_ns: "object | None" = None, idle: int = 0, routing: str = "round-robin") -> RuntimeResult:
     """The replicas' results under the requests' own indices (``owners[k]``: replica k's requests);
     ``arrival_ns``: when each request was sent, where a closed-loop client set it (else the trace's);
-    ``idle``: replicas beyond these that received no request (their pools still count)."""
+    ``idle``: replicas beyond these that received no request (their pools still count); ``routing``: how
+    the requests were split (the notes say)."""
     import numpy as np
 
     n = len(trace)
@@ -102,7 +103,7 @@ def merge_replicas(per_replica: list[RuntimeResult], owners: list, trace: Runtim
                          recomputed_tokens=sum(r.recomputed_tokens for r in results),
                          prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
                          prefix_query_tokens=sum(r.prefix_query_tokens for r in results),
-                         notes=r0.notes + (f"{dp} data-parallel replicas, requests split round-robin; "
+                         notes=r0.notes + (f"{dp} data-parallel replicas, requests split {routing}; "
                                            "blocks, running and waiting summed over replicas",) + _coarse(parts))
 
 
@@ -125,7 +126,8 @@ def closed_shares(max_concurrency: int, dp: int) -> list[int]:
 
 def replay_closed_replicas(run_one: Callable[[RuntimeTrace, int], RuntimeResult], trace: RuntimeTrace, dp: int,
                            max_concurrency: int, lockstep_time: "object | None" = None) -> RuntimeResult:
-    """``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
+    """(``serve`` runs this only where the ranks cannot be replayed together, ``serving/balanced.py``: with
+    ``--pp``.) ``dp`` replicas behind one closed-loop client of ``max_concurrency`` connections for the deployment
     (``vllm bench serve --max-concurrency C`` against it): the connections are spread over the replicas
     (``closed_shares``: C in all, never C per replica nor ``ceil(C / dp)`` each), each pinned to its
     replica, and the requests dealt round-robin over the replicas that hold connections; each replica

@@ -53,6 +53,9 @@ class RuntimeSetup:
     # rate search and the steady probe run it as they run one pool. ``plan`` and ``sizing`` are then its decode
     # pool's, ``plan_devices`` every GPU of both roles.
     composed: Any = field(default=None, compare=False, hash=False)
+    # How requests are spread over the dp ranks (serving/balancer.py): the engine's own balancer; None with one
+    # rank (or servers behind an outside round-robin router). ``together`` says how the ranks are replayed.
+    balancer: Any = None
 
     @property
     def devices(self) -> int:
@@ -85,6 +88,18 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     if plan.runtime_modelled and p.dp > 1 and p.router is not Router.ROUND_ROBIN:
         raise BadInput("options", "--router", f"simulate --engine {config.engine.name} replays data-parallel "
                                               "replicas with round-robin routing only")
+    balancer = dp_balancer(config.engine.name, config.engine.settings, p.dp) if plan.runtime_modelled else None
+    if balancer is not None and p.pp > 1 and not balancer.round_robin:  # the ranks together take no stages
+        from csa_plan.planner.serving.balancer import Balancer, Method
+
+        if getattr(config.engine.settings, "load_balance_method", None) is not None:  # asked for: refused
+            raise BadInput("options", "--load-balance-method", f"{balancer.method.value} needs the ranks replayed "
+                                                               "together (serving/balanced.py), which take no "
+                                                               "pipeline stages: drop --pp or the method")
+
+        balancer = Balancer(Method.ROUND_ROBIN, f"round-robin, each rank replayed alone: with --pp, {balancer.label} "
+                                                "is not modelled (the ranks replayed together, serving/balanced.py, "
+                                                "take no pipeline stages)")
     if sizing is None:
         raise BadInput("options", "--device-memory", f"simulate --engine {plan.engine.name} needs the KV memory: "
                                                      "--device-memory (the device budget sizes it) or --kv-memory")
@@ -97,7 +112,28 @@ def runtime_setup(spec: Any, config: Any, enable_prefix_caching: bool | None = N
     return RuntimeSetup(plan, sizing, time,
                         RuntimeOptions(enable_prefix_caching=enable_prefix_caching,
                                        spec_acceptance=config.time.spec_acceptance), p.dp,
-                        config.time.max_concurrency, p.tp * p.pp, pipeline=pipeline, pipeline_link=link)
+                        config.time.max_concurrency, p.tp * p.pp, pipeline=pipeline, pipeline_link=link,
+                        balancer=balancer)
+
+
+def dp_balancer(engine: str, settings: Any, dp: int) -> Any:
+    """The engine release's DP load balancer (``serving/balancer.py``) for ``dp`` ranks; None with one rank.
+    ``--load-balance-method`` is SGLang's (vLLM's balancer is not configurable: its settings refuse the
+    option as SGLang's); a method the release lacks, or one that cannot apply, is bad input."""
+    from csa_plan.planner.serving.balancer import sglang_balancer, vllm_balancer
+
+    method = getattr(settings, "load_balance_method", None)
+    if dp == 1:
+        if method is not None:
+            raise BadInput("options", "--load-balance-method", f"{method} spreads requests over data-parallel "
+                                                               "ranks: it needs --dp above 1")
+        return None
+    if engine.startswith("vllm"):
+        return vllm_balancer(engine)
+    try:
+        return sglang_balancer(method)
+    except ValueError as e:
+        raise BadInput("options", "--load-balance-method", str(e)) from None
 
 
 def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) -> Any:
@@ -130,8 +166,9 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
     counts over the whole deployment (each replica's final counts carried into the next one's checks).
     A closed-loop client refuses it (its arrivals are set as it runs): it is replayed in full. A composed
     deployment's pools (disaggregated roles) go through its composition, replayed in full. ``layer(rt, k)``
-    wraps replica k's runtime (``replicas.split_round_robin``'s k-th sub-trace; a disaggregated prefill's
-    transfer hold, ``serving/transfer_hold.py``)."""
+    wraps replica k's runtime (a disaggregated prefill's transfer hold, ``serving/transfer_hold.py``): over
+    ``replicas.split_round_robin``'s k-th sub-trace, or, with the ranks replayed ``together``, over the
+    whole trace (rank k is handed the requests its balancer picks, by their own indices)."""
     from dataclasses import replace
 
     if setup.composed is not None:
@@ -158,7 +195,19 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
                         more=replayed[0] < setup.dp)
         return r
 
-    if setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
+    if together(setup):
+        from csa_plan.planner.serving.balanced import replay_balanced
+
+        ranks_made = [0]
+
+        def rank_runtime() -> Any:  # rank k's runtime over the whole trace (``layer(rt, k)`` wraps it)
+            rt, k = engine_runtime(setup, trace, made), ranks_made[0]
+            ranks_made[0] += 1
+            return rt if layer is None else layer(rt, k)
+
+        result = replay_balanced(rank_runtime, trace, time, setup.dp, setup.balancer, setup.max_concurrency,
+                                 progress=progress)
+    elif setup.max_concurrency is not None and setup.dp > 1:  # one client pool for the deployment
         from csa_plan.planner.serving.replicas import replay_closed_replicas
 
         result = replay_closed_replicas(lambda t, c: replay(engine_runtime(setup, t, made), t, time,
@@ -174,6 +223,20 @@ def serve_trace(setup: RuntimeSetup, trace: Any, progress: Tick | None = None, s
                 totals[k] = totals.get(k, 0) + v
         result = replace(result, host_tier=totals)
     return result
+
+
+def together(setup: RuntimeSetup) -> bool:
+    """Whether the dp ranks are replayed together in time (``serving/balanced.py``): under a load-aware
+    balancer (its choice reads the ranks' state on arrival), and under round-robin behind a closed-loop
+    client, whose next request goes to the next rank in turn whichever rank freed the connection (the
+    ranks alone, ``replicas.replay_closed_replicas``, would pin each connection to one rank: on unequal
+    requests a rank there never holds more than its share). Round-robin over open-loop arrivals deals
+    the trace in order, as ``split_round_robin`` does: each rank alone, compiled where it can be; so with
+    pipeline stages, which the ranks together do not take."""
+    b = setup.balancer
+    if setup.dp == 1 or b is None or setup.pipeline is not None:
+        return False
+    return not b.round_robin or setup.max_concurrency is not None
 
 
 def with_host_tier(setup: RuntimeSetup, config: Any, flags: Any) -> RuntimeSetup:

@@ -105,15 +105,18 @@ def prefill_with_holds(setup: "RuntimeSetup", trace: Any,
     import numpy as np
 
     from csa_plan.planner.serving.replicas import split_round_robin
-    from csa_plan.planner.serving.serve import serve_trace
+    from csa_plan.planner.serving.serve import serve_trace, together
 
     unheld = serve_trace(setup, trace)
     done = np.asarray(unheld.finished_ns, dtype=np.int64)
     start, end = transfers_of(done)
     if not (done >= 0).any():
         return HeldPrefill(unheld, start, end, 0, True, unheld)
-    owners = [idx for _, idx in split_round_robin(trace, setup.dp)] if setup.dp > 1 else \
-        [np.arange(len(trace), dtype=np.int64)]
+    whole = np.arange(len(trace), dtype=np.int64)
+    # which requests each rank's runtime indexes: its round-robin share, or (ranks replayed together under
+    # the engine's balancer, serve.together) the whole trace, each rank handed the requests it is picked for
+    owners = [idx for _, idx in split_round_robin(trace, setup.dp)] if setup.dp > 1 and not together(setup) else \
+        [whole] * max(setup.dp, 1)
     result = unheld
     for rounds in range(1, HOLD_ROUNDS + 1):
         release = np.asarray(end, dtype=np.int64)

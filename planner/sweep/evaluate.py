@@ -409,7 +409,15 @@ def _setup(spec: "ModelSpec", config, p: SweepPoint):
     from csa_plan.planner.serving.serve import runtime_setup
 
     setup = runtime_setup(spec, config)
-    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas)
+    if p.replicas > 1 and setup.balancer is not None and not setup.balancer.round_robin \
+            and dict(p.settings).get("load_balance_method") is not None:
+        raise BadInput("sweep spec", "grid.settings", f"load_balance_method {setup.balancer.method.value} with "
+                                                      f"replicas {p.replicas}: servers behind a round-robin router "
+                                                      "are each replayed alone, so the method cannot apply")
+    # Servers behind a round-robin router do not step together: all dp x replicas ranks are dealt round-robin,
+    # each replayed alone, as before issue 44's balancers (one server's own DP balancer inside the router's
+    # split is not modelled: serving/balanced.py steps one deployment's ranks together)
+    return setup if p.replicas == 1 else replace(setup, dp=setup.dp * p.replicas, balancer=None)
 
 
 def point_bound(task: Task):

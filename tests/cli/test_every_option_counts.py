@@ -29,7 +29,7 @@ ENGINE_SAMPLES = {
     "--compilation-config": '{"cudagraph_mode": "PIECEWISE"}', "--estimate-cudagraphs": "",
     "--moe-backend": "marlin", "--cuda-graph-max-bs": "8", "--disable-cuda-graph": "", "--moe-a2a-backend": "deepep",
     "--all2all-backend": "deepep_low_latency",
-    "--usage": "serve", "--enable-encoder-swa-bounded-replay": "",
+    "--usage": "serve", "--enable-encoder-swa-bounded-replay": "", "--load-balance-method": "total_requests",
 }
 # The engines' own spellings of the deployment (planner/engines/flags.py): without --engine none can be read.
 SPELLINGS = ("--tensor-parallel-size", "-tp", "--tp-size", "--data-parallel-size", "-dp", "--dp-size",
@@ -84,6 +84,8 @@ REFUSED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
         "--at-length": (("check", "deepseek-v4-flash", "--at-length", "1000"), "--at-length"),
         "--per-layer": (("check", "deepseek-v4-flash", "--per-layer", "--json"), "--per-layer"),
         "--budget-plot": (("check", "deepseek-v4-flash", "--budget-plot", "b.png"), "--budget-plot"),
+        "--load-balance-method": (("check", "deepseek-v4-flash", "--device-memory", "h200", "--engine",
+                                   "sglang-0.5.23", "--load-balance-method", "total_requests"), "--load-balance-method"),
         "--host-memory": (("check", "deepseek-v4-flash", "--device-memory", "h200", "--host-memory", "1TiB"),
                           "--host-memory"),
         "--engram-config": (("check", "deepseek-v4-flash", "--device-memory", "h200", "--engine", "vllm-0.33",

@@ -137,6 +137,14 @@ class SglangRuntime(EngineRuntime):
         s = self.sched
         return (s.req_full + s.tree.locked, s.req_swa + s.tree.swa_locked)
 
+    def load_tokens(self) -> int:
+        """``num_total_tokens`` of the rank's load snapshot (scheduler_components/load_inquirer.py:143-147): KV
+        tokens in use, the larger of the full and SWA pools' (pool_stats_observer.py:84-93), plus every
+        waiting request's length (``seqlen``: prompt and output so far), what SGLang's ``total_tokens``
+        balancer compares."""
+        full, swa = self.used_units()
+        return max(full, swa) * self.cfg.page + sum(r.fill_len for r in self.sched.waiting)
+
     def running(self) -> int:
         return len(self.sched.running) + (1 if self.sched.chunked is not None else 0)
 

@@ -60,7 +60,8 @@ ACCEPTS = ("gpu", "page_size", "kv_cache_dtype", "indexer_kv_dtype", "chunked_pr
            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
            "moe_runner_backend", "shared_expert_tp1",
            "cuda_graph_max_bs", "disable_cuda_graph", "moe_a2a_backend",  # these three: start-up memory only
-           "enable_encoder_swa_bounded_replay")
+           "enable_encoder_swa_bounded_replay",
+           "load_balance_method")  # the replay's DP dispatch only (serving/balancer.py)
 
 
 def _refuse(rule: str, setting: str, expected: str, actual: str, message: str) -> EngineRefused:

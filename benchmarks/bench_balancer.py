@@ -1,0 +1,99 @@
+"""Round-robin against each engine's own DP load balancer (issue 44, item 2), and what the replay costs.
+
+V4-Flash on 8xB200 as DP8 (vLLM ``--dp 8 --ep 8``: one engine core per rank; SGLang ``--dp 8 --ep 8``:
+DP attention), a closed-loop client at concurrency 256, for the fixed 8K/1K mix and a variable one
+(``--random-range-ratio 0.5``: prompts 4,096-8,192, outputs 512-1,024). For each: the engine's balancer
+(what ``simulate`` now replays: vLLM's DP coordinator, not configurable; SGLang ``--load-balance-method
+round_robin`` (its default), ``total_requests`` and ``total_tokens``, all with the ranks replayed together
+and one unpinned client pool) and round-robin as ``simulate`` replayed it before ("alone": each rank alone
+with its pinned share of the connections, put in lockstep after; reached here by handing the setup a
+round-robin balancer; for vLLM also "together"), with
+TTFT and TPOT p50/p99, output tok/s per GPU and the whole command's wall time (in-process, median of
+``--runs``).
+
+Run: python benchmarks/bench_balancer.py [--runs 3] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXED = str(ROOT / "examples" / "mixes" / "fixed-8k-1k.yaml")
+VARIED = str(ROOT / "examples" / "mixes" / "random-8k-1k.yaml")
+DP8 = ["--gpu", "b200", "--tp", "1", "--dp", "8", "--ep", "8", "--max-concurrency", "256"]
+
+
+def cases() -> list[tuple[str, list[str], str | None]]:
+    """(name, simulate's arguments, the round-robin forced: "alone" the per-rank replay, "together" the
+    co-simulation with one unpinned client pool)."""
+    out = []
+    for mix_name, mix in (("8k/1k fixed", FIXED), ("8k/1k ratio 0.5", VARIED)):
+        vllm = ["simulate", mix, *DP8, "--engine", "vllm-0.33", "--json"]
+        out.append((f"{mix_name} vllm-0.33 round-robin (before)", vllm, "alone"))
+        out.append((f"{mix_name} vllm-0.33 round-robin together", vllm, "together"))
+        out.append((f"{mix_name} vllm-0.33 its DP balancer", vllm, None))
+        sglang = ["simulate", mix, *DP8, "--engine", "sglang-0.5.23", "--json"]
+        out.append((f"{mix_name} sglang round_robin alone (before)", sglang, "alone"))
+        out.append((f"{mix_name} sglang round_robin (default, together)", sglang, None))
+        for method in ("total_requests", "total_tokens"):
+            out.append((f"{mix_name} sglang {method}", sglang + ["--load-balance-method", method], None))
+    return out
+
+
+def run(args: list[str], round_robin: str | None) -> tuple[dict, float]:
+    from dataclasses import dataclass
+
+    from csa_plan.cli.main import main
+    from csa_plan.planner.serving import serve
+    from csa_plan.planner.serving.balancer import Balancer, Method
+
+    @dataclass(frozen=True)
+    class Together(Balancer):  # round-robin through serving/balanced.py: one client pool, connections unpinned
+        pass
+
+    real = serve.dp_balancer
+    if round_robin is not None:
+        forced = None if round_robin == "alone" else Together(Method.ROUND_ROBIN, "round-robin (together)")
+        serve.dp_balancer = lambda engine, settings, dp: forced  # None: each rank alone (replicas.py)
+    buf = io.StringIO()
+    t = time.perf_counter()
+    try:
+        with redirect_stdout(buf):
+            try:
+                main(list(args))
+            except SystemExit as e:
+                if e.code not in (0, None):
+                    raise
+    finally:
+        serve.dp_balancer = real
+    return json.loads(buf.getvalue())["runtime"], time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only")
+    a = ap.parse_args()
+    print(f"{'case':48} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} {'tok/s/GPU':>9} "
+          f"{'wall (s)':>8}")
+    for name, args, rr in cases():
+        if a.only and a.only not in name:
+            continue
+        walls, rt = [], None
+        for _ in range(a.runs):
+            rt, wall = run(args, rr)
+            walls.append(wall)
+        print(f"{name:48} {rt['ttft']['p50_s']:9.3f} {rt['ttft']['p99_s']:9.3f} {rt['tpot']['p50_s'] * 1e3:9.2f} "
+              f"{rt['tpot']['p99_s'] * 1e3:9.2f} {rt['output_tok_s_per_gpu']:9.1f} {statistics.median(walls):8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
