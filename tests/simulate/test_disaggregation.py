@@ -415,3 +415,28 @@ def test_a_run_short_of_its_fixed_point_says_so(monkeypatch):
     run = serve_disaggregated_trace(p, q, two, 1e8)
     assert (run.hold.rounds, run.hold.converged) == (1, False)
     assert any("NOT converged after 1 rounds" in n for n in run.result.notes)
+
+
+def test_the_hold_applies_where_the_ranks_are_replayed_together_under_vllm_s_balancer():
+    """A vLLM prefill worker of two DP ranks is replayed with its ranks together, each request dispatched by
+    vLLM's own balancer (serving/balanced.py): the transfer hold wraps each rank's runtime there too, and the
+    shared clock waits for a held release as for an arrival. Without it the rounds would reproduce the
+    unheld replay (no admission later)."""
+    from dataclasses import replace as dc_replace
+
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+    from csa_plan.planner.serving.disaggregation import serve_disaggregated_trace
+    from csa_plan.planner.serving.serve import dp_balancer, together
+
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000)
+    p = dc_replace(p, dp=2, balancer=dp_balancer("vllm-0.33", p.plan.settings, 2))
+    assert together(p)
+    n = 6
+    trace = RuntimeTrace(np.arange(n, dtype=np.int64), np.full(n, 6000, dtype=np.int64), np.full(n, 2, dtype=np.int64))
+    run = serve_disaggregated_trace(p, q, trace, 1e8)
+    assert run.hold.converged and not run.result.refused
+    assert run.hold.admitted_later() >= 1
+    end = np.asarray(run.transfers.end_ns, dtype=np.int64)
+    adm = np.asarray(run.prefill.admitted_ns, dtype=np.int64)
+    # each rank's pool holds one 6,000-token prompt: a later prompt is admitted only once some transfer ended
+    assert all(any(adm[b] >= end[a] for a in range(b)) for b in range(2, n))
