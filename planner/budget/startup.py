@@ -137,16 +137,15 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
                             "models/deepseek_v4/common/rope.py:28-52",
                             "models/deepseek_v4/nvidia/model.py:1210-1223",
                             "models/deepseek_v4/nvidia/model.py:902-913")
-    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request
+    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request, indexer_rows
 
     requests = []
     compressed = [r for r in ratios if r > 1]
     if compressed:  # the smallest ratio gathers the most rows (N = ceil(max_model_len / ratio))
         m = ceil_div(L, min(compressed)) + 128 + mnbt
         requests.append(flashmla_request(release, m, mnbt, d.index_topk))
-    if 4 in ratios:  # T: v1/attention/backends/mla/indexer.py:916-927; config/vllm.py:1866-1874
-        factor = 5 if L <= 256 * 1024 else 2
-        requests.append(indexer_request(release, L * 8 * factor // 4))
+    if 4 in ratios:
+        requests.append(indexer_request(release, indexer_rows(release, L, 4)))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
                           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:481-510 (a "
                           "torch.empty beside the workspace, not in it)"))
@@ -188,7 +187,7 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
                             "models/deepseek_v41/common/rope.py:17-50 (YaRN on ratio > 0, plain on ratio 0)",
                             "models/deepseek_v41/nvidia/model.py:440-449, 1488-1498",
                             "models/deepseek_v41/nvidia/model.py:930-941")
-    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request
+    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request, indexer_rows
 
     compressed = [r for r in ratios if r > 0]
     n, top_k = (ceil_div(L, min(compressed)), d.index_topk) if compressed else (0, 0)
@@ -197,8 +196,7 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
     requests = [flashmla_request(release, n + 128 + mnbt, mnbt, top_k, v41=True)]
     indexed = [d.compress_ratios[i] for i in c.layers if i in d.index_layers and d.compress_ratios[i] > 0]
     if indexed:  # FP8 index cache (indexer_kv_dtype auto); models/deepseek_v41/attention.py:1410-1412
-        factor = 5 if L <= 256 * 1024 else 2
-        requests.append(indexer_request(release, L * 8 * factor // min(indexed)))
+        requests.append(indexer_request(release, indexer_rows(release, L, min(indexed))))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
                           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:501-506"))
         from csa_plan.planner.budget.vllm_nonkv import graph_plan

@@ -68,9 +68,9 @@ class NonKvFit:
 # counted activations (754,974,720 B) is the non-torch figure, 614 MiB (the log's KV is rounded to 0.01
 # GiB: +-5 MiB). tests/budget/test_vllm_nonkv.py re-derives both from the log's figures.
 # deep_gemm_mega_moe: fitted on #51454 TP 8 + EP (its 20.43x gives the KV memory; DP 8 is held out).
-FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non_torch_tp_bytes=1490 * MiB,
-                   non_torch_tp1_bytes=1490 * MiB, non_torch_band_pct=60,
-                   mega_moe_bytes_per_token_expert_elem_ppm=19_670_205,
+FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non_torch_tp_bytes=1209 * MiB,
+                   non_torch_tp1_bytes=1209 * MiB, non_torch_band_pct=60,
+                   mega_moe_bytes_per_token_expert_elem_ppm=19_756_142,
                    mega_moe_band_pct=50, source=RTX_LOG)
 
 FITS: dict[str, NonKvFit] = {"vllm-0.25": FIT_025}

@@ -100,11 +100,33 @@ def flashmla_request(release: str, m_rows: int, mnbt: int, top_k: int, window: i
                             V41_FLASHMLA_SRC if v41 else FLASHMLA_SRC[r])
 
 
+INDEXER_ROWS_SRC = {
+    "vllm-0.25": "T = max_model_len x 40 // ratio: vllm-0.25.0 v1/attention/backends/mla/indexer.py:227-237, "
+                 "models/deepseek_v4/attention.py:725-727",
+    "vllm-0.26": "T = max_model_len x 40 // ratio: vllm-0.26.0 v1/attention/backends/mla/indexer.py:231-241, "
+                 "models/deepseek_v4/attention.py:725-727",
+    "vllm-0.33": "T = max_model_len x (1152 // 132) x factor // ratio, factor 5 up to 256K else 2: vllm-0.33.0 "
+                 "v1/attention/backends/mla/indexer.py:916-927, config/vllm.py:1866-1874, "
+                 "models/deepseek_v4/attention.py:1015-1017",
+}
+
+
+def indexer_rows(release: str, max_model_len: int, ratio: int) -> int:
+    """The indexer's K-gather rows T (``get_max_prefill_buffer_size // compress_ratio``): 0.25/0.26 take
+    a flat 40 x max_model_len; the workspace factor (5 up to 256K tokens, else 2) arrives with 0.32."""
+    if _release(release) == "vllm-0.33":
+        factor = 5 if max_model_len <= 256 * 1024 else 2
+        return max_model_len * (576 * 2 // 132) * factor // ratio
+    return max_model_len * 40 // ratio
+
+
 def indexer_request(release: str, t_rows: int) -> WorkspaceRequest:
     """The sparse indexer's profile-run request: FP8 K [T, 128] + fp32 scales [T, 4] + the radix top-k
     scratch, one call (``_gather_workspace_shapes``)."""
+    r = _release(release)
     return WorkspaceRequest(f"indexer K-gather (T = {t_rows:,}) + radix top-k",
-                            (t_rows * 128, t_rows * 4, RADIX_TOPK_WORKSPACE_BYTES), INDEXER_SRC[_release(release)])
+                            (t_rows * 128, t_rows * 4, RADIX_TOPK_WORKSPACE_BYTES),
+                            f"{INDEXER_SRC[r]}; {INDEXER_ROWS_SRC[r]}")
 
 
 def moe_request(release: str, d: ModelDims, moe_tp: int, mnbt: int) -> WorkspaceRequest:
