@@ -13,8 +13,9 @@
   per-token activation bytes times a factor fitted on a posted log. Subtracted only when the
   release subtracts it (cudagraph mode not NONE, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
   on: envs.py, default 1 in 0.25, 0.26 and 0.33).
-* **Other activations of the profile run** at max_num_batched_tokens: the residual hc stream and
-  the MoE intermediates per token (``activation_token_bytes``), counted, not fitted.
+* **Other activations of the profile run** at max_num_batched_tokens: the residual hc stream per
+  token (``hc_stream_token_bytes``), counted, not fitted; the MoE intermediates are a request in the
+  shared workspace (budget/vllm_workspace.py), charged once with FlashMLA's and the indexer's.
 * **Non-torch memory** (NCCL's lazily allocated buffers, cuBLAS workspaces) after the
   start-up snapshot: fitted per release and TP > 1 / TP 1.
 * **MoE backend workspaces**: ``--moe-backend deep_gemm_mega_moe``'s symmetric buffer (sized in
@@ -64,9 +65,11 @@ class NonKvFit:
 # (largest=192)", "--gpu-memory-utilization=0.9500 is equivalent to ... 0.9334" (graphs = 0.0166 x
 # 102,641,958,912 B = 1,703,856,517 B), "Available KV cache memory: 10.29 GiB". csa-plan's capture list for
 # its flags gives exactly those counts (PIECEWISE 384 + 41 x 369, FULL 192 + 25 x 186 = 20,355 tokens of
-# 184,320 activation bytes each): factor 0.454. What is left after weights, named buffers, graphs and the
-# counted activations (754,974,720 B) is the non-torch figure, 614 MiB (the log's KV is rounded to 0.01
-# GiB: +-5 MiB). tests/budget/test_vllm_nonkv.py re-derives both from the log's figures.
+# 184,320 activation bytes each): factor 0.454. What is left after weights, named buffers (the shared
+# workspace charged once: its largest request, the indexer's 10,485,760 K rows at 1M on 0.25), graphs and the
+# counted hc-stream activations (402,653,184 B) is the non-torch figure, 1,209 MiB (614 MiB when the three
+# workspace requests were added; the log's KV is rounded to 0.01 GiB: +-5 MiB).
+# tests/budget/test_vllm_nonkv.py and tools/heldout_vllm_nonkv.py re-derive both from the log's figures.
 # deep_gemm_mega_moe: fitted on #51454 TP 8 + EP (its 20.43x gives the KV memory; DP 8 is held out).
 FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non_torch_tp_bytes=1209 * MiB,
                    non_torch_tp1_bytes=1209 * MiB, non_torch_band_pct=60,
