@@ -139,7 +139,7 @@ def gaps(logs: list[dict]) -> list[str]:
         out.append(f"{log['id']} ({log['role']}): requested {b['usable_bytes'] / GiB:.2f} GiB; non-KV implied by "
                    f"the print {implied / GiB:.2f} GiB, csa-plan's {modelled / GiB:.2f} GiB (weights "
                    f"{b['weights_bytes'] / GiB:.2f} + reserves {b['reserve_bytes'] / GiB:.2f}): "
-                   f"{(implied - modelled) / GiB:+.2f} GiB a GPU unmodelled")
+                   f"{round((implied - modelled) / GiB, 2) + 0.0:+.2f} GiB a GPU unmodelled")
     return out
 
 
@@ -151,43 +151,76 @@ def render(logs: list[dict]) -> str:
 
 
 FOOTER = """
-What the held-out band says: the two 0.25 logs off the fit (B200 DP 8, GH200 with the `LLM` class)
-are within -0.4 % and -12.4 %; the two vllm#51041 H20 logs on 0.26 are about +56 % too large: about
-4 GiB a GPU of non-KV memory that no term here has (above). The cause is not found. The thread
-prints only the pool and the token counts (no `Model loading took`, no graph-estimate or
-`peak activation` line), so the missing figure cannot be split between weights, the profile run's
-torch peak, non-torch memory and the graph estimate. What vLLM 0.26.0's code rules out, with its
-numbers (sources: the unpacked vllm-0.26.0 wheel):
+What changed in this table (vLLM's own code, release by release; `planner/budget/vllm_workspace.py`):
+
+* The profile run's FlashMLA gather, the indexer's K-gather and the MoE intermediates are views into
+  one workspace buffer that grows to the largest single request (`get_simultaneous` rounds each part
+  to 256 B and sums the parts of one call; `_ensure_workspace_size` keeps one tensor:
+  vllm-0.25.0/0.26.0 `v1/worker/workspace.py:92-117, :119-191`, 0.33.0 `:181-207, :209-280`; callers
+  `models/deepseek_v4/nvidia/flashmla.py:86-101` (0.25/0.26) and `:105-131` (0.33),
+  `sparse_attn_indexer.py:324-335` / `:326-334` / `:481-499`, `fused_moe/modular_kernel.py:1096` /
+  `:1105` / `:1207`). csa-plan added the three; it now charges the largest. The manager appears in
+  0.22.0; 0.33's Model Runner V2 gives a DSpark drafter a second lane (`gpu_worker.py:122-128`).
+* The indexer's K-gather rows are `max_model_len x 40 // 4` in 0.25/0.26
+  (`v1/attention/backends/mla/indexer.py:227-237` / `:231-241`, `models/deepseek_v4/attention.py:725-727`);
+  the workspace factor (5 up to 256K tokens, else 2) arrives in 0.32. csa-plan used 0.33's rule for all
+  releases: at 912,128 tokens 0.26 asks for 9,121,280 rows (1,205,057,536 B), not 3,648,512.
+* The non-torch figure and the mega-MoE buffer were refitted on their fit logs with these requests
+  (RTX PRO 6000: 1,209 MiB; B200 TP 8 + EP: 19.756 B a token-expert-element), so the fit logs still close.
+
+What the held-out band says: B200 DP 8 stays within -0.4 %; GH200 with the `LLM` class (16,384
+batched tokens, 30,000 tokens) is now -20.0 %: its workspace requests were small, so the refit's larger
+residual lands on it in full. The two vllm#51041 H20 runs on 0.26 are still +61 % and +53 % too large,
+but what is missing is now nearly the same in both: +4.29 GiB and +4.06 GiB a GPU (it was +3.97 and
++4.32 with the workspaces added and 0.33's indexer rows), so what is missing no longer follows
+max_model_len (912,128 against 121,344). The cause is not found. The thread prints only the pool and the
+token counts (no `Model loading took`, no graph-estimate or `peak activation` line), so the missing
+figure cannot be split between weights, the profile run's torch peak, non-torch memory and the graph
+estimate. What vLLM 0.26.0's code rules out, with its numbers (sources: the unpacked vllm-0.26.0 wheel):
 
 * DeepEP: vLLM builds no all-to-all at TP 2 without DP (fused_moe/config.py:1052-1055): 0 B
   (`tests/budget/test_deepep.py`).
 * How much is requested: `ceil(total x 0.95)` of the card's total, not of free memory
   (v1/worker/utils.py:425-445), as csa-plan does; if the H20's total as torch sees it is below the
   card table's nvidia-smi 97,871 MiB (an H20-class OOM message in sgl-project/sglang#23602 reads
-  "total capacity of 95.07 GiB"), that accounts for at most 0.48 GiB of the gap, not 4.
+  "total capacity of 95.07 GiB"), that accounts for at most 0.48 GiB of the gap, not 4. What is in use
+  before the worker's snapshot (CUDA context, NCCL communicators, custom all-reduce and symmetric-memory
+  buffers: `init_worker_distributed_environment` at gpu_worker.py:369 runs before `MemorySnapshot` at
+  :388) is not in the non-KV figure at all.
+* What changed from 0.25.0 (the fit) to 0.26.0: `determine_available_memory` adds only
+  `maybe_apply_startup_plan` (off unless `VLLM_ENABLE_STARTUP_PLAN=1`, v1/worker/startup_plan.py:134-142);
+  the DeepSeek-V4 model adds `hc_attn_fn_broadcast` (393,216 B, nvidia/model.py:1299-1309) and a
+  compressor scratch built on ROCm only (compressor.py:231-249); the MTP proposer and drafter are
+  unchanged (v1/spec_decode/llm_base_proposer.py adds a draft KV dtype only).
 * Vocabulary logits in the profile run: `_dummy_run(max_num_batched_tokens)` splits the 8,192 tokens
   over `min(tokens, max_num_seqs)` = 32 requests (v1/worker/gpu_model_runner.py:5859) and
   `_dummy_sampler_run` computes logits for their 32 last tokens only (:6170-6185): 32 x 129,280 x 4 B
-  = 16.5 MB (8,192 rows would have been 3.95 GiB).
+  = 16.5 MB (8,192 rows would have been 3.95 GiB). The MTP drafter's `dummy_run` computes no logits
+  (llm_base_proposer.py:1621-1673).
 * The MXFP4 experts on Hopper: SM90 has neither DeepGEMM's MXFP4 kernel (SM100/SM120 only,
   fused_moe/experts/deep_gemm_moe.py:423-429) nor TRT-LLM's, so the oracle picks Marlin
   (fused_moe/oracle/mxfp4.py:330-349); Marlin repacks the weights to the same bytes and turns the
-  scales back to 1-byte e8m0 (quantization/utils/marlin_utils_fp4.py:125-139, :576-675). A bf16 copy
-  of the scales would be 4,328,521,728 B (4.03 GiB) a GPU - the right size - but none is kept, and
-  the conversion's transients are not in `Model loading took` (DeviceMemoryProfiler reads
-  `max_memory_allocated` after a peak reset, platforms/cuda.py:351-356).
-* The persisted start-up plan: off unless `VLLM_ENABLE_STARTUP_PLAN=1` (v1/worker/startup_plan.py:134-142).
+  scales back to 1-byte e8m0 (quantization/utils/marlin_utils_fp4.py:125-139, :576-675) before
+  `replace_parameter` drops the originals (quantization/mxfp4.py:693-697, model_executor/utils.py:77-97).
+  A bf16 copy of the scales would be 4,328,521,728 B (4.03 GiB) a GPU over 43 layers - the right size -
+  but none is kept, and the conversion's transients are not in `Model loading took`
+  (DeviceMemoryProfiler reads `max_memory_allocated` after a peak reset, platforms/cuda.py:351-356).
+* The RoPE tables: DeepSeek-V4's YaRN cache is `original_max_position_embeddings x factor` =
+  65,536 x 16 = 1,048,576 rows of 64 fp32 (rotary_embedding/__init__.py:284-314,
+  deepseek_scaling_rope.py:250-261), one for each of the two thetas (common/rope.py:17-20): 512 MiB,
+  as counted.
 * Communication buffers at TP 2 on SM90: the custom all-reduce and symmetric-memory buffers are
-  64 MiB each (distributed/device_communicators/all_reduce_utils.py:31-58); NCCL's NVLS buffers are
-  not set up below 3 GPUs (vllm-project/vllm#9699's measurement).
-* The max_model_len terms: from the preview (912,128) to the 0731 run (121,344) csa-plan's FlashMLA
-  gather and indexer K-gather workspaces shrink by 1.05 GiB while the printed pool grows by only
-  0.70 GiB, and those two and the MoE workspace are one buffer in vLLM (the workspace manager keeps
-  the largest request, v1/worker/workspace.py:92-180; fused_moe/modular_kernel.py:1105,
-  models/deepseek_v4/nvidia/flashmla.py:98, model_executor/layers/sparse_attn_indexer.py:330)
-  where csa-plan adds them: csa-plan over-reserves there, the opposite sign.
+  64 MiB each (distributed/device_communicators/all_reduce_utils.py:31-58) and allocated before the
+  snapshot; NCCL's NVLS buffers are not set up below 3 GPUs (vllm-project/vllm#9699's measurement).
+* CUDA-graph profiling: PIECEWISE captures run without attention metadata
+  (gpu_model_runner.py:5949-5972), so FlashMLA and the indexer take their profile-run branches: the
+  workspace is already at its largest (no growth), and the indexer's 512 MiB logits dummy
+  (sparse_attn_indexer.py:336-341) can enter the first capture's free-memory sample once
+  (gpu_model_runner.py:6655-6686): at most 0.5 GiB beyond csa-plan's 229,022,573 B estimate. The FULL
+  captures run `profile_seq_lens = min(max_model_len, 8192 // 64)` = 128 (:6666-6673): the decode
+  indexer's logits are 64 x 128 fp32.
 * The FULL decode graph's indexer logits (DeepGEMM's paged MQA logits, [32 x 2, max_model_len / 4]
-  fp32 in the first capture, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
+  fp32 at most, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
   max_model_len // 4, models/deepseek_v4/attention.py:720-721: 58.4 MB at 912,128, 7.8 MB at
   121,344) and the C128A top-k buffers of the sparse-MLA metadata builder
   (models/deepseek_v4/sparse_mla.py:183-194, built with the KV cache, outside the four subtracted
@@ -195,11 +228,13 @@ numbers (sources: the unpacked vllm-0.26.0 wheel):
 
 What differs between the fit and these runs, and stays unmeasured: the fit log ran on SM120
 (FlashInfer sparse attention, models/deepseek_v4/nvidia/model.py:760-789, and, where DeepGEMM is
-installed, DeepGEMM's MXFP4 MoE); the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE), 0.26
-instead of 0.25, and 8,192 batched tokens instead of 4,096: the profile run's torch peak and the
-graph estimate's fixed part are fitted on the first and extrapolated to the second. No further
-public stock-vLLM DeepSeek-V4 log printing `Model loading took` and `Available KV cache memory`
-with its flags was found (forks are not stock: #50576's SM8x fork, a 0.26.1rc0 SM120 fork), so the
+installed, DeepGEMM's MXFP4 MoE), with `--disable-custom-all-reduce` and PCIe between the two cards;
+the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE) over NVLink with the
+custom all-reduce on, 0.26 instead of 0.25, and 8,192 batched tokens instead of 4,096. What NCCL
+allocates lazily at the first collective and the profile run's torch peak on that path are not in
+vLLM's code; the GH200 log (SM90 too, with EP, without MTP) shows no such 4 GiB. No further public
+stock-vLLM DeepSeek-V4 log printing `Model loading took` and `Available KV cache memory` with its
+flags was found (forks are not stock: #50576's SM8x fork, a 0.26.1rc0 SM120 fork), so the
 profile-run, non-torch and graph terms are not separately refitted beyond the one log that prints
 them all.
 """

@@ -102,10 +102,22 @@ def _model_buffers(c: StageContext, mnbt: int, mtp_here: bool, tables: int, rope
     return steps
 
 
-def _flashmla_workspace(m: int, mnbt: int, top_k: int, src: str) -> Step:
-    """FlashMLA's sparse-prefill workspace for M gathered rows (the profile run allocates it)."""
-    return Step(StepKind.RESERVE, f"FlashMLA sparse-prefill workspace (M = {m:,})",
-                4 * m * 512 * 2 + mnbt * round_up(top_k + 128, 128) * 4 + mnbt * 4, src)
+def _workspace_steps(c: StageContext, release: str, mnbt: int, requests: list[Any], mtp_here: bool,
+                     v41: bool) -> list[Step]:
+    """The profile run's FlashMLA, indexer and MoE requests share one buffer sized by the largest
+    (budget/vllm_workspace.py); a V4.1 DSpark drafter under 0.33's Model Runner V2 has a lane of its own."""
+    from csa_plan.planner.budget.vllm_nonkv import V2_RUNNER, moe_tp_of
+    from csa_plan.planner.budget.vllm_workspace import draft_lane_step, moe_request, shared_workspace_step
+
+    d = c.dims
+    moe_tp = moe_tp_of(c.placement)
+    if d.experts_per_token and d.moe_intermediate:
+        requests = [*requests, moe_request(release, d, moe_tp, mnbt)]
+    steps = [shared_workspace_step(release, tuple(requests))]
+    if v41 and mtp_here and release in V2_RUNNER and d.experts_per_token and d.moe_intermediate:
+        steps.append(draft_lane_step(release, d, moe_tp, mnbt))
+    return steps
+
 
 def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, ...]:
     if c.dims is None:
@@ -125,21 +137,19 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
                             "models/deepseek_v4/common/rope.py:28-52",
                             "models/deepseek_v4/nvidia/model.py:1210-1223",
                             "models/deepseek_v4/nvidia/model.py:902-913")
+    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request, indexer_rows
+
+    requests = []
     compressed = [r for r in ratios if r > 1]
-    if compressed:
-        ratio = min(compressed)
-        m = ceil_div(L, ratio) + 128 + mnbt
-        steps.append(_flashmla_workspace(m, mnbt, d.index_topk,
-                                         "models/deepseek_v4/nvidia/flashmla.py:105-131, attention.py:156 (profile run)"))
+    if compressed:  # the smallest ratio gathers the most rows (N = ceil(max_model_len / ratio))
+        m = ceil_div(L, min(compressed)) + 128 + mnbt
+        requests.append(flashmla_request(release, m, mnbt, d.index_topk))
     if 4 in ratios:
-        factor = 5 if L <= 256 * 1024 else 2
-        t = L * 8 * factor // 4
-        steps.append(Step(StepKind.RESERVE, f"indexer K-gather workspace (T = {t:,})", t * 128 + t * 4,
-                          "v1/attention/backends/mla/indexer.py:916-927; config/vllm.py:1866-1874 (profile run)"))
-        steps.append(Step(StepKind.RESERVE, "indexer radix top-k workspace", 1 * MiB,
-                          "model_executor/layers/indexer_topk.py:15"))
+        requests.append(indexer_request(release, indexer_rows(release, L, 4)))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
-                          "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:481-510"))
+                          "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:481-510 (a "
+                          "torch.empty beside the workspace, not in it)"))
+    steps += _workspace_steps(c, release, mnbt, requests, mtp_here, v41=False)
     from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
 
     steps += vllm_nonkv_steps(c, release, mnbt, _vllm_max_num_seqs(c, release))
@@ -177,22 +187,16 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
                             "models/deepseek_v41/common/rope.py:17-50 (YaRN on ratio > 0, plain on ratio 0)",
                             "models/deepseek_v41/nvidia/model.py:440-449, 1488-1498",
                             "models/deepseek_v41/nvidia/model.py:930-941")
+    from csa_plan.planner.budget.vllm_workspace import flashmla_request, indexer_request, indexer_rows
+
     compressed = [r for r in ratios if r > 0]
     n, top_k = (ceil_div(L, min(compressed)), d.index_topk) if compressed else (0, 0)
-    m = n + 128 + mnbt
-    steps.append(_flashmla_workspace(m, mnbt, top_k,
-                                     "models/deepseek_v41/nvidia/flashmla.py:109-131 (flash_mla_mega_attn.py:318-332 "
-                                     "alike), attention.py:209 (chunk 4), :312 (window 128) (profile run)"))
+    # ratio-1 layers: M = max_model_len + window + mnbt (attention.py:209 chunk 4, :312 window 128;
+    # flash_mla_mega_attn.py:318-332 alike)
+    requests = [flashmla_request(release, n + 128 + mnbt, mnbt, top_k, v41=True)]
     indexed = [d.compress_ratios[i] for i in c.layers if i in d.index_layers and d.compress_ratios[i] > 0]
-    if indexed:
-        factor = 5 if L <= 256 * 1024 else 2
-        t = L * 8 * factor // min(indexed)
-        steps.append(Step(StepKind.RESERVE, f"indexer K-gather workspace (T = {t:,})", t * 128 + t * 4,
-                          "model_executor/layers/sparse_attn_indexer.py:327-346, 485-499 (FP8 index cache: "
-                          "indexer_kv_dtype auto); models/deepseek_v41/attention.py:1410-1412; "
-                          "v1/attention/backends/mla/indexer.py:916-927; config/vllm.py:1866-1874 (profile run)"))
-        steps.append(Step(StepKind.RESERVE, "indexer radix top-k workspace", 1 * MiB,
-                          "model_executor/layers/indexer_topk.py:15; sparse_attn_indexer.py:494"))
+    if indexed:  # FP8 index cache (indexer_kv_dtype auto); models/deepseek_v41/attention.py:1410-1412
+        requests.append(indexer_request(release, indexer_rows(release, L, min(indexed))))
         steps.append(Step(StepKind.RESERVE, "sparse-indexer logits dummy (transient)", 512 * MiB,
                           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, envs.py:62; sparse_attn_indexer.py:501-506"))
         from csa_plan.planner.budget.vllm_nonkv import graph_plan
@@ -204,6 +208,7 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
                               "sparse_attn_indexer.py:408-435, 510 (2 x the top-k buffer); "
                               "v1/attention/backends/mla/indexer.py:246-263 (TP > 1, cudagraph mixed mode "
                               "not FULL, default envs)"))
+    steps += _workspace_steps(c, release, mnbt, requests, mtp_here, v41=True)
     from csa_plan.planner.budget.vllm_nonkv import vllm_nonkv_steps
 
     steps += [replace(s, source=s.source + V41_CARRIED) if s.estimate else s

@@ -13,8 +13,9 @@
   per-token activation bytes times a factor fitted on a posted log. Subtracted only when the
   release subtracts it (cudagraph mode not NONE, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
   on: envs.py, default 1 in 0.25, 0.26 and 0.33).
-* **Other activations of the profile run** at max_num_batched_tokens: the residual hc stream and
-  the MoE intermediates per token (``activation_token_bytes``), counted, not fitted.
+* **Other activations of the profile run** at max_num_batched_tokens: the residual hc stream per
+  token (``hc_stream_token_bytes``), counted, not fitted; the MoE intermediates are a request in the
+  shared workspace (budget/vllm_workspace.py), charged once with FlashMLA's and the indexer's.
 * **Non-torch memory** (NCCL's lazily allocated buffers, cuBLAS workspaces) after the
   start-up snapshot: fitted per release and TP > 1 / TP 1.
 * **MoE backend workspaces**: ``--moe-backend deep_gemm_mega_moe``'s symmetric buffer (sized in
@@ -26,7 +27,7 @@ release's figures, says so in the source and doubles the band: never silently.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from csa_plan.planner.budget.steps import Step, StepKind
 from csa_plan.planner.errors import BadInput
@@ -64,13 +65,15 @@ class NonKvFit:
 # (largest=192)", "--gpu-memory-utilization=0.9500 is equivalent to ... 0.9334" (graphs = 0.0166 x
 # 102,641,958,912 B = 1,703,856,517 B), "Available KV cache memory: 10.29 GiB". csa-plan's capture list for
 # its flags gives exactly those counts (PIECEWISE 384 + 41 x 369, FULL 192 + 25 x 186 = 20,355 tokens of
-# 184,320 activation bytes each): factor 0.454. What is left after weights, named buffers, graphs and the
-# counted activations (754,974,720 B) is the non-torch figure, 614 MiB (the log's KV is rounded to 0.01
-# GiB: +-5 MiB). tests/budget/test_vllm_nonkv.py re-derives both from the log's figures.
+# 184,320 activation bytes each): factor 0.454. What is left after weights, named buffers (the shared
+# workspace charged once: its largest request, the indexer's 10,485,760 K rows at 1M on 0.25), graphs and the
+# counted hc-stream activations (402,653,184 B) is the non-torch figure, 1,209 MiB (614 MiB when the three
+# workspace requests were added; the log's KV is rounded to 0.01 GiB: +-5 MiB).
+# tests/budget/test_vllm_nonkv.py and tools/heldout_vllm_nonkv.py re-derive both from the log's figures.
 # deep_gemm_mega_moe: fitted on #51454 TP 8 + EP (its 20.43x gives the KV memory; DP 8 is held out).
-FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non_torch_tp_bytes=614 * MiB,
-                   non_torch_tp1_bytes=614 * MiB, non_torch_band_pct=60,
-                   mega_moe_bytes_per_token_expert_elem_ppm=16_374_619,
+FIT_025 = NonKvFit("vllm-0.25", graph_factor_ppm=454_140, graph_band_pct=35, non_torch_tp_bytes=1209 * MiB,
+                   non_torch_tp1_bytes=1209 * MiB, non_torch_band_pct=60,
+                   mega_moe_bytes_per_token_expert_elem_ppm=19_756_142,
                    mega_moe_band_pct=50, source=RTX_LOG)
 
 FITS: dict[str, NonKvFit] = {"vllm-0.25": FIT_025}
@@ -92,12 +95,28 @@ def fit_for(release: str) -> tuple[NonKvFit, str, int]:
                          f"(not re-fitted; band doubled), fitted on: {FITS[other].source}"), 2
 
 
-def activation_token_bytes(d: ModelDims, moe_tp: int) -> int:
-    """Bytes of one token's transients in a forward pass: three bf16 copies of the residual hc stream
-    [hc_mult, hidden] and, for each of the top-k experts, bf16 gate/up [2 x inter / moe_tp], the
-    activation [inter / moe_tp] and the expert output [hidden] (csa-plan's count)."""
+def hc_stream_token_bytes(d: ModelDims) -> int:
+    """Three bf16 copies of one token's residual hc stream [hc_mult, hidden] (csa-plan's count)."""
+    return 3 * d.hc_mult * d.hidden * 2
+
+
+def moe_token_bytes(d: ModelDims, moe_tp: int) -> int:
+    """One token's MoE intermediates: for each of the top-k experts, bf16 gate/up [2 x inter / moe_tp],
+    the activation [inter / moe_tp] and the expert output [hidden] (csa-plan's count). In the profile run
+    vLLM takes them from the shared workspace (budget/vllm_workspace.py)."""
     inter = d.moe_intermediate // max(moe_tp, 1)
-    return 3 * d.hc_mult * d.hidden * 2 + d.experts_per_token * (3 * inter + d.hidden) * 2
+    return d.experts_per_token * (3 * inter + d.hidden) * 2
+
+
+def moe_tp_of(placement: Any) -> int:
+    """The MoE layers' tensor-parallel split: 1 under expert parallelism, else tp x dp."""
+    return 1 if placement.ep is not None and placement.ep > 1 else placement.tp * placement.dp
+
+
+def activation_token_bytes(d: ModelDims, moe_tp: int) -> int:
+    """Bytes of one token's transients in a forward pass, hc stream and MoE intermediates: the unit a
+    CUDA-graph capture is measured in (the graph factor is fitted on it)."""
+    return hc_stream_token_bytes(d) + moe_token_bytes(d, moe_tp)
 
 
 # --- the capture list ------------------------------------------------------------------------------
@@ -282,14 +301,14 @@ def vllm_nonkv_steps(c: StageContext, release: str, mnbt: int, max_num_seqs: int
     assert d is not None
     fit, how, widen = fit_for(release)
     p = c.placement
-    moe_tp = 1 if p.ep is not None and p.ep > 1 else p.tp * p.dp
+    moe_tp = moe_tp_of(p)
     token_bytes = activation_token_bytes(d, moe_tp)
     steps: list[Step] = []
-    act = mnbt * token_bytes
-    steps.append(Step(StepKind.RESERVE, f"other profile-run activations ({mnbt:,} tokens x {token_bytes:,} B)", act,
+    hc = hc_stream_token_bytes(d)
+    steps.append(Step(StepKind.RESERVE, f"other profile-run activations ({mnbt:,} tokens x {hc:,} B)", mnbt * hc,
                       "profile_run at max_num_batched_tokens (gpu_model_runner.py profile_run; torch peak, "
-                      "gpu_worker.py determine_available_memory): residual hc stream x 3 + top-k MoE "
-                      "intermediates, csa-plan's count", estimate=True, band_pct=50))
+                      "gpu_worker.py determine_available_memory): residual hc stream x 3, csa-plan's count (the "
+                      "top-k MoE intermediates are a request in the shared workspace)", estimate=True, band_pct=50))
     tp_many = p.tp * p.dp > 1
     nt = fit.non_torch_tp_bytes if tp_many else fit.non_torch_tp1_bytes
     nt_note = "" if tp_many else "; TP 1: no TP-1 log, the TP > 1 figure is used (an upper bound)"

@@ -67,9 +67,13 @@ def test_each_step_adds_up_and_names_its_source():
     assert reserves["top-k index buffer"] == mnbt * topk * 4
     assert reserves["RoPE cos/sin tables, 1 x fp32"] == (1 << 20) * 64 * 4  # Pro: no sliding-window-only layer
     m = L // 4 + 128 + mnbt
-    assert reserves["FlashMLA sparse-prefill workspace"] == 4 * m * 512 * 2 + mnbt * 1152 * 4 + mnbt * 4
+    flashmla = 4 * m * 512 * 2 + mnbt * 1152 * 4 + mnbt * 4  # 0.33: bf16 gather + top-k rows + lengths, one request
     t = L * 8 * 2 // 4
-    assert reserves["indexer K-gather workspace"] == t * 132
+    indexer = t * 128 + t * 4 + MIB                             # FP8 K + fp32 scales + radix top-k, one request
+    ws = next(step for step in s.steps if step.label.startswith("shared workspace"))
+    # one buffer, the largest request (v1/worker/workspace.py), not the sum
+    assert ws.bytes == max(flashmla, indexer) == flashmla and not ws.estimate
+    assert f"{flashmla:,} B" in ws.label and f"{indexer:,} B" in ws.label and "workspace.py:181-207" in ws.source
     estimates = [step for step in s.steps if step.estimate]
     assert [e.label.split(" (")[0].split(":")[0] for e in estimates] == \
         ["other profile-run activations", "non-torch memory", "CUDA graph estimate"]  # each with its band
@@ -81,7 +85,10 @@ def test_flash_has_two_rope_tables_and_a_64k_indexer_factor_of_5():
     r = {step.label.split(" (")[0].split(" [")[0]: step.bytes for step in b.binding.steps}
     assert r["RoPE cos/sin tables, 2 x fp32"] == 2 * (1 << 20) * 64 * 4
     t = 65536 * 8 * 5 // 4
-    assert r["indexer K-gather workspace"] == t * 132
+    ws = next(step for step in b.binding.steps if step.label.startswith("shared workspace"))
+    assert f"indexer K-gather (T = {t:,}) + radix top-k {t * 132 + MIB:,} B" in ws.label
+    # at 64K the MoE intermediates (csa-plan's count, 8,192 x 6 x (3 x 512 + 4096) x 2 B) are the largest request
+    assert ws.bytes == 8192 * 6 * (3 * 512 + 4096) * 2 and ws.estimate and ws.band_pct == 50
 
 
 def test_options_replace_their_step():

@@ -46,8 +46,8 @@ def test_vllm_sizes_each_stage_from_its_projected_groups_and_takes_the_smallest(
         assert st["total_units"] == st["kv_memory_bytes"] // st["unit_bytes"]
     # the figures of the must-show deployment (16 x H20, TP 8, PP 2, 131,072 tokens), as vLLM's code computes them
     assert [(s["layers"], s["total_units"], s["unit_bytes"]) for s in pipe["stages"]] == [
-        ([0, 30], 43_778, 718_848), ([31, 61], 46_365, 717_120)]
-    assert pipe["binding_stage"] == 0 and pipe["scheduler_units"] == 43_778
+        ([0, 30], 43_439, 718_848), ([31, 61], 46_025, 717_120)]
+    assert pipe["binding_stage"] == 0 and pipe["scheduler_units"] == 43_439
     assert doc["fit"]["requests_that_fit"] == 4 and "stage 0 binds" in doc["fit"]["source"]
     # the projection: the stage's bytes per block from its own layers' pages, the global groups kept
     from csa_plan.planner.engines.registry import get_engine
@@ -78,7 +78,7 @@ def test_sglang_sizes_each_rank_from_the_least_free_memory_and_its_own_layers(cs
 def test_check_text_names_every_stage_and_the_binding_one(csa):
     out = " ".join(csa("check", *H20, "--engine", "vllm-0.33").out.split())
     assert "Stage 0 (layers 0-30)" in out and "Stage 1 (layers 31-61)" in out
-    assert "Binding stage: 0; the scheduler sees 43,778 blocks" in out
+    assert "Binding stage: 0; the scheduler sees 43,439 blocks" in out
     assert out.count("engine log: GPU KV cache size") == 2
 
 

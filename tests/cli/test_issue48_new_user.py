@@ -170,12 +170,12 @@ def test_vllm_count_is_said_as_admitted_at_once_with_the_decoding_figure_beside_
     text = " ".join(csa(*args, "--brief").out.split())
     assert ("Requests of 16,384 tokens admitted at once into an empty cache: 16 (the engine's 'Maximum "
             "concurrency') [engine: vllm-0.33]") in text
-    assert "decoding (each holds 86.02 MiB): 1,024 at once, admitted one by one (the running cap; memory: 1,179)" in text
+    assert "decoding (each holds 86.02 MiB): 1,024 at once, admitted one by one (the running cap; memory: 1,173)" in text
     assert "charged per request at admission: 6.27 GiB (6,735,052,800 B)" in text
     fit = csa(*args, "--json").json()["fit"]
     steady = fit["steady_decode"]
     assert fit["requests_that_fit"] == 16 and fit["per_request_bytes"] == 6_735_052_800
-    assert steady["count"] == 1024 and steady["by_memory"] == 1179 and steady["limited_by"] == "running cap"
+    assert steady["count"] == 1024 and steady["by_memory"] == 1173 and steady["limited_by"] == "running cap"
     assert steady["per_request_bytes"] == 90_201_600  # what compare calls a decoding request
     # the figure is reachable one by one: n-1 decoding plus one admission charge fit the usable blocks
     units = steady["units_per_request"]
@@ -185,7 +185,7 @@ def test_vllm_count_is_said_as_admitted_at_once_with_the_decoding_figure_beside_
     assert (n - 1) * units + need <= usable < n * units + need
     # without the running cap the figure is memory's
     more = csa(*args, "--max-num-seqs", "2048", "--json").json()["fit"]["steady_decode"]
-    assert more["count"] == 1179 and more["limited_by"] == "memory"
+    assert more["count"] == 1173 and more["limited_by"] == "memory"
     # SGLang and the exact layout charge a decoding request what they admit: no second figure
     for other in (("--engine", "sglang-0.5.23"), ()):
         a = [x for x in args if x not in ("--engine", "vllm-0.33")]

@@ -41,25 +41,30 @@ def test_rtx_pro_6000_v0250_from_flags_alone(csa):
 def test_vllm_51041_h20_preview_from_flags_alone(csa):
     """vllm-project/vllm#51041 (the "preview" column): vLLM 0.26.0, 2x H20, TP 2, 0.95, mnbt 8192, max-num-seqs
     32, MTP 1, async off, 912,128: "7.01 GiB", "1,009,661 tokens". From flags: before 11.20 GiB / 1,613,421
-    tokens (+59.8 %), after 10.98 GiB / 1,581,747 (+56.7 %). Not explained: 0.26 has no fit of its own; the
-    thread's --all2all-backend deepep_low_latency variants allocate no DeepEP buffer at TP 2 without DP
-    (tests/budget/test_deepep.py), so DeepEP is not the gap."""
+    tokens (+59.8 %), with the non-KV terms 10.98 GiB / 1,581,747 (+56.7 %), with the shared workspace and
+    0.26's own indexer rows (and the RTX fit redone on them) 1,628,491 (+61.3 %). Not explained (about 4.3 GiB a
+    GPU, docs/vllm-nonkv-heldout.md): 0.26 has no fit of its own; the thread's --all2all-backend
+    deepep_low_latency variants allocate no DeepEP buffer at TP 2 without DP (tests/budget/test_deepep.py), so
+    DeepEP is not the gap."""
     d = predict(csa, "deepseek-v4-flash", "--engine", "vllm-0.26", "--gpu", "h20", "--tp", "2",
                 "--max-seq-len", "912128", "--max-num-batched-tokens", "8192", "--max-num-seqs", "32",
                 "--num-speculative-tokens", "1", "--no-async-scheduling", "--gpu-memory-utilization", "0.95")
     tokens = d["engine"]["pool"]["tokens"]
-    assert tokens == 1_581_747 and 0.56 < tokens / 1_009_661 - 1 < 0.57
+    assert tokens == 1_628_491 and 0.61 < tokens / 1_009_661 - 1 < 0.62
     assert any("vllm-0.25's fit is used" in s["source"] for s in steps(d).values())
 
 
 def test_vllm_44376_gh200_from_flags_alone(csa):
     """vllm-project/vllm#44376: vLLM ~0.22-0.24 (vllm-0.25's rules), 2x GH200, TP 2 + EP, LLM class (mnbt
     16,384), 30,000, block 256: "available KV cache memory (5.44 GiB)". From flags: before 11.48 GiB
-    (+111 %), after 4.77 GiB (-12.4 %): the 16,384-token profile run's activations are most of the gap."""
+    (+111 %), with the non-KV terms 4.77 GiB (-12.4 %), with the shared workspace (one buffer, the largest
+    request) and the non-torch figure refitted on the RTX log 4.35 GiB (-20.0 %): the refit moves the
+    RTX log's residual (the fit absorbs what the one buffer no longer charges) onto a 30,000-token run whose
+    workspace requests were small to begin with."""
     d = predict(csa, "deepseek-v4-flash", "--engine", "vllm-0.25", "--gpu", "gh200", "--tp", "2", "--ep", "2",
                 "--usage", "llm", "--block-size", "256", "--max-seq-len", "30000")
     kv = d["budget"]["kv_memory_bytes"] / GiB
-    assert round(kv, 2) == 4.77 and -0.13 < kv / 5.44 - 1 < -0.12
+    assert round(kv, 2) == 4.35 and -0.21 < kv / 5.44 - 1 < -0.19
 
 
 def test_vllm_51454_b200_from_flags_alone(csa):

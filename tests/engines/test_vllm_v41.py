@@ -215,11 +215,6 @@ V41_RESERVES = {  # label prefix -> bytes, each from the release's shapes (file:
     "candidate-block buffer [8192, 2048] int32": 8192 * 2048 * 4,                 # nvidia/model.py:765-779
     "RoPE cos/sin tables, 2 x fp32 [1048576, 64]": 2 * 1_048_576 * 64 * 4,        # YaRN (ratio > 0) + plain
     "hc_attn_fn_broadcast [24, 5120] fp32": 24 * 5120 * 4,
-    # ratio-1 layers: N = max_model_len; M = N + window 128 + mnbt; chunk 4 x M x 512 bf16 + topk/lens int32
-    "FlashMLA sparse-prefill workspace (M = 1,056,896)": 4 * 1_056_896 * 512 * 2 + 8192 * 640 * 4 + 8192 * 4,
-    # T = max_model_len x (1152 // 132) x factor 2 (> 256K) // ratio 1; fp8 [T, 128] + uint8 [T, 4]
-    "indexer K-gather workspace (T = 16,777,216)": 16_777_216 * 132,
-    "indexer radix top-k workspace": 1 << 20,
     "sparse-indexer logits dummy (transient)": 512 << 20,
     # TP 8, FULL_AND_PIECEWISE (mixed mode PIECEWISE): 2 x the top-k buffer's rows x width x 4
     "top-k row-shard exchange (transient, TP > 1)": 2 * 8192 * 512 * 4,
@@ -240,6 +235,14 @@ def test_v41_start_up_buffers_are_the_releases_own_shapes(csa):
     for label, size in V41_RESERVES.items():
         assert steps[label]["bytes"] == size and steps[label]["estimate"] is False, label
     assert steps["top-k index buffer [8192, 512] int32"]["bytes"] == 16_777_216
+    # the profile run's requests share one buffer, the largest (v1/worker/workspace.py:181-280):
+    # ratio-1 layers: N = max_model_len; M = N + window 128 + mnbt; chunk 4 x M x 512 bf16 + topk/lens int32
+    flashmla = 4 * 1_056_896 * 512 * 2 + 8192 * 640 * 4 + 8192 * 4
+    # T = max_model_len x (1152 // 132) x factor 2 (> 256K) // ratio 1; fp8 [T, 128] + uint8 [T, 4] + radix 1 MiB
+    indexer = 16_777_216 * 132 + (1 << 20)
+    ws = [s for label, s in steps.items() if label.startswith("shared workspace")]
+    assert len(ws) == 1 and ws[0]["bytes"] == max(flashmla, indexer) == flashmla and ws[0]["estimate"] is False
+    assert f"(M = 1,056,896) {flashmla:,} B" in ws[0]["label"] and f"{indexer:,} B" in ws[0]["label"]
     assert steps["candidate-block buffer [8192, 2048] int32"]["bytes"] == 67_108_864
     assert "deepseek_v41/nvidia/model.py:765-779" in steps["candidate-block buffer [8192, 2048] int32"]["source"]
     fitted = [s for s in b["stages"][0]["steps"] if s["estimate"] and s["kind"] == "reserve"]
@@ -251,8 +254,9 @@ def test_v41_start_up_buffers_are_the_releases_own_shapes(csa):
 def test_v41_pool_takes_every_reserve(csa):
     b = _v41_budget(csa)
     assert b["usable_bytes"] - b["weights_bytes"] - b["reserve_bytes"] == b["kv_memory_bytes"]
-    assert b["kv_memory_bytes"] == 86_314_753_433  # was 98,646,501,873 with no reserve modelled
-    named = sum(V41_RESERVES.values())
+    # 86,314,753,433 with the three requests added (not one buffer); 98,646,501,873 with no reserve modelled
+    assert b["kv_memory_bytes"] == 88_494_742_937
+    named = sum(V41_RESERVES.values()) + 4 * 1_056_896 * 512 * 2 + 8192 * 640 * 4 + 8192 * 4
     assert b["reserve_bytes"] >= named + 24 * (1 << 20)  # + the Engram staging buffers and the fitted terms
 
 
