@@ -187,3 +187,55 @@ def test_sglang_micro_batch_size_caps_each_micro_batch():
     assert list(wide.admitted_ns) == [0, 0]
     assert list(wide.first_token_ns) == [2 * MS, 2 * MS]  # one micro-batch: every token a full pass, 2 ms
     assert list(wide.finished_ns) == [6 * MS, 6 * MS]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sglang_micro_batches_never_schedule_a_request_in_flight_and_free_every_page(seed):
+    """Random traces through small pools (retractions happen) and 2-3 stages: no request decodes while a batch
+    holding it is in flight (each micro-batch owns its running requests until its result is processed; only a
+    chunked prompt's next chunk follows its last one before that one's result, as SGLang's shared chunked_req
+    does), every request ends served or refused, and every page a request held is back when the replay ends."""
+    import numpy as np
+
+    from csa_plan.planner.engines.sglang.runtime import SglangRuntime
+    from csa_plan.planner.engines.sglang.scheduler import SchedulerConfig
+    from csa_plan.planner.replay.loop import replay
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+
+    rng = np.random.default_rng(seed)
+    n, stages = 60, 2 + seed % 2
+    trace = RuntimeTrace(np.sort(rng.integers(0, 200 * MS, n)).astype(np.int64), rng.integers(1, 3000, n),
+                         rng.integers(1, 400, n))
+    cfg = SchedulerConfig(full_pages=40, swa_pages=24, max_running_requests=12, chunked_prefill_size=1024,
+                          max_prefill_tokens=2048, radix_cache=seed % 3 != 0)
+    rt = SglangRuntime(cfg, trace, "sglang")
+    rt.use_micro_batches(stages, stages)
+    flying: dict[int, tuple[str, set[int]]] = {}
+    schedule, complete = rt.schedule, rt.complete
+    chunks_in_flight = [0]
+
+    def checked_schedule():
+        s = schedule()
+        ids, kind = set(s.requests), getattr(s.payload, "kind", "idle")
+        for other_kind, other in flying.values():
+            if ids & other:
+                assert kind == other_kind == "prefill", "a request scheduled while a batch holding it is in flight"
+                chunks_in_flight[0] += 1
+        if s.tokens:  # a step with tokens is in flight until its result is applied
+            flying[id(s)] = (kind, ids)
+        return s
+
+    def checked_complete(step):
+        flying.pop(id(step))
+        return complete(step)
+
+    rt.schedule, rt.complete = checked_schedule, checked_complete
+    timing = PipelineTiming(stages=stages, stage_time=StepTime(1.0, 1e6), activation_bytes_per_token=64,
+                            link_bytes_s=1e9, in_flight=stages, micro_batch_turns=True)
+    r = replay(rt, trace, StepTime(2.0, 5e5), pipeline=timing)
+    assert len(r.refused) + sum(1 for f in r.finished_ns if f >= 0) == n
+    assert not flying and rt.sched.pending == 0 and rt.running() == 0
+    assert rt.sched.req_full == 0 and rt.sched.req_swa == 0 and rt.sched.tree.locked == 0
+    assert chunks_in_flight[0] > 0  # prompts over the 1,024-token chunk: chunks follow each other in flight
+    if seed in (1, 2):
+        assert rt.retractions > 0  # the pools are small enough that decode retracts
