@@ -10,7 +10,9 @@ A step with nothing scheduled waits for the batch in flight, else jumps to the n
 arrival (or, with requests waiting, to when the runtime frees memory it holds for a set
 time: ``EngineRuntime.release_due``, a disaggregated prefill's blocks until their transfer
 ends); with nothing in flight and nothing to come the requests still waiting are
-stranded (refused as never fitting) instead of spinning.
+stranded (refused as never fitting) instead of spinning. With SGLang's pipeline micro-batches
+(``PipelineTiming.micro_batch_turns``) every scheduling call is a micro-batch's turn, and after each
+turn, idle or not, the batch launched ``in_flight - 1`` turns earlier is applied (``settle``).
 
 ``max_concurrency`` C makes the client closed-loop, as ``vllm bench serve --max-concurrency``
 and SGLang's ``bench_serving`` run every published row: the trace's order is kept but not its
@@ -110,12 +112,16 @@ class Replayer:
         self.preemptions = [0] * n
         self.refused: dict[int, str] = {}
         self.series = StepSeries.empty(len(rt.pools))
-        self.inflight: deque[tuple[Step, int, int]] = deque()  # (step, its end, when its output is back)
+        self.inflight: deque[tuple[Step, int, int, int]] = deque()  # (step, its end, when its output is back, turn)
         self.totals = {"recomputed": 0, "hit": 0, "query": 0}
         self.t = self.arrival[0] if n and not handed else 0
         self.nxt = 0
         self.done = 0
         self.depth = rt.pipeline_depth if pipeline is None else pipeline.in_flight
+        # SGLang's micro-batches (replay/pipeline.py): each scheduling call is the next micro-batch's turn, and
+        # after every turn the batch launched depth - 1 turns earlier (the next micro-batch's) is applied
+        self.turns = pipeline is not None and pipeline.micro_batch_turns
+        self.turn = 0  # scheduling calls so far (the step next_step returns is turn self.turn - 1)
         self.linear = time.linear
         self.wake: int | None = None  # when the runtime next frees memory it holds (release_due)
 
@@ -166,6 +172,7 @@ class Replayer:
     def next_step(self) -> Step:
         """The engine's next step at ``t``, its admissions, preemptions and prefix counts recorded."""
         step = self.rt.schedule()
+        self.turn += 1
         t = self.t
         for r in step.admitted:
             if self.admitted[r] == NEVER:
@@ -205,10 +212,14 @@ class Replayer:
         if self.on_step is not None:
             self.on_step(step)
         inflight = self.inflight
-        inflight.append((step, end, back))
+        inflight.append((step, end, back, self.turn - 1))
         waited = end
+        if self.turns:  # the next micro-batch's batch, launched depth - 1 turns ago, is processed now
+            self.t = waited
+            self.settle()
+            waited = self.t
         while len(inflight) >= self.depth:  # the queue is full: wait for the oldest batch's output
-            s, _, b = inflight.popleft()
+            s, _, b, _ = inflight.popleft()
             self.apply(s, b)
             waited = max(waited, b)
             if s is step:
@@ -226,10 +237,20 @@ class Replayer:
         """The oldest batch in flight applied, the clock at its output (False: nothing in flight)."""
         if not self.inflight:
             return False
-        s, _, b = self.inflight.popleft()
+        s, _, b, _ = self.inflight.popleft()
         self.apply(s, b)
         self.t = max(self.t, b)
         return True
+
+    def settle(self) -> bool:
+        """Micro-batch turns (``turns``): after turn k, the batch launched at turn k + 1 - depth (the next
+        micro-batch's, ``process_batch_result`` of ``next_mb_id``, sglang-0.5.23
+        ``srt/managers/scheduler_pp_mixin.py:137,188-204``) applied, the clock at its output (a synchronous
+        receive from the last stage). False: that micro-batch has nothing in flight."""
+        inflight = self.inflight
+        if not inflight or inflight[0][3] > self.turn - self.depth:
+            return False
+        return self.drain()
 
     def held_memory_first(self) -> bool:
         """With requests waiting, the clock moved to when held memory is freed (a disaggregated prefill's
@@ -261,6 +282,9 @@ class Replayer:
             step = self.next_step()
             if step.tokens:
                 self.commit(step, *self.timing(step))
+                continue
+            if self.turns and self.inflight:  # an idle turn: the next micro-batch's result, else its turn at once
+                self.settle()
                 continue
             if self.drain():
                 continue

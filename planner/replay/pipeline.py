@@ -13,10 +13,17 @@ cross the link (``transfer_ns``). Two ways an engine runs that pipeline:
   boundary transfer). The scheduler cannot schedule a request again until its batch returns
   (its tokens are not computed yet); with the queue full it blocks on the oldest batch
   (``v1/engine/core.py`` step_with_batch_queue :715-780).
-* ``in_flight`` 1 (SGLang's ``event_loop_pp``, ``srt/managers/scheduler_pp_mixin.py`` :104-140): the
-  running requests are dealt into ``pp_size`` micro-batches that follow each other through the stages;
-  a request advances one token per round of the micro-batches. A step is replayed as that round:
-  it lasts every stage in turn plus the boundary transfers (``latency``), the whole batch at once.
+* ``micro_batch_turns`` (SGLang 0.5.23's ``event_loop_pp``, ``srt/managers/scheduler_pp_mixin.py``
+  :104-215): ``in_flight`` = ``pp_loop_size`` micro-batches (pp_size + pp_async_batch_depth,
+  ``init_pp_loop_state`` :561-570), each its own running batch. Every scheduling call is the next
+  micro-batch's turn (``for mb_id in range(self.pp_loop_size)`` :131): the runtime schedules that
+  micro-batch alone (its running requests, or a prefill of new admissions in their place:
+  ``engines/sglang/scheduler.py``); its batch enters the first stage when that stage is free (the same
+  ``interval``); after the turn the batch launched ``in_flight - 1`` turns earlier — the next
+  micro-batch's (``next_mb_id`` :137) — has its result processed (:188-204), the clock waiting for it
+  (a synchronous receive from the last stage) — one turn before that micro-batch is scheduled again.
+  An idle turn (nothing to run) still processes the next micro-batch's result.
+* ``in_flight`` 1: one batch at a time, every stage in turn (``latency`` between steps).
 
 With ``stages`` 1 nothing here applies (``loop.replay`` gets ``None``): today's replay, unchanged.
 """
@@ -35,7 +42,8 @@ class PipelineTiming:
     stage_time: StepTime  # the slowest stage's clock
     activation_bytes_per_token: int  # bytes each GPU sends per token across one stage boundary
     link_bytes_s: float  # the boundary link's bytes/s per GPU, one direction
-    in_flight: int  # batches in flight (vLLM max_concurrent_batches); 1: one micro-batch round per step
+    in_flight: int  # batches in flight (vLLM max_concurrent_batches; SGLang pp_loop_size micro-batches)
+    micro_batch_turns: bool = False  # SGLang: each in-flight batch a micro-batch scheduled on its own turn
 
     def __post_init__(self) -> None:
         if self.stages < 2 or self.in_flight < 1 or self.link_bytes_s <= 0 or self.activation_bytes_per_token < 0:
@@ -56,5 +64,5 @@ class PipelineTiming:
         return max(stage_ns, x), latency
 
     def as_dict(self) -> dict:
-        return {"num_stages": self.stages, "in_flight": self.in_flight,
+        return {"num_stages": self.stages, "in_flight": self.in_flight, "micro_batch_turns": self.micro_batch_turns,
                 "activation_bytes_per_token": self.activation_bytes_per_token, "link_bytes_s": self.link_bytes_s}

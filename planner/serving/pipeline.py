@@ -36,6 +36,8 @@ from typing import Any
 
 from csa_plan.planner.errors import BadInput
 
+# sglang-0.5.23 srt/arg_groups/fields/parallel.py:69-72 (--pp-async-batch-depth, default 0; not a csa-plan option)
+SGLANG_PP_ASYNC_BATCH_DEPTH = 0
 ACTIVATION_BYTES = 2  # bf16 activations (the checkpoints' torch_dtype; both engines run V4 in bf16 between layers)
 
 VLLM_RULE = ("vllm-0.33.0 v1/core/kv_cache_planning.py get_kv_cache_configs :1560-1594 (each worker's blocks from "
@@ -180,8 +182,9 @@ def pipeline_section(pools: PipelinePools, timing: Any, link: Any, occupancy: An
 IN_FLIGHT_RULE = {
     "vllm": "vllm-0.33.0 config/vllm.py max_concurrent_batches :588-598 (pp + 1 with async scheduling on Model "
             "Runner V2, else pp)",
-    "sglang": "sglang-0.5.23 srt/managers/scheduler_pp_mixin.py event_loop_pp :104-140 (micro-batches in turn: "
-              "one round a step)",
+    "sglang": "sglang-0.5.23 srt/managers/scheduler_pp_mixin.py event_loop_pp :104-215 and init_pp_loop_state "
+              ":561-570 (pp_loop_size = pp_size + pp_async_batch_depth micro-batches, each its own running batch, "
+              "scheduled in turn; a micro-batch's result processed one turn before its next turn)",
 }
 
 
@@ -192,10 +195,9 @@ def stage_share(pools: PipelinePools) -> float:
 
 
 NOT_MODELLED = (  # (the engine family it is said for, the line)
-    ("sglang", "SGLang's micro-batches are replayed as one round per step (every stage in turn, the whole batch): a "
-               "prefill chunk holds every running request's next token here, where SGLang's other micro-batches "
-               "would go on (decode latency under prefill pressure is overstated); its pp_max_micro_batch_size "
-               "(max_running_requests // pp) and pp_async_batch_depth are not modelled"),
+    ("sglang", "SGLang's micro-batches at their defaults only (pp_async_batch_depth 0, pp_max_micro_batch_size = "
+               "max_running_requests // pp); the stage-boundary send is charged on the latency path only; "
+               "SGLang's dynamic chunking under PP (off by default) is not modelled"),
     ("vllm", "the stage-boundary send is charged on the latency path only (vLLM's isend overlaps the next step's "
              "compute); a staggered request's next batch may enter stage 0 before its previous token is back by "
              "up to one boundary transfer"),
@@ -240,13 +242,14 @@ def stage_clock(spec: Any, config: Any, pools: PipelinePools, time: Any, link_na
     gpus = p.tp * p.pp
     name = link_name or default_link(gpus, gpu.perf.link_domain if gpu.perf is not None else 1)
     found, bytes_s = link(name, gpu, gpus, field="--pp")
-    if pools.engine.startswith("sglang"):
-        in_flight = 1  # the micro-batch round, one step (replay/pipeline.py)
+    sglang = pools.engine.startswith("sglang")
+    if sglang:  # pp_loop_size = pp_size + pp_async_batch_depth (0 by default) micro-batches (replay/pipeline.py)
+        in_flight = p.pp + SGLANG_PP_ASYNC_BATCH_DEPTH
     else:  # config/vllm.py max_concurrent_batches :588-598 (model runner V2: pp + 1 with async scheduling)
         in_flight = p.pp + 1 if pools.plan.resolved.async_scheduling else p.pp
     return PipelineTiming(stages=p.pp, stage_time=scaled_time(time, share),
                           activation_bytes_per_token=activation_bytes_per_token(spec, p.tp), link_bytes_s=bytes_s,
-                          in_flight=in_flight), found
+                          in_flight=in_flight, micro_batch_turns=sglang), found
 
 
 def scaled_time(time: Any, share: float) -> Any:

@@ -142,6 +142,8 @@ def engine_runtime(setup: RuntimeSetup, trace: Any, made: list | None = None) ->
     rt = setup.plan.runtime(setup.sizing, trace, setup.options)
     if setup.pipeline is not None and getattr(rt, "async_on", False) and hasattr(rt, "decode_stagger"):
         rt.decode_stagger = setup.pipeline.stages  # vLLM V2 + PP + async: AsyncScheduler.decode_stagger = pp_size
+    if setup.pipeline is not None and setup.pipeline.micro_batch_turns:  # SGLang: pp_loop_size micro-batches
+        rt.use_micro_batches(setup.pipeline.in_flight, setup.pipeline.stages)
     if setup.host_tier is not None:
         from csa_plan.planner.engines.host_tier import HostTierRuntime
 

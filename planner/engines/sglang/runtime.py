@@ -92,8 +92,19 @@ class SglangRuntime(EngineRuntime):
             if self.cfg.radix_cache else ()
         self.sched.add(Req(rid=r, prompt=prompt, max_new=max_new, keys=keys))
 
+    def use_micro_batches(self, count: int, pp_size: int) -> None:
+        """``--pp``: SGLang's pipeline micro-batches (``SglangScheduler.use_micro_batches``), scheduled in turn, one
+        a call to ``schedule``; the loop applies each one's result one turn before its next turn
+        (``PipelineTiming.micro_batch_turns``)."""
+        self.sched.use_micro_batches(count, pp_size)
+        self.turn = 0
+
     def schedule(self) -> Step:
-        d = self.sched.schedule()
+        if self.sched.mbs is None:
+            d = self.sched.schedule()
+        else:  # for mb_id in range(pp_loop_size): every call is the next micro-batch's turn (event_loop_pp :130-131)
+            d = self.sched.schedule(self.turn % len(self.sched.mbs))
+            self.turn += 1
         s = Step(payload=d)
         if d.kind == "idle":
             return s
@@ -146,7 +157,8 @@ class SglangRuntime(EngineRuntime):
         return max(full, swa) * self.cfg.page + sum(r.fill_len for r in self.sched.waiting)
 
     def running(self) -> int:
-        return len(self.sched.running) + (1 if self.sched.chunked is not None else 0)
+        s = self.sched
+        return s.all_running() + s.pending + (1 if s.chunked is not None else 0)
 
     def waiting(self) -> int:
         return len(self.sched.waiting)
@@ -165,7 +177,8 @@ class SglangRuntime(EngineRuntime):
     def compiled_replay(self) -> "CompiledReplay | None":
         """The compiled loop (``compiled.py``, ``csglang.c``) as the engine plan handed it in, when built and
         every setting is in its range; else None (the loop steps the methods above, its checked twin)."""
-        if self.drafts or self.sched.held is not None:  # the compiled twin has no drafts, holds nothing
+        if self.drafts or self.sched.held is not None or self.sched.mbs is not None:  # the compiled twin has no
+            # drafts, holds nothing and runs no micro-batches
             return None
         return None if self.compiled is None else self.compiled(self)
 

@@ -88,6 +88,7 @@ class Decision:
     hit_tokens: int = 0  # prefix tokens served from the radix cache by this step's admissions
     query_tokens: int = 0  # prompt tokens those admissions looked up
     recomputed_tokens: int = 0  # prefill tokens of retracted requests' earlier progress
+    mb: int = 0  # the micro-batch whose turn scheduled it (pipeline micro-batches; else 0)
     alloc_shortfall_pages: int = 0  # pages admission promised that the pools could not give (stays 0)
 
 
@@ -112,6 +113,30 @@ class SglangScheduler:
         # a disaggregated prefill server (hold_on_finish): finished requests in disagg_prefill_inflight_queue, their
         # pages and req_to_token row kept until the transfer's KVPoll.Success (disaggregation/prefill.py:1151-1228)
         self.held: dict[int, Req] | None = None
+        # pipeline micro-batches (``use_micro_batches``; None: one running batch, pp 1): each its own running batch
+        self.mbs: list[list[Req]] | None = None
+        self.mb = 0  # the micro-batch being scheduled (its running batch is ``running``)
+        self.mb_size = cfg.max_running_requests  # pp_max_micro_batch_size (pp 1: max_running_requests)
+        self.pending = 0  # requests of prefill batches in flight that finish their prompt (they hold rows)
+        self.stash: Req | None = None  # a chunk scheduled last turn, checkpointed at the next turn (micro-batches)
+
+    def use_micro_batches(self, count: int, pp_size: int) -> None:
+        """SGLang's ``event_loop_pp`` (``srt/managers/scheduler_pp_mixin.py:104-215``): ``count`` =
+        ``pp_loop_size`` = pp_size + pp_async_batch_depth (``init_pp_loop_state`` :561-570; the depth defaults
+        to 0, ``arg_groups/fields/parallel.py:69-72``) micro-batches, each its own running batch
+        (``running_mbs[mb_id]``, :131-153), scheduled in turn by ``get_next_batch_to_run(running_batch=...)``
+        against the one shared pool, waiting queue, radix cache and chunked request; a micro-batch takes at most
+        ``pp_max_micro_batch_size`` = max(max_running_requests // pp_size, 1) requests (``managers/scheduler.py:
+        1237-1243``, ``get_num_allocatable_reqs`` :4034). Every stage's scheduler process makes the same
+        decisions, so one scheduler stands for all."""
+        self.mbs = [[] for _ in range(count)]
+        self.mb = 0
+        self.running = self.mbs[0]
+        self.mb_size = max(self.cfg.max_running_requests // pp_size, 1)
+
+    def all_running(self) -> int:
+        """Running requests in every micro-batch (one running batch without micro-batches)."""
+        return len(self.running) if self.mbs is None else sum(map(len, self.mbs))
 
     # -- pool views (tokens, as the adder reads them) -------------------------------------------
 
@@ -139,7 +164,7 @@ class SglangScheduler:
         self.waiting.append(req)
 
     def idle(self) -> bool:
-        return not self.waiting and not self.running and self.chunked is None
+        return not self.waiting and not self.all_running() and self.chunked is None and not self.pending
 
     def _keys(self, req: Req, pages: int) -> list[Hashable]:
         keys = list(req.keys[:pages])
@@ -229,26 +254,51 @@ class SglangScheduler:
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def schedule(self) -> Decision:
-        """get_next_batch_to_run: a prefill batch if the adder admits anything, else a decode step."""
+    def schedule(self, mb: int = 0) -> Decision:
+        """get_next_batch_to_run: a prefill batch if the adder admits anything, else a decode step. With
+        micro-batches, micro-batch ``mb``'s turn (``event_loop_pp`` :131-153): its own running batch decodes, or
+        a prefill batch of new admissions runs in its place and joins it when its result is processed."""
+        if self.mbs is None:
+            d = self._prefill()
+            if d is not None:
+                return d
+            if self.running:
+                return self._decode()
+            return Decision("idle")
+        self.mb = mb
+        self.running = self.mbs[mb]
+        if self.stash is not None:  # stash_chunked_request at the next get_next_batch_to_run (scheduler.py:3911-3920)
+            if self.cfg.radix_cache:
+                self._checkpoint_unfinished(self.stash)
+            self.stash = None
         d = self._prefill()
-        if d is not None:
-            return d
-        if self.running:
-            return self._decode()
-        return Decision("idle")
+        if d is None:
+            d = self._decode() if self.running else Decision("idle")
+        else:  # the chunked request goes on in the next turn's micro-batch, before this chunk's result is back
+            self.chunked = next((req for req, _n, continues in d.batch if continues), None)
+            self.stash = self.chunked
+            self.pending += sum(1 for _req, _n, continues in d.batch if not continues)
+        d.mb = mb
+        self.mbs[mb] = self.running
+        return d
 
     def complete(self, d: Decision) -> Outcome:
         """The fabricated model output: one sampled token per request that finished its prompt or decoded."""
         out = Outcome()
+        mbs = self.mbs
+        if mbs is not None:  # the micro-batch's result, processed one turn before its next turn (:188-204)
+            self.running = mbs[d.mb]
         if d.kind == "prefill":
             new_chunked = None
             for req, _n, continues in d.batch:
                 if continues:
-                    if self.cfg.radix_cache:
-                        self._checkpoint_unfinished(req)
-                    new_chunked = req
+                    if mbs is None:
+                        if self.cfg.radix_cache:
+                            self._checkpoint_unfinished(req)
+                        new_chunked = req
                     continue
+                if mbs is not None:
+                    self.pending -= 1
                 req.out += 1
                 if req.out == 1:
                     out.first_token.append(req.rid)
@@ -260,7 +310,8 @@ class SglangScheduler:
                     if self.cfg.radix_cache:
                         self._checkpoint_unfinished(req)
                     self.running.append(req)  # merge_batch (scheduler.py:3955-3966)
-            self.chunked = new_chunked
+            if mbs is None:
+                self.chunked = new_chunked
         elif d.kind == "decode":
             done: list[Req] = []
             for req in self.running:
@@ -272,11 +323,13 @@ class SglangScheduler:
                     self._finish(req)
                     out.finished.append(req.rid)
                 self.running = [r for r in self.running if r.out < r.max_new]
+        if mbs is not None:
+            mbs[d.mb] = self.running
         return out
 
     def stranded(self) -> list[Req]:
         """Nothing running, nothing chunked, and the adder admits nobody: nothing will ever change."""
-        return list(self.waiting) if not self.running and self.chunked is None else []
+        return list(self.waiting) if not self.all_running() and self.chunked is None and not self.pending else []
 
     def _prefill(self) -> Decision | None:
         cfg = self.cfg
@@ -296,10 +349,11 @@ class SglangScheduler:
         for req in self.waiting:
             if adder.budget_state() is AddResult.OTHER:
                 break
-            running_bs = len(self.running)
+            running_bs = len(self.running)  # this micro-batch's
             held = 1 if batch and batch[0][0] is self.chunked else 0
-            rows = cfg.max_running_requests - running_bs - holds_row + held - (len(self.held) if self.held else 0)
-            allocatable = min(cfg.max_running_requests - running_bs, rows)  # inflight requests keep their rows
+            in_use = running_bs if self.mbs is None else self.all_running() + self.pending  # rows of every micro-batch
+            rows = cfg.max_running_requests - in_use - holds_row + held - (len(self.held) if self.held else 0)
+            allocatable = min(self.mb_size - running_bs, rows)  # inflight requests keep their rows
             if len(batch) >= allocatable:  # get_num_allocatable_reqs (scheduler.py:4024-4050)
                 break
             limit = (req.fill_len - 1) // cfg.page
