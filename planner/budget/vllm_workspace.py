@@ -21,8 +21,13 @@ Where each release has it (the unpacked wheels):
   ``models/deepseek_v41/nvidia/flashmla.py:108-131``); the indexer ``sparse_attn_indexer.py:481-499``;
   the MoE kernel ``modular_kernel.py:1207``. Model Runner V2 with a DSpark drafter gives the drafter
   its own lane, a second buffer (``gpu_worker.py:122-128``, ``v1/worker/gpu/model_runner.py:205-211``).
+* vllm-0.27.0 and 0.28.0 mix the two: FlashMLA's request already carries the top-k rows and lengths
+  (0.27.0 ``nvidia/flashmla.py:89-106``, 0.28.0 ``:107-128``), but the indexer's rows are still the flat
+  ``40 x max_model_len`` (0.27.0 ``v1/attention/backends/mla/indexer.py:442-452``, 0.28.0 ``:475-485``);
+  0.27's manager is 0.26's one buffer (``v1/worker/workspace.py:92-117``), 0.28's has 0.33's lanes
+  (``:116-142``, ``:143``).
 * The manager first appears in vllm-0.22.0 (``v1/worker/workspace.py``); every release csa-plan models
-  (0.25, 0.26, 0.33) routes all three requests through it.
+  (0.25-0.28, 0.33) routes all three requests through it.
 
 The MoE request is csa-plan's count of the top-k intermediates (gate/up, activation, expert output in
 bf16), not a backend's own ``workspace_shapes`` (Marlin, DeepGEMM and TRT-LLM differ): it is marked
@@ -49,22 +54,34 @@ MOE_BAND_PCT = 50
 WORKSPACE_SRC = {
     "vllm-0.25": "vllm-0.25.0 v1/worker/workspace.py:92-117, :119-191 (one buffer, grown to the largest request)",
     "vllm-0.26": "vllm-0.26.0 v1/worker/workspace.py:92-117, :119-191 (one buffer, grown to the largest request)",
+    "vllm-0.27": "vllm-0.27.0 v1/worker/workspace.py:92-117, :119-191 (one buffer, grown to the largest request)",
+    "vllm-0.28": "vllm-0.28.0 v1/worker/workspace.py:116-142, :143 (one buffer a lane, grown to the largest "
+                 "request)",
     "vllm-0.33": "vllm-0.33.0 v1/worker/workspace.py:181-207, :209-280 (one buffer a lane, grown to the largest "
                  "request)",
 }
 FLASHMLA_SRC = {
     "vllm-0.25": "models/deepseek_v4/nvidia/flashmla.py:86-101 (chunk 4 x M x 512 bf16)",
     "vllm-0.26": "models/deepseek_v4/nvidia/flashmla.py:86-101 (chunk 4 x M x 512 bf16)",
+    "vllm-0.27": "models/deepseek_v4/nvidia/flashmla.py:89-106 (chunk 4 x M x 512 bf16 + top-k rows + lengths)",
+    "vllm-0.28": "models/deepseek_v4/nvidia/flashmla.py:107-128 (chunk 4 x M x 512 bf16 + top-k rows + lengths)",
     "vllm-0.33": "models/deepseek_v4/nvidia/flashmla.py:105-131 (chunk 4 x M x 512 bf16 + top-k rows + lengths)",
 }
 V41_FLASHMLA_SRC = "models/deepseek_v41/nvidia/flashmla.py:108-131 (chunk 4 x M x 512 bf16 + top-k rows + lengths)"
 INDEXER_SRC = {
     "vllm-0.25": "model_executor/layers/sparse_attn_indexer.py:324-335",
     "vllm-0.26": "model_executor/layers/sparse_attn_indexer.py:326-334",
+    "vllm-0.27": "model_executor/layers/sparse_attn_indexer.py:326-336",
+    "vllm-0.28": "model_executor/layers/sparse_attn_indexer.py:326-336",
     "vllm-0.33": "model_executor/layers/sparse_attn_indexer.py:481-499",
 }
 MOE_SRC = {"vllm-0.25": "fused_moe/modular_kernel.py:1096", "vllm-0.26": "fused_moe/modular_kernel.py:1105",
+           "vllm-0.27": "fused_moe/modular_kernel.py:1167", "vllm-0.28": "fused_moe/modular_kernel.py:1167",
            "vllm-0.33": "fused_moe/modular_kernel.py:1207"}
+# the releases whose FlashMLA warm-up request carries the top-k index rows and lengths (0.27+), and those
+# whose indexer rows take the workspace factor (0.32+; 0.33 among those modelled)
+TOPK_IN_FLASHMLA = frozenset({"vllm-0.27", "vllm-0.28", "vllm-0.33"})
+FACTOR_ROWS = frozenset({"vllm-0.33"})
 DRAFT_LANE_SRC = ("Model Runner V2 gives a DSpark drafter its own workspace lane (vllm-0.33.0 gpu_worker.py:122-128, "
                   "v1/worker/gpu/model_runner.py:205-211)")
 
@@ -90,11 +107,11 @@ class WorkspaceRequest:
 
 def flashmla_request(release: str, m_rows: int, mnbt: int, top_k: int, window: int = 128,
                      v41: bool = False) -> WorkspaceRequest:
-    """FlashMLA's warm-up request for M gathered rows: 0.25/0.26 ask for the bf16 gather only; 0.33 adds
+    """FlashMLA's warm-up request for M gathered rows: 0.25/0.26 ask for the bf16 gather only; 0.27 on add
     [mnbt, round_up(top_k + window, 128)] and [mnbt] int32 in the same call."""
     r = _release(release)
     parts = [PREFILL_CHUNK_SIZE * m_rows * GATHER_HEAD_DIM * 2]
-    if r == "vllm-0.33":
+    if r in TOPK_IN_FLASHMLA:
         parts += [mnbt * round_up(top_k + window, 128) * 4, mnbt * 4]
     return WorkspaceRequest(f"FlashMLA sparse-prefill gather (M = {m_rows:,})", tuple(parts),
                             V41_FLASHMLA_SRC if v41 else FLASHMLA_SRC[r])
@@ -105,6 +122,10 @@ INDEXER_ROWS_SRC = {
                  "models/deepseek_v4/attention.py:725-727",
     "vllm-0.26": "T = max_model_len x 40 // ratio: vllm-0.26.0 v1/attention/backends/mla/indexer.py:231-241, "
                  "models/deepseek_v4/attention.py:725-727",
+    "vllm-0.27": "T = max_model_len x 40 // ratio: vllm-0.27.0 v1/attention/backends/mla/indexer.py:442-452, "
+                 "models/deepseek_v4/attention.py:777-779",
+    "vllm-0.28": "T = max_model_len x 40 // ratio: vllm-0.28.0 v1/attention/backends/mla/indexer.py:475-485, "
+                 "models/deepseek_v4/attention.py:841-842",
     "vllm-0.33": "T = max_model_len x (1152 // 132) x factor // ratio, factor 5 up to 256K else 2: vllm-0.33.0 "
                  "v1/attention/backends/mla/indexer.py:916-927, config/vllm.py:1866-1874, "
                  "models/deepseek_v4/attention.py:1015-1017",
@@ -112,9 +133,9 @@ INDEXER_ROWS_SRC = {
 
 
 def indexer_rows(release: str, max_model_len: int, ratio: int) -> int:
-    """The indexer's K-gather rows T (``get_max_prefill_buffer_size // compress_ratio``): 0.25/0.26 take
+    """The indexer's K-gather rows T (``get_max_prefill_buffer_size // compress_ratio``): 0.25-0.28 take
     a flat 40 x max_model_len; the workspace factor (5 up to 256K tokens, else 2) arrives with 0.32."""
-    if _release(release) == "vllm-0.33":
+    if _release(release) in FACTOR_ROWS:
         factor = 5 if max_model_len <= 256 * 1024 else 2
         return max_model_len * (576 * 2 // 132) * factor // ratio
     return max_model_len * 40 // ratio

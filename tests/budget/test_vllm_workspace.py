@@ -30,6 +30,8 @@ def test_parts_round_to_256_bytes_and_requests_do_not_add():
 
 
 @pytest.mark.parametrize("release, extra", [("vllm-0.25", 0), ("vllm-0.26", 0),
+                                            ("vllm-0.27", 8192 * 640 * 4 + 8192 * 4),  # 0.27.0 flashmla.py:89-106
+                                            ("vllm-0.28", 8192 * 640 * 4 + 8192 * 4),  # 0.28.0 :107-128
                                             ("vllm-0.33", 8192 * 640 * 4 + 8192 * 4)])
 def test_flashmla_request_per_release(release, extra):
     """0.25/0.26 flashmla.py:86-101 ask for the bf16 gather only; 0.33 :105-131 adds [mnbt, round_up(top_k + 128,
@@ -42,6 +44,8 @@ def test_flashmla_request_per_release(release, extra):
     ("vllm-0.25", 1 << 20, (1 << 20) * 10),   # 40 x max_model_len // 4 (indexer.py:227-237)
     ("vllm-0.26", 912_128, 9_121_280),         # the preview run of vllm#51041
     ("vllm-0.26", 121_344, 1_213_440),
+    ("vllm-0.27", 912_128, 9_121_280),         # still 40 x max_model_len (0.27.0 indexer.py:442-452)
+    ("vllm-0.28", 121_344, 1_213_440),         # and in 0.28.0 (:475-485): the factor arrives in 0.32
     ("vllm-0.33", 912_128, 912_128 * 8 * 2 // 4),   # factor 2 above 256K (config/vllm.py:1866-1874)
     ("vllm-0.33", 121_344, 121_344 * 8 * 5 // 4),   # factor 5 up to 256K
 ])
