@@ -76,6 +76,27 @@ class Step:
         return sum(self.tokens)
 
 
+def admission_hits(step: Step, prompt_tokens: list[int], seen: "set[int] | dict[int, Any]") -> dict[int, int]:
+    """Each fresh admission's own prefix-cache hit (tokens not computed) in ``step``, by request; ``seen``: the
+    requests admitted before (a resumed one is not fresh). The scheduler reports the step's hits in total, and
+    vLLM and SGLang chunk only the last request a step admits, so an earlier one's hit is its prompt less what
+    it scheduled, and the last one's is the step's total less the others' (its prompt less its tokens where a
+    resumed request's hit is in the total too). A layer over the runtime that needs a request's own hit (a
+    host KV tier, a disaggregated decode side) reads it here."""
+    pos = {r: k for k, r in enumerate(step.requests)}
+    fresh = [r for r in step.admitted if r not in seen and r in pos]
+    resumed = any(r in seen for r in step.admitted)
+    hits: dict[int, int] = {}
+    for j, r in enumerate(fresh):
+        n = step.tokens[pos[r]]
+        if j == len(fresh) - 1 and not resumed:
+            hits[r] = step.prefix_hit_tokens - sum(hits.values())
+        else:
+            hits[r] = prompt_tokens[r] - n
+        hits[r] = min(max(hits[r], 0), prompt_tokens[r])
+    return hits
+
+
 @dataclass
 class Completion:
     """What one step's (fabricated) model output did."""
