@@ -14,7 +14,9 @@ What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL c
    the decode engine's footprint of its prompt per GPU (``EnginePlan.footprint``, the blocks / pages
    the request holds, as the connectors move whole blocks: ``nixl/pull_scheduler.py:270``
    ``get_exchange_clipped_blocks``), every rank pulling its share over its own NIC at once; a
-   worker's transfers queue one after another on its links (FIFO by the time prefill ended).
+   worker's transfers queue one after another on its links (FIFO by the time prefill ended). Where the
+   decode engine keeps a prefix cache (vLLM: ``disagg_decode_caching``), only the prompt past the decode
+   side's own hit moves: the footprint of those tokens (``serve_disaggregated_trace``).
 3. **Memory held during the transfer.** The prefill side keeps the request's blocks until the
    decode side has read them: vLLM's ``request_finished`` returns ``delay_free_blocks``
    (``nixl/pull_scheduler.py:248-278``; the scheduler skips ``_free_blocks``,
@@ -29,8 +31,9 @@ What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL c
    MTP) and recomputes the last one so it can sample (``scheduler.py:3515-3516``); SGLang's
    decode side pre-allocates and receives the pages (``srt/disaggregation/decode.py:387``
    ``DecodePreallocQueue``). The decode engine's own scheduler runs (``RemoteKvRuntime``): its
-   blocks are allocated as for a prompt, but the loaded positions cost no step time; only the last
-   prompt token is computed. A request preempted (retracted) on the decode side recomputes its
+   blocks are allocated as for a prompt (its prefix-cache hit, where it keeps one, adopted as in any
+   replay), but the loaded and the hit positions cost no step time; only the last prompt token is
+   computed. A request preempted (retracted) on the decode side recomputes its
    prompt there, as both engines do.
 
 TTFT is the client's: arrival to the decode side's first token = prefill queue + prefill + transfer
@@ -359,7 +362,7 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
     settled = not cached or bool(np.array_equal(got, hit))
     sent_bytes = np.where(end >= 0, per_gpu, 0)
     saved = None
-    if cached:
+    if decode.caching:
         whole = np.array([footprint_of(dplan, int(prompt[i]), dcache).total_bytes if end[i] >= 0 else 0
                           for i in range(n)], dtype=np.int64)
         saved = whole - sent_bytes
@@ -368,7 +371,8 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
     dres = merge_replicas(results, owners, trace, decode.dp) if decode.dp > 1 else _placed(results[0], owners[0], n)
     refused = dict(pres.refused)
     refused.update(dres.refused)
-    dc = DecodeCache(bool(cached), hit if cached else np.zeros(n, dtype=np.int64), rounds, settled)
+    # the decode side keeps its cache whether or not the trace names prefix blocks (without them nothing is shared)
+    dc = DecodeCache(bool(decode.caching), hit if cached else np.zeros(n, dtype=np.int64), rounds, settled)
     client = replace(dres, arrival_ns=trace.arrival_ns, admitted_ns=np.asarray(pres.admitted_ns, dtype=np.int64),
                      refused=refused, prefix_hit_tokens=pres.prefix_hit_tokens,
                      prefix_query_tokens=pres.prefix_query_tokens,
