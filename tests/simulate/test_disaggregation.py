@@ -511,3 +511,17 @@ def test_the_decode_side_s_prefix_cache_spares_the_transfer_exactly_the_blocks_i
     old = serve_disaggregated_trace(p, q0, two, 1e8)
     assert np.asarray(old.transfers.bytes_per_gpu).tolist() == whole and not old.decode_cache.enabled
     assert int(old.result.first_token_ns[1]) > int(run.result.first_token_ns[1])  # TTFT shrinks with the transfer
+
+
+def test_a_run_whose_decode_hits_did_not_settle_says_so(monkeypatch):
+    """One round allowed: the transfers moved whole prompts while the decode replay hit 3,840 tokens, so the run
+    reports that it did not reach hits that reproduce themselves (and its notes say so), never a silent figure."""
+    import csa_plan.planner.serving.disaggregation as dis
+
+    monkeypatch.setattr(dis, "DECODE_CACHE_ROUNDS", 1)
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000, decode_caching=True)
+    run = dis.serve_disaggregated_trace(p, q, _shared_prefix_trace(10**10), 1e8)
+    assert (run.decode_cache.rounds, run.decode_cache.converged) == (1, False)
+    assert np.asarray(run.transfers.bytes_per_gpu).tolist() == [42_094_080, 46_103_040]
+    assert any("NOT settled" in n for n in run.result.notes)
+    assert dis.decode_cache_figures(run)["converged"] is False
