@@ -525,3 +525,16 @@ def test_a_run_whose_decode_hits_did_not_settle_says_so(monkeypatch):
     assert np.asarray(run.transfers.bytes_per_gpu).tolist() == [42_094_080, 46_103_040]
     assert any("NOT settled" in n for n in run.result.notes)
     assert dis.decode_cache_figures(run)["converged"] is False
+
+
+def test_each_admission_s_own_hit_is_the_runtime_s_where_it_reports_it():
+    """A step that resumes request 5 (seen before, its hit 256 in the step's total) and admits request 7 fresh,
+    chunked to 100 of its 1,000 tokens with no hit: from the total alone 7's hit reads as 900 (its prompt less
+    its chunk); the runtime's own report (vLLM's and SGLang's schedulers fill ``Step.admission_hit``) says 0."""
+    from csa_plan.planner.replay.protocol import admission_hits
+
+    step = Step(requests=[5, 7], tokens=[44, 100], admitted=[5, 7], prefix_hit_tokens=256)
+    prompts = {5: 300, 7: 1000}
+    assert admission_hits(step, prompts, {5}) == {7: 900}  # the step's total alone cannot tell
+    step.admission_hit = {5: 256, 7: 0}
+    assert admission_hits(step, prompts, {5}) == {7: 0}
