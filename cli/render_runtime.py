@@ -214,6 +214,13 @@ def render_disaggregation(out: Console, d: dict[str, Any]) -> None:
     out.print(f"  transfer over {link['name']} ({link['bytes_s_per_gpu'] / 1e9:g} GB/s per GPU, line rate): "
               f"{t['requests']:,} requests, {t['bytes_total']:,} B in all; per GPU p50 {b['p50'] or 0:,} B, "
               f"p99 {b['p99'] or 0:,} B; {s(t['seconds'], 1000)} ms (link wait {s(t['link_wait'], 1000)} ms)")
+    c = t.get("decode_prefix_cache") or {}
+    if c.get("enabled"):
+        out.print(f"  decode-side prefix cache: {c['hit_tokens']:,} prompt tokens hit ({c['requests_hit']:,} "
+                  f"requests), {c['bytes_saved']:,} B not transferred ({c['bytes_saved_per_gpu']:,} B per GPU); "
+                  f"{c['rounds']} round(s)" + ("" if c["converged"] else ", NOT settled"), highlight=False)
+    else:
+        out.print("  decode-side prefix cache: none (every transfer carries its whole prompt)", highlight=False)
     p = d["ttft_parts"]
     out.print(f"  TTFT parts, s: prefill queue {s(p['prefill_queue'])}, prefill {s(p['prefill'])}, transfer "
               f"{s(p['transfer'])}, decode first token {s(p['decode_first_token'])}")

@@ -83,6 +83,9 @@ PARAMS = (
     Opt(("--transfer-link",), "transfer_link", Kind.NAME, choices=("nvlink", "ib-ndr", "ib-xdr", "roce-400g"),
         help="The link KV moves over from prefill to decode [default: nvlink when both roles fit one NVLink "
              "domain, else ib-ndr]."),
+    Opt(("--disaggregation-decode-enable-radix-cache",), "decode_radix_cache", Kind.FLAG, default=False,
+        help="SGLang's decode-side radix cache in PD mode: not modelled, refused (the decode side replays "
+             "without it, SGLang's default; vLLM's decode side follows --enable-prefix-caching)."),
     Opt(("--kv-offloading-size",), "kv_offloading_size", Kind.NUMBER, high=1e6,
         help="vLLM's host KV tier, as vLLM spells it: GiB of host memory over the TP ranks (its native "
              "offloading connector); prefix hits beyond HBM reload over PCIe / C2C (docs/disaggregation.md)."),
@@ -122,7 +125,8 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
              columns: str | None, time_unit: str | None, where: tuple[str, ...], keep_failures: bool, find_capacity: bool,
              max_wait: float | None, max_ttft: float | None, max_tpot: float | None, disable_radix_cache: bool, verify: bool, prefix_caching: bool | None,
              prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
-             decode_tp: int | None, transfer_link: str | None, kv_offloading_size: float | None,
+             decode_tp: int | None, transfer_link: str | None, decode_radix_cache: bool,
+             kv_offloading_size: float | None,
              prefill_dp: int | None, prefill_ep: int | None, decode_dp: int | None, decode_ep: int | None,
              enable_hierarchical_cache: bool, hicache_size: float | None, hicache_ratio: float | None,
              brief: bool, as_json: bool, plot_path: str | None, engine: str | None, engines: tuple[str, ...],
@@ -168,7 +172,7 @@ def simulate(workload: str, model: str | None, layout: str | None, max_seq_len: 
 
     disaggregation = disaggregation_from(prefill_workers, prefill_tp, decode_workers, decode_tp, transfer_link,
                                          prefill_dp=prefill_dp, decode_dp=decode_dp, prefill_ep=prefill_ep,
-                                         decode_ep=decode_ep)
+                                         decode_ep=decode_ep, decode_radix_cache=decode_radix_cache)
     from csa_plan.planner.engines.host_tier import HostTierFlags
 
     host_tier = HostTierFlags(kv_offloading_size, enable_hierarchical_cache, hicache_size, hicache_ratio)

@@ -98,7 +98,8 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     from csa_plan.planner.cards import link as named_link
     from csa_plan.planner.engines.settings import target_of
     from csa_plan.planner.reports.simulate import runtime_document
-    from csa_plan.planner.serving.disaggregation import default_link, disaggregation_section, serve_disaggregated
+    from csa_plan.planner.serving.disaggregation import (default_link, disagg_decode_caching, disaggregation_section,
+                                                         serve_disaggregated)
     from csa_plan.planner.serving.report import runtime_report
 
     refuse_disaggregated_options(req)
@@ -111,7 +112,9 @@ def run_disaggregated(req: Any, wl: Any, settings: Any) -> tuple[dict[str, Any],
     try:
         prefill, pconfig, pdevice, spec = role_setup(req, wl, settings, d.prefill, req.enable_prefix_caching,
                                                      "--prefill-tp")
-        decode, dconfig, ddevice, _ = role_setup(req, wl, settings, d.decode, False, "--decode-tp")
+        decode, dconfig, ddevice, _ = role_setup(req, wl, settings, d.decode,
+                                                 disagg_decode_caching(req.engine, req.enable_prefix_caching),
+                                                 "--decode-tp")
     except RoleRefused as exc:  # the weights do not fit a role's GPUs: its budget is the answer (exit 3)
         return refused_document(wl, settings, exc), ExitCode.REFUSED, f"{settings.model} — {wl.source}"
     from csa_plan.planner.serving.serve import host_tier_section, with_host_tier

@@ -282,6 +282,11 @@ class EngineModel(ABC):
     # True where this release's pools for cross-layer shared compressed state (DeepSeek-V4.1) are
     # modelled; a shared-state model on any other release is a typed refusal (shared_engines.py)
     models_shared_state: bool = False
+    # True where this release's disaggregated decode instance looks up its own prefix cache before it pulls the
+    # prompt's KV, so the transfer moves only the tokens beyond the local hit (vLLM 0.33/0.34 with NIXL:
+    # v1/core/sched/scheduler.py:1122-1141, nixl/pull_scheduler.py:34-65); False where the decode side keeps
+    # no prefix cache by default (SGLang 0.5.23: --disaggregation-decode-enable-radix-cache off)
+    decode_side_prefix_cache: bool = False
 
     @abstractmethod
     def configure(self, model: "ModelSpec", settings: "EngineSettings", max_seq_len: int) -> EnginePlan:

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime
+from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime, admission_hits
 
 if TYPE_CHECKING:
     from csa_plan.planner.replay.protocol import RuntimeTrace
@@ -153,9 +153,8 @@ def resolve_tier(plan: Any, sizing: Any, tp: int, gpu: Any, *, offloading_gib: f
 class HostTierRuntime(WrappedRuntime):
     """The engine's runtime (``inner``) with a host tier beneath its prefix cache (module docstring).
 
-    The inner scheduler reports each step's HBM prefix hits in total; a fresh admission's own hit is its
-    prompt less its first chunk (vLLM and SGLang chunk only the last request a step admits: its hit is
-    the step's total less the others')."""
+    The inner scheduler reports each step's HBM prefix hits in total; a fresh admission's own hit is
+    ``protocol.admission_hits``."""
 
     def __init__(self, inner: EngineRuntime, trace: "RuntimeTrace", tier: HostTier, plan: Any) -> None:
         super().__init__(inner)
@@ -209,18 +208,8 @@ class HostTierRuntime(WrappedRuntime):
         for r in step.preempted:
             self._lost.add(r)
             self._free.pop(r, None)
-        pos = {r: k for k, r in enumerate(step.requests)}
-        fresh = [r for r in step.admitted if r not in self._seen and r in pos]
-        resumed = any(r in self._seen for r in step.admitted)
-        hits: dict[int, int] = {}
-        for j, r in enumerate(fresh):
-            n = step.tokens[pos[r]]
-            if j == len(fresh) - 1 and not resumed:
-                hits[r] = step.prefix_hit_tokens - sum(hits.values())
-            else:
-                hits[r] = self._prompt[r] - n
-            hits[r] = min(max(hits[r], 0), self._prompt[r])
-        for r in fresh:
+        hits = admission_hits(step, self._prompt, self._seen)
+        for r in hits:
             self._seen.add(r)
             h = hits[r]
             self._computed[r] = h

@@ -68,12 +68,38 @@ class Step:
     recomputed_tokens: int = 0  # tokens scheduled again for preempted requests' earlier progress
     prefix_hit_tokens: int = 0  # tokens admissions took from the prefix cache this step
     prefix_query_tokens: int = 0  # prompt tokens those admissions looked up
+    admission_hit: dict[int, int] = field(default_factory=dict)  # each admission's own prefix hit, where reported
     payload: Any = None  # engine-private state carried to ``complete``
     extra_ns: int = 0  # time the step lasts besides its batch (a host KV tier's reload: engines/host_tier.py)
 
     @property
     def total_tokens(self) -> int:
         return sum(self.tokens)
+
+
+def admission_hits(step: Step, prompt_tokens: list[int], seen: "set[int] | dict[int, Any]") -> dict[int, int]:
+    """Each fresh admission's own prefix-cache hit (tokens not computed) in ``step``, by request; ``seen``: the
+    requests admitted before (a resumed one is not fresh). Where the runtime reports each admission's hit
+    (``Step.admission_hit``: vLLM, SGLang) those; else from the step's total: vLLM and SGLang chunk only the
+    last request a step admits, so an earlier one's hit is its prompt less what it scheduled, and the last
+    one's is the step's total less the others' (its prompt less its tokens where a resumed request's hit is in
+    the total too). A layer over the runtime that needs a request's own hit (a
+    host KV tier, a disaggregated decode side) reads it here."""
+    pos = {r: k for k, r in enumerate(step.requests)}
+    fresh = [r for r in step.admitted if r not in seen and r in pos]
+    exact = step.admission_hit
+    if all(r in exact for r in fresh):  # the runtime reported each admission's own hit (vLLM, SGLang)
+        return {r: min(max(exact[r], 0), prompt_tokens[r]) for r in fresh}
+    resumed = any(r in seen for r in step.admitted)
+    hits: dict[int, int] = {}
+    for j, r in enumerate(fresh):
+        n = step.tokens[pos[r]]
+        if j == len(fresh) - 1 and not resumed:
+            hits[r] = step.prefix_hit_tokens - sum(hits.values())
+        else:
+            hits[r] = prompt_tokens[r] - n
+        hits[r] = min(max(hits[r], 0), prompt_tokens[r])
+    return hits
 
 
 @dataclass

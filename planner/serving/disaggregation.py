@@ -14,7 +14,9 @@ What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL c
    the decode engine's footprint of its prompt per GPU (``EnginePlan.footprint``, the blocks / pages
    the request holds, as the connectors move whole blocks: ``nixl/pull_scheduler.py:270``
    ``get_exchange_clipped_blocks``), every rank pulling its share over its own NIC at once; a
-   worker's transfers queue one after another on its links (FIFO by the time prefill ended).
+   worker's transfers queue one after another on its links (FIFO by the time prefill ended). Where the
+   decode engine keeps a prefix cache (vLLM: ``disagg_decode_caching``), only the prompt past the decode
+   side's own hit moves: the footprint of those tokens (``serve_disaggregated_trace``).
 3. **Memory held during the transfer.** The prefill side keeps the request's blocks until the
    decode side has read them: vLLM's ``request_finished`` returns ``delay_free_blocks``
    (``nixl/pull_scheduler.py:248-278``; the scheduler skips ``_free_blocks``,
@@ -29,8 +31,9 @@ What a request goes through (the engines' P/D paths, vLLM 0.33.0 with its NIXL c
    MTP) and recomputes the last one so it can sample (``scheduler.py:3515-3516``); SGLang's
    decode side pre-allocates and receives the pages (``srt/disaggregation/decode.py:387``
    ``DecodePreallocQueue``). The decode engine's own scheduler runs (``RemoteKvRuntime``): its
-   blocks are allocated as for a prompt, but the loaded positions cost no step time; only the last
-   prompt token is computed. A request preempted (retracted) on the decode side recomputes its
+   blocks are allocated as for a prompt (its prefix-cache hit, where it keeps one, adopted as in any
+   replay), but the loaded and the hit positions cost no step time; only the last prompt token is
+   computed. A request preempted (retracted) on the decode side recomputes its
    prompt there, as both engines do.
 
 TTFT is the client's: arrival to the decode side's first token = prefill queue + prefill + transfer
@@ -42,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime
+from csa_plan.planner.replay.protocol import EngineRuntime, Step, WrappedRuntime, admission_hits
 
 if TYPE_CHECKING:
     from csa_plan.planner.replay.result import RuntimeResult
@@ -108,16 +111,20 @@ from csa_plan.planner.cards import default_link  # noqa: E402,F401  (its home: t
 class RemoteKvRuntime(WrappedRuntime):
     """The decode side: the engine's own runtime (``inner``), its prompt's KV loaded from the prefill
     side. The inner scheduler allocates and schedules the prompt as it would (blocks, token budget,
-    preemption); this wrapper takes the loaded positions (1 .. prompt - 1) out of each step's batch,
+    preemption, and its own prefix cache where the decode side keeps one: a hit is not scheduled at all);
+    this wrapper takes the loaded positions (past the hit, up to prompt - 1) out of each step's batch,
     so only the last prompt token is computed (vLLM ``scheduler.py:3515-3516``). A request that was
-    preempted recomputes everything (its loaded blocks were freed)."""
+    preempted recomputes everything (its loaded blocks were freed). ``hit_tokens``: each request's decode-side
+    prefix hit at its first admission (``protocol.admission_hits``), the tokens its transfer did not carry."""
 
-    def __init__(self, inner: EngineRuntime, prompt_tokens: list[int]) -> None:
+    def __init__(self, inner: EngineRuntime, prompt_tokens: list[int], cached: bool = False) -> None:
         super().__init__(inner)
         self._prompt = prompt_tokens
+        self._cached = cached  # the decode side looks up its own prefix cache (disagg_decode_caching)
         self._computed: dict[int, int] = {}
         self._lost: set[int] = set()
         self.loaded_tokens = 0  # prompt tokens taken from the transfer instead of computed
+        self.hit_tokens: dict[int, int] = {}
 
     def add(self, r: int) -> None:
         self._computed[r] = 0
@@ -127,13 +134,17 @@ class RemoteKvRuntime(WrappedRuntime):
         step = self.inner.schedule()
         for r in step.preempted:
             self._lost.add(r)
+        if self._cached:
+            for r, h in admission_hits(step, self._prompt, self.hit_tokens).items():
+                self.hit_tokens[r] = h
+                self._computed[r] = h
         free_n, free_pos = 0, 0.0
         for r, n in zip(step.requests, step.tokens):
             before = 0 if r in step.preempted else self._computed.get(r, 0)
             self._computed[r] = before + n
             if r in self._lost:
                 continue
-            last = self._prompt[r] - 1  # positions 1 .. last arrive over the link
+            last = self._prompt[r] - 1  # positions hit + 1 .. last arrive over the link
             if before < last:
                 k = min(n, last - before)
                 free_n += k
@@ -146,24 +157,30 @@ class RemoteKvRuntime(WrappedRuntime):
         return step
 
     def notes(self) -> tuple[str, ...]:
+        cache = ("the decode side's own prefix cache looked up at its admission (vLLM: local hit first, the "
+                 "connector pulls the rest), the transfer carrying only the blocks it lacks" if self._cached else
+                 "no prefix cache on the decode side (SGLang's --disaggregation-decode-enable-radix-cache is off "
+                 "by default; with prefix caching off)")
         return self.inner.notes() + ("decode side of a disaggregated deployment: each prompt's KV is loaded, not "
                                      "computed (its last token is), and its blocks are allocated as the scheduler "
                                      "admits it; the loaded prompt still passes the token budget as chunks "
                                      "(the engines load it outside the budget: up to ceil(prompt / budget) - 1 "
-                                     "extra decode steps before the first token); no prefix cache on the decode "
-                                     "side",)
+                                     f"extra decode steps before the first token); {cache}",)
 
 
 @dataclass(frozen=True)
 class Transfers:
     """Per request (-1 / 0 where the prefill side refused it): when its transfer started and ended, its
-    bytes per GPU (each rank's share) and over all ranks."""
+    bytes per GPU (each rank's share) and over all ranks, and the bytes per GPU the decode side's prefix hit
+    spared it (its whole prompt's footprint less what moved)."""
 
     start_ns: Any
     end_ns: Any
     bytes_per_gpu: Any
     bytes_total: Any
     link_bytes_s: float
+    saved_bytes_per_gpu: Any = None  # None: no prefix cache on the decode side
+    gpus: int = 1  # a decode rank's GPUs, each pulling its share at once (bytes_total = bytes_per_gpu x gpus)
 
 
 def footprint_of(plan: Any, tokens: int, cache: dict[int, Any]) -> Any:
@@ -208,6 +225,41 @@ def _int_quantiles(values: Any) -> dict[str, int | None]:
     return {"p50": int(q[0]), "p99": int(q[1]), "max": int(v.max())}
 
 
+DECODE_CACHE_ROUNDS = 8  # rounds of transfers and decode replays before a run says its decode hits did not settle
+
+
+def disagg_decode_caching(engine: str, caching: bool | None) -> bool:
+    """The decode role's prefix caching, as the engine's disaggregated decode instance keeps one: vLLM looks up
+    its local cache before the pull (with ``--enable-prefix-caching`` as asked, on by default: ``EngineModel.
+    decode_side_prefix_cache``); SGLang 0.5.23's decode server has none by default
+    (``--disaggregation-decode-enable-radix-cache`` off, ``srt/arg_groups/fields/disagg.py:88-91``)."""
+    from csa_plan.planner.engines.registry import get_engine
+
+    if not get_engine(engine).decode_side_prefix_cache:
+        return False
+    return True if caching is None else caching
+
+
+@dataclass(frozen=True)
+class DecodeCache:
+    """The decode side's prefix cache in a run: each request's hit at its decode admission (tokens its transfer
+    did not carry), the rounds the transfers and the decode replays took to reproduce those hits, and whether
+    they did (``serve_disaggregated_trace``). ``enabled`` False: the decode side keeps none."""
+
+    enabled: bool
+    hit_tokens: Any
+    rounds: int
+    converged: bool
+
+    def note(self) -> str:
+        if not self.enabled:
+            return "no prefix cache on the decode side: every transfer carries its whole prompt's KV"
+        settled = (f"the hits reproduced themselves after {self.rounds} round(s)" if self.converged else
+                   f"NOT settled after {self.rounds} rounds (DECODE_CACHE_ROUNDS): the last round's figures are shown")
+        return ("decode side's prefix cache looked up at its admission, each transfer carrying only the blocks it "
+                f"lacks (the footprint of the prompt past the hit): {settled}")
+
+
 @dataclass(frozen=True)
 class DisaggregatedRun:
     """What a disaggregated replay observed: the client's view (``result``: arrival to decode), each role's own
@@ -219,6 +271,7 @@ class DisaggregatedRun:
     transfers: Transfers
     hold: "HeldPrefill"  # the prefill pool's replay rounds with the transfer holds (serving/transfer_hold.py)
     loaded_tokens: int
+    decode_cache: DecodeCache | None = None
 
     @property
     def prefill_hold_peak_units(self) -> int:
@@ -235,58 +288,100 @@ def serve_disaggregated(prefill: "RuntimeSetup", decode: "RuntimeSetup", wl: "Wo
     return serve_disaggregated_trace(prefill, decode, runtime_trace(wl, rate_scale), link_bytes_s)
 
 
+def _ids_subset(trace: Any, mine: Any) -> tuple[Any, Any]:
+    """The prefix block ids (and their offsets) of requests ``mine`` of ``trace``, in that order."""
+    import numpy as np
+
+    offs = np.asarray(trace.block_offsets, dtype=np.int64)
+    ids = np.asarray(trace.block_ids, dtype=np.int64)
+    parts = [ids[offs[i]:offs[i + 1]] for i in mine.tolist()]
+    counts = np.array([len(x) for x in parts], dtype=np.int64)
+    out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return out.astype(np.int64), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
 def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", trace: Any,
                               link_bytes_s: float) -> DisaggregatedRun:
-    """A runtime trace (``replay.trace.runtime_trace``) through the prefill pool, the link and the decode pool."""
+    """A runtime trace (``replay.trace.runtime_trace``) through the prefill pool, the link and the decode pool.
+
+    **The decode side's prefix cache** (where the engine keeps one: ``disagg_decode_caching``, the decode
+    setup's ``caching``). vLLM's decode scheduler looks up its local cache when it admits the request
+    (``v1/core/sched/scheduler.py:1122-1141``) and the NIXL consumer pulls only the tokens beyond that hit
+    (``nixl/pull_scheduler.py:34-65``: ``count = actual - num_computed_tokens``). Here the decode engine's own
+    runtime looks up its own prefix cache at its admission (the code an aggregated replay runs, over the
+    request's prefix block ids), and the transfer carries the decode plan's footprint of the prompt past that
+    hit (whole blocks). A hit depends on when the request reaches the decode side, which depends on its
+    transfer's bytes: the first round moves every whole prompt, each next round what the round before's decode
+    replay did not hit (the prefill pool replayed again with its holds, as the transfers end sooner), until a round's hits
+    reproduce the bytes it moved (``DECODE_CACHE_ROUNDS`` bound them; a run that did not settle says so)."""
     import numpy as np
 
     from csa_plan.planner.replay.loop import replay
     from csa_plan.planner.replay.protocol import RuntimeTrace
     from csa_plan.planner.serving.replicas import merge_replicas
+    from csa_plan.planner.serving.transfer_hold import prefill_with_holds
 
     n = len(trace)
     ones = np.ones(n, dtype=np.int64)
     ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
                           trace.id_block_tokens)
-    from csa_plan.planner.serving.transfer_hold import prefill_with_holds
-
     prompt = trace.prompt_tokens.astype(np.int64)
+    cached = decode.caching and trace.block_ids is not None and trace.block_offsets is not None
     dcache: dict[int, Any] = {}
-    per_gpu = np.zeros(n, dtype=np.int64)
     idx = np.arange(n, dtype=np.int64)
-
-    def transfers_of(done: Any) -> tuple[Any, Any]:
-        for i in np.nonzero((done >= 0) & (per_gpu == 0))[0]:
-            per_gpu[i] = footprint_of(decode.plan, int(prompt[i]), dcache).total_bytes
-        return schedule_transfers(done, per_gpu, link_bytes_s, idx % prefill.dp, idx % decode.dp)
-
-    held = prefill_with_holds(prefill, ptrace, transfers_of)  # the held blocks in the prefill's admission
-    pres, start, end = held.result, held.start_ns, held.end_ns
-    sent_bytes = np.where(end >= 0, per_gpu, 0)
-    transfers = Transfers(start, end, sent_bytes, sent_bytes * decode.plan_devices, link_bytes_s)
-
-    results, owners, loaded = [], [], [0]
+    hit = np.zeros(n, dtype=np.int64)
     dplan, dsizing, dtime = decode.plan, decode.sizing, decode.time
-    for k in range(decode.dp):
-        mine = idx[(idx % decode.dp == k) & (end >= 0)]
-        mine = mine[np.argsort(end[mine], kind="stable")]
-        sub = RuntimeTrace(end[mine], prompt[mine], trace.output_tokens[mine])
-        rt = RemoteKvRuntime(dplan.runtime(dsizing, sub, decode.options), sub.prompt_tokens.tolist())
-        results.append(replay(rt, sub, dtime))
-        owners.append(mine)
-        loaded[0] += rt.loaded_tokens
+    rounds = 0
+    while True:
+        rounds += 1
+        per_gpu = np.zeros(n, dtype=np.int64)
+
+        def transfers_of(done: Any, per_gpu: Any = per_gpu, hit: Any = hit) -> tuple[Any, Any]:
+            for i in np.nonzero((done >= 0) & (per_gpu == 0))[0]:  # the footprint of the prompt past the hit
+                per_gpu[i] = footprint_of(dplan, int(prompt[i] - hit[i]), dcache).total_bytes
+            return schedule_transfers(done, per_gpu, link_bytes_s, idx % prefill.dp, idx % decode.dp)
+
+        held = prefill_with_holds(prefill, ptrace, transfers_of)  # the held blocks in the prefill's admission
+        pres, start, end = held.result, held.start_ns, held.end_ns
+        results, owners, loaded = [], [], 0
+        got = np.zeros(n, dtype=np.int64)
+        for k in range(decode.dp):
+            mine = idx[(idx % decode.dp == k) & (end >= 0)]
+            mine = mine[np.argsort(end[mine], kind="stable")]
+            ids, offs = _ids_subset(trace, mine) if cached else (None, None)
+            sub = RuntimeTrace(end[mine], prompt[mine], trace.output_tokens[mine], ids, offs, trace.id_block_tokens)
+            rt = RemoteKvRuntime(dplan.runtime(dsizing, sub, decode.options), sub.prompt_tokens.tolist(), cached)
+            results.append(replay(rt, sub, dtime))
+            owners.append(mine)
+            loaded += rt.loaded_tokens
+            for j, h in rt.hit_tokens.items():
+                got[mine[j]] = h
+        if not cached or np.array_equal(got, hit) or rounds >= DECODE_CACHE_ROUNDS:
+            break
+        hit = got
+    settled = not cached or bool(np.array_equal(got, hit))
+    sent_bytes = np.where(end >= 0, per_gpu, 0)
+    saved = None
+    if decode.caching:
+        whole = np.array([footprint_of(dplan, int(prompt[i]), dcache).total_bytes if end[i] >= 0 else 0
+                          for i in range(n)], dtype=np.int64)
+        saved = whole - sent_bytes
+    transfers = Transfers(start, end, sent_bytes, sent_bytes * decode.plan_devices, link_bytes_s, saved,
+                          decode.plan_devices)
     dres = merge_replicas(results, owners, trace, decode.dp) if decode.dp > 1 else _placed(results[0], owners[0], n)
     refused = dict(pres.refused)
     refused.update(dres.refused)
+    # the decode side keeps its cache whether or not the trace names prefix blocks (without them nothing is shared)
+    dc = DecodeCache(bool(decode.caching), hit if cached else np.zeros(n, dtype=np.int64), rounds, settled)
     client = replace(dres, arrival_ns=trace.arrival_ns, admitted_ns=np.asarray(pres.admitted_ns, dtype=np.int64),
                      refused=refused, prefix_hit_tokens=pres.prefix_hit_tokens,
                      prefix_query_tokens=pres.prefix_query_tokens,
                      recomputed_tokens=pres.recomputed_tokens + dres.recomputed_tokens,
                      preemptions=np.asarray(pres.preemptions, dtype=np.int64)
                      + np.asarray(dres.preemptions, dtype=np.int64),
-                     notes=notes(pres, dres, held.note()))
+                     notes=notes(pres, dres, held.note()) + (dc.note(),))
     return DisaggregatedRun(client, pres, replace(dres, arrival_ns=np.where(end >= 0, end, -1)), transfers, held,
-                            loaded[0])
+                            loaded, dc)
 
 
 def _placed(res: "RuntimeResult", owner: Any, n: int) -> "RuntimeResult":
@@ -362,23 +457,32 @@ def disaggregation_section(run: DisaggregatedRun, setups: tuple["RuntimeSetup", 
                      "bytes_per_gpu": _int_quantiles(np.asarray(t.bytes_per_gpu)[sent]),
                      "bytes": _int_quantiles(np.asarray(t.bytes_total)[sent]),
                      "bytes_total": int(np.asarray(t.bytes_total)[sent].sum()),
-                     "seconds": q(end - start), "link_wait": q(start - pdone)},
+                     "seconds": q(end - start), "link_wait": q(start - pdone),
+                     "decode_prefix_cache": decode_cache_figures(run)},
         "ttft_parts": {"prefill_queue": q((padm - arrival)[ok]), "prefill": q((pdone - padm[sent])[ok[sent]]),
                        "transfer": q((end - pdone)[ok[sent]]),
                        "decode_first_token": q((first[sent] - end)[ok[sent]])},
     }
 
 
+DECODE_RADIX_REFUSAL = ("SGLang's decode-side radix cache is not modelled (matched at pre-allocation with its SWA "
+                        "tail moved fresh and the prefill told decode_prefix_len, srt/disaggregation/decode.py:860-874, "
+                        ":1498-1545); the decode side replays without it, SGLang's default (vLLM's decode side keeps "
+                        "its prefix cache as --enable-prefix-caching says)")
+
+
 def disaggregation_from(prefill_workers: int | None, prefill_tp: int | None, decode_workers: int | None,
                         decode_tp: int | None, link: str | None, source: str = "options", *,
                         prefill_dp: int | None = None, decode_dp: int | None = None, prefill_ep: int | None = None,
-                        decode_ep: int | None = None) -> Disaggregation | None:
+                        decode_ep: int | None = None, decode_radix_cache: bool = False) -> Disaggregation | None:
     """The roles the options name (None: none, an aggregated run); a role without the other, a count
     below 1, a role's dp or ep without that role, or ``--transfer-link`` without roles is bad input. A role's
     workers, tp and dp default to 1, its ep to none. Whether a role's ep fits its tp x dp is the engine's
     shard rule (``weights/rules.py``), checked where the role is set up (``commands/disaggregated.py``)."""
     from csa_plan.planner.errors import BadInput
 
+    if decode_radix_cache:
+        raise BadInput(source, "--disaggregation-decode-enable-radix-cache", DECODE_RADIX_REFUSAL)
     given = {"--prefill-workers": prefill_workers, "--prefill-tp": prefill_tp, "--prefill-dp": prefill_dp,
              "--prefill-ep": prefill_ep, "--decode-workers": decode_workers, "--decode-tp": decode_tp,
              "--decode-dp": decode_dp, "--decode-ep": decode_ep}
@@ -430,6 +534,24 @@ def composed_setup(prefill: "RuntimeSetup", decode: "RuntimeSetup", link_bytes_s
                    composed=Composition(prefill, decode, link_bytes_s))
 
 
+def decode_cache_figures(run: DisaggregatedRun) -> dict[str, Any]:
+    """The decode side's prefix cache in ``runtime.disaggregation.transfer``: whether the decode side keeps one,
+    the prompt tokens its hits spared the transfers (in all), the bytes they spared (integers: per GPU and over
+    all ranks), and the rounds the hits took to reproduce themselves."""
+    import numpy as np
+
+    dc, t = run.decode_cache, run.transfers
+    sent = np.asarray(t.end_ns, dtype=np.int64) >= 0
+    if dc is None or not dc.enabled or t.saved_bytes_per_gpu is None:
+        return {"enabled": False, "hit_tokens": 0, "requests_hit": 0, "bytes_saved_per_gpu": 0, "bytes_saved": 0}
+    saved = np.asarray(t.saved_bytes_per_gpu, dtype=np.int64)[sent]
+    hits = np.asarray(dc.hit_tokens, dtype=np.int64)[sent]
+    per_gpu_total = int(saved.sum())
+    return {"enabled": True, "hit_tokens": int(hits.sum()), "requests_hit": int((hits > 0).sum()),
+            "bytes_saved_per_gpu": per_gpu_total, "bytes_saved": per_gpu_total * t.gpus,
+            "rounds": dc.rounds, "converged": dc.converged}
+
+
 def transfer_figures(run: DisaggregatedRun) -> dict[str, Any]:
     """The transfers of a run in brief (a sweep row, a plan answer): requests moved, bytes per request over all
     ranks (integers: p50, p99, max, total) and seconds on the link (p50, p99), the link wait (p99), the prefill
@@ -448,4 +570,5 @@ def transfer_figures(run: DisaggregatedRun) -> dict[str, Any]:
             "seconds_p50": secs.p50_s, "seconds_p99": secs.p99_s, "link_wait_p99_s": wait.p99_s,
             "link_bytes_s_per_gpu": t.link_bytes_s, "prefill_peak_units_with_transfer_hold": run.prefill_hold_peak_units,
             "transfer_hold_rounds": run.hold.rounds, "transfer_hold_converged": run.hold.converged,
+            "decode_prefix_cache": decode_cache_figures(run),
             "prefill_admitted_later_for_hold": run.hold.admitted_later()}

@@ -460,15 +460,17 @@ def point_bound(task: Task):
 def _role_setups(ctx: Context, p: SweepPoint, spec: "ModelSpec"):
     """The prefill and decode pools of a disaggregated point: each role's worker set up as the aggregated point
     of its tp x dp (``role_point``: its device budget per rank, pool and clock), its workers' ranks as round-robin
-    replicas; the decode side without a prefix cache, as ``simulate --prefill-workers`` replays it."""
+    replicas; the decode side's prefix cache as its engine keeps one, as ``simulate --prefill-workers`` replays it."""
     from dataclasses import replace
 
+    from csa_plan.planner.serving.disaggregation import disagg_decode_caching
     from csa_plan.planner.serving.serve import runtime_setup
 
     d = p.disaggregation
     pre_point, dec_point = p.role_point("prefill"), p.role_point("decode")
     prefill = runtime_setup(spec, _sim_config(ctx, pre_point))
-    decode = runtime_setup(spec, _sim_config(ctx, dec_point), False)
+    config = _sim_config(ctx, dec_point)
+    decode = runtime_setup(spec, config, disagg_decode_caching(config.engine.name, None))
     return replace(prefill, dp=d.prefill.ranks), replace(decode, dp=d.decode.ranks)
 
 

@@ -131,6 +131,8 @@ REFUSED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
         "--decode-dp": (("simulate", TRACE, "--decode-dp", "2"), "--decode-dp"),
         "--decode-ep": (("simulate", TRACE, "--decode-ep", "2"), "--decode-ep"),
         "--transfer-link": (("simulate", TRACE, "--transfer-link", "ib-ndr"), "--transfer-link"),
+        "--disaggregation-decode-enable-radix-cache": (("simulate", TRACE, "--disaggregation-decode-enable-radix-cache"),
+                                                       "--disaggregation-decode-enable-radix-cache"),
         "--kv-offloading-size": (("simulate", TRACE, "--kv-offloading-size", "10"), "--kv-offloading-size"),
         "--enable-hierarchical-cache": (("simulate", TRACE, "--enable-hierarchical-cache"),
                                         "--enable-hierarchical-cache"),

@@ -123,6 +123,7 @@ class SglangRuntime(EngineRuntime):
         s.preempted = d.retracted
         s.recomputed_tokens = d.recomputed_tokens
         s.prefix_hit_tokens = d.hit_tokens
+        s.admission_hit = d.hits
         s.prefix_query_tokens = d.query_tokens
         self.retractions += len(d.retracted)
         self.retracted_requests.update(d.retracted)

@@ -86,6 +86,7 @@ class Decision:
     retracted: list[int] = field(default_factory=list)
     aborted: list[int] = field(default_factory=list)  # the last request OOM even alone (schedule_batch.py:3511-3533)
     hit_tokens: int = 0  # prefix tokens served from the radix cache by this step's admissions
+    hits: dict[int, int] = field(default_factory=dict)  # each admission's own (rid -> prefix tokens)
     query_tokens: int = 0  # prompt tokens those admissions looked up
     recomputed_tokens: int = 0  # prefill tokens of retracted requests' earlier progress
     mb: int = 0  # the micro-batch whose turn scheduled it (pipeline micro-batches; else 0)
@@ -371,6 +372,7 @@ class SglangScheduler:
             batch.append((req, adm.extend_len, adm.is_chunked))
             taken.add(id(req))
             d.hit_tokens += adm.prefix_len
+            d.hits[req.rid] = adm.prefix_len
             d.query_tokens += req.fill_len
             if not req.started:
                 req.started = True

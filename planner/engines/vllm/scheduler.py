@@ -267,6 +267,7 @@ class VllmRuntime(EngineRuntime):
                 step.admitted.append(req.rid)
                 if self.prefix is not None:  # the tokens not recomputed: a bounded replay's window is
                     step.prefix_hit_tokens += computed
+                    step.admission_hit[req.rid] = computed
                     step.prefix_query_tokens += req.num_tokens
                 req.status = RUNNING
                 req.num_computed = computed

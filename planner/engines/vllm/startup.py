@@ -978,7 +978,7 @@ def _engine_model(rel: VllmRelease, planning: str, summary: str) -> Vllm033:
     """The registered engine model of one release (its name, version and sources from the release record)."""
     return Vllm033(name=rel.engine, engine_name="vLLM", version=rel.src.removeprefix("vllm-"), summary=summary,
                    options=ACCEPTS, sources=_sources(rel.src, planning), release=rel,
-                   models_shared_state=rel.shared_state)
+                   models_shared_state=rel.shared_state, decode_side_prefix_cache=True)
 
 
 VLLM_033 = _engine_model(V033, PACKED, "vLLM 0.33.0: DeepSeek-V4 specs packed into one block pool (bytes_per_block = "
