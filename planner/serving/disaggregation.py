@@ -321,6 +321,14 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
     from csa_plan.planner.serving.replicas import merge_replicas
     from csa_plan.planner.serving.transfer_hold import prefill_with_holds
 
+    # A role's requests are dealt round-robin over its ranks: the link queues and the decode ranks below are
+    # keyed by that deal (idx % dp), so a prefill role's ranks are not replayed under the engine's own DP
+    # balancer here (aggregated --dp replays are: serving/balanced.py); said in the notes.
+    dealt = ()
+    if prefill.dp > 1 and prefill.balancer is not None and not prefill.balancer.round_robin:
+        dealt = (f"each role's requests dealt round-robin over its data-parallel ranks ({prefill.balancer.label} "
+                 "is modelled for an aggregated --dp replay, not for disaggregated roles)",)
+        prefill = replace(prefill, balancer=None)
     n = len(trace)
     ones = np.ones(n, dtype=np.int64)
     ptrace = RuntimeTrace(trace.arrival_ns, trace.prompt_tokens, ones, trace.block_ids, trace.block_offsets,
@@ -379,7 +387,7 @@ def serve_disaggregated_trace(prefill: "RuntimeSetup", decode: "RuntimeSetup", t
                      recomputed_tokens=pres.recomputed_tokens + dres.recomputed_tokens,
                      preemptions=np.asarray(pres.preemptions, dtype=np.int64)
                      + np.asarray(dres.preemptions, dtype=np.int64),
-                     notes=notes(pres, dres, held.note()) + (dc.note(),))
+                     notes=notes(pres, dres, held.note()) + (dc.note(),) + dealt)
     return DisaggregatedRun(client, pres, replace(dres, arrival_ns=np.where(end >= 0, end, -1)), transfers, held,
                             loaded, dc)
 
