@@ -449,3 +449,99 @@ def test_the_hold_applies_where_the_ranks_are_replayed_together_under_vllm_s_bal
     run = serve_disaggregated_trace(p, q, RuntimeTrace(trace.arrival_ns, trace.prompt_tokens,
                                                        np.full(n, 2, dtype=np.int64)), 1e8)
     assert any("dealt round-robin over its data-parallel ranks" in line for line in run.result.notes)
+
+
+class _HitInner(_Inner):
+    """Request 0's prompt of 10 tokens admitted with a prefix-cache hit of 6: one step schedules positions 6..9."""
+
+    def schedule(self):
+        s = Step()
+        if self.k == 0:
+            s.admitted, s.requests, s.tokens = [0], [0], [4]
+            s.prefix_hit_tokens, s.prefix_query_tokens = 6, 10
+            s.batch.add_prefill(6, 4)
+            s.prefill_tokens = 4
+        self.k += 1
+        return s
+
+
+def test_a_decode_side_prefix_hit_is_neither_computed_nor_loaded():
+    rt = RemoteKvRuntime(_HitInner(), [10], cached=True)
+    rt.add(0)
+    s = rt.schedule()
+    # the hit (6 tokens) was never scheduled; positions 7..9 arrive over the link; position 10 is computed
+    assert (s.batch.prefill, s.batch.prefill_pos, s.prefill_tokens) == (1, 10.0, 1)
+    assert rt.loaded_tokens == 3 and rt.hit_tokens == {0: 6}
+
+
+def _shared_prefix_trace(gap_ns):
+    """Two requests sharing their first 4,096 tokens (8 Mooncake ids of 512): 4,096 and 5,096 tokens."""
+    from csa_plan.planner.replay.protocol import RuntimeTrace
+
+    ids = np.array(list(range(1, 9)) + list(range(1, 11)), dtype=np.int64)
+    return RuntimeTrace(np.array([0, gap_ns], dtype=np.int64), np.array([4096, 5096], dtype=np.int64),
+                        np.array([2, 2], dtype=np.int64), ids, np.array([0, 8, 18], dtype=np.int64), 512)
+
+
+def test_the_decode_side_s_prefix_cache_spares_the_transfer_exactly_the_blocks_it_holds():
+    """vLLM's decode instance looks up its own prefix cache and the NIXL consumer pulls only the rest
+    (scheduler.py:1122-1141, nixl/pull_scheduler.py:34-65). The second request arrives 10 s after the first:
+    the decode side still caches the first's blocks, so it hits 3,840 tokens there (the hybrid lookup's sliding
+    window below the first prompt's boundary 4,095: the same hit the decode plan's aggregated replay finds), and
+    its transfer moves the decode plan's footprint of the 1,256 tokens past the hit: 31,069,440 B, not the
+    whole prompt's 46,103,040 B (what it moved before). The first moves its whole prompt."""
+    from csa_plan.planner.serving.disaggregation import (decode_cache_figures, disagg_decode_caching,
+                                                         footprint_of, serve_disaggregated_trace)
+    from csa_plan.planner.serving.serve import serve_trace
+
+    assert disagg_decode_caching("vllm-0.33", None) and not disagg_decode_caching("vllm-0.33", False)
+    assert not disagg_decode_caching("sglang-0.5.23", None)  # its decode radix cache is off by default
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000, decode_caching=True)
+    two = _shared_prefix_trace(10**10)
+    run = serve_disaggregated_trace(p, q, two, 1e8)
+    assert run.decode_cache.hit_tokens.tolist() == [0, 3840]
+    assert serve_trace(q, two).prefix_hit_tokens == 3840  # the decode plan's own prefix cache, aggregated
+    whole = [footprint_of(q.plan, n, {}).total_bytes for n in (4096, 5096)]
+    assert whole == [42_094_080, 46_103_040]
+    assert np.asarray(run.transfers.bytes_per_gpu).tolist() == [42_094_080, 31_069_440]
+    assert footprint_of(q.plan, 5096 - 3840, {}).total_bytes == 31_069_440
+    assert np.asarray(run.transfers.saved_bytes_per_gpu).tolist() == [0, 15_033_600]
+    assert (run.decode_cache.rounds, run.decode_cache.converged) == (2, True)
+    t = run.transfers
+    assert int(t.end_ns[1] - t.start_ns[1]) == int(np.ceil(31_069_440 / 1e8 * 1e9))  # the shorter transfer
+    assert run.loaded_tokens == (4096 - 1) + (5096 - 3840 - 1)  # the hit is neither moved nor computed
+    f = decode_cache_figures(run)
+    assert (f["hit_tokens"], f["requests_hit"], f["bytes_saved_per_gpu"], f["bytes_saved"]) == (3840, 1, 15_033_600,
+                                                                                             15_033_600)
+    # without the decode side's cache (SGLang's default; --no-enable-prefix-caching): the whole prompt moves
+    _, q0 = _tiny_roles("vllm-0.33", 3_500_000_000, decode_caching=False)
+    old = serve_disaggregated_trace(p, q0, two, 1e8)
+    assert np.asarray(old.transfers.bytes_per_gpu).tolist() == whole and not old.decode_cache.enabled
+    assert int(old.result.first_token_ns[1]) > int(run.result.first_token_ns[1])  # TTFT shrinks with the transfer
+
+
+def test_a_run_whose_decode_hits_did_not_settle_says_so(monkeypatch):
+    """One round allowed: the transfers moved whole prompts while the decode replay hit 3,840 tokens, so the run
+    reports that it did not reach hits that reproduce themselves (and its notes say so), never a silent figure."""
+    import csa_plan.planner.serving.disaggregation as dis
+
+    monkeypatch.setattr(dis, "DECODE_CACHE_ROUNDS", 1)
+    p, q = _tiny_roles("vllm-0.33", 3_500_000_000, decode_caching=True)
+    run = dis.serve_disaggregated_trace(p, q, _shared_prefix_trace(10**10), 1e8)
+    assert (run.decode_cache.rounds, run.decode_cache.converged) == (1, False)
+    assert np.asarray(run.transfers.bytes_per_gpu).tolist() == [42_094_080, 46_103_040]
+    assert any("NOT settled" in n for n in run.result.notes)
+    assert dis.decode_cache_figures(run)["converged"] is False
+
+
+def test_each_admission_s_own_hit_is_the_runtime_s_where_it_reports_it():
+    """A step that resumes request 5 (seen before, its hit 256 in the step's total) and admits request 7 fresh,
+    chunked to 100 of its 1,000 tokens with no hit: from the total alone 7's hit reads as 900 (its prompt less
+    its chunk); the runtime's own report (vLLM's and SGLang's schedulers fill ``Step.admission_hit``) says 0."""
+    from csa_plan.planner.replay.protocol import admission_hits
+
+    step = Step(requests=[5, 7], tokens=[44, 100], admitted=[5, 7], prefix_hit_tokens=256)
+    prompts = {5: 300, 7: 1000}
+    assert admission_hits(step, prompts, {5}) == {7: 900}  # the step's total alone cannot tell
+    step.admission_hit = {5: 256, 7: 0}
+    assert admission_hits(step, prompts, {5}) == {7: 0}
