@@ -494,10 +494,7 @@ def _disaggregated_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "Mod
                            scale_min=ctx.search.min_scale, scale_max=ctx.search.max_scale,
                            latency=cons.latency_bounds)
     refusals = runtime_refusals(rep.refused, STRANDED)
-    occ = rep.occupancy
-    usable = occ.usable_units
-    mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
-    peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
+    mean_util, peak_util = _utilization(rep)
     wait = wait_p99_ns(rep)
     steady = _steady_note(cap)
     violations = point_violations(cons, refusals, wait, mean_util, cap.rate_scale, rep.ttft.p99_s, rep.tpot.p99_s,
@@ -516,6 +513,15 @@ def _disaggregated_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "Mod
         rate_per_device_per_s=None if rate is None else rate / p.devices, feasible=not violations,
         violations=violations, runtime=RuntimeFigures.of(rep), steady=steady, disaggregation=figures)
 
+
+
+def _utilization(rep: Any) -> tuple[float, float]:
+    """A replayed run's mean and peak pool utilisation (units in use over usable units, at most 1)."""
+    occ = rep.occupancy
+    usable = occ.usable_units
+    if not usable:
+        return 0.0, 0.0
+    return min(1.0, occ.mean_units / usable), min(1.0, occ.peak_units / usable)
 
 def _steady_note(cap) -> str:
     """The steady-state verdict at a point's sustainable rate, or why there is none (either search)."""
@@ -576,10 +582,7 @@ def _runtime_point(ctx: Context, p: SweepPoint, wl: "Workload", spec: "ModelSpec
         return _stopped(p, e)
     rep = report(setup, res, wl)
     refusals = runtime_refusals(rep.refused, STRANDED)
-    occ = rep.occupancy
-    usable = occ.usable_units
-    mean_util = min(1.0, occ.mean_units / usable) if usable else 0.0
-    peak_util = min(1.0, occ.peak_units / usable) if usable else 0.0
+    mean_util, peak_util = _utilization(rep)
     wait = wait_p99_ns(rep)
     cap = None
     if early_exit:
