@@ -119,6 +119,12 @@ def _workspace_steps(c: StageContext, release: str, mnbt: int, requests: list[An
     return steps
 
 
+
+def _topk_buffer_step(mnbt: int, topk: int, drafter: bool, src: str, drafter_src: str) -> Step:
+    """The model's top-k index buffer [mnbt, topk] int32, and the drafter's own copy when it drafts here."""
+    return Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {topk}] int32", mnbt * topk * 4 * (2 if drafter else 1),
+                src + (f"; {drafter_src}" if drafter else ""))
+
 def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, ...]:
     if c.dims is None:
         return (Step(StepKind.RESERVE, "engine buffers (not modelled: the config lacks DeepSeek-V4 fields)", 0,
@@ -129,10 +135,8 @@ def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, .
     L = c.max_seq_len
     ratios = d.ratios_of(c.layers)
     mtp_here = c.settings.speculative_tokens > 0 and c.last
-    steps = [Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {d.index_topk}] int32",
-                  mnbt * d.index_topk * 4 * (2 if mtp_here else 1),
-                  "models/deepseek_v4/nvidia/model.py:848-852" + ("; drafter's: nvidia/mtp.py:221-225"
-                                                                   if mtp_here else ""))]
+    steps = [_topk_buffer_step(mnbt, d.index_topk, mtp_here, "models/deepseek_v4/nvidia/model.py:848-852",
+                               "drafter's: nvidia/mtp.py:221-225")]
     steps += _model_buffers(c, mnbt, mtp_here, _rope_tables(c),
                             "models/deepseek_v4/common/rope.py:28-52",
                             "models/deepseek_v4/nvidia/model.py:1210-1223",
@@ -176,10 +180,8 @@ def _vllm_v41_reserves(c: StageContext, release: str, mnbt: int) -> tuple[Step, 
     L = c.max_seq_len
     ratios = d.ratios_of(c.layers)
     mtp_here = c.settings.speculative_tokens > 0 and c.last
-    steps = [Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {d.index_topk}] int32",
-                  mnbt * d.index_topk * 4 * (2 if mtp_here else 1),
-                  "models/deepseek_v41/nvidia/model.py:758-763" + ("; DSpark drafter's: nvidia/dspark.py:108-112"
-                                                                    if mtp_here else ""))]
+    steps = [_topk_buffer_step(mnbt, d.index_topk, mtp_here, "models/deepseek_v41/nvidia/model.py:758-763",
+                               "DSpark drafter's: nvidia/dspark.py:108-112")]
     if d.candidate_topk_blocks:
         steps.append(Step(StepKind.RESERVE, f"candidate-block buffer [{mnbt}, {d.candidate_topk_blocks}] int32",
                           mnbt * d.candidate_topk_blocks * 4, "models/deepseek_v41/nvidia/model.py:765-779"))
