@@ -372,6 +372,36 @@ def p50(per_request: np.ndarray | None, beta: np.ndarray) -> np.ndarray | None:
     return per_request[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])]
 
 
+def exercised(fitted) -> np.ndarray:
+    """Which basis terms any request of the fitted rows exercises (a non-zero column in a TPOT or TTFT basis)."""
+    mask = None
+    for u in fitted:
+        for kind in ("tpot", "ttft"):
+            if u[kind] is not None:
+                col = np.any(np.asarray(u[kind]) != 0, axis=0)
+                mask = col if mask is None else mask | col
+    return mask
+
+
+def borrow_unexercised(betas: dict, seen: dict, basis: tuple[str, ...]) -> dict[str, list[str]]:
+    """A term no fitted row of a GPU family exercises is not identified by that family's fit: NNLS leaves it at its
+    floor (the roofline, for a link or memory term), which no row has checked. It takes the other family's fitted value
+    instead, where that family's rows exercise it: every coefficient is a multiple of its own card's roofline (bytes,
+    FLOPs, link bytes over that card's datasheet figure), so it carries across cards as vLLM's unfitted terms carry
+    from SGLang's (``VLLM_FREE``). Returns, per family, the terms it took (reported in the output and the doc)."""
+    taken = {}
+    for fam, mask in seen.items():
+        others = [f for f in seen if f != fam and seen[f] is not None]
+        if mask is None or len(others) != 1:
+            continue
+        donor = others[0]
+        terms = [j for j in range(len(basis)) if not mask[j] and seen[donor][j]]
+        for j in terms:
+            betas[fam][j] = betas[donor][j]
+        taken[fam] = [basis[j] for j in terms]
+    return taken
+
+
 def replay_all(rows: list[dict], max_requests: int, cache: str | None) -> list[dict]:
     """Every usable row's basis vectors (replayed, or read from ``cache``, keyed by the row's text)."""
     import pickle
@@ -423,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = list(csv.DictReader(open(args.csv, newline="", encoding="utf-8")))
     used = replay_all(rows, args.max_requests, args.cache)
     family = lambda r: card_perf(r["gpu"]).family
-    betas = {}
+    betas, seen = {}, {}
     for fam in sorted({family(u["row"]) for u in used if u["split"] == "fit" and u["row"]["engine"] == "sglang"}):
         lo = np.array([FLOOR.get(t, 0.0) for t in BASIS])
         hi = np.maximum(upper(BASIS, fam, not args.no_ceilings, args.link_ceilings), lo)
@@ -440,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
             a = np.array(a)
             beta = lo + bounded_nnls(a, np.ones(len(a)) - a @ lo, hi - lo)
         betas[fam] = beta
+        seen[fam] = exercised(u for u in used if u["split"] == "fit" and family(u["row"]) == fam
+                              and u["row"]["engine"] == "sglang")
+    borrowed = borrow_unexercised(betas, seen, BASIS)
     # vLLM: its own coefficients per family, fitted on the vLLM rows of the "fit" split (NNLS on relative error, as
     # SGLang's): the VLLM_FREE terms are free (floors and prefill terms at least 0, roofline terms at least 1), the
     # rest are SGLang's of the family; SGLang's MoE backend terms are not vLLM's kernels and are 0
@@ -485,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
                       "itl_err": err(itl, m_itl), "peak_running": u["peak_running"], "requests": u["requests"]})
     for fam, beta in betas.items():
         print(f"beta sglang/{fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
+        if borrowed.get(fam):
+            print(f"  sglang/{fam} took from the other family (no fitted {fam} row exercises them): "
+                  f"{', '.join(borrowed[fam])}")
     for fam, beta in vbetas.items():
         print(f"beta vllm/{fam}: {dict(zip(BASIS, (float(b) for b in beta)))}")
     fmt = lambda v: "-" if v is None else f"{v:+.1%}"
@@ -568,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
                                              "(the SGLang cookbook, benchmarks/published_serving.csv)",
                                      "band": band, "ceilings": bounds(fam),
+                                     "borrowed": {t: next(f for f in betas if f != fam) for t in borrowed.get(fam, [])},
                                      "moe_rows": {b: sum(1 for t in mine if t["split"] == "fit" and t["moe_backend"] == b)
                                                   for b in sorted({t["moe_backend"] for t in mine
                                                                    if t["split"] == "fit" and t["moe_backend"] != "-"})}}
@@ -588,16 +625,19 @@ def main(argv: list[str] | None = None) -> int:
             gpus = sorted({t["gpu"] for t in mine if t["split"] == "fit"})
             n_fit = sum(t["split"] == "fit" for t in mine)
             itl_rows = ", ".join(f"{t['model'].removeprefix('deepseek-')} {t['isl']:,}-token prompts {t['itl_err']:+.0%}"
-                                 for t in mine if t["itl_err"] is not None) or "no rows"
+                                 for t in mine if t["itl_err"] is not None)
+            batch = ", ".join(f"{t['model'].removeprefix('deepseek-')} {t['isl']:,}-token prompts at {t['concurrency']} {t['tpot_err']:+.0%}"
+                              for t in mine if t["tpot_err"] is not None and t["split"] != "fit"
+                              and int(t["concurrency"]) > 1)
             fits[f"vllm/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                    "data": f"{n_fit} vLLM 0.25 V4-Flash-0731 rows on {', '.join(gpus)} (TP8 and DP8 with EP8, "
                                            "32K-256K prompts at concurrency 1-8: vllm-project/vllm#51454 and "
                                            "stewtong/dsv4-flash-0731, benchmarks/published_serving.csv; "
                                            f"{', '.join(VLLM_FREE)} fitted, the rest sglang/{fam}'s)",
                                    "band": f"TTFT median |error| {med('ttft', True)}, {med('ttft', False)}: by split {by}; "
-                                           f"TPOT {med('tpot', True)}, {med('tpot', False)} (DP8 at concurrency 1 "
-                                           f"only); ITL p50 of TP8+EP8 at concurrency 32, held out: {itl_rows} (no vLLM decode at batch "
-                                           "is fitted)",
+                                           f"TPOT {med('tpot', True)}, {med('tpot', False)} (fitted: DP8 at concurrency 1 "
+                                           f"only; held out at a decode batch: {batch or 'no rows'}"
+                                           + (f"; ITL p50 held out: {itl_rows}" if itl_rows else "") + ")",
                                    "ceilings": bounds(fam)}
         out = {"schema": "csa-plan/steptime-fit/v2", "default": "sglang/hopper",
                "method": "tools/fit_steptime.py: NNLS (roofline coefficients at least 1 and at most their physical "
