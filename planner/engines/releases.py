@@ -93,7 +93,7 @@ ROWS: tuple[ReleaseRow, ...] = (
 )
 NEWEST_MODELLED = (0, 34, 0)
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.post\d+)?((?:rc|a|b)\d+|\.dev\d+)?(?:\+[0-9a-z.]+)?$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.post\d+)?((?:rc|a|b)\d+(?:\.dev\d+)?|\.dev\d+)?(?:\+[0-9a-z.]+)?$")
 
 
 @record
@@ -116,7 +116,8 @@ def _refuse(spelled: str, message: str) -> BadInput:
 
 
 def match_vllm(spelled: str, version: str) -> ReleaseMatch | None:
-    """``vllm-0.30.1`` / ``vllm-0.28`` / ``vllm-0.31.1.dev45+gabc`` -> the modelled release that runs its rules.
+    """``vllm-0.30.1`` / ``vllm-0.28`` / ``vllm-0.31.1.dev45+gabc`` / ``vllm-0.31.1rc1.dev50+gabc`` -> the modelled
+    release that runs its rules.
 
     None when ``version`` is not a version string; a refusal (BadInput) when no modelled release runs it."""
     m = _VERSION.match(version.strip().lower())
@@ -126,12 +127,13 @@ def match_vllm(spelled: str, version: str) -> ReleaseMatch | None:
     pre = m[4] or ""
     v = (major, minor, patch)
     shown = ".".join(map(str, v))
-    if pre.startswith(".dev"):
+    if ".dev" in pre:
         # a nightly: setuptools-scm names the commits after tag X.Y.Z as X.Y.(Z+1).devN, so its code lies
         # between release X.Y.Z and the next minor release X.(Y+1).0
-        # (an X.Y.0.devN lies before release X.Y.0, after the releases of X.(Y-1))
+        # (an X.Y.0.devN lies before release X.Y.0, after the releases of X.(Y-1)); the commits after a release
+        # candidate's tag X.Y.ZrcK are X.Y.Zrc(K+1).devN, so theirs lies between the release before X.Y.Z and X.Y.Z
         after = (major, minor, patch - 1) if patch else (major, max(minor - 1, 0), 0)
-        before = (major, minor + 1, 0) if patch else (major, minor, 0)
+        before = v if not pre.startswith(".dev") else (major, minor + 1, 0) if patch else (major, minor, 0)
         lo, hi = _row(after), _row(before)
         if after < FIRST_V4:
             raise _refuse(spelled, f"a nightly after vllm {'.'.join(map(str, after))}, before DeepSeek-V4 support "

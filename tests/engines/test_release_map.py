@@ -29,6 +29,7 @@ ONE_M = 1 << 20
     ("vllm-0.29.0", "vllm-0.33"), ("vllm-0.30.1", "vllm-0.33"), ("vllm-0.31", "vllm-0.33"),
     ("vllm-0.32.0rc1", "vllm-0.33"), ("vllm-0.31.1.dev45+g1a2b3c4", "vllm-0.33"),
     ("vllm-0.30.0+cu129", "vllm-0.33"), ("vllm-0.31.0.dev12", "vllm-0.33"), ("vLLM-0.29.1.dev7", "vllm-0.33"), ("vllm-v0.30.0", "vllm-0.33"),
+    ("vllm-0.31.1rc1.dev50+g554340f3d", "vllm-0.33"),  # a nightly after an rc tag: between 0.31.0 and 0.31.1
 ])
 def test_a_version_maps_to_the_release_whose_rules_it_runs(named, modelled):
     name, note = resolve_engine_name(named)
@@ -57,6 +58,8 @@ def test_a_modelled_release_is_itself_without_a_note(named):
     ("vllm-0.34.1.dev9", "after vllm 0.34.0, the newest modelled release"),
     ("vllm-0.35.0.dev1", "after vllm 0.34.0, the newest modelled release"),
     ("vllm-0.34.0.dev5", "between vllm 0.33.0 (vllm-0.33) and 0.34.0 (vllm-0.34)"),  # before 0.34.0
+    ("vllm-0.28.0rc2.dev3", "between vllm 0.27.0 (vllm-0.27) and 0.28.0 (vllm-0.28)"),  # after 0.28.0rc1
+    ("vllm-0.34.1rc1.dev2", "after vllm 0.34.0, the newest modelled release"),
     ("sglang-0.5.22", "only SGLang 0.5.23 is modelled"),
 ])
 def test_a_version_no_modelled_release_runs_is_refused_saying_why(named, reason):
