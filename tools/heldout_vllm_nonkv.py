@@ -344,14 +344,33 @@ the pool. They are one configuration, so they count four times in the band but s
   +0.27 GiB in the rest (profile-run peak and non-torch; eager mode captures no graphs). On SM90 the
   MXFP4 experts go to Marlin in 0.23.0 as in 0.26.0 (fused_moe/oracle/mxfp4.py:292-312), so the Marlin
   repack costs no 4 GiB at load; with no graphs, no MTP and 0.23.0 instead of 0.26.0 the H20 runs' +4.3
-  and +4.1 GiB are not a Hopper-wide offset: the three SM90 sources give +0.58 (H200 NVL, eager),
-  -1.09 (GH200, graphs, EP) and +4.29 / +4.06 GiB (H20, graphs, MTP, 0.26).
+  and +4.1 GiB are not a Hopper-wide offset: the SM90 logs give +0.58 (H200 NVL, TP 2, eager, 0.23),
+  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), -1.09 (GH200, TP 2 + EP, graphs, 0.25) and
+  +4.29 / +4.06 GiB a GPU (H20, TP 2, graphs, MTP, 0.26).
 * The fit log's own `Model loading took` (75.64 GiB) is 0.05 GiB above csa-plan's weights and
   buffers built with the model (75.59 GiB), so its fitted non-torch figure is not hiding a weights
   shortfall.
 
-No stock-vLLM 0.27, 0.28, 0.33 or 0.34 DeepSeek-V4 log with its flags and its pool was found in
-the stored issue and page text; the candidates looked at are listed above with why each was refused.
+What the H100 log adds (tant2tls/Deepseek-serving, DeepSeek-V4-Flash-0731 on the nightly
+0.31.1rc1.dev50+g554340f3d, which lies between 0.31.0 and 0.32.0 and so runs vllm-0.33's rules; TP 8 + EP,
+0.90 of 81,559 MiB, 262,144 tokens, 64 sequences, graphs on, no MTP or DSpark): the first held-out log of
+the packed-group releases (0.29 on).
+
+* +2.2 %: csa-plan's pool is 48.48 GiB against the printed 47.43 GiB, and the printed 1,728,531 tokens
+  lie inside csa-plan's range for the rounded pool, so vllm-0.33's KV layout is exact for this build
+  and the error is the non-KV terms alone.
+* `Model loading took` 19.79 GiB against csa-plan's 19.74 GiB (weights 19.23 + buffers built with the
+  model 0.52): +0.05 GiB. The rest (profile-run peak, non-torch, graphs) is 4.46 GiB against
+  csa-plan's 3.46 GiB: +1.01 GiB a GPU unmodelled, at TP 8 over NVSwitch.
+* So the pattern across the logs that print `Model loading took` is in the rest, not the weights:
+  -0.05 GiB at TP 2 over PCIe (the fit), +0.27 GiB at TP 2 over SYS (H200 NVL, eager), +1.01 GiB at
+  TP 8 + EP over NVSwitch (H100, graphs). The non-torch figure is fitted at TP 2 over PCIe with
+  `--disable-custom-all-reduce`; what NCCL and the all-reduce paths allocate after the worker's
+  start-up snapshot at 8 GPUs on NVSwitch is the first candidate, not yet read in vLLM's code.
+
+No stock-vLLM 0.27, 0.28, 0.33 or 0.34 release log of DeepSeek-V4 with its flags and its pool was
+found in the stored issue, page and repository text; the candidates looked at are listed above with
+why each was refused.
 """
 
 

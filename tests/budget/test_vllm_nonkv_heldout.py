@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 H200_NVL = [f"h200nvl-tp2-eager-{k}" for k in ("4k", "64k", "128k", "256k")]  # one run at four lengths
+H100_NIGHTLY = "h100-tp8-ep-0731-nightly"  # vLLM 0.31.1rc1.dev50, vllm-0.33's rules
 
 
 def _tool():
@@ -67,12 +68,13 @@ def test_gap_lines_split_each_printed_pool_against_the_same_requested_figure():
     tool = _tool()
     lines = {line.split(" ", 1)[0]: line for line in tool.gaps(_logs())}
     assert set(lines) == {"rtx-pro-6000-tp2", "gh200-tp2-llm-class", "h20-tp2-preview", "h20-tp2-0731-mtp",
-                          *(f"h200nvl-tp2-eager-{k}" for k in ("4k", "64k", "128k", "256k"))}
+                          *H200_NVL, H100_NIGHTLY}
     assert lines["rtx-pro-6000-tp2"].endswith("+0.00 GiB a GPU unmodelled")
     assert lines["h20-tp2-preview"].endswith("+4.29 GiB a GPU unmodelled")
     assert lines["h20-tp2-0731-mtp"].endswith("+4.06 GiB a GPU unmodelled")
     assert "requested 90.80 GiB" in lines["h20-tp2-preview"]  # ceil(97,871 MiB x 0.95), the card table's H20
     assert all(lines[n].endswith("+0.58 GiB a GPU unmodelled") for n in H200_NVL)
+    assert lines[H100_NIGHTLY].endswith("+1.05 GiB a GPU unmodelled")
 
 
 
@@ -102,17 +104,21 @@ def test_h200_nvl_pool_stays_put_over_max_model_len_as_vllm_s_does():
 
 def test_pool_tokens_at_the_printed_pool_hold_every_printed_count():
     """The KV layout apart from the non-KV terms: at the printed pool's rounding ends csa-plan's token count
-    brackets the printed 'GPU KV cache size' of each H200 NVL log."""
+    brackets the printed 'GPU KV cache size' of each log that prints it (vllm-0.25's layout under 0.23.0,
+    vllm-0.33's packed groups under the 0.31 nightly)."""
     lines = _tool().pool_tokens(_logs())
-    assert [line.split(":", 1)[0] for line in lines] == H200_NVL
+    assert [line.split(":", 1)[0] for line in lines] == [*H200_NVL, H100_NIGHTLY]
     assert all(line.endswith("(holds it)") for line in lines)
 
 
 def test_model_loading_splits_the_non_kv_gap():
     """Where 'Model loading took' is printed, the gap splits into what is built with the model and the rest.
-    The fit log's split closes within 0.05 GiB; the H200 NVL logs are +0.31 GiB and +0.27 GiB short."""
+    The fit log's split closes within 0.05 GiB; the H200 NVL logs are +0.31 GiB and +0.27 GiB short; the
+    H100 TP 8 + EP log's weights close (+0.05 GiB) and its rest is +1.01 GiB short."""
     lines = {line.split(" ", 1)[0]: line for line in _tool().loading_split(_logs())}
-    assert set(lines) == {"rtx-pro-6000-tp2", *H200_NVL}
+    assert set(lines) == {"rtx-pro-6000-tp2", *H200_NVL, H100_NIGHTLY}
+    assert "19.79 GiB printed, csa-plan 19.74 GiB" in lines[H100_NIGHTLY]
+    assert lines[H100_NIGHTLY].endswith("csa-plan 3.46 GiB: +1.01 GiB")
     assert "75.64 GiB printed, csa-plan 75.59 GiB" in lines["rtx-pro-6000-tp2"]
     for n in H200_NVL:
         assert "74.08 GiB printed, csa-plan 73.77 GiB" in lines[n] and lines[n].endswith("csa-plan 3.09 GiB: +0.27 GiB")
