@@ -18,6 +18,11 @@ release, the printed and predicted figure and the error goes to stdout, or with 
 ``docs/vllm-nonkv-heldout.md``, whose band is stated from the held-out logs only. For each log that
 prints its pool, the non-KV memory the print implies is set beside csa-plan's at the same requested
 figure (``gaps``): the vllm#51041 H20 runs' unmodelled GiB a GPU, with what vLLM 0.26.0's code rules out.
+Where a log prints ``Model loading took``, that figure splits the non-KV memory in two (``loading_split``):
+what vLLM allocates while it builds the model against csa-plan's weights plus the buffers built with the
+model (``from_log.MODEL_BUILT_LABELS``), and the rest (profile-run peak, non-torch, graphs). Where a log
+prints its pool's tokens, csa-plan's token count over the 0.01 GiB the pool is rounded to must hold it
+(``pool_tokens``). The logs looked at and refused (``refused`` in the fixture) are listed with why.
 ``tests/budget/test_vllm_nonkv_heldout.py`` recomputes it from the fixtures.
 """
 
@@ -143,11 +148,99 @@ def gaps(logs: list[dict]) -> list[str]:
     return out
 
 
-def render(logs: list[dict]) -> str:
+def _built_with_model_bytes(budget: dict) -> int:
+    """csa-plan's bytes vLLM allocates inside ``Model loading took``: the weights and the reserve steps built
+    with the model (the labels ``--from-log`` splits on), on the binding stage."""
+    from csa_plan.planner.budget.from_log import MODEL_BUILT_LABELS
+
+    stage = budget["stages"][budget["binding_stage"]]
+    return stage["weights_bytes"] + sum(x["bytes"] for x in stage["steps"]
+                                        if x["kind"] == "reserve" and x["label"].startswith(MODEL_BUILT_LABELS))
+
+
+def loading_split(logs: list[dict]) -> list[str]:
+    """Per log that prints ``Model loading took``: its non-KV memory (requested - printed pool) split at that
+    figure, beside csa-plan's split of its own non-KV memory at the same place. The printed figure has 2
+    decimals (+-0.005 GiB)."""
+    from csa_plan.planner.units import GiB
+
+    out = []
+    for log in logs:
+        if log.get("model_loading_gib") is None or log["measure"] != "kv_gib":
+            continue
+        b = run_check(log["argv"])["budget"]
+        built, modelled = _built_with_model_bytes(b), b["usable_bytes"] - b["kv_memory_bytes"]
+        loaded = round(log["model_loading_gib"] * GiB)
+        rest = b["usable_bytes"] - round(log["printed"] * GiB) - loaded
+        out.append(f"{log['id']} ({log['role']}): built with the model {loaded / GiB:.2f} GiB printed, csa-plan "
+                   f"{built / GiB:.2f} GiB (weights {b['weights_bytes'] / GiB:.2f} + buffers "
+                   f"{(built - b['weights_bytes']) / GiB:.2f}): {round((loaded - built) / GiB, 2) + 0.0:+.2f} GiB; "
+                   f"the rest (profile-run peak, non-torch, graphs) {rest / GiB:.2f} GiB implied, csa-plan "
+                   f"{(modelled - built) / GiB:.2f} GiB: {round((rest - modelled + built) / GiB, 2) + 0.0:+.2f} GiB")
+    return out
+
+
+def pool_tokens(logs: list[dict]) -> list[str]:
+    """Per log that prints ``GPU KV cache size``: csa-plan's pool tokens at the printed pool's ends (it is
+    rounded to 0.01 GiB), through ``--kv-memory``, and whether the printed count lies between them."""
+    from csa_plan.planner.units import GiB
+
+    out = []
+    for log in logs:
+        if log.get("printed_tokens") is None:
+            continue
+        ends = [run_check([*log["argv"], "--kv-memory", str(round((log["printed"] + d) * GiB))])["engine"]["pool"]
+                ["tokens"] for d in (-0.005, 0.005)]
+        inside = ends[0] <= log["printed_tokens"] <= ends[1]
+        out.append(f"{log['id']}: printed {log['printed_tokens']:,} tokens; csa-plan at {log['printed'] - 0.005:.3f}-"
+                   f"{log['printed'] + 0.005:.3f} GiB: {ends[0]:,}-{ends[1]:,} ({'holds it' if inside else 'MISSES it'})")
+    return out
+
+
+def card_total_from_graph_line(entry: dict) -> tuple[float, float]:
+    """The card total (GiB) vLLM's own lines fix: its graph estimate is (u - u_eq) x total
+    (gpu_worker.py's 'is equivalent to' line), each printed figure rounded (0.005 GiB, 0.00005)."""
+    lo_g, hi_g = entry["graph_gib"] - 0.005, entry["graph_gib"] + 0.005
+    du = entry["util"] - entry["util_eq"]
+    return lo_g / (du + 0.00005), hi_g / (du - 0.00005)
+
+
+def refused_lines(refused: list[dict]) -> list[str]:
+    from csa_plan.planner.units import GiB
+
+    out = []
+    for r in refused:
+        extra = ""
+        if "graph_gib" in r:
+            lo, hi = card_total_from_graph_line(r)
+            w = run_check(["deepseek-v4-flash", "--engine", r["release"], "--gpu", "h200", "--tp", "2"])["budget"]["weights_bytes"]
+            extra = (f" (the lines give a card of {lo:.1f}-{hi:.1f} GiB; DeepSeek-V4-Flash at TP 2 puts "
+                     f"{w / GiB:.2f} GiB of weights on each GPU)")
+        out.append(f"{r['id']}: {r['source']}; {r['release']}, {r['card']}; quoted: "
+                   + " / ".join(f'"{x}"' for x in r["excerpt"]) + f". Refused: {r['reason']}{extra}.")
+    return out
+
+
+def render(logs: list[dict], refused: list[dict] = ()) -> str:
     _, body = table(logs)
-    return HEADER + body + "\nRefit on the training split:\n\n" + "".join(f"* {line}\n" for line in refit(logs)) + \
-        "\nNon-KV memory a GPU, printed pool against predicted (the same requested figure):\n\n" + \
-        "".join(f"* {line}\n" for line in gaps(logs)) + FOOTER
+    sections = (
+        ("Refit on the training split", refit(logs)),
+        ("Non-KV memory a GPU, printed pool against predicted (the same requested figure)", gaps(logs)),
+        ("The same non-KV memory split at `Model loading took` (what vLLM allocates while it builds the model, "
+         "then the rest; each difference is printed minus csa-plan's, + is memory csa-plan does not model)",
+         loading_split(logs)),
+        ("Pool tokens at the printed pool (the KV layout itself, apart from the non-KV terms)", pool_tokens(logs)),
+        ("Logs looked at and refused (each with what it printed and why it cannot enter)",
+         refused_lines(list(refused))),
+    )
+    return HEADER + body + "".join(f"\n{title}:\n\n" + "".join(f"* {line}\n" for line in lines)
+                                   for title, lines in sections) + FOOTER
+
+
+def load(path: Path = LOGS) -> tuple[list[dict], list[dict]]:
+    """The fixture's logs and its refused candidates."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["logs"], data.get("refused", [])
 
 
 FOOTER = """
@@ -232,11 +325,52 @@ installed, DeepGEMM's MXFP4 MoE), with `--disable-custom-all-reduce` and PCIe be
 the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE) over NVLink with the
 custom all-reduce on, 0.26 instead of 0.25, and 8,192 batched tokens instead of 4,096. What NCCL
 allocates lazily at the first collective and the profile run's torch peak on that path are not in
-vLLM's code; the GH200 log (SM90 too, with EP, without MTP) shows no such 4 GiB. No further public
-stock-vLLM DeepSeek-V4 log printing `Model loading took` and `Available KV cache memory` with its
-flags was found (forks are not stock: #50576's SM8x fork, a 0.26.1rc0 SM120 fork), so the
-profile-run, non-torch and graph terms are not separately refitted beyond the one log that prints
-them all.
+vLLM's code; the GH200 log (SM90 too, with EP, without MTP) shows no such 4 GiB.
+
+What the four H200 NVL logs add (uv-xiao/pto-cu, stock vLLM 0.23.0 run by csa-plan as vllm-0.25's
+rules, TP 2 without EP, `--enforce-eager`, no MTP, 0.78 of 143,771 MiB; the same flags at 4,096,
+65,536, 131,072 and 262,144 tokens): the first held-out logs that print `Model loading took` beside
+the pool. They are one configuration, so they count four times in the band but say one thing:
+
+* vLLM's pool is 32.08 GiB at every length, and csa-plan's is 32.66 GiB at every length (+1.8 %): the
+  largest shared-workspace request here is the MoE intermediates of 8,192 batched tokens
+  (704,643,072 B), above the indexer's K-gather at each of these lengths, so neither figure moves with
+  max_model_len.
+* Every printed token count lies inside csa-plan's range for the pool the log rounds to 0.01 GiB (the
+  section above): vllm-0.25's KV layout is exact for 0.23.0 at these lengths, and the +1.8 % is the
+  non-KV terms alone.
+* csa-plan's non-KV memory is 0.58 GiB a GPU short: +0.31 GiB at `Model loading took` (74.08 GiB
+  printed against the weights' 73.26 GiB and the 0.52 GiB of buffers built with the model) and
+  +0.27 GiB in the rest (profile-run peak and non-torch; eager mode captures no graphs). On SM90 the
+  MXFP4 experts go to Marlin in 0.23.0 as in 0.26.0 (fused_moe/oracle/mxfp4.py:292-312), so the Marlin
+  repack costs no 4 GiB at load; with no graphs, no MTP and 0.23.0 instead of 0.26.0 the H20 runs' +4.3
+  and +4.1 GiB are not a Hopper-wide offset: the SM90 logs give +0.58 (H200 NVL, TP 2, eager, 0.23),
+  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), -1.09 (GH200, TP 2 + EP, graphs, 0.25) and
+  +4.29 / +4.06 GiB a GPU (H20, TP 2, graphs, MTP, 0.26).
+* The fit log's own `Model loading took` (75.64 GiB) is 0.05 GiB above csa-plan's weights and
+  buffers built with the model (75.59 GiB), so its fitted non-torch figure is not hiding a weights
+  shortfall.
+
+What the H100 log adds (tant2tls/Deepseek-serving, DeepSeek-V4-Flash-0731 on the nightly
+0.31.1rc1.dev50+g554340f3d, which lies between 0.31.0 and 0.32.0 and so runs vllm-0.33's rules; TP 8 + EP,
+0.90 of 81,559 MiB, 262,144 tokens, 64 sequences, graphs on, no MTP or DSpark): the first held-out log of
+the packed-group releases (0.29 on).
+
+* +2.2 %: csa-plan's pool is 48.48 GiB against the printed 47.43 GiB, and the printed 1,728,531 tokens
+  lie inside csa-plan's range for the rounded pool, so vllm-0.33's KV layout is exact for this build
+  and the error is the non-KV terms alone.
+* `Model loading took` 19.79 GiB against csa-plan's 19.74 GiB (weights 19.23 + buffers built with the
+  model 0.52): +0.05 GiB. The rest (profile-run peak, non-torch, graphs) is 4.46 GiB against
+  csa-plan's 3.46 GiB: +1.01 GiB a GPU unmodelled, at TP 8 over NVSwitch.
+* So the pattern across the logs that print `Model loading took` is in the rest, not the weights:
+  -0.05 GiB at TP 2 over PCIe (the fit), +0.27 GiB at TP 2 over SYS (H200 NVL, eager), +1.01 GiB at
+  TP 8 + EP over NVSwitch (H100, graphs). The non-torch figure is fitted at TP 2 over PCIe with
+  `--disable-custom-all-reduce`; what NCCL and the all-reduce paths allocate after the worker's
+  start-up snapshot at 8 GPUs on NVSwitch is the first candidate, not yet read in vLLM's code.
+
+No stock-vLLM 0.27, 0.28, 0.33 or 0.34 release log of DeepSeek-V4 with its flags and its pool was
+found in the stored issue, page and repository text; the candidates looked at are listed above with
+why each was refused.
 """
 
 
@@ -245,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", type=Path, default=LOGS)
     ap.add_argument("--write", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
     args = ap.parse_args(argv)
-    logs = json.loads(args.logs.read_text(encoding="utf-8"))["logs"]
-    text = render(logs)
+    logs, refused = load(args.logs)
+    text = render(logs, refused)
     if args.write:
         DOC.write_text(text, encoding="utf-8")
     else:

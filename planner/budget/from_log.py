@@ -31,6 +31,11 @@ MAX_LINE_CHARS = 1 << 16      # longer lines are skipped unless they hold a line
 MAX_GIB = 1 << 20             # a GiB / GB figure of one device beyond 1 PiB is not a device's
 MAX_PARALLEL = 1 << 20        # tp, dp, pp as printed
 
+# The reserve steps vLLM allocates while it builds the model, so inside its "Model loading took X GiB"
+# (DeviceMemoryProfiler around load_model): the budget's step labels they start with. The rest of the
+# non-KV memory (profile-run peak, non-torch, CUDA graphs) is measured after the load.
+MODEL_BUILT_LABELS = ("top-k index buffer", "RoPE", "hc_attn_fn_broadcast", "MTP hidden buffer")
+
 
 @record
 class StartupLog:
@@ -485,7 +490,7 @@ def calibrate(log: StartupLog, at_log: Any, tokens_at: Callable[[int], int]) -> 
     s = at_log.binding
     card = at_log.card_bytes
     by = lambda *prefixes: sum(x.bytes for x in s.steps if x.label.startswith(prefixes))  # noqa: E731
-    model_built = ("top-k index buffer", "RoPE", "hc_attn_fn_broadcast", "MTP hidden buffer")
+    model_built = MODEL_BUILT_LABELS
     graphs = by("CUDA graph")
     predicted_model = s.weights_bytes + by(*model_built)
     predicted_rest = s.reserve_bytes - by(*model_built) - graphs
