@@ -250,6 +250,14 @@ estimate. What vLLM 0.26.0's code rules out, with its numbers (sources: the unpa
   decode buffers (int32 [max_num_batched_tokens] each, v1/attention/backends/mla/indexer.py:317-335)
   are built on every architecture: bytes, not GiB. DeepGEMM's MegaMoE is
   SM100 only (nvidia/model.py:307-311).
+* FlashInfer's all-reduce + RMSNorm fusion workspace, which 0.26 turns on for TP > 1 on SM90 and
+  SM100 only (compilation/passes/fusion/allreduce_rms_fusion.py:131-151, 64 MB of input at TP 2 on
+  SM90, :104-109) and allocates in the pass's constructor (:1032-1053, one workspace shared by both
+  pattern sets, device_communicators/flashinfer_all_reduce.py:125-181): 0 B here. The pass runs only
+  inside Inductor, and the NVIDIA DeepSeek-V4 model carries no `@support_torch_compile` (only
+  models/deepseek_v4/xpu/model.py:981 does; config/vllm.py:1177-1199 gives it the breakable CUDA graph
+  instead); the standalone FlashInfer all-reduce is off by default (`VLLM_ALLREDUCE_USE_FLASHINFER=0`,
+  envs.py:1757-1758; device_communicators/cuda_communicator.py:103-104).
 * The FULL decode graph's indexer logits (DeepGEMM's paged MQA logits, [32 x 2, max_model_len / 4]
   fp32 at most, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
   max_model_len // 4, models/deepseek_v4/attention.py:720-721: 58.4 MB at 912,128, 7.8 MB at
