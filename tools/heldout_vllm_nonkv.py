@@ -261,9 +261,11 @@ What changed in this table (vLLM's own code, release by release; `planner/budget
 * The non-torch figure and the mega-MoE buffer were refitted on their fit logs with these requests
   (RTX PRO 6000: 1,209 MiB; B200 TP 8 + EP: 19.756 B a token-expert-element), so the fit logs still close.
 
-What the held-out band says: B200 DP 8 stays within -0.4 %; GH200 with the `LLM` class (16,384
-batched tokens, 30,000 tokens) is now -20.0 %: its workspace requests were small, so the refit's larger
-residual lands on it in full. The two vllm#51041 H20 runs on 0.26 are still +61 % and +53 % too large,
+What the held-out band says: B200 DP 8 stays within -0.4 %. GH200 with the `LLM` class (16,384
+batched tokens, 30,000 tokens) was predicted at the `LLM` class's default 0.92 (-20.0 %), but the posted
+`LLM(...)` call sets `gpu_memory_utilization=0.95` (and `kv_cache_dtype="fp8"`); from its own flags it
+is +32.7 %: +1.78 GiB a GPU unmodelled, the same sign as the two H20 runs, so all three SM90 logs keep
+more non-KV memory than the SM120/SM100-fitted terms. The two vllm#51041 H20 runs on 0.26 are still +61 % and +53 % too large,
 but what is missing is now nearly the same in both: +4.29 GiB and +4.06 GiB a GPU (it was +3.97 and
 +4.32 with the workspaces added and 0.33's indexer rows), so what is missing no longer follows
 max_model_len (912,128 against 121,344). The cause is not found. The thread prints only the pool and the
@@ -295,9 +297,15 @@ estimate. What vLLM 0.26.0's code rules out, with its numbers (sources: the unpa
   (fused_moe/oracle/mxfp4.py:330-349); Marlin repacks the weights to the same bytes and turns the
   scales back to 1-byte e8m0 (quantization/utils/marlin_utils_fp4.py:125-139, :576-675) before
   `replace_parameter` drops the originals (quantization/mxfp4.py:693-697, model_executor/utils.py:77-97).
-  A bf16 copy of the scales would be 4,328,521,728 B (4.03 GiB) a GPU over 43 layers - the right size -
-  but none is kept, and the conversion's transients are not in `Model loading took`
-  (DeviceMemoryProfiler reads `max_memory_allocated` after a peak reset, platforms/cuda.py:351-356).
+  The e8m0 scales are 4,328,521,728 B (4.03 GiB) a GPU over 43 layers (100,663,296 B more with the MTP
+  layer's experts), so scales kept at bf16, or a second copy kept, would be the right size - but neither
+  is: `permute_scales` casts one layer's scales to bf16 (256 x (2,048 x 128 + 4,096 x 32) x 2 B =
+  201,326,592 B, marlin_utils_fp4.py:634-657) and back to e8m0, a transient freed before the next
+  layer, and transients are not in `Model loading took` (DeviceMemoryProfiler reads
+  `max_memory_allocated` after `empty_cache` and a peak reset, i.e. what is allocated,
+  platforms/cuda.py:351-356). Marlin pads nothing here: its round-up (4,096 to 256, 1,024 to 128,
+  fused_moe/oracle/mxfp4.py:649-654) leaves V4-Flash's sizes at TP 2 unchanged; 0.25.1 -> 0.26.0 only
+  preallocates the repacked weight (marlin_utils_fp4.py:309-337): less transient, the same kept bytes.
 * The RoPE tables: DeepSeek-V4's YaRN cache is `original_max_position_embeddings x factor` =
   65,536 x 16 = 1,048,576 rows of 64 fp32 (rotary_embedding/__init__.py:284-314,
   deepseek_scaling_rope.py:250-261), one for each of the two thetas (common/rope.py:17-20): 512 MiB,
@@ -312,6 +320,37 @@ estimate. What vLLM 0.26.0's code rules out, with its numbers (sources: the unpa
   (gpu_model_runner.py:6655-6686): at most 0.5 GiB beyond csa-plan's 229,022,573 B estimate. The FULL
   captures run `profile_seq_lens = min(max_model_len, 8192 // 64)` = 128 (:6666-6673): the decode
   indexer's logits are 64 x 128 fp32.
+* The non-expert FP8 linears on SM90 (fused wq_a+wkv, wq_b, wo_a, wo_b, the indexer's wq_b, the shared
+  experts, MTP's e_proj/h_proj: `Fp8LinearMethod`, quantization/fp8.py:267-429) keep their FP8 weights;
+  DeepGEMM's post-processing upcasts the checkpoint's e8m0 block scales to fp32
+  (quantization/utils/fp8_utils.py:1090-1153, `_upcast_e8m0_to_fp32` at :1107;
+  model_executor/kernels/linear/scaled_mm/deep_gemm.py:84-107), which SM90 keeps as fp32 (nvidia/ops/o_proj.py:13-25):
+  +3 B per 128 x 128 block, at most (3,236,161,152 + 541,098,240 + 108,317,292) B / 16,384 x 3 B =
+  711,471 B a GPU (attention, shared experts and MTP's non-expert bytes of csa-plan's inventory, as an
+  upper bound). Nothing is dequantized to BF16: `wo_a`'s grouped projection runs DeepGEMM's
+  `fp8_einsum` with SM90's (1, 128, 128) recipe (o_proj.py:23, :63-69); the compressors' and indexer's
+  `fused_wkv_wgate` are BF16 as stored, used by `torch.mm` (attention.py:386-410).
+* Marlin's MoE workspace on SM90 (experts/marlin_moe.py:720-750: M x topk x max(N, K) and
+  M x topk x max(2N, K) bf16, the output reusing the first): 8,192 x 6 x 4,096 x 2 x 2 B = 805,306,368 B
+  at TP 2, against csa-plan's count of 704,643,072 B. It is the largest request only in the 0731 run
+  (the preview's indexer K-gather, 1,205,057,536 B, is larger): 0.09 GiB off the 0731 gap (to 3.97),
+  none off the preview's, so it widens the difference between the two. At GH200's EP 2 (N = 2,048,
+  16,384 tokens) it is 1,610,612,736 B against csa-plan's 2,013,265,920 B, which would raise that gap to
+  +2.15 GiB. Not applied: csa-plan's MoE request is one count for every MoE backend.
+* SM90-only code on this path: the FlashMLA and indexer profile branches are the same on every
+  architecture (nvidia/flashmla.py:86-101, sparse_attn_indexer.py:324-341); the decode metadata builds
+  empty FlashMLA schedule objects (v1/attention/backends/mla/sparse_swa.py:566-578); the indexer's
+  decode buffers (int32 [max_num_batched_tokens] each, v1/attention/backends/mla/indexer.py:317-335)
+  are built on every architecture: bytes, not GiB. DeepGEMM's MegaMoE is
+  SM100 only (nvidia/model.py:307-311).
+* FlashInfer's all-reduce + RMSNorm fusion workspace, which 0.26 turns on for TP > 1 on SM90 and
+  SM100 only (compilation/passes/fusion/allreduce_rms_fusion.py:131-151, 64 MB of input at TP 2 on
+  SM90, :104-109) and allocates in the pass's constructor (:1032-1053, one workspace shared by both
+  pattern sets, device_communicators/flashinfer_all_reduce.py:125-181): 0 B here. The pass runs only
+  inside Inductor, and the NVIDIA DeepSeek-V4 model carries no `@support_torch_compile` (only
+  models/deepseek_v4/xpu/model.py:981 does; config/vllm.py:1177-1199 gives it the breakable CUDA graph
+  instead); the standalone FlashInfer all-reduce is off by default (`VLLM_ALLREDUCE_USE_FLASHINFER=0`,
+  envs.py:1757-1758; device_communicators/cuda_communicator.py:103-104).
 * The FULL decode graph's indexer logits (DeepGEMM's paged MQA logits, [32 x 2, max_model_len / 4]
   fp32 at most, model_executor/layers/sparse_attn_indexer.py:582-590 with the indexer's
   max_model_len // 4, models/deepseek_v4/attention.py:720-721: 58.4 MB at 912,128, 7.8 MB at
@@ -325,7 +364,10 @@ installed, DeepGEMM's MXFP4 MoE), with `--disable-custom-all-reduce` and PCIe be
 the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE) over NVLink with the
 custom all-reduce on, 0.26 instead of 0.25, and 8,192 batched tokens instead of 4,096. What NCCL
 allocates lazily at the first collective and the profile run's torch peak on that path are not in
-vLLM's code; the GH200 log (SM90 too, with EP, without MTP) shows no such 4 GiB.
+vLLM's code. The GH200 log (SM90 too, Marlin too, vLLM ~0.22-0.25, EP 2, no MTP, 16,384 batched
+tokens) is +1.78 GiB: less than 4 GiB, but its graph estimate is csa-plan's +-70 % figure at 51 + 51
+captures up to 512 tokens (4.74 GiB), so the two SM90 gaps cannot be set side by side term by term, and
+a term of about 4 GiB that all three SM90 logs with graphs share is not ruled out by it.
 
 What the four H200 NVL logs add (uv-xiao/pto-cu, stock vLLM 0.23.0 run by csa-plan as vllm-0.25's
 rules, TP 2 without EP, `--enforce-eager`, no MTP, 0.78 of 143,771 MiB; the same flags at 4,096,
@@ -345,7 +387,7 @@ the pool. They are one configuration, so they count four times in the band but s
   MXFP4 experts go to Marlin in 0.23.0 as in 0.26.0 (fused_moe/oracle/mxfp4.py:292-312), so the Marlin
   repack costs no 4 GiB at load; with no graphs, no MTP and 0.23.0 instead of 0.26.0 the H20 runs' +4.3
   and +4.1 GiB are not a Hopper-wide offset: the SM90 logs give +0.58 (H200 NVL, TP 2, eager, 0.23),
-  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), -1.09 (GH200, TP 2 + EP, graphs, 0.25) and
+  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), +1.78 (GH200, TP 2 + EP, graphs, ~0.22-0.25) and
   +4.29 / +4.06 GiB a GPU (H20, TP 2, graphs, MTP, 0.26).
 * The fit log's own `Model loading took` (75.64 GiB) is 0.05 GiB above csa-plan's weights and
   buffers built with the model (75.59 GiB), so its fitted non-torch figure is not hiding a weights

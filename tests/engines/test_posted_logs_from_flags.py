@@ -56,15 +56,17 @@ def test_vllm_51041_h20_preview_from_flags_alone(csa):
 
 def test_vllm_44376_gh200_from_flags_alone(csa):
     """vllm-project/vllm#44376: vLLM ~0.22-0.24 (vllm-0.25's rules), 2x GH200, TP 2 + EP, LLM class (mnbt
-    16,384), 30,000, block 256: "available KV cache memory (5.44 GiB)". From flags: before 11.48 GiB
-    (+111 %), with the non-KV terms 4.77 GiB (-12.4 %), with the shared workspace (one buffer, the largest
-    request) and the non-torch figure refitted on the RTX log 4.35 GiB (-20.0 %): the refit moves the
-    RTX log's residual (the fit absorbs what the one buffer no longer charges) onto a 30,000-token run whose
-    workspace requests were small to begin with."""
-    d = predict(csa, "deepseek-v4-flash", "--engine", "vllm-0.25", "--gpu", "gh200", "--tp", "2", "--ep", "2",
-                "--usage", "llm", "--block-size", "256", "--max-seq-len", "30000")
-    kv = d["budget"]["kv_memory_bytes"] / GiB
-    assert round(kv, 2) == 4.35 and -0.21 < kv / 5.44 - 1 < -0.19
+    16,384), 30,000, block 256, and the posted ``LLM(...)`` call's ``gpu_memory_utilization=0.95`` and
+    ``kv_cache_dtype="fp8"``: "available KV cache memory (5.44 GiB)". From flags: before 11.48 GiB
+    (+111 %, at the LLM class's default 0.92), with the non-KV terms, the shared workspace and the non-torch
+    figure refitted on the RTX log 4.35 GiB at 0.92 (-20.0 %), 7.22 GiB at the posted 0.95 (+32.7 %):
+    +1.78 GiB a GPU unmodelled, the same sign as the two vllm#51041 H20 runs (SM90 as well)."""
+    args = ("deepseek-v4-flash", "--engine", "vllm-0.25", "--gpu", "gh200", "--tp", "2", "--ep", "2",
+            "--usage", "llm", "--block-size", "256", "--max-seq-len", "30000")
+    kv = predict(csa, *args, "--gpu-memory-utilization", "0.95", "--kv-cache-dtype", "fp8")["budget"]["kv_memory_bytes"]
+    assert kv == 7_752_553_592 and 0.32 < kv / GiB / 5.44 - 1 < 0.33
+    default = predict(csa, *args)["budget"]["kv_memory_bytes"] / GiB
+    assert round(default, 2) == 4.35 and round(kv / GiB - default, 2) == 2.87
 
 
 def test_vllm_51454_b200_from_flags_alone(csa):
