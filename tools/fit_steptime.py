@@ -602,7 +602,10 @@ def main(argv: list[str] | None = None) -> int:
             gpus = sorted({t["gpu"] for t in mine if t["split"] == "fit"})
             fits[f"sglang/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                      "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
-                                             "(the SGLang cookbook, benchmarks/published_serving.csv)",
+                                             "(the SGLang cookbook, benchmarks/published_serving.csv)"
+                                             + (f"; {', '.join(borrowed[fam])} from sglang/"
+                                                f"{next(f for f in betas if f != fam)}'s fit (no fitted {fam} row "
+                                                "exercises them)" if borrowed.get(fam) else ""),
                                      "band": band, "ceilings": bounds(fam),
                                      "borrowed": {t: next(f for f in betas if f != fam) for t in borrowed.get(fam, [])},
                                      "moe_rows": {b: sum(1 for t in mine if t["split"] == "fit" and t["moe_backend"] == b)

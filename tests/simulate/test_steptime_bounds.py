@@ -88,3 +88,27 @@ def test_itl_is_the_token_weighted_median_step():
     assert TOOL["itl_p50"]((steps, np.array([1.0, 1.0, 5.0])), beta) @ beta == 10.0  # 5 of 7 tokens wait 10
     assert TOOL["itl_p50"]((steps, np.array([4.0, 1.0, 1.0])), beta) @ beta == 1.0
     assert TOOL["itl_p50"](None, beta) is None
+
+
+def test_a_term_no_fitted_row_exercises_takes_the_other_familys_value():
+    """A zero column over a family's fitted rows leaves its term unidentified: the other family's value stands in,
+    and only for such terms (a term both families exercise keeps each family's own fit)."""
+    basis = ("layer", "a2a_decode", "moe:marlin")
+    rows = lambda *vectors: [{"tpot": np.array([v]), "ttft": None} for v in vectors]  # noqa: E731
+    hopper = TOOL["exercised"](rows([1.0, 0.0, 2.0], [3.0, 0.0, 0.0]))      # TP rows: no all-to-all
+    blackwell = TOOL["exercised"](rows([1.0, 5.0, 0.0]))                     # DP attention + EP, no Marlin
+    assert hopper.tolist() == [True, False, True] and blackwell.tolist() == [True, True, False]
+    betas = {"hopper": np.array([0.1, 1.0, 0.0]), "blackwell": np.array([0.2, 180.0, 0.0])}
+    taken = TOOL["borrow_unexercised"](betas, {"hopper": hopper, "blackwell": blackwell}, basis)
+    assert taken == {"hopper": ["a2a_decode"], "blackwell": ["moe:marlin"]}
+    assert betas["hopper"].tolist() == [0.1, 180.0, 0.0] and betas["blackwell"].tolist() == [0.2, 180.0, 0.0]
+
+
+def test_the_shipped_fit_says_which_terms_it_took_from_the_other_family():
+    from csa_plan.planner.steptime.physics import shipped_fit
+
+    fit = shipped_fit()["fits"]
+    for fam, other in (("sglang/hopper", "sglang/blackwell"), ("sglang/blackwell", "sglang/hopper")):
+        for term, donor in fit[fam]["borrowed"].items():
+            assert f"sglang/{donor}" == other and fit[fam]["beta"][term] == fit[other]["beta"][term]
+    assert "a2a_decode" in fit["sglang/hopper"]["borrowed"]
