@@ -118,6 +118,9 @@ def sglang_balancer(method: str | None) -> Balancer:
 class RoundRobin:
     """SGLang ``round_robin_scheduler`` (data_parallel_controller.py:880-899): every worker active."""
 
+    # which of step_start / step_end read the rank's load (the replay computes a load only for those)
+    reads_start_load = reads_end_load = False
+
     def __init__(self, dp: int) -> None:
         self.dp, self.counter = dp, 0
 
@@ -175,6 +178,8 @@ class VllmDpLb:
     rank's counts changed, at once if they change later than that (its poll waits ``100 - elapsed``
     ms, never less than 0: coordinator.py:264-277), and every 5 s with nothing changed; what it publishes is
     each rank's counts as of its latest step start (core.py:1626-1627)."""
+
+    reads_start_load, reads_end_load = True, False
 
     def __init__(self, dp: int, method: Method, start_ns: int) -> None:
         self.dp, self.method = dp, method
@@ -261,6 +266,8 @@ class DPBudget:
 class SglangDpController:
     """``DataParallelController`` with ``total_requests`` or ``total_tokens``: snapshots written by the
     ranks (after a prefill batch, every 15th decode batch, on falling idle), read at most every 20 ms."""
+
+    reads_start_load, reads_end_load = False, True
 
     def __init__(self, dp: int, method: Method, start_ns: int) -> None:
         self.method = method

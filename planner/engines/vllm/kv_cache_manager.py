@@ -54,7 +54,7 @@ class BlockPool:
         # as a stack whose END is the queue's front holds the same order. With caching, ``front`` (a stack
         # the same way) holds the unhashed blocks freed to the front and ``free`` (an ordered dict: touch
         # takes hit blocks out of the middle) the rest behind them, hashed ones appended at its back.
-        self.free: OrderedDict[int, None] | list[int] = (OrderedDict((b, None) for b in range(1, num_blocks))
+        self.free: OrderedDict[int, None] | list[int] = (OrderedDict.fromkeys(range(1, num_blocks))
                                                          if caching else list(range(num_blocks - 1, 0, -1)))
         self.front: list[int] = []
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
@@ -82,17 +82,29 @@ class BlockPool:
             for b in out:
                 ref[b] += 1
             return out
-        out = []
+        # the front stack's top first, then the ordered dict's head; evicting one block's hash does not touch
+        # another's, so the blocks are taken first and their hashes evicted after (the same state)
         front, hashes = self.front, self.hash
-        for _ in range(n):
-            if front:
-                b = front.pop()
-            else:
-                b, _ = free.popitem(last=False)
+        if n == 1:  # a window's edge crossing a block: the most frequent call
+            b = front.pop() if front else free.popitem(False)[0]
             if hashes[b] is not None:
                 self._evict(b)
             ref[b] += 1
-            out.append(b)
+            return [b]
+        take = n if n < len(front) else len(front)
+        if take:
+            out = front[-take:]
+            del front[-take:]
+            out.reverse()
+        else:
+            out = []
+        if n > take:
+            popitem = free.popitem
+            out.extend([popitem(False)[0] for _ in range(n - take)])
+        for b in out:
+            if hashes[b] is not None:
+                self._evict(b)
+            ref[b] += 1
         return out
 
     def _evict(self, b: int) -> None:
@@ -144,16 +156,18 @@ class BlockPool:
             first.reverse()
             free.extend(first)
             return
+        hashes = self.hash
         for b in ordered:
             if b == NULL:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
-                self.in_use[gid] -= 1
-                if self.hash[b] is None:
+                if hashes[b] is None:
                     first.append(b)
                 else:
                     free[b] = None
+                    self.in_use[gid] -= 1
+        self.in_use[gid] -= len(first)
         self.front.extend(reversed(first))  # prepend_n keeps the list's order at the front
 
 
@@ -330,12 +344,15 @@ class KvCacheManager:
         step crosses: every other group would free nothing and need 0 blocks (its table covers the slots),
         so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
-        for i, g in enumerate(groups):
-            if processed >= free_th[i]:
-                g.remove_skipped(rid, processed)
-                s = g.spec
-                free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
-        req.next_free = min(free_th)
+        if processed >= req.next_free:  # below every group's free threshold nothing moves
+            for i, g in enumerate(groups):
+                if processed >= free_th[i]:
+                    g.remove_skipped(rid, processed)
+                    s = g.spec
+                    free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
+            req.next_free = min(free_th)
+        if need_slot <= req.next_slot:  # every table covers the slots: nothing to check or take
+            return True
         need = 0
         grow = []  # (group, its table, blocks to add): num_blocks_to_allocate without new hits, inlined
         for i, g in enumerate(groups):
