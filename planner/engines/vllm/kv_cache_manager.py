@@ -142,6 +142,19 @@ class BlockPool:
                 self.in_use[gid] += 1
             self.ref[b] += 1
 
+    def free_one(self, b: int, gid: int) -> None:
+        """``free_blocks([b], gid)`` for one real block (a window's edge passing one block: the commonest free)."""
+        ref = self.ref
+        ref[b] -= 1
+        if ref[b] == 0:
+            self.in_use[gid] -= 1
+            if not self.caching:
+                self.free.append(b)
+            elif self.hash[b] is None:
+                self.front.append(b)
+            else:
+                self.free[b] = None
+
     def free_blocks(self, ordered: list[int], gid: int) -> None:
         """block_pool.py:816-850: first to be evicted first; unhashed to the front, hashed to the back."""
         first: list[int] = []
@@ -299,7 +312,7 @@ class GroupManager:
 class KvCacheManager:
     """kv_cache_manager.py KVCacheManager over the groups' managers and one block pool."""
 
-    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast")
+    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast", "edges")
 
     def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None,
                  fast: bool = True) -> None:
@@ -308,6 +321,10 @@ class KvCacheManager:
         self.fast = fast
         self.pool = BlockPool(num_blocks, prefix is not None, len(specs))
         self.groups = tuple(GroupManager(s, self.pool, i) for i, s in enumerate(specs))
+        # what _touched_groups reads of each group, unpacked once: (manager, block size, window or None,
+        # extra retained, its tables, its leading-null counts)
+        self.edges = tuple((g, g.spec.block_size, g.spec.window, g.spec.extra_retained, g.tables, g.nulls)
+                           for g in self.groups)
         self.max_model_len = max_model_len
         self.prefix = prefix  # a prefix_caching.PrefixCache when prefix caching is on
 
@@ -345,11 +362,25 @@ class KvCacheManager:
         so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
         if processed >= req.next_free:  # below every group's free threshold nothing moves
-            for i, g in enumerate(groups):
+            i = 0
+            for g, bs, window, extra, tables, nulls in self.edges:
                 if processed >= free_th[i]:
-                    g.remove_skipped(rid, processed)
-                    s = g.spec
-                    free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
+                    lead = nulls.get(rid, 0)
+                    table = tables.get(rid)
+                    if (window is not None and table is not None and lead < len(table)
+                            and (processed - window + 1 - extra) // bs == lead + 1):
+                        # the window's edge passed one block: remove_skipped's walk is that block alone
+                        lead += 1
+                        nulls[rid] = lead
+                        b = table[lead - 1]
+                        if b != NULL:
+                            table[lead - 1] = NULL
+                            g.pool.free_one(b, g.gid)
+                    else:
+                        g.remove_skipped(rid, processed)
+                        lead = nulls.get(rid, 0)
+                    free_th[i] = (lead + 1) * bs + window - 1 + extra
+                i += 1
             req.next_free = min(free_th)
         if need_slot <= req.next_slot:  # every table covers the slots: nothing to check or take
             return True
