@@ -43,7 +43,7 @@ def cdiv(a: int, b: int) -> int:
 class BlockPool:
     """block_pool.py BlockPool: reference counts, cached hashes and the free queue."""
 
-    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "cached", "caching", "in_use")
+    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "fresh", "cached", "caching", "in_use")
 
     def __init__(self, num_blocks: int, caching: bool, groups: int = 1) -> None:
         self.num_blocks = num_blocks
@@ -52,22 +52,24 @@ class BlockPool:
         self.hash: list[object | None] = [None] * num_blocks
         # The free queue (vLLM's linked list): without caching every free goes to the front, so a list used
         # as a stack whose END is the queue's front holds the same order. With caching, ``front`` (a stack
-        # the same way) holds the unhashed blocks freed to the front and ``free`` (an ordered dict: touch
-        # takes hit blocks out of the middle) the rest behind them, hashed ones appended at its back.
-        self.free: OrderedDict[int, None] | list[int] = (OrderedDict.fromkeys(range(1, num_blocks))
-                                                         if caching else list(range(num_blocks - 1, 0, -1)))
+        # the same way) holds the unhashed blocks freed to the front, then come the blocks never taken yet
+        # (``fresh`` .. num_blocks - 1, in order: the queue as start-up left it, kept as a counter rather than
+        # built block by block for every rank), then ``free`` (an ordered dict: touch takes hit blocks out of
+        # its middle; never-taken blocks have no hash, so touch never looks for one), hashed ones appended.
+        self.free: OrderedDict[int, None] | list[int] = OrderedDict() if caching else list(range(num_blocks - 1, 0, -1))
         self.front: list[int] = []
+        self.fresh = 1 if caching else num_blocks
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
     def num_free(self) -> int:
-        return len(self.free) + len(self.front)
+        return len(self.free) + len(self.front) + self.num_blocks - self.fresh
 
     def queue(self) -> list[int]:
         """The free queue, front first (tests)."""
         if not self.caching:
             return self.free[::-1]
-        return self.front[::-1] + list(self.free)
+        return self.front[::-1] + list(range(self.fresh, self.num_blocks)) + list(self.free)
 
     def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
@@ -86,7 +88,13 @@ class BlockPool:
         # another's, so the blocks are taken first and their hashes evicted after (the same state)
         front, hashes = self.front, self.hash
         if n == 1:  # a window's edge crossing a block: the most frequent call
-            b = front.pop() if front else free.popitem(False)[0]
+            if front:
+                b = front.pop()
+            elif self.fresh < self.num_blocks:
+                b = self.fresh
+                self.fresh += 1
+            else:
+                b = free.popitem(False)[0]
             if hashes[b] is not None:
                 self._evict(b)
             ref[b] += 1
@@ -98,9 +106,13 @@ class BlockPool:
             out.reverse()
         else:
             out = []
-        if n > take:
+        fresh = min(n - take, self.num_blocks - self.fresh)
+        if fresh > 0:
+            out.extend(range(self.fresh, self.fresh + fresh))
+            self.fresh += fresh
+        if n > take + fresh:
             popitem = free.popitem
-            out.extend([popitem(False)[0] for _ in range(n - take)])
+            out.extend([popitem(False)[0] for _ in range(n - take - fresh)])
         for b in out:
             if hashes[b] is not None:
                 self._evict(b)
@@ -403,7 +415,7 @@ class KvCacheManager:
                     need += new if new > 0 else 0
                 grow.append((i, g, table, add))
         pool = self.pool
-        if need > len(pool.free) + len(pool.front):
+        if need > len(pool.free) + len(pool.front) + pool.num_blocks - pool.fresh:  # pool.num_free()
             return False
         for i, g, table, add in grow:
             if add > 0:
