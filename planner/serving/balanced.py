@@ -124,8 +124,9 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
                     rt = rank.rt
                     rank.series.add(shared, rt.used_units(), rt.running(), rt.waiting(), 0, 0)
                 if watch_end:
-                    s = steps_now[k]
-                    policy.step_end(k, shared, s is not None and s.prefill_tokens > 0, load(rank.rt))
+                    s, rt = steps_now[k], rank.rt
+                    policy.step_end(k, shared, s is not None and s.prefill_tokens > 0,
+                                    rt.running() == 0 and rt.waiting() == 0, lambda rt=rt: load(rt))
             now = shared
             if progress is not None and steps % 4096 == 0:
                 progress(sum(r.done for r in ranks), n)
