@@ -310,10 +310,9 @@ class GroupManager:
         """free / pop_blocks_for_free (single_type_kv_cache_manager.py:571-601): reverse order, null head trimmed."""
         table = self.tables.pop(r, None)
         self.num_cached.pop(r, None)
-        self.nulls.pop(r, None)
+        start = self.nulls.pop(r, 0)  # everything below it is null: the scan for the null head starts there
         if not table:
             return
-        start = 0
         while start < len(table) and table[start] == NULL:
             start += 1
         blocks = table[start:]
