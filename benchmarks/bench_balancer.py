@@ -81,9 +81,9 @@ def run(args: list[str], round_robin: str | None) -> tuple[dict, float]:
     return json.loads(buf.getvalue())["runtime"], time.perf_counter() - t
 
 
-def in_process(python: str, index: int) -> tuple[dict, float]:
+def in_process(python: str, index: int) -> tuple[dict, float, float]:
     """Case ``index`` run by ``python`` (this build's or an older one's) in a fresh process: its runtime
-    figures and the command's in-process wall time."""
+    figures and the command's in-process wall and CPU times (the CPU time: on a shared machine)."""
     import subprocess
 
     p = subprocess.run([python, str(Path(__file__).resolve()), "--case", str(index)], capture_output=True,
@@ -91,25 +91,27 @@ def in_process(python: str, index: int) -> tuple[dict, float]:
     if p.returncode != 0:
         raise SystemExit(f"{python} case {index}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
     out = json.loads(p.stdout)
-    return out["runtime"], out["wall_s"]
+    return out["runtime"], out["wall_s"], out["cpu_s"]
 
 
 def side_by_side(runs: int, only: str | None, base_python: str) -> int:
     import sys
 
-    print(f"{'case':48} {'this (s)':>8} {'base (s)':>8} {'ratio':>6}  same")
+    print(f"{'case':48} {'wall: this':>10} {'base':>6} {'ratio':>5}  {'CPU: this':>9} {'base':>6} {'ratio':>5}  same")
     for index, (name, _args, _rr) in enumerate(cases()):
         if only and only not in name:
             continue
         mine, base, same = [], [], True
         for _ in range(runs):
-            rt, wall = in_process(sys.executable, index)
-            mine.append(wall)
-            rt_base, wall = in_process(base_python, index)
-            base.append(wall)
+            rt, wall, cpu = in_process(sys.executable, index)
+            mine.append((wall, cpu))
+            rt_base, wall, cpu = in_process(base_python, index)
+            base.append((wall, cpu))
             same = same and rt == rt_base
-        a, b = statistics.median(mine), statistics.median(base)
-        print(f"{name:48} {a:8.2f} {b:8.2f} {a / b:6.2f}  {'yes' if same else 'NO'}", flush=True)
+        a, b = [statistics.median(w for w, _ in x) for x in (mine, base)]
+        c, d = [statistics.median(u for _, u in x) for x in (mine, base)]
+        print(f"{name:48} {a:10.2f} {b:6.2f} {a / b:5.2f}  {c:9.2f} {d:6.2f} {c / d:5.2f}  {'yes' if same else 'NO'}",
+              flush=True)
     return 0
 
 
@@ -122,8 +124,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.case is not None:
         _name, args, rr = cases()[a.case]
+        cpu = time.process_time()
         rt, wall = run(args, rr)
-        print(json.dumps({"runtime": rt, "wall_s": wall}))
+        print(json.dumps({"runtime": rt, "wall_s": wall, "cpu_s": time.process_time() - cpu}))
         return 0
     if a.base_python:
         return side_by_side(a.runs, a.only, a.base_python)
