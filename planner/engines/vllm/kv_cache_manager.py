@@ -372,10 +372,12 @@ class KvCacheManager:
         step crosses: every other group would free nothing and need 0 blocks (its table covers the slots),
         so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
+        pool = self.pool
         if processed >= req.next_free:  # below every group's free threshold nothing moves
-            i = 0
-            for g, bs, window, extra, tables, nulls in self.edges:
-                if processed >= free_th[i]:
+            edges = self.edges
+            for i, th in enumerate(free_th):
+                if processed >= th:
+                    g, bs, window, extra, tables, nulls = edges[i]
                     lead = nulls.get(rid, 0)
                     table = tables.get(rid)
                     if (window is not None and table is not None and lead < len(table)
@@ -386,19 +388,19 @@ class KvCacheManager:
                         b = table[lead - 1]
                         if b != NULL:
                             table[lead - 1] = NULL
-                            g.pool.free_one(b, g.gid)
+                            pool.free_one(b, i)  # group i's manager has gid i
                     else:
                         g.remove_skipped(rid, processed)
                         lead = nulls.get(rid, 0)
                     free_th[i] = (lead + 1) * bs + window - 1 + extra
-                i += 1
             req.next_free = min(free_th)
         if need_slot <= req.next_slot:  # every table covers the slots: nothing to check or take
             return True
         need = 0
         grow = []  # (group, its table, blocks to add): num_blocks_to_allocate without new hits, inlined
-        for i, g in enumerate(groups):
-            if need_slot > slot_th[i]:
+        for i, th in enumerate(slot_th):
+            if need_slot > th:
+                g = groups[i]
                 s = g.spec
                 b = s.block_size
                 table = g.tables[rid]
@@ -413,7 +415,6 @@ class KvCacheManager:
                     new = required - (skipped if skipped > n_req else n_req)
                     need += new if new > 0 else 0
                 grow.append((i, g, table, add))
-        pool = self.pool
         if need > len(pool.free) + len(pool.front) + pool.num_blocks - pool.fresh:  # pool.num_free()
             return False
         for i, g, table, add in grow:
