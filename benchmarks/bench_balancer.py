@@ -97,7 +97,7 @@ def in_process(python: str, index: int) -> tuple[dict, float, float]:
 def side_by_side(runs: int, only: str | None, base_python: str) -> int:
     import sys
 
-    print(f"{'case':48} {'wall: this':>10} {'base':>6} {'ratio':>5}  {'CPU: this':>9} {'base':>6} {'ratio':>5}  same")
+    print(f"{'case':54} {'wall: this':>10} {'base':>6} {'ratio':>5}  {'CPU: this':>9} {'base':>6} {'ratio':>5}  same")
     for index, (name, _args, _rr) in enumerate(cases()):
         if only and only not in name:
             continue
@@ -110,7 +110,7 @@ def side_by_side(runs: int, only: str | None, base_python: str) -> int:
             same = same and rt == rt_base
         a, b = [statistics.median(w for w, _ in x) for x in (mine, base)]
         c, d = [statistics.median(u for _, u in x) for x in (mine, base)]
-        print(f"{name:48} {a:10.2f} {b:6.2f} {a / b:5.2f}  {c:9.2f} {d:6.2f} {c / d:5.2f}  {'yes' if same else 'NO'}",
+        print(f"{name:54} {a:10.2f} {b:6.2f} {a / b:5.2f}  {c:9.2f} {d:6.2f} {c / d:5.2f}  {'yes' if same else 'NO'}",
               flush=True)
     return 0
 
