@@ -84,8 +84,8 @@ class BlockPool:
             for b in out:
                 ref[b] += 1
             return out
-        # the front stack's top first, then the ordered dict's head; evicting one block's hash does not touch
-        # another's, so the blocks are taken first and their hashes evicted after (the same state)
+        # the front stack's top first, then the never-taken blocks, then the ordered dict's head; evicting one
+        # block's hash does not touch another's, so the blocks are taken first and their hashes evicted after
         front, hashes = self.front, self.hash
         if n == 1:  # a window's edge crossing a block: the most frequent call
             if front:
