@@ -11,7 +11,12 @@ round-robin balancer; for vLLM also "together"), with
 TTFT and TPOT p50/p99, output tok/s per GPU and the whole command's wall time (in-process, median of
 ``--runs``).
 
-Run: python benchmarks/bench_balancer.py [--runs 3] [--only NAME]
+With ``--base-python PATH`` (the python of a virtualenv with an older commit installed: ``git worktree add
+--detach /tmp/base main``, ``python -m venv /tmp/base/.venv``, ``pip install -e /tmp/base``) every case runs in
+a fresh process of each build in turn (this script, ``--case N``, under either interpreter), the wall times
+side by side with their ratio, and the two builds' runtime figures compared (``same``: equal JSON).
+
+Run: python benchmarks/bench_balancer.py [--runs 3] [--only NAME] [--base-python PATH]
 """
 
 from __future__ import annotations
@@ -76,11 +81,55 @@ def run(args: list[str], round_robin: str | None) -> tuple[dict, float]:
     return json.loads(buf.getvalue())["runtime"], time.perf_counter() - t
 
 
+def in_process(python: str, index: int) -> tuple[dict, float, float]:
+    """Case ``index`` run by ``python`` (this build's or an older one's) in a fresh process: its runtime
+    figures and the command's in-process wall and CPU times (the CPU time: on a shared machine)."""
+    import subprocess
+
+    p = subprocess.run([python, str(Path(__file__).resolve()), "--case", str(index)], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{python} case {index}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    out = json.loads(p.stdout)
+    return out["runtime"], out["wall_s"], out["cpu_s"]
+
+
+def side_by_side(runs: int, only: str | None, base_python: str) -> int:
+    import sys
+
+    print(f"{'case':54} {'wall: this':>10} {'base':>6} {'ratio':>5}  {'CPU: this':>9} {'base':>6} {'ratio':>5}  same")
+    for index, (name, _args, _rr) in enumerate(cases()):
+        if only and only not in name:
+            continue
+        mine, base, same = [], [], True
+        for _ in range(runs):
+            rt, wall, cpu = in_process(sys.executable, index)
+            mine.append((wall, cpu))
+            rt_base, wall, cpu = in_process(base_python, index)
+            base.append((wall, cpu))
+            same = same and rt == rt_base
+        a, b = [statistics.median(w for w, _ in x) for x in (mine, base)]
+        c, d = [statistics.median(u for _, u in x) for x in (mine, base)]
+        print(f"{name:54} {a:10.2f} {b:6.2f} {a / b:5.2f}  {c:9.2f} {d:6.2f} {c / d:5.2f}  {'yes' if same else 'NO'}",
+              flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only")
+    ap.add_argument("--base-python", help="an older build's python: each case in fresh processes, side by side")
+    ap.add_argument("--case", type=int, help=argparse.SUPPRESS)  # one case, its figures and wall time as JSON
     a = ap.parse_args()
+    if a.case is not None:
+        _name, args, rr = cases()[a.case]
+        cpu = time.process_time()
+        rt, wall = run(args, rr)
+        print(json.dumps({"runtime": rt, "wall_s": wall, "cpu_s": time.process_time() - cpu}))
+        return 0
+    if a.base_python:
+        return side_by_side(a.runs, a.only, a.base_python)
     print(f"{'case':48} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9} {'tok/s/GPU':>9} "
           f"{'wall (s)':>8}")
     for name, args, rr in cases():

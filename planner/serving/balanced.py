@@ -69,7 +69,7 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
     start = arrival[0] if n else 0
     policy = dispatcher(balancer, dp, start)
     load = sglang_load if balancer.method in (Method.TOTAL_REQUESTS, Method.TOTAL_TOKENS) else vllm_load
-    watch = balancer.method is not Method.ROUND_ROBIN
+    watch_start, watch_end = policy.reads_start_load, policy.reads_end_load  # a load only where one is read
     ranks = [Replayer(make_rt(), trace, time, handed=True) for _ in range(dp)]
     owner = [-1] * n
     state = {"sent": sent}
@@ -100,7 +100,7 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
             rank.t = now
             while True:  # a rank with no tokens applies what it has in flight and tries again (the loop's order)
                 rank.intake()
-                if watch:
+                if watch_start:
                     policy.step_start(k, now, load(rank.rt))
                 step = rank.next_step()
                 if step.tokens or not rank.drain():
@@ -123,9 +123,10 @@ def replay_balanced(make_rt: Callable[[], "EngineRuntime"], trace: "RuntimeTrace
                 if steps_now[k] is None:  # its dummy batch: what it holds now (its last output applied) is recorded
                     rt = rank.rt
                     rank.series.add(shared, rt.used_units(), rt.running(), rt.waiting(), 0, 0)
-                if watch:
-                    s = steps_now[k]
-                    policy.step_end(k, shared, s is not None and s.prefill_tokens > 0, load(rank.rt))
+                if watch_end:
+                    s, rt = steps_now[k], rank.rt
+                    policy.step_end(k, shared, s is not None and s.prefill_tokens > 0,
+                                    rt.running() == 0 and rt.waiting() == 0, lambda rt=rt: load(rt))
             now = shared
             if progress is not None and steps % 4096 == 0:
                 progress(sum(r.done for r in ranks), n)

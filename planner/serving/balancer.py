@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 VLLM_STATS_INTERVAL_NS = 100_000_000  # coordinator.py:152 min_stats_update_interval_ms = 100
 VLLM_IDLE_PUBLISH_NS = 5_000_000_000  # coordinator.py:267: every 5 s when nothing changed
@@ -118,6 +118,9 @@ def sglang_balancer(method: str | None) -> Balancer:
 class RoundRobin:
     """SGLang ``round_robin_scheduler`` (data_parallel_controller.py:880-899): every worker active."""
 
+    # which of step_start / step_end read the rank's load (the replay computes a load only for those)
+    reads_start_load = reads_end_load = False
+
     def __init__(self, dp: int) -> None:
         self.dp, self.counter = dp, 0
 
@@ -129,7 +132,7 @@ class RoundRobin:
     def step_start(self, k: int, now_ns: int, load: Any) -> None:
         pass
 
-    def step_end(self, k: int, now_ns: int, prefill: bool, load: Any) -> None:
+    def step_end(self, k: int, now_ns: int, prefill: bool, idle: bool, load: Any) -> None:
         pass
 
     def finished(self, k: int, count: int) -> None:
@@ -176,6 +179,8 @@ class VllmDpLb:
     ms, never less than 0: coordinator.py:264-277), and every 5 s with nothing changed; what it publishes is
     each rank's counts as of its latest step start (core.py:1626-1627)."""
 
+    reads_start_load, reads_end_load = True, False
+
     def __init__(self, dp: int, method: Method, start_ns: int) -> None:
         self.dp, self.method = dp, method
         self.table: list[list[float]] = [[0, 0, 0.0] for _ in range(dp)]  # core_client.py:1503-1505
@@ -215,7 +220,7 @@ class VllmDpLb:
             if self.changed_ns is None:
                 self.changed_ns = now_ns
 
-    def step_end(self, k: int, now_ns: int, prefill: bool, load: Any) -> None:
+    def step_end(self, k: int, now_ns: int, prefill: bool, idle: bool, load: Any) -> None:
         pass  # the after-step counts (core.py:1630) are superseded by the next step start's, at the same moment
 
     def finished(self, k: int, count: int) -> None:
@@ -262,6 +267,8 @@ class SglangDpController:
     """``DataParallelController`` with ``total_requests`` or ``total_tokens``: snapshots written by the
     ranks (after a prefill batch, every 15th decode batch, on falling idle), read at most every 20 ms."""
 
+    reads_start_load, reads_end_load = False, True
+
     def __init__(self, dp: int, method: Method, start_ns: int) -> None:
         self.method = method
         self.budget = DPBudget(dp)
@@ -284,16 +291,17 @@ class SglangDpController:
     def step_start(self, k: int, now_ns: int, load: Any) -> None:
         pass
 
-    def step_end(self, k: int, now_ns: int, prefill: bool, load: SglangLoad) -> None:
-        """Rank ``k``'s step ended at ``now_ns``: it writes a snapshot after a prefill batch
-        (``force=is_extend``), every 15th decode batch, or on falling idle (scheduler.py:5322)."""
-        idle = load.running == 0 and load.waiting == 0
+    def step_end(self, k: int, now_ns: int, prefill: bool, idle: bool, load: "Callable[[], SglangLoad]") -> None:
+        """Rank ``k``'s step ended at ``now_ns`` (``idle``: nothing running or waiting on it now): it writes a
+        snapshot after a prefill batch (``force=is_extend``), every 15th decode batch, or on falling idle
+        (scheduler.py:5322); ``load()`` gives the snapshot, asked only when one is written (most steps write
+        none, and a replay steps every rank every step)."""
         if not prefill and not idle:
             self.decodes[k] += 1
             if self.decodes[k] < SGLANG_SNAPSHOT_INTERVAL:
                 return
         self.decodes[k] = 0
-        self.snapshots[k].append((now_ns, load))
+        self.snapshots[k].append((now_ns, load()))
 
     def finished(self, k: int, count: int) -> None:
         pass

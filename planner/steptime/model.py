@@ -101,6 +101,13 @@ class StepBatch:
         self.decode_tokens += n
         self.decode_ctx += context
 
+    def add_decodes(self, reqs: int, tokens: int, contexts: int) -> None:
+        """``reqs`` decodes at once (``tokens`` and context lengths ``contexts`` summed): the integer sums
+        ``add_decode`` makes one by one, for a scheduler's hot loop."""
+        self.decode_reqs += reqs
+        self.decode_tokens += tokens
+        self.decode_ctx += contexts
+
 
 def linear_seconds(c: tuple[float, ...], tokens: int, prefill: int, prefill_pos: float, decode_reqs: int,
                    decode_ctx: int) -> float:

@@ -97,6 +97,30 @@ def test_sglang_budget_keeps_its_own_counts_until_a_new_snapshot():
     assert b.total_requests == [2, 0]
 
 
+def test_sglang_snapshots_are_read_only_when_written():
+    """A rank writes a snapshot after a prefill batch, every 15th decode batch and on falling idle
+    (scheduler.py:871-886, 5322): the replay asks for its load then and only then, and the controller's
+    table takes exactly those snapshots."""
+    from csa_plan.planner.serving.balancer import SGLANG_SNAPSHOT_INTERVAL, SglangDpController
+
+    c = SglangDpController(2, Method.TOTAL_REQUESTS, 0)
+    asked = []
+
+    def load(running, waiting):
+        def read():
+            asked.append((running, waiting))
+            return SglangLoad(running, waiting, 0)
+        return read
+
+    c.step_end(0, 10, True, False, load(3, 0))  # a prefill batch: written
+    for i in range(2 * SGLANG_SNAPSHOT_INTERVAL - 1):  # decodes: the 15th written, the 29th not yet
+        c.step_end(0, 20 + i, False, False, load(2, 0))
+    c.step_end(1, 30, False, True, load(0, 0))  # idle: written
+    assert asked == [(3, 0), (2, 0), (0, 0)]
+    assert [t for t, _ in c.snapshots[0]] == [10, 20 + SGLANG_SNAPSHOT_INTERVAL - 1]
+    assert c.choose(100_000_000, 0) == 1 and c.budget.total_requests == [2, 1]
+
+
 def _uneven(n: int) -> RuntimeTrace:
     """Request 0 is long (4,096-token prompt, 400 outputs: 0.41 s); the others short (128, 2), one every 50 ms."""
     prompts = np.array([4096] + [128] * (n - 1), dtype=np.int64)

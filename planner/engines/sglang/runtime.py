@@ -109,11 +109,11 @@ class SglangRuntime(EngineRuntime):
         if d.kind == "idle":
             return s
         if d.kind == "decode":  # one token each (with drafts: the verified ones), in the running batch's order
-            s.requests = list(map(_RID, self.sched.running))
+            running = self.sched.running
+            s.requests = list(map(_RID, running))
             verify = 1 + self.drafts
             s.tokens = [verify] * len(s.requests)
-            for r in self.sched.running:
-                s.batch.add_decode(r.prompt + r.out, verify)
+            s.batch.add_decodes(len(running), verify * len(running), sum([r.prompt + r.out for r in running]))
         else:
             s.batch = d.step_batch
             s.requests = [req.rid for req, _n, _c in d.batch]

@@ -43,7 +43,7 @@ def cdiv(a: int, b: int) -> int:
 class BlockPool:
     """block_pool.py BlockPool: reference counts, cached hashes and the free queue."""
 
-    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "cached", "caching", "in_use")
+    __slots__ = ("num_blocks", "ref", "hash", "free", "front", "fresh", "cached", "caching", "in_use")
 
     def __init__(self, num_blocks: int, caching: bool, groups: int = 1) -> None:
         self.num_blocks = num_blocks
@@ -52,22 +52,24 @@ class BlockPool:
         self.hash: list[object | None] = [None] * num_blocks
         # The free queue (vLLM's linked list): without caching every free goes to the front, so a list used
         # as a stack whose END is the queue's front holds the same order. With caching, ``front`` (a stack
-        # the same way) holds the unhashed blocks freed to the front and ``free`` (an ordered dict: touch
-        # takes hit blocks out of the middle) the rest behind them, hashed ones appended at its back.
-        self.free: OrderedDict[int, None] | list[int] = (OrderedDict((b, None) for b in range(1, num_blocks))
-                                                         if caching else list(range(num_blocks - 1, 0, -1)))
+        # the same way) holds the unhashed blocks freed to the front, then come the blocks never taken yet
+        # (``fresh`` .. num_blocks - 1, in order: the queue as start-up left it, kept as a counter rather than
+        # built block by block for every rank), then ``free`` (an ordered dict: touch takes hit blocks out of
+        # its middle; never-taken blocks have no hash, so touch never looks for one), hashed ones appended.
+        self.free: OrderedDict[int, None] | list[int] = OrderedDict() if caching else list(range(num_blocks - 1, 0, -1))
         self.front: list[int] = []
+        self.fresh = 1 if caching else num_blocks
         self.cached: dict[object, list[int]] = {}  # (prefix, group) -> blocks in insertion order (BlockHashToBlockMap)
         self.caching = caching
 
     def num_free(self) -> int:
-        return len(self.free) + len(self.front)
+        return len(self.free) + len(self.front) + self.num_blocks - self.fresh
 
     def queue(self) -> list[int]:
         """The free queue, front first (tests)."""
         if not self.caching:
             return self.free[::-1]
-        return self.front[::-1] + list(self.free)
+        return self.front[::-1] + list(range(self.fresh, self.num_blocks)) + list(self.free)
 
     def get_new_blocks(self, n: int, gid: int) -> list[int]:
         """block_pool.py:706-740: the free queue's first n, a cached one's hash evicted."""
@@ -82,17 +84,39 @@ class BlockPool:
             for b in out:
                 ref[b] += 1
             return out
-        out = []
+        # the front stack's top first, then the never-taken blocks, then the ordered dict's head; evicting one
+        # block's hash does not touch another's, so the blocks are taken first and their hashes evicted after
         front, hashes = self.front, self.hash
-        for _ in range(n):
+        if n == 1:  # a window's edge crossing a block: the most frequent call
             if front:
                 b = front.pop()
+            elif self.fresh < self.num_blocks:
+                b = self.fresh
+                self.fresh += 1
             else:
-                b, _ = free.popitem(last=False)
+                b = free.popitem(False)[0]
             if hashes[b] is not None:
                 self._evict(b)
             ref[b] += 1
-            out.append(b)
+            return [b]
+        take = n if n < len(front) else len(front)
+        if take:
+            out = front[-take:]
+            del front[-take:]
+            out.reverse()
+        else:
+            out = []
+        fresh = min(n - take, self.num_blocks - self.fresh)
+        if fresh > 0:
+            out.extend(range(self.fresh, self.fresh + fresh))
+            self.fresh += fresh
+        if n > take + fresh:
+            popitem = free.popitem
+            out.extend([popitem(False)[0] for _ in range(n - take - fresh)])
+        for b in out:
+            if hashes[b] is not None:
+                self._evict(b)
+            ref[b] += 1
         return out
 
     def _evict(self, b: int) -> None:
@@ -130,6 +154,19 @@ class BlockPool:
                 self.in_use[gid] += 1
             self.ref[b] += 1
 
+    def free_one(self, b: int, gid: int) -> None:
+        """``free_blocks([b], gid)`` for one real block (a window's edge passing one block: the commonest free)."""
+        ref = self.ref
+        ref[b] -= 1
+        if ref[b] == 0:
+            self.in_use[gid] -= 1
+            if not self.caching:
+                self.free.append(b)
+            elif self.hash[b] is None:
+                self.front.append(b)
+            else:
+                self.free[b] = None
+
     def free_blocks(self, ordered: list[int], gid: int) -> None:
         """block_pool.py:816-850: first to be evicted first; unhashed to the front, hashed to the back."""
         first: list[int] = []
@@ -144,16 +181,18 @@ class BlockPool:
             first.reverse()
             free.extend(first)
             return
+        hashes = self.hash
         for b in ordered:
             if b == NULL:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
-                self.in_use[gid] -= 1
-                if self.hash[b] is None:
+                if hashes[b] is None:
                     first.append(b)
                 else:
                     free[b] = None
+                    self.in_use[gid] -= 1
+        self.in_use[gid] -= len(first)
         self.front.extend(reversed(first))  # prepend_n keeps the list's order at the front
 
 
@@ -271,10 +310,9 @@ class GroupManager:
         """free / pop_blocks_for_free (single_type_kv_cache_manager.py:571-601): reverse order, null head trimmed."""
         table = self.tables.pop(r, None)
         self.num_cached.pop(r, None)
-        self.nulls.pop(r, None)
+        start = self.nulls.pop(r, 0)  # everything below it is null: the scan for the null head starts there
         if not table:
             return
-        start = 0
         while start < len(table) and table[start] == NULL:
             start += 1
         blocks = table[start:]
@@ -285,7 +323,7 @@ class GroupManager:
 class KvCacheManager:
     """kv_cache_manager.py KVCacheManager over the groups' managers and one block pool."""
 
-    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast")
+    __slots__ = ("pool", "groups", "max_model_len", "prefix", "fast", "edges")
 
     def __init__(self, specs: tuple[GroupSpec, ...], num_blocks: int, max_model_len: int, prefix=None,
                  fast: bool = True) -> None:
@@ -294,6 +332,10 @@ class KvCacheManager:
         self.fast = fast
         self.pool = BlockPool(num_blocks, prefix is not None, len(specs))
         self.groups = tuple(GroupManager(s, self.pool, i) for i, s in enumerate(specs))
+        # what _touched_groups reads of each group, unpacked once: (manager, block size, window or None,
+        # extra retained, its tables, its leading-null counts)
+        self.edges = tuple((g, g.spec.block_size, g.spec.window, g.spec.extra_retained, g.tables, g.nulls)
+                           for g in self.groups)
         self.max_model_len = max_model_len
         self.prefix = prefix  # a prefix_caching.PrefixCache when prefix caching is on
 
@@ -330,16 +372,35 @@ class KvCacheManager:
         step crosses: every other group would free nothing and need 0 blocks (its table covers the slots),
         so only the touched groups' thresholds move."""
         groups, slot_th, free_th, rid = self.groups, req.slot_th, req.free_th, req.rid
-        for i, g in enumerate(groups):
-            if processed >= free_th[i]:
-                g.remove_skipped(rid, processed)
-                s = g.spec
-                free_th[i] = (g.nulls.get(rid, 0) + 1) * s.block_size + s.window - 1 + s.extra_retained
-        req.next_free = min(free_th)
+        pool = self.pool
+        if processed >= req.next_free:  # below every group's free threshold nothing moves
+            edges = self.edges
+            for i, th in enumerate(free_th):
+                if processed >= th:
+                    g, bs, window, extra, tables, nulls = edges[i]
+                    lead = nulls.get(rid, 0)
+                    table = tables.get(rid)
+                    if (window is not None and table is not None and lead < len(table)
+                            and (processed - window + 1 - extra) // bs == lead + 1):
+                        # the window's edge passed one block: remove_skipped's walk is that block alone
+                        lead += 1
+                        nulls[rid] = lead
+                        b = table[lead - 1]
+                        if b != NULL:
+                            table[lead - 1] = NULL
+                            pool.free_one(b, i)  # group i's manager has gid i
+                    else:
+                        g.remove_skipped(rid, processed)
+                        lead = nulls.get(rid, 0)
+                    free_th[i] = (lead + 1) * bs + window - 1 + extra
+            req.next_free = min(free_th)
+        if need_slot <= req.next_slot:  # every table covers the slots: nothing to check or take
+            return True
         need = 0
         grow = []  # (group, its table, blocks to add): num_blocks_to_allocate without new hits, inlined
-        for i, g in enumerate(groups):
-            if need_slot > slot_th[i]:
+        for i, th in enumerate(slot_th):
+            if need_slot > th:
+                g = groups[i]
                 s = g.spec
                 b = s.block_size
                 table = g.tables[rid]
@@ -354,8 +415,7 @@ class KvCacheManager:
                     new = required - (skipped if skipped > n_req else n_req)
                     need += new if new > 0 else 0
                 grow.append((i, g, table, add))
-        pool = self.pool
-        if need > len(pool.free) + len(pool.front):
+        if need > len(pool.free) + len(pool.front) + pool.num_blocks - pool.fresh:  # pool.num_free()
             return False
         for i, g, table, add in grow:
             if add > 0:

@@ -290,9 +290,10 @@ class PrefixCache:
                 for bd in bounds:
                     end = (bd // ALIGN * ALIGN) // b
                     allowed.update(range(max(lo, end - need), min(hi, end)))
-            for j in range(lo, hi):
+            # a windowed group caches only its allowed blocks: those visited alone, in the same ascending order
+            for j in (range(lo, hi) if allowed is None else sorted(allowed)):
                 blk = table[j]
-                if blk == NULL or (allowed is not None and j not in allowed):
+                if blk == NULL:
                     continue
                 pool.insert(self.key(req, (j + 1) * b, g.gid), blk)
             g.num_cached[req.rid] = full

@@ -282,6 +282,7 @@ class VllmRuntime(EngineRuntime):
         async_on = self.async_on
         prefill_tokens = recomputed = 0
         batch = step.batch
+        decode_reqs = decode_tokens = decode_ctx = 0  # the decodes summed here, added once (add_decodes)
         for req, n, spec in zip(sched_reqs, sched_n, sched_spec):
             before = req.num_computed
             nc = req.num_computed = before + n
@@ -298,10 +299,13 @@ class VllmRuntime(EngineRuntime):
                 prefill_tokens += n
                 batch.add_prefill(before, n)
             else:
-                batch.add_decode(before, n)
+                decode_reqs += 1
+                decode_tokens += n
+                decode_ctx += before
             if req.ever_computed > before:
                 recomputed += min(req.ever_computed, nc) - before
             rows.append((req, n, samples, spec))
+        batch.add_decodes(decode_reqs, decode_tokens, decode_ctx)
         step.prefill_tokens = prefill_tokens
         step.recomputed_tokens = recomputed
         step.requests = [r.rid for r in sched_reqs]
@@ -359,13 +363,17 @@ class VllmRuntime(EngineRuntime):
             running_before = req.status == RUNNING
             if req.num_output == 0:
                 c.first_token.append(req.rid)
-            for k in range(1, tokens + 1):
+            if tokens == 1:  # no drafts: the loop below for one token, which rolls nothing back
                 req.num_output += 1
-                if req.num_prompt + req.num_output >= mml or req.num_output >= req.max_tokens:
-                    stopped = True
-                    if not stale:
-                        req.num_computed -= tokens - k
-                    break
+                stopped = req.num_prompt + req.num_output >= mml or req.num_output >= req.max_tokens
+            else:
+                for k in range(1, tokens + 1):
+                    req.num_output += 1
+                    if req.num_prompt + req.num_output >= mml or req.num_output >= req.max_tokens:
+                        stopped = True
+                        if not stale:
+                            req.num_computed -= tokens - k
+                        break
             if not stale and had_placeholders:
                 req.placeholders -= tokens
             if prefix is not None and not stale and running_before and (had_placeholders or num_spec):
