@@ -260,13 +260,18 @@ What changed in this table (vLLM's own code, release by release; `planner/budget
   releases: at 912,128 tokens 0.26 asks for 9,121,280 rows (1,205,057,536 B), not 3,648,512.
 * The non-torch figure and the mega-MoE buffer were refitted on their fit logs with these requests
   (RTX PRO 6000: 1,209 MiB; B200 TP 8 + EP: 19.756 B a token-expert-element), so the fit logs still close.
+  The MoE request per experts class (below) moves neither: on the RTX PRO 6000 (SM120) the oracle picks
+  DeepGEMM's FP4 experts, whose request stays csa-plan's count, and the indexer's request is the larger;
+  under `--moe-backend deep_gemm_mega_moe` the experts ask for no workspace and the indexer's request was
+  already the largest. Neither constant is re-derived.
 
 What the held-out band says: B200 DP 8 stays within -0.4 %. GH200 with the `LLM` class (16,384
 batched tokens, 30,000 tokens) was predicted at the `LLM` class's default 0.92 (-20.0 %), but the posted
 `LLM(...)` call sets `gpu_memory_utilization=0.95` (and `kv_cache_dtype="fp8"`); from its own flags it
-is +32.7 %: +1.78 GiB a GPU unmodelled, the same sign as the two H20 runs, so all three SM90 logs keep
-more non-KV memory than the SM120/SM100-fitted terms. The two vllm#51041 H20 runs on 0.26 are still +61 % and +53 % too large,
-but what is missing is now nearly the same in both: +4.29 GiB and +4.06 GiB a GPU (it was +3.97 and
+is +39.6 %: +2.16 GiB a GPU unmodelled (+32.7 % and +1.78 GiB before the MoE request became the Marlin
+experts' own), the same sign as the two H20 runs, so all three SM90 logs keep
+more non-KV memory than the SM120/SM100-fitted terms. The two vllm#51041 H20 runs on 0.26 are still +61 % and +51 % too large,
+but what is missing is now nearly the same in both: +4.29 GiB and +3.96 GiB a GPU (it was +3.97 and
 +4.32 with the workspaces added and 0.33's indexer rows), so what is missing no longer follows
 max_model_len (912,128 against 121,344). The cause is not found. The thread prints only the pool and the
 token counts (no `Model loading took`, no graph-estimate or `peak activation` line), so the missing
@@ -331,12 +336,14 @@ estimate. What vLLM 0.26.0's code rules out, with its numbers (sources: the unpa
   `fp8_einsum` with SM90's (1, 128, 128) recipe (o_proj.py:23, :63-69); the compressors' and indexer's
   `fused_wkv_wgate` are BF16 as stored, used by `torch.mm` (attention.py:386-410).
 * Marlin's MoE workspace on SM90 (experts/marlin_moe.py:720-750: M x topk x max(N, K) and
-  M x topk x max(2N, K) bf16, the output reusing the first): 8,192 x 6 x 4,096 x 2 x 2 B = 805,306,368 B
-  at TP 2, against csa-plan's count of 704,643,072 B. It is the largest request only in the 0731 run
-  (the preview's indexer K-gather, 1,205,057,536 B, is larger): 0.09 GiB off the 0731 gap (to 3.97),
-  none off the preview's, so it widens the difference between the two. At GH200's EP 2 (N = 2,048,
-  16,384 tokens) it is 1,610,612,736 B against csa-plan's 2,013,265,920 B, which would raise that gap to
-  +2.15 GiB. Not applied: csa-plan's MoE request is one count for every MoE backend.
+  M x topk x max(2N, K) bf16, the output reusing the first), now csa-plan's MoE request where the
+  release's oracle picks MarlinExperts (planner/budget/vllm_workspace.py ``moe_experts``; checked against
+  vLLM's own code by tools/crosscheck_moe_workspace.py): 8,192 x 6 x 4,096 x 2 x 2 B = 805,306,368 B at
+  TP 2, where csa-plan's count gave 704,643,072 B. It is the largest request only in the 0731 run (the
+  preview's indexer K-gather, 1,205,057,536 B, is larger): 0.10 GiB off the 0731 gap (4.06 to 3.96), none
+  off the preview's. At GH200's EP 2 (N = 2,048, 16,384 tokens) it is 1,610,612,736 B against the count's
+  2,013,265,920 B, which raises that gap from +1.78 to +2.16 GiB; on the H200 NVL logs it takes 0.10 GiB
+  off (+1.8 % to +1.5 %).
 * SM90-only code on this path: the FlashMLA and indexer profile branches are the same on every
   architecture (nvidia/flashmla.py:86-101, sparse_attn_indexer.py:324-341); the decode metadata builds
   empty FlashMLA schedule objects (v1/attention/backends/mla/sparse_swa.py:566-578); the indexer's
@@ -365,7 +372,7 @@ the H20 runs on SM90 (FlashMLA sparse attention with 64 padded heads, Marlin MoE
 custom all-reduce on, 0.26 instead of 0.25, and 8,192 batched tokens instead of 4,096. What NCCL
 allocates lazily at the first collective and the profile run's torch peak on that path are not in
 vLLM's code. The GH200 log (SM90 too, Marlin too, vLLM ~0.22-0.25, EP 2, no MTP, 16,384 batched
-tokens) is +1.78 GiB: less than 4 GiB, but its graph estimate is csa-plan's +-70 % figure at 51 + 51
+tokens) is +2.16 GiB: less than 4 GiB, but its graph estimate is csa-plan's +-70 % figure at 51 + 51
 captures up to 512 tokens (4.74 GiB), so the two SM90 gaps cannot be set side by side term by term, and
 a term of about 4 GiB that all three SM90 logs with graphs share is not ruled out by it.
 
@@ -374,21 +381,21 @@ rules, TP 2 without EP, `--enforce-eager`, no MTP, 0.78 of 143,771 MiB; the same
 65,536, 131,072 and 262,144 tokens): the first held-out logs that print `Model loading took` beside
 the pool. They are one configuration, so they count four times in the band but say one thing:
 
-* vLLM's pool is 32.08 GiB at every length, and csa-plan's is 32.66 GiB at every length (+1.8 %): the
-  largest shared-workspace request here is the MoE intermediates of 8,192 batched tokens
-  (704,643,072 B), above the indexer's K-gather at each of these lengths, so neither figure moves with
+* vLLM's pool is 32.08 GiB at every length, and csa-plan's is 32.56 GiB at every length (+1.5 %): the
+  largest shared-workspace request here is the Marlin experts' MoE workspace at 8,192 batched tokens
+  (805,306,368 B), above the indexer's K-gather at each of these lengths, so neither figure moves with
   max_model_len.
 * Every printed token count lies inside csa-plan's range for the pool the log rounds to 0.01 GiB (the
-  section above): vllm-0.25's KV layout is exact for 0.23.0 at these lengths, and the +1.8 % is the
+  section above): vllm-0.25's KV layout is exact for 0.23.0 at these lengths, and the +1.5 % is the
   non-KV terms alone.
-* csa-plan's non-KV memory is 0.58 GiB a GPU short: +0.31 GiB at `Model loading took` (74.08 GiB
+* csa-plan's non-KV memory is 0.48 GiB a GPU short: +0.31 GiB at `Model loading took` (74.08 GiB
   printed against the weights' 73.26 GiB and the 0.52 GiB of buffers built with the model) and
-  +0.27 GiB in the rest (profile-run peak and non-torch; eager mode captures no graphs). On SM90 the
+  +0.17 GiB in the rest (profile-run peak and non-torch; eager mode captures no graphs). On SM90 the
   MXFP4 experts go to Marlin in 0.23.0 as in 0.26.0 (fused_moe/oracle/mxfp4.py:292-312), so the Marlin
   repack costs no 4 GiB at load; with no graphs, no MTP and 0.23.0 instead of 0.26.0 the H20 runs' +4.3
-  and +4.1 GiB are not a Hopper-wide offset: the SM90 logs give +0.58 (H200 NVL, TP 2, eager, 0.23),
-  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), +1.78 (GH200, TP 2 + EP, graphs, ~0.22-0.25) and
-  +4.29 / +4.06 GiB a GPU (H20, TP 2, graphs, MTP, 0.26).
+  and +4.0 GiB are not a Hopper-wide offset: the SM90 logs give +0.48 (H200 NVL, TP 2, eager, 0.23),
+  +1.05 (H100, TP 8 + EP, graphs, the 0.31 nightly), +2.16 (GH200, TP 2 + EP, graphs, ~0.22-0.25) and
+  +4.29 / +3.96 GiB a GPU (H20, TP 2, graphs, MTP, 0.26).
 * The fit log's own `Model loading took` (75.64 GiB) is 0.05 GiB above csa-plan's weights and
   buffers built with the model (75.59 GiB), so its fitted non-torch figure is not hiding a weights
   shortfall.

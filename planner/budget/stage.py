@@ -58,6 +58,7 @@ class ModelDims:
     routed_experts: int = 0            # n_routed_experts (DeepEP's buffers: budget/deepep.py)
     index_layers: tuple[int, ...] | None = None  # V4.1's index_source_layer_ids (None: V4, indexers by ratio)
     candidate_topk_blocks: int = 0     # V4.1's candidate filter width (0: no candidate_source_layer_id)
+    expert_dtype: str = "fp4"          # routed experts' dtype; vLLM's default when absent (getattr(config, ..., "fp4"))
 
     @property
     def shared(self) -> bool:
@@ -90,7 +91,16 @@ def model_dims(config: Mapping[str, Any], source: str) -> ModelDims | None:
                      read_int(source, "num_experts_per_tok", config.get("num_experts_per_tok", 0)),
                      read_int(source, "moe_intermediate_size", config.get("moe_intermediate_size", 0)),
                      read_int(source, "n_routed_experts", config.get("n_routed_experts", 0)),
-                     _index_layers(config, source), _candidate_blocks(config, source))
+                     _index_layers(config, source), _candidate_blocks(config, source), _expert_dtype(config, source))
+
+
+def _expert_dtype(config: Mapping[str, Any], source: str) -> str:
+    """The routed experts' dtype ("fp4": MXFP4, else block FP8); vLLM reads ``getattr(config, "expert_dtype",
+    "fp4")`` (vllm-0.33.0 models/deepseek_v41/nvidia/model.py:1640, deepseek_v4/nvidia/model.py:261)."""
+    value = config.get("expert_dtype", "fp4")
+    if not isinstance(value, str) or not value:
+        raise BadInput(source, "expert_dtype", f"expected a dtype name such as fp4 or fp8, got {value!r}")
+    return value
 
 
 def _index_layers(config: Mapping[str, Any], source: str) -> tuple[int, ...] | None:

@@ -107,15 +107,20 @@ def _workspace_steps(c: StageContext, release: str, mnbt: int, requests: list[An
     """The profile run's FlashMLA, indexer and MoE requests share one buffer sized by the largest
     (budget/vllm_workspace.py); a V4.1 DSpark drafter under 0.33's Model Runner V2 has a lane of its own."""
     from csa_plan.planner.budget.vllm_nonkv import V2_RUNNER, moe_tp_of
-    from csa_plan.planner.budget.vllm_workspace import draft_lane_step, moe_request, shared_workspace_step
+    from csa_plan.planner.budget.vllm_workspace import (draft_lane_step, moe_experts, moe_request,
+                                                        shared_workspace_step)
+    from csa_plan.planner.engines.settings import gpu_target
 
     d = c.dims
     moe_tp = moe_tp_of(c.placement)
+    pick = moe_experts(release, gpu_target(c.settings.gpu, memory_bytes=c.card_bytes).capability[0],
+                       c.settings.moe_backend, d.expert_dtype, c.placement.dp)
     if d.experts_per_token and d.moe_intermediate:
-        requests = [*requests, moe_request(release, d, moe_tp, mnbt)]
+        moe = moe_request(release, d, moe_tp, mnbt, pick)
+        requests = [*requests, *((moe,) if moe is not None else ())]
     steps = [shared_workspace_step(release, tuple(requests))]
     if v41 and mtp_here and release in V2_RUNNER and d.experts_per_token and d.moe_intermediate:
-        steps.append(draft_lane_step(release, d, moe_tp, mnbt))
+        steps.append(draft_lane_step(release, d, moe_tp, mnbt, pick))
     return steps
 
 

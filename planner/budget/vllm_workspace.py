@@ -29,13 +29,38 @@ Where each release has it (the unpacked wheels):
 * The manager first appears in vllm-0.22.0 (``v1/worker/workspace.py``); every release csa-plan models
   (0.25-0.28, 0.33) routes all three requests through it.
 
-The MoE request is csa-plan's count of the top-k intermediates (gate/up, activation, expert output in
-bf16), not a backend's own ``workspace_shapes`` (Marlin, DeepGEMM and TRT-LLM differ): it is marked
-an estimate when it is the largest request.
+The MoE request is the modular kernel's, for the experts class the release's MoE oracle picks
+(``moe_experts``): ``_allocate_buffers`` asks for ``max(workspace13, output)`` and ``workspace2`` of that
+class's ``workspace_shapes`` at ``M = M_full`` (no chunking in any modelled release: both M arguments are
+the tokens reaching the experts), in the activations' dtype (bf16). For DeepSeek-V4's MXFP4 experts
+(``select_deepseek_v4_mxfp4_moe_backend``, priority TRT-LLM MXFP8, DeepGEMM FP4, Marlin, batched Marlin):
+
+* sm_90 on 0.25-0.28 (and ``--moe-backend marlin`` anywhere): ``MarlinExperts`` -- [M x top-k, max(N, K)] and
+  [M x top-k x max(2N, K)], output [M, K]; N the per-rank intermediate rounded up to 128, K the hidden size
+  rounded up to 256 (``mxfp4_round_up_hidden_size_and_intermediate_size``).
+* sm_100 (and ``--moe-backend flashinfer_trtllm``): ``TrtLlmMxfp4ExpertsModular`` -- FlashInfer keeps its own
+  scratch: workspaces (0,), output [M, hidden]. The monolithic TRT-LLM kernel is passed over because it
+  routes Renormalize / DeepSeekV3 only, not ``RoutingMethodType.DeepseekV4``.
+* sm_90 on 0.33: the Humming experts (``humming-kernels`` is a wheel requirement; 0.33's priority list puts
+  HUMMING ahead of Marlin on sm_90): their workspaces come from the humming package's GEMM configs, not
+  readable here -- csa-plan's count, an estimate.
+* sm_120 (and ``--moe-backend deep_gemm`` on sm_100/120): ``DeepGemmFP4Experts`` (DeepGEMM is vendored in
+  the wheel): its M alignment comes from DeepGEMM's compiled library
+  (``get_mk_alignment_for_contiguous_layout``), not readable here -- csa-plan's count, an estimate.
+* ``--moe-backend deep_gemm_mega_moe``: the experts are an ``nn.Module`` outside the modular kernel; no
+  workspace request (its symmetric buffer is budget/vllm_nonkv.py's fitted step).
+* FP8 experts, DP > 1 (the tokens after the DP dispatch) and other backends: not resolved -- csa-plan's
+  count of the top-k intermediates, marked an estimate with a band. A backend vLLM's oracle refuses on the
+  GPU (triton; TRT-LLM off sm_100; DeepGEMM on sm_90) is named so in the step's source.
+
+``tools/crosscheck_moe_workspace.py`` runs each release's own oracle and ``_allocate_buffers`` on CPU and
+``tests/fixtures/vllm_moe_workspace.json`` holds what it printed; ``tests/budget/test_vllm_moe_workspace.py``
+compares csa-plan's requests with it byte for byte.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from csa_plan.planner.budget.steps import Step, StepKind
@@ -150,14 +175,137 @@ def indexer_request(release: str, t_rows: int) -> WorkspaceRequest:
                             f"{INDEXER_SRC[r]}; {INDEXER_ROWS_SRC[r]}")
 
 
-def moe_request(release: str, d: ModelDims, moe_tp: int, mnbt: int) -> WorkspaceRequest:
-    """The MoE modular kernel's intermediates at max_num_batched_tokens (csa-plan's count, one part)."""
+class MoeExperts(Enum):
+    """The experts classes the release's MXFP4 oracle can pick for DeepSeek-V4 (their vLLM names)."""
+
+    MARLIN = "MarlinExperts"
+    TRTLLM = "TrtLlmMxfp4ExpertsModular"
+    DEEPGEMM_FP4 = "DeepGemmFP4Experts"
+    HUMMING = "Humming experts"
+    MEGA_MOE = "DeepGEMM MegaMoE experts"
+
+
+# Per release, where the pick and each class's workspace_shapes are (fused_moe/ unless named):
+# (oracle select_deepseek_v4_mxfp4_moe_backend, its priority list, the size rounding, Marlin's, TRT-LLM
+# modular's, DeepGEMM FP4's workspace_shapes, modular_kernel _allocate_buffers with its max(ws13, out), the M it
+# is passed, the mega-MoE experts)
+MOE_ORACLE_SRC = {
+    "vllm-0.25": ("oracle/mxfp4.py:563-628", "oracle/mxfp4.py:327-346 (priority)",
+                  "oracle/mxfp4.py:632-670 (size rounding)", "experts/marlin_moe.py:711-741",
+                  "experts/trtllm_mxfp4_moe.py:221-262 (monolithic :141-144: Renormalize only)",
+                  "experts/deep_gemm_moe.py:470", "modular_kernel.py:1042-1104 (max(ws13, output) at :1095)",
+                  "modular_kernel.py:1252-1256 (M_full, M_full)",
+                  "models/deepseek_v4/nvidia/model.py:160, :523"),
+    "vllm-0.26": ("oracle/mxfp4.py:566-631", "oracle/mxfp4.py:330-349 (priority)",
+                  "oracle/mxfp4.py:635-673 (size rounding)", "experts/marlin_moe.py:720-750",
+                  "experts/trtllm_mxfp4_moe.py:221-262 (monolithic :141-144: Renormalize only)",
+                  "experts/deep_gemm_moe.py:470", "modular_kernel.py:1051-1113 (max(ws13, output) at :1104)",
+                  "modular_kernel.py:1261-1265 (M_full, M_full)",
+                  "models/deepseek_v4/nvidia/model.py:161, :524"),
+    "vllm-0.27": ("oracle/mxfp4.py:567-632", "oracle/mxfp4.py:333-355 (priority)",
+                  "oracle/mxfp4.py:636-674 (size rounding)", "experts/marlin_moe.py:735-765",
+                  "experts/trtllm_mxfp4_moe.py:276-317 (monolithic :187-191: DeepSeekV3 / Renormalize)",
+                  "experts/deep_gemm_moe.py:477", "modular_kernel.py:1113-1175 (max(ws13, output) at :1166)",
+                  "modular_kernel.py:1308-1312 (M_full, M_full)",
+                  "models/deepseek_v4/nvidia/model.py:168, :533"),
+    "vllm-0.28": ("oracle/mxfp4.py:563-628", "oracle/mxfp4.py:329-351 (priority)",
+                  "oracle/mxfp4.py:632-670 (size rounding)", "experts/marlin_moe.py:704-734",
+                  "experts/trtllm_mxfp4_moe.py:277-318 (monolithic :188-192: DeepSeekV3 / Renormalize)",
+                  "experts/deep_gemm_moe.py:477", "modular_kernel.py:1113-1175 (max(ws13, output) at :1166)",
+                  "modular_kernel.py:1308-1312 (M_full, M_full)",
+                  "models/deepseek_v4/nvidia/model.py:168, :541"),
+    "vllm-0.33": ("oracle/mxfp4.py:763-833", "oracle/mxfp4.py:438-462 (priority)",
+                  "oracle/mxfp4.py:837-880 (size rounding)", "experts/marlin_moe.py:691-721",
+                  "experts/trtllm_mxfp4_moe.py:285-337 (monolithic :191-195: DeepSeekV3 / Renormalize)",
+                  "experts/deep_gemm_moe.py:528", "modular_kernel.py:1124-1215 (max(ws13, output) at :1188)",
+                  "modular_kernel.py:1355-1360 (M_full, M_full)",
+                  "models/deepseek_v4/nvidia/model.py:227; fused_moe/deep_gemm_mega_moe.py:235"),
+}
+MARLIN_ROUND_N, MARLIN_ROUND_K = 128, 256   # mxfp4_round_up_hidden_size_and_intermediate_size (MARLIN)
+MOE_ACT_BYTES = 2                            # workspace_dtype(bf16 activations): the base class's identity
+# capability major -> the class the auto priority list lands on. vLLM's wheels vendor DeepGEMM
+# (vllm/third_party/deep_gemm) and require flashinfer-python and humming-kernels (METADATA Requires-Dist), so
+# all three are present. 0.33 lists HUMMING and moves it ahead of Marlin on sm_90
+# (quantization/utils/humming/priority.py:11-36 prioritize_humming; oracle/mxfp4.py:453-462); 0.25-0.28 do not.
+AUTO_PICK = {9: MoeExperts.MARLIN, 10: MoeExperts.TRTLLM, 12: MoeExperts.DEEPGEMM_FP4}
+AUTO_PICK_033 = {**AUTO_PICK, 9: MoeExperts.HUMMING}
+# --moe-backend -> (the class, the capability majors vLLM's oracle accepts it on; triton: none, its TRITON
+# experts take neither DeepseekV4 routing nor this activation)
+NAMED_PICK = {"marlin": (MoeExperts.MARLIN, (8, 9, 10, 11, 12)), "flashinfer_trtllm": (MoeExperts.TRTLLM, (10,)),
+              "flashinfer_trtllm_afp8": (MoeExperts.TRTLLM, (10,)),
+              "deep_gemm": (MoeExperts.DEEPGEMM_FP4, (10, 12)), "humming": (MoeExperts.HUMMING, (8, 9, 10, 11, 12)),
+              "triton": (None, ())}
+
+
+@record
+class MoePick:
+    """The experts class vLLM picks (None: not resolved here) and why, with the release's file:line."""
+
+    experts: MoeExperts | None
+    why: str
+    refused: bool = False   # vLLM's oracle raises for this --moe-backend on this GPU
+
+
+def moe_experts(release: str, capability_major: int, moe_backend: str | None, expert_dtype: str,
+                dp: int) -> MoePick:
+    """The experts class ``select_deepseek_v4_mxfp4_moe_backend`` picks for DeepSeek-V4's routed experts."""
+    r = _release(release)
+    sel, prio = MOE_ORACLE_SRC[r][0], MOE_ORACLE_SRC[r][1]
+    backend = moe_backend or "auto"
+    if backend == "deep_gemm_mega_moe":
+        return MoePick(MoeExperts.MEGA_MOE, f"--moe-backend deep_gemm_mega_moe: {MOE_ORACLE_SRC[r][8]} (an "
+                       "nn.Module outside the modular kernel: no workspace request)")
+    if expert_dtype != "fp4":
+        return MoePick(None, f"{expert_dtype} experts: the FP8 oracle's pick (oracle/fp8.py) is not resolved here")
+    if dp > 1:
+        return MoePick(None, "DP > 1: the tokens reaching the experts after the DP dispatch are not resolved here")
+    if backend == "auto":
+        pick = (AUTO_PICK_033 if r == "vllm-0.33" else AUTO_PICK).get(capability_major)
+        where = f"{sel} auto, {prio} on sm_{capability_major}x"
+        return MoePick(pick, where if pick else f"sm_{capability_major}x: not resolved ({where})")
+    if backend not in NAMED_PICK:
+        return MoePick(None, f"--moe-backend {backend}: its experts class is not resolved here ({sel})")
+    pick, majors = NAMED_PICK[backend]
+    if capability_major not in majors:
+        return MoePick(None, f"--moe-backend {backend}: vLLM's oracle refuses it for MXFP4 experts on "
+                       f"sm_{capability_major}x ({sel}: the engine does not start)", refused=True)
+    return MoePick(pick, f"--moe-backend {backend} ({sel})")
+
+
+def moe_request(release: str, d: ModelDims, moe_tp: int, mnbt: int,
+                pick: MoePick | None = None) -> WorkspaceRequest | None:
+    """The MoE modular kernel's request at M = max_num_batched_tokens (the profile run): the picked class's
+    ``workspace_shapes`` where it is closed-form here, else csa-plan's count of the top-k intermediates
+    (an estimate); None for the mega-MoE experts, which ask for none."""
     from csa_plan.planner.budget.vllm_nonkv import moe_token_bytes
 
+    r = _release(release)
+    src = MOE_ORACLE_SRC[r]
+    experts = pick.experts if pick else None
+    if experts is MoeExperts.MEGA_MOE:
+        return None
+    m, topk = mnbt, d.experts_per_token
+    if experts is MoeExperts.MARLIN:
+        n = round_up(d.moe_intermediate // max(moe_tp, 1), MARLIN_ROUND_N)
+        k = round_up(d.hidden, MARLIN_ROUND_K)
+        ws13, ws2, out = m * topk * max(n, k), m * topk * max(2 * n, k), m * k
+        return WorkspaceRequest(f"MoE workspace, MarlinExperts (M = {m:,}, N = {n:,}, K = {k:,})",
+                                (max(ws13, out) * MOE_ACT_BYTES, ws2 * MOE_ACT_BYTES),
+                                f"{MOE_SRC[r]}; {src[6]}; {src[7]}; {src[3]}; {src[2]}; {pick.why}")
+    if experts is MoeExperts.TRTLLM:
+        return WorkspaceRequest(f"MoE workspace, TrtLlmMxfp4ExpertsModular (output M = {m:,} x {d.hidden:,})",
+                                (m * d.hidden * MOE_ACT_BYTES, 0),
+                                f"{MOE_SRC[r]}; {src[6]}; {src[7]}; {src[4]}; {pick.why}")
     per = moe_token_bytes(d, moe_tp)
+    why = pick.why if pick else "experts class not resolved"
+    if experts is MoeExperts.DEEPGEMM_FP4:
+        why += (f"; DeepGemmFP4Experts ({src[5]}) aligns M with DeepGEMM's compiled "
+                "get_mk_alignment_for_contiguous_layout, not readable here")
+    elif experts is MoeExperts.HUMMING:
+        why += ("; the Humming experts (fused_moe/experts/fused_humming_moe.py) size their workspaces from the "
+                "humming package's GEMM configs, not readable here")
     return WorkspaceRequest(f"MoE intermediates ({mnbt:,} tokens x {per:,} B)", (mnbt * per,),
-                            MOE_SRC[_release(release)] + " (csa-plan's count of the top-k intermediates)",
-                            estimate=True)
+                            MOE_SRC[r] + f" (csa-plan's count of the top-k intermediates; {why})", estimate=True)
 
 
 def shared_workspace_step(release: str, requests: tuple[WorkspaceRequest, ...], lane: str = "") -> Step:
@@ -171,9 +319,10 @@ def shared_workspace_step(release: str, requests: tuple[WorkspaceRequest, ...], 
                 band_pct=MOE_BAND_PCT if largest.estimate else None)
 
 
-def draft_lane_step(release: str, d: ModelDims, moe_tp: int, mnbt: int) -> Step:
+def draft_lane_step(release: str, d: ModelDims, moe_tp: int, mnbt: int, pick: MoePick | None = None) -> Step:
     """The DSpark drafter's own lane under 0.33's Model Runner V2: its sliding-window FlashMLA gather
-    (ratio 0: M = window + mnbt) and its MoE intermediates, the larger kept."""
+    (ratio 0: M = window + mnbt) and its MoE request, the larger kept."""
     swa = flashmla_request(release, 128 + mnbt, mnbt, 0, v41=True)
-    step = shared_workspace_step(release, (swa, moe_request(release, d, moe_tp, mnbt)), lane=" (DSpark draft lane)")
+    moe = moe_request(release, d, moe_tp, mnbt, pick)
+    step = shared_workspace_step(release, (swa,) if moe is None else (swa, moe), lane=" (DSpark draft lane)")
     return Step(step.kind, step.label, step.bytes, f"{DRAFT_LANE_SRC}; {step.source}", step.estimate, step.band_pct)

@@ -63,7 +63,8 @@ def test_gap_lines_split_each_printed_pool_against_the_same_requested_figure():
     """The fit log closes (its non-torch figure is the residual); the two vllm#51041 H20 prints on 0.26 are
     each about 4 GiB a GPU of non-KV memory that csa-plan does not model (the open gap the document lists
     the ruled-out causes of). With the shared workspace and 0.26's own indexer rows the two are nearly
-    equal (+4.29 / +4.06; they were +3.97 / +4.32): what is missing no longer follows max_model_len. A term
+    equal (+4.29 / +3.96; they were +3.97 / +4.32, and +4.29 / +4.06 before the MoE request became the Marlin
+    experts' own: the 0731 run's buffer is that request): what is missing no longer follows max_model_len. A term
     that explains it moves these figures and fails here until the document is regenerated."""
     tool = _tool()
     lines = {line.split(" ", 1)[0]: line for line in tool.gaps(_logs())}
@@ -71,9 +72,9 @@ def test_gap_lines_split_each_printed_pool_against_the_same_requested_figure():
                           *H200_NVL, H100_NIGHTLY}
     assert lines["rtx-pro-6000-tp2"].endswith("+0.00 GiB a GPU unmodelled")
     assert lines["h20-tp2-preview"].endswith("+4.29 GiB a GPU unmodelled")
-    assert lines["h20-tp2-0731-mtp"].endswith("+4.06 GiB a GPU unmodelled")
+    assert lines["h20-tp2-0731-mtp"].endswith("+3.96 GiB a GPU unmodelled")
     assert "requested 90.80 GiB" in lines["h20-tp2-preview"]  # ceil(97,871 MiB x 0.95), the card table's H20
-    assert all(lines[n].endswith("+0.58 GiB a GPU unmodelled") for n in H200_NVL)
+    assert all(lines[n].endswith("+0.48 GiB a GPU unmodelled") for n in H200_NVL)
     assert lines[H100_NIGHTLY].endswith("+1.05 GiB a GPU unmodelled")
 
 
@@ -93,13 +94,14 @@ def test_h200_nvl_logs_are_held_out_and_say_why_their_flags_without_option_are_d
 
 def test_h200_nvl_pool_stays_put_over_max_model_len_as_vllm_s_does():
     """vLLM printed 32.08 GiB at 4,096 to 262,144 tokens; csa-plan's pool must not move either (its largest
-    workspace request there is the MoE intermediates), and it is +1.8 % above the print at each."""
+    workspace request there is the MoE request: on sm_90 the Marlin experts' 2 x mnbt x 6 x 4,096 bf16, where
+    csa-plan's count of the intermediates gave +1.8 %), and it is +1.5 % above the print at each."""
     tool = _tool()
     logs = {log["id"]: log for log in _logs()}
     pools = {tool.run_check(logs[n]["argv"])["budget"]["kv_memory_bytes"] for n in H200_NVL}
     assert {logs[n]["printed"] for n in H200_NVL} == {32.08} and len(pools) == 1
     rows = {r["id"]: r for r in tool.table(_logs())[0]}
-    assert all(f"{rows[n]['error_pct']:+.1f}" == "+1.8" for n in H200_NVL)
+    assert all(f"{rows[n]['error_pct']:+.1f}" == "+1.5" for n in H200_NVL)
 
 
 def test_pool_tokens_at_the_printed_pool_hold_every_printed_count():
@@ -113,7 +115,8 @@ def test_pool_tokens_at_the_printed_pool_hold_every_printed_count():
 
 def test_model_loading_splits_the_non_kv_gap():
     """Where 'Model loading took' is printed, the gap splits into what is built with the model and the rest.
-    The fit log's split closes within 0.05 GiB; the H200 NVL logs are +0.31 GiB and +0.27 GiB short; the
+    The fit log's split closes within 0.05 GiB; the H200 NVL logs are +0.31 GiB and +0.17 GiB short (+0.27 GiB
+    with csa-plan's count of the MoE intermediates in place of the Marlin experts' own request); the
     H100 TP 8 + EP log's weights close (+0.05 GiB) and its rest is +1.01 GiB short."""
     lines = {line.split(" ", 1)[0]: line for line in _tool().loading_split(_logs())}
     assert set(lines) == {"rtx-pro-6000-tp2", *H200_NVL, H100_NIGHTLY}
@@ -121,7 +124,7 @@ def test_model_loading_splits_the_non_kv_gap():
     assert lines[H100_NIGHTLY].endswith("csa-plan 3.46 GiB: +1.01 GiB")
     assert "75.64 GiB printed, csa-plan 75.59 GiB" in lines["rtx-pro-6000-tp2"]
     for n in H200_NVL:
-        assert "74.08 GiB printed, csa-plan 73.77 GiB" in lines[n] and lines[n].endswith("csa-plan 3.09 GiB: +0.27 GiB")
+        assert "74.08 GiB printed, csa-plan 73.77 GiB" in lines[n] and lines[n].endswith("csa-plan 3.18 GiB: +0.17 GiB")
 
 
 def test_every_refused_candidate_names_its_source_what_it_printed_and_why():
