@@ -115,6 +115,8 @@ def _workspace_steps(c: StageContext, release: str, mnbt: int, requests: list[An
     moe_tp = moe_tp_of(c.placement)
     pick = moe_experts(release, gpu_target(c.settings.gpu, memory_bytes=c.card_bytes).capability[0],
                        c.settings.moe_backend, d.expert_dtype, c.placement.dp)
+    if pick.refused:  # the engine would not start: an option that cannot apply is refused, not costed
+        raise BadInput("options", "--moe-backend", pick.why)
     if d.experts_per_token and d.moe_intermediate:
         moe = moe_request(release, d, moe_tp, mnbt, pick)
         requests = [*requests, *((moe,) if moe is not None else ())]
@@ -124,11 +126,11 @@ def _workspace_steps(c: StageContext, release: str, mnbt: int, requests: list[An
     return steps
 
 
-
 def _topk_buffer_step(mnbt: int, topk: int, drafter: bool, src: str, drafter_src: str) -> Step:
     """The model's top-k index buffer [mnbt, topk] int32, and the drafter's own copy when it drafts here."""
     return Step(StepKind.RESERVE, f"top-k index buffer [{mnbt}, {topk}] int32", mnbt * topk * 4 * (2 if drafter else 1),
                 src + (f"; {drafter_src}" if drafter else ""))
+
 
 def _vllm_reserves(c: StageContext, release: str = "vllm-0.33") -> tuple[Step, ...]:
     if c.dims is None:

@@ -257,6 +257,9 @@ def moe_experts(release: str, capability_major: int, moe_backend: str | None, ex
                        "nn.Module outside the modular kernel: no workspace request)")
     if expert_dtype != "fp4":
         return MoePick(None, f"{expert_dtype} experts: the FP8 oracle's pick (oracle/fp8.py) is not resolved here")
+    if backend in NAMED_PICK and capability_major not in NAMED_PICK[backend][1]:
+        return MoePick(None, f"--moe-backend {backend}: vLLM's oracle refuses it for DeepSeek-V4's MXFP4 experts "
+                       f"on sm_{capability_major}x ({sel}: the engine does not start)", refused=True)
     if dp > 1:
         return MoePick(None, "DP > 1: the tokens reaching the experts after the DP dispatch are not resolved here")
     if backend == "auto":
@@ -265,11 +268,7 @@ def moe_experts(release: str, capability_major: int, moe_backend: str | None, ex
         return MoePick(pick, where if pick else f"sm_{capability_major}x: not resolved ({where})")
     if backend not in NAMED_PICK:
         return MoePick(None, f"--moe-backend {backend}: its experts class is not resolved here ({sel})")
-    pick, majors = NAMED_PICK[backend]
-    if capability_major not in majors:
-        return MoePick(None, f"--moe-backend {backend}: vLLM's oracle refuses it for MXFP4 experts on "
-                       f"sm_{capability_major}x ({sel}: the engine does not start)", refused=True)
-    return MoePick(pick, f"--moe-backend {backend} ({sel})")
+    return MoePick(NAMED_PICK[backend][0], f"--moe-backend {backend} ({sel})")
 
 
 def moe_request(release: str, d: ModelDims, moe_tp: int, mnbt: int,

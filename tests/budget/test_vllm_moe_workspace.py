@@ -79,3 +79,4 @@ def test_what_stays_an_estimate_and_why():
     assert moe_request("vllm-0.26", d, 1, 8192, moe_experts("vllm-0.26", 10, "deep_gemm_mega_moe", "fp4", 1)) is None
     refused = moe_experts("vllm-0.26", 9, "flashinfer_trtllm", "fp4", 1)
     assert refused.refused and "does not start" in refused.why
+    assert moe_experts("vllm-0.33", 10, "triton", "fp4", 8).refused  # refused whatever the DP size

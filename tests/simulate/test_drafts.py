@@ -159,9 +159,12 @@ def test_the_backend_changes_the_step_and_is_named(csa, tmp_path):
         runs[a2a] = d["runtime"]["tpot"]["p50_s"]
     assert runs["deepep"] > runs["megamoe"]  # deepep's fitted term is the larger
     r = csa("simulate", str(path), "--gpu", "b200", "--tp", "4", "--engine", "vllm-0.33", "--moe-backend",
-            "triton", "--json")
+            "flashinfer_trtllm", "--json")
     assert r.code == 0, r.err
-    assert "MoE backend --moe-backend triton: not distinguished" in r.json()["time"]["step_time"]["label"]
+    assert "MoE backend --moe-backend flashinfer_trtllm: not distinguished" in r.json()["time"]["step_time"]["label"]
+    # a backend vLLM's MXFP4 oracle refuses for DeepSeek-V4 on the card is refused here too, not costed
+    r = csa("simulate", str(path), "--gpu", "b200", "--tp", "4", "--engine", "vllm-0.33", "--moe-backend", "triton")
+    assert r.code == 2 and "--moe-backend" in r.err and "refuses it" in r.err and "Traceback" not in r.err
 
 
 def test_a_dspark_checkpoint_drafts_as_dspark(csa, tmp_path):
