@@ -383,12 +383,13 @@ def exercised(fitted) -> np.ndarray:
     return mask
 
 
-def borrow_unexercised(betas: dict, seen: dict, basis: tuple[str, ...]) -> dict[str, list[str]]:
+def borrow_unexercised(betas: dict, seen: dict, basis: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """A term no fitted row of a GPU family exercises is not identified by that family's fit: NNLS leaves it at its
     floor (the roofline, for a link or memory term), which no row has checked. It takes the other family's fitted value
     instead, where that family's rows exercise it: every coefficient is a multiple of its own card's roofline (bytes,
     FLOPs, link bytes over that card's datasheet figure), so it carries across cards as vLLM's unfitted terms carry
-    from SGLang's (``VLLM_FREE``). Returns, per family, the terms it took (reported in the output and the doc)."""
+    from SGLang's (``VLLM_FREE``). Returns, per family, each term it took and the family it took it from (reported in
+    the output and the fit file)."""
     taken = {}
     for fam, mask in seen.items():
         others = [f for f in seen if f != fam and seen[f] is not None]
@@ -398,7 +399,7 @@ def borrow_unexercised(betas: dict, seen: dict, basis: tuple[str, ...]) -> dict[
         terms = [j for j in range(len(basis)) if not mask[j] and seen[donor][j]]
         for j in terms:
             betas[fam][j] = betas[donor][j]
-        taken[fam] = [basis[j] for j in terms]
+        taken[fam] = {basis[j]: donor for j in terms}
     return taken
 
 
@@ -603,11 +604,11 @@ def main(argv: list[str] | None = None) -> int:
             fits[f"sglang/{fam}"] = {"beta": dict(zip(BASIS, (float(b) for b in beta))),
                                      "data": f"{len(own)} SGLang 0.5.12-0.5.16 V4-Flash rows on {', '.join(gpus)} "
                                              "(the SGLang cookbook, benchmarks/published_serving.csv)"
-                                             + (f"; {', '.join(borrowed[fam])} from sglang/"
-                                                f"{next(f for f in betas if f != fam)}'s fit (no fitted {fam} row "
-                                                "exercises them)" if borrowed.get(fam) else ""),
+                                             + "".join(f"; {', '.join(t for t, d in borrowed[fam].items() if d == donor)} "
+                                                       f"from sglang/{donor}'s fit (no fitted {fam} row exercises them)"
+                                                       for donor in sorted(set(borrowed.get(fam, {}).values()))),
                                      "band": band, "ceilings": bounds(fam),
-                                     "borrowed": {t: next(f for f in betas if f != fam) for t in borrowed.get(fam, [])},
+                                     "borrowed": borrowed.get(fam, {}),
                                      "moe_rows": {b: sum(1 for t in mine if t["split"] == "fit" and t["moe_backend"] == b)
                                                   for b in sorted({t["moe_backend"] for t in mine
                                                                    if t["split"] == "fit" and t["moe_backend"] != "-"})}}

@@ -133,7 +133,10 @@ def match_vllm(spelled: str, version: str) -> ReleaseMatch | None:
         # (an X.Y.0.devN lies before release X.Y.0, after the releases of X.(Y-1)); the commits after a release
         # candidate's tag X.Y.ZrcK are X.Y.Zrc(K+1).devN, so theirs lies between the release before X.Y.Z and X.Y.Z
         after = (major, minor, patch - 1) if patch else (major, max(minor - 1, 0), 0)
-        before = v if not pre.startswith(".dev") else (major, minor + 1, 0) if patch else (major, minor, 0)
+        if not pre.startswith(".dev"):  # X.Y.ZrcK.devN
+            before = v
+        else:
+            before = (major, minor + 1, 0) if patch else (major, minor, 0)
         lo, hi = _row(after), _row(before)
         if after < FIRST_V4:
             raise _refuse(spelled, f"a nightly after vllm {'.'.join(map(str, after))}, before DeepSeek-V4 support "

@@ -100,7 +100,7 @@ def test_a_term_no_fitted_row_exercises_takes_the_other_familys_value():
     assert hopper.tolist() == [True, False, True] and blackwell.tolist() == [True, True, False]
     betas = {"hopper": np.array([0.1, 1.0, 0.0]), "blackwell": np.array([0.2, 180.0, 0.0])}
     taken = TOOL["borrow_unexercised"](betas, {"hopper": hopper, "blackwell": blackwell}, basis)
-    assert taken == {"hopper": ["a2a_decode"], "blackwell": ["moe:marlin"]}
+    assert taken == {"hopper": {"a2a_decode": "blackwell"}, "blackwell": {"moe:marlin": "hopper"}}
     assert betas["hopper"].tolist() == [0.1, 180.0, 0.0] and betas["blackwell"].tolist() == [0.2, 180.0, 0.0]
 
 

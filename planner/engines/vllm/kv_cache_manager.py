@@ -415,7 +415,7 @@ class KvCacheManager:
                     new = required - (skipped if skipped > n_req else n_req)
                     need += new if new > 0 else 0
                 grow.append((i, g, table, add))
-        if need > len(pool.free) + len(pool.front) + pool.num_blocks - pool.fresh:  # pool.num_free()
+        if need > pool.num_free():
             return False
         for i, g, table, add in grow:
             if add > 0:
